@@ -1,0 +1,273 @@
+package dsl
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/psgraph/psgraph/dsl/ops"
+)
+
+// gradBuilder appends backward ops to the graph, inferring each one's type
+// as it is emitted so later gradient rules can ask for shapes.
+type gradBuilder struct {
+	g     *Graph
+	types map[string]ops.Type
+	batch int
+	n     int
+	pos   Pos
+	err   error
+}
+
+func (b *gradBuilder) Emit(typ string, inputs []string, attrs ops.Attrs) string {
+	b.n++
+	out := fmt.Sprintf("bw.%s.%d", typ, b.n)
+	b.emitNamed(typ, inputs, attrs, out)
+	return out
+}
+
+func (b *gradBuilder) emitNamed(typ string, inputs []string, attrs ops.Attrs, out string) {
+	def, ok := ops.Lookup(typ)
+	if !ok {
+		panic("autodiff: gradient rule emits unknown op " + typ)
+	}
+	full := ops.Attrs{}
+	for _, s := range def.Attrs {
+		if s.Default != nil {
+			full[s.Name] = s.Default
+		}
+	}
+	for k, v := range attrs {
+		full[k] = v
+	}
+	op := &Op{Type: typ, Inputs: inputs, Outputs: []string{out}, Attrs: full, Section: Backward, Pos: b.pos}
+	b.g.Ops = append(b.g.Ops, op)
+	if err := inferOp(op, b.types, b.batch); err != nil && b.err == nil {
+		b.err = err
+	}
+}
+
+func (b *gradBuilder) Type(name string) ops.Type { return b.types[name] }
+
+// Differentiate appends the backward pass of train.loss to the graph. The
+// gradient of x is named x@GRAD; contributions from several consumers are
+// summed.
+func (g *Graph) Differentiate() error {
+	t := g.Train
+	if t == nil || t.Loss == "" {
+		return nil
+	}
+	types, err := g.Infer(g.Batch())
+	if err != nil {
+		return err
+	}
+	order, _ := g.checkStructure()
+	forward := append([]*Op{}, g.Ops...)
+	prod := g.Producers()
+
+	// Which variables lie on a path from a parameter to the loss?
+	fromParam := map[string]bool{}
+	for _, p := range g.Params() {
+		fromParam[p] = true
+	}
+	for _, i := range order {
+		op := forward[i]
+		def, _ := ops.Lookup(op.Type)
+		if def.Grad == nil {
+			continue
+		}
+		for _, in := range op.Inputs {
+			if fromParam[in] {
+				for _, o := range op.Outputs {
+					fromParam[o] = true
+				}
+				break
+			}
+		}
+	}
+	if !fromParam[t.Loss] {
+		return Errorf(t.Pos, "train.loss %q does not depend on any parameter: nothing to train", t.Loss)
+	}
+
+	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}}
+	contrib := map[string][]string{}
+	b.pos = t.Pos
+	b.emitNamed("fill", nil, ops.Attrs{"value": 1.0, "shape": []int{}}, GradName(t.Loss))
+	contrib[t.Loss] = []string{GradName(t.Loss)}
+
+	for k := len(order) - 1; k >= 0; k-- {
+		op := forward[order[k]]
+		def, _ := ops.Lookup(op.Type)
+		if def.Grad == nil {
+			continue
+		}
+		ga := ops.GradArgs{Inputs: op.Inputs, Outputs: op.Outputs, Attrs: op.Attrs,
+			OutGrads: make([]string, len(op.Outputs)), Need: make([]bool, len(op.Inputs))}
+		any := false
+		for i, o := range op.Outputs {
+			if len(contrib[o]) > 0 {
+				ga.OutGrads[i] = b.finish(o, contrib[o])
+				any = true
+			}
+		}
+		need := false
+		for i, in := range op.Inputs {
+			ga.Need[i] = fromParam[in]
+			need = need || ga.Need[i]
+		}
+		if !any || !need {
+			continue
+		}
+		if len(op.Outputs) > 1 {
+			for i := range ga.OutGrads {
+				if ga.OutGrads[i] == "" {
+					ga.OutGrads[i] = b.Emit("fill", nil, ops.Attrs{"value": 0.0, "shape": []int(types[op.Outputs[i]].Shape)})
+				}
+			}
+		}
+		b.pos = op.Pos
+		grads := def.Grad(b, ga)
+		for i, gname := range grads {
+			if gname != "" && ga.Need[i] {
+				contrib[op.Inputs[i]] = append(contrib[op.Inputs[i]], gname)
+			}
+		}
+		if b.err != nil {
+			return fmt.Errorf("autodiff of op %s at %s: %w", op.Type, op.Pos, b.err)
+		}
+	}
+	for _, p := range g.Params() {
+		if len(contrib[p]) == 0 {
+			continue
+		}
+		b.pos = g.Vars[p].Pos
+		final := b.finish(p, contrib[p])
+		if final != GradName(p) {
+			b.emitNamed("identity", []string{final}, nil, GradName(p))
+		}
+	}
+	_ = prod
+	return b.err
+}
+
+// finish sums the gradient contributions of x into one variable, named
+// x@GRAD where that is possible without renaming a shared variable.
+func (b *gradBuilder) finish(x string, parts []string) string {
+	want := GradName(x)
+	if len(parts) == 1 {
+		p := parts[0]
+		if p == want {
+			return p
+		}
+		if strings.HasPrefix(p, "bw.") && b.renameFresh(p, want) {
+			return want
+		}
+		return p
+	}
+	acc := parts[0]
+	for i, p := range parts[1:] {
+		out := fmt.Sprintf("%s.sum%d", want, i)
+		if i == len(parts)-2 {
+			out = want
+		}
+		b.emitNamed("add", []string{acc, p}, nil, out)
+		acc = out
+	}
+	return acc
+}
+
+// renameFresh renames a backward temporary that no op reads yet.
+func (b *gradBuilder) renameFresh(from, to string) bool {
+	if _, taken := b.types[to]; taken {
+		return false
+	}
+	var producer *Op
+	for _, op := range b.g.Ops {
+		for _, in := range op.Inputs {
+			if in == from {
+				return false
+			}
+		}
+		if op.Section == Backward && len(op.Outputs) == 1 && op.Outputs[0] == from {
+			producer = op
+		}
+	}
+	if producer == nil {
+		return false
+	}
+	producer.Outputs[0] = to
+	b.types[to] = b.types[from]
+	delete(b.types, from)
+	return true
+}
+
+// ExpandOptimizer instantiates the optimizer template once per parameter
+// that has a gradient: state variables beside the parameter, the update ops
+// (section optimize, marked with the parameter) and the assigns.
+func (g *Graph) ExpandOptimizer() error {
+	if g.Train == nil || g.Train.Optimizer == nil {
+		return nil
+	}
+	o := g.Train.Optimizer
+	prod := g.Producers()
+	var errs ErrorList
+	for _, p := range g.Params() {
+		grad := GradName(p)
+		if _, ok := prod[grad]; !ok {
+			continue
+		}
+		pv := g.Vars[p]
+		bind := map[string]string{"$param": p, "$grad": grad}
+		for _, st := range o.Tmpl.State {
+			name := p + "@" + st.Name
+			bind["$"+st.Name] = name
+			shape := pv.Shape.Clone()
+			if st.Shape != nil {
+				shape = st.Shape.Clone()
+			}
+			init := *st.Init
+			if pv.Place != "" {
+				// state follows its parameter
+			}
+			g.AddVar(&Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
+		}
+		local := func(n string) string {
+			if v, ok := bind[n]; ok {
+				return v
+			}
+			if strings.HasPrefix(n, "$") {
+				errs = append(errs, Errorf(o.Pos, "optimizer refers to %s, which is not $param, $grad or a state variable", n))
+				return n
+			}
+			return p + "@" + n
+		}
+		d := &decoder{}
+		for _, top := range o.Tmpl.Update {
+			def, _ := ops.Lookup(top.Type)
+			op := &Op{Type: top.Type, Section: Optimize, Param: p, Place: pv.Place, Pos: top.Pos}
+			for _, in := range top.Inputs {
+				op.Inputs = append(op.Inputs, local(in))
+			}
+			for _, out := range top.Outputs {
+				op.Outputs = append(op.Outputs, local(out))
+			}
+			d.file = top.Pos.File
+			op.Attrs = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
+			g.Ops = append(g.Ops, op)
+		}
+		errs = append(errs, d.errs...)
+		for _, a := range o.Tmpl.Assign {
+			g.Assigns = append(g.Assigns, Assign{Target: local(a.Target), Value: local(a.Value), Pos: a.Pos})
+		}
+	}
+	return errs.Err()
+}
+
+// Expanded reports whether the graph already holds backward or optimizer ops.
+func (g *Graph) Expanded() bool {
+	for _, op := range g.Ops {
+		if op.Section != Forward {
+			return true
+		}
+	}
+	return false
+}

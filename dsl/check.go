@@ -1,0 +1,271 @@
+package dsl
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Producers maps each op output to the index of the op producing it.
+func (g *Graph) Producers() map[string]int {
+	p := make(map[string]int, len(g.Ops))
+	for i, op := range g.Ops {
+		for _, o := range op.Outputs {
+			p[o] = i
+		}
+	}
+	return p
+}
+
+// checkStructure validates names, arity and single assignment, and returns
+// the ops in a dependency order.
+func (g *Graph) checkStructure() ([]int, error) {
+	var errs ErrorList
+	prod := map[string]int{}
+	for i, op := range g.Ops {
+		def, _ := ops.Lookup(op.Type)
+		lo, hi := def.NumInputs()
+		if len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) {
+			want := fmt.Sprint(lo)
+			if hi != lo {
+				want = fmt.Sprintf("%d to %d", lo, hi)
+				if hi < 0 {
+					want = fmt.Sprintf("at least %d", lo)
+				}
+			}
+			errs = append(errs, Errorf(op.Pos, "op %s takes %s inputs %v, got %d", op.Type, want, def.Inputs, len(op.Inputs)))
+		}
+		if len(op.Outputs) != len(def.Outputs) {
+			errs = append(errs, Errorf(op.Pos, "op %s has %d outputs %v, got %d", op.Type, len(def.Outputs), def.Outputs, len(op.Outputs)))
+		}
+		for _, o := range op.Outputs {
+			if v, ok := g.Vars[o]; ok {
+				errs = append(errs, Errorf(op.Pos, "op %s output %q is already declared as a %s at %s; a step assigns each name once (use assign: for the next step's value)", op.Type, o, v.Kind, v.Pos))
+			} else if j, ok := prod[o]; ok {
+				errs = append(errs, Errorf(op.Pos, "op %s output %q is already produced by op %s at %s; each name is assigned once per step", op.Type, o, g.Ops[j].Type, g.Ops[j].Pos))
+			} else {
+				prod[o] = i
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	known := g.knownNames(prod)
+	for _, op := range g.Ops {
+		for _, in := range op.Inputs {
+			if _, ok := g.Vars[in]; ok {
+				continue
+			}
+			if _, ok := prod[in]; !ok {
+				errs = append(errs, Errorf(op.Pos, "op %s input %q is not defined%s", op.Type, in, suggest(in, known)))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	// Kahn's algorithm; ties resolved by file order so the order is stable.
+	indeg := make([]int, len(g.Ops))
+	users := make([][]int, len(g.Ops))
+	for i, op := range g.Ops {
+		for _, in := range op.Inputs {
+			if j, ok := prod[in]; ok {
+				indeg[i]++
+				users[j] = append(users[j], i)
+			}
+		}
+	}
+	order := make([]int, 0, len(g.Ops))
+	var ready []int
+	for i := range g.Ops {
+		if indeg[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for len(ready) > 0 {
+		sort.Ints(ready)
+		i := ready[0]
+		ready = ready[1:]
+		order = append(order, i)
+		for _, u := range users[i] {
+			if indeg[u]--; indeg[u] == 0 {
+				ready = append(ready, u)
+			}
+		}
+	}
+	if len(order) < len(g.Ops) {
+		for i := range g.Ops {
+			if indeg[i] > 0 {
+				op := g.Ops[i]
+				return nil, Errorf(op.Pos, "op %s (outputs %v) is part of a cycle: an op's inputs must not depend on its outputs within a step", op.Type, op.Outputs)
+			}
+		}
+	}
+	return order, nil
+}
+
+func (g *Graph) knownNames(prod map[string]int) []string {
+	out := make([]string, 0, len(g.Vars)+len(prod))
+	for n := range g.Vars {
+		out = append(out, n)
+	}
+	for n := range prod {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Order returns the ops in dependency order (ties by file order).
+func (g *Graph) TopoOrder() ([]int, error) { return g.checkStructure() }
+
+// Infer computes the type of every variable for a batch size.
+func (g *Graph) Infer(batch int) (map[string]ops.Type, error) {
+	order, err := g.checkStructure()
+	if err != nil {
+		return nil, err
+	}
+	types := make(map[string]ops.Type, len(g.Vars)+len(g.Ops))
+	for _, name := range g.Order {
+		types[name] = g.varType(g.Vars[name], batch)
+	}
+	for _, i := range order {
+		if err := inferOp(g.Ops[i], types, batch); err != nil {
+			return nil, err
+		}
+	}
+	return types, nil
+}
+
+func (g *Graph) varType(v *Var, batch int) ops.Type {
+	s := v.Shape.Clone()
+	for i, d := range s {
+		if d < 0 {
+			s[i] = batch
+		}
+	}
+	return ops.Type{DType: v.DType, Shape: s}
+}
+
+// inferOp checks one op against the catalog and records its output types.
+func inferOp(op *Op, types map[string]ops.Type, batch int) error {
+	def, _ := ops.Lookup(op.Type)
+	in := make([]ops.Type, len(op.Inputs))
+	for i, name := range op.Inputs {
+		in[i] = types[name]
+	}
+	attrs := op.Attrs
+	if attrs.Has("shape") && batch > 0 {
+		attrs = withBatch(attrs, batch)
+	}
+	out, err := def.Infer(in, attrs)
+	if err != nil {
+		return Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
+	}
+	for i, o := range op.Outputs {
+		types[o] = out[i]
+	}
+	return nil
+}
+
+// withBatch replaces -1 in a shape attribute of communication ops by the batch size.
+func withBatch(a ops.Attrs, batch int) ops.Attrs {
+	if _, comm := a["var"]; !comm {
+		return a
+	}
+	s := a.Ints("shape")
+	neg := false
+	for _, d := range s {
+		neg = neg || d < 0
+	}
+	if !neg {
+		return a
+	}
+	c := a.Clone()
+	ns := append([]int{}, s...)
+	for i, d := range ns {
+		if d < 0 {
+			ns[i] = batch
+		}
+	}
+	c["shape"] = ns
+	return c
+}
+
+func describeInputs(names []string, types []ops.Type) string {
+	s := "("
+	for i, n := range names {
+		if i > 0 {
+			s += ", "
+		}
+		s += n + " " + types[i].String()
+	}
+	return s + ")"
+}
+
+// Check validates a whole graph at its training batch and records types.
+func (g *Graph) Check() error {
+	batch := g.Batch()
+	if batch == 0 {
+		batch = 1
+	}
+	types, err := g.Infer(batch)
+	if err != nil {
+		return err
+	}
+	g.Types = types
+	var errs ErrorList
+	if t := g.Train; t != nil {
+		if t.Loss != "" {
+			if lt, ok := types[t.Loss]; !ok {
+				errs = append(errs, Errorf(t.Pos, "train.loss %q is not defined%s", t.Loss, suggest(t.Loss, keys(types))))
+			} else if lt.Shape.Numel() != 1 || len(lt.Shape) != 0 || lt.DType != tensor.F32 {
+				errs = append(errs, Errorf(t.Pos, "train.loss %q must be a float32 scalar, got %v (reduce it with mean)", t.Loss, lt))
+			}
+		}
+		for _, m := range t.Metrics {
+			if mt, ok := types[m]; !ok {
+				errs = append(errs, Errorf(t.Pos, "train.metrics: %q is not defined%s", m, suggest(m, keys(types))))
+			} else if len(mt.Shape) != 0 {
+				errs = append(errs, Errorf(t.Pos, "train.metrics: %q must be a scalar, got %v", m, mt))
+			}
+		}
+	}
+	for _, a := range g.Assigns {
+		v, ok := g.Vars[a.Target]
+		switch {
+		case !ok:
+			errs = append(errs, Errorf(a.Pos, "assign target %q is not a declared param or state variable", a.Target))
+			continue
+		case !v.Kind.Persistent():
+			errs = append(errs, Errorf(a.Pos, "assign target %q is %s data; only params and state persist across steps", a.Target, v.Kind))
+			continue
+		}
+		vt, ok := types[a.Value]
+		if !ok {
+			errs = append(errs, Errorf(a.Pos, "assign value %q is not defined%s", a.Value, suggest(a.Value, keys(types))))
+			continue
+		}
+		if tt := types[a.Target]; !tt.Shape.Equal(vt.Shape) || tt.DType != vt.DType {
+			errs = append(errs, Errorf(a.Pos, "assign %s = %s: types differ, %v vs %v", a.Target, a.Value, tt, vt))
+		}
+	}
+	seen := map[string]bool{}
+	for _, a := range g.Assigns {
+		if seen[a.Target] {
+			errs = append(errs, Errorf(a.Pos, "%q is assigned twice", a.Target))
+		}
+		seen[a.Target] = true
+	}
+	return errs.Err()
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package dsl
+
+import (
+	"fmt"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Pos is a position in a model file.
+type Pos struct {
+	File      string
+	Line, Col int
+}
+
+func (p Pos) String() string {
+	switch {
+	case p.File == "":
+		return "<generated>"
+	case p.Line == 0:
+		return p.File
+	}
+	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+}
+
+// Section marks which part of the training step an op belongs to. The graph
+// converter finds optimizer subgraphs through these marks.
+type Section uint8
+
+const (
+	Forward Section = iota
+	Backward
+	Optimize
+)
+
+var sectionNames = [...]string{"forward", "backward", "optimize"}
+
+func (s Section) String() string { return sectionNames[s] }
+
+// ParseSection maps a section name to a Section.
+func ParseSection(s string) (Section, bool) {
+	for i, n := range sectionNames {
+		if n == s {
+			return Section(i), true
+		}
+	}
+	return 0, false
+}
+
+// VarKind tells where a variable's value comes from.
+type VarKind uint8
+
+const (
+	KindTemp  VarKind = iota // produced by an op every step
+	KindData                 // fed from the data set every step
+	KindParam                // trainable, persistent across steps
+	KindState                // persistent, not trained (optimizer state)
+)
+
+var kindNames = [...]string{"temp", "data", "param", "state"}
+
+func (k VarKind) String() string { return kindNames[k] }
+
+// Persistent reports whether values survive from one step to the next.
+func (k VarKind) Persistent() bool { return k == KindParam || k == KindState }
+
+// Init is a variable initializer.
+type Init struct {
+	Type  string
+	Attrs ops.Attrs
+	Pos   Pos
+}
+
+// Var is a declared variable: data, parameter or state. Temporaries are
+// not declared; their types come from shape inference.
+type Var struct {
+	Name  string
+	Kind  VarKind
+	DType tensor.DType
+	// Shape may hold -1 for the batch dimension of data variables.
+	Shape tensor.Shape
+	Init  *Init
+	// Place is an optional placement override: "trainer", "pserver" or "pserver:<i>".
+	Place string
+	// Of names the parameter a state variable belongs to (optimizer state).
+	Of  string
+	Pos Pos
+}
+
+// Op is one operation of the graph.
+type Op struct {
+	Type    string
+	Inputs  []string
+	Outputs []string
+	Attrs   ops.Attrs
+	Section Section
+	// Param names the parameter whose gradient or update this op computes
+	// (set by autodiff and optimizer expansion); "" otherwise.
+	Param string
+	Place string
+	Pos   Pos
+
+	// raw attributes of a template op, converted when the template is instantiated
+	raw   map[string]*yaml.Node
+	rawAt *yaml.Node
+}
+
+// Assign moves a value into a persistent variable for the next step.
+type Assign struct {
+	Target, Value string
+	Pos           Pos
+}
+
+// Column selects CSV columns for a data variable.
+type Column struct {
+	Name   string
+	Lo, Hi int // half-open column range; for a label Hi = Lo+1
+	Pos    Pos
+}
+
+// Data describes the data source.
+type Data struct {
+	CSV       string // resolved path
+	Synthetic *Synthetic
+	Features  *Column
+	Label     *Column
+	IDs       *Column
+	Normalize string
+	Shuffle   bool
+	Seed      uint64
+	Pos       Pos
+}
+
+// Synthetic describes a generated, learnable classification task.
+type Synthetic struct {
+	Rows, Features, Classes int
+	Seed                    uint64
+}
+
+// Optimizer is the optimizer a model names, before expansion.
+type Optimizer struct {
+	Type  string             // built-in name, or "" for a user-defined template
+	Hyper map[string]float64 // lr and the other hyper-parameters
+	Tmpl  *Template          // user-defined update subgraph
+	Pos   Pos
+}
+
+// Train holds the training configuration.
+type Train struct {
+	Loss      string
+	Metrics   []string
+	Batch     int
+	Steps     int
+	Optimizer *Optimizer
+	Pos       Pos
+}
+
+// Graph is a model: declared variables, ops and training configuration.
+// After Load it is expanded (backward and optimizer ops present) and
+// shape-checked.
+type Graph struct {
+	File    string
+	Name    string
+	Data    *Data
+	Vars    map[string]*Var
+	Order   []string // declaration order of Vars
+	Ops     []*Op
+	Assigns []Assign
+	Train   *Train
+	// Types holds the type of every variable at the training batch size.
+	Types map[string]ops.Type
+}
+
+// Var returns a declared variable.
+func (g *Graph) Var(name string) *Var { return g.Vars[name] }
+
+// AddVar declares a variable.
+func (g *Graph) AddVar(v *Var) {
+	if g.Vars == nil {
+		g.Vars = map[string]*Var{}
+	}
+	g.Vars[v.Name] = v
+	g.Order = append(g.Order, v.Name)
+}
+
+// Params lists parameter names in declaration order.
+func (g *Graph) Params() []string {
+	var out []string
+	for _, n := range g.Order {
+		if g.Vars[n].Kind == KindParam {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Batch returns the training batch size (0 without a train section).
+func (g *Graph) Batch() int {
+	if g.Train == nil {
+		return 0
+	}
+	return g.Train.Batch
+}
+
+// GradName is the name of the gradient of x.
+func GradName(x string) string { return x + "@GRAD" }

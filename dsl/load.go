@@ -1,0 +1,54 @@
+package dsl
+
+import (
+	"os"
+)
+
+// Load reads, expands and checks a model file: the backward pass is
+// generated from train.loss and the optimizer is expanded into update ops,
+// unless the file already holds them (placed subgraphs written by split).
+func Load(path string) (*Graph, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, Errorf(Pos{File: path}, "cannot read model: %v", errText(err))
+	}
+	return LoadBytes(path, src)
+}
+
+// LoadBytes is Load for a model already in memory.
+func LoadBytes(path string, src []byte) (*Graph, error) {
+	g, err := Parse(path, src)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Expand(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Expand generates the backward pass and optimizer ops (when the graph is
+// not expanded yet) and checks the result.
+func (g *Graph) Expand() error {
+	if g.Expanded() {
+		if g.Train != nil && g.Train.Optimizer != nil {
+			return Errorf(g.Train.Optimizer.Pos, "this model already holds backward/optimize ops, so it must not name an optimizer")
+		}
+		return g.Check()
+	}
+	if _, err := g.Infer(max(g.Batch(), 1)); err != nil {
+		return err
+	}
+	if t := g.Train; t != nil && t.Optimizer != nil {
+		if t.Loss == "" {
+			return Errorf(t.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
+		}
+		if err := g.Differentiate(); err != nil {
+			return err
+		}
+		if err := g.ExpandOptimizer(); err != nil {
+			return err
+		}
+	}
+	return g.Check()
+}

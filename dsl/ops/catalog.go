@@ -1,0 +1,214 @@
+// Package ops is psgraph's op catalog. Each op is one Def that keeps its
+// signature, shape rule, gradient rule and kernel together; the DSL loader
+// validates against it, autodiff asks it for gradients and the executor asks
+// it for kernels. The catalog is built once at init and never mutated after.
+package ops
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Type is the static type of a variable: dtype and a concrete shape.
+type Type struct {
+	DType tensor.DType
+	Shape tensor.Shape
+}
+
+func (t Type) String() string { return t.DType.String() + t.Shape.String() }
+
+// F32 is shorthand for a float32 type of the given shape.
+func F32(shape ...int) Type { return Type{tensor.F32, tensor.Shape(shape)} }
+
+// AttrKind is the type of an attribute value.
+type AttrKind uint8
+
+const (
+	AttrFloat  AttrKind = iota + 1 // float64
+	AttrInt                        // int
+	AttrBool                       // bool
+	AttrString                     // string
+	AttrInts                       // []int
+)
+
+func (k AttrKind) String() string {
+	return [...]string{"", "number", "integer", "bool", "string", "list of integers"}[k]
+}
+
+// AttrSpec declares one attribute of an op.
+type AttrSpec struct {
+	Name     string
+	Kind     AttrKind
+	Default  any // nil with Required false: the attribute is optional and absent
+	Required bool
+	Doc      string
+}
+
+// Attrs holds validated attribute values: float64, int, bool, string or []int.
+type Attrs map[string]any
+
+// Float returns a number attribute (ints are widened).
+func (a Attrs) Float(name string) float64 {
+	switch v := a[name].(type) {
+	case float64:
+		return v
+	case int:
+		return float64(v)
+	}
+	return 0
+}
+
+// Int returns an integer attribute.
+func (a Attrs) Int(name string) int {
+	switch v := a[name].(type) {
+	case int:
+		return v
+	case float64:
+		return int(v)
+	}
+	return 0
+}
+
+// Bool returns a bool attribute.
+func (a Attrs) Bool(name string) bool { v, _ := a[name].(bool); return v }
+
+// String returns a string attribute.
+func (a Attrs) String(name string) string { v, _ := a[name].(string); return v }
+
+// Ints returns a list attribute.
+func (a Attrs) Ints(name string) []int { v, _ := a[name].([]int); return v }
+
+// Has reports whether the attribute is set.
+func (a Attrs) Has(name string) bool { _, ok := a[name]; return ok }
+
+// Clone returns a shallow copy.
+func (a Attrs) Clone() Attrs {
+	c := make(Attrs, len(a))
+	for k, v := range a {
+		c[k] = v
+	}
+	return c
+}
+
+// Runtime is what blocking and communication kernels need from the node
+// executing them. Pure compute kernels ignore it.
+type Runtime interface {
+	Context() context.Context
+	Step() int64
+	// Send hands t to the transfer named by attrs (var, to); it must not block on the network.
+	Send(attrs Attrs, t *tensor.Tensor) error
+	// Recv blocks until the transfer named by attrs (var, from) for this step arrived and fills t.
+	Recv(attrs Attrs, t *tensor.Tensor) error
+	// Accumulate blocks until n pieces of var for this step arrived and writes their mean into t.
+	Accumulate(attrs Attrs, n int, t *tensor.Tensor) error
+	// Queue returns the node-local queue of that name.
+	Queue(name string, capacity int) Queue
+	// Trainer returns this node's trainer index and the trainer count (0, 1 outside a job).
+	Trainer() (index, count int)
+}
+
+// Queue is a bounded FIFO of tensors owned by one node.
+type Queue interface {
+	Enqueue(ctx context.Context, t *tensor.Tensor) error
+	// Dequeue blocks until min items are queued, removes them and writes their mean into out.
+	Dequeue(ctx context.Context, min int, out *tensor.Tensor) error
+}
+
+// Kernel runs an op once. It reads and writes the tensors it was built for,
+// through their pointers, on every run.
+type Kernel func(rt Runtime) error
+
+// KernelArgs is what a kernel constructor gets: the op's input and output
+// tensors (allocated by the executor from the inferred types) and attributes.
+type KernelArgs struct {
+	In, Out []*tensor.Tensor
+	Attrs   Attrs
+}
+
+// GradBuilder is how a gradient rule adds backward ops to the graph.
+type GradBuilder interface {
+	// Emit appends an op and returns the name of its single (fresh) output.
+	Emit(typ string, inputs []string, attrs Attrs) string
+	// Type returns the static type of a variable (at the nominal batch size).
+	Type(name string) Type
+}
+
+// GradArgs describes the op being differentiated.
+type GradArgs struct {
+	Inputs, Outputs []string
+	// OutGrads holds the gradient variable of each output, "" when no
+	// gradient flows into that output.
+	OutGrads []string
+	// Need tells which inputs want a gradient.
+	Need  []bool
+	Attrs Attrs
+}
+
+// Def is one op in the catalog.
+type Def struct {
+	Name string
+	Doc  string
+	// Inputs and Outputs name the operands, for docs and error messages.
+	// Variadic ops set MinInputs/MaxInputs (MaxInputs -1: unbounded).
+	Inputs, Outputs      []string
+	MinInputs, MaxInputs int
+	Attrs                []AttrSpec
+	// Infer computes the output types from the input types and attrs.
+	Infer func(in []Type, a Attrs) ([]Type, error)
+	// Grad returns one gradient var name per input ("" for none). Nil means
+	// the op is not differentiable (e.g. accuracy): no gradient flows through.
+	Grad func(b GradBuilder, g GradArgs) []string
+	// Kernel builds the op's kernel for concrete tensors.
+	Kernel func(k KernelArgs) (Kernel, error)
+	// ElementWise ops read and write every tensor at the same flat index, so
+	// they can run on a row block of a parameter as well as on the whole.
+	ElementWise bool
+	// Blocking ops wait on other nodes or queues.
+	Blocking bool
+	// Stateful ops must not be pruned or reordered away (send, enqueue).
+	Stateful bool
+	// Internal ops are produced by autodiff or split; they are valid in
+	// model files but listed apart in the docs.
+	Internal bool
+}
+
+// NumInputs reports the allowed input count.
+func (d *Def) NumInputs() (min, max int) {
+	if d.MinInputs != 0 || d.MaxInputs != 0 {
+		return d.MinInputs, d.MaxInputs
+	}
+	return len(d.Inputs), len(d.Inputs)
+}
+
+var catalog = map[string]*Def{}
+
+func register(defs ...*Def) {
+	for _, d := range defs {
+		if _, dup := catalog[d.Name]; dup {
+			panic("ops: duplicate op " + d.Name)
+		}
+		catalog[d.Name] = d
+	}
+}
+
+// Lookup returns the op named name.
+func Lookup(name string) (*Def, bool) {
+	d, ok := catalog[name]
+	return d, ok
+}
+
+// Names lists all ops, sorted.
+func Names() []string {
+	names := make([]string, 0, len(catalog))
+	for n := range catalog {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Errorf builds a shape or attribute error; the DSL adds the position.
+func Errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

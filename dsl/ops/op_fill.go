@@ -1,0 +1,32 @@
+package ops
+
+import "github.com/psgraph/psgraph/exec/tensor"
+
+func init() {
+	register(&Def{
+		Name: "fill", Doc: "y = a float32 tensor of the given shape with every element set to value",
+		Outputs: []string{"y"},
+		Attrs: []AttrSpec{
+			{Name: "value", Kind: AttrFloat, Required: true},
+			{Name: "shape", Kind: AttrInts, Default: []int{}, Doc: "dimensions; [] is a scalar"},
+		},
+		Infer: func(_ []Type, a Attrs) ([]Type, error) {
+			s := tensor.Shape(a.Ints("shape")).Clone()
+			for _, d := range s {
+				if d <= 0 {
+					return nil, Errorf("shape %v must have positive dimensions", s)
+				}
+			}
+			return []Type{{tensor.F32, s}}, nil
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			y, v := k.Out[0], float32(k.Attrs.Float("value"))
+			return func(Runtime) error {
+				for i := range y.F {
+					y.F[i] = v
+				}
+				return nil
+			}, nil
+		},
+	})
+}

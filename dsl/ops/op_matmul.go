@@ -1,0 +1,97 @@
+package ops
+
+import (
+	"github.com/psgraph/psgraph/exec/blas"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+func init() {
+	register(&Def{
+		Name: "matmul", Doc: "z = op(x) · op(y) for 2-D x and y, where op transposes when transpose_a / transpose_b is set",
+		Inputs: []string{"x", "y"}, Outputs: []string{"z"},
+		Attrs: []AttrSpec{
+			{Name: "transpose_a", Kind: AttrBool, Default: false, Doc: "use x transposed"},
+			{Name: "transpose_b", Kind: AttrBool, Default: false, Doc: "use y transposed"},
+		},
+		Infer: inferMatmul, Grad: gradMatmul, Kernel: kernelMatmul,
+	})
+}
+
+func matmulDims(a, b tensor.Shape, ta, tb bool) (m, k, k2, n int) {
+	m, k = a[0], a[1]
+	if ta {
+		m, k = k, m
+	}
+	k2, n = b[0], b[1]
+	if tb {
+		k2, n = n, k2
+	}
+	return
+}
+
+func inferMatmul(in []Type, a Attrs) ([]Type, error) {
+	x, y := in[0], in[1]
+	if x.DType != tensor.F32 || y.DType != tensor.F32 {
+		return nil, Errorf("inputs must be float32, got %v and %v", x, y)
+	}
+	if len(x.Shape) != 2 || len(y.Shape) != 2 {
+		return nil, Errorf("inputs must be 2-D, got %v and %v", x.Shape, y.Shape)
+	}
+	m, k, k2, n := matmulDims(x.Shape, y.Shape, a.Bool("transpose_a"), a.Bool("transpose_b"))
+	if k != k2 {
+		return nil, Errorf("inner dimensions differ: %v · %v (transpose_a=%v, transpose_b=%v): %d vs %d",
+			x.Shape, y.Shape, a.Bool("transpose_a"), a.Bool("transpose_b"), k, k2)
+	}
+	return []Type{F32(m, n)}, nil
+}
+
+func gradMatmul(b GradBuilder, g GradArgs) []string {
+	x, y, dz := g.Inputs[0], g.Inputs[1], g.OutGrads[0]
+	ta, tb := g.Attrs.Bool("transpose_a"), g.Attrs.Bool("transpose_b")
+	mm := func(p, q string, tp, tq bool) string {
+		return b.Emit("matmul", []string{p, q}, Attrs{"transpose_a": tp, "transpose_b": tq})
+	}
+	out := make([]string, 2)
+	switch {
+	case !ta && !tb: // z = x y
+		if g.Need[0] {
+			out[0] = mm(dz, y, false, true)
+		}
+		if g.Need[1] {
+			out[1] = mm(x, dz, true, false)
+		}
+	case ta && !tb: // z = xᵀ y
+		if g.Need[0] {
+			out[0] = mm(y, dz, false, true)
+		}
+		if g.Need[1] {
+			out[1] = mm(x, dz, false, false)
+		}
+	case !ta && tb: // z = x yᵀ
+		if g.Need[0] {
+			out[0] = mm(dz, y, false, false)
+		}
+		if g.Need[1] {
+			out[1] = mm(dz, x, true, false)
+		}
+	default: // z = xᵀ yᵀ
+		if g.Need[0] {
+			out[0] = mm(y, dz, true, true)
+		}
+		if g.Need[1] {
+			out[1] = mm(dz, x, true, true)
+		}
+	}
+	return out
+}
+
+func kernelMatmul(k KernelArgs) (Kernel, error) {
+	x, y, z := k.In[0], k.In[1], k.Out[0]
+	ta, tb := k.Attrs.Bool("transpose_a"), k.Attrs.Bool("transpose_b")
+	m, kk, _, n := matmulDims(x.Shape, y.Shape, ta, tb)
+	lda, ldb := x.Shape[1], y.Shape[1]
+	return func(Runtime) error {
+		blas.Sgemm(ta, tb, m, n, kk, 1, x.F, lda, y.F, ldb, 0, z.F, n)
+		return nil
+	}, nil
+}

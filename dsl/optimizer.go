@@ -1,0 +1,199 @@
+package dsl
+
+import (
+	"embed"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Template is an optimizer written in the DSL: per-parameter state and an
+// update subgraph over $param, $grad, $<state> and hyper-parameters.
+type Template struct {
+	Name   string
+	Hyper  map[string]float64 // defaults; NaN marks a required one
+	State  []TemplateState
+	Update []*Op
+	Assign []Assign
+	Pos    Pos
+}
+
+// TemplateState is one optimizer state variable per parameter.
+type TemplateState struct {
+	Name  string
+	Shape tensor.Shape // nil: the parameter's shape
+	Init  *Init
+	Pos   Pos
+}
+
+//go:embed optimizers/*.yaml
+var builtinFS embed.FS
+
+var (
+	builtinOnce sync.Once
+	builtins    map[string]*Template
+)
+
+// Builtins returns the optimizers shipped inside the binary, by name.
+func Builtins() map[string]*Template {
+	builtinOnce.Do(func() {
+		builtins = map[string]*Template{}
+		entries, _ := builtinFS.ReadDir("optimizers")
+		for _, e := range entries {
+			name := strings.TrimSuffix(e.Name(), ".yaml")
+			src, _ := builtinFS.ReadFile("optimizers/" + e.Name())
+			var doc yaml.Node
+			if err := yaml.Unmarshal(src, &doc); err != nil {
+				panic("dsl: built-in optimizer " + name + ": " + err.Error())
+			}
+			d := &decoder{file: "builtin:" + e.Name()}
+			t := d.template(doc.Content[0], name, true)
+			if d.errs != nil {
+				panic("dsl: built-in optimizer: " + d.errs.Error())
+			}
+			builtins[name] = t
+		}
+	})
+	return builtins
+}
+
+// BuiltinNames lists the built-in optimizers.
+func BuiltinNames() []string {
+	var out []string
+	for k := range Builtins() {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// template parses a template body. Built-ins declare `hyper:` defaults;
+// user templates give hyper-parameters as top-level numbers (lr: 0.05).
+func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
+	t := &Template{Name: name, Hyper: map[string]float64{}, Pos: d.pos(n)}
+	var assignNode, updateNode *yaml.Node
+	d.fields(n, "optimizer", nil, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "hyper":
+			d.fields(v, "optimizer.hyper", nil, func(h string, _, hv *yaml.Node) {
+				if hv.Tag == "!!null" {
+					t.Hyper[h] = math.NaN()
+				} else if f, ok := d.number(hv, "optimizer.hyper."+h); ok {
+					t.Hyper[h] = f
+				}
+			})
+		case "state":
+			d.fields(v, "optimizer.state", nil, func(s string, sk, sv *yaml.Node) {
+				st := TemplateState{Name: s, Pos: d.pos(sk)}
+				d.fields(sv, "optimizer.state."+s, []string{"init", "shape"}, func(key string, _, vv *yaml.Node) {
+					switch key {
+					case "init":
+						st.Init = d.init(vv, "optimizer.state."+s+".init")
+					case "shape":
+						if sh, ok := d.ints(vv, "optimizer.state."+s+".shape"); ok {
+							st.Shape = sh
+						}
+					}
+				})
+				if st.Init == nil {
+					st.Init = &Init{Type: "zeros", Pos: st.Pos}
+				}
+				t.State = append(t.State, st)
+			})
+		case "update":
+			updateNode = v
+		case "assign":
+			assignNode = v
+		case "type":
+			d.errorf(k, "a user-defined optimizer has no type; use type: %s alone for a built-in", strings.Join(BuiltinNames(), "|"))
+		default:
+			if builtin {
+				d.errorf(k, "unknown key %q in optimizer template", key)
+				return
+			}
+			if f, ok := d.number(v, "optimizer."+key+" (a hyper-parameter)"); ok {
+				t.Hyper[key] = f
+			}
+		}
+	})
+	if updateNode == nil {
+		d.errorf(n, "optimizer needs update: a list of ops over $param, $grad and its state")
+	} else {
+		t.Update = d.ops(updateNode, "optimizer.update", true)
+	}
+	if assignNode == nil {
+		d.errorf(n, "optimizer needs assign: {$param: <new value>, ...}")
+	} else {
+		t.Assign = d.assigns(assignNode)
+		hasParam := false
+		for _, a := range t.Assign {
+			hasParam = hasParam || a.Target == "$param"
+		}
+		if !hasParam {
+			d.errorf(assignNode, "optimizer assign must set $param (the parameter's next value)")
+		}
+	}
+	return t
+}
+
+// optimizer parses train.optimizer: a built-in by type with hyper-parameter
+// overrides, or a user-defined template.
+func (d *decoder) optimizer(n *yaml.Node) *Optimizer {
+	o := &Optimizer{Pos: d.pos(n), Hyper: map[string]float64{}}
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == "type" {
+				o.Type, _ = d.str(n.Content[i+1], "optimizer.type")
+				if o.Type == "" {
+					return o
+				}
+				tmpl, ok := Builtins()[o.Type]
+				if !ok {
+					d.errorf(n.Content[i+1], "unknown optimizer %q%s; built-in: %s (or write your own update subgraph)", o.Type, suggest(o.Type, BuiltinNames()), strings.Join(BuiltinNames(), ", "))
+					return o
+				}
+				names := make([]string, 0, len(tmpl.Hyper))
+				for h := range tmpl.Hyper {
+					names = append(names, h)
+				}
+				sort.Strings(names)
+				d.fields(n, "optimizer "+o.Type, append([]string{"type"}, names...), func(key string, _, v *yaml.Node) {
+					if key == "type" {
+						return
+					}
+					if f, ok := d.number(v, "optimizer."+key); ok {
+						o.Hyper[key] = f
+					}
+				})
+				o.Tmpl = tmpl
+				d.checkHyper(o, n)
+				return o
+			}
+		}
+	}
+	o.Tmpl = d.template(n, "custom", false)
+	if _, ok := o.Tmpl.Hyper["lr"]; !ok {
+		d.errorf(n, "optimizer needs lr (the learning rate)")
+	}
+	d.checkHyper(o, n)
+	return o
+}
+
+func (d *decoder) checkHyper(o *Optimizer, n *yaml.Node) {
+	for h, def := range o.Tmpl.Hyper {
+		if _, set := o.Hyper[h]; !set {
+			if math.IsNaN(def) {
+				d.errorf(n, "optimizer %s needs %s", o.Tmpl.Name, h)
+			}
+			o.Hyper[h] = def
+		}
+	}
+	if lr, ok := o.Hyper["lr"]; ok && lr <= 0 {
+		d.errorf(n, "optimizer lr must be positive, got %g", lr)
+	}
+}

@@ -1,0 +1,574 @@
+package dsl
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// SchemaVersion is the DSL version this psgraph reads and writes.
+const SchemaVersion = 1
+
+var topKeys = []string{"psgraph", "name", "data", "params", "state", "ops", "assign", "train"}
+
+// Parse reads a model's YAML into a Graph without expanding or checking it.
+// Relative data paths are resolved against the directory of file.
+func Parse(file string, src []byte) (*Graph, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	if err := dec.Decode(&doc); err != nil {
+		return nil, yamlError(file, err)
+	}
+	d := &decoder{file: file}
+	g := &Graph{File: file, Vars: map[string]*Var{}}
+	if len(doc.Content) == 0 {
+		return nil, Errorf(Pos{File: file}, "the file is empty; a model starts with `psgraph: %d`", SchemaVersion)
+	}
+	root := doc.Content[0]
+	var version *yaml.Node
+	var opsNode, assignNode *yaml.Node
+	d.fields(root, "the model", topKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "psgraph":
+			version = v
+			if n, ok := d.integer(v, "psgraph (the schema version)"); ok && n != SchemaVersion {
+				d.errorf(v, "schema version %d is not supported; this psgraph reads version %d", n, SchemaVersion)
+			}
+		case "name":
+			g.Name, _ = d.str(v, "name")
+		case "data":
+			g.Data = d.data(v, filepath.Dir(file), g)
+		case "params":
+			d.vars(v, "params", KindParam, g)
+		case "state":
+			d.vars(v, "state", KindState, g)
+		case "ops":
+			opsNode = v
+		case "assign":
+			assignNode = v
+		case "train":
+			g.Train = d.train(v)
+		}
+	})
+	if root.Kind == yaml.MappingNode && version == nil {
+		d.errorf(root, "missing `psgraph: %d` (the schema version) at the top of the model", SchemaVersion)
+	}
+	if opsNode != nil {
+		g.Ops = d.ops(opsNode, "ops", false)
+	}
+	if assignNode != nil {
+		g.Assigns = d.assigns(assignNode)
+	}
+	if g.Name == "" {
+		g.Name = strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	}
+	return g, d.errs.Err()
+}
+
+func yamlError(file string, err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	// yaml.v3 reports "line N: message".
+	if strings.HasPrefix(msg, "line ") {
+		rest := msg[5:]
+		if i := strings.Index(rest, ":"); i > 0 {
+			if n, e := strconv.Atoi(rest[:i]); e == nil {
+				return Errorf(Pos{File: file, Line: n, Col: 1}, "invalid YAML: %s", strings.TrimSpace(rest[i+1:]))
+			}
+		}
+	}
+	return Errorf(Pos{File: file}, "invalid YAML: %s", msg)
+}
+
+var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed"}
+
+func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
+	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1}
+	var csvNode *yaml.Node
+	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "csv":
+			csvNode = v
+			if s, ok := d.str(v, "data.csv"); ok {
+				if !filepath.IsAbs(s) {
+					s = filepath.Join(dir, s)
+				}
+				data.CSV = s
+				if st, err := os.Stat(s); err != nil {
+					d.errorf(v, "data file %s cannot be read: %v", s, errText(err))
+				} else if st.IsDir() {
+					d.errorf(v, "data file %s is a directory", s)
+				}
+			}
+		case "synthetic":
+			data.Synthetic = d.synthetic(v)
+		case "features":
+			data.Features = d.column(v, "data.features", true)
+		case "label":
+			data.Label = d.column(v, "data.label", false)
+		case "ids":
+			data.IDs = d.column(v, "data.ids", true)
+		case "normalize":
+			if s, ok := d.str(v, "data.normalize"); ok {
+				if !contains([]string{"none", "standard", "minmax"}, s) {
+					d.errorf(v, "data.normalize %q is not one of none, standard, minmax%s", s, suggest(s, []string{"none", "standard", "minmax"}))
+				}
+				data.Normalize = s
+			}
+		case "shuffle":
+			data.Shuffle, _ = d.boolean(v, "data.shuffle")
+		case "seed":
+			if s, ok := d.integer(v, "data.seed"); ok {
+				data.Seed = uint64(s)
+			}
+		}
+	})
+	switch {
+	case data.CSV == "" && data.Synthetic == nil && csvNode == nil:
+		d.errorf(n, "data needs a source: `csv: FILE` or `synthetic: {rows, features, classes}`")
+	case data.CSV != "" && data.Synthetic != nil:
+		d.errorf(n, "data has both csv and synthetic; choose one")
+	}
+	if data.Synthetic != nil {
+		if data.IDs != nil {
+			d.errorf(n, "data.ids needs a csv source")
+		}
+		if data.Features != nil {
+			data.Features.Lo, data.Features.Hi = 0, data.Synthetic.Features
+		}
+		if data.Label != nil {
+			data.Label.Lo, data.Label.Hi = data.Synthetic.Features, data.Synthetic.Features+1
+		}
+	}
+	if data.Features == nil && data.Label == nil && data.IDs == nil {
+		d.errorf(n, "data declares no variables: add features: {name: x, columns: [a, b]} and/or label: {name: y, column: c}")
+	}
+	for _, c := range []*Column{data.Features, data.Label, data.IDs} {
+		if c == nil || c.Name == "" {
+			continue
+		}
+		v := &Var{Name: c.Name, Kind: KindData, Pos: c.Pos, DType: tensor.I32}
+		switch c {
+		case data.Features:
+			v.DType, v.Shape = tensor.F32, tensor.Shape{-1, c.Hi - c.Lo}
+		case data.Label:
+			v.Shape = tensor.Shape{-1}
+		default:
+			v.Shape = tensor.Shape{-1, c.Hi - c.Lo}
+		}
+		d.declare(g, v)
+	}
+	return data
+}
+
+func errText(err error) string {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
+	s := &Synthetic{Seed: 1}
+	d.fields(n, "data.synthetic", []string{"rows", "features", "classes", "seed"}, func(key string, k, v *yaml.Node) {
+		x, ok := d.integer(v, "data.synthetic."+key)
+		if !ok {
+			return
+		}
+		if x <= 0 && key != "seed" {
+			d.errorf(v, "data.synthetic.%s must be positive, got %d", key, x)
+		}
+		switch key {
+		case "rows":
+			s.Rows = x
+		case "features":
+			s.Features = x
+		case "classes":
+			s.Classes = x
+		case "seed":
+			s.Seed = uint64(x)
+		}
+	})
+	if s.Rows == 0 || s.Features == 0 || s.Classes == 0 {
+		d.errorf(n, "data.synthetic needs rows, features and classes (all positive)")
+	}
+	return s
+}
+
+func (d *decoder) column(n *yaml.Node, what string, isRange bool) *Column {
+	c := &Column{Pos: d.pos(n)}
+	allowed := []string{"name", "column"}
+	if isRange {
+		allowed = []string{"name", "columns"}
+	}
+	d.fields(n, what, allowed, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "name":
+			c.Name, _ = d.str(v, what+".name")
+		case "column":
+			if x, ok := d.integer(v, what+".column"); ok {
+				if x < 0 {
+					d.errorf(v, "%s.column must be >= 0, got %d", what, x)
+				}
+				c.Lo, c.Hi = x, x+1
+			}
+		case "columns":
+			if r, ok := d.ints(v, what+".columns"); ok {
+				if len(r) != 2 || r[0] < 0 || r[1] <= r[0] {
+					d.errorf(v, "%s.columns must be a half-open range [first, end) with 0 <= first < end, got %v", what, r)
+				} else {
+					c.Lo, c.Hi = r[0], r[1]
+				}
+			}
+		}
+	})
+	if c.Name == "" {
+		d.errorf(n, "%s needs a name", what)
+	}
+	return c
+}
+
+var varKeys = []string{"shape", "init", "dtype", "place", "of"}
+
+func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
+	d.fields(n, section, nil, func(name string, k, v *yaml.Node) {
+		vr := &Var{Name: name, Kind: kind, DType: tensor.F32, Pos: d.pos(k)}
+		what := section + "." + name
+		hasShape := false
+		d.fields(v, what, varKeys, func(key string, kk, vv *yaml.Node) {
+			switch key {
+			case "shape":
+				hasShape = true
+				if s, ok := d.ints(vv, what+".shape"); ok {
+					for _, x := range s {
+						if x <= 0 {
+							d.errorf(vv, "%s.shape %v must have positive dimensions", what, s)
+							break
+						}
+					}
+					vr.Shape = s
+				}
+			case "init":
+				vr.Init = d.init(vv, what+".init")
+			case "dtype":
+				if s, ok := d.str(vv, what+".dtype"); ok {
+					dt, ok := tensor.ParseDType(s)
+					if !ok {
+						d.errorf(vv, "%s.dtype %q is not float32 or int32", what, s)
+					}
+					vr.DType = dt
+				}
+			case "place":
+				vr.Place = d.place(vv, what)
+			case "of":
+				vr.Of, _ = d.str(vv, what+".of")
+			}
+		})
+		if !hasShape && v.Kind == yaml.MappingNode {
+			d.errorf(v, "%s needs a shape, e.g. shape: [64, 128]", what)
+		}
+		if kind == KindParam && vr.DType != tensor.F32 {
+			d.errorf(v, "%s: parameters are float32", what)
+		}
+		if vr.Init == nil {
+			vr.Init = &Init{Type: "zeros", Pos: vr.Pos}
+		}
+		d.declare(g, vr)
+	})
+}
+
+func (d *decoder) declare(g *Graph, v *Var) {
+	if old, dup := g.Vars[v.Name]; dup {
+		d.errs = append(d.errs, Errorf(v.Pos, "%q is declared twice (first at %s)", v.Name, old.Pos))
+		return
+	}
+	g.AddVar(v)
+}
+
+func (d *decoder) place(n *yaml.Node, what string) string {
+	s, ok := d.str(n, what+".place")
+	if !ok {
+		return ""
+	}
+	if err := CheckPlace(s); err != "" {
+		d.errorf(n, "%s.place: %s", what, err)
+	}
+	return s
+}
+
+// CheckPlace validates a placement string; it returns "" when valid.
+func CheckPlace(s string) string {
+	if s == "trainer" || s == "pserver" {
+		return ""
+	}
+	if rest, ok := strings.CutPrefix(s, "pserver:"); ok {
+		if i, err := strconv.Atoi(rest); err == nil && i >= 0 {
+			return ""
+		}
+	}
+	return strconv.Quote(s) + " is not trainer, pserver or pserver:<index>"
+}
+
+// Initializers and their attributes.
+var initAttrs = map[string][]ops.AttrSpec{
+	"zeros":          {},
+	"constant":       {{Name: "value", Kind: ops.AttrFloat, Required: true}},
+	"uniform":        {{Name: "min", Kind: ops.AttrFloat, Default: -0.05}, {Name: "max", Kind: ops.AttrFloat, Default: 0.05}, seedAttr},
+	"normal":         {{Name: "mean", Kind: ops.AttrFloat, Default: 0.0}, {Name: "std", Kind: ops.AttrFloat, Default: 0.01}, seedAttr},
+	"he_normal":      {seedAttr},
+	"xavier_uniform": {seedAttr},
+}
+
+var seedAttr = ops.AttrSpec{Name: "seed", Kind: ops.AttrInt}
+
+// InitNames lists the initializers.
+func InitNames() []string {
+	out := make([]string, 0, len(initAttrs))
+	for k := range initAttrs {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (d *decoder) init(n *yaml.Node, what string) *Init {
+	in := &Init{Pos: d.pos(n), Attrs: ops.Attrs{}}
+	if n.Kind == yaml.ScalarNode { // shorthand: init: zeros
+		in.Type = n.Value
+		if _, ok := initAttrs[in.Type]; !ok {
+			d.errorf(n, "unknown initializer %q%s; known: %s", in.Type, suggest(in.Type, InitNames()), strings.Join(InitNames(), ", "))
+		}
+		d.fillDefaults(n, in.Attrs, initAttrs[in.Type], what)
+		return in
+	}
+	raw := map[string]*yaml.Node{}
+	var typeNode *yaml.Node
+	d.fields(n, what, nil, func(key string, k, v *yaml.Node) {
+		if key == "type" {
+			typeNode = v
+			in.Type, _ = d.str(v, what+".type")
+			return
+		}
+		raw[key] = v
+	})
+	if typeNode == nil {
+		d.errorf(n, "%s needs a type (%s)", what, strings.Join(InitNames(), ", "))
+		return in
+	}
+	specs, ok := initAttrs[in.Type]
+	if !ok {
+		d.errorf(typeNode, "unknown initializer %q%s; known: %s", in.Type, suggest(in.Type, InitNames()), strings.Join(InitNames(), ", "))
+		return in
+	}
+	in.Attrs = d.attrs(n, raw, specs, what, nil)
+	if in.Type == "uniform" && in.Attrs.Float("min") > in.Attrs.Float("max") {
+		d.errorf(n, "%s: min %g is greater than max %g", what, in.Attrs.Float("min"), in.Attrs.Float("max"))
+	}
+	if in.Type == "normal" && in.Attrs.Float("std") < 0 {
+		d.errorf(n, "%s: std must be >= 0", what)
+	}
+	return in
+}
+
+func (d *decoder) fillDefaults(n *yaml.Node, a ops.Attrs, specs []ops.AttrSpec, what string) {
+	for _, s := range specs {
+		if _, ok := a[s.Name]; ok {
+			continue
+		}
+		if s.Required {
+			d.errorf(n, "%s needs attribute %q (%s)", what, s.Name, s.Kind)
+		} else if s.Default != nil {
+			a[s.Name] = s.Default
+		}
+	}
+}
+
+// attrs converts raw attribute nodes against their specs. Values may be
+// expressions over hyper-parameters ("$lr", "1 - $beta1") when hyper is set.
+func (d *decoder) attrs(at *yaml.Node, raw map[string]*yaml.Node, specs []ops.AttrSpec, what string, hyper map[string]float64) ops.Attrs {
+	a := ops.Attrs{}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	for key, v := range raw {
+		var spec *ops.AttrSpec
+		for i := range specs {
+			if specs[i].Name == key {
+				spec = &specs[i]
+			}
+		}
+		if spec == nil {
+			if len(names) == 0 {
+				d.errorf(v, "%s takes no attributes, got %q", what, key)
+			} else {
+				d.errorf(v, "unknown attribute %q for %s%s; allowed: %s", key, what, suggest(key, names), strings.Join(names, ", "))
+			}
+			continue
+		}
+		aw := what + " attribute " + key
+		if hyper != nil && v.Kind == yaml.ScalarNode && strings.Contains(v.Value, "$") {
+			f, err := evalExpr(v.Value, hyper)
+			if err != nil {
+				d.errorf(v, "%s: %v", aw, err)
+				continue
+			}
+			switch spec.Kind {
+			case ops.AttrFloat:
+				a[key] = f
+			case ops.AttrInt:
+				a[key] = int(f)
+			default:
+				d.errorf(v, "%s is a %s; hyper-parameters are numbers", aw, spec.Kind)
+			}
+			continue
+		}
+		switch spec.Kind {
+		case ops.AttrFloat:
+			if f, ok := d.number(v, aw); ok {
+				a[key] = f
+			}
+		case ops.AttrInt:
+			if x, ok := d.integer(v, aw); ok {
+				a[key] = x
+			}
+		case ops.AttrBool:
+			if b, ok := d.boolean(v, aw); ok {
+				a[key] = b
+			}
+		case ops.AttrString:
+			if s, ok := d.str(v, aw); ok {
+				a[key] = s
+			}
+		case ops.AttrInts:
+			if xs, ok := d.ints(v, aw); ok {
+				a[key] = xs
+			}
+		}
+	}
+	d.fillDefaults(at, a, specs, what)
+	return a
+}
+
+var opKeys = []string{"type", "inputs", "outputs", "attrs", "section", "place", "param"}
+
+// ops parses an op list. In a template, attribute values may reference
+// hyper-parameters; they are kept raw and converted at expansion.
+func (d *decoder) ops(n *yaml.Node, what string, template bool) []*Op {
+	items, ok := d.list(n, what)
+	if !ok {
+		return nil
+	}
+	var out []*Op
+	for i, it := range items {
+		op := &Op{Pos: d.pos(it)}
+		ow := what + "[" + strconv.Itoa(i) + "]"
+		raw := map[string]*yaml.Node{}
+		var attrNode, typeNode *yaml.Node
+		if !d.fields(it, "op "+ow, opKeys, func(key string, k, v *yaml.Node) {
+			switch key {
+			case "type":
+				typeNode = v
+				op.Type, _ = d.str(v, ow+".type")
+			case "inputs":
+				op.Inputs, _ = d.strings(v, ow+".inputs")
+			case "outputs":
+				op.Outputs, _ = d.strings(v, ow+".outputs")
+			case "attrs":
+				attrNode = v
+				d.fields(v, ow+".attrs", nil, func(key string, k, v *yaml.Node) { raw[key] = v })
+			case "section":
+				if s, ok := d.str(v, ow+".section"); ok {
+					sec, ok := ParseSection(s)
+					if !ok {
+						d.errorf(v, "section %q is not forward, backward or optimize", s)
+					}
+					op.Section = sec
+				}
+			case "place":
+				op.Place = d.place(v, ow)
+			case "param":
+				op.Param, _ = d.str(v, ow+".param")
+			}
+		}) {
+			continue
+		}
+		if typeNode == nil {
+			d.errorf(it, "op %s needs a type", ow)
+			continue
+		}
+		def, ok := ops.Lookup(op.Type)
+		if !ok {
+			d.errorf(typeNode, "unknown op %q%s; run `psgraph ops` for the catalog", op.Type, suggest(op.Type, ops.Names()))
+			continue
+		}
+		if attrNode == nil {
+			attrNode = it
+		}
+		if template {
+			op.raw = raw
+			op.rawAt = attrNode
+		} else {
+			op.Attrs = d.attrs(attrNode, raw, def.Attrs, "op "+op.Type, nil)
+		}
+		if len(op.Outputs) == 0 && len(def.Outputs) > 0 {
+			d.errorf(it, "op %s (%s) needs outputs: %v", ow, op.Type, def.Outputs)
+			continue
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
+func (d *decoder) assigns(n *yaml.Node) []Assign {
+	var out []Assign
+	d.fields(n, "assign", nil, func(key string, k, v *yaml.Node) {
+		if val, ok := d.str(v, "assign."+key); ok {
+			out = append(out, Assign{Target: key, Value: val, Pos: d.pos(k)})
+		}
+	})
+	return out
+}
+
+var trainKeys = []string{"loss", "metrics", "batch", "steps", "optimizer"}
+
+func (d *decoder) train(n *yaml.Node) *Train {
+	t := &Train{Pos: d.pos(n)}
+	d.fields(n, "train", trainKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "loss":
+			t.Loss, _ = d.str(v, "train.loss")
+		case "metrics":
+			t.Metrics, _ = d.strings(v, "train.metrics")
+		case "batch":
+			if x, ok := d.integer(v, "train.batch"); ok {
+				if x <= 0 {
+					d.errorf(v, "train.batch must be positive, got %d", x)
+				}
+				t.Batch = x
+			}
+		case "steps":
+			if x, ok := d.integer(v, "train.steps"); ok {
+				if x <= 0 {
+					d.errorf(v, "train.steps must be positive, got %d", x)
+				}
+				t.Steps = x
+			}
+		case "optimizer":
+			t.Optimizer = d.optimizer(v)
+		}
+	})
+	if t.Batch == 0 {
+		d.errorf(n, "train needs batch (the per-trainer batch size)")
+	}
+	return t
+}
+

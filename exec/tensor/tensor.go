@@ -1,0 +1,140 @@
+// Package tensor holds psgraph's dense tensor: a shape, a dtype and a flat,
+// row-major buffer. Kernels read the buffer through the Tensor at run time
+// (never a slice captured at compile time), so the executor can move the
+// next step's values into a persistent variable by swapping buffers.
+package tensor
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+)
+
+// DType is an element type. The numbering is part of the wire format.
+type DType uint8
+
+const (
+	Invalid DType = 0
+	F32     DType = 1
+	I32     DType = 2
+)
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "float32"
+	case I32:
+		return "int32"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Size is the size of one element in bytes.
+func (d DType) Size() int { return 4 }
+
+// ParseDType maps a DSL dtype name to a DType.
+func ParseDType(s string) (DType, bool) {
+	switch s {
+	case "float32", "f32":
+		return F32, true
+	case "int32", "i32":
+		return I32, true
+	}
+	return Invalid, false
+}
+
+// Shape is a list of dimensions. A scalar has an empty shape.
+type Shape []int
+
+// Numel is the number of elements.
+func (s Shape) Numel() int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// Equal reports whether two shapes are identical.
+func (s Shape) Equal(o Shape) bool {
+	if len(s) != len(o) {
+		return false
+	}
+	for i := range s {
+		if s[i] != o[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Clone returns a copy that does not share memory with s.
+func (s Shape) Clone() Shape { return append(Shape{}, s...) }
+
+func (s Shape) String() string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		if d < 0 {
+			parts[i] = "batch"
+		} else {
+			parts[i] = fmt.Sprint(d)
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Tensor is a dense row-major tensor. Exactly one of F and I is used,
+// according to DType.
+type Tensor struct {
+	DType DType
+	Shape Shape
+	F     []float32
+	I     []int32
+}
+
+// New allocates a zeroed tensor.
+func New(dt DType, shape Shape) *Tensor {
+	t := &Tensor{DType: dt, Shape: shape.Clone()}
+	n := shape.Numel()
+	if dt == I32 {
+		t.I = make([]int32, n)
+	} else {
+		t.F = make([]float32, n)
+	}
+	return t
+}
+
+// FromF32 wraps data (not copied) as a float32 tensor.
+func FromF32(shape Shape, data []float32) *Tensor {
+	return &Tensor{DType: F32, Shape: shape.Clone(), F: data}
+}
+
+// Numel is the number of elements.
+func (t *Tensor) Numel() int { return t.Shape.Numel() }
+
+// Bytes returns the tensor's memory as bytes, without copying: the view the
+// transport writes to and reads from the wire (little-endian hosts only).
+func (t *Tensor) Bytes() []byte {
+	switch {
+	case t.DType == I32 && len(t.I) > 0:
+		return unsafe.Slice((*byte)(unsafe.Pointer(&t.I[0])), 4*len(t.I))
+	case len(t.F) > 0:
+		return unsafe.Slice((*byte)(unsafe.Pointer(&t.F[0])), 4*len(t.F))
+	}
+	return nil
+}
+
+// SwapData exchanges the buffers of two tensors of the same dtype and shape.
+func SwapData(a, b *Tensor) {
+	a.F, b.F = b.F, a.F
+	a.I, b.I = b.I, a.I
+}
+
+// CopyFrom copies src's data into t; shapes must have the same element count.
+func (t *Tensor) CopyFrom(src *Tensor) {
+	if t.DType == I32 {
+		copy(t.I, src.I)
+	} else {
+		copy(t.F, src.F)
+	}
+}
