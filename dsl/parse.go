@@ -571,4 +571,3 @@ func (d *decoder) train(n *yaml.Node) *Train {
 	}
 	return t
 }
-

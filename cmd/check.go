@@ -1,0 +1,155 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
+)
+
+func newCheckCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "check MODEL.yaml",
+		Short: "Parse, validate and shape-check a model",
+		Long: `Check loads a model as run would (generating the backward pass and the
+optimizer ops) and prints a summary: variables, parameters with sizes and
+the ops of each section. Errors name file:line:col.`,
+		Example: "  psgraph check examples/digits-mlp.yaml",
+		Args:    exactArgs(1, "one model file"),
+		RunE: func(c *cobra.Command, args []string) error {
+			g, err := dsl.Load(args[0])
+			if err != nil {
+				return err
+			}
+			printSummary(c.OutOrStdout(), g)
+			return nil
+		},
+	}
+}
+
+func printSummary(w io.Writer, g *dsl.Graph) {
+	fmt.Fprintf(w, "model %s (%s): ok\n", g.Name, g.File)
+	byKind := map[dsl.VarKind][]string{}
+	for _, n := range g.Order {
+		byKind[g.Vars[n].Kind] = append(byKind[g.Vars[n].Kind], n)
+	}
+	total := 0
+	fmt.Fprintf(w, "params (%d):\n", len(byKind[dsl.KindParam]))
+	for _, n := range byKind[dsl.KindParam] {
+		t := g.Types[n]
+		total += t.Shape.Numel()
+		fmt.Fprintf(w, "  %-16s %-12v %9d elements  %s\n", n, t.Shape, t.Shape.Numel(), byteSize(4*t.Shape.Numel()))
+	}
+	fmt.Fprintf(w, "  total %d elements, %s\n", total, byteSize(4*total))
+	if d := byKind[dsl.KindData]; len(d) > 0 {
+		fmt.Fprintf(w, "data: %s\n", describeVars(g, d))
+	}
+	if s := byKind[dsl.KindState]; len(s) > 0 {
+		fmt.Fprintf(w, "optimizer state (%d): %s\n", len(s), describeVars(g, s))
+	}
+	for _, sec := range []dsl.Section{dsl.Forward, dsl.Backward, dsl.Optimize} {
+		counts := map[string]int{}
+		n := 0
+		for _, op := range g.Ops {
+			if op.Section == sec {
+				counts[op.Type]++
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		label := map[dsl.Section]string{dsl.Forward: "forward ops", dsl.Backward: "backward ops (generated)", dsl.Optimize: "optimize ops (generated)"}[sec]
+		if sec == dsl.Optimize && g.Train != nil && g.Train.Optimizer != nil {
+			label += ", optimizer " + optName(g.Train.Optimizer)
+		}
+		fmt.Fprintf(w, "%s: %d (%s)\n", label, n, countList(counts))
+	}
+	if t := g.Train; t != nil {
+		fmt.Fprintf(w, "train: loss %s", t.Loss)
+		if len(t.Metrics) > 0 {
+			fmt.Fprintf(w, ", metrics %s", strings.Join(t.Metrics, ", "))
+		}
+		fmt.Fprintf(w, ", batch %d, steps %d\n", t.Batch, t.Steps)
+	}
+}
+
+func optName(o *dsl.Optimizer) string {
+	name := o.Type
+	if name == "" {
+		name = "custom"
+	}
+	var hs []string
+	for k, v := range o.Hyper {
+		hs = append(hs, fmt.Sprintf("%s=%g", k, v))
+	}
+	sort.Strings(hs)
+	return name + " (" + strings.Join(hs, ", ") + ")"
+}
+
+func describeVars(g *dsl.Graph, names []string) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + " " + g.Types[n].String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+func countList(c map[string]int) string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s x%d", k, c[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func newOpsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "ops",
+		Short:   "List the op catalog",
+		Example: "  psgraph ops",
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, args []string) error {
+			w := c.OutOrStdout()
+			for _, n := range ops.Names() {
+				d, _ := ops.Lookup(n)
+				tag := ""
+				if d.Internal {
+					tag = " [internal]"
+				}
+				var attrs []string
+				for _, a := range d.Attrs {
+					attrs = append(attrs, a.Name)
+				}
+				sig := fmt.Sprintf("%s(%s) -> %s", n, strings.Join(d.Inputs, ", "), strings.Join(d.Outputs, ", "))
+				if len(attrs) > 0 {
+					sig += " {" + strings.Join(attrs, ", ") + "}"
+				}
+				fmt.Fprintf(w, "%-60s %s%s\n", sig, d.Doc, tag)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,106 @@
+// Package cmd holds psgraph's command line. Each command parses flags into
+// an options struct and calls into dsl, partition or exec; errors are
+// printed once, by Main.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+// Version is set at build time with -ldflags "-X github.com/psgraph/psgraph/cmd.Version=...".
+var Version = "dev"
+
+// usageError marks a command-line mistake (exit code 2).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// Main runs the command line and returns the exit code: 0 on success, 1 for
+// bad input or a failed run, 2 for usage errors.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "psgraph: %v\n", err)
+	var u usageError
+	if errors.As(err, &u) {
+		fmt.Fprintf(stderr, "Run 'psgraph --help' for usage.\n")
+		return 2
+	}
+	return 1
+}
+
+// NewRootCmd builds the command tree.
+func NewRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "psgraph",
+		Short: "A parameter server built from operator graphs",
+		Long: `psgraph trains models written as YAML operator graphs. The same runtime
+executes the whole graph on one node or, after 'psgraph split', the trainer
+and pserver subgraphs of a distributed job.`,
+		Example:       "  psgraph run --role local examples/digits-mlp.yaml\n  psgraph check examples/digits-mlp.yaml",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newRunCmd(), newCheckCmd(), newOpsCmd())
+	return root
+}
+
+// exactArgs is cobra.ExactArgs reporting a usage error.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s expects %s, got %d arguments", c.CommandPath(), what, len(args))
+		}
+		return nil
+	}
+}
+
+// logFlags are the logging flags every running command takes.
+type logFlags struct {
+	format string
+	every  int
+}
+
+func (l *logFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&l.format, "log-format", "console", "log format on stderr: console or json")
+	c.Flags().IntVar(&l.every, "log-every", 0, "log progress every N steps (0: about ten lines per run)")
+}
+
+func (l *logFlags) logger(w io.Writer, role string) (zerolog.Logger, error) {
+	var out io.Writer = w
+	switch l.format {
+	case "json":
+	case "console":
+		color := false
+		if f, ok := w.(*os.File); ok {
+			color = isatty.IsTerminal(f.Fd())
+		}
+		out = zerolog.ConsoleWriter{Out: w, NoColor: !color, TimeFormat: "15:04:05"}
+	default:
+		return zerolog.Logger{}, usagef("--log-format must be console or json, got %q", l.format)
+	}
+	return zerolog.New(out).With().Timestamp().Str("role", role).Logger(), nil
+}

@@ -1,0 +1,352 @@
+package exec
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Scope holds the tensors of one node: exactly the variables of the
+// subgraph placed there. Persistent variables keep their values across
+// steps; temporaries are overwritten every step in place.
+type Scope map[string]*tensor.Tensor
+
+// CompileOptions selects what a Program computes.
+type CompileOptions struct {
+	// Batch is the batch size the data variables take.
+	Batch int
+	// Targets, when set, keeps only the ops needed to compute these
+	// variables (e.g. loss and metrics for evaluation) and no assigns.
+	Targets []string
+	// Shared binds variables to existing tensors (e.g. the parameters of a
+	// training program reused by an evaluation program).
+	Shared Scope
+	// Workers bounds concurrent compute; 0 means GOMAXPROCS.
+	Workers int
+}
+
+// Program is a graph compiled for one node: every tensor allocated once,
+// every kernel built once. Run executes one step without allocating.
+type Program struct {
+	Graph   *dsl.Graph
+	Scope   Scope
+	nodes   []node
+	roots   []int32
+	assigns [][2]*tensor.Tensor
+	sched   *scheduler
+}
+
+type node struct {
+	op     *dsl.Op
+	kernel ops.Kernel
+	succ   []int32
+	npred  int32
+}
+
+// Compile builds a Program for g.
+func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
+	batch := opt.Batch
+	if batch <= 0 {
+		batch = max(g.Batch(), 1)
+	}
+	types, err := g.Infer(batch)
+	if err != nil {
+		return nil, err
+	}
+	order, err := g.TopoOrder()
+	if err != nil {
+		return nil, err
+	}
+	keep := make([]bool, len(g.Ops))
+	if opt.Targets == nil {
+		for i := range keep {
+			keep[i] = true
+		}
+	} else {
+		prod := g.Producers()
+		var mark func(string)
+		mark = func(v string) {
+			i, ok := prod[v]
+			if !ok || keep[i] {
+				return
+			}
+			keep[i] = true
+			for _, in := range g.Ops[i].Inputs {
+				mark(in)
+			}
+		}
+		for _, t := range opt.Targets {
+			if _, ok := types[t]; !ok {
+				return nil, fmt.Errorf("%s: %q is not a variable of the model", g.File, t)
+			}
+			mark(t)
+		}
+	}
+	p := &Program{Graph: g, Scope: Scope{}}
+	tensorOf := func(name string) *tensor.Tensor {
+		if t, ok := p.Scope[name]; ok {
+			return t
+		}
+		t, ok := opt.Shared[name]
+		if !ok {
+			ty := types[name]
+			t = tensor.New(ty.DType, ty.Shape)
+		}
+		p.Scope[name] = t
+		return t
+	}
+	for _, name := range g.Order {
+		if g.Vars[name].Kind.Persistent() || opt.Targets == nil {
+			tensorOf(name)
+		}
+	}
+	index := map[int]int32{}
+	for _, i := range order {
+		if !keep[i] {
+			continue
+		}
+		op := g.Ops[i]
+		args := ops.KernelArgs{Attrs: op.Attrs}
+		for _, in := range op.Inputs {
+			args.In = append(args.In, tensorOf(in))
+		}
+		for _, o := range op.Outputs {
+			args.Out = append(args.Out, tensorOf(o))
+		}
+		if args.Attrs.Has("shape") {
+			args.Attrs = attrsAtBatch(args.Attrs, batch)
+		}
+		def, _ := ops.Lookup(op.Type)
+		k, err := def.Kernel(args)
+		if err != nil {
+			return nil, dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
+		}
+		index[i] = int32(len(p.nodes))
+		p.nodes = append(p.nodes, node{op: op, kernel: k})
+	}
+	prod := g.Producers()
+	for i, n := range p.nodes {
+		seen := map[int32]bool{}
+		for _, in := range n.op.Inputs {
+			j, ok := prod[in]
+			if !ok {
+				continue
+			}
+			pj := index[j]
+			if seen[pj] {
+				continue
+			}
+			seen[pj] = true
+			p.nodes[pj].succ = append(p.nodes[pj].succ, int32(i))
+			p.nodes[i].npred++
+		}
+	}
+	for i, n := range p.nodes {
+		if n.npred == 0 {
+			p.roots = append(p.roots, int32(i))
+		}
+	}
+	if opt.Targets == nil {
+		for _, a := range g.Assigns {
+			p.assigns = append(p.assigns, [2]*tensor.Tensor{tensorOf(a.Target), tensorOf(a.Value)})
+		}
+	}
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	blocking := 0
+	for _, n := range p.nodes {
+		if def, _ := ops.Lookup(n.op.Type); def.Blocking {
+			blocking++
+		}
+	}
+	p.sched = newScheduler(p, min(workers+blocking, len(p.nodes)))
+	return p, nil
+}
+
+// attrsAtBatch replaces -1 entries of a shape attribute by the batch size.
+func attrsAtBatch(a ops.Attrs, batch int) ops.Attrs {
+	s := a.Ints("shape")
+	c := a.Clone()
+	ns := append([]int{}, s...)
+	for i, d := range ns {
+		if d < 0 {
+			ns[i] = batch
+		}
+	}
+	c["shape"] = ns
+	return c
+}
+
+// Run executes one step: every op once, in dependency order, independent
+// ops concurrently; then the assigns move next-step values into the
+// persistent variables (by swapping buffers, not copying).
+func (p *Program) Run(rt ops.Runtime) error {
+	if err := p.sched.run(rt); err != nil {
+		return err
+	}
+	for _, a := range p.assigns {
+		tensor.SwapData(a[0], a[1])
+	}
+	return nil
+}
+
+// Close stops the program's worker goroutines.
+func (p *Program) Close() { p.sched.close() }
+
+// NumOps is the number of ops the program runs per step.
+func (p *Program) NumOps() int { return len(p.nodes) }
+
+// scheduler runs a step's ops on a fixed set of goroutines: the caller plus
+// workers-1 helpers, which wait on a condition variable between steps. An
+// op whose predecessors are done becomes ready; the goroutine that made it
+// ready runs it next unless idle helpers can take surplus ready ops, so a
+// chain of dependent ops runs on one goroutine without hand-offs.
+type scheduler struct {
+	p       *Program
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending []int32
+	ready   []int32
+	left    int // ops not yet finished this step
+	running int // ops being run
+	idle    int
+	gen     uint64
+	err     error
+	rt      ops.Runtime
+	closed  bool
+	wg      sync.WaitGroup
+	helpers int
+}
+
+func newScheduler(p *Program, workers int) *scheduler {
+	s := &scheduler{p: p, pending: make([]int32, len(p.nodes)), ready: make([]int32, 0, len(p.nodes))}
+	s.cond = sync.NewCond(&s.mu)
+	if workers > 1 {
+		s.helpers = workers - 1
+		for i := 0; i < s.helpers; i++ {
+			s.wg.Add(1)
+			go s.helper()
+		}
+	}
+	return s
+}
+
+func (s *scheduler) run(rt ops.Runtime) error {
+	if s.helpers == 0 {
+		return s.runSequential(rt)
+	}
+	s.mu.Lock()
+	for i := range s.p.nodes {
+		s.pending[i] = s.p.nodes[i].npred
+	}
+	s.ready = append(s.ready[:0], s.p.roots...)
+	s.left = len(s.p.nodes)
+	s.err = nil
+	s.rt = rt
+	s.gen++
+	s.cond.Broadcast()
+	s.work()
+	for s.running > 0 {
+		s.cond.Wait()
+	}
+	err := s.err
+	s.mu.Unlock()
+	return err
+}
+
+// runSequential is the one-goroutine path: ops in dependency order.
+func (s *scheduler) runSequential(rt ops.Runtime) error {
+	// nodes are stored in topological order
+	for i := range s.p.nodes {
+		n := &s.p.nodes[i]
+		if err := n.kernel(rt); err != nil {
+			return opError(n.op, err)
+		}
+	}
+	return nil
+}
+
+func opError(op *dsl.Op, err error) error {
+	if ctxErr, ok := err.(interface{ Unwrap() error }); ok && ctxErr.Unwrap() == context.Canceled {
+		return err
+	}
+	return fmt.Errorf("op %s (%v -> %v) at %s: %w", op.Type, op.Inputs, op.Outputs, op.Pos, err)
+}
+
+// work runs ready ops until the step is finished or failed. Called with mu held.
+func (s *scheduler) work() {
+	for {
+		for len(s.ready) == 0 && s.left > 0 && s.err == nil {
+			s.idle++
+			s.cond.Wait()
+			s.idle--
+		}
+		if s.left == 0 || s.err != nil {
+			return
+		}
+		i := s.ready[len(s.ready)-1]
+		s.ready = s.ready[:len(s.ready)-1]
+		s.running++
+		rt := s.rt
+		s.mu.Unlock()
+		n := &s.p.nodes[i]
+		err := n.kernel(rt)
+		s.mu.Lock()
+		s.running--
+		if err != nil {
+			if s.err == nil {
+				s.err = opError(n.op, err)
+			}
+			s.cond.Broadcast()
+			return
+		}
+		s.left--
+		for _, j := range n.succ {
+			if s.pending[j]--; s.pending[j] == 0 {
+				s.ready = append(s.ready, j)
+			}
+		}
+		if s.left == 0 {
+			s.cond.Broadcast()
+			return
+		}
+		if len(s.ready) > 1 && s.idle > 0 {
+			s.cond.Signal()
+		}
+	}
+}
+
+func (s *scheduler) helper() {
+	defer s.wg.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := s.gen
+	for {
+		for s.gen == seen && !s.closed {
+			s.cond.Wait()
+		}
+		if s.closed {
+			return
+		}
+		seen = s.gen
+		s.work()
+		if s.running == 0 {
+			s.cond.Broadcast()
+		}
+	}
+}
+
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.wg.Wait()
+}

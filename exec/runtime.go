@@ -1,0 +1,118 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Comm is the communication a node's send, recv and accumulate ops use.
+// The distributed runtime implements it over a transport; a local run has none.
+type Comm interface {
+	Send(ctx context.Context, step int64, attrs ops.Attrs, t *tensor.Tensor) error
+	Recv(ctx context.Context, step int64, attrs ops.Attrs, t *tensor.Tensor) error
+	Accumulate(ctx context.Context, step int64, attrs ops.Attrs, n int, t *tensor.Tensor) error
+}
+
+// NodeRuntime is the ops.Runtime of one node: the step being run, the
+// node's queues and its communication.
+type NodeRuntime struct {
+	Ctx          context.Context
+	StepNum      int64
+	Comm         Comm
+	TrainerIndex int
+	TrainerCount int
+
+	mu     sync.Mutex
+	queues map[string]*queue
+}
+
+var errNoComm = errors.New("this op moves tensors between nodes; run the placed files from `psgraph split` with --role trainer/pserver")
+
+func (r *NodeRuntime) Context() context.Context { return r.Ctx }
+func (r *NodeRuntime) Step() int64              { return r.StepNum }
+func (r *NodeRuntime) Trainer() (int, int)      { return r.TrainerIndex, max(r.TrainerCount, 1) }
+
+func (r *NodeRuntime) Send(a ops.Attrs, t *tensor.Tensor) error {
+	if r.Comm == nil {
+		return errNoComm
+	}
+	return r.Comm.Send(r.Ctx, r.StepNum, a, t)
+}
+
+func (r *NodeRuntime) Recv(a ops.Attrs, t *tensor.Tensor) error {
+	if r.Comm == nil {
+		return errNoComm
+	}
+	return r.Comm.Recv(r.Ctx, r.StepNum, a, t)
+}
+
+func (r *NodeRuntime) Accumulate(a ops.Attrs, n int, t *tensor.Tensor) error {
+	if r.Comm == nil {
+		return errNoComm
+	}
+	return r.Comm.Accumulate(r.Ctx, r.StepNum, a, n, t)
+}
+
+// Queue returns the node-local bounded queue of that name.
+func (r *NodeRuntime) Queue(name string, capacity int) ops.Queue {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queues == nil {
+		r.queues = map[string]*queue{}
+	}
+	q, ok := r.queues[name]
+	if !ok {
+		q = &queue{cap: max(capacity, 1), items: make(chan *tensor.Tensor, max(capacity, 1))}
+		r.queues[name] = q
+	}
+	return q
+}
+
+// queue is a bounded FIFO of tensor copies; buffers are recycled.
+type queue struct {
+	cap   int
+	items chan *tensor.Tensor
+	free  sync.Pool
+}
+
+func (q *queue) Enqueue(ctx context.Context, t *tensor.Tensor) error {
+	c, _ := q.free.Get().(*tensor.Tensor)
+	if c == nil || c.Numel() != t.Numel() || c.DType != t.DType {
+		c = tensor.New(t.DType, t.Shape)
+	}
+	c.CopyFrom(t)
+	select {
+	case q.items <- c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (q *queue) Dequeue(ctx context.Context, min int, out *tensor.Tensor) error {
+	if min > q.cap {
+		return fmt.Errorf("dequeue of %d items from a queue of capacity %d would block forever", min, q.cap)
+	}
+	clear(out.F)
+	for i := 0; i < min; i++ {
+		select {
+		case c := <-q.items:
+			for j, v := range c.F {
+				out.F[j] += v
+			}
+			q.free.Put(c)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	inv := 1 / float32(min)
+	for j := range out.F {
+		out.F[j] *= inv
+	}
+	return nil
+}

@@ -1,0 +1,272 @@
+package exec
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// RunOptions configures a training run of one node.
+type RunOptions struct {
+	Role     string // "local", "trainer"
+	Steps    int    // 0: the model's train.steps
+	Batch    int    // 0: the model's train.batch
+	InitFrom string // safetensors file with initial parameters
+	Save     string // safetensors file to write the final parameters to
+	Metrics  string // JSON-lines file, one object per logged step
+	LogEvery int    // log every N steps (0: about 10 lines per run)
+	Log      zerolog.Logger
+
+	TrainerIndex, TrainerCount int
+	Comm                       Comm
+}
+
+// Summary is the result of a run, printed as the last line of stdout.
+type Summary struct {
+	Role      string
+	Steps     int
+	Seconds   float64
+	StepsPerS float64
+	Loss      float64
+	Metrics   map[string]float64
+	order     []string
+}
+
+// MarshalJSON writes the fixed keys first, then the metrics in model order.
+func (s *Summary) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"role":%q,"steps":%d,"seconds":%s,"steps_per_s":%s,"loss":%s`,
+		s.Role, s.Steps, jsonNum(s.Seconds), jsonNum(s.StepsPerS), jsonNum(s.Loss))
+	for _, m := range s.order {
+		k, _ := json.Marshal(m)
+		fmt.Fprintf(&b, ",%s:%s", k, jsonNum(s.Metrics[m]))
+	}
+	b.WriteString("}")
+	return []byte(b.String()), nil
+}
+
+func jsonNum(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "null"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
+
+// Train runs the training loop of a model on this node: feed the step's
+// batch by the data stream rule, run the program, log; at the end save the
+// parameters and evaluate loss and metrics over the whole data set.
+func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) {
+	if g.Train == nil {
+		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has no train section: add train: {loss, batch, steps, optimizer}")
+	}
+	if g.Data == nil {
+		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has no data section: training needs data")
+	}
+	steps, batch := opt.Steps, opt.Batch
+	if steps <= 0 {
+		steps = g.Train.Steps
+	}
+	if batch <= 0 {
+		batch = g.Train.Batch
+	}
+	if steps <= 0 {
+		return nil, dsl.Errorf(g.Train.Pos, "train.steps is not set; give it in the model or with --steps")
+	}
+	set, err := data.Load(g.Data)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := Compile(g, CompileOptions{Batch: batch})
+	if err != nil {
+		return nil, err
+	}
+	defer prog.Close()
+	if err := InitPersistent(prog, opt.InitFrom); err != nil {
+		return nil, err
+	}
+	feed := newFeeder(g, prog.Scope)
+	stream := data.NewStream(set)
+
+	var metricsOut *bufio.Writer
+	if opt.Metrics != "" {
+		f, err := os.Create(opt.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("cannot write metrics: %w", err)
+		}
+		defer f.Close()
+		metricsOut = bufio.NewWriter(f)
+		defer metricsOut.Flush()
+	}
+	logEvery := opt.LogEvery
+	if logEvery <= 0 {
+		logEvery = max(1, steps/10)
+	}
+	n := max(opt.TrainerCount, 1)
+	rt := &NodeRuntime{Ctx: ctx, Comm: opt.Comm, TrainerIndex: opt.TrainerIndex, TrainerCount: n}
+	loss := prog.Scope[g.Train.Loss]
+	start := time.Now()
+	last, lastStep := start, 0
+	for k := 0; k < steps; k++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		feed.fill(stream, int64(k)*int64(n*batch)+int64(opt.TrainerIndex*batch))
+		rt.StepNum = int64(k)
+		if err := prog.Run(rt); err != nil {
+			return nil, err
+		}
+		if (k+1)%logEvery == 0 || k == steps-1 {
+			now := time.Now()
+			sps := float64(k+1-lastStep) / now.Sub(last).Seconds()
+			last, lastStep = now, k+1
+			ev := opt.Log.Info().Int("step", k+1).Float64("loss", float64(loss.F[0]))
+			for _, m := range g.Train.Metrics {
+				ev = ev.Float64(m, float64(prog.Scope[m].F[0]))
+			}
+			ev.Float64("steps_per_s", math.Round(sps)).Msg("train")
+			if metricsOut != nil {
+				writeMetrics(metricsOut, k+1, g, prog.Scope, sps, opt.Role)
+			}
+			if math.IsNaN(float64(loss.F[0])) {
+				return nil, fmt.Errorf("step %d: the loss is NaN; lower the learning rate or check the data normalization", k+1)
+			}
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	if opt.Save != "" {
+		if err := SaveParams(opt.Save, g, prog.Scope); err != nil {
+			return nil, err
+		}
+		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
+	}
+	sum := &Summary{Role: opt.Role, Steps: steps, Seconds: elapsed, StepsPerS: float64(steps) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
+	if err := Evaluate(g, set, prog.Scope, sum); err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s Scope, sps float64, role string) {
+	fmt.Fprintf(w, `{"step":%d,"role":%q,"loss":%s`, step, role, jsonNum(float64(s[g.Train.Loss].F[0])))
+	for _, m := range g.Train.Metrics {
+		k, _ := json.Marshal(m)
+		fmt.Fprintf(w, ",%s:%s", k, jsonNum(float64(s[m].F[0])))
+	}
+	fmt.Fprintf(w, `,"steps_per_s":%s}`+"\n", jsonNum(sps))
+}
+
+// Evaluate computes loss and metrics over the whole data set, in file
+// order, with the parameters in scope.
+func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
+	targets := append([]string{g.Train.Loss}, g.Train.Metrics...)
+	shared := Scope{}
+	for name, t := range params {
+		if v := g.Vars[name]; v != nil && v.Kind.Persistent() {
+			shared[name] = t
+		}
+	}
+	ev, err := Compile(g, CompileOptions{Batch: set.Rows, Targets: targets, Shared: shared, Workers: 1})
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	f := newFeeder(g, ev.Scope)
+	f.fill(data.NewOrderedStream(set), 0)
+	if err := ev.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
+		return err
+	}
+	sum.Loss = float64(ev.Scope[g.Train.Loss].F[0])
+	for _, m := range g.Train.Metrics {
+		sum.Metrics[m] = float64(ev.Scope[m].F[0])
+	}
+	return nil
+}
+
+// feeder writes batches into the data variables of a scope.
+type feeder struct{ features, labels, ids *tensor.Tensor }
+
+func newFeeder(g *dsl.Graph, s Scope) *feeder {
+	f := &feeder{}
+	if d := g.Data; d != nil {
+		if d.Features != nil {
+			f.features = s[d.Features.Name]
+		}
+		if d.Label != nil {
+			f.labels = s[d.Label.Name]
+		}
+		if d.IDs != nil {
+			f.ids = s[d.IDs.Name]
+		}
+	}
+	return f
+}
+
+func (f *feeder) fill(st *data.Stream, start int64) { st.Fill(start, f.features, f.labels, f.ids) }
+
+// InitPersistent gives every persistent variable of the program its initial
+// value: from the initializers, or by name from a safetensors file.
+func InitPersistent(p *Program, initFrom string) error {
+	g := p.Graph
+	var loaded map[string]*tensor.Tensor
+	if initFrom != "" {
+		var err error
+		if loaded, _, err = LoadSafetensors(initFrom); err != nil {
+			return err
+		}
+		var unknown []string
+		for name := range loaded {
+			if v := g.Vars[name]; v == nil || !v.Kind.Persistent() {
+				unknown = append(unknown, name)
+			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			return fmt.Errorf("%s: tensors %v are not parameters or optimizer state of %s (parameters: %v)", initFrom, unknown, g.Name, g.Params())
+		}
+	}
+	for _, name := range g.Order {
+		v := g.Vars[name]
+		t, ok := p.Scope[name]
+		if !v.Kind.Persistent() || !ok {
+			continue
+		}
+		if src, ok := loaded[name]; ok {
+			if !src.Shape.Equal(t.Shape) || src.DType != t.DType {
+				return fmt.Errorf("%s: %q is %s%v in the file but %s%v in the model", initFrom, name, src.DType, src.Shape, t.DType, t.Shape)
+			}
+			t.CopyFrom(src)
+			continue
+		}
+		if loaded != nil && v.Kind == dsl.KindParam {
+			return fmt.Errorf("%s: parameter %q is missing from the file", initFrom, name)
+		}
+		if err := Initialize(t, v.Init, name, nil, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SaveParams writes every parameter in scope to a safetensors file.
+func SaveParams(path string, g *dsl.Graph, s Scope) error {
+	out := map[string]*tensor.Tensor{}
+	for _, name := range g.Params() {
+		if t, ok := s[name]; ok {
+			out[name] = t
+		}
+	}
+	return SaveSafetensors(path, out, map[string]string{"model": g.Name, "format": "pt"})
+}
