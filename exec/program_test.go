@@ -1,0 +1,137 @@
+package exec
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+func compileDigits(t testing.TB, workers int) (*Program, *feeder, *data.Stream) {
+	g := load(t, "../examples/digits-mlp.yaml")
+	p, err := Compile(g, CompileOptions{Batch: 64, Workers: workers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := InitPersistent(p, ""); err != nil {
+		t.Fatal(err)
+	}
+	set, err := data.Load(g.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, newFeeder(g, p.Scope), data.NewStream(set)
+}
+
+// A steady-state step allocates nothing: no tensor buffers, no scheduler state.
+func TestStepDoesNotAllocate(t *testing.T) {
+	for _, workers := range []int{1, 2, 4} {
+		p, f, st := compileDigits(t, workers)
+		rt := &NodeRuntime{Ctx: context.Background()}
+		k := int64(0)
+		allocs := testing.AllocsPerRun(50, func() {
+			f.fill(st, k*64)
+			rt.StepNum = k
+			if err := p.Run(rt); err != nil {
+				t.Fatal(err)
+			}
+			k++
+		})
+		p.Close()
+		if allocs != 0 {
+			t.Errorf("workers=%d: %.1f allocations per step, want 0", workers, allocs)
+		}
+	}
+}
+
+// The concurrent scheduler computes exactly what the sequential order does.
+func TestConcurrentEqualsSequential(t *testing.T) {
+	run := func(workers int) map[string][]float32 {
+		p, f, st := compileDigits(t, workers)
+		defer p.Close()
+		rt := &NodeRuntime{Ctx: context.Background()}
+		for k := int64(0); k < 30; k++ {
+			f.fill(st, k*64)
+			rt.StepNum = k
+			if err := p.Run(rt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := map[string][]float32{}
+		for _, n := range p.Graph.Params() {
+			out[n] = append([]float32{}, p.Scope[n].F...)
+		}
+		return out
+	}
+	seq, par := run(1), run(4)
+	for n, s := range seq {
+		for i := range s {
+			if s[i] != par[n][i] {
+				t.Fatalf("%s[%d]: sequential %v, concurrent %v", n, i, s[i], par[n][i])
+			}
+		}
+	}
+}
+
+// Assigns move next-step values into persistent variables: after one sgd
+// step, W = W0 - lr * dW, where dW is what the step computed.
+func TestAssignAppliesUpdate(t *testing.T) {
+	p, f, st := compileDigits(t, 2)
+	defer p.Close()
+	w0 := append([]float32{}, p.Scope["W2"].F...)
+	f.fill(st, 0)
+	if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
+		t.Fatal(err)
+	}
+	grad := p.Scope["W2@GRAD"].F
+	for i, w := range p.Scope["W2"].F {
+		if want := w0[i] - 0.1*grad[i]; math.Abs(float64(w-want)) > 1e-6 {
+			t.Fatalf("W2[%d] = %v, want %v", i, w, want)
+		}
+	}
+}
+
+// A block of a parameter gets exactly its rows of the whole parameter's values.
+func TestInitializeBlockEqualsRowsOfWhole(t *testing.T) {
+	g := load(t, "../examples/digits-mlp.yaml")
+	in := g.Vars["W1"].Init
+	whole := tensor.New(tensor.F32, tensor.Shape{64, 128})
+	if err := Initialize(whole, in, "W1", nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	block := tensor.New(tensor.F32, tensor.Shape{20, 128})
+	if err := Initialize(block, in, "W1", tensor.Shape{64, 128}, 30); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range block.F {
+		if v != whole.F[30*128+i] {
+			t.Fatalf("block[%d] = %v, whole = %v", i, v, whole.F[30*128+i])
+		}
+	}
+	// he_normal: std sqrt(2/fan_in) = sqrt(2/64)
+	var sq float64
+	for _, v := range whole.F {
+		sq += float64(v) * float64(v)
+	}
+	if std := math.Sqrt(sq / float64(len(whole.F))); math.Abs(std-math.Sqrt(2.0/64)) > 0.01 {
+		t.Fatalf("he_normal std %.4f, want %.4f", std, math.Sqrt(2.0/64))
+	}
+}
+
+func BenchmarkDigitsStep(b *testing.B) {
+	p, f, st := compileDigits(b, 0)
+	defer p.Close()
+	rt := &NodeRuntime{Ctx: context.Background()}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for k := 0; k < b.N; k++ {
+		f.fill(st, int64(k)*64)
+		rt.StepNum = int64(k)
+		if err := p.Run(rt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+}
