@@ -1,0 +1,186 @@
+package ops
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Communication and queue ops. `psgraph split` inserts send, recv and
+// accumulate on every edge that crosses a node boundary; enqueue and dequeue
+// are node-local bounded queues that model files may use directly. Their
+// kernels only call the Runtime, so the same op runs over TCP, over the
+// in-memory transport in tests, or fails clearly in a local run.
+
+// Peer is a parsed `to`/`from` attribute: a role and an index (-1: every
+// node of that role, or in async mode the node the current piece came from).
+type Peer struct {
+	Role  string // "trainer" or "pserver"
+	Index int
+}
+
+func (p Peer) String() string {
+	if p.Index < 0 {
+		return p.Role
+	}
+	return p.Role + ":" + strconv.Itoa(p.Index)
+}
+
+// ParsePeer reads "trainer", "trainer:<i>" or "pserver:<i>".
+func ParsePeer(s string) (Peer, error) {
+	role, idx, has := strings.Cut(s, ":")
+	if role != "trainer" && role != "pserver" {
+		return Peer{}, fmt.Errorf("peer %q must be trainer, trainer:<i> or pserver:<i>", s)
+	}
+	if !has {
+		if role == "pserver" {
+			return Peer{}, fmt.Errorf("peer %q must name one pserver, as pserver:<i>", s)
+		}
+		return Peer{Role: role, Index: -1}, nil
+	}
+	i, err := strconv.Atoi(idx)
+	if err != nil || i < 0 {
+		return Peer{}, fmt.Errorf("peer %q: index must be a non-negative integer", s)
+	}
+	return Peer{Role: role, Index: i}, nil
+}
+
+func parseDType(s string) (tensor.DType, error) {
+	switch s {
+	case "", "f32", "float32":
+		return tensor.F32, nil
+	case "i32", "int32":
+		return tensor.I32, nil
+	}
+	return 0, fmt.Errorf("dtype %q must be f32 or i32", s)
+}
+
+// inferFromShapeAttr types an op whose output is described by its attrs.
+func inferFromShapeAttr(_ []Type, a Attrs) ([]Type, error) {
+	dt, err := parseDType(a.String("dtype"))
+	if err != nil {
+		return nil, err
+	}
+	s := tensor.Shape(a.Ints("shape")).Clone()
+	for _, d := range s {
+		if d <= 0 && d != -1 {
+			return nil, Errorf("shape %v: dimensions must be positive (-1 for the batch)", s)
+		}
+	}
+	return []Type{{dt, s}}, nil
+}
+
+func checkPeerAttr(a Attrs, name string) error {
+	if !a.Has(name) {
+		return nil
+	}
+	_, err := ParsePeer(a.String(name))
+	return err
+}
+
+var (
+	attrVar   = AttrSpec{Name: "var", Kind: AttrString, Required: true, Doc: "transfer name: the variable or parameter block moved"}
+	attrShape = AttrSpec{Name: "shape", Kind: AttrInts, Required: true, Doc: "shape of the tensor received (-1: the batch)"}
+	attrDType = AttrSpec{Name: "dtype", Kind: AttrString, Default: "f32", Doc: "f32 or i32"}
+)
+
+func init() {
+	register(&Def{
+		Name: "send", Doc: "hands x to the node named by `to` under the transfer name `var`; never blocks on the network",
+		Inputs: []string{"x"}, Outputs: []string{},
+		Attrs: []AttrSpec{
+			attrVar,
+			{Name: "to", Kind: AttrString, Required: true, Doc: "pserver:<i>, trainer:<i>, or trainer (every trainer in sync mode, the piece's source in async mode)"},
+			{Name: "step_offset", Kind: AttrInt, Default: 0, Doc: "the message is keyed for step + step_offset (a pserver serves step k+1's parameters after step k's update)"},
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			return []Type{}, checkPeerAttr(a, "to")
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			x, a := k.In[0], k.Attrs
+			return func(rt Runtime) error { return rt.Send(a, x) }, nil
+		},
+		Stateful: true, Internal: true,
+	}, &Def{
+		Name: "recv", Doc: "blocks until the transfer `var` from `from` for this step arrived, and outputs it",
+		Outputs: []string{"y"},
+		Attrs: []AttrSpec{
+			attrVar,
+			{Name: "from", Kind: AttrString, Required: true, Doc: "pserver:<i> or trainer:<i>"},
+			attrShape, attrDType,
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if err := checkPeerAttr(a, "from"); err != nil {
+				return nil, err
+			}
+			return inferFromShapeAttr(in, a)
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			y, a := k.Out[0], k.Attrs
+			return func(rt Runtime) error { return rt.Recv(a, y) }, nil
+		},
+		Blocking: true, Internal: true,
+	}, &Def{
+		Name: "accumulate", Doc: "blocks until `count` pieces of `var` for this step arrived from distinct trainers, and outputs their mean (sum, then 1/count)",
+		Outputs: []string{"y"},
+		Attrs: []AttrSpec{
+			attrVar,
+			{Name: "count", Kind: AttrInt, Required: true, Doc: "pieces per step: the trainer count in sync mode, 1 in async mode"},
+			attrShape, attrDType,
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if a.Int("count") < 1 {
+				return nil, Errorf("count must be at least 1, got %d", a.Int("count"))
+			}
+			return inferFromShapeAttr(in, a)
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			y, a, n := k.Out[0], k.Attrs, k.Attrs.Int("count")
+			if y.DType != tensor.F32 {
+				return nil, fmt.Errorf("accumulate averages float32 tensors, got %v", y.DType)
+			}
+			return func(rt Runtime) error { return rt.Accumulate(a, n, y) }, nil
+		},
+		Blocking: true, Internal: true,
+	}, &Def{
+		Name: "enqueue", Doc: "copies x into the node-local bounded queue `queue`; blocks while the queue is full",
+		Inputs: []string{"x"}, Outputs: []string{},
+		Attrs: []AttrSpec{
+			{Name: "queue", Kind: AttrString, Required: true},
+			{Name: "capacity", Kind: AttrInt, Default: 16},
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if a.Int("capacity") < 1 {
+				return nil, Errorf("capacity must be at least 1")
+			}
+			return []Type{}, nil
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			x, name, c := k.In[0], k.Attrs.String("queue"), k.Attrs.Int("capacity")
+			return func(rt Runtime) error { return rt.Queue(name, c).Enqueue(rt.Context(), x) }, nil
+		},
+		Stateful: true, Blocking: true,
+	}, &Def{
+		Name: "dequeue", Doc: "blocks until `min_count` items are in queue `queue`, removes them and outputs their mean",
+		Outputs: []string{"y"},
+		Attrs: []AttrSpec{
+			{Name: "queue", Kind: AttrString, Required: true},
+			{Name: "capacity", Kind: AttrInt, Default: 16},
+			{Name: "min_count", Kind: AttrInt, Default: 1},
+			attrShape,
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if m, c := a.Int("min_count"), a.Int("capacity"); m < 1 || m > c {
+				return nil, Errorf("min_count %d must be between 1 and capacity %d", m, c)
+			}
+			return inferFromShapeAttr(in, a)
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			y, name, c, m := k.Out[0], k.Attrs.String("queue"), k.Attrs.Int("capacity"), k.Attrs.Int("min_count")
+			return func(rt Runtime) error { return rt.Queue(name, c).Dequeue(rt.Context(), m, y) }, nil
+		},
+		Blocking: true,
+	})
+}
