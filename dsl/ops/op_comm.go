@@ -94,6 +94,8 @@ func init() {
 			attrVar,
 			{Name: "to", Kind: AttrString, Required: true, Doc: "pserver:<i>, trainer:<i>, or trainer (every trainer in sync mode, the piece's source in async mode)"},
 			{Name: "step_offset", Kind: AttrInt, Default: 0, Doc: "the message is keyed for step + step_offset (a pserver serves step k+1's parameters after step k's update)"},
+			{Name: "reply_to", Kind: AttrString, Doc: "async mode: send only to the trainer whose piece the accumulate of this transfer name consumed"},
+			{Name: "initial", Kind: AttrString, Doc: "before step 0 the node sends this persistent variable's value under the same transfer name (a pserver serving initial parameters)"},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
 			return []Type{}, checkPeerAttr(a, "to")
