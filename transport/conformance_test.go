@@ -1,0 +1,222 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+)
+
+// A job factory: endpoints for the given nodes, and the errors they
+// reported for rejected messages. Every Endpoint implementation runs the
+// same conformance suite.
+type factory func(t *testing.T, ids ...NodeID) (map[NodeID]Endpoint, *errLog)
+
+type errLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errLog) add(err error) { l.mu.Lock(); l.errs = append(l.errs, err); l.mu.Unlock() }
+func (l *errLog) count() int    { l.mu.Lock(); defer l.mu.Unlock(); return len(l.errs) }
+
+func inmemFactory(t *testing.T, ids ...NodeID) (map[NodeID]Endpoint, *errLog) {
+	log := &errLog{}
+	h := NewHub(log.add, ids...)
+	m := map[NodeID]Endpoint{}
+	for _, id := range ids {
+		m[id] = h.Endpoint(id)
+	}
+	t.Cleanup(func() {
+		for _, e := range m {
+			e.Close()
+		}
+	})
+	return m, log
+}
+
+func TestInmemConformance(t *testing.T) { conformance(t, inmemFactory) }
+
+var (
+	t0, t1, p0 = Trainer(0), Trainer(1), PServer(0)
+)
+
+func f32(vals ...float32) []byte {
+	b := make([]byte, 4*len(vals))
+	for i, v := range vals {
+		u := math.Float32bits(v)
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return b
+}
+
+func conformance(t *testing.T, mk factory) {
+	ctx := context.Background()
+	spec := Spec{Var: "W", DType: F32, Bytes: 8}
+	t.Run("keyed by step and source", func(t *testing.T) {
+		eps, _ := mk(t, t0, t1, p0)
+		eps[p0].Accept(spec)
+		must(t, eps[t0].Send(ctx, p0, 2, "W", F32, f32(2, 2)))
+		must(t, eps[t1].Send(ctx, p0, 1, "W", F32, f32(11, 11)))
+		must(t, eps[t0].Send(ctx, p0, 1, "W", F32, f32(1, 1)))
+		must(t, eps[t0].Flush(ctx))
+		must(t, eps[t1].Flush(ctx))
+		dst := make([]byte, 8)
+		for _, c := range []struct {
+			src  NodeID
+			step int64
+			want []byte
+		}{{t0, 1, f32(1, 1)}, {t1, 1, f32(11, 11)}, {t0, 2, f32(2, 2)}} {
+			must(t, eps[p0].Recv(ctx, c.src, c.step, "W", dst))
+			if string(dst) != string(c.want) {
+				t.Fatalf("recv %s@%d: got %v, want %v", c.src, c.step, dst, c.want)
+			}
+		}
+	})
+	t.Run("recv blocks until the send arrives", func(t *testing.T) {
+		eps, _ := mk(t, t0, p0)
+		eps[t0].Accept(spec)
+		got := make(chan error, 1)
+		dst := make([]byte, 8)
+		go func() { got <- eps[t0].Recv(ctx, p0, 5, "W", dst) }()
+		must(t, eps[p0].Send(ctx, t0, 5, "W", F32, f32(3, 4)))
+		must(t, eps[p0].Flush(ctx))
+		must(t, <-got)
+		if string(dst) != string(f32(3, 4)) {
+			t.Fatalf("got %v", dst)
+		}
+	})
+	t.Run("stale messages are dropped", func(t *testing.T) {
+		eps, log := mk(t, t0, p0)
+		eps[p0].Accept(spec)
+		must(t, eps[t0].Send(ctx, p0, 1, "W", F32, f32(1, 1)))
+		must(t, eps[t0].Send(ctx, p0, 2, "W", F32, f32(2, 2)))
+		must(t, eps[t0].Done(ctx, p0))
+		dst := make([]byte, 8)
+		must(t, eps[p0].Recv(ctx, t0, 2, "W", dst))
+		if string(dst) != string(f32(2, 2)) {
+			t.Fatalf("got %v", dst)
+		}
+		if err := eps[p0].Recv(ctx, t0, 1, "W", dst); !errors.Is(err, ErrPeerDone) {
+			t.Fatalf("the stale step-1 message must be gone, got %v", err)
+		}
+		if log.count() != 1 {
+			t.Fatalf("want one logged stale drop, got %d", log.count())
+		}
+	})
+	t.Run("bad messages are rejected, never delivered", func(t *testing.T) {
+		eps, log := mk(t, t0, p0)
+		eps[p0].Accept(spec, Spec{Var: "ids", DType: I32, Bytes: 8})
+		must(t, eps[t0].Send(ctx, p0, 0, "nope", F32, f32(1, 1))) // unknown transfer
+		must(t, eps[t0].Send(ctx, p0, 0, "W", F32, f32(1, 1, 1))) // wrong size
+		must(t, eps[t0].Send(ctx, p0, 0, "ids", F32, f32(1, 1)))  // wrong dtype
+		must(t, eps[t0].Send(ctx, p0, 1, "W", F32, f32(7, 7)))    // fine
+		must(t, eps[t0].Done(ctx, p0))
+		dst := make([]byte, 8)
+		if err := eps[p0].Recv(ctx, t0, 0, "W", dst); !errors.Is(err, ErrPeerDone) {
+			t.Fatalf("recv W@0: want ErrPeerDone, got %v", err)
+		}
+		must(t, eps[p0].Recv(ctx, t0, 1, "W", dst))
+		if string(dst) != string(f32(7, 7)) {
+			t.Fatalf("got %v", dst)
+		}
+		if err := eps[p0].Recv(ctx, t0, 0, "ids", dst); !errors.Is(err, ErrPeerDone) {
+			t.Fatalf("recv ids@0: want ErrPeerDone, got %v", err)
+		}
+		if log.count() != 3 {
+			t.Fatalf("want 3 rejections logged, got %d: %v", log.count(), log.errs)
+		}
+	})
+	t.Run("recv any source, then all done", func(t *testing.T) {
+		eps, _ := mk(t, t0, t1, p0)
+		eps[p0].Accept(spec)
+		must(t, eps[t1].Send(ctx, p0, 4, "W", F32, f32(4, 4)))
+		must(t, eps[t1].Done(ctx, p0))
+		must(t, eps[t0].Send(ctx, p0, 9, "W", F32, f32(9, 9)))
+		must(t, eps[t0].Done(ctx, p0))
+		dst := make([]byte, 8)
+		seen := map[NodeID]int64{}
+		for i := 0; i < 2; i++ {
+			k, err := eps[p0].RecvAny(ctx, "W", dst)
+			must(t, err)
+			if want := f32(float32(k.Step), float32(k.Step)); string(dst) != string(want) {
+				t.Fatalf("%v: payload %v", k, dst)
+			}
+			seen[k.Src] = k.Step
+		}
+		if seen[t0] != 9 || seen[t1] != 4 {
+			t.Fatalf("got %v", seen)
+		}
+		if _, err := eps[p0].RecvAny(ctx, "W", dst); !errors.Is(err, ErrAllDone) {
+			t.Fatalf("want ErrAllDone, got %v", err)
+		}
+	})
+	t.Run("drop before a step", func(t *testing.T) {
+		eps, log := mk(t, t0, p0)
+		eps[p0].Accept(spec)
+		must(t, eps[t0].Send(ctx, p0, 1, "W", F32, f32(1, 1)))
+		must(t, eps[t0].Flush(ctx))
+		// Wait for delivery of step 1 through a later message on the same stream.
+		must(t, eps[t0].Send(ctx, p0, 3, "W", F32, f32(3, 3)))
+		must(t, eps[t0].Flush(ctx))
+		dst := make([]byte, 8)
+		must(t, eps[p0].Recv(ctx, t0, 3, "W", dst))
+		eps[p0].DropBefore(5)
+		must(t, eps[t0].Send(ctx, p0, 4, "W", F32, f32(4, 4)))
+		must(t, eps[t0].Send(ctx, p0, 5, "W", F32, f32(5, 5)))
+		must(t, eps[t0].Done(ctx, p0))
+		must(t, eps[p0].Recv(ctx, t0, 5, "W", dst))
+		if string(dst) != string(f32(5, 5)) {
+			t.Fatalf("got %v", dst)
+		}
+		if log.count() < 2 { // step 1 dropped by Recv(3), step 4 rejected as stale
+			t.Fatalf("want stale drops logged, got %v", log.errs)
+		}
+	})
+	t.Run("cancel unblocks recv", func(t *testing.T) {
+		eps, _ := mk(t, t0, p0)
+		eps[p0].Accept(spec)
+		c, cancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() { got <- eps[p0].Recv(c, t0, 0, "W", make([]byte, 8)) }()
+		cancel()
+		if err := <-got; !errors.Is(err, context.Canceled) {
+			t.Fatalf("want context.Canceled, got %v", err)
+		}
+	})
+	t.Run("unknown peer", func(t *testing.T) {
+		eps, _ := mk(t, t0, p0)
+		if err := eps[t0].Send(ctx, Trainer(7), 0, "W", F32, f32(1, 1)); !errors.Is(err, ErrUnknownPeer) {
+			t.Fatalf("want ErrUnknownPeer, got %v", err)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInmemSteadyStateAllocs(t *testing.T) {
+	eps, _ := inmemFactory(t, t0, p0)
+	eps[p0].Accept(Spec{Var: "W", DType: F32, Bytes: 4096})
+	src, dst := make([]byte, 4096), make([]byte, 4096)
+	ctx := context.Background()
+	step := int64(0)
+	run := func() {
+		if err := eps[t0].Send(ctx, p0, step, "W", F32, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := eps[p0].Recv(ctx, t0, step, "W", dst); err != nil {
+			t.Fatal(err)
+		}
+		step++
+	}
+	run()
+	if a := testing.AllocsPerRun(100, run); a != 0 {
+		t.Fatalf("send+recv allocates %.1f times per message", a)
+	}
+}

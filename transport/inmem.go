@@ -1,0 +1,124 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Inmem is the in-memory twin of the TCP transport: the same inbox
+// semantics, with delivery by copying into the receiver's buffers.
+type Inmem struct {
+	self NodeID
+	hub  *Hub
+	in   *inbox
+
+	mu   sync.Mutex
+	sent map[NodeID]int64
+}
+
+// Hub connects the in-memory endpoints of one job.
+type Hub struct {
+	mu    sync.Mutex
+	nodes map[NodeID]*Inmem
+}
+
+// NewHub makes endpoints for the given nodes; each trainer peers with every
+// pserver and vice versa (as in a job; trainers do not talk to each other).
+// onError receives rejected messages (nil: ignore).
+func NewHub(onError func(error), ids ...NodeID) *Hub {
+	h := &Hub{nodes: map[NodeID]*Inmem{}}
+	for _, id := range ids {
+		var peers []NodeID
+		for _, o := range ids {
+			if o != id && peersOf(id, o) {
+				peers = append(peers, o)
+			}
+		}
+		h.nodes[id] = &Inmem{self: id, hub: h, in: newInbox(id, peers, onError), sent: map[NodeID]int64{}}
+	}
+	return h
+}
+
+func peersOf(a, b NodeID) bool {
+	ra, _, _ := a.Role()
+	rb, _, _ := b.Role()
+	return ra != rb
+}
+
+// Endpoint returns the endpoint of node id.
+func (h *Hub) Endpoint(id NodeID) *Inmem {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nodes[id]
+}
+
+func (e *Inmem) Self() NodeID                { return e.self }
+func (e *Inmem) Accept(specs ...Spec)        { e.in.accept(specs) }
+func (e *Inmem) DropBefore(step int64)       { e.in.dropBefore(step) }
+func (e *Inmem) Flush(context.Context) error { return nil }
+
+func (e *Inmem) peer(to NodeID) (*Inmem, error) {
+	p := e.hub.Endpoint(to)
+	if p == nil || p.in.peer[e.self] == nil {
+		return nil, &PeerError{to, ErrUnknownPeer}
+	}
+	return p, nil
+}
+
+func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DType, payload []byte) error {
+	p, err := e.peer(to)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.sent[to]++
+	e.mu.Unlock()
+	if err := p.in.check(e.self, step, v, dt, len(payload)); err != nil {
+		p.in.onError(err)
+		p.in.mu.Lock()
+		p.in.peer[e.self].delivered++ // counted, as a rejected frame is on TCP
+		p.in.mu.Unlock()
+		return nil
+	}
+	buf := p.in.buffer(len(payload))
+	copy(buf, payload)
+	p.in.deliver(e.self, step, v, buf)
+	return nil
+}
+
+func (e *Inmem) Recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error {
+	return e.in.recv(ctx, src, step, v, dst)
+}
+
+func (e *Inmem) RecvAny(ctx context.Context, v string, dst []byte) (Key, error) {
+	return e.in.recvAny(ctx, v, dst)
+}
+
+func (e *Inmem) Done(_ context.Context, to NodeID) error {
+	p, err := e.peer(to)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	n := e.sent[to]
+	e.mu.Unlock()
+	p.in.done(e.self, n)
+	return nil
+}
+
+// Close closes this endpoint; peers see it as failed unless it said Done.
+func (e *Inmem) Close() error {
+	e.in.close()
+	for id, p := range e.hub.nodes {
+		if id != e.self && p.in.peer[e.self] != nil {
+			p.in.fail(e.self, fmt.Errorf("closed"))
+		}
+	}
+	return nil
+}
+
+var _ Endpoint = (*Inmem)(nil)

@@ -1,0 +1,119 @@
+// Package transport moves tensors between the nodes of a psgraph job.
+//
+// A message is a tensor payload keyed by (step, transfer name, source node):
+// a recv for step k of W from pserver-0 takes exactly that message and
+// nothing else, so a delayed or duplicated message can never be applied to
+// the wrong step. Endpoint is the whole contract the executor depends on;
+// it has two implementations with one set of semantics (the inbox): an
+// in-memory one for tests and single-process jobs, and TCP with one
+// multiplexed session per peer pair.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// NodeID names a node of a job: "trainer-0", "pserver-1".
+type NodeID string
+
+// Trainer returns the id of trainer i.
+func Trainer(i int) NodeID { return NodeID("trainer-" + strconv.Itoa(i)) }
+
+// PServer returns the id of pserver i.
+func PServer(i int) NodeID { return NodeID("pserver-" + strconv.Itoa(i)) }
+
+// Role splits an id into its role and index.
+func (n NodeID) Role() (role string, index int, ok bool) {
+	r, i, found := strings.Cut(string(n), "-")
+	if !found || (r != "trainer" && r != "pserver") {
+		return "", 0, false
+	}
+	idx, err := strconv.Atoi(i)
+	if err != nil || idx < 0 {
+		return "", 0, false
+	}
+	return r, idx, true
+}
+
+// DType is a payload's element type, numbered as exec/tensor numbers them.
+type DType uint8
+
+const (
+	F32 DType = 1
+	I32 DType = 2
+)
+
+// Spec declares a transfer a node accepts: its name, element type and the
+// exact payload size in bytes.
+type Spec struct {
+	Var   string
+	DType DType
+	Bytes int
+}
+
+// Key identifies a message.
+type Key struct {
+	Step int64
+	Var  string
+	Src  NodeID
+}
+
+func (k Key) String() string { return fmt.Sprintf("%s@%d from %s", k.Var, k.Step, k.Src) }
+
+// Endpoint is one node's view of the job's communication.
+type Endpoint interface {
+	// Self is this node's id.
+	Self() NodeID
+	// Accept declares the transfers this node receives. A message for an
+	// undeclared transfer, or with another dtype or size, is rejected
+	// (reported through the OnError hook) and never delivered.
+	Accept(specs ...Spec)
+	// Send queues payload for node to under (step, v). It does not wait for
+	// the network, except to apply backpressure when too many messages to
+	// that peer are queued. payload must not change until Flush returns.
+	Send(ctx context.Context, to NodeID, step int64, v string, dt DType, payload []byte) error
+	// Flush waits until every message queued by Send has been written.
+	Flush(ctx context.Context) error
+	// Recv blocks until the message (step, v) from src arrived and copies
+	// its payload into dst. Older steps of v from src still pending are
+	// discarded as stale. It fails with ErrPeerDone when src finished
+	// without sending it.
+	Recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error
+	// RecvAny blocks until a message for v arrived from any peer (the
+	// earliest arrival first), copies it into dst and returns its key. It
+	// fails with ErrAllDone once every peer finished and nothing is pending.
+	RecvAny(ctx context.Context, v string, dst []byte) (Key, error)
+	// DropBefore discards pending messages older than step and rejects
+	// such messages from now on.
+	DropBefore(step int64)
+	// Done tells to that this node sends it nothing more. The peer treats
+	// this node as finished only once every message sent before Done was
+	// delivered, whatever order the network delivered them in.
+	Done(ctx context.Context, to NodeID) error
+	// Close releases the endpoint; blocked calls fail with ErrClosed.
+	Close() error
+}
+
+var (
+	// ErrClosed: the endpoint was closed.
+	ErrClosed = errors.New("transport: endpoint closed")
+	// ErrPeerDone: the peer finished without sending the message asked for.
+	ErrPeerDone = errors.New("transport: peer finished")
+	// ErrAllDone: every peer finished and nothing is pending.
+	ErrAllDone = errors.New("transport: every peer finished")
+	// ErrUnknownPeer: the node is not part of this job.
+	ErrUnknownPeer = errors.New("transport: unknown peer")
+)
+
+// PeerError wraps an error with the peer it concerns.
+type PeerError struct {
+	Peer NodeID
+	Err  error
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("%s: %v", e.Peer, e.Err) }
+func (e *PeerError) Unwrap() error { return e.Err }
