@@ -24,7 +24,8 @@ type CompileOptions struct {
 	// variables (e.g. loss and metrics for evaluation) and no assigns.
 	Targets []string
 	// Shared binds variables to existing tensors (e.g. the parameters of a
-	// training program reused by an evaluation program).
+	// training program reused by an evaluation program). With Targets, a
+	// shared variable is an input: the ops producing it are not run.
 	Shared Scope
 	// Workers bounds concurrent compute; 0 means GOMAXPROCS.
 	Workers int
@@ -39,6 +40,10 @@ type Program struct {
 	roots   []int32
 	assigns [][2]*tensor.Tensor
 	sched   *scheduler
+	// OnError, when set, is called once as soon as an op fails, before Run
+	// waits for the ops still running: the distributed runtime cancels the
+	// step's context there, so recvs blocked on other nodes return.
+	OnError func()
 }
 
 type node struct {
@@ -72,7 +77,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		var mark func(string)
 		mark = func(v string) {
 			i, ok := prod[v]
-			if !ok || keep[i] {
+			if _, given := opt.Shared[v]; !ok || keep[i] || given {
 				return
 			}
 			keep[i] = true
@@ -303,6 +308,9 @@ func (s *scheduler) work() {
 		if err != nil {
 			if s.err == nil {
 				s.err = opError(n.op, err)
+				if s.p.OnError != nil {
+					s.p.OnError()
+				}
 			}
 			s.cond.Broadcast()
 			return

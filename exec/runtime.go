@@ -16,6 +16,11 @@ type Comm interface {
 	Send(ctx context.Context, step int64, attrs ops.Attrs, t *tensor.Tensor) error
 	Recv(ctx context.Context, step int64, attrs ops.Attrs, t *tensor.Tensor) error
 	Accumulate(ctx context.Context, step int64, attrs ops.Attrs, n int, t *tensor.Tensor) error
+	// Flush waits until the tensors handed to Send were written, so their
+	// memory may change again; the loops call it before every step.
+	Flush(ctx context.Context) error
+	// Finish tells every peer that this node sends nothing more.
+	Finish(ctx context.Context) error
 }
 
 // NodeRuntime is the ops.Runtime of one node: the step being run, the

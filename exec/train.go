@@ -31,7 +31,11 @@ type RunOptions struct {
 	Log      zerolog.Logger
 
 	TrainerIndex, TrainerCount int
-	Comm                       Comm
+	// Comm connects a trainer to its pservers (nil for a local run).
+	Comm Comm
+	// Params names the model's parameters a distributed trainer receives
+	// after its last step, to save and evaluate them.
+	Params []string
 }
 
 // Summary is the result of a run, printed as the last line of stdout.
@@ -94,9 +98,15 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 		return nil, err
 	}
 	defer prog.Close()
+	if opt.Comm != nil && opt.InitFrom != "" {
+		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
+	}
 	if err := InitPersistent(prog, opt.InitFrom); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	prog.OnError = cancel
 	feed := newFeeder(g, prog.Scope)
 	stream := data.NewStream(set)
 
@@ -125,6 +135,11 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 		}
 		feed.fill(stream, int64(k)*int64(n*batch)+int64(opt.TrainerIndex*batch))
 		rt.StepNum = int64(k)
+		if opt.Comm != nil {
+			if err := opt.Comm.Flush(ctx); err != nil {
+				return nil, err
+			}
+		}
 		if err := prog.Run(rt); err != nil {
 			return nil, err
 		}
@@ -146,14 +161,39 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 		}
 	}
 	elapsed := time.Since(start).Seconds()
+	params, names := Scope{}, g.Params()
+	for _, name := range names {
+		params[name] = prog.Scope[name]
+	}
+	if opt.Comm != nil {
+		// The pservers serve step `steps` parameters after the last update.
+		names = opt.Params
+		fin, err := Compile(g, CompileOptions{Batch: batch, Targets: names})
+		if err != nil {
+			return nil, err
+		}
+		defer fin.Close()
+		fin.OnError = cancel
+		rt.StepNum = int64(steps)
+		if err := fin.Run(rt); err != nil {
+			return nil, fmt.Errorf("receiving the final parameters: %w", err)
+		}
+		if err := opt.Comm.Finish(ctx); err != nil {
+			return nil, err
+		}
+		params = Scope{}
+		for _, name := range names {
+			params[name] = fin.Scope[name]
+		}
+	}
 	if opt.Save != "" {
-		if err := SaveParams(opt.Save, g, prog.Scope); err != nil {
+		if err := SaveTensors(opt.Save, g.Name, names, params); err != nil {
 			return nil, err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
 	sum := &Summary{Role: opt.Role, Steps: steps, Seconds: elapsed, StepsPerS: float64(steps) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
-	if err := Evaluate(g, set, prog.Scope, sum); err != nil {
+	if err := Evaluate(g, set, params, sum); err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -169,16 +209,10 @@ func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s Scope, sps float64,
 }
 
 // Evaluate computes loss and metrics over the whole data set, in file
-// order, with the parameters in scope.
+// order, with the given parameter values.
 func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
 	targets := append([]string{g.Train.Loss}, g.Train.Metrics...)
-	shared := Scope{}
-	for name, t := range params {
-		if v := g.Vars[name]; v != nil && v.Kind.Persistent() {
-			shared[name] = t
-		}
-	}
-	ev, err := Compile(g, CompileOptions{Batch: set.Rows, Targets: targets, Shared: shared, Workers: 1})
+	ev, err := Compile(g, CompileOptions{Batch: set.Rows, Targets: targets, Shared: params, Workers: 1})
 	if err != nil {
 		return err
 	}
@@ -218,7 +252,11 @@ func (f *feeder) fill(st *data.Stream, start int64) { st.Fill(start, f.features,
 
 // InitPersistent gives every persistent variable of the program its initial
 // value: from the initializers, or by name from a safetensors file.
-func InitPersistent(p *Program, initFrom string) error {
+func InitPersistent(p *Program, initFrom string) error { return initPersistent(p, initFrom, false) }
+
+// initPersistent with partial set skips tensors of the file that this node
+// does not hold: a pserver holds some of the parameters.
+func initPersistent(p *Program, initFrom string, partial bool) error {
 	g := p.Graph
 	var loaded map[string]*tensor.Tensor
 	if initFrom != "" {
@@ -232,7 +270,7 @@ func InitPersistent(p *Program, initFrom string) error {
 				unknown = append(unknown, name)
 			}
 		}
-		if len(unknown) > 0 {
+		if len(unknown) > 0 && !partial {
 			sort.Strings(unknown)
 			return fmt.Errorf("%s: tensors %v are not parameters or optimizer state of %s (parameters: %v)", initFrom, unknown, g.Name, g.Params())
 		}
@@ -260,13 +298,13 @@ func InitPersistent(p *Program, initFrom string) error {
 	return nil
 }
 
-// SaveParams writes every parameter in scope to a safetensors file.
-func SaveParams(path string, g *dsl.Graph, s Scope) error {
+// SaveTensors writes the named tensors of a scope to a safetensors file.
+func SaveTensors(path, model string, names []string, s Scope) error {
 	out := map[string]*tensor.Tensor{}
-	for _, name := range g.Params() {
+	for _, name := range names {
 		if t, ok := s[name]; ok {
 			out[name] = t
 		}
 	}
-	return SaveSafetensors(path, out, map[string]string{"model": g.Name, "format": "pt"})
+	return SaveSafetensors(path, out, map[string]string{"model": model, "format": "pt"})
 }

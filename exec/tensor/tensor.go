@@ -138,3 +138,11 @@ func (t *Tensor) CopyFrom(src *Tensor) {
 		copy(t.F, src.F)
 	}
 }
+
+// F32View returns b's memory as float32s, without copying (len(b)/4 of them).
+func F32View(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}

@@ -1,0 +1,222 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// NetComm is the Comm of one node of a job, over a transport endpoint.
+// Transfers are looked up once per op (the attrs map is the op's own), so a
+// steady-state step costs no allocation here.
+type NetComm struct {
+	EP       transport.Endpoint
+	Trainers int
+	// Async: a pserver applies each gradient piece as it arrives and
+	// replies to the trainer it came from.
+	Async bool
+	// Peers are told Done by Finish: a trainer's pservers, a pserver's trainers.
+	Peers []transport.NodeID
+
+	mu      sync.Mutex
+	routes  map[string]*route // by transfer name
+	source  map[string]transport.Key
+	scratch map[string][]byte
+}
+
+type route struct {
+	peers   []transport.NodeID // fixed destinations or sources
+	all     bool               // to: trainer
+	offset  int64
+	replyTo string
+}
+
+// NewNetComm returns the Comm of a node with this endpoint in a job of n trainers.
+func NewNetComm(ep transport.Endpoint, trainers int, async bool, peers []transport.NodeID) *NetComm {
+	return &NetComm{EP: ep, Trainers: max(trainers, 1), Async: async, Peers: peers,
+		routes: map[string]*route{}, source: map[string]transport.Key{}, scratch: map[string][]byte{}}
+}
+
+func (c *NetComm) routeOf(a ops.Attrs, key string) (*route, error) {
+	v := a.String("var")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.routes[key+v]; ok {
+		return r, nil
+	}
+	r := &route{offset: int64(a.Int("step_offset")), replyTo: a.String("reply_to")}
+	if key != "accumulate" {
+		p, err := ops.ParsePeer(a.String(key))
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case p.Index >= 0 && p.Role == "trainer":
+			r.peers = []transport.NodeID{transport.Trainer(p.Index)}
+		case p.Index >= 0:
+			r.peers = []transport.NodeID{transport.PServer(p.Index)}
+		default:
+			r.all = true
+		}
+	}
+	if r.all || key == "accumulate" {
+		for i := 0; i < c.Trainers; i++ {
+			r.peers = append(r.peers, transport.Trainer(i))
+		}
+	}
+	c.routes[key+v] = r
+	return r, nil
+}
+
+func dtypeOf(t *tensor.Tensor) transport.DType { return transport.DType(t.DType) }
+
+func (c *NetComm) Send(ctx context.Context, step int64, a ops.Attrs, t *tensor.Tensor) error {
+	r, err := c.routeOf(a, "to")
+	if err != nil {
+		return err
+	}
+	v := a.String("var")
+	if r.all && c.Async && r.replyTo != "" {
+		c.mu.Lock()
+		k, ok := c.source[r.replyTo]
+		c.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("send %s: reply_to %q names no accumulate that ran this step", v, r.replyTo)
+		}
+		return c.EP.Send(ctx, k.Src, k.Step+r.offset, v, dtypeOf(t), t.Bytes())
+	}
+	for _, p := range r.peers {
+		if err := c.EP.Send(ctx, p, step+r.offset, v, dtypeOf(t), t.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *NetComm) Recv(ctx context.Context, step int64, a ops.Attrs, t *tensor.Tensor) error {
+	r, err := c.routeOf(a, "from")
+	if err != nil {
+		return err
+	}
+	if r.all {
+		return fmt.Errorf("recv %s: from must name one node", a.String("var"))
+	}
+	return c.EP.Recv(ctx, r.peers[0], step, a.String("var"), t.Bytes())
+}
+
+// Accumulate gathers n pieces of a transfer and writes their mean into t.
+// When n is the trainer count, one piece comes from each trainer for this
+// step and they are summed in trainer order, so the result is
+// deterministic; otherwise (async, or a min_count below N) the first n
+// pieces to arrive from anyone are taken and the source of the last one is
+// remembered for the reply.
+func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int, t *tensor.Tensor) error {
+	r, err := c.routeOf(a, "accumulate")
+	if err != nil {
+		return err
+	}
+	v := a.String("var")
+	dst := t.Bytes()
+	c.mu.Lock()
+	buf := c.scratch[v]
+	if n > 1 && len(buf) != len(dst) {
+		buf = make([]byte, len(dst))
+		c.scratch[v] = buf
+	}
+	c.mu.Unlock()
+	tmp := tensor.Tensor{DType: tensor.F32, Shape: t.Shape, F: tensor.F32View(buf)}
+	ordered := n == c.Trainers && !c.Async
+	for i := 0; i < n; i++ {
+		into := dst
+		if i > 0 {
+			into = buf
+		}
+		if ordered {
+			err = c.EP.Recv(ctx, r.peers[i], step, v, into)
+		} else {
+			var k transport.Key
+			k, err = c.EP.RecvAny(ctx, v, into)
+			if err == nil {
+				c.mu.Lock()
+				c.source[v] = k
+				c.mu.Unlock()
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			for j, x := range tmp.F {
+				t.F[j] += x
+			}
+		}
+	}
+	if n > 1 {
+		inv := 1 / float32(n)
+		for j := range t.F {
+			t.F[j] *= inv
+		}
+	}
+	return nil
+}
+
+// Flush waits until every tensor handed to Send was written, so its
+// memory may be overwritten.
+func (c *NetComm) Flush(ctx context.Context) error { return c.EP.Flush(ctx) }
+
+// finished reports whether err means the peers ended the job normally.
+func finished(err error) bool {
+	return errors.Is(err, transport.ErrPeerDone) || errors.Is(err, transport.ErrAllDone)
+}
+
+// Transfers lists what a node's graph receives: one spec per recv and
+// accumulate op, for transport.Endpoint.Accept.
+func Transfers(g *dsl.Graph, batch int) ([]transport.Spec, error) {
+	types, err := g.Infer(batch)
+	if err != nil {
+		return nil, err
+	}
+	var specs []transport.Spec
+	for _, op := range g.Ops {
+		if op.Type != "recv" && op.Type != "accumulate" {
+			continue
+		}
+		t := types[op.Outputs[0]]
+		specs = append(specs, transport.Spec{Var: op.Attrs.String("var"), DType: transport.DType(t.DType), Bytes: 4 * t.Shape.Numel()})
+	}
+	return specs, nil
+}
+
+// Finish flushes and tells every peer this node is done.
+func (c *NetComm) Finish(ctx context.Context) error {
+	if err := c.EP.Flush(ctx); err != nil {
+		return err
+	}
+	for _, p := range c.Peers {
+		if err := c.EP.Done(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish sends t to every trainer under the send op's transfer for step
+// (a pserver's initial parameters), whatever the op's reply_to and offset.
+func (c *NetComm) publish(ctx context.Context, step int64, a ops.Attrs, t *tensor.Tensor) error {
+	r, err := c.routeOf(a, "to")
+	if err != nil {
+		return err
+	}
+	for _, p := range r.peers {
+		if err := c.EP.Send(ctx, p, step, a.String("var"), dtypeOf(t), t.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// ServeOptions configures a pserver: the node that holds parameter blocks,
+// runs their initializers and optimizer subgraphs, and serves them.
+type ServeOptions struct {
+	Comm     *NetComm
+	InitFrom string
+	Log      zerolog.Logger
+	LogEvery int
+	// Workers bounds concurrent compute (0: GOMAXPROCS).
+	Workers int
+}
+
+// ServeSummary is a pserver's result.
+type ServeSummary struct {
+	Role    string  `json:"role"`
+	Steps   int64   `json:"steps"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Serve runs a pserver's subgraph (its endpoint accepts the graph's
+// Transfers, declared before it connected) until every trainer is done. Before the
+// first step it sends each `initial` parameter for step 0; then each step
+// runs the graph once: accumulate the step's gradient pieces, update, send
+// the next step's parameters. It returns when the trainers finished (nil
+// error) or on the first failure.
+func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummary, error) {
+	c := opt.Comm
+	prog, err := Compile(g, CompileOptions{Workers: opt.Workers})
+	if err != nil {
+		return nil, err
+	}
+	defer prog.Close()
+	if err := initPersistent(prog, opt.InitFrom, true); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	prog.OnError = cancel
+	for _, op := range g.Ops {
+		if op.Type == "send" && op.Attrs.String("initial") != "" {
+			t, ok := prog.Scope[op.Attrs.String("initial")]
+			if !ok {
+				return nil, dsl.Errorf(op.Pos, "send: initial %q is not a variable of this node", op.Attrs.String("initial"))
+			}
+			if err := c.publish(ctx, 0, op.Attrs, t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers}
+	logEvery := int64(max(opt.LogEvery, 1))
+	start := time.Now()
+	var k int64
+	for ; ; k++ {
+		if err := c.Flush(ctx); err != nil {
+			return nil, err
+		}
+		rt.StepNum = k
+		err := prog.Run(rt)
+		if err == nil {
+			if opt.LogEvery > 0 && (k+1)%logEvery == 0 {
+				opt.Log.Info().Int64("step", k+1).Msg("serve")
+			}
+			continue
+		}
+		if !finished(err) {
+			if parent.Err() != nil {
+				return nil, parent.Err()
+			}
+			return nil, err
+		}
+		if err := awaitTrainers(parent, g, c, k); err != nil {
+			return nil, err
+		}
+		break
+	}
+	if err := c.Flush(parent); err != nil {
+		return nil, err
+	}
+	sum := &ServeSummary{Role: string(c.EP.Self()), Steps: k, Seconds: time.Since(start).Seconds()}
+	opt.Log.Info().Int64("steps", k).Msg("every trainer is done")
+	return sum, nil
+}
+
+// awaitTrainers checks, once one trainer finished at step k, that every
+// trainer finished there too: in sync mode they run the same steps.
+func awaitTrainers(ctx context.Context, g *dsl.Graph, c *NetComm, k int64) error {
+	types, err := g.Infer(max(g.Batch(), 1))
+	if err != nil {
+		return err
+	}
+	for _, op := range g.Ops {
+		if op.Type != "accumulate" {
+			continue
+		}
+		v := op.Attrs.String("var")
+		buf := make([]byte, 4*types[op.Outputs[0]].Shape.Numel())
+		if c.Async || op.Attrs.Int("count") != c.Trainers {
+			if key, err := c.EP.RecvAny(ctx, v, buf); !errors.Is(err, transport.ErrAllDone) {
+				if err == nil {
+					return fmt.Errorf("%s arrived after the trainers finished", key)
+				}
+				return err
+			}
+			continue
+		}
+		for i := 0; i < c.Trainers; i++ {
+			err := c.EP.Recv(ctx, transport.Trainer(i), k, v, buf)
+			switch {
+			case err == nil:
+				return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, v, k)
+			case !errors.Is(err, transport.ErrPeerDone):
+				return err
+			}
+		}
+	}
+	return nil
+}
