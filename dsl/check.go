@@ -217,6 +217,7 @@ func (g *Graph) Check() error {
 	}
 	g.Types = types
 	errs := g.checkTrain(types)
+	errs = append(errs, g.checkSizes(types, batch)...)
 	for _, a := range g.Assigns {
 		v, ok := g.Vars[a.Target]
 		switch {
@@ -295,4 +296,46 @@ func (g *Graph) persistentNames() []string {
 		}
 	}
 	return out
+}
+
+// MaxElements bounds the elements of any one tensor (8 GiB of float32), so
+// that a mistyped shape or batch is an error here rather than a failed
+// allocation at run time.
+const MaxElements = 1 << 31
+
+// numel returns the element count of s, or -1 when it exceeds MaxElements.
+func numel(s tensor.Shape) int {
+	n := 1
+	for _, d := range s {
+		if d < 0 {
+			return -1
+		}
+		if d != 0 && n > MaxElements/d {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}
+
+// checkSizes reports variables larger than MaxElements at the training batch.
+func (g *Graph) checkSizes(types map[string]ops.Type, batch int) ErrorList {
+	var errs ErrorList
+	big := func(pos Pos, what string, t ops.Type) {
+		errs = append(errs, Errorf(pos, "%s is %v at batch %d, more than %d elements; check the shape and train.batch", what, t.Shape, batch, MaxElements))
+	}
+	for _, name := range g.Order {
+		if t := types[name]; numel(t.Shape) < 0 {
+			big(g.Vars[name].Pos, fmt.Sprintf("%s %q", g.Vars[name].Kind, name), t)
+		}
+	}
+	for _, op := range g.Ops {
+		for _, o := range op.Outputs {
+			if t := types[o]; numel(t.Shape) < 0 {
+				big(op.Pos, fmt.Sprintf("op %s output %q", op.Type, o), t)
+				return errs
+			}
+		}
+	}
+	return errs
 }

@@ -250,6 +250,8 @@ func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
 	})
 	if s.Rows == 0 || s.Features == 0 || s.Classes == 0 {
 		d.errorf(n, "data.synthetic needs rows, features and classes (all positive)")
+	} else if s.Rows > 0 && s.Features > 0 && (s.Features > MaxElements || s.Rows > MaxElements/s.Features) {
+		d.errorf(n, "data.synthetic rows x features is more than %d elements; make it smaller", MaxElements)
 	}
 	return s
 }
