@@ -70,7 +70,7 @@ func psgraph(t *testing.T, args ...string) result {
 }
 
 func TestCheckBadModelExits1WithPosition(t *testing.T) {
-	cases := []struct{ file, want string }{
+	cases := []badInput{
 		{"dsl/testdata/errors/unknown_op.yaml", `dsl/testdata/errors/unknown_op.yaml:10:12: unknown op "matmull" (did you mean "matmul"?)`},
 		{"dsl/testdata/errors/matmul_mismatch.yaml", "dsl/testdata/errors/matmul_mismatch.yaml:9:5: op matmul (x float32[1, 4], W float32[5, 3])"},
 		{"dsl/testdata/errors/yaml_syntax.yaml", "dsl/testdata/errors/yaml_syntax.yaml:2:1: invalid YAML"},
@@ -80,16 +80,30 @@ func TestCheckBadModelExits1WithPosition(t *testing.T) {
 	for _, c := range cases {
 		t.Run(filepath.Base(c.file), func(t *testing.T) {
 			r := psgraph(t, "check", c.file)
-			if r.code != 1 {
-				t.Errorf("exit code %d, want 1; stderr:\n%s", r.code, r.stderr)
-			}
-			if !strings.Contains(r.stderr, c.want) {
-				t.Errorf("stderr lacks %q:\n%s", c.want, r.stderr)
-			}
-			if r.stdout != "" {
-				t.Errorf("stdout should be empty on error, got:\n%s", r.stdout)
-			}
+			c.check(t, r)
 		})
+	}
+}
+
+// A --batch too large for memory is an error at the model's data node, not a
+// crash in the allocator.
+func TestRunHugeBatchExits1(t *testing.T) {
+	r := psgraph(t, "run", "--role", "local", "--batch", "1000000000", "examples/digits-mlp.yaml")
+	badInput{"", `examples/digits-mlp.yaml:6:13: data "x" is [1000000000, 64] at batch 1000000000`}.check(t, r)
+}
+
+type badInput struct{ file, want string }
+
+func (c badInput) check(t *testing.T, r result) {
+	t.Helper()
+	if r.code != 1 {
+		t.Errorf("exit code %d, want 1; stderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, c.want) {
+		t.Errorf("stderr lacks %q:\n%s", c.want, r.stderr)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout should be empty on error, got:\n%s", r.stdout)
 	}
 }
 

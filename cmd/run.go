@@ -66,6 +66,13 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	if g.Train == nil || g.Train.Optimizer == nil && !g.Expanded() {
 		return fmt.Errorf("%s: the model has no train.optimizer, so there is nothing to train", file)
 	}
+	if o.batch > 0 && o.batch != g.Train.Batch {
+		// Re-check shapes and sizes at the batch this run uses.
+		g.Train.Batch = o.batch
+		if err := g.Check(); err != nil {
+			return fmt.Errorf("with --batch %d: %w", o.batch, err)
+		}
+	}
 	sum, err := exec.Train(c.Context(), g, exec.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
 		Metrics: o.metrics, LogEvery: o.log.every, Log: log,
