@@ -10,6 +10,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/data"
 )
 
 func newCheckCmd() *cobra.Command {
@@ -26,18 +27,34 @@ the ops of each section. Errors name file:line:col.`,
 			if err != nil {
 				return err
 			}
-			printSummary(c.OutOrStdout(), g)
+			rows := 0
+			if g.Data != nil {
+				set, err := data.Load(g.Data)
+				if err != nil {
+					return err
+				}
+				rows = set.Rows
+			}
+			printSummary(c.OutOrStdout(), g, rows)
 			return nil
 		},
 	}
 }
 
-func printSummary(w io.Writer, g *dsl.Graph) {
+func printSummary(w io.Writer, g *dsl.Graph, rows int) {
 	fmt.Fprintf(w, "model %s (%s): ok\n", g.Name, g.File)
 	byKind := map[dsl.VarKind][]string{}
 	for _, n := range g.Order {
 		byKind[g.Vars[n].Kind] = append(byKind[g.Vars[n].Kind], n)
 	}
+	temps := 0
+	for name := range g.Types {
+		if g.Vars[name] == nil {
+			temps++
+		}
+	}
+	fmt.Fprintf(w, "vars: %d (data %d, params %d, state %d, temporaries %d)\n", len(g.Order)+temps,
+		len(byKind[dsl.KindData]), len(byKind[dsl.KindParam]), len(byKind[dsl.KindState]), temps)
 	total := 0
 	fmt.Fprintf(w, "params (%d):\n", len(byKind[dsl.KindParam]))
 	for _, n := range byKind[dsl.KindParam] {
@@ -47,7 +64,7 @@ func printSummary(w io.Writer, g *dsl.Graph) {
 	}
 	fmt.Fprintf(w, "  total %d elements, %s\n", total, byteSize(4*total))
 	if d := byKind[dsl.KindData]; len(d) > 0 {
-		fmt.Fprintf(w, "data: %s\n", describeVars(g, d))
+		fmt.Fprintf(w, "data (%d rows): %s\n", rows, describeDeclared(g, d))
 	}
 	if s := byKind[dsl.KindState]; len(s) > 0 {
 		fmt.Fprintf(w, "optimizer state (%d): %s\n", len(s), describeVars(g, s))
@@ -90,6 +107,16 @@ func optName(o *dsl.Optimizer) string {
 	}
 	sort.Strings(hs)
 	return name + " (" + strings.Join(hs, ", ") + ")"
+}
+
+// describeDeclared shows declared shapes, with the batch dimension as "batch".
+func describeDeclared(g *dsl.Graph, names []string) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		v := g.Vars[n]
+		parts[i] = n + " " + v.DType.String() + v.Shape.String()
+	}
+	return strings.Join(parts, ", ")
 }
 
 func describeVars(g *dsl.Graph, names []string) string {

@@ -61,6 +61,20 @@ and pserver subgraphs of a distributed job.`,
 		SilenceErrors: true,
 		Version:       Version,
 	}
+	root.SuggestionsMinimumDistance = 2
+	root.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			hint := ""
+			if sug := c.SuggestionsFor(args[0]); len(sug) > 0 {
+				hint = fmt.Sprintf(" (did you mean %q?)", sug[0])
+			}
+			return usagef("unknown command %q%s; commands: check, ops, run", args[0], hint)
+		}
+		return nil
+	}
+	root.RunE = func(c *cobra.Command, args []string) error {
+		return usagef("missing command; try 'psgraph run --role local MODEL.yaml' or 'psgraph check MODEL.yaml'")
+	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })

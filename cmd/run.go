@@ -34,7 +34,7 @@ stdout is a JSON summary (loss and metrics over the whole data set).`,
 		RunE: func(c *cobra.Command, args []string) error { return o.run(c, args[0]) },
 	}
 	f := c.Flags()
-	f.StringVar(&o.role, "role", "local", "local (the whole model on this node)")
+	f.StringVar(&o.role, "role", "", "required: local (the whole model on this node)")
 	f.IntVar(&o.steps, "steps", 0, "training steps (default: the model's train.steps)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
 	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file")
@@ -45,7 +45,11 @@ stdout is a JSON summary (loss and metrics over the whole data set).`,
 }
 
 func (o *runOptions) run(c *cobra.Command, file string) error {
-	if o.role != "local" {
+	switch o.role {
+	case "local":
+	case "":
+		return usagef("run needs --role; use --role local to train the whole model on this node")
+	default:
 		return usagef("--role %q is not supported; use local", o.role)
 	}
 	if o.steps < 0 || o.batch < 0 {
@@ -61,6 +65,13 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	}
 	if g.Train == nil || g.Train.Optimizer == nil && !g.Expanded() {
 		return fmt.Errorf("%s: the model has no train.optimizer, so there is nothing to train", file)
+	}
+	if o.batch > 0 && o.batch != g.Train.Batch {
+		// Re-check shapes and sizes at the batch this run uses.
+		g.Train.Batch = o.batch
+		if err := g.Check(); err != nil {
+			return fmt.Errorf("with --batch %d: %w", o.batch, err)
+		}
 	}
 	sum, err := exec.Train(c.Context(), g, exec.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,

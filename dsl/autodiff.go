@@ -2,6 +2,7 @@ package dsl
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -210,6 +211,7 @@ func (g *Graph) ExpandOptimizer() error {
 	o := g.Train.Optimizer
 	prod := g.Producers()
 	var errs ErrorList
+	first := true // template errors are reported for the first parameter only
 	for _, p := range g.Params() {
 		grad := GradName(p)
 		if _, ok := prod[grad]; !ok {
@@ -230,12 +232,19 @@ func (g *Graph) ExpandOptimizer() error {
 			}
 			g.AddVar(&Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
 		}
-		local := func(n string) string {
+		placeholders := make([]string, 0, len(bind))
+		for k := range bind {
+			placeholders = append(placeholders, k)
+		}
+		sort.Strings(placeholders)
+		local := func(n string, pos Pos) string {
 			if v, ok := bind[n]; ok {
 				return v
 			}
 			if strings.HasPrefix(n, "$") {
-				errs = append(errs, Errorf(o.Pos, "optimizer refers to %s, which is not $param, $grad or a state variable", n))
+				if first {
+					errs = append(errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
+				}
 				return n
 			}
 			return p + "@" + n
@@ -245,19 +254,22 @@ func (g *Graph) ExpandOptimizer() error {
 			def, _ := ops.Lookup(top.Type)
 			op := &Op{Type: top.Type, Section: Optimize, Param: p, Place: pv.Place, Pos: top.Pos}
 			for _, in := range top.Inputs {
-				op.Inputs = append(op.Inputs, local(in))
+				op.Inputs = append(op.Inputs, local(in, top.Pos))
 			}
 			for _, out := range top.Outputs {
-				op.Outputs = append(op.Outputs, local(out))
+				op.Outputs = append(op.Outputs, local(out, top.Pos))
 			}
 			d.file = top.Pos.File
 			op.Attrs = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
 			g.Ops = append(g.Ops, op)
 		}
-		errs = append(errs, d.errs...)
-		for _, a := range o.Tmpl.Assign {
-			g.Assigns = append(g.Assigns, Assign{Target: local(a.Target), Value: local(a.Value), Pos: a.Pos})
+		if first {
+			errs = append(errs, d.errs...)
 		}
+		for _, a := range o.Tmpl.Assign {
+			g.Assigns = append(g.Assigns, Assign{Target: local(a.Target, a.Pos), Value: local(a.Value, a.Pos), Pos: a.Pos})
+		}
+		first = false
 	}
 	return errs.Err()
 }

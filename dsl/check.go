@@ -216,46 +216,31 @@ func (g *Graph) Check() error {
 		return err
 	}
 	g.Types = types
-	var errs ErrorList
-	if t := g.Train; t != nil {
-		if t.Loss != "" {
-			if lt, ok := types[t.Loss]; !ok {
-				errs = append(errs, Errorf(t.Pos, "train.loss %q is not defined%s", t.Loss, suggest(t.Loss, keys(types))))
-			} else if lt.Shape.Numel() != 1 || len(lt.Shape) != 0 || lt.DType != tensor.F32 {
-				errs = append(errs, Errorf(t.Pos, "train.loss %q must be a float32 scalar, got %v (reduce it with mean)", t.Loss, lt))
-			}
-		}
-		for _, m := range t.Metrics {
-			if mt, ok := types[m]; !ok {
-				errs = append(errs, Errorf(t.Pos, "train.metrics: %q is not defined%s", m, suggest(m, keys(types))))
-			} else if len(mt.Shape) != 0 {
-				errs = append(errs, Errorf(t.Pos, "train.metrics: %q must be a scalar, got %v", m, mt))
-			}
-		}
-	}
+	errs := g.checkTrain(types)
+	errs = append(errs, g.checkSizes(types, batch)...)
 	for _, a := range g.Assigns {
 		v, ok := g.Vars[a.Target]
 		switch {
 		case !ok:
-			errs = append(errs, Errorf(a.Pos, "assign target %q is not a declared param or state variable", a.Target))
+			errs = append(errs, Errorf(a.Pos, "assign target %q is not a declared param or state variable%s; declare it under params: or state:", a.Target, suggest(a.Target, g.persistentNames())))
 			continue
 		case !v.Kind.Persistent():
-			errs = append(errs, Errorf(a.Pos, "assign target %q is %s data; only params and state persist across steps", a.Target, v.Kind))
+			errs = append(errs, Errorf(a.Pos, "assign target %q is a %s variable; only params and state persist across steps, so assign to one of those", a.Target, v.Kind))
 			continue
 		}
 		vt, ok := types[a.Value]
 		if !ok {
-			errs = append(errs, Errorf(a.Pos, "assign value %q is not defined%s", a.Value, suggest(a.Value, keys(types))))
+			errs = append(errs, Errorf(a.Pos, "assign value %q is not defined%s; it must be a variable or an op output", a.Value, suggest(a.Value, keys(types))))
 			continue
 		}
 		if tt := types[a.Target]; !tt.Shape.Equal(vt.Shape) || tt.DType != vt.DType {
-			errs = append(errs, Errorf(a.Pos, "assign %s = %s: types differ, %v vs %v", a.Target, a.Value, tt, vt))
+			errs = append(errs, Errorf(a.Pos, "assign %s = %s: %s is %v but %s is %v; the next value must have the target's dtype and shape", a.Target, a.Value, a.Target, tt, a.Value, vt))
 		}
 	}
 	seen := map[string]bool{}
 	for _, a := range g.Assigns {
 		if seen[a.Target] {
-			errs = append(errs, Errorf(a.Pos, "%q is assigned twice", a.Target))
+			errs = append(errs, Errorf(a.Pos, "%q is assigned twice; a persistent variable takes one next value per step", a.Target))
 		}
 		seen[a.Target] = true
 	}
@@ -268,4 +253,89 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// checkTrain checks that train.loss is a defined float32 scalar and every
+// metric a defined scalar.
+func (g *Graph) checkTrain(types map[string]ops.Type) ErrorList {
+	t := g.Train
+	if t == nil {
+		return nil
+	}
+	var errs ErrorList
+	if t.Loss != "" {
+		pos := t.LossPos
+		if pos.Line == 0 {
+			pos = t.Pos
+		}
+		if lt, ok := types[t.Loss]; !ok {
+			errs = append(errs, Errorf(pos, "train.loss %q is not defined%s; name an op output", t.Loss, suggest(t.Loss, keys(types))))
+		} else if len(lt.Shape) != 0 || lt.DType != tensor.F32 {
+			errs = append(errs, Errorf(pos, "train.loss %q must be a float32 scalar, got %v (reduce it with mean or sum)", t.Loss, lt))
+		}
+	}
+	for i, m := range t.Metrics {
+		pos := t.Pos
+		if i < len(t.MetricPos) {
+			pos = t.MetricPos[i]
+		}
+		if mt, ok := types[m]; !ok {
+			errs = append(errs, Errorf(pos, "train.metrics: %q is not defined%s; name an op output", m, suggest(m, keys(types))))
+		} else if len(mt.Shape) != 0 {
+			errs = append(errs, Errorf(pos, "train.metrics: %q must be a scalar, got %v (reduce it with mean)", m, mt))
+		}
+	}
+	return errs
+}
+
+func (g *Graph) persistentNames() []string {
+	var out []string
+	for _, n := range g.Order {
+		if g.Vars[n].Kind.Persistent() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// MaxElements bounds the elements of any one tensor (8 GiB of float32), so
+// that a mistyped shape or batch is an error here rather than a failed
+// allocation at run time.
+const MaxElements = 1 << 31
+
+// numel returns the element count of s, or -1 when it exceeds MaxElements.
+func numel(s tensor.Shape) int {
+	n := 1
+	for _, d := range s {
+		if d < 0 {
+			return -1
+		}
+		if d != 0 && n > MaxElements/d {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}
+
+// checkSizes reports variables larger than MaxElements at the training batch.
+func (g *Graph) checkSizes(types map[string]ops.Type, batch int) ErrorList {
+	var errs ErrorList
+	big := func(pos Pos, what string, t ops.Type) {
+		errs = append(errs, Errorf(pos, "%s is %v at batch %d, more than %d elements; check the shape and train.batch", what, t.Shape, batch, MaxElements))
+	}
+	for _, name := range g.Order {
+		if t := types[name]; numel(t.Shape) < 0 {
+			big(g.Vars[name].Pos, fmt.Sprintf("%s %q", g.Vars[name].Kind, name), t)
+		}
+	}
+	for _, op := range g.Ops {
+		for _, o := range op.Outputs {
+			if t := types[o]; numel(t.Shape) < 0 {
+				big(op.Pos, fmt.Sprintf("op %s output %q", op.Type, o), t)
+				return errs
+			}
+		}
+	}
+	return errs
 }

@@ -118,6 +118,8 @@ type Column struct {
 	Name   string
 	Lo, Hi int // half-open column range; for a label Hi = Lo+1
 	Pos    Pos
+
+	rangePos Pos // of the column/columns value
 }
 
 // Data describes the data source.
@@ -149,8 +151,11 @@ type Optimizer struct {
 
 // Train holds the training configuration.
 type Train struct {
-	Loss      string
-	Metrics   []string
+	Loss    string
+	Metrics []string
+	// LossPos and MetricPos locate train.loss and each train.metrics entry.
+	LossPos   Pos
+	MetricPos []Pos
 	Batch     int
 	Steps     int
 	Optimizer *Optimizer

@@ -36,12 +36,16 @@ func (g *Graph) Expand() error {
 		}
 		return g.Check()
 	}
-	if _, err := g.Infer(max(g.Batch(), 1)); err != nil {
+	types, err := g.Infer(max(g.Batch(), 1))
+	if err != nil {
 		return err
+	}
+	if errs := g.checkTrain(types); len(errs) > 0 {
+		return errs
 	}
 	if t := g.Train; t != nil && t.Optimizer != nil {
 		if t.Loss == "" {
-			return Errorf(t.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
+			return Errorf(t.Optimizer.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
 		}
 		if err := g.Differentiate(); err != nil {
 			return err

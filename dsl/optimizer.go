@@ -116,6 +116,10 @@ func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
 				d.errorf(k, "unknown key %q in optimizer template", key)
 				return
 			}
+			if v.Kind != yaml.ScalarNode || v.Tag == "!!str" || v.Tag == "!!null" {
+				d.errorf(k, "unknown key %q in a user-defined optimizer%s; its keys are state, update, assign and hyper-parameters with numeric values such as lr: 0.1", key, suggest(key, []string{"type", "state", "update", "assign"}))
+				return
+			}
 			if f, ok := d.number(v, "optimizer."+key+" (a hyper-parameter)"); ok {
 				t.Hyper[key] = f
 			}
@@ -188,12 +192,20 @@ func (d *decoder) checkHyper(o *Optimizer, n *yaml.Node) {
 	for h, def := range o.Tmpl.Hyper {
 		if _, set := o.Hyper[h]; !set {
 			if math.IsNaN(def) {
-				d.errorf(n, "optimizer %s needs %s", o.Tmpl.Name, h)
+				d.errorf(n, "optimizer %s needs %s: add %s: <number>", o.Tmpl.Name, h, h)
 			}
 			o.Hyper[h] = def
 		}
 	}
 	if lr, ok := o.Hyper["lr"]; ok && lr <= 0 {
-		d.errorf(n, "optimizer lr must be positive, got %g", lr)
+		at := n
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == "lr" {
+					at = n.Content[i+1]
+				}
+			}
+		}
+		d.errorf(at, "optimizer lr must be positive, got %g", lr)
 	}
 }

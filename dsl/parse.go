@@ -1,7 +1,9 @@
 package dsl
 
 import (
+	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -25,12 +27,15 @@ func Parse(file string, src []byte) (*Graph, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&doc); err != nil {
+		if err == io.EOF {
+			return nil, Errorf(Pos{File: file, Line: 1, Col: 1}, "the file is empty; a model starts with `psgraph: %d`", SchemaVersion)
+		}
 		return nil, yamlError(file, err)
 	}
 	d := &decoder{file: file}
 	g := &Graph{File: file, Vars: map[string]*Var{}}
 	if len(doc.Content) == 0 {
-		return nil, Errorf(Pos{File: file}, "the file is empty; a model starts with `psgraph: %d`", SchemaVersion)
+		return nil, Errorf(Pos{File: file, Line: 1, Col: 1}, "the file is empty; a model starts with `psgraph: %d`", SchemaVersion)
 	}
 	root := doc.Content[0]
 	var version *yaml.Node
@@ -85,14 +90,14 @@ func yamlError(file string, err error) error {
 			}
 		}
 	}
-	return Errorf(Pos{File: file}, "invalid YAML: %s", msg)
+	return Errorf(Pos{File: file, Line: 1, Col: 1}, "invalid YAML: %s", msg)
 }
 
 var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed"}
 
 func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1}
-	var csvNode *yaml.Node
+	var csvNode, synNode, idsNode *yaml.Node
 	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "csv":
@@ -109,12 +114,14 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 				}
 			}
 		case "synthetic":
+			synNode = k
 			data.Synthetic = d.synthetic(v)
 		case "features":
 			data.Features = d.column(v, "data.features", true)
 		case "label":
 			data.Label = d.column(v, "data.label", false)
 		case "ids":
+			idsNode = k
 			data.IDs = d.column(v, "data.ids", true)
 		case "normalize":
 			if s, ok := d.str(v, "data.normalize"); ok {
@@ -134,12 +141,12 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	switch {
 	case data.CSV == "" && data.Synthetic == nil && csvNode == nil:
 		d.errorf(n, "data needs a source: `csv: FILE` or `synthetic: {rows, features, classes}`")
-	case data.CSV != "" && data.Synthetic != nil:
-		d.errorf(n, "data has both csv and synthetic; choose one")
+	case csvNode != nil && synNode != nil:
+		d.errorf(synNode, "data has both csv (line %d) and synthetic; keep one of them", csvNode.Line)
 	}
 	if data.Synthetic != nil {
 		if data.IDs != nil {
-			d.errorf(n, "data.ids needs a csv source")
+			d.errorf(idsNode, "data.ids needs a csv source (synthetic data has only features and label); remove ids or use csv")
 		}
 		if data.Features != nil {
 			data.Features.Lo, data.Features.Hi = 0, data.Synthetic.Features
@@ -147,6 +154,9 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		if data.Label != nil {
 			data.Label.Lo, data.Label.Hi = data.Synthetic.Features, data.Synthetic.Features+1
 		}
+	}
+	if data.CSV != "" && len(d.errs) == 0 {
+		d.checkCSVWidth(data)
 	}
 	if data.Features == nil && data.Label == nil && data.IDs == nil {
 		d.errorf(n, "data declares no variables: add features: {name: x, columns: [a, b]} and/or label: {name: y, column: c}")
@@ -167,6 +177,47 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		d.declare(g, v)
 	}
 	return data
+}
+
+// checkCSVWidth compares the column ranges with the width of the CSV's
+// first non-empty row, so that a bad range is reported at its YAML node.
+// The data loader checks every row when it reads the file.
+func (d *decoder) checkCSVWidth(data *Data) {
+	f, err := os.Open(data.CSV)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<16), 1<<26)
+	row := 0
+	for sc.Scan() {
+		row++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		width := strings.Count(line, ",") + 1
+		for _, c := range []struct {
+			col  *Column
+			what string
+		}{{data.Features, "data.features.columns"}, {data.Label, "data.label.column"}, {data.IDs, "data.ids.columns"}} {
+			if c.col == nil || c.col.Hi <= width {
+				continue
+			}
+			d.errs = append(d.errs, Errorf(c.col.rangePos, "%s reads column %d, but %s has %d columns (0 to %d) in row %d; columns count from 0 and ranges are [first, end)", c.what, c.col.Hi-1, data.CSV, width, width-1, row))
+		}
+		return
+	}
+}
+
+// intList formats integers as YAML writes them: [3, -1].
+func intList(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 func errText(err error) string {
@@ -199,6 +250,8 @@ func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
 	})
 	if s.Rows == 0 || s.Features == 0 || s.Classes == 0 {
 		d.errorf(n, "data.synthetic needs rows, features and classes (all positive)")
+	} else if s.Rows > 0 && s.Features > 0 && (s.Features > MaxElements || s.Rows > MaxElements/s.Features) {
+		d.errorf(n, "data.synthetic rows x features is more than %d elements; make it smaller", MaxElements)
 	}
 	return s
 }
@@ -214,6 +267,7 @@ func (d *decoder) column(n *yaml.Node, what string, isRange bool) *Column {
 		case "name":
 			c.Name, _ = d.str(v, what+".name")
 		case "column":
+			c.rangePos = d.pos(v)
 			if x, ok := d.integer(v, what+".column"); ok {
 				if x < 0 {
 					d.errorf(v, "%s.column must be >= 0, got %d", what, x)
@@ -221,9 +275,10 @@ func (d *decoder) column(n *yaml.Node, what string, isRange bool) *Column {
 				c.Lo, c.Hi = x, x+1
 			}
 		case "columns":
+			c.rangePos = d.pos(v)
 			if r, ok := d.ints(v, what+".columns"); ok {
 				if len(r) != 2 || r[0] < 0 || r[1] <= r[0] {
-					d.errorf(v, "%s.columns must be a half-open range [first, end) with 0 <= first < end, got %v", what, r)
+					d.errorf(v, "%s.columns must be a half-open range [first, end) with 0 <= first < end, e.g. [0, 64], got %s", what, intList(r))
 				} else {
 					c.Lo, c.Hi = r[0], r[1]
 				}
@@ -250,7 +305,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 				if s, ok := d.ints(vv, what+".shape"); ok {
 					for _, x := range s {
 						if x <= 0 {
-							d.errorf(vv, "%s.shape %v must have positive dimensions", what, s)
+							d.errorf(vv, "%s.shape %v must have positive dimensions (only data variables have the -1 batch dimension)", what, intList(s))
 							break
 						}
 					}
@@ -287,7 +342,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 
 func (d *decoder) declare(g *Graph, v *Var) {
 	if old, dup := g.Vars[v.Name]; dup {
-		d.errs = append(d.errs, Errorf(v.Pos, "%q is declared twice (first at %s)", v.Name, old.Pos))
+		d.errs = append(d.errs, Errorf(v.Pos, "%q is declared twice (first as %s at %s); data, params and state share one namespace, so rename one", v.Name, old.Kind, old.Pos))
 		return
 	}
 	g.AddVar(v)
@@ -489,7 +544,7 @@ func (d *decoder) ops(n *yaml.Node, what string, template bool) []*Op {
 				if s, ok := d.str(v, ow+".section"); ok {
 					sec, ok := ParseSection(s)
 					if !ok {
-						d.errorf(v, "section %q is not forward, backward or optimize", s)
+						d.errorf(v, "section %q is not forward, backward or optimize%s", s, suggest(s, sectionNames[:]))
 					}
 					op.Section = sec
 				}
@@ -520,7 +575,7 @@ func (d *decoder) ops(n *yaml.Node, what string, template bool) []*Op {
 			op.Attrs = d.attrs(attrNode, raw, def.Attrs, "op "+op.Type, nil)
 		}
 		if len(op.Outputs) == 0 && len(def.Outputs) > 0 {
-			d.errorf(it, "op %s (%s) needs outputs: %v", ow, op.Type, def.Outputs)
+			d.errorf(it, "op %s (%s) needs outputs: one name for each of %v", ow, op.Type, def.Outputs)
 			continue
 		}
 		out = append(out, op)
@@ -542,13 +597,21 @@ var trainKeys = []string{"loss", "metrics", "batch", "steps", "optimizer"}
 
 func (d *decoder) train(n *yaml.Node) *Train {
 	t := &Train{Pos: d.pos(n)}
+	hasBatch := false
 	d.fields(n, "train", trainKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "loss":
 			t.Loss, _ = d.str(v, "train.loss")
+			t.LossPos = d.pos(v)
 		case "metrics":
 			t.Metrics, _ = d.strings(v, "train.metrics")
+			if v.Kind == yaml.SequenceNode && len(t.Metrics) == len(v.Content) {
+				for _, m := range v.Content {
+					t.MetricPos = append(t.MetricPos, d.pos(m))
+				}
+			}
 		case "batch":
+			hasBatch = true
 			if x, ok := d.integer(v, "train.batch"); ok {
 				if x <= 0 {
 					d.errorf(v, "train.batch must be positive, got %d", x)
@@ -566,7 +629,7 @@ func (d *decoder) train(n *yaml.Node) *Train {
 			t.Optimizer = d.optimizer(v)
 		}
 	})
-	if t.Batch == 0 {
+	if !hasBatch && n.Kind == yaml.MappingNode {
 		d.errorf(n, "train needs batch (the per-trainer batch size)")
 	}
 	return t

@@ -84,12 +84,12 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 				return nil, at("the model reads column %d but rows have %d columns (0 to %d): check the column ranges in data (%s)", need-1, width, width-1, spec.Pos)
 			}
 		} else if len(fields) != width {
-			return nil, at("row has %d columns, earlier rows have %d (ragged CSV)", len(fields), width)
+			return nil, at("row has %d columns, earlier rows have %d (ragged CSV; data at %s)", len(fields), width, spec.Pos)
 		}
 		num := func(col int) (float64, error) {
 			v, err := strconv.ParseFloat(strings.TrimSpace(fields[col]), 64)
 			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-				return 0, at("column %d: %q is not a number (the file must have no header and numeric fields)", col, fields[col])
+				return 0, at("column %d: %q is not a number (the file must have no header and numeric fields; data at %s)", col, fields[col], spec.Pos)
 			}
 			return v, nil
 		}
@@ -112,7 +112,7 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 					return nil, err
 				}
 				if v != math.Trunc(v) || v < 0 || v > math.MaxInt32 {
-					return nil, at("column %d: %q must be a non-negative integer (%s %q)", col, fields[col], map[bool]string{true: "label", false: "ids"}[c == spec.Label], c.Name)
+					return nil, at("column %d: %q must be a non-negative integer, because it is read as %s %q (%s); fix the row or choose another column", col, fields[col], map[bool]string{true: "label", false: "ids"}[c == spec.Label], c.Name, c.Pos)
 				}
 				if c == spec.Label {
 					s.Labels = append(s.Labels, int32(v))
