@@ -43,7 +43,7 @@ type Program struct {
 	// OnError, when set, is called once as soon as an op fails, before Run
 	// waits for the ops still running: the distributed runtime cancels the
 	// step's context there, so recvs blocked on other nodes return.
-	OnError func()
+	OnError func(error)
 }
 
 type node struct {
@@ -309,7 +309,7 @@ func (s *scheduler) work() {
 			if s.err == nil {
 				s.err = opError(n.op, err)
 				if s.p.OnError != nil {
-					s.p.OnError()
+					s.p.OnError(err)
 				}
 			}
 			s.cond.Broadcast()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -38,61 +39,95 @@ type ServeSummary struct {
 // error) or on the first failure.
 func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummary, error) {
 	c := opt.Comm
-	prog, err := Compile(g, CompileOptions{Workers: opt.Workers})
-	if err != nil {
-		return nil, err
-	}
-	defer prog.Close()
-	if err := initPersistent(prog, opt.InitFrom, true); err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	prog.OnError = cancel
-	for _, op := range g.Ops {
-		if op.Type == "send" && op.Attrs.String("initial") != "" {
-			t, ok := prog.Scope[op.Attrs.String("initial")]
-			if !ok {
-				return nil, dsl.Errorf(op.Pos, "send: initial %q is not a variable of this node", op.Attrs.String("initial"))
-			}
-			if err := c.publish(ctx, 0, op.Attrs, t); err != nil {
-				return nil, err
+	parts := Components(g)
+	progs := make([]*Program, 0, len(parts))
+	defer func() {
+		for _, p := range progs {
+			p.Close()
+		}
+	}()
+	for _, part := range parts {
+		prog, err := Compile(part, CompileOptions{Workers: opt.Workers})
+		if err != nil {
+			return nil, err
+		}
+		progs = append(progs, prog)
+		if err := initPersistent(prog, opt.InitFrom, true); err != nil {
+			return nil, err
+		}
+		prog.OnError = func(err error) {
+			if !finished(err) {
+				cancel()
 			}
 		}
 	}
-	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers}
-	logEvery := int64(max(opt.LogEvery, 1))
-	start := time.Now()
-	var k int64
-	for ; ; k++ {
-		if err := c.Flush(ctx); err != nil {
-			return nil, err
-		}
-		rt.StepNum = k
-		err := prog.Run(rt)
-		if err == nil {
-			if opt.LogEvery > 0 && (k+1)%logEvery == 0 {
-				opt.Log.Info().Int64("step", k+1).Msg("serve")
+	for _, prog := range progs {
+		for _, op := range prog.Graph.Ops {
+			if op.Type == "send" && op.Attrs.String("initial") != "" {
+				t, ok := prog.Scope[op.Attrs.String("initial")]
+				if !ok {
+					return nil, dsl.Errorf(op.Pos, "send: initial %q is not a variable of this node", op.Attrs.String("initial"))
+				}
+				if err := c.publish(ctx, 0, op.Attrs, t); err != nil {
+					return nil, err
+				}
 			}
-			continue
 		}
-		if !finished(err) {
+	}
+	start := time.Now()
+	steps := make([]int64, len(progs))
+	errs := make([]error, len(progs))
+	var wg sync.WaitGroup
+	for i, prog := range progs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			steps[i], errs[i] = serveLoop(ctx, prog, c, opt)
+			if errs[i] != nil && !finished(errs[i]) {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	var last int64
+	for i, err := range errs {
+		if err != nil && !finished(err) {
 			if parent.Err() != nil {
 				return nil, parent.Err()
 			}
 			return nil, err
 		}
-		if err := awaitTrainers(parent, g, c, k); err != nil {
-			return nil, err
-		}
-		break
+		last = max(last, steps[i])
+	}
+	if err := awaitTrainers(parent, g, c, last); err != nil {
+		return nil, err
 	}
 	if err := c.Flush(parent); err != nil {
 		return nil, err
 	}
-	sum := &ServeSummary{Role: string(c.EP.Self()), Steps: k, Seconds: time.Since(start).Seconds()}
-	opt.Log.Info().Int64("steps", k).Msg("every trainer is done")
-	return sum, nil
+	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
+	return &ServeSummary{Role: string(c.EP.Self()), Steps: last, Seconds: time.Since(start).Seconds()}, nil
+}
+
+// serveLoop runs one part of a pserver's graph step after step until the
+// trainers are done (a finished error) or something fails.
+func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions) (int64, error) {
+	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers}
+	logEvery := int64(max(opt.LogEvery, 1))
+	for k := int64(0); ; k++ {
+		if err := c.Flush(ctx); err != nil {
+			return k, err
+		}
+		rt.StepNum = k
+		if err := prog.Run(rt); err != nil {
+			return k, err
+		}
+		if opt.LogEvery > 0 && (k+1)%logEvery == 0 {
+			opt.Log.Info().Int64("step", k+1).Msg("serve")
+		}
+	}
 }
 
 // awaitTrainers checks, once one trainer finished at step k, that every

@@ -106,7 +106,7 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	prog.OnError = cancel
+	prog.OnError = func(error) { cancel() }
 	feed := newFeeder(g, prog.Scope)
 	stream := data.NewStream(set)
 
@@ -173,7 +173,7 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 			return nil, err
 		}
 		defer fin.Close()
-		fin.OnError = cancel
+		fin.OnError = prog.OnError
 		rt.StepNum = int64(steps)
 		if err := fin.Run(rt); err != nil {
 			return nil, fmt.Errorf("receiving the final parameters: %w", err)
