@@ -42,8 +42,12 @@ func init() {
 			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
-			s := b.Emit("sum_to", []string{g.OutGrads[0], g.Inputs[0]}, nil)
-			return []string{s, ""}
+			dx := g.OutGrads[0]
+			if g.Attrs.Has("axis") {
+				// dy lacks the axis: sum it out first
+				dx = b.Emit("sum", []string{dx}, axisOf(g.Attrs))
+			}
+			return []string{sumTo(b, dx, g.Inputs[0]), ""}
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			dy, y := k.In[0], k.Out[0]
