@@ -291,8 +291,15 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 				t.Fatalf("batch %d: reshape changed element %d: %v vs %v", batch, i, r.F[i], h.F[i])
 			}
 		}
-		if gs := p.Scope["h@GRAD"]; gs == nil || gs.Shape[0] != batch {
-			t.Errorf("batch %d: h@GRAD is %v", batch, gs)
+		// loss = mean(tanh(r)): dloss/dh = (1 - a²) / numel at this batch
+		gh, a := p.Scope["h@GRAD"], p.Scope["a"]
+		if gh == nil || gh.Shape[0] != batch {
+			t.Fatalf("batch %d: h@GRAD is %v", batch, gh)
+		}
+		for i, v := range a.F {
+			if want := (1 - float64(v)*float64(v)) / float64(batch*6); !near(float64(gh.F[i]), want, 1e-5) {
+				t.Fatalf("batch %d: h@GRAD[%d] = %v, want %v", batch, i, gh.F[i], want)
+			}
 		}
 		p.Close()
 	}
