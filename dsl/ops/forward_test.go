@@ -322,7 +322,7 @@ func TestNewOpShapeErrors(t *testing.T) {
 	for _, c := range []struct{ vars, op, want string }{
 		{"a: {shape: [2, 3]}\n  b: {shape: [3, 2]}", "{type: mse, inputs: [a, b], outputs: [y]}", "pred [2, 3] and target [3, 2] must have the same shape"},
 		{"a: {shape: [2, 3]}\n  b: {shape: [2]}", "{type: sigmoid_cross_entropy, inputs: [a, b], outputs: [y]}", "logits [2, 3] and labels [2] must have the same shape"},
-		{"a: {shape: [2, 3]}", "{type: transpose, inputs: [a], outputs: [y], attrs: {perm: [0, 0]}}", "perm [0 0] is not a permutation of the 2 axes"},
+		{"a: {shape: [2, 3]}", "{type: transpose, inputs: [a], outputs: [y], attrs: {perm: [0, 0]}}", "perm [0, 0] is not a permutation of the 2 axes"},
 		{"a: {shape: [2, 3]}", "{type: transpose, inputs: [a], outputs: [y], attrs: {perm: [1, 0, 2]}}", "for input [2, 3]"},
 		{"a: {shape: [2, 3]}", "{type: reshape, inputs: [a], outputs: [y], attrs: {shape: [4]}}", "cannot reshape [2, 3] (6 elements) to [4] (4 elements)"},
 		{"a: {shape: [2, 3]}", "{type: reshape, inputs: [a], outputs: [y], attrs: {shape: [0, 6]}}", "dimensions must be positive"},

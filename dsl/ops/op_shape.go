@@ -1,6 +1,9 @@
 package ops
 
 import (
+	"strconv"
+	"strings"
+
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -98,9 +101,18 @@ func permOf(a Attrs, rank int) ([]int, error) {
 		seen[v] = true
 	}
 	if !ok {
-		return nil, Errorf("perm %v is not a permutation of the %d axes [0, %d)", p, rank, rank)
+		return nil, Errorf("perm %s is not a permutation of the %d axes [0, %d)", intList(p), rank, rank)
 	}
 	return p, nil
+}
+
+// intList formats ints like shapes are formatted: [1, 0, 2].
+func intList(v []int) string {
+	parts := make([]string, len(v))
+	for i, d := range v {
+		parts[i] = strconv.Itoa(d)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 func copyKernel(x, y *tensor.Tensor) Kernel {
