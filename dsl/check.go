@@ -170,11 +170,9 @@ func inferOp(op *Op, types map[string]ops.Type, batch int) error {
 	return nil
 }
 
-// withBatch replaces -1 in a shape attribute of communication ops by the batch size.
+// withBatch replaces -1 in the shape attribute of any op by the batch size,
+// as the executor does when it builds kernels (exec attrsAtBatch).
 func withBatch(a ops.Attrs, batch int) ops.Attrs {
-	if _, comm := a["var"]; !comm {
-		return a
-	}
 	s := a.Ints("shape")
 	neg := false
 	for _, d := range s {

@@ -22,15 +22,53 @@ func init() {
 		Inputs: []string{"x"}, Outputs: []string{"y"}, Attrs: []AttrSpec{axisAttr},
 		Infer: inferReduce,
 		Grad: func(b GradBuilder, g GradArgs) []string {
-			x := b.Type(g.Inputs[0]).Shape
-			n := x.Numel()
-			if g.Attrs.Has("axis") {
-				n = x[normAxis(g.Attrs.Int("axis"), len(x))]
-			}
-			bc := b.Emit("broadcast_like", []string{g.OutGrads[0], g.Inputs[0]}, axisOf(g.Attrs))
-			return []string{b.Emit("scale", []string{bc}, Attrs{"factor": 1 / float64(n)})}
+			return []string{b.Emit("mean_grad", []string{g.OutGrads[0], g.Inputs[0]}, axisOf(g.Attrs))}
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) { return reduceKernel(k, true) },
+	}, &Def{
+		// The count is taken from the tensors when the kernel is built, not
+		// fixed in an attribute, so a backward pass generated at train.batch
+		// is right at any batch.
+		Name: "mean_grad", Doc: "dx = dy broadcast to the shape of x (with axis: dy lacks that axis), divided by the number of elements averaged", Internal: true,
+		Inputs: []string{"dy", "x"}, Outputs: []string{"dx"}, Attrs: []AttrSpec{axisAttr},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			r, err := inferReduce(in[1:], a)
+			if err != nil {
+				return nil, err
+			}
+			if !in[0].Shape.Equal(r[0].Shape) {
+				return nil, Errorf("dy %v must have the shape of the mean of %v, %v", in[0].Shape, in[1].Shape, r[0].Shape)
+			}
+			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
+		},
+		Grad: func(b GradBuilder, g GradArgs) []string {
+			return []string{b.Emit("mean", []string{g.OutGrads[0]}, axisOf(g.Attrs)), ""}
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			dy, dx := k.In[0], k.Out[0]
+			n := dx.Numel()
+			if k.Attrs.Has("axis") {
+				n = dx.Shape[normAxis(k.Attrs.Int("axis"), len(dx.Shape))]
+			}
+			inv := 1 / float32(max(n, 1))
+			v := virtualShape(dy.Shape, dx.Shape, k.Attrs)
+			it := newIndexer(v, v, dx.Shape)
+			return func(Runtime) error {
+				if len(dy.F) == 1 {
+					s := dy.F[0] * inv
+					for i := range dx.F {
+						dx.F[i] = s
+					}
+					return nil
+				}
+				it.reset()
+				for i := range dx.F {
+					dx.F[i] = dy.F[it.ia] * inv
+					it.next()
+				}
+				return nil
+			}, nil
+		},
 	}, &Def{
 		Name: "broadcast_like", Doc: "y = dy broadcast to the shape of x (with axis: dy lacks that axis)", Internal: true,
 		Inputs: []string{"dy", "x"}, Outputs: []string{"y"}, Attrs: []AttrSpec{axisAttr},
@@ -42,8 +80,12 @@ func init() {
 			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
-			s := b.Emit("sum_to", []string{g.OutGrads[0], g.Inputs[0]}, nil)
-			return []string{s, ""}
+			dx := g.OutGrads[0]
+			if g.Attrs.Has("axis") {
+				// dy lacks the axis: sum it out first
+				dx = b.Emit("sum", []string{dx}, axisOf(g.Attrs))
+			}
+			return []string{sumTo(b, dx, g.Inputs[0]), ""}
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			dy, y := k.In[0], k.Out[0]

@@ -1,0 +1,88 @@
+package ops
+
+import (
+	"fmt"
+
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// lookup_table gathers embedding rows by integer id; its gradient scatters
+// the output gradient back into a dense table-shaped gradient.
+
+func init() {
+	register(&Def{
+		Name: "lookup_table", Doc: "y[..., :] = table[ids[...], :] for table [V, D] and int32 ids of any shape; y is ids' shape + [D]",
+		Inputs: []string{"table", "ids"}, Outputs: []string{"y"},
+		Infer: func(in []Type, _ Attrs) ([]Type, error) {
+			if err := checkTableIDs(in[0], in[1]); err != nil {
+				return nil, err
+			}
+			out := append(in[1].Shape.Clone(), in[0].Shape[1])
+			return []Type{{tensor.F32, out}}, nil
+		},
+		Grad: func(b GradBuilder, g GradArgs) []string {
+			return []string{b.Emit("lookup_table_grad", []string{g.OutGrads[0], g.Inputs[1], g.Inputs[0]}, nil), ""}
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			table, ids, y := k.In[0], k.In[1], k.Out[0]
+			v, d := table.Shape[0], table.Shape[1]
+			return func(Runtime) error {
+				for i, id := range ids.I {
+					if id < 0 || int(id) >= v {
+						return idRange(i, id, v, ids.Shape)
+					}
+					copy(y.F[i*d:(i+1)*d], table.F[int(id)*d:(int(id)+1)*d])
+				}
+				return nil
+			}, nil
+		},
+	}, &Def{
+		Name: "lookup_table_grad", Doc: "dtable = zeros like table, with dy[..., :] added into row ids[...] (a dense scatter-add)", Internal: true,
+		Inputs: []string{"dy", "ids", "table"}, Outputs: []string{"dtable"},
+		Infer: func(in []Type, _ Attrs) ([]Type, error) {
+			dy, ids, table := in[0], in[1], in[2]
+			if err := checkTableIDs(table, ids); err != nil {
+				return nil, err
+			}
+			want := append(ids.Shape.Clone(), table.Shape[1])
+			if dy.DType != tensor.F32 || !dy.Shape.Equal(want) {
+				return nil, Errorf("dy must be float32 %v (ids %v + [D] of table %v), got %v", want, ids.Shape, table.Shape, dy)
+			}
+			return []Type{{tensor.F32, table.Shape.Clone()}}, nil
+		},
+		Grad: func(b GradBuilder, g GradArgs) []string {
+			return []string{b.Emit("lookup_table", []string{g.OutGrads[0], g.Inputs[1]}, nil), "", ""}
+		},
+		Kernel: func(k KernelArgs) (Kernel, error) {
+			dy, ids, dt := k.In[0], k.In[1], k.Out[0]
+			v, d := dt.Shape[0], dt.Shape[1]
+			return func(Runtime) error {
+				clear(dt.F)
+				for i, id := range ids.I {
+					if id < 0 || int(id) >= v {
+						return idRange(i, id, v, ids.Shape)
+					}
+					row, src := dt.F[int(id)*d:(int(id)+1)*d], dy.F[i*d:(i+1)*d]
+					for j, x := range src {
+						row[j] += x
+					}
+				}
+				return nil
+			}, nil
+		},
+	})
+}
+
+func checkTableIDs(table, ids Type) error {
+	if table.DType != tensor.F32 || len(table.Shape) != 2 {
+		return Errorf("table must be float32 [V, D], got %v", table)
+	}
+	if ids.DType != tensor.I32 {
+		return Errorf("ids must be int32, got %v", ids)
+	}
+	return nil
+}
+
+func idRange(flat int, id int32, v int, shape tensor.Shape) error {
+	return fmt.Errorf("id %d at flat position %d of ids %v is outside [0, %d): the table has %d rows", id, flat, shape, v, v)
+}
