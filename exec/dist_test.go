@@ -82,63 +82,52 @@ func miniSplit(t *testing.T, g *dsl.Graph, n, m int, async bool) (*dsl.Graph, []
 func runInmemJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt RunOptions) []*Summary {
 	t.Helper()
 	tr, ps, params := miniSplit(t, g, n, m, async)
-	var ids []transport.NodeID
-	var trainers, pservers []transport.NodeID
-	for i := 0; i < n; i++ {
-		trainers = append(trainers, transport.Trainer(i))
-	}
-	for i := 0; i < m; i++ {
-		pservers = append(pservers, transport.PServer(i))
-	}
-	ids = append(append(ids, trainers...), pservers...)
-	hub := transport.NewHub(func(err error) { t.Errorf("rejected: %v", err) }, ids...)
-	accept := func(id transport.NodeID, g *dsl.Graph, batch int) {
-		specs, err := Transfers(g, batch)
+	return runJobInmem(t, &Job{Trainer: tr, PServers: ps, Trainers: n, Async: async, Params: params}, opt)
+}
+
+func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
+	t.Helper()
+	trainers, pservers := j.TrainerIDs(), j.PServerIDs()
+	hub := transport.NewHub(func(err error) { t.Errorf("rejected: %v", err) }, append(trainers, pservers...)...)
+	for _, id := range append(trainers, pservers...) {
+		specs, err := j.Specs(id, opt.Batch)
 		if err != nil {
 			t.Fatal(err)
 		}
 		hub.Endpoint(id).Accept(specs...)
 	}
-	for i, id := range pservers {
-		accept(id, ps[i], 1)
-	}
-	for _, id := range trainers {
-		accept(id, tr, opt.Batch)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, n+m)
-	sums := make([]*Summary, n)
-	for i := 0; i < m; i++ {
+	errs := make(chan error, len(trainers)+len(pservers))
+	sums := make([]*Summary, len(trainers))
+	for i, id := range pservers {
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			c := NewNetComm(hub.Endpoint(pservers[i]), n, async, trainers)
-			if _, err := Serve(ctx, ps[i], ServeOptions{Comm: c, InitFrom: opt.InitFrom, Log: zerolog.Nop()}); err != nil {
-				errs <- fmt.Errorf("pserver-%d: %w", i, err)
+			if _, err := j.RunPServer(ctx, i, hub.Endpoint(id), ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop()}); err != nil {
+				errs <- fmt.Errorf("%s: %w", id, err)
 				cancel()
 			}
-		}(i)
+		}()
 	}
-	for i := 0; i < n; i++ {
+	for i, id := range trainers {
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
 			o := opt
-			o.Role, o.TrainerIndex, o.TrainerCount, o.Params, o.InitFrom = "trainer", i, n, params, ""
-			o.Comm = NewNetComm(hub.Endpoint(trainers[i]), n, async, pservers)
+			o.InitFrom = ""
 			if i != 0 {
 				o.Save = ""
 			}
-			s, err := Train(ctx, tr, o)
+			s, err := j.RunTrainer(ctx, i, hub.Endpoint(id), o)
 			if err != nil {
-				errs <- fmt.Errorf("trainer-%d: %w", i, err)
+				errs <- fmt.Errorf("%s: %w", id, err)
 				cancel()
 				return
 			}
 			sums[i] = s
-		}(i)
+		}()
 	}
 	wg.Wait()
 	close(errs)

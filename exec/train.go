@@ -167,8 +167,7 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	}
 	if opt.Comm != nil {
 		// The pservers serve step `steps` parameters after the last update.
-		names = opt.Params
-		fin, err := Compile(g, CompileOptions{Batch: batch, Targets: names})
+		fin, err := Compile(g, CompileOptions{Batch: batch, Targets: opt.Params})
 		if err != nil {
 			return nil, err
 		}
@@ -181,10 +180,10 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 		if err := opt.Comm.Finish(ctx); err != nil {
 			return nil, err
 		}
-		params = Scope{}
-		for _, name := range names {
+		for _, name := range opt.Params {
 			params[name] = fin.Scope[name]
 		}
+		names = append(names, opt.Params...)
 	}
 	if opt.Save != "" {
 		if err := SaveTensors(opt.Save, g.Name, names, params); err != nil {

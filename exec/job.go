@@ -1,0 +1,67 @@
+package exec
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// A Job is what the runtime needs to know about a placed job: the
+// subgraph of each role, the trainer and pserver counts, the mode, and the
+// model's parameters (which a trainer receives at the end). partition.Plan
+// provides it; tests build it by hand.
+type Job struct {
+	Trainer  *dsl.Graph
+	PServers []*dsl.Graph
+	Trainers int
+	Async    bool
+	// Params are the parameters trainers receive from pservers, in model order.
+	Params []string
+}
+
+// TrainerIDs and PServerIDs name the job's nodes.
+func (j *Job) TrainerIDs() []transport.NodeID {
+	out := make([]transport.NodeID, j.Trainers)
+	for i := range out {
+		out[i] = transport.Trainer(i)
+	}
+	return out
+}
+
+func (j *Job) PServerIDs() []transport.NodeID {
+	out := make([]transport.NodeID, len(j.PServers))
+	for i := range out {
+		out[i] = transport.PServer(i)
+	}
+	return out
+}
+
+// Specs lists what node id receives, for its endpoint to accept before it
+// connects.
+func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
+	role, i, ok := id.Role()
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%q is not a node of the job", id)
+	case role == "pserver" && i < len(j.PServers):
+		return Transfers(j.PServers[i], 1)
+	case role == "trainer" && i < j.Trainers:
+		return Transfers(j.Trainer, batch)
+	}
+	return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
+}
+
+// RunPServer serves pserver i's subgraph over ep until every trainer is done.
+func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt ServeOptions) (*ServeSummary, error) {
+	opt.Comm = NewNetComm(ep, j.Trainers, j.Async, j.TrainerIDs())
+	return Serve(ctx, j.PServers[i], opt)
+}
+
+// RunTrainer trains as trainer i over ep.
+func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt RunOptions) (*Summary, error) {
+	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = "trainer", i, j.Trainers, j.Params
+	opt.Comm = NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
+	return Train(ctx, j.Trainer, opt)
+}
