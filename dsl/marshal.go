@@ -98,7 +98,7 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	b.WriteString("data:\n")
 	switch {
 	case d.CSV != "":
-		fmt.Fprintf(b, "  csv: %s\n", yamlString(relativeTo(filepath.Dir(g.File), d.CSV)))
+		fmt.Fprintf(b, "  csv: %s\n", yamlString(RelPath(filepath.Dir(g.File), d.CSV)))
 	case d.Synthetic != nil:
 		s := d.Synthetic
 		fmt.Fprintf(b, "  synthetic: {rows: %d, features: %d, classes: %d, seed: %d}\n", s.Rows, s.Features, s.Classes, s.Seed)
@@ -126,19 +126,16 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	return nil
 }
 
-// relativeTo expresses path relative to dir when both are of the same kind
-// (both relative to the working directory, or both absolute).
-func relativeTo(dir, path string) string {
-	if filepath.IsAbs(dir) != filepath.IsAbs(path) {
-		if a, err := filepath.Abs(path); err == nil {
-			path = a
-		}
-		if a, err := filepath.Abs(dir); err == nil {
-			dir = a
+// RelPath expresses path relative to dir when both are relative (to the
+// working directory); otherwise it returns path made absolute.
+func RelPath(dir, path string) string {
+	if !filepath.IsAbs(dir) && !filepath.IsAbs(path) {
+		if r, err := filepath.Rel(dir, path); err == nil {
+			return filepath.ToSlash(r)
 		}
 	}
-	if r, err := filepath.Rel(dir, path); err == nil {
-		return filepath.ToSlash(r)
+	if a, err := filepath.Abs(path); err == nil {
+		return a
 	}
 	return path
 }
