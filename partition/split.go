@@ -320,7 +320,9 @@ func (s *splitter) applyPlaces() error {
 			if gr.pin != "" && gr.pin != place {
 				return dsl.Errorf(pos, "%s has place: %s, but %s at %s places parameter %s on %s; a parameter, its state and its optimizer live on one node", what, place, gr.pinBy, gr.pinPos, n, gr.pin)
 			}
-			gr.pin, gr.pinPos, gr.pinBy = place, pos, what
+			if gr.pin == "" {
+				gr.pin, gr.pinPos, gr.pinBy = place, pos, what
+			}
 			return nil
 		}
 		if err := merge(gr.param.Place, gr.param.Pos, "param "+n); err != nil {
