@@ -197,7 +197,8 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 	return out, nil
 }
 
-// Write creates dir and writes the plan's files into it.
+// Write creates dir and writes the plan's files into it, removing
+// pserver files of an earlier plan with more pservers.
 func (p *Plan) Write(dir string) error {
 	files, err := p.Files(dir)
 	if err != nil {
@@ -205,6 +206,14 @@ func (p *Plan) Write(dir string) error {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	stale, _ := filepath.Glob(filepath.Join(dir, "pserver-*.yaml"))
+	for _, f := range stale {
+		if _, keep := files[filepath.Base(f)]; !keep {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
+		}
 	}
 	names := make([]string, 0, len(files))
 	for n := range files {

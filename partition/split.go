@@ -254,6 +254,7 @@ func (gr *group) assignValue() string {
 // the parameter going down and its gradient going up: those are the only
 // transfers the runtime serves.
 func (s *splitter) checkEdges() error {
+	prod := s.g.Producers()
 	for _, n := range s.names {
 		gr := s.groups[n]
 		grad := dsl.GradName(n)
@@ -265,7 +266,7 @@ func (s *splitter) checkEdges() error {
 				return dsl.Errorf(op.Pos, "op %s in the optimizer of %s reads %q, which is not %s, its gradient, its state or a value its optimizer computes; pserver-side ops cannot read trainer values, so compute %q inside the optimizer", op.Type, n, in, n, in)
 			}
 		}
-		if _, ok := s.g.Producers()[grad]; !ok {
+		if _, ok := prod[grad]; !ok {
 			return dsl.Errorf(gr.param.Pos, "the optimizer of %s reads %s, which no op computes", n, grad)
 		}
 	}

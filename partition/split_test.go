@@ -77,10 +77,6 @@ func TestGolden(t *testing.T) {
 				}
 			}
 			if *update {
-				old, _ := filepath.Glob(filepath.Join(dir, "pserver-*.yaml"))
-				for _, f := range old {
-					os.Remove(f)
-				}
 				if err := p.Write(dir); err != nil {
 					t.Fatal(err)
 				}
