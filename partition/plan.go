@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // PlanVersion is the plan.yaml format version.
@@ -277,7 +278,7 @@ func (p *Plan) Summary() string {
 	in := p.Info
 	fmt.Fprintf(&b, "split %s: %d trainers (%s), %d pservers, min block size %d elements\n", in.Model, in.Trainers, in.Mode, in.PServers, in.MinBlockSize)
 	for _, pi := range in.Params {
-		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, fmt.Sprint(pi.Shape), byteSize(pi.Bytes))
+		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, tensor.Shape(pi.Shape).String(), byteSize(pi.Bytes))
 		switch {
 		case pi.Node == trainerNode:
 			fmt.Fprintf(&b, "-> trainer (%s)\n", pi.Whole)

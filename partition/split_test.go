@@ -588,7 +588,7 @@ func TestSummary(t *testing.T) {
 	s := p.Summary()
 	for _, want := range []string{
 		"split big-cut: 2 trainers (sync), 3 pservers",
-		"W1           [64 4096]       1.0 MiB  cut into 3 blocks: W1.b0 rows [0, 22) -> pserver:",
+		"W1           [64, 4096]      1.0 MiB  cut into 3 blocks: W1.b0 rows [0, 22) -> pserver:",
 		"send/recv pairs: 12 ",
 	} {
 		if !strings.Contains(s, want) {
