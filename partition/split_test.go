@@ -603,3 +603,87 @@ func TestSummary(t *testing.T) {
 		t.Errorf("transfers not sorted: %v", names)
 	}
 }
+
+// TestStitchingBack joins the subgraphs of every golden case again (send
+// and recv pairs become edges, accumulate over the trainers becomes the
+// gradient itself, slice_rows/concat pairs cancel, block names map back to
+// the parameter) and checks the result has exactly the ops of the source
+// graph.
+func TestStitchingBack(t *testing.T) {
+	for _, c := range goldenCases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join("testdata", "split", c.name)
+			src, _ := loadModel(t, filepath.Join(dir, "model.yaml"))
+			p, _ := splitCase(t, dir, c.opt)
+			want := map[string]int{}
+			for _, op := range src.Ops {
+				want[opSignature(op, nil)]++
+			}
+			got := map[string]int{}
+			for _, op := range p.Trainer.Ops {
+				switch op.Type {
+				case "recv", "send", "slice_rows":
+					continue
+				case "concat":
+					if _, isParam := src.Vars[op.Outputs[0]]; isParam {
+						continue
+					}
+				}
+				got[opSignature(op, nil)]++
+			}
+			blockOf := map[string]string{}
+			for _, pi := range p.Info.Params {
+				for _, b := range pi.Blocks {
+					blockOf[b.Var] = pi.Name
+				}
+			}
+			// Every block runs the whole parameter's optimizer on its rows:
+			// count the ops of block 0 (or the whole parameter) once.
+			for _, ps := range p.PServers {
+				for _, op := range ps.Ops {
+					if op.Type == "accumulate" || op.Type == "send" {
+						continue
+					}
+					param := blockOf[op.Param]
+					if op.Param != param && !strings.HasSuffix(op.Param, ".b0") {
+						continue
+					}
+					got[opSignature(op, func(x string) string { return rename(op.Param, param, x) })]++
+				}
+			}
+			for sig, n := range want {
+				if got[sig] != n {
+					t.Errorf("source op %s appears %d times after stitching, want %d", sig, got[sig], n)
+				}
+			}
+			for sig, n := range got {
+				if want[sig] == 0 {
+					t.Errorf("stitched graph has op %s (x%d) that the source lacks", sig, n)
+				}
+			}
+			// Each accumulate counts the pieces of all trainers (sync) or one (async).
+			wantCount := c.opt.Trainers
+			if c.opt.Mode == Async {
+				wantCount = 1
+			}
+			for _, ps := range p.PServers {
+				for _, op := range ps.Ops {
+					if op.Type == "accumulate" && op.Attrs.Int("count") != wantCount {
+						t.Errorf("accumulate %s count %d, want %d", op.Attrs.String("var"), op.Attrs.Int("count"), wantCount)
+					}
+				}
+			}
+		})
+	}
+}
+
+func opSignature(op *dsl.Op, ren func(string) string) string {
+	if ren == nil {
+		ren = func(x string) string { return x }
+	}
+	param := op.Param
+	if param != "" {
+		param = ren(param)
+	}
+	return fmt.Sprintf("%s%v->%v %v %s %s", op.Type, mapNames(op.Inputs, ren), mapNames(op.Outputs, ren), op.Attrs, op.Section, param)
+}
