@@ -27,7 +27,7 @@ func Marshal(g *Graph) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "psgraph: %d\n", SchemaVersion)
 	if g.Name != "" {
-		fmt.Fprintf(&b, "name: %s\n", yamlString(g.Name))
+		fmt.Fprintf(&b, "name: %s\n", YAMLString(g.Name))
 	}
 	if g.Data != nil {
 		if err := writeData(&b, g); err != nil {
@@ -48,7 +48,7 @@ func Marshal(g *Graph) ([]byte, error) {
 				b.WriteString(sec.key + ":\n")
 				first = false
 			}
-			fmt.Fprintf(&b, "  %s: %s\n", yamlString(name), varFlow(v))
+			fmt.Fprintf(&b, "  %s: %s\n", YAMLString(name), varFlow(v))
 		}
 	}
 	if len(g.Ops) > 0 {
@@ -64,13 +64,13 @@ func Marshal(g *Graph) ([]byte, error) {
 	if len(g.Assigns) > 0 {
 		b.WriteString("assign:\n")
 		for _, a := range g.Assigns {
-			fmt.Fprintf(&b, "  %s: %s\n", yamlString(a.Target), yamlString(a.Value))
+			fmt.Fprintf(&b, "  %s: %s\n", YAMLString(a.Target), YAMLString(a.Value))
 		}
 	}
 	if t := g.Train; t != nil {
 		b.WriteString("train:\n")
 		if t.Loss != "" {
-			fmt.Fprintf(&b, "  loss: %s\n", yamlString(t.Loss))
+			fmt.Fprintf(&b, "  loss: %s\n", YAMLString(t.Loss))
 		}
 		if len(t.Metrics) > 0 {
 			fmt.Fprintf(&b, "  metrics: %s\n", stringList(t.Metrics))
@@ -83,9 +83,9 @@ func Marshal(g *Graph) ([]byte, error) {
 			if o.Type == "" {
 				return nil, Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
 			}
-			fmt.Fprintf(&b, "  optimizer: {type: %s", yamlString(o.Type))
+			fmt.Fprintf(&b, "  optimizer: {type: %s", YAMLString(o.Type))
 			for _, k := range sortedKeys(o.Hyper) {
-				fmt.Fprintf(&b, ", %s: %s", yamlString(k), formatFloat(o.Hyper[k]))
+				fmt.Fprintf(&b, ", %s: %s", YAMLString(k), formatFloat(o.Hyper[k]))
 			}
 			b.WriteString("}\n")
 		}
@@ -98,7 +98,7 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	b.WriteString("data:\n")
 	switch {
 	case d.CSV != "":
-		fmt.Fprintf(b, "  csv: %s\n", yamlString(RelPath(filepath.Dir(g.File), d.CSV)))
+		fmt.Fprintf(b, "  csv: %s\n", YAMLString(RelPath(filepath.Dir(g.File), d.CSV)))
 	case d.Synthetic != nil:
 		s := d.Synthetic
 		fmt.Fprintf(b, "  synthetic: {rows: %d, features: %d, classes: %d, seed: %d}\n", s.Rows, s.Features, s.Classes, s.Seed)
@@ -109,7 +109,7 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		if c == nil {
 			return
 		}
-		fmt.Fprintf(b, "  %s: {name: %s", key, yamlString(c.Name))
+		fmt.Fprintf(b, "  %s: {name: %s", key, YAMLString(c.Name))
 		switch {
 		case d.Synthetic != nil: // columns follow from the synthetic layout
 		case isRange:
@@ -122,7 +122,7 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	col("features", d.Features, true)
 	col("label", d.Label, false)
 	col("ids", d.IDs, true)
-	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", yamlString(d.Normalize), d.Shuffle, d.Seed)
+	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
 	return nil
 }
 
@@ -146,26 +146,26 @@ func varFlow(v *Var) string {
 		parts = append(parts, "dtype: "+v.DType.String())
 	}
 	if v.Init != nil {
-		in := []string{"type: " + yamlString(v.Init.Type)}
+		in := []string{"type: " + YAMLString(v.Init.Type)}
 		for _, k := range sortedKeys(v.Init.Attrs) {
-			in = append(in, yamlString(k)+": "+attrValue(v.Init.Attrs[k]))
+			in = append(in, YAMLString(k)+": "+attrValue(v.Init.Attrs[k]))
 		}
 		parts = append(parts, "init: {"+strings.Join(in, ", ")+"}")
 	}
 	if v.Place != "" {
-		parts = append(parts, "place: "+yamlString(v.Place))
+		parts = append(parts, "place: "+YAMLString(v.Place))
 	}
 	if v.Of != "" {
-		parts = append(parts, "of: "+yamlString(v.Of))
+		parts = append(parts, "of: "+YAMLString(v.Of))
 	}
 	if bl := v.Block; bl != nil {
-		parts = append(parts, fmt.Sprintf("block: {of: %s, rows: [%d, %d], shape: %s}", yamlString(bl.Of), bl.Start, bl.End, intList(bl.Shape)))
+		parts = append(parts, fmt.Sprintf("block: {of: %s, rows: [%d, %d], shape: %s}", YAMLString(bl.Of), bl.Start, bl.End, intList(bl.Shape)))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 func opFlow(op *Op) (string, error) {
-	parts := []string{"type: " + yamlString(op.Type)}
+	parts := []string{"type: " + YAMLString(op.Type)}
 	if len(op.Inputs) > 0 {
 		parts = append(parts, "inputs: "+stringList(op.Inputs))
 	}
@@ -179,7 +179,7 @@ func opFlow(op *Op) (string, error) {
 			if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
 				return "", Errorf(op.Pos, "op %s attribute %s is %v, which a model file cannot hold", op.Type, k, f)
 			}
-			as = append(as, yamlString(k)+": "+attrValue(v))
+			as = append(as, YAMLString(k)+": "+attrValue(v))
 		}
 		parts = append(parts, "attrs: {"+strings.Join(as, ", ")+"}")
 	}
@@ -187,10 +187,10 @@ func opFlow(op *Op) (string, error) {
 		parts = append(parts, "section: "+op.Section.String())
 	}
 	if op.Param != "" {
-		parts = append(parts, "param: "+yamlString(op.Param))
+		parts = append(parts, "param: "+YAMLString(op.Param))
 	}
 	if op.Place != "" {
-		parts = append(parts, "place: "+yamlString(op.Place))
+		parts = append(parts, "place: "+YAMLString(op.Place))
 	}
 	return "{" + strings.Join(parts, ", ") + "}", nil
 }
@@ -204,11 +204,11 @@ func attrValue(v any) string {
 	case bool:
 		return strconv.FormatBool(x)
 	case string:
-		return yamlString(x)
+		return YAMLString(x)
 	case []int:
 		return intList(x)
 	}
-	return yamlString(fmt.Sprint(v))
+	return YAMLString(fmt.Sprint(v))
 }
 
 // formatFloat writes the shortest decimal that parses back to f, always
@@ -234,7 +234,7 @@ func intList(s []int) string {
 func stringList(s []string) string {
 	parts := make([]string, len(s))
 	for i, x := range s {
-		parts[i] = yamlString(x)
+		parts[i] = YAMLString(x)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }
@@ -248,8 +248,8 @@ var yamlReserved = map[string]bool{
 	"y": true, "n": true, "nan": true, "inf": true,
 }
 
-// yamlString writes s plain when that is unambiguous, double-quoted otherwise.
-func yamlString(s string) string {
+// YAMLString writes s plain when that is unambiguous, double-quoted otherwise.
+func YAMLString(s string) string {
 	if plainSafe.MatchString(s) && !yamlReserved[strings.ToLower(s)] {
 		return s
 	}

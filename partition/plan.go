@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -170,11 +171,7 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by psgraph split from %s; read by psgraph run. Do not edit: split again.\n", info.Source)
-	enc := yaml.NewEncoder(&b)
-	enc.SetIndent(2)
-	if err := enc.Encode(info); err != nil {
-		return nil, err
-	}
+	info.write(&b)
 	out[PlanFileName] = b.Bytes()
 	write := func(name, role string, g *dsl.Graph) error {
 		c := *g
@@ -196,6 +193,66 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// write renders plan.yaml: block style for the sections, one flow-style
+// line per block, pserver and transfer (yaml.v3's encoder is slow on plans
+// of many thousand blocks, and this is easier to read).
+func (in *PlanInfo) write(b *bytes.Buffer) {
+	q := dsl.YAMLString
+	fmt.Fprintf(b, "psgraph_plan: %d\nmodel: %s\n", in.Version, q(in.Model))
+	if in.Source != "" {
+		fmt.Fprintf(b, "source: %s\n", q(in.Source))
+	}
+	if in.SourceSHA256 != "" {
+		fmt.Fprintf(b, "source_sha256: %s\n", q(in.SourceSHA256))
+	}
+	fmt.Fprintf(b, "mode: %s\ntrainers: %d\npservers: %d\nmin_block_size: %d\n", q(string(in.Mode)), in.Trainers, in.PServers, in.MinBlockSize)
+	if len(in.Endpoints) > 0 {
+		fmt.Fprintf(b, "endpoints: %s\n", flowStrings(in.Endpoints))
+	}
+	fmt.Fprintf(b, "files: {trainer: %s, pservers: %s}\n", q(in.Files.Trainer), flowStrings(in.Files.PServers))
+	b.WriteString("params:\n")
+	for _, p := range in.Params {
+		fmt.Fprintf(b, "  - name: %s\n    shape: %s\n    bytes: %d\n    node: %s\n", q(p.Name), flowInts(p.Shape), p.Bytes, q(p.Node))
+		if len(p.Blocks) > 0 {
+			b.WriteString("    blocks:\n")
+			for _, bl := range p.Blocks {
+				fmt.Fprintf(b, "      - {var: %s, rows: [%d, %d], pserver: %d, bytes: %d}\n", q(bl.Var), bl.Rows[0], bl.Rows[1], bl.PServer, bl.Bytes)
+			}
+		}
+		if p.Whole != "" {
+			fmt.Fprintf(b, "    whole: %s\n", q(p.Whole))
+		}
+	}
+	b.WriteString("load:\n")
+	for _, l := range in.Load {
+		b.WriteString("  - {pserver: " + strconv.Itoa(l.PServer))
+		if l.Endpoint != "" {
+			b.WriteString(", endpoint: " + q(l.Endpoint))
+		}
+		fmt.Fprintf(b, ", bytes: %d, blocks: %s}\n", l.Bytes, flowStrings(l.Blocks))
+	}
+	b.WriteString("transfers:\n")
+	for _, t := range in.Transfers {
+		fmt.Fprintf(b, "  - {var: %s, from: %s, to: %s, shape: %s, dtype: %s}\n", q(t.Var), q(t.From), q(t.To), flowInts(t.Shape), q(t.DType))
+	}
+}
+
+func flowStrings(s []string) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = dsl.YAMLString(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func flowInts(s []int) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = strconv.Itoa(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // Write creates dir and writes the plan's files into it, removing
