@@ -329,12 +329,19 @@ func ReadPlan(dir string) (*Plan, error) {
 	return p, nil
 }
 
+// maxSummaryParams bounds the parameter lines of Summary: plan.yaml has all.
+const maxSummaryParams = 40
+
 // Summary is a short human description of the plan.
 func (p *Plan) Summary() string {
 	var b strings.Builder
 	in := p.Info
 	fmt.Fprintf(&b, "split %s: %d trainers (%s), %d pservers, min block size %d elements\n", in.Model, in.Trainers, in.Mode, in.PServers, in.MinBlockSize)
-	for _, pi := range in.Params {
+	for i, pi := range in.Params {
+		if i == maxSummaryParams && len(in.Params) > maxSummaryParams+1 {
+			fmt.Fprintf(&b, "  ... and %d more parameters (see %s)\n", len(in.Params)-i, PlanFileName)
+			break
+		}
 		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, tensor.Shape(pi.Shape).String(), byteSize(pi.Bytes))
 		switch {
 		case pi.Node == trainerNode:

@@ -214,13 +214,30 @@ func checkBlocks(t *testing.T, p *Plan) {
 	}
 }
 
-// checkContract: the trainer holds no optimizer and every pserver sends
-// the updated value of each of its blocks.
+// checkContract: the trainer holds no optimizer, receives each parameter
+// block before the first op reading it, sends each gradient block right
+// after the gradient is computed (only slice_rows and sends in between),
+// and every pserver sends the updated value of each of its blocks.
 func checkContract(t *testing.T, p *Plan) {
 	t.Helper()
-	for _, op := range p.Trainer.Ops {
+	at := map[string]int{}
+	for i, op := range p.Trainer.Ops {
 		if op.Section == dsl.Optimize {
 			t.Errorf("trainer holds optimizer op %s %v", op.Type, op.Outputs)
+		}
+		for _, in := range op.Inputs {
+			if j, ok := at[in]; !ok && p.Trainer.Vars[in] == nil {
+				t.Errorf("trainer op %d %s reads %s before any op computes it", i, op.Type, in)
+			} else if op.Type == "send" {
+				for k := j + 1; k < i; k++ {
+					if ty := p.Trainer.Ops[k].Type; ty != "slice_rows" && ty != "send" {
+						t.Errorf("send of %s waits for op %d %s after its gradient is computed", in, k, ty)
+					}
+				}
+			}
+		}
+		for _, o := range op.Outputs {
+			at[o] = i
 		}
 	}
 	for i, ps := range p.PServers {
@@ -568,6 +585,13 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := Split(noTrain, Options{Trainers: 1, PServers: 1}); err == nil || !strings.Contains(err.Error(), "n.yaml: the model has no train section") {
 		t.Errorf("no train section: got %v", err)
+	}
+	noOpt, err := dsl.LoadBytes("o.yaml", []byte("psgraph: 1\ndata: {synthetic: {rows: 4, features: 2, classes: 2}, features: {name: x}}\nops:\n  - {type: mean, inputs: [x], outputs: [m]}\ntrain: {loss: m, batch: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Split(noOpt, Options{Trainers: 1, PServers: 1}); err == nil || !strings.Contains(err.Error(), "o.yaml:5:8: the model has no optimizer ops") {
+		t.Errorf("no optimizer: got %v", err)
 	}
 	p, err := Split(g, Options{Trainers: 1, PServers: 6})
 	if err != nil {
