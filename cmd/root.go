@@ -78,7 +78,7 @@ and pserver subgraphs of a distributed job.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newCheckCmd(), newOpsCmd())
+	root.AddCommand(newRunCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd())
 	return root
 }
 

@@ -17,6 +17,10 @@ type gradBuilder struct {
 	n     int
 	pos   Pos
 	err   error
+	// read holds every name some op reads and producer the backward op
+	// producing each name, so renameFresh needs no scan of the whole graph.
+	read     map[string]bool
+	producer map[string]*Op
 }
 
 func (b *gradBuilder) Emit(typ string, inputs []string, attrs ops.Attrs) string {
@@ -42,6 +46,10 @@ func (b *gradBuilder) emitNamed(typ string, inputs []string, attrs ops.Attrs, ou
 	}
 	op := &Op{Type: typ, Inputs: inputs, Outputs: []string{out}, Attrs: full, Section: Backward, Pos: b.pos}
 	b.g.Ops = append(b.g.Ops, op)
+	for _, in := range inputs {
+		b.read[in] = true
+	}
+	b.producer[out] = op
 	if err := inferOp(op, b.types, b.batch); err != nil && b.err == nil {
 		b.err = err
 	}
@@ -89,7 +97,12 @@ func (g *Graph) Differentiate() error {
 		return Errorf(t.Pos, "train.loss %q does not depend on any parameter: nothing to train", t.Loss)
 	}
 
-	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}}
+	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}, read: map[string]bool{}, producer: map[string]*Op{}}
+	for _, op := range g.Ops {
+		for _, in := range op.Inputs {
+			b.read[in] = true
+		}
+	}
 	contrib := map[string][]string{}
 	b.pos = t.Pos
 	b.emitNamed("fill", nil, ops.Attrs{"value": 1.0, "shape": []int{}}, GradName(t.Loss))
@@ -181,21 +194,13 @@ func (b *gradBuilder) renameFresh(from, to string) bool {
 	if _, taken := b.types[to]; taken {
 		return false
 	}
-	var producer *Op
-	for _, op := range b.g.Ops {
-		for _, in := range op.Inputs {
-			if in == from {
-				return false
-			}
-		}
-		if op.Section == Backward && len(op.Outputs) == 1 && op.Outputs[0] == from {
-			producer = op
-		}
-	}
-	if producer == nil {
+	producer := b.producer[from]
+	if b.read[from] || producer == nil || len(producer.Outputs) != 1 {
 		return false
 	}
 	producer.Outputs[0] = to
+	delete(b.producer, from)
+	b.producer[to] = producer
 	b.types[to] = b.types[from]
 	delete(b.types, from)
 	return true

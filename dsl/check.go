@@ -1,8 +1,8 @@
 package dsl
 
 import (
+	"container/heap"
 	"fmt"
-	"sort"
 
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -79,20 +79,18 @@ func (g *Graph) checkStructure() ([]int, error) {
 		}
 	}
 	order := make([]int, 0, len(g.Ops))
-	var ready []int
+	ready := &intHeap{}
 	for i := range g.Ops {
 		if indeg[i] == 0 {
-			ready = append(ready, i)
+			heap.Push(ready, i)
 		}
 	}
-	for len(ready) > 0 {
-		sort.Ints(ready)
-		i := ready[0]
-		ready = ready[1:]
+	for ready.Len() > 0 {
+		i := heap.Pop(ready).(int)
 		order = append(order, i)
 		for _, u := range users[i] {
 			if indeg[u]--; indeg[u] == 0 {
-				ready = append(ready, u)
+				heap.Push(ready, u)
 			}
 		}
 	}
@@ -105,6 +103,20 @@ func (g *Graph) checkStructure() ([]int, error) {
 		}
 	}
 	return order, nil
+}
+
+// intHeap is a min-heap of op indices: the ready op first in file order.
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 func (g *Graph) knownNames(prod map[string]int) []string {

@@ -85,8 +85,31 @@ type Var struct {
 	// Place is an optional placement override: "trainer", "pserver" or "pserver:<i>".
 	Place string
 	// Of names the parameter a state variable belongs to (optimizer state).
-	Of  string
-	Pos Pos
+	Of string
+	// Block is set when the variable holds only some rows of a larger
+	// parameter or state variable (a block cut by `psgraph split`).
+	Block *Block
+	Pos   Pos
+}
+
+// Block describes a row block: rows [Start, End) along dim 0 of the
+// variable Of, whose whole shape is Shape. A block initializes to exactly
+// those rows of the values the whole variable would get.
+type Block struct {
+	Of         string
+	Start, End int
+	Shape      tensor.Shape
+	Pos        Pos
+}
+
+// InitTarget returns what an initializer fills for v: the name that seeds
+// it, the whole shape (nil: v's own) and the first row. For a block these
+// are the whole variable's, so placement never changes the initial model.
+func (v *Var) InitTarget() (name string, full tensor.Shape, rowStart int) {
+	if b := v.Block; b != nil {
+		return b.Of, b.Shape, b.Start
+	}
+	return v.Name, nil, 0
 }
 
 // Op is one operation of the graph.

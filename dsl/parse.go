@@ -291,7 +291,7 @@ func (d *decoder) column(n *yaml.Node, what string, isRange bool) *Column {
 	return c
 }
 
-var varKeys = []string{"shape", "init", "dtype", "place", "of"}
+var varKeys = []string{"shape", "init", "dtype", "place", "of", "block"}
 
 func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 	d.fields(n, section, nil, func(name string, k, v *yaml.Node) {
@@ -325,8 +325,16 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 				vr.Place = d.place(vv, what)
 			case "of":
 				vr.Of, _ = d.str(vv, what+".of")
+			case "block":
+				vr.Block = d.block(vv, what+".block")
 			}
 		})
+		if b := vr.Block; b != nil && vr.Shape != nil {
+			want := append(tensor.Shape{b.End - b.Start}, b.Shape[1:]...)
+			if !vr.Shape.Equal(want) {
+				d.errorf(v, "%s.shape %v does not match its block: rows [%d, %d) of %s %v have shape %v", what, vr.Shape, b.Start, b.End, b.Of, b.Shape, want)
+			}
+		}
 		if !hasShape && v.Kind == yaml.MappingNode {
 			d.errorf(v, "%s needs a shape, e.g. shape: [64, 128]", what)
 		}
@@ -338,6 +346,47 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 		}
 		d.declare(g, vr)
 	})
+}
+
+// block parses `block: {of: W, rows: [start, end], shape: [full shape]}`.
+func (d *decoder) block(n *yaml.Node, what string) *Block {
+	b := &Block{Pos: d.pos(n)}
+	var rowsNode, shapeNode *yaml.Node
+	if !d.fields(n, what, []string{"of", "rows", "shape"}, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "of":
+			b.Of, _ = d.str(v, what+".of")
+		case "rows":
+			rowsNode = v
+			if r, ok := d.ints(v, what+".rows"); ok {
+				if len(r) != 2 || r[0] < 0 || r[1] <= r[0] {
+					d.errorf(v, "%s.rows must be a half-open range [start, end) with 0 <= start < end, got %v", what, r)
+				} else {
+					b.Start, b.End = r[0], r[1]
+				}
+			}
+		case "shape":
+			shapeNode = v
+			if s, ok := d.ints(v, what+".shape"); ok {
+				b.Shape = s
+			}
+		}
+	}) {
+		return nil
+	}
+	switch {
+	case b.Of == "":
+		d.errorf(n, "%s needs of: the whole variable the block is cut from", what)
+	case rowsNode == nil:
+		d.errorf(n, "%s needs rows: [start, end)", what)
+	case shapeNode == nil:
+		d.errorf(n, "%s needs shape: the whole variable's shape", what)
+	case len(b.Shape) == 0 || b.End > b.Shape[0]:
+		d.errorf(shapeNode, "%s: rows [%d, %d) do not fit in dim 0 of shape %v", what, b.Start, b.End, b.Shape)
+	default:
+		return b
+	}
+	return nil
 }
 
 func (d *decoder) declare(g *Graph, v *Var) {

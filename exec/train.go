@@ -290,7 +290,8 @@ func initPersistent(p *Program, initFrom string, partial bool) error {
 		if loaded != nil && v.Kind == dsl.KindParam {
 			return fmt.Errorf("%s: parameter %q is missing from the file", initFrom, name)
 		}
-		if err := Initialize(t, v.Init, name, nil, 0); err != nil {
+		seedName, full, row := v.InitTarget()
+		if err := Initialize(t, v.Init, seedName, full, row); err != nil {
 			return err
 		}
 	}

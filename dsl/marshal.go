@@ -1,0 +1,266 @@
+package dsl
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Marshal writes g as DSL YAML that LoadBytes reads back into an equal
+// graph: the same variables, ops (with every attribute, section, param and
+// place), assigns and training configuration. The output is deterministic:
+// variables in declaration order, keys in a fixed order, attributes sorted,
+// one flow-style line per variable and op as in the examples.
+//
+// The data file is written relative to the directory of g.File, so a graph
+// written next to g.File finds its data again. An expanded graph (with
+// backward or optimize ops) is written without train.optimizer, since its
+// update ops are already in the file.
+func Marshal(g *Graph) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "psgraph: %d\n", SchemaVersion)
+	if g.Name != "" {
+		fmt.Fprintf(&b, "name: %s\n", YAMLString(g.Name))
+	}
+	if g.Data != nil {
+		if err := writeData(&b, g); err != nil {
+			return nil, err
+		}
+	}
+	for _, sec := range []struct {
+		key  string
+		kind VarKind
+	}{{"params", KindParam}, {"state", KindState}} {
+		first := true
+		for _, name := range g.Order {
+			v := g.Vars[name]
+			if v.Kind != sec.kind {
+				continue
+			}
+			if first {
+				b.WriteString(sec.key + ":\n")
+				first = false
+			}
+			fmt.Fprintf(&b, "  %s: %s\n", YAMLString(name), varFlow(v))
+		}
+	}
+	if len(g.Ops) > 0 {
+		b.WriteString("ops:\n")
+		for _, op := range g.Ops {
+			s, err := opFlow(op)
+			if err != nil {
+				return nil, err
+			}
+			b.WriteString("  - " + s + "\n")
+		}
+	}
+	if len(g.Assigns) > 0 {
+		b.WriteString("assign:\n")
+		for _, a := range g.Assigns {
+			fmt.Fprintf(&b, "  %s: %s\n", YAMLString(a.Target), YAMLString(a.Value))
+		}
+	}
+	if t := g.Train; t != nil {
+		b.WriteString("train:\n")
+		if t.Loss != "" {
+			fmt.Fprintf(&b, "  loss: %s\n", YAMLString(t.Loss))
+		}
+		if len(t.Metrics) > 0 {
+			fmt.Fprintf(&b, "  metrics: %s\n", stringList(t.Metrics))
+		}
+		fmt.Fprintf(&b, "  batch: %d\n", t.Batch)
+		if t.Steps > 0 {
+			fmt.Fprintf(&b, "  steps: %d\n", t.Steps)
+		}
+		if o := t.Optimizer; o != nil && !g.Expanded() {
+			if o.Type == "" {
+				return nil, Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
+			}
+			fmt.Fprintf(&b, "  optimizer: {type: %s", YAMLString(o.Type))
+			for _, k := range sortedKeys(o.Hyper) {
+				fmt.Fprintf(&b, ", %s: %s", YAMLString(k), formatFloat(o.Hyper[k]))
+			}
+			b.WriteString("}\n")
+		}
+	}
+	return b.Bytes(), nil
+}
+
+func writeData(b *bytes.Buffer, g *Graph) error {
+	d := g.Data
+	b.WriteString("data:\n")
+	switch {
+	case d.CSV != "":
+		fmt.Fprintf(b, "  csv: %s\n", YAMLString(RelPath(filepath.Dir(g.File), d.CSV)))
+	case d.Synthetic != nil:
+		s := d.Synthetic
+		fmt.Fprintf(b, "  synthetic: {rows: %d, features: %d, classes: %d, seed: %d}\n", s.Rows, s.Features, s.Classes, s.Seed)
+	default:
+		return Errorf(d.Pos, "data has no source to write")
+	}
+	col := func(key string, c *Column, isRange bool) {
+		if c == nil {
+			return
+		}
+		fmt.Fprintf(b, "  %s: {name: %s", key, YAMLString(c.Name))
+		switch {
+		case d.Synthetic != nil: // columns follow from the synthetic layout
+		case isRange:
+			fmt.Fprintf(b, ", columns: [%d, %d]", c.Lo, c.Hi)
+		default:
+			fmt.Fprintf(b, ", column: %d", c.Lo)
+		}
+		b.WriteString("}\n")
+	}
+	col("features", d.Features, true)
+	col("label", d.Label, false)
+	col("ids", d.IDs, true)
+	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
+	return nil
+}
+
+// RelPath expresses path relative to dir when both are relative (to the
+// working directory); otherwise it returns path made absolute.
+func RelPath(dir, path string) string {
+	if !filepath.IsAbs(dir) && !filepath.IsAbs(path) {
+		if r, err := filepath.Rel(dir, path); err == nil {
+			return filepath.ToSlash(r)
+		}
+	}
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
+}
+
+func varFlow(v *Var) string {
+	parts := []string{"shape: " + intList(v.Shape)}
+	if v.DType != tensor.F32 {
+		parts = append(parts, "dtype: "+v.DType.String())
+	}
+	if v.Init != nil {
+		in := []string{"type: " + YAMLString(v.Init.Type)}
+		for _, k := range sortedKeys(v.Init.Attrs) {
+			in = append(in, YAMLString(k)+": "+attrValue(v.Init.Attrs[k]))
+		}
+		parts = append(parts, "init: {"+strings.Join(in, ", ")+"}")
+	}
+	if v.Place != "" {
+		parts = append(parts, "place: "+YAMLString(v.Place))
+	}
+	if v.Of != "" {
+		parts = append(parts, "of: "+YAMLString(v.Of))
+	}
+	if bl := v.Block; bl != nil {
+		parts = append(parts, fmt.Sprintf("block: {of: %s, rows: [%d, %d], shape: %s}", YAMLString(bl.Of), bl.Start, bl.End, intList(bl.Shape)))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func opFlow(op *Op) (string, error) {
+	parts := []string{"type: " + YAMLString(op.Type)}
+	if len(op.Inputs) > 0 {
+		parts = append(parts, "inputs: "+stringList(op.Inputs))
+	}
+	if len(op.Outputs) > 0 {
+		parts = append(parts, "outputs: "+stringList(op.Outputs))
+	}
+	if len(op.Attrs) > 0 {
+		as := make([]string, 0, len(op.Attrs))
+		for _, k := range sortedKeys(op.Attrs) {
+			v := op.Attrs[k]
+			if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+				return "", Errorf(op.Pos, "op %s attribute %s is %v, which a model file cannot hold", op.Type, k, f)
+			}
+			as = append(as, YAMLString(k)+": "+attrValue(v))
+		}
+		parts = append(parts, "attrs: {"+strings.Join(as, ", ")+"}")
+	}
+	if op.Section != Forward {
+		parts = append(parts, "section: "+op.Section.String())
+	}
+	if op.Param != "" {
+		parts = append(parts, "param: "+YAMLString(op.Param))
+	}
+	if op.Place != "" {
+		parts = append(parts, "place: "+YAMLString(op.Place))
+	}
+	return "{" + strings.Join(parts, ", ") + "}", nil
+}
+
+func attrValue(v any) string {
+	switch x := v.(type) {
+	case float64:
+		return formatFloat(x)
+	case int:
+		return strconv.Itoa(x)
+	case bool:
+		return strconv.FormatBool(x)
+	case string:
+		return YAMLString(x)
+	case []int:
+		return intList(x)
+	}
+	return YAMLString(fmt.Sprint(v))
+}
+
+// formatFloat writes the shortest decimal that parses back to f, always
+// recognizable as a YAML float.
+func formatFloat(f float64) string {
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	} else if i := strings.IndexAny(s, "eE"); i >= 0 && !strings.Contains(s[:i], ".") {
+		s = s[:i] + ".0" + s[i:]
+	}
+	return s
+}
+
+func intList(s []int) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = strconv.Itoa(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func stringList(s []string) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = YAMLString(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// plainSafe matches strings that YAML reads back as the same string when
+// written unquoted, inside or outside flow collections.
+var plainSafe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.@/-]*$`)
+
+var yamlReserved = map[string]bool{
+	"true": true, "false": true, "null": true, "yes": true, "no": true, "on": true, "off": true,
+	"y": true, "n": true, "nan": true, "inf": true,
+}
+
+// YAMLString writes s plain when that is unambiguous, double-quoted otherwise.
+func YAMLString(s string) string {
+	if plainSafe.MatchString(s) && !yamlReserved[strings.ToLower(s)] {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,109 @@
+package dsl
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestMarshalRoundTrip(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no examples found")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			g, err := Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := Marshal(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := LoadBytes(f, out)
+			if err != nil {
+				t.Fatalf("reading back: %v\n%s", err, out)
+			}
+			if d := Diff(g, back); d != "" {
+				t.Fatalf("round trip differs: %s\n%s", d, out)
+			}
+			again, err := Marshal(back)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(out, again) {
+				t.Fatalf("output is not stable:\n%s\nvs\n%s", out, again)
+			}
+		})
+	}
+}
+
+func TestMarshalUnexpanded(t *testing.T) {
+	g, err := Parse("../examples/digits-mlp.yaml", mustRead(t, "../examples/digits-mlp.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "optimizer: {type: sgd, lr: 0.1}") {
+		t.Fatalf("built-in optimizer not written:\n%s", out)
+	}
+	back, err := LoadBytes("../examples/digits-mlp.yaml", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Load("../examples/digits-mlp.yaml")
+	if d := Diff(want, back); d != "" {
+		t.Fatal(d)
+	}
+}
+
+func TestBlockVarRoundTripAndErrors(t *testing.T) {
+	src := `psgraph: 1
+params:
+  W.b1: {shape: [3, 4], init: {type: normal, seed: 3}, block: {of: W, rows: [2, 5], shape: [5, 4]}}
+`
+	g, err := LoadBytes("m.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, full, row := g.Vars["W.b1"].InitTarget()
+	if name != "W" || !full.Equal([]int{5, 4}) || row != 2 {
+		t.Fatalf("InitTarget = %s %v %d", name, full, row)
+	}
+	out, _ := Marshal(g)
+	back, err := LoadBytes("m.yaml", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Diff(g, back); d != "" {
+		t.Fatal(d)
+	}
+	for _, c := range []struct{ block, want string }{
+		{`{of: W, rows: [2, 5], shape: [4, 4]}`, "m.yaml:3:"},
+		{`{of: W, rows: [2, 4], shape: [5, 4]}`, "m.yaml:3:9: params.W.b1.shape [3, 4] does not match its block"},
+		{`{of: W, rows: [5, 2], shape: [5, 4]}`, "m.yaml:3:"},
+		{`{rows: [2, 5], shape: [5, 4]}`, "needs of"},
+		{`{of: W, rows: [2, 5], shape: [5, 4], cols: 1}`, `unknown key "cols"`},
+	} {
+		bad := strings.Replace(src, `{of: W, rows: [2, 5], shape: [5, 4]}`, c.block, 1)
+		_, err := LoadBytes("m.yaml", []byte(bad))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("block %s: got %v, want %q", c.block, err, c.want)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,50 @@
+package partition
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/psgraph/psgraph/dsl"
+)
+
+// deepMLP is a deep narrow MLP: layers x (matmul, add, tanh) of width 8.
+func deepMLP(tb testing.TB, layers int) *dsl.Graph {
+	tb.Helper()
+	widths := make([]int, layers+1)
+	for i := range widths {
+		widths[i] = 8
+	}
+	g, err := dsl.LoadBytes("deep.yaml", mixedModel(widths, "{type: momentum, lr: 0.01}"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
+}
+
+// BenchmarkSplit measures Split by model depth for 4 trainers and 8
+// pservers; ns/op should grow about linearly with the layer count.
+func BenchmarkSplit(b *testing.B) {
+	for _, layers := range []int{10, 100, 1000} {
+		g := deepMLP(b, layers)
+		b.Run(fmt.Sprintf("layers=%d/ops=%d", layers, len(g.Ops)), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Split(g, Options{Trainers: 4, PServers: 8}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestDeepModelSplits(t *testing.T) {
+	g := deepMLP(t, 50)
+	p, err := Split(g, Options{Trainers: 4, PServers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTransfers(t, p)
+	checkBlocks(t, p)
+	if got, want := len(p.Info.Transfers), 2*2*50; got != want {
+		t.Errorf("%d transfers, want %d (a parameter and a gradient per weight and bias)", got, want)
+	}
+}

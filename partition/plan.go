@@ -1,0 +1,384 @@
+package partition
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// PlanVersion is the plan.yaml format version.
+const PlanVersion = 1
+
+// File names inside a plan directory.
+const (
+	PlanFileName    = "plan.yaml"
+	TrainerFileName = "trainer.yaml"
+)
+
+// PServerFile is the file name of pserver i's subgraph.
+func PServerFile(i int) string { return fmt.Sprintf("pserver-%d.yaml", i) }
+
+// Plan is the result of Split: the placed subgraphs and their description.
+type Plan struct {
+	Info     PlanInfo
+	Trainer  *dsl.Graph
+	PServers []*dsl.Graph
+	// Warnings are facts worth telling the user, e.g. idle pservers.
+	Warnings []string
+}
+
+// PlanInfo is the content of plan.yaml.
+type PlanInfo struct {
+	Version      int            `yaml:"psgraph_plan"`
+	Model        string         `yaml:"model"`
+	Source       string         `yaml:"source,omitempty"`
+	SourceSHA256 string         `yaml:"source_sha256,omitempty"`
+	Mode         Mode           `yaml:"mode"`
+	Trainers     int            `yaml:"trainers"`
+	PServers     int            `yaml:"pservers"`
+	MinBlockSize int            `yaml:"min_block_size"`
+	Endpoints    []string       `yaml:"endpoints,omitempty,flow"`
+	Files        PlanFiles      `yaml:"files"`
+	Params       []ParamInfo    `yaml:"params"`
+	Load         []PServerLoad  `yaml:"load"`
+	Transfers    []TransferInfo `yaml:"transfers"`
+}
+
+// PlanFiles names the subgraph files, relative to the plan directory.
+type PlanFiles struct {
+	Trainer  string   `yaml:"trainer"`
+	PServers []string `yaml:"pservers,flow"`
+}
+
+// ParamInfo tells where one parameter went.
+type ParamInfo struct {
+	Name  string `yaml:"name"`
+	Shape []int  `yaml:"shape,flow"`
+	Bytes int    `yaml:"bytes"`
+	// Node is "pserver" or "trainer" (not trained, or place: trainer).
+	Node   string      `yaml:"node"`
+	Blocks []BlockInfo `yaml:"blocks,omitempty"`
+	// Whole says why the parameter was not cut into row blocks.
+	Whole string `yaml:"whole,omitempty"`
+}
+
+// BlockInfo is one row block [Rows[0], Rows[1]) of a parameter on a pserver.
+type BlockInfo struct {
+	Var     string `yaml:"var"`
+	Rows    [2]int `yaml:"rows,flow"`
+	PServer int    `yaml:"pserver"`
+	Bytes   int    `yaml:"bytes"`
+}
+
+// PServerLoad is what one pserver holds.
+type PServerLoad struct {
+	PServer  int      `yaml:"pserver"`
+	Endpoint string   `yaml:"endpoint,omitempty"`
+	Bytes    int      `yaml:"bytes"`
+	Blocks   []string `yaml:"blocks,flow"`
+}
+
+// TransferInfo is one send/recv pair.
+type TransferInfo struct {
+	Var   string `yaml:"var"`
+	From  string `yaml:"from"`
+	To    string `yaml:"to"`
+	Shape []int  `yaml:"shape,flow"`
+	DType string `yaml:"dtype"`
+}
+
+// HashSource returns the content hash recorded as source_sha256.
+func HashSource(src []byte) string {
+	h := sha256.Sum256(src)
+	return hex.EncodeToString(h[:])
+}
+
+// describe fills p.Info and p.Warnings.
+func (s *splitter) describe(p *Plan, blocks []*block) {
+	opt := s.opt
+	info := PlanInfo{Version: PlanVersion, Model: s.g.Name, Source: opt.Source, SourceSHA256: opt.SourceSHA256,
+		Mode: opt.Mode, Trainers: opt.Trainers, PServers: opt.PServers, MinBlockSize: opt.MinBlockSize,
+		Endpoints: opt.Endpoints, Files: PlanFiles{Trainer: TrainerFileName}}
+	for i := range opt.PServers {
+		info.Files.PServers = append(info.Files.PServers, PServerFile(i))
+		l := PServerLoad{PServer: i, Blocks: []string{}}
+		if len(opt.Endpoints) > 0 {
+			l.Endpoint = opt.Endpoints[i]
+		}
+		info.Load = append(info.Load, l)
+	}
+	params := s.g.Params()
+	sort.Strings(params)
+	for _, n := range params {
+		v := s.g.Vars[n]
+		pi := ParamInfo{Name: n, Shape: v.Shape.Clone(), Bytes: v.Shape.Numel() * dtypeSize(v.DType), Node: trainerNode}
+		gr := s.groups[n]
+		switch {
+		case gr == nil:
+			pi.Whole = "not trained (no optimizer updates it): kept on the trainer"
+		case gr.pin == trainerNode:
+			pi.Whole = gr.whole
+		default:
+			pi.Node = "pserver"
+			pi.Whole = gr.whole
+			for _, b := range gr.blocks {
+				pi.Blocks = append(pi.Blocks, BlockInfo{Var: b.name, Rows: [2]int{b.start, b.end}, PServer: b.pserver, Bytes: b.bytes})
+			}
+		}
+		info.Params = append(info.Params, pi)
+	}
+	for _, b := range blocks {
+		l := &info.Load[b.pserver]
+		l.Bytes += b.bytes
+		l.Blocks = append(l.Blocks, b.name)
+		dt := dtypeAttr(b.g.param.DType)
+		info.Transfers = append(info.Transfers,
+			TransferInfo{Var: b.name, From: pserverNode(b.pserver), To: trainerNode, Shape: b.shape.Clone(), DType: dt},
+			TransferInfo{Var: dsl.GradName(b.name), From: trainerNode, To: pserverNode(b.pserver), Shape: b.shape.Clone(), DType: dt})
+	}
+	sort.Slice(info.Transfers, func(i, j int) bool { return info.Transfers[i].Var < info.Transfers[j].Var })
+	var idle []string
+	for _, l := range info.Load {
+		if len(l.Blocks) == 0 {
+			idle = append(idle, pserverNode(l.PServer))
+		}
+	}
+	if len(idle) > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d pservers for %d parameter blocks: %s hold nothing (their subgraphs are empty); use fewer pservers or a smaller --min-block-size", opt.PServers, len(blocks), strings.Join(idle, ", ")))
+	}
+	p.Info = info
+}
+
+// Files renders the plan directory: plan.yaml and every subgraph, with data
+// paths written relative to dir.
+func (p *Plan) Files(dir string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	info := p.Info
+	if info.Source != "" {
+		info.Source = dsl.RelPath(dir, info.Source)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Written by psgraph split from %s; read by psgraph run. Do not edit: split again.\n", info.Source)
+	info.write(&b)
+	out[PlanFileName] = b.Bytes()
+	write := func(name, role string, g *dsl.Graph) error {
+		c := *g
+		c.File = filepath.Join(dir, name)
+		src, err := dsl.Marshal(&c)
+		if err != nil {
+			return err
+		}
+		head := fmt.Sprintf("# %s subgraph of %s, written by psgraph split (see %s).\n", role, info.Model, PlanFileName)
+		out[name] = append([]byte(head), src...)
+		return nil
+	}
+	if err := write(TrainerFileName, "Trainer", p.Trainer); err != nil {
+		return nil, err
+	}
+	for i, g := range p.PServers {
+		if err := write(PServerFile(i), fmt.Sprintf("Pserver %d", i), g); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// write renders plan.yaml: block style for the sections, one flow-style
+// line per block, pserver and transfer (yaml.v3's encoder is slow on plans
+// of many thousand blocks, and this is easier to read).
+func (in *PlanInfo) write(b *bytes.Buffer) {
+	q := dsl.YAMLString
+	fmt.Fprintf(b, "psgraph_plan: %d\nmodel: %s\n", in.Version, q(in.Model))
+	if in.Source != "" {
+		fmt.Fprintf(b, "source: %s\n", q(in.Source))
+	}
+	if in.SourceSHA256 != "" {
+		fmt.Fprintf(b, "source_sha256: %s\n", q(in.SourceSHA256))
+	}
+	fmt.Fprintf(b, "mode: %s\ntrainers: %d\npservers: %d\nmin_block_size: %d\n", q(string(in.Mode)), in.Trainers, in.PServers, in.MinBlockSize)
+	if len(in.Endpoints) > 0 {
+		fmt.Fprintf(b, "endpoints: %s\n", flowStrings(in.Endpoints))
+	}
+	fmt.Fprintf(b, "files: {trainer: %s, pservers: %s}\n", q(in.Files.Trainer), flowStrings(in.Files.PServers))
+	b.WriteString("params:\n")
+	for _, p := range in.Params {
+		fmt.Fprintf(b, "  - name: %s\n    shape: %s\n    bytes: %d\n    node: %s\n", q(p.Name), flowInts(p.Shape), p.Bytes, q(p.Node))
+		if len(p.Blocks) > 0 {
+			b.WriteString("    blocks:\n")
+			for _, bl := range p.Blocks {
+				fmt.Fprintf(b, "      - {var: %s, rows: [%d, %d], pserver: %d, bytes: %d}\n", q(bl.Var), bl.Rows[0], bl.Rows[1], bl.PServer, bl.Bytes)
+			}
+		}
+		if p.Whole != "" {
+			fmt.Fprintf(b, "    whole: %s\n", q(p.Whole))
+		}
+	}
+	b.WriteString("load:\n")
+	for _, l := range in.Load {
+		b.WriteString("  - {pserver: " + strconv.Itoa(l.PServer))
+		if l.Endpoint != "" {
+			b.WriteString(", endpoint: " + q(l.Endpoint))
+		}
+		fmt.Fprintf(b, ", bytes: %d, blocks: %s}\n", l.Bytes, flowStrings(l.Blocks))
+	}
+	b.WriteString("transfers:\n")
+	for _, t := range in.Transfers {
+		fmt.Fprintf(b, "  - {var: %s, from: %s, to: %s, shape: %s, dtype: %s}\n", q(t.Var), q(t.From), q(t.To), flowInts(t.Shape), q(t.DType))
+	}
+}
+
+func flowStrings(s []string) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = dsl.YAMLString(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func flowInts(s []int) string {
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = strconv.Itoa(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// Write creates dir and writes the plan's files into it, removing
+// pserver files of an earlier plan with more pservers.
+func (p *Plan) Write(dir string) error {
+	files, err := p.Files(dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	stale, _ := filepath.Glob(filepath.Join(dir, "pserver-*.yaml"))
+	for _, f := range stale {
+		if _, keep := files[filepath.Base(f)]; !keep {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
+		}
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), files[n], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadPlan loads a plan directory: plan.yaml and every subgraph it names,
+// each loaded and checked like a model.
+func ReadPlan(dir string) (*Plan, error) {
+	path := filepath.Join(dir, PlanFileName)
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot read the plan: %w (write it with psgraph split -o %s)", path, err, dir)
+	}
+	p := &Plan{}
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	dec.KnownFields(true)
+	if err := dec.Decode(&p.Info); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if p.Info.Version != PlanVersion {
+		return nil, fmt.Errorf("%s: psgraph_plan %d is not supported; this psgraph reads version %d (split the model again)", path, p.Info.Version, PlanVersion)
+	}
+	if len(p.Info.Files.PServers) != p.Info.PServers {
+		return nil, fmt.Errorf("%s: files.pservers lists %d files for %d pservers", path, len(p.Info.Files.PServers), p.Info.PServers)
+	}
+	load := func(name string) (*dsl.Graph, error) {
+		if name == "" || filepath.IsAbs(name) || strings.Contains(name, "..") {
+			return nil, fmt.Errorf("%s: file name %q must be a plain name inside the plan directory", path, name)
+		}
+		return dsl.Load(filepath.Join(dir, name))
+	}
+	var errs []error
+	if p.Trainer, err = load(p.Info.Files.Trainer); err != nil {
+		errs = append(errs, err)
+	}
+	for _, f := range p.Info.Files.PServers {
+		g, err := load(f)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		p.PServers = append(p.PServers, g)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// maxSummaryParams bounds the parameter lines of Summary: plan.yaml has all.
+const maxSummaryParams = 40
+
+// Summary is a short human description of the plan.
+func (p *Plan) Summary() string {
+	var b strings.Builder
+	in := p.Info
+	fmt.Fprintf(&b, "split %s: %d trainers (%s), %d pservers, min block size %d elements\n", in.Model, in.Trainers, in.Mode, in.PServers, in.MinBlockSize)
+	for i, pi := range in.Params {
+		if i == maxSummaryParams && len(in.Params) > maxSummaryParams+1 {
+			fmt.Fprintf(&b, "  ... and %d more parameters (see %s)\n", len(in.Params)-i, PlanFileName)
+			break
+		}
+		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, tensor.Shape(pi.Shape).String(), byteSize(pi.Bytes))
+		switch {
+		case pi.Node == trainerNode:
+			fmt.Fprintf(&b, "-> trainer (%s)\n", pi.Whole)
+		case len(pi.Blocks) == 1:
+			fmt.Fprintf(&b, "-> pserver:%d (whole: %s)\n", pi.Blocks[0].PServer, pi.Whole)
+		default:
+			parts := make([]string, len(pi.Blocks))
+			for i, bl := range pi.Blocks {
+				parts[i] = fmt.Sprintf("%s rows [%d, %d) -> pserver:%d", bl.Var, bl.Rows[0], bl.Rows[1], bl.PServer)
+			}
+			fmt.Fprintf(&b, "cut into %d blocks: %s\n", len(pi.Blocks), strings.Join(parts, ", "))
+		}
+	}
+	for _, l := range in.Load {
+		ep := ""
+		if l.Endpoint != "" {
+			ep = " (" + l.Endpoint + ")"
+		}
+		fmt.Fprintf(&b, "pserver:%d%s: %s in %d blocks\n", l.PServer, ep, byteSize(l.Bytes), len(l.Blocks))
+	}
+	fmt.Fprintf(&b, "send/recv pairs: %d (%d parameter blocks to the trainers, %d gradient blocks to the pservers)\n",
+		len(in.Transfers), len(in.Transfers)/2, len(in.Transfers)/2)
+	for _, w := range p.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", w)
+	}
+	return b.String()
+}
+
+func byteSize(n int) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
