@@ -118,7 +118,11 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"unknown flag", []string{"check", "--frobnicate", "examples/digits-mlp.yaml"}, "unknown flag: --frobnicate"},
 		{"check without file", []string{"check"}, "expects one model file, got 0"},
 		{"run without role", []string{"run", "examples/digits-mlp.yaml"}, "run needs --role"},
-		{"run with bad role", []string{"run", "--role", "pserver", "examples/digits-mlp.yaml"}, `--role "pserver" is not supported`},
+		{"run with bad role", []string{"run", "--role", "worker", "examples/digits-mlp.yaml"}, `--role "worker" is not supported`},
+		{"pserver with a model file", []string{"run", "--role", "pserver", "examples/digits-mlp.yaml"}, "takes no model file"},
+		{"trainer without plan", []string{"run", "--role", "trainer", "--index", "0"}, "needs --plan DIR"},
+		{"train without model", []string{"train", "--trainers", "2"}, "expects one model file"},
+		{"train with bad mode", []string{"train", "--mode", "fast", "examples/digits-mlp.yaml"}, "--mode must be sync or async"},
 		{"bad log format", []string{"run", "--role", "local", "--log-format", "xml", "examples/digits-mlp.yaml"}, "--log-format must be console or json"},
 		{"negative steps", []string{"run", "--role", "local", "--steps", "-3", "examples/digits-mlp.yaml"}, "--steps and --batch must be positive"},
 	}

@@ -68,7 +68,7 @@ and pserver subgraphs of a distributed job.`,
 			if sug := c.SuggestionsFor(args[0]); len(sug) > 0 {
 				hint = fmt.Sprintf(" (did you mean %q?)", sug[0])
 			}
-			return usagef("unknown command %q%s; commands: check, ops, run", args[0], hint)
+			return usagef("unknown command %q%s; commands: check, ops, run, split, train", args[0], hint)
 		}
 		return nil
 	}
@@ -78,7 +78,7 @@ and pserver subgraphs of a distributed job.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd())
+	root.AddCommand(newRunCmd(), newTrainCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd())
 	return root
 }
 

@@ -3,11 +3,16 @@ package cmd
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/partition"
 )
 
 type runOptions struct {
@@ -18,43 +23,124 @@ type runOptions struct {
 	save     string
 	metrics  string
 	log      logFlags
+	net      netFlags
+}
+
+// netFlags are the flags of a node of a distributed job. Each may also come
+// from a PSGRAPH_* environment variable, so an orchestrator can start roles
+// without composing flags; flags win.
+type netFlags struct {
+	index          int
+	plan           string
+	listen         string
+	pservers       string
+	connectTimeout time.Duration
+	tokenFile      string
+	insecure       bool
+}
+
+func (n *netFlags) add(c *cobra.Command) {
+	f := c.Flags()
+	f.IntVar(&n.index, "index", -1, "this node's index among its role (env PSGRAPH_INDEX)")
+	f.StringVar(&n.plan, "plan", "", "the directory `psgraph split` wrote (env PSGRAPH_PLAN)")
+	f.StringVar(&n.listen, "listen", "", "pserver: host:port to listen on (env PSGRAPH_LISTEN; default: the plan's endpoint)")
+	f.StringVar(&n.pservers, "pservers", "", "trainer: host:port of every pserver, comma-separated (env PSGRAPH_PSERVERS; default: the plan's endpoints)")
+	f.DurationVar(&n.connectTimeout, "connect-timeout", 60*time.Second, "trainer: keep retrying to reach the pservers this long")
+	f.StringVar(&n.tokenFile, "token-file", "", "file holding the job's shared secret (or env PSGRAPH_TOKEN)")
+	f.BoolVar(&n.insecure, "insecure", false, "pserver: allow listening on a non-loopback address without a token")
+}
+
+// fromEnv fills flags the user did not set from the environment.
+func (n *netFlags) fromEnv(c *cobra.Command, role *string) error {
+	f := c.Flags()
+	env := func(flag, key string, set func(string) error) error {
+		if f.Changed(flag) {
+			return nil
+		}
+		if v, ok := os.LookupEnv(key); ok && v != "" {
+			if err := set(v); err != nil {
+				return usagef("%s=%q: %v", key, v, err)
+			}
+		}
+		return nil
+	}
+	return firstErr(
+		env("role", "PSGRAPH_ROLE", func(v string) error { *role = v; return nil }),
+		env("index", "PSGRAPH_INDEX", func(v string) (err error) { n.index, err = strconv.Atoi(v); return }),
+		env("plan", "PSGRAPH_PLAN", func(v string) error { n.plan = v; return nil }),
+		env("listen", "PSGRAPH_LISTEN", func(v string) error { n.listen = v; return nil }),
+		env("pservers", "PSGRAPH_PSERVERS", func(v string) error { n.pservers = v; return nil }),
+	)
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 func newRunCmd() *cobra.Command {
 	o := &runOptions{}
 	c := &cobra.Command{
-		Use:   "run --role local MODEL.yaml",
+		Use:   "run --role local|trainer|pserver [MODEL.yaml]",
 		Short: "Run a model or a placed subgraph",
-		Long: `Run executes a graph with psgraph's runtime. With --role local the whole
-model trains on this node: progress goes to stderr and the last line of
-stdout is a JSON summary (loss and metrics over the whole data set).`,
+		Long: `Run executes a graph with psgraph's runtime.
+
+With --role local the whole model trains on this node. With --role pserver
+or --role trainer it runs one node of a job that 'psgraph split' placed:
+pservers hold the parameters and run the optimizer, trainers run the
+forward and backward pass. Progress goes to stderr; the last line of stdout
+is a JSON summary (for trainers and local runs: loss and metrics over the
+whole data set with the final parameters).`,
 		Example: `  psgraph run --role local examples/digits-mlp.yaml
-  psgraph run --role local examples/digits-mlp.yaml --steps 200 --save digits.safetensors --metrics run.jsonl`,
-		Args: exactArgs(1, "one model file"),
-		RunE: func(c *cobra.Command, args []string) error { return o.run(c, args[0]) },
+  psgraph run --role local examples/digits-mlp.yaml --steps 200 --save digits.safetensors --metrics run.jsonl
+  psgraph split examples/digits-mlp.yaml --trainers 2 --pservers 1 -o job/
+  psgraph run --role pserver --index 0 --plan job/ --listen 127.0.0.1:7000
+  psgraph run --role trainer --index 0 --plan job/ --pservers 127.0.0.1:7000
+  psgraph run --role trainer --index 1 --plan job/ --pservers 127.0.0.1:7000`,
+		RunE: func(c *cobra.Command, args []string) error { return o.run(c, args) },
 	}
 	f := c.Flags()
-	f.StringVar(&o.role, "role", "", "required: local (the whole model on this node)")
+	f.StringVar(&o.role, "role", "", "required: local (the whole model on this node), trainer or pserver (env PSGRAPH_ROLE)")
 	f.IntVar(&o.steps, "steps", 0, "training steps (default: the model's train.steps)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
-	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file")
-	f.StringVar(&o.save, "save", "", "write the final parameters to a safetensors file")
-	f.StringVar(&o.metrics, "metrics", "", "write one JSON object per logged step to this file")
+	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file")
+	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file")
+	f.StringVar(&o.metrics, "metrics", "", "local, trainer: write one JSON object per logged step to this file")
 	o.log.add(c)
+	o.net.add(c)
 	return c
 }
 
-func (o *runOptions) run(c *cobra.Command, file string) error {
-	switch o.role {
-	case "local":
-	case "":
-		return usagef("run needs --role; use --role local to train the whole model on this node")
-	default:
-		return usagef("--role %q is not supported; use local", o.role)
+func (o *runOptions) run(c *cobra.Command, args []string) error {
+	if err := o.net.fromEnv(c, &o.role); err != nil {
+		return err
 	}
 	if o.steps < 0 || o.batch < 0 {
 		return usagef("--steps and --batch must be positive")
 	}
+	switch o.role {
+	case "local":
+		if len(args) != 1 {
+			return usagef("run --role local expects one model file, got %d arguments", len(args))
+		}
+		return o.runLocal(c, args[0])
+	case "trainer", "pserver":
+		if len(args) != 0 {
+			return usagef("run --role %s takes no model file: it runs its subgraph from --plan DIR", o.role)
+		}
+		return o.runNode(c)
+	case "":
+		return usagef("run needs --role; use --role local to train the whole model on this node")
+	default:
+		return usagef("--role %q is not supported; use local, trainer or pserver", o.role)
+	}
+}
+
+func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 	log, err := o.log.logger(c.ErrOrStderr(), o.role)
 	if err != nil {
 		return err
@@ -80,7 +166,123 @@ func (o *runOptions) run(c *cobra.Command, file string) error {
 	if err != nil {
 		return err
 	}
-	js, _ := json.Marshal(sum)
+	return printJSON(c, sum)
+}
+
+func printJSON(c *cobra.Command, v any) error {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintln(c.OutOrStdout(), string(js))
 	return nil
+}
+
+// jobOf is the runtime's view of a plan.
+func jobOf(p *partition.Plan) *exec.Job {
+	j := &exec.Job{Trainer: p.Trainer, PServers: p.PServers, Trainers: p.Info.Trainers, Async: p.Info.Mode == partition.Async}
+	for _, pi := range p.Info.Params {
+		if pi.Node == "pserver" {
+			j.Params = append(j.Params, pi.Name)
+		}
+	}
+	return j
+}
+
+func (o *runOptions) runNode(c *cobra.Command) error {
+	n := &o.net
+	if n.plan == "" {
+		return usagef("run --role %s needs --plan DIR, the directory 'psgraph split' wrote", o.role)
+	}
+	plan, err := partition.ReadPlan(n.plan)
+	if err != nil {
+		return err
+	}
+	count := plan.Info.Trainers
+	if o.role == "pserver" {
+		count = plan.Info.PServers
+	}
+	if n.index < 0 || n.index >= count {
+		return usagef("run --role %s needs --index between 0 and %d (the plan has %d %ss)", o.role, count-1, count, o.role)
+	}
+	token, err := n.token()
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("%s-%d", o.role, n.index)
+	log, err := o.log.logger(c.ErrOrStderr(), name)
+	if err != nil {
+		return err
+	}
+	job := jobOf(plan)
+	ctx := c.Context()
+	if o.role == "pserver" {
+		if o.save != "" || o.metrics != "" || o.steps != 0 || o.batch != 0 {
+			return usagef("--save, --metrics, --steps and --batch are trainer flags; a pserver serves until its trainers are done")
+		}
+		addr := n.listen
+		if addr == "" && n.index < len(plan.Info.Endpoints) {
+			addr = plan.Info.Endpoints[n.index]
+		}
+		if addr == "" {
+			return usagef("run --role pserver needs --listen HOST:PORT (or endpoints in the plan: split --pserver-endpoints)")
+		}
+		ep, err := listen(ctx, plan, job, n.index, addr, token, n.insecure, log)
+		if err != nil {
+			return err
+		}
+		defer ep.Close()
+		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every})
+		if err != nil {
+			return err
+		}
+		return printJSON(c, sum)
+	}
+	if o.initFrom != "" {
+		return usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers")
+	}
+	addrs := plan.Info.Endpoints
+	if n.pservers != "" {
+		addrs = strings.Split(n.pservers, ",")
+	}
+	if len(addrs) != plan.Info.PServers {
+		return usagef("run --role trainer needs --pservers with %d host:port entries (one per pserver of the plan), got %d", plan.Info.PServers, len(addrs))
+	}
+	batch := o.batch
+	if batch == 0 {
+		batch = plan.Trainer.Batch()
+	} else if batch != plan.Trainer.Train.Batch {
+		plan.Trainer.Train.Batch = batch
+		if err := plan.Trainer.Check(); err != nil {
+			return fmt.Errorf("with --batch %d: %w", batch, err)
+		}
+	}
+	ep, err := dial(ctx, plan, job, n.index, addrs, batch, token, n.connectTimeout, log)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	sum, err := job.RunTrainer(ctx, n.index, ep, exec.RunOptions{
+		Steps: o.steps, Batch: batch, Save: o.save, Metrics: o.metrics, LogEvery: o.log.every, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	return printJSON(c, sum)
+}
+
+// token reads the job's shared secret from --token-file or PSGRAPH_TOKEN.
+func (n *netFlags) token() (string, error) {
+	if n.tokenFile != "" {
+		b, err := os.ReadFile(n.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", fmt.Errorf("--token-file %s is empty", n.tokenFile)
+		}
+		return t, nil
+	}
+	return os.Getenv("PSGRAPH_TOKEN"), nil
 }

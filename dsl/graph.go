@@ -234,3 +234,13 @@ func (g *Graph) Batch() int {
 
 // GradName is the name of the gradient of x.
 func GradName(x string) string { return x + "@GRAD" }
+
+// HasBlocksOf reports whether the graph holds row blocks of variable name.
+func (g *Graph) HasBlocksOf(name string) bool {
+	for _, v := range g.Vars {
+		if v.Block != nil && v.Block.Of == name {
+			return true
+		}
+	}
+	return false
+}

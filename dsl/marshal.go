@@ -223,14 +223,6 @@ func formatFloat(f float64) string {
 	return s
 }
 
-func intList(s []int) string {
-	parts := make([]string, len(s))
-	for i, x := range s {
-		parts[i] = strconv.Itoa(x)
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
 func stringList(s []string) string {
 	parts := make([]string, len(s))
 	for i, x := range s {

@@ -10,79 +10,41 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
 
-// miniSplit places whole parameters round-robin on m pservers, following
-// the runtime contract of partition.Split, so the runtime is tested here
-// independently of the converter.
-func miniSplit(t *testing.T, g *dsl.Graph, n, m int, async bool) (*dsl.Graph, []*dsl.Graph, []string) {
-	t.Helper()
-	params := g.Params()
-	home := map[string]int{}
-	for i, p := range params {
-		home[p] = i % m
-	}
-	types := g.Types
-	tr := &dsl.Graph{File: g.File, Name: g.Name, Data: g.Data, Vars: map[string]*dsl.Var{}, Train: &dsl.Train{Loss: g.Train.Loss, Metrics: g.Train.Metrics, Batch: g.Train.Batch, Steps: g.Train.Steps}}
-	ps := make([]*dsl.Graph, m)
-	for i := range ps {
-		ps[i] = &dsl.Graph{File: fmt.Sprintf("pserver-%d", i), Name: g.Name, Vars: map[string]*dsl.Var{}}
-	}
-	for _, name := range g.Order {
-		v := g.Vars[name]
-		switch {
-		case v.Kind == dsl.KindParam:
-			ps[home[name]].AddVar(v)
-		case v.Kind == dsl.KindState:
-			ps[home[v.Of]].AddVar(v)
-		default:
-			tr.AddVar(v)
-		}
-	}
-	count := n
-	if async {
-		count = 1
-	}
-	for _, p := range params {
-		i, ty := home[p], types[p]
-		tr.Ops = append(tr.Ops, &dsl.Op{Type: "recv", Outputs: []string{p}, Attrs: ops.Attrs{"var": p, "from": fmt.Sprintf("pserver:%d", i), "shape": []int(ty.Shape), "dtype": "f32"}})
-		tr.Ops = append(tr.Ops, &dsl.Op{Type: "send", Inputs: []string{dsl.GradName(p)}, Outputs: []string{}, Section: dsl.Backward, Attrs: ops.Attrs{"var": dsl.GradName(p), "to": fmt.Sprintf("pserver:%d", i), "step_offset": 0}})
-		ps[i].Ops = append(ps[i].Ops, &dsl.Op{Type: "accumulate", Outputs: []string{dsl.GradName(p)}, Attrs: ops.Attrs{"var": dsl.GradName(p), "count": count, "shape": []int(ty.Shape), "dtype": "f32"}})
-	}
-	for _, op := range g.Ops {
-		if op.Section == dsl.Optimize {
-			ps[home[op.Param]].Ops = append(ps[home[op.Param]].Ops, op)
-		} else {
-			tr.Ops = append(tr.Ops, op)
-		}
-	}
-	for _, a := range g.Assigns {
-		owner := a.Target
-		if v := g.Vars[a.Target]; v.Kind == dsl.KindState {
-			owner = v.Of
-		}
-		i := home[owner]
-		ps[i].Assigns = append(ps[i].Assigns, a)
-		if g.Vars[a.Target].Kind == dsl.KindParam {
-			ps[i].Ops = append(ps[i].Ops, &dsl.Op{Type: "send", Inputs: []string{a.Value}, Outputs: []string{}, Section: dsl.Optimize,
-				Attrs: ops.Attrs{"var": a.Target, "to": "trainer", "step_offset": 1, "reply_to": dsl.GradName(a.Target), "initial": a.Target}})
-		}
-	}
-	for _, x := range append([]*dsl.Graph{tr}, ps...) {
-		if err := x.Check(); err != nil {
-			t.Fatalf("mini split: %v", err)
-		}
-	}
-	return tr, ps, params
-}
-
 // runInmemJob runs a whole job in this process over the in-memory transport.
-func runInmemJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt RunOptions) []*Summary {
+func runInmemJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt RunOptions, minBlock int) []*Summary {
 	t.Helper()
-	tr, ps, params := miniSplit(t, g, n, m, async)
-	return runJobInmem(t, &Job{Trainer: tr, PServers: ps, Trainers: n, Async: async, Params: params}, opt)
+	mode := partition.Sync
+	if async {
+		mode = partition.Async
+	}
+	plan, err := partition.Split(g, partition.Options{Trainers: n, PServers: m, Mode: mode, MinBlockSize: minBlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Run what split would write: every file goes through Marshal and Load.
+	dir := t.TempDir()
+	if err := plan.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if plan, err = partition.ReadPlan(dir); err != nil {
+		t.Fatal(err)
+	}
+	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: n, Async: async}
+	cut := false
+	for _, p := range plan.Info.Params {
+		if p.Node == "pserver" {
+			j.Params = append(j.Params, p.Name)
+		}
+		cut = cut || len(p.Blocks) > 1
+	}
+	if minBlock > 0 && !cut {
+		t.Fatalf("min block size %d cut no parameter; the test means to run row blocks", minBlock)
+	}
+	return runJobInmem(t, j, opt)
 }
 
 func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
@@ -141,9 +103,9 @@ func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
 // computes (the data stream rule and gradient averaging make them equal).
 func TestSyncEqualsLocalInmem(t *testing.T) {
 	for _, opt := range []string{"sgd", "adam"} {
-		for _, nm := range [][2]int{{1, 1}, {2, 2}, {3, 2}} {
-			n, m := nm[0], nm[1]
-			t.Run(fmt.Sprintf("%s/%dx%d", opt, n, m), func(t *testing.T) {
+		for _, c := range []struct{ n, m, minBlock int }{{1, 1, 0}, {2, 2, 0}, {3, 2, 0}, {2, 3, 20}} {
+			n, m := c.n, c.m
+			t.Run(fmt.Sprintf("%s/%dx%d/block%d", opt, n, m, c.minBlock), func(t *testing.T) {
 				dir := t.TempDir()
 				path := filepath.Join("..", "testdata", "optim", "mlp-"+opt+".yaml")
 				g, err := dsl.Load(path)
@@ -156,7 +118,7 @@ func TestSyncEqualsLocalInmem(t *testing.T) {
 					t.Fatal(err)
 				}
 				dist := filepath.Join(dir, "dist.safetensors")
-				runInmemJob(t, g, n, m, false, RunOptions{Steps: 40, Batch: 10, InitFrom: init, Save: dist, Log: zerolog.Nop()})
+				runInmemJob(t, g, n, m, false, RunOptions{Steps: 40, Batch: 10, InitFrom: init, Save: dist, Log: zerolog.Nop()}, c.minBlock)
 				compareParams(t, local, dist, 1e-4)
 			})
 		}
@@ -168,7 +130,7 @@ func TestAsyncConvergesInmem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sums := runInmemJob(t, g, 2, 2, true, RunOptions{Steps: 500, Log: zerolog.Nop()})
+	sums := runInmemJob(t, g, 2, 2, true, RunOptions{Steps: 500, Log: zerolog.Nop()}, 0)
 	if acc := sums[0].Metrics["acc"]; acc < 0.95 {
 		t.Fatalf("async 2x2 digits accuracy %.3f, want >= 0.95", acc)
 	}

@@ -61,7 +61,7 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 
 // RunTrainer trains as trainer i over ep.
 func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt RunOptions) (*Summary, error) {
-	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = "trainer", i, j.Trainers, j.Params
+	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = string(transport.Trainer(i)), i, j.Trainers, j.Params
 	opt.Comm = NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
 	return Train(ctx, j.Trainer, opt)
 }

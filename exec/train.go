@@ -265,7 +265,7 @@ func initPersistent(p *Program, initFrom string, partial bool) error {
 		}
 		var unknown []string
 		for name := range loaded {
-			if v := g.Vars[name]; v == nil || !v.Kind.Persistent() {
+			if v := g.Vars[name]; (v == nil || !v.Kind.Persistent()) && !g.HasBlocksOf(name) {
 				unknown = append(unknown, name)
 			}
 		}
@@ -285,6 +285,16 @@ func initPersistent(p *Program, initFrom string, partial bool) error {
 				return fmt.Errorf("%s: %q is %s%v in the file but %s%v in the model", initFrom, name, src.DType, src.Shape, t.DType, t.Shape)
 			}
 			t.CopyFrom(src)
+			continue
+		}
+		if b := v.Block; b != nil && loaded[b.Of] != nil {
+			// A row block of a cut parameter: its rows of the whole.
+			src := loaded[b.Of]
+			if !src.Shape.Equal(b.Shape) || src.DType != t.DType {
+				return fmt.Errorf("%s: %q is %s%v in the file but %s%v in the model", initFrom, b.Of, src.DType, src.Shape, t.DType, b.Shape)
+			}
+			row := src.Numel() / max(b.Shape[0], 1)
+			copy(t.F, src.F[b.Start*row:b.End*row])
 			continue
 		}
 		if loaded != nil && v.Kind == dsl.KindParam {

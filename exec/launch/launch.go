@@ -1,0 +1,190 @@
+// Package launch runs every role of a job as child processes of one
+// binary on this machine: what `psgraph train` does. It prefixes each
+// child's log lines with its role, stops all children when one fails or
+// the context ends, and never leaves a child behind.
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Child is one process of the job.
+type Child struct {
+	Name string   // "pserver-0", "trainer-1": the log prefix
+	Args []string // arguments to the binary
+	Env  []string // extra environment (KEY=value)
+}
+
+// Options configures a launch.
+type Options struct {
+	Binary string // the executable; default: this process's own
+	// Log receives every child's stderr, each line prefixed with its name.
+	Log io.Writer
+	// Grace is how long a stopped child gets between SIGTERM and SIGKILL.
+	Grace time.Duration
+}
+
+// Result is what the children wrote on stdout, by name.
+type Result struct {
+	Stdout map[string][]byte
+}
+
+// ChildError reports the first child that failed.
+type ChildError struct {
+	Name string
+	Code int    // exit code, -1 when killed by a signal
+	Msg  string // its last error line on stderr
+}
+
+func (e *ChildError) Error() string {
+	if e.Msg != "" {
+		return fmt.Sprintf("%s failed (exit %d): %s", e.Name, e.Code, e.Msg)
+	}
+	return fmt.Sprintf("%s failed (exit %d)", e.Name, e.Code)
+}
+
+// Run starts every child and waits for all of them. It returns when all
+// exited 0, or on the first failure after stopping the others, or when
+// ctx ends after stopping them all.
+func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
+	bin := opt.Binary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("cannot find the psgraph binary to start the roles: %w", err)
+		}
+	}
+	if opt.Log == nil {
+		opt.Log = io.Discard
+	}
+	if opt.Grace <= 0 {
+		opt.Grace = 3 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var logMu sync.Mutex
+	res := &Result{Stdout: map[string][]byte{}}
+	type exit struct {
+		i   int
+		err error
+	}
+	exits := make(chan exit, len(children))
+	procs := make([]*osexec.Cmd, len(children))
+	outs := make([]*bytes.Buffer, len(children))
+	writers := make([]*prefixWriter, len(children))
+	failed := -1
+	for i, ch := range children {
+		c := osexec.Command(bin, ch.Args...)
+		c.Env = append(os.Environ(), ch.Env...)
+		// The kernel kills a child whose parent dies, so none outlives us.
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		outs[i] = &bytes.Buffer{}
+		c.Stdout = outs[i]
+		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu}
+		c.Stderr = pw
+		if err := c.Start(); err != nil {
+			signalAll(procs[:i], syscall.SIGKILL)
+			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
+		}
+		procs[i] = c
+		writers[i] = pw
+	}
+	for i := range procs {
+		go func() {
+			exits <- exit{i, procs[i].Wait()}
+		}()
+	}
+	var first *ChildError
+	running := len(procs)
+	var kill <-chan time.Time
+	done := ctx.Done()
+	stop := func() {
+		if kill == nil {
+			signalAll(procs, syscall.SIGTERM)
+			kill = time.After(opt.Grace)
+		}
+	}
+	for running > 0 {
+		select {
+		case e := <-exits:
+			running--
+			if e.err != nil && first == nil && kill == nil {
+				code := -1
+				var ee *osexec.ExitError
+				if errors.As(e.err, &ee) {
+					code = ee.ExitCode()
+				}
+				first = &ChildError{Name: children[e.i].Name, Code: code}
+				failed = e.i
+				stop()
+			}
+		case <-done:
+			done = nil
+			stop()
+		case <-kill:
+			signalAll(procs, syscall.SIGKILL)
+		}
+	}
+	for i, ch := range children {
+		res.Stdout[ch.Name] = outs[i].Bytes()
+	}
+	if first != nil {
+		first.Msg = writers[failed].lastErr
+		return res, first
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// signalAll signals every started child (exited ones ignore it).
+func signalAll(procs []*osexec.Cmd, sig os.Signal) {
+	for _, c := range procs {
+		if c != nil && c.Process != nil {
+			c.Process.Signal(sig)
+		}
+	}
+}
+
+// prefixWriter copies a child's stderr to the log a line at a time, each
+// line prefixed with the child's name, and remembers its last error line.
+type prefixWriter struct {
+	name    string
+	out     io.Writer
+	mu      *sync.Mutex
+	partial []byte
+	lastErr string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *prefixWriter) line(l string) {
+	if strings.HasPrefix(l, "psgraph: ") {
+		w.lastErr = strings.TrimPrefix(l, "psgraph: ")
+	}
+	w.mu.Lock()
+	fmt.Fprintf(w.out, "%-9s | %s\n", w.name, l)
+	w.mu.Unlock()
+}
