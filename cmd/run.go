@@ -24,6 +24,38 @@ type runOptions struct {
 	metrics  string
 	log      logFlags
 	net      netFlags
+	ck       checkpointFlags
+}
+
+// checkpointFlags are shared by local runs, pservers and train.
+type checkpointFlags struct {
+	dir        string
+	every      int
+	resumeStep int64
+	startStep  int
+}
+
+func (k *checkpointFlags) add(c *cobra.Command, node bool) {
+	f := c.Flags()
+	f.StringVar(&k.dir, "checkpoint-dir", "", "local, pserver: save parameters and optimizer state here and resume from the newest checkpoint in it")
+	f.IntVar(&k.every, "checkpoint-every", 0, "save a checkpoint every K steps (0: never; keeps the last two)")
+	if node {
+		f.Int64Var(&k.resumeStep, "resume-step", -1, "pserver: resume from this step's checkpoint instead of the newest")
+		f.IntVar(&k.startStep, "start-step", 0, "trainer: the step the job resumes at (the pservers' checkpoint step)")
+	}
+}
+
+func (k *checkpointFlags) checkpointer(node, model string) (*exec.Checkpointer, error) {
+	if k.every < 0 {
+		return nil, usagef("--checkpoint-every must be positive")
+	}
+	if k.dir == "" {
+		if k.every > 0 {
+			return nil, usagef("--checkpoint-every needs --checkpoint-dir")
+		}
+		return nil, nil
+	}
+	return &exec.Checkpointer{Dir: k.dir, Every: k.every, Node: node, Model: model}, nil
 }
 
 // netFlags are the flags of a node of a distributed job. Each may also come
@@ -112,6 +144,7 @@ whole data set with the final parameters).`,
 	f.StringVar(&o.metrics, "metrics", "", "local, trainer: write one JSON object per logged step to this file")
 	o.log.add(c)
 	o.net.add(c)
+	o.ck.add(c, true)
 	return c
 }
 
@@ -159,9 +192,13 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 			return fmt.Errorf("with --batch %d: %w", o.batch, err)
 		}
 	}
+	ck, err := o.ck.checkpointer("local", g.Name)
+	if err != nil {
+		return err
+	}
 	sum, err := exec.Train(c.Context(), g, exec.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
-		Metrics: o.metrics, LogEvery: o.log.every, Log: log,
+		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck,
 	})
 	if err != nil {
 		return err
@@ -232,7 +269,11 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 			return err
 		}
 		defer ep.Close()
-		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every})
+		ck, err := o.ck.checkpointer(name, plan.Info.Model)
+		if err != nil {
+			return err
+		}
+		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep})
 		if err != nil {
 			return err
 		}
@@ -240,6 +281,9 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	}
 	if o.initFrom != "" {
 		return usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers")
+	}
+	if o.ck.dir != "" || o.ck.every != 0 {
+		return usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step")
 	}
 	addrs := plan.Info.Endpoints
 	if n.pservers != "" {
@@ -263,7 +307,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	}
 	defer ep.Close()
 	sum, err := job.RunTrainer(ctx, n.index, ep, exec.RunOptions{
-		Steps: o.steps, Batch: batch, Save: o.save, Metrics: o.metrics, LogEvery: o.log.every, Log: log,
+		Steps: o.steps, Batch: batch, Save: o.save, Metrics: o.metrics, LogEvery: o.log.every, Log: log, StartStep: o.ck.startStep,
 	})
 	if err != nil {
 		return err

@@ -14,8 +14,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec"
 	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/partition"
+	"github.com/psgraph/psgraph/transport"
 )
 
 type trainOptions struct {
@@ -27,6 +29,7 @@ type trainOptions struct {
 	metrics  string
 	keep     string
 	log      logFlags
+	ck       checkpointFlags
 }
 
 func newTrainCmd() *cobra.Command {
@@ -56,6 +59,7 @@ Ctrl-C stops them all. The children share a freshly generated token.`,
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one)")
 	o.log.add(c)
+	o.ck.add(c, false)
 	return c
 }
 
@@ -109,6 +113,22 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		return err
 	}
 	env := []string{"PSGRAPH_TOKEN=" + token}
+	if _, err := o.ck.checkpointer("", g.Name); err != nil {
+		return err
+	}
+	resume := int64(0)
+	if o.ck.dir != "" {
+		var ids []transport.NodeID
+		for i := 0; i < opt.PServers; i++ {
+			ids = append(ids, transport.PServer(i))
+		}
+		if resume, err = exec.CommonCheckpoint(o.ck.dir, ids); err != nil {
+			return err
+		}
+		if resume > 0 {
+			fmt.Fprintf(c.ErrOrStderr(), "resuming from the checkpoints of step %d in %s\n", resume, o.ck.dir)
+		}
+	}
 	common := []string{"--plan", dir, "--log-format", o.log.format}
 	if o.log.every > 0 {
 		common = append(common, "--log-every", strconv.Itoa(o.log.every))
@@ -119,12 +139,21 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		if o.initFrom != "" {
 			args = append(args, "--init-from", o.initFrom)
 		}
+		if o.ck.dir != "" {
+			args = append(args, "--checkpoint-dir", o.ck.dir, "--checkpoint-every", strconv.Itoa(o.ck.every))
+			if resume > 0 {
+				args = append(args, "--resume-step", strconv.FormatInt(resume, 10))
+			}
+		}
 		children = append(children, launch.Child{Name: fmt.Sprintf("pserver-%d", i), Args: args, Env: env})
 	}
 	for i := 0; i < opt.Trainers; i++ {
 		args := append([]string{"run", "--role", "trainer", "--index", strconv.Itoa(i), "--pservers", strings.Join(addrs, ",")}, common...)
 		if o.steps > 0 {
 			args = append(args, "--steps", strconv.Itoa(o.steps))
+		}
+		if resume > 0 {
+			args = append(args, "--start-step", strconv.FormatInt(resume, 10))
 		}
 		if o.batch > 0 {
 			args = append(args, "--batch", strconv.Itoa(o.batch))

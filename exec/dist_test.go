@@ -67,7 +67,11 @@ func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := j.RunPServer(ctx, i, hub.Endpoint(id), ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop()}); err != nil {
+			so := ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop(), ResumeStep: -1}
+			if ck := opt.Checkpoint; ck != nil {
+				so.Checkpoint = &Checkpointer{Dir: ck.Dir, Every: ck.Every, Node: string(id), Model: j.PServers[i].Name}
+			}
+			if _, err := j.RunPServer(ctx, i, hub.Endpoint(id), so); err != nil {
 				errs <- fmt.Errorf("%s: %w", id, err)
 				cancel()
 			}
@@ -78,7 +82,10 @@ func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
 		go func() {
 			defer wg.Done()
 			o := opt
-			o.InitFrom = ""
+			o.InitFrom, o.Checkpoint = "", nil
+			if opt.StartStep < 0 { // resume: the pservers' newest common step
+				o.StartStep = int(resumeStepOf(t, opt.Checkpoint.Dir, pservers))
+			}
 			if i != 0 {
 				o.Save = ""
 			}
@@ -158,4 +165,55 @@ func compareParams(t *testing.T, a, b string, tol float64) {
 			t.Errorf("%s: relative difference %.2g > %.0g", name, d, tol)
 		}
 	}
+}
+
+// A local run stopped after a checkpoint and resumed ends exactly where an
+// uninterrupted run ends: parameters, optimizer state and the data stream
+// position all come back.
+func TestLocalCheckpointResume(t *testing.T) {
+	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-adam.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
+	run := func(steps int, save string, ck *Checkpointer) {
+		t.Helper()
+		if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: steps, Save: save, Checkpoint: ck, Log: zerolog.Nop()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(50, whole, nil)
+	ck := &Checkpointer{Dir: filepath.Join(dir, "ck"), Every: 10, Node: "local", Model: g.Name}
+	run(35, "", ck) // checkpoints at 10, 20, 30; the last two kept
+	m, ok, err := ck.Manifest()
+	if err != nil || !ok || fmt.Sprint(m.Steps) != "[20 30]" {
+		t.Fatalf("manifest %+v ok=%v err=%v, want steps [20 30]", m, ok, err)
+	}
+	run(50, resumed, ck) // resumes at 30
+	compareParams(t, whole, resumed, 0)
+}
+
+// The same for a distributed job: pservers resume from their checkpoints
+// and the trainers start at that step.
+func TestJobCheckpointResumeInmem(t *testing.T) {
+	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-adam.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
+	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: whole, Log: zerolog.Nop()}, 20)
+	ckDir := filepath.Join(dir, "ck")
+	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 25, Batch: 10, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}}, 20)
+	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: resumed, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}, StartStep: -1}, 20)
+	compareParams(t, whole, resumed, 0)
+}
+
+func resumeStepOf(t *testing.T, dir string, nodes []transport.NodeID) int64 {
+	step, err := CommonCheckpoint(dir, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return step
 }

@@ -22,6 +22,11 @@ type ServeOptions struct {
 	LogEvery int
 	// Workers bounds concurrent compute (0: GOMAXPROCS).
 	Workers int
+	// Checkpoint saves the node's blocks and optimizer state every Every
+	// steps; a pserver whose directory holds a checkpoint resumes from it
+	// (ResumeStep when >= 0, else the newest).
+	Checkpoint *Checkpointer
+	ResumeStep int64
 }
 
 // ServeSummary is a pserver's result.
@@ -63,6 +68,23 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 			}
 		}
 	}
+	first, err := opt.Checkpoint.resumeStep(opt.ResumeStep)
+	if err != nil {
+		return nil, err
+	}
+	if first >= 0 {
+		for _, prog := range progs {
+			if err := opt.Checkpoint.Restore(first, persistentOf(prog)); err != nil {
+				return nil, err
+			}
+		}
+		opt.Log.Info().Int64("step", first).Str("dir", opt.Checkpoint.Dir).Msg("resumed from checkpoint")
+	}
+	first = max(first, 0)
+	var snap *snapshot
+	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 {
+		snap = &snapshot{ck: ck, parts: len(progs), pending: map[int64]*pendingCk{}}
+	}
 	for _, prog := range progs {
 		for _, op := range prog.Graph.Ops {
 			if op.Type == "send" && op.Attrs.String("initial") != "" {
@@ -70,7 +92,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 				if !ok {
 					return nil, dsl.Errorf(op.Pos, "send: initial %q is not a variable of this node", op.Attrs.String("initial"))
 				}
-				if err := c.publish(ctx, 0, op.Attrs, t); err != nil {
+				if err := c.publish(ctx, first, op.Attrs, t); err != nil {
 					return nil, err
 				}
 			}
@@ -84,7 +106,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			steps[i], errs[i] = serveLoop(ctx, prog, c, opt)
+			steps[i], errs[i] = serveLoop(ctx, prog, c, opt, first, snap)
 			if errs[i] != nil && !finished(errs[i]) {
 				cancel()
 			}
@@ -113,16 +135,22 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 
 // serveLoop runs one part of a pserver's graph step after step until the
 // trainers are done (a finished error) or something fails.
-func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions) (int64, error) {
+func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot) (int64, error) {
 	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers}
 	logEvery := int64(max(opt.LogEvery, 1))
-	for k := int64(0); ; k++ {
+	vars := persistentOf(prog)
+	for k := first; ; k++ {
 		if err := c.Flush(ctx); err != nil {
 			return k, err
 		}
 		rt.StepNum = k
 		if err := prog.Run(rt); err != nil {
 			return k, err
+		}
+		if snap != nil && (k+1)%int64(snap.ck.Every) == 0 {
+			if err := snap.add(k+1, vars); err != nil {
+				return k, err
+			}
 		}
 		if opt.LogEvery > 0 && (k+1)%logEvery == 0 {
 			opt.Log.Info().Int64("step", k+1).Msg("serve")

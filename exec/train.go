@@ -36,6 +36,12 @@ type RunOptions struct {
 	// Params names the model's parameters a distributed trainer receives
 	// after its last step, to save and evaluate them.
 	Params []string
+	// Checkpoint, for a local run, saves the parameters and optimizer state
+	// every Every steps and resumes from the newest checkpoint.
+	Checkpoint *Checkpointer
+	// StartStep is the step a distributed trainer starts at: the step its
+	// pservers resumed from (0 for a fresh job).
+	StartStep int
 }
 
 // Summary is the result of a run, printed as the last line of stdout.
@@ -126,10 +132,27 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	}
 	n := max(opt.TrainerCount, 1)
 	rt := &NodeRuntime{Ctx: ctx, Comm: opt.Comm, TrainerIndex: opt.TrainerIndex, TrainerCount: n}
+	first := opt.StartStep
+	if ck := opt.Checkpoint; ck != nil && opt.Comm == nil {
+		c, err := ck.resumeStep(-1)
+		if err != nil {
+			return nil, err
+		}
+		if c >= 0 {
+			if err := ck.Restore(c, persistentOf(prog)); err != nil {
+				return nil, err
+			}
+			first = int(c)
+			opt.Log.Info().Int64("step", c).Str("dir", ck.Dir).Msg("resumed from checkpoint")
+		}
+	}
+	if first > steps {
+		return nil, fmt.Errorf("the run resumes at step %d, after its last step %d; raise --steps", first, steps)
+	}
 	loss := prog.Scope[g.Train.Loss]
 	start := time.Now()
-	last, lastStep := start, 0
-	for k := 0; k < steps; k++ {
+	last, lastStep := start, first
+	for k := first; k < steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -142,6 +165,11 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 		}
 		if err := prog.Run(rt); err != nil {
 			return nil, err
+		}
+		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && (k+1)%ck.Every == 0 {
+			if err := ck.Save(int64(k+1), persistentOf(prog)); err != nil {
+				return nil, err
+			}
 		}
 		if (k+1)%logEvery == 0 || k == steps-1 {
 			now := time.Now()
@@ -191,7 +219,7 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
-	sum := &Summary{Role: opt.Role, Steps: steps, Seconds: elapsed, StepsPerS: float64(steps) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
+	sum := &Summary{Role: opt.Role, Steps: steps, Seconds: elapsed, StepsPerS: float64(steps-first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
 	if err := Evaluate(g, set, params, sum); err != nil {
 		return nil, err
 	}
