@@ -50,10 +50,11 @@ func sgemmWith(kn *kernel, transA, transB bool, m, n, k int, alpha float32, a []
 		B = view{p: b, rs: 1, cs: ldb}
 	}
 	C := view{p: c, rs: ldc, cs: 1}
-	// Cᵀ = op(B)ᵀ op(A)ᵀ: swap the roles when that wastes fewer padded lanes
-	// (e.g. n = 10 against a 32-wide tile).
-	if padded(n, kn.mr)*padded(m, kn.nr) < padded(m, kn.mr)*padded(n, kn.nr) {
-		gemm(kn, n, m, k, alpha, view{p: b, rs: B.cs, cs: B.rs}, view{p: a, rs: A.cs, cs: A.rs}, beta, view{p: c, rs: 1, cs: ldc})
+	// Cᵀ = op(B)ᵀ op(A)ᵀ: swap the roles when the cost model says so, e.g.
+	// n = 10 against a 32-wide tile when neither operand then needs packing.
+	At, Bt, Ct := view{p: b, rs: B.cs, cs: B.rs}, view{p: a, rs: A.cs, cs: A.rs}, view{p: c, rs: 1, cs: ldc}
+	if cost(kn, n, m, k, At, Bt, Ct) < cost(kn, m, n, k, A, B, C) {
+		gemm(kn, n, m, k, alpha, At, Bt, beta, Ct)
 		return
 	}
 	gemm(kn, m, n, k, alpha, A, B, beta, C)

@@ -7,12 +7,13 @@ import (
 )
 
 // kernel is a register-blocked micro-kernel computing an mr x nr tile of C
-// from k steps of a (mr values per step, astride floats apart) and b (nr values
-// per step, bstride floats apart). beta == 0 overwrites C.
+// from k steps: A(i, p) = a[i*ars+p*aks], B(p, j) = b[p*bstride+j].
+// beta == 0 overwrites C.
 type kernel struct {
 	name   string
 	mr, nr int
-	fn     func(k int, a *float32, astride int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)
+	lanes  int // multiply-adds per cycle, for the cost model
+	fn     func(k int, a *float32, ars, aks int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)
 }
 
 var (
@@ -66,11 +67,7 @@ func gemm(kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C vie
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 
-	// Small problems: read A and/or B in place when their layout already
-	// matches what the micro-kernel streams (mr values contiguous per k step
-	// for A, nr values contiguous per k step for B).
-	aDirect := k <= kcBlock && A.rs == 1 && m*k <= directMax
-	bDirect := k <= kcBlock && B.cs == 1 && k*n <= directMax
+	aDirect, bDirect := directA(m, k, A), directB(n, k, B)
 
 	par := m*n*k >= parallelMin && helpers() > 0
 	for jc := 0; jc < n; jc += ncBlock {
@@ -148,10 +145,10 @@ func (blk *block) macro(s *scratch, ic, mb int) {
 			mh := min(mr, mb-ir)
 			i0 := ic + ir
 			var aptr *float32
-			astride := mr
+			ars, aks := 1, mr
 			if blk.aDirect && mh == mr {
-				aptr = &A.p[i0+blk.pc*A.cs]
-				astride = A.cs
+				aptr = &A.p[i0*A.rs+blk.pc*A.cs]
+				ars, aks = A.rs, A.cs
 			} else if blk.aDirect {
 				// Ragged last panel of an unpacked A: pack just that panel.
 				s.a = grow(s.a, kb*mr)
@@ -161,14 +158,46 @@ func (blk *block) macro(s *scratch, ic, mb int) {
 				aptr = &ap[ir*kb]
 			}
 			if mh == mr && nw == nr && C.cs == 1 {
-				kn.fn(kb, aptr, astride, bptr, bstride, &C.p[i0*C.rs+j0], C.rs, blk.alpha, blk.beta)
+				kn.fn(kb, aptr, ars, aks, bptr, bstride, &C.p[i0*C.rs+j0], C.rs, blk.alpha, blk.beta)
 				continue
 			}
 			t := s.tile[:mr*nr]
-			kn.fn(kb, aptr, astride, bptr, bstride, &t[0], nr, blk.alpha, 0)
+			kn.fn(kb, aptr, ars, aks, bptr, bstride, &t[0], nr, blk.alpha, 0)
 			mergeTile(t, nr, mh, nw, C, i0, j0, blk.beta)
 		}
 	}
+}
+
+// Small problems read A and/or B in place: the kernel takes any A strides,
+// and B when nr values are contiguous per k step. Only ragged panels are packed.
+func directA(m, k int, A view) bool { return k <= kcBlock && m*k <= directMax }
+func directB(n, k int, B view) bool { return k <= kcBlock && B.cs == 1 && k*n <= directMax }
+
+// cost estimates the cycles of gemm(kn, m, n, k, A, B, C): micro-kernel work
+// including padded lanes, plus packing and edge merging.
+func cost(kn *kernel, m, n, k int, A, B, C view) float64 {
+	mr, nr := kn.mr, kn.nr
+	c := float64(padded(m, mr)*padded(n, nr)*k) / float64(kn.lanes)
+	if directA(m, k, A) {
+		c += float64(m%mr*k) * 0.5
+	} else if A.rs == 1 {
+		c += float64(m*k) * 0.3
+	} else {
+		c += float64(m * k)
+	}
+	if directB(n, k, B) {
+		c += float64(n%nr*k) * 0.3
+	} else if B.cs == 1 {
+		c += float64(n*k) * 0.3
+	} else {
+		c += float64(n * k)
+	}
+	if C.cs != 1 {
+		c += float64(m*n) * 1.5
+	} else {
+		c += float64(m%mr*n+n%nr*m) * 0.5
+	}
+	return c
 }
 
 // mergeTile stores the mh x nw corner of tile t into C at (i0, j0): C = t + beta*C.
@@ -206,7 +235,7 @@ func packA(dst []float32, A view, i0, p0, mb, kb, mr int) {
 		d := dst[q*kb : q*kb+kb*mr]
 		if A.rs == 1 {
 			for p := 0; p < kb; p++ {
-				o := (i0+q) + (p0+p)*A.cs
+				o := (i0 + q) + (p0+p)*A.cs
 				dd := d[p*mr : p*mr+mr]
 				copy(dd, A.p[o:o+mh])
 				clear(dd[mh:])

@@ -1,16 +1,22 @@
 # gen_kernels.py writes kernel_amd64.s (run: python3 gen_kernels.py).
+rowaddr=["(SI)","(SI)(R11*1)","(SI)(R11*2)","(SI)(R12*1)","(SI)(R11*4)","(SI)(R13*1)","(SI)(R12*2)","(SI)(BX*1)"]
 def kern(name, mr, nvec, reg, vbytes, nbc, accbase=0):
     # reg: 'Z' or 'Y'; nvec vectors per row
     L=[]
     a=L.append
-    a(f"// func {name}(k int, a *float32, astride int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)")
-    a(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
+    a(f"// func {name}(k int, a *float32, ars, aks int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)")
+    a(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
     a("\tMOVQ k+0(FP), CX")
     a("\tMOVQ a+8(FP), SI")
-    a("\tMOVQ astride+16(FP), R8")
+    a("\tMOVQ ars+16(FP), R11")
+    a("\tSHLQ $2, R11")
+    a("\tLEAQ (R11)(R11*2), R12")
+    a("\tLEAQ (R11)(R11*4), R13")
+    a("\tLEAQ (R12)(R11*4), BX")
+    a("\tMOVQ aks+24(FP), R8")
     a("\tSHLQ $2, R8")
-    a("\tMOVQ b+24(FP), DI")
-    a("\tMOVQ bstride+32(FP), R9")
+    a("\tMOVQ b+32(FP), DI")
+    a("\tMOVQ bstride+40(FP), R9")
     a("\tSHLQ $2, R9")
     nacc=mr*nvec
     for i in range(nacc):
@@ -25,7 +31,7 @@ def kern(name, mr, nvec, reg, vbytes, nbc, accbase=0):
         a(f"\tVMOVUPS {j*vbytes}(DI), {reg}{breg[j]}")
     for i in range(mr):
         r=bc[i%nbc]
-        a(f"\tVBROADCASTSS {4*i}(SI), {reg}{r}")
+        a(f"\tVBROADCASTSS {rowaddr[i]}, {reg}{r}")
         for j in range(nvec):
             a(f"\tVFMADD231PS {reg}{breg[j]}, {reg}{r}, {reg}{i*nvec+j}")
     a("\tADDQ R8, SI")
@@ -34,17 +40,17 @@ def kern(name, mr, nvec, reg, vbytes, nbc, accbase=0):
     a("\tJNZ loop")
     a("done:")
     al=bc[0]
-    a(f"\tVBROADCASTSS alpha+56(FP), {reg}{al}")
+    a(f"\tVBROADCASTSS alpha+64(FP), {reg}{al}")
     for i in range(nacc):
         a(f"\tVMULPS {reg}{al}, {reg}{i}, {reg}{i}")
-    a("\tMOVQ c+40(FP), DX")
-    a("\tMOVQ ldc+48(FP), R10")
+    a("\tMOVQ c+48(FP), DX")
+    a("\tMOVQ ldc+56(FP), R10")
     a("\tSHLQ $2, R10")
-    a("\tMOVL beta+60(FP), AX")
+    a("\tMOVL beta+68(FP), AX")
     a("\tSHLL $1, AX")
     a("\tJZ store")
     be=bc[1]
-    a(f"\tVBROADCASTSS beta+60(FP), {reg}{be}")
+    a(f"\tVBROADCASTSS beta+68(FP), {reg}{be}")
     for i in range(mr):
         for j in range(nvec):
             a(f"\tVFMADD231PS {j*vbytes}(DX), {reg}{be}, {reg}{i*nvec+j}")
