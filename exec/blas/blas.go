@@ -50,14 +50,23 @@ func sgemmWith(kn *kernel, transA, transB bool, m, n, k int, alpha float32, a []
 		B = view{p: b, rs: 1, cs: ldb}
 	}
 	C := view{p: c, rs: ldc, cs: 1}
-	// Cᵀ = op(B)ᵀ op(A)ᵀ: swap the roles when the cost model says so, e.g.
-	// n = 10 against a 32-wide tile when neither operand then needs packing.
+	// Pick the kernel variant, and C or Cᵀ = op(B)ᵀ op(A)ᵀ, by the cost model
+	// (e.g. n = 10 wastes 22 of 32 lanes of a wide tile).
 	At, Bt, Ct := view{p: b, rs: B.cs, cs: B.rs}, view{p: a, rs: A.cs, cs: A.rs}, view{p: c, rs: 1, cs: ldc}
-	if cost(kn, n, m, k, At, Bt, Ct) < cost(kn, m, n, k, A, B, C) {
-		gemm(kn, n, m, k, alpha, At, Bt, beta, Ct)
+	best, swap, bc := kn, false, cost(kn, m, n, k, A, B, C)
+	for v := kn; v != nil; v = v.narrow {
+		if c := cost(v, m, n, k, A, B, C); c < bc {
+			best, swap, bc = v, false, c
+		}
+		if c := cost(v, n, m, k, At, Bt, Ct); c < bc {
+			best, swap, bc = v, true, c
+		}
+	}
+	if swap {
+		gemm(best, n, m, k, alpha, At, Bt, beta, Ct)
 		return
 	}
-	gemm(kn, m, n, k, alpha, A, B, beta, C)
+	gemm(best, m, n, k, alpha, A, B, beta, C)
 }
 
 func padded(x, r int) int { return (x + r - 1) / r * r }

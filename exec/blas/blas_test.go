@@ -249,3 +249,35 @@ func FuzzSgemm(f *testing.F) {
 		}
 	})
 }
+
+// TestKernelVariants drives gemm directly with every kernel and variant, in
+// both the C and the Cᵀ formulation, bypassing the cost model's choice.
+func TestKernelVariants(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, top := range kernels {
+		for kn := top; kn != nil; kn = kn.narrow {
+			for _, s := range [][3]int{{1, 1, 1}, {9, 10, 11}, {64, 10, 128}, {37, 53, 300}, {200, 17, 5}} {
+				m, n, k := s[0], s[1], s[2]
+				a, b := randSlice(r, m*k), randSlice(r, k*n)
+				want := make([]float32, m*n)
+				sgemmWith(nil, false, false, m, n, k, 1, a, k, b, n, 0, want, n)
+				for _, swap := range []bool{false, true} {
+					got := make([]float32, m*n)
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					if swap {
+						gemm(kn, n, m, k, 1, view{p: b, rs: 1, cs: n}, view{p: a, rs: 1, cs: k}, 0, view{p: got, rs: 1, cs: n})
+					} else {
+						gemm(kn, m, n, k, 1, view{p: a, rs: k, cs: 1}, view{p: b, rs: n, cs: 1}, 0, view{p: got, rs: n, cs: 1})
+					}
+					for i := range got {
+						if d := math.Abs(float64(got[i] - want[i])); !(d <= 1e-4*float64(k)) {
+							t.Fatalf("%s nr=%d %v swap=%v: C[%d] = %v, want %v", kn.name, kn.nr, s, swap, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}

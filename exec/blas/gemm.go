@@ -12,7 +12,8 @@ import (
 type kernel struct {
 	name   string
 	mr, nr int
-	lanes  int // multiply-adds per cycle, for the cost model
+	lanes  int     // multiply-adds per cycle, for the cost model
+	narrow *kernel // optional variant with a smaller nr, for narrow C
 	fn     func(k int, a *float32, ars, aks int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)
 }
 
@@ -32,7 +33,7 @@ const (
 
 	// Operands with at most this many elements are read in place, without
 	// packing, when their layout allows it (and k fits one kc block).
-	directMax = 1 << 16
+	directMax = 1 << 19
 	// Products with at least this many multiply-adds use the helper goroutines.
 	parallelMin = 1 << 22
 	maxTile     = 8 * 32
@@ -69,7 +70,7 @@ func gemm(kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C vie
 
 	aDirect, bDirect := directA(m, k, A), directB(n, k, B)
 
-	par := m*n*k >= parallelMin && helpers() > 0
+	par := m*n*k >= parallelMin && k >= 32 && helpers() > 0
 	for jc := 0; jc < n; jc += ncBlock {
 		nb := min(ncBlock, n-jc)
 		for pc := 0; pc < k; pc += kcBlock {
@@ -170,8 +171,8 @@ func (blk *block) macro(s *scratch, ic, mb int) {
 
 // Small problems read A and/or B in place: the kernel takes any A strides,
 // and B when nr values are contiguous per k step. Only ragged panels are packed.
-func directA(m, k int, A view) bool { return k <= kcBlock && m*k <= directMax }
-func directB(n, k int, B view) bool { return k <= kcBlock && B.cs == 1 && k*n <= directMax }
+func directA(m, k int, A view) bool { return true }
+func directB(n, k int, B view) bool { return B.cs == 1 && k*n <= directMax }
 
 // cost estimates the cycles of gemm(kn, m, n, k, A, B, C): micro-kernel work
 // including padded lanes, plus packing and edge merging.

@@ -14,6 +14,11 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func sgemmAVX512(k int, a *float32, ars, aks int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)
 
+// sgemmAVX512n16 is the 8x16 variant of sgemmAVX512 for narrow C (n <= 16).
+//
+//go:noescape
+func sgemmAVX512n16(k int, a *float32, ars, aks int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)
+
 // sgemmAVX2 is the 6x16 AVX2+FMA analogue of sgemmAVX512.
 //
 //go:noescape
@@ -21,7 +26,8 @@ func sgemmAVX2(k int, a *float32, ars, aks int, b *float32, bstride int, c *floa
 
 func init() {
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL {
-		kernels = append(kernels, &kernel{name: "avx512", mr: 8, nr: 32, lanes: 32, fn: sgemmAVX512})
+		kernels = append(kernels, &kernel{name: "avx512", mr: 8, nr: 32, lanes: 32, fn: sgemmAVX512,
+			narrow: &kernel{name: "avx512", mr: 8, nr: 16, lanes: 32, fn: sgemmAVX512n16}})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		kernels = append(kernels, &kernel{name: "avx2", mr: 6, nr: 16, lanes: 16, fn: sgemmAVX2})
