@@ -52,7 +52,26 @@ type scratch struct {
 	par  parJob
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+// Scratch buffers live on a free list rather than in a sync.Pool, so a GC
+// does not drop them (packing buffers can be MiBs). Concurrent callers beyond
+// the list's capacity get (and then drop) fresh ones.
+var scratchFree = make(chan *scratch, 16)
+
+func getScratch() *scratch {
+	select {
+	case s := <-scratchFree:
+		return s
+	default:
+		return new(scratch)
+	}
+}
+
+func putScratch(s *scratch) {
+	select {
+	case scratchFree <- s:
+	default:
+	}
+}
 
 func grow(s []float32, n int) []float32 {
 	if cap(s) < n {
@@ -65,8 +84,8 @@ func grow(s []float32, n int) []float32 {
 // using the kernel kn. k >= 1.
 func gemm(kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C view) {
 	nr := kn.nr
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
+	s := getScratch()
+	defer putScratch(s)
 
 	aDirect, bDirect := directA(m, k, A), directB(n, k, B)
 
@@ -328,9 +347,9 @@ func helpers() int {
 		for i := 0; i < nHelpers; i++ {
 			go func() {
 				for j := range helperCh {
-					s := scratchPool.Get().(*scratch)
+					s := getScratch()
 					j.work(s)
-					scratchPool.Put(s)
+					putScratch(s)
 					j.wg.Done()
 				}
 			}()
