@@ -117,7 +117,7 @@ func gemm(kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C vie
 				s.par.run(&s.blk, s, m)
 			} else {
 				for ic := 0; ic < m; ic += mcBlock {
-					s.blk.macro(s, ic, min(mcBlock, m-ic))
+					s.blk.macro(s, ic, min(mcBlock, m-ic), 0, nb)
 				}
 			}
 		}
@@ -135,9 +135,9 @@ type block struct {
 	alpha, beta      float32
 }
 
-// macro runs rows [ic, ic+mb) of the block: packs that part of A and sweeps
-// the micro-kernel over it.
-func (blk *block) macro(s *scratch, ic, mb int) {
+// macro runs rows [ic, ic+mb) and block columns [jlo, jhi) (jlo a multiple
+// of nr) of the block: packs that part of A and sweeps the micro-kernel over it.
+func (blk *block) macro(s *scratch, ic, mb, jlo, jhi int) {
 	kn := blk.kn
 	mr, nr, kb := kn.mr, kn.nr, blk.kb
 	A, B, C := blk.A, blk.B, blk.C
@@ -146,9 +146,13 @@ func (blk *block) macro(s *scratch, ic, mb int) {
 		s.a = grow(s.a, kb*((mb+mr-1)/mr)*mr)
 		packA(s.a, A, ic, blk.pc, mb, kb, mr)
 		ap = s.a
+	} else if r := mb % mr; r != 0 {
+		// Ragged last panel of an unpacked A: pack just that panel.
+		s.a = grow(s.a, kb*mr)
+		packA(s.a, A, ic+mb-r, blk.pc, r, kb, mr)
 	}
-	for jr := 0; jr < blk.nb; jr += nr {
-		nw := min(nr, blk.nb-jr)
+	for jr := jlo; jr < jhi; jr += nr {
+		nw := min(nr, jhi-jr)
 		j0 := blk.jc + jr
 		var bptr *float32
 		bstride := nr
@@ -170,10 +174,7 @@ func (blk *block) macro(s *scratch, ic, mb int) {
 				aptr = &A.p[i0*A.rs+blk.pc*A.cs]
 				ars, aks = A.rs, A.cs
 			} else if blk.aDirect {
-				// Ragged last panel of an unpacked A: pack just that panel.
-				s.a = grow(s.a, kb*mr)
-				packA(s.a, A, i0, blk.pc, mh, kb, mr)
-				aptr = &s.a[0]
+				aptr = &s.a[0] // ragged panel, packed above
 			} else {
 				aptr = &ap[ir*kb]
 			}
@@ -325,6 +326,7 @@ func packB(dst []float32, B view, p0, j0, kb, nb, nr int) {
 type parJob struct {
 	blk   *block
 	m     int
+	cols  bool // chunks are column ranges (all rows) rather than row ranges
 	chunk int
 	next  atomic.Int64
 	wg    sync.WaitGroup
@@ -361,21 +363,40 @@ func helpers() int {
 func (j *parJob) work(s *scratch) {
 	for {
 		c := int(j.next.Add(1)) - 1
+		if j.cols {
+			jlo := c * j.chunk
+			if jlo >= j.blk.nb {
+				return
+			}
+			jhi := min(jlo+j.chunk, j.blk.nb)
+			for ic := 0; ic < j.m; ic += mcBlock {
+				j.blk.macro(s, ic, min(mcBlock, j.m-ic), jlo, jhi)
+			}
+			continue
+		}
 		ic := c * j.chunk
 		if ic >= j.m {
 			return
 		}
-		j.blk.macro(s, ic, min(j.chunk, j.m-ic))
+		j.blk.macro(s, ic, min(j.chunk, j.m-ic), 0, j.blk.nb)
 	}
 }
 
 func (j *parJob) run(blk *block, s *scratch, m int) {
-	mr := blk.kn.mr
+	mr, nr := blk.kn.mr, blk.kn.nr
 	workers := nHelpers + 1
-	// Enough chunks to balance, each a multiple of mr and at most mcBlock rows.
-	chunk := (m + 2*workers - 1) / (2 * workers)
-	chunk = min(mcBlock, (chunk+mr-1)/mr*mr)
-	j.blk, j.m, j.chunk = blk, m, chunk
+	// Split the longer side into enough chunks to balance: rows in multiples
+	// of mr (at most mcBlock), or columns in multiples of nr, so that a short
+	// and wide C still shares each B panel among all its rows.
+	j.cols = m < blk.nb
+	if j.cols {
+		chunk := (blk.nb + 2*workers - 1) / (2 * workers)
+		j.chunk = (chunk + nr - 1) / nr * nr
+	} else {
+		chunk := (m + 2*workers - 1) / (2 * workers)
+		j.chunk = min(mcBlock, (chunk+mr-1)/mr*mr)
+	}
+	j.blk, j.m = blk, m
 	j.next.Store(0)
 	for i := 0; i < nHelpers; i++ {
 		j.wg.Add(1)
