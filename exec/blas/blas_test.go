@@ -144,7 +144,7 @@ func TestSgemmRandom(t *testing.T) {
 // TestSgemmBlocks crosses every blocking boundary, including the parallel path.
 func TestSgemmBlocks(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	shapes := [][3]int{{mcBlock + 5, 2*ncBlock/16 + 3, kcBlock + 1}, {2*mcBlock + 1, 67, 2*kcBlock + 3}, {300, ncBlock + 33, 40}, {257, 259, 263}}
+	shapes := [][3]int{{mcBlock + 5, 2*ncBlock/16 + 3, kcBlock + 1}, {2*mcBlock + 1, 67, 2*kcBlock + 3}, {70, 9, 4*kcBlock + 5}, {300, ncBlock + 33, 40}, {257, 259, 263}}
 	if testing.Short() {
 		shapes = shapes[1:2]
 	}
