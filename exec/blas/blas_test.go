@@ -281,3 +281,18 @@ func TestKernelVariants(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmPacked runs random cases with both operands fully packed (the
+// path in-place reading normally bypasses).
+func TestSgemmPacked(t *testing.T) {
+	forcePack = true
+	defer func() { forcePack = false }()
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, kn := range kernels {
+		for it := 0; it < 150; it++ {
+			dim := func() int { return 1 + r.IntN([]int{20, 80, 400}[r.IntN(3)]) }
+			checkCase(t, r, kn, gemmCase{ta: r.IntN(2) == 0, tb: r.IntN(2) == 0, m: dim(), n: dim(), k: dim(),
+				alpha: 1.25, beta: []float32{0, 0.5}[r.IntN(2)], padA: r.IntN(4), padB: r.IntN(4), padC: r.IntN(4)})
+		}
+	}
+}

@@ -194,9 +194,11 @@ func (blk *block) macro(s *scratch, ic, mb, jlo, jhi int) {
 // A is read in place: the kernel takes any A strides (measured no slower than
 // packing, up to 4096x4096). B is read in place up to directMax elements when
 // nr values are contiguous per k step. Only ragged panels are packed then.
-// (The packed-A path in macro is kept for directA returning false.)
-func directA(m, k int, A view) bool { return true }
-func directB(n, k int, B view) bool { return B.cs == 1 && k*n <= directMax }
+// forcePack (tests only) packs both operands fully.
+func directA(m, k int, A view) bool { return !forcePack }
+func directB(n, k int, B view) bool { return !forcePack && B.cs == 1 && k*n <= directMax }
+
+var forcePack bool
 
 // cost estimates the cycles of gemm(kn, m, n, k, A, B, C): micro-kernel work
 // including padded lanes, plus packing and edge merging.
