@@ -1,0 +1,52 @@
+package blas
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkSgemm runs the hot shapes on every available kernel and on gonum
+// (generic) in the same run. Shapes are op(A) m x k times op(B) k x n.
+func BenchmarkSgemm(b *testing.B) {
+	shapes := []struct {
+		name    string
+		ta, tb  bool
+		m, n, k int
+	}{
+		{"digits_fwd1_64x64x128", false, false, 64, 128, 64},
+		{"digits_fwd2_64x128x10", false, false, 64, 10, 128},
+		{"digits_dW1_xT.dh", true, false, 64, 128, 64},
+		{"digits_dh_dz.W2T", false, true, 64, 128, 10},
+		{"digits_dW2_hT.dz", true, false, 128, 10, 64},
+		{"wide_fwd1_256x64x2048", false, false, 256, 2048, 64},
+		{"wide_fwd2_256x2048x10", false, false, 256, 10, 2048},
+		{"wide_dW1_xT.dh", true, false, 64, 2048, 256},
+		{"wide_dh_dz.W2T", false, true, 256, 2048, 10},
+		{"wide_dW2_hT.dz", true, false, 2048, 10, 256},
+		{"big_4096", false, false, 4096, 4096, 4096},
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, s := range shapes {
+		lda, ldb := s.k, s.n
+		if s.ta {
+			lda = s.m
+		}
+		if s.tb {
+			ldb = s.k
+		}
+		a, bm, c := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n), randSlice(r, s.m*s.n)
+		for _, kn := range paths() {
+			if s.m*s.n*s.k > 1<<30 && testing.Short() {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/%s", s.name, kname(kn)), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					sgemmWith(kn, s.ta, s.tb, s.m, s.n, s.k, 1, a, lda, bm, ldb, 0, c, s.n)
+				}
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
