@@ -1,6 +1,9 @@
 package ops
 
-import "github.com/psgraph/psgraph/exec/tensor"
+import (
+	"github.com/psgraph/psgraph/exec/blas"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
 
 // add, sub, mul, div with numpy broadcasting.
 
@@ -146,9 +149,7 @@ func binSame(op binOp, x, y, z []float32) {
 	x = x[:len(z)]
 	switch op {
 	case opAdd:
-		for i := range z {
-			z[i] = x[i] + y[i]
-		}
+		blas.Add(x, y, z)
 	case opSub:
 		for i := range z {
 			z[i] = x[i] - y[i]
@@ -193,9 +194,7 @@ func binRowsY(op binOp, x, y, z []float32) {
 		xr, zr := x[r:r+n], z[r:r+n]
 		switch op {
 		case opAdd:
-			for j := range zr {
-				zr[j] = xr[j] + y[j]
-			}
+			blas.Add(xr, y, zr)
 		case opSub:
 			for j := range zr {
 				zr[j] = xr[j] - y[j]

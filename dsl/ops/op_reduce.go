@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -135,14 +136,7 @@ func init() {
 					}
 					y.F[0] = s
 				case bcSuffix:
-					n := len(y.F)
-					copy(y.F, x.F[:n])
-					for r := n; r+n <= len(x.F); r += n {
-						xr := x.F[r : r+n]
-						for j, v := range xr {
-							y.F[j] += v
-						}
-					}
+					blas.SumRows(x.F, len(x.F)/len(y.F), y.F)
 				default:
 					clear(y.F)
 					it.reset()

@@ -3,6 +3,8 @@ package ops
 import (
 	"math"
 
+	"github.com/psgraph/psgraph/exec/blas"
+
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -10,15 +12,7 @@ import (
 
 func init() {
 	register(
-		unary("relu", "y = max(x, 0)", func(x, y []float32) {
-			// Branchless: keep v's bits when its sign bit is clear. Random
-			// signs would make a branch mispredict half the time.
-			x = x[:len(y)]
-			for i, v := range x {
-				u := int32(math.Float32bits(v))
-				y[i] = math.Float32frombits(uint32(u &^ (u >> 31)))
-			}
-		}, func(b GradBuilder, g GradArgs) []string {
+		unary("relu", "y = max(x, 0)", blas.Relu, func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("relu_grad", []string{g.OutGrads[0], g.Outputs[0]}, nil)}
 		}),
 		unary("sigmoid", "y = 1 / (1 + exp(-x))", func(x, y []float32) {
@@ -45,15 +39,7 @@ func init() {
 		}),
 		unary("identity", "y = x (a copy)", func(x, y []float32) { copy(y, x) },
 			func(b GradBuilder, g GradArgs) []string { return []string{g.OutGrads[0]} }),
-		binaryHelper("relu_grad", "dx = dy where y > 0, else 0", func(dy, y, dx []float32) {
-			// y = relu(x) >= 0, so y > 0 exactly when its bits are a positive
-			// int32; -u >> 31 is then all ones (branchless, see relu).
-			dy, y = dy[:len(dx)], y[:len(dx)]
-			for i := range dx {
-				u := int32(math.Float32bits(y[i]))
-				dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & uint32(-u>>31))
-			}
-		}),
+		binaryHelper("relu_grad", "dx = dy where y > 0, else 0", blas.ReluGrad),
 		binaryHelper("sigmoid_grad", "dx = dy * y * (1 - y)", func(dy, y, dx []float32) {
 			for i := range dx {
 				dx[i] = dy[i] * y[i] * (1 - y[i])

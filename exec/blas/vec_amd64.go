@@ -1,0 +1,24 @@
+//go:build amd64 && !purego
+
+package blas
+
+import "golang.org/x/sys/cpu"
+
+var hasAVX512 = cpu.X86.HasAVX512F
+
+// vecLen is the part of n the SIMD bodies handle.
+func vecLen(n int) int {
+	if !hasAVX512 {
+		return 0
+	}
+	return n &^ 15
+}
+
+//go:noescape
+func reluVec(x, y *float32, n int)
+
+//go:noescape
+func reluGradVec(dy, y, dx *float32, n int)
+
+//go:noescape
+func addVec(x, y, z *float32, n int)

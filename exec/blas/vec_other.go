@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package blas
+
+func vecLen(int) int { return 0 }
+
+func reluVec(x, y *float32, n int)          {}
+func reluGradVec(dy, y, dx *float32, n int) {}
+func addVec(x, y, z *float32, n int)        {}
