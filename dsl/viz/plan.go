@@ -80,4 +80,3 @@ func shapeString(s []int) string {
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }
-
