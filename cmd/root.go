@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/mattn/go-isatty"
@@ -68,7 +69,13 @@ and pserver subgraphs of a distributed job.`,
 			if sug := c.SuggestionsFor(args[0]); len(sug) > 0 {
 				hint = fmt.Sprintf(" (did you mean %q?)", sug[0])
 			}
-			return usagef("unknown command %q%s; commands: check, ops, run, split, train", args[0], hint)
+			var names []string
+			for _, sub := range c.Commands() {
+				if sub.IsAvailableCommand() && sub.Name() != "help" {
+					names = append(names, sub.Name())
+				}
+			}
+			return usagef("unknown command %q%s; commands: %s", args[0], hint, strings.Join(names, ", "))
 		}
 		return nil
 	}
@@ -78,7 +85,22 @@ and pserver subgraphs of a distributed job.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newTrainCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd())
+	root.AddCommand(newRunCmd(), newTrainCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd(), newVizCmd(), newK8sCmd(), newVersionCmd())
+	// Cobra adds help and completion when it runs; add them now so they
+	// get examples like every other command.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Example = "  psgraph help split"
+		case "completion":
+			c.Example = "  source <(psgraph completion bash)\n  psgraph completion zsh > \"${fpath[1]}/_psgraph\""
+			for _, sh := range c.Commands() {
+				sh.Example = fmt.Sprintf("  psgraph completion %s --help", sh.Name())
+			}
+		}
+	}
 	return root
 }
 
