@@ -2,7 +2,6 @@ package viz
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -72,6 +71,8 @@ type drawing struct {
 	// hidden ops are folded into a summary box: op index -> box id.
 	folded map[int]string
 	boxes  []box
+	// assigned maps a value to the persistent variables assigned from it.
+	assigned map[string][]string
 }
 
 type box struct {
@@ -80,7 +81,10 @@ type box struct {
 }
 
 func newDrawing(g *dsl.Graph, prefix string, opt Options) *drawing {
-	d := &drawing{g: g, prefix: prefix, opt: opt, producer: map[string]int{}, folded: map[int]string{}}
+	d := &drawing{g: g, prefix: prefix, opt: opt, producer: map[string]int{}, folded: map[int]string{}, assigned: map[string][]string{}}
+	for _, a := range g.Assigns {
+		d.assigned[a.Value] = append(d.assigned[a.Value], a.Target)
+	}
 	for i, op := range g.Ops {
 		for _, o := range op.Outputs {
 			d.producer[o] = i
@@ -180,6 +184,14 @@ func (d *drawing) varNode(w *writer, name string) {
 		if b := v.Block; b != nil {
 			label += fmt.Sprintf("\nrows [%d, %d) of %s %s", b.Start, b.End, b.Of, b.Shape.String())
 		}
+	}
+	if targets := d.assigned[name]; len(targets) > 0 {
+		// an assign edge back to the parameter would cross the whole
+		// picture; the value says what it becomes instead
+		for _, t := range targets {
+			label += "\nnext " + t
+		}
+		attrs += `, peripheries=2`
 	}
 	w.line("%s [label=%s, %s];", q(d.varID(name)), q(label), attrs)
 }
@@ -311,11 +323,6 @@ func (d *drawing) edges(w *writer) {
 				edge(id, d.varID(o), "", "")
 			}
 		}
-	}
-	as := append([]dsl.Assign(nil), d.g.Assigns...)
-	sort.SliceStable(as, func(i, j int) bool { return as[i].Target < as[j].Target })
-	for _, a := range as {
-		edge(endpoint(a.Value), d.varID(a.Target), "assign", `style=dotted, color="#4a9a4a", constraint=false`)
 	}
 }
 

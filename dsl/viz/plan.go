@@ -54,8 +54,15 @@ func Plan(p *partition.Plan, opt Options) []byte {
 		if s < 0 || r < 0 {
 			continue
 		}
-		w.line("%s -> %s [label=%s, style=dashed, penwidth=1.5, color=\"#7a3fa0\", fontcolor=\"#7a3fa0\"];",
-			q(from.opID(s)), q(to.opID(r)), q(t.Var+" "+shapeString(t.Shape)))
+		// Gradients flow down into the pservers' clusters; the parameters
+		// served back for the next step do not constrain the ranks, so each
+		// trainer recv stays at the top, before the ops reading it.
+		constraint := ""
+		if t.To == "trainer" {
+			constraint = ", constraint=false"
+		}
+		w.line("%s -> %s [label=%s, style=dashed, penwidth=1.5, color=\"#7a3fa0\", fontcolor=\"#7a3fa0\"%s];",
+			q(from.opID(s)), q(to.opID(r)), q(t.Var+" "+shapeString(t.Shape)), constraint)
 	}
 	footer(w)
 	return []byte(w.b.String())
