@@ -1,6 +1,8 @@
 package cmd
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/cmd/internal/k8s"
@@ -28,9 +30,12 @@ manifests reference but do not create. docs/deploy.md walks through it.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			out, err := k8s.Manifests(args[0], o)
+			out, warnings, err := k8s.Manifests(args[0], o)
 			if err != nil {
 				return err
+			}
+			for _, w := range warnings {
+				fmt.Fprintf(c.ErrOrStderr(), "psgraph: warning: %s\n", w)
 			}
 			_, err = c.OutOrStdout().Write(out)
 			return err

@@ -203,7 +203,9 @@ func Curves(runs []*Run, format string, w io.Writer) error {
 			l.Width = vg.Points(1.5)
 			l.Dashes = plotutil.Dashes(i / 7)
 			p.Add(l)
-			p.Legend.Add(r.Label, l)
+			if len(rows) == 0 { // one legend, on the top panel
+				p.Legend.Add(r.Label, l)
+			}
 		}
 		rows = append(rows, []*plot.Plot{p})
 	}

@@ -68,27 +68,35 @@ func PServerEndpoints(o Options, pservers int) []string {
 	return eps
 }
 
-// Manifests reads the plan in dir and returns the multi-document YAML.
-func Manifests(dir string, o Options) ([]byte, error) {
+// absoluteCSV finds a data path the trainer reads from the machine that split.
+var absoluteCSV = regexp.MustCompile(`(?m)^\s*csv:\s*"?(/[^"\n]*)`)
+
+// Manifests reads the plan in dir and returns the multi-document YAML, and
+// warnings about what the image must provide.
+func Manifests(dir string, o Options) ([]byte, []string, error) {
 	if err := o.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p, err := partition.ReadPlan(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	files := map[string]string{}
 	size := 0
 	for _, name := range append([]string{partition.PlanFileName, p.Info.Files.Trainer}, p.Info.Files.PServers...) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+			return nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
 		}
 		files[name] = string(b)
 		size += len(b)
 	}
 	if size > configMapLimit {
-		return nil, fmt.Errorf("%s: the plan files hold %d bytes, more than a ConfigMap's 1 MiB; copy the plan directory into the image and drop the ConfigMap volume (docs/deploy.md)", dir, size)
+		return nil, nil, fmt.Errorf("%s: the plan files hold %d bytes, more than a ConfigMap's 1 MiB; copy the plan directory into the image and drop the ConfigMap volume (docs/deploy.md)", dir, size)
+	}
+	var warnings []string
+	if mt := absoluteCSV.FindStringSubmatch(files[p.Info.Files.Trainer]); mt != nil {
+		warnings = append(warnings, fmt.Sprintf("%s reads its data from the absolute path %s, which must exist in the image; split with a relative -o (e.g. from the repository root: -o plan/) so the path is relative to %s", filepath.Join(dir, p.Info.Files.Trainer), mt[1], PlanMount))
 	}
 	objs := []m{
 		configMap(o, files),
@@ -104,11 +112,11 @@ func Manifests(dir string, o Options) ([]byte, error) {
 		enc := yaml.NewEncoder(&b)
 		enc.SetIndent(2)
 		if err := enc.Encode(obj); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		enc.Close()
 	}
-	return b.Bytes(), nil
+	return b.Bytes(), warnings, nil
 }
 
 // m is a YAML mapping that keeps its key order: key, value, key, value...

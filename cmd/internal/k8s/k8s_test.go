@@ -117,9 +117,12 @@ func env(t *testing.T, o object) map[string]string {
 func TestManifests(t *testing.T) {
 	dir := writePlan(t, 3, 2)
 	opt := k8s.Options{Image: "example.com/psgraph:1", Namespace: "ml", Name: "digits", Port: 7000, TokenSecret: "digits-token", TokenKey: "token"}
-	src, err := k8s.Manifests(dir, opt)
+	src, warnings, err := k8s.Manifests(dir, opt)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "absolute path") {
+		t.Errorf("a plan in an absolute directory reads absolute data paths; warnings: %q", warnings)
 	}
 	objs := parse(t, src)
 	if len(objs) != 4 {
@@ -214,7 +217,7 @@ func TestManifestErrors(t *testing.T) {
 		if dir == "" {
 			dir = writePlan(t, 1, 1)
 		}
-		_, err := k8s.Manifests(dir, o)
+		_, _, err := k8s.Manifests(dir, o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
 		}
