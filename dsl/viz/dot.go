@@ -11,8 +11,8 @@ import (
 type Options struct {
 	// CollapseBackward draws each node's backward section as one box.
 	CollapseBackward bool
-	// CommOnly draws only the communication skeleton of a plan: params and
-	// blocks, send/recv/accumulate ops and one box per group of compute ops.
+	// CommOnly draws only the communication skeleton of a plan: per node
+	// its parameter blocks, compute and one box per peer it talks to.
 	CommOnly bool
 }
 
@@ -104,15 +104,6 @@ func newDrawing(g *dsl.Graph, prefix string, opt Options) *drawing {
 	}
 	for i, op := range g.Ops {
 		switch {
-		case opt.CommOnly && !isComm(op):
-			switch {
-			case op.Section == dsl.Optimize && op.Param != "":
-				fold(i, "update:"+op.Param, "update "+op.Param, dsl.Optimize)
-			case op.Section == dsl.Optimize:
-				fold(i, "optimize", "optimizer", dsl.Optimize)
-			default:
-				fold(i, "compute", "forward + backward", dsl.Forward)
-			}
 		case opt.CollapseBackward && op.Section == dsl.Backward && !isComm(op):
 			fold(i, "backward", "backward", dsl.Backward)
 		}
@@ -328,7 +319,6 @@ func (d *drawing) edges(w *writer) {
 
 // Model returns the DOT text of a model graph.
 func Model(g *dsl.Graph, opt Options) []byte {
-	opt.CommOnly = false
 	w := &writer{}
 	name := g.Name
 	if name == "" {

@@ -11,7 +11,13 @@ import (
 // Plan returns the DOT text of a placed job: one cluster per node holding
 // its subgraph, and one dashed edge per send/recv pair, from the sending op
 // to the receiving one, labelled with the transfer.
+//
+// With CommOnly it draws the communication skeleton instead: per node and
+// peer one box and one dashed edge listing the transfers.
 func Plan(p *partition.Plan, opt Options) []byte {
+	if opt.CommOnly {
+		return skeleton(p)
+	}
 	w := &writer{}
 	in := p.Info
 	header(w, fmt.Sprintf("%s: %d trainers (%s), %d pservers", in.Model, in.Trainers, in.Mode, in.PServers))

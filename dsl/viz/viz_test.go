@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/xml"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -122,21 +125,93 @@ func parseXML(t *testing.T, b []byte) {
 	}
 }
 
-// Every transfer of the plan is one dashed edge between two clusters.
+// Every transfer of the plan is one dashed edge between two clusters; the
+// skeleton has one per direction between two nodes, listing its transfers.
 func TestPlanDrawsEveryTransferOnce(t *testing.T) {
 	for _, opt := range []viz.Options{{}, {CollapseBackward: true}, {CommOnly: true}} {
 		p := digitsPlan(t, 2, 3, 1000)
 		dot := string(viz.Plan(p, opt))
-		if n, want := strings.Count(dot, "style=dashed"), len(p.Info.Transfers); n != want {
-			t.Errorf("%+v: %d dashed edges for %d transfers", opt, n, want)
+		want := len(p.Info.Transfers)
+		if opt.CommOnly {
+			want = 2 * p.Info.PServers // trainer to each pserver and back
+		}
+		if n := strings.Count(dot, "style=dashed"); n != want {
+			t.Errorf("%+v: %d dashed edges, want %d", opt, n, want)
 		}
 		for _, tr := range p.Info.Transfers {
-			if !strings.Contains(dot, `[label="`+tr.Var+" ") {
-				t.Errorf("%+v: no edge labelled %s", opt, tr.Var)
+			if !regexp.MustCompile(`\[label="([^"]*, )?` + regexp.QuoteMeta(tr.Var) + `[ ,\\]`).MatchString(dot) {
+				t.Errorf("%+v: no edge label names %s", opt, tr.Var)
 			}
 		}
 		if !strings.Contains(dot, "rows [0, 22) of W1") {
 			t.Errorf("%+v: the cut W1's blocks do not show their rows", opt)
 		}
+	}
+}
+
+// deepModel is an MLP of the given depth and width 8, on synthetic data.
+func deepModel(t *testing.T, layers int) *dsl.Graph {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("psgraph: 1\nname: deep\ndata:\n  synthetic: {rows: 64, features: 8, classes: 8}\n  features: {name: x}\n  label: {name: y}\nparams:\n")
+	for i := range layers {
+		fmt.Fprintf(&b, "  W%d: {shape: [8, 8], init: {type: he_normal}}\n  b%d: {shape: [8]}\n", i, i)
+	}
+	b.WriteString("ops:\n")
+	in := "x"
+	for i := range layers {
+		fmt.Fprintf(&b, "  - {type: matmul, inputs: [%s, W%d], outputs: [m%d]}\n  - {type: add, inputs: [m%d, b%d], outputs: [a%d]}\n  - {type: relu, inputs: [a%d], outputs: [r%d]}\n", in, i, i, i, i, i, i, i)
+		in = fmt.Sprintf("r%d", i)
+	}
+	fmt.Fprintf(&b, "  - {type: softmax_cross_entropy, inputs: [%s, y], outputs: [loss]}\ntrain:\n  loss: loss\n  batch: 8\n  optimizer: {type: adam, lr: 0.01}\n", in)
+	g, err := dsl.LoadBytes("deep.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+var svgSize = regexp.MustCompile(`<svg width="(\d+)pt" height="(\d+)pt"`)
+
+// The skeleton of a 50-layer job fits on a 1920x1080 screen at 96 dpi, and
+// collapsing the backward pass removes most nodes of the full picture.
+func TestDeepPlanFitsOnAScreen(t *testing.T) {
+	p, err := partition.Split(deepModel(t, 50), partition.Options{Trainers: 4, PServers: 4, Mode: partition.Sync, MinBlockSize: partition.DefaultMinBlockSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skel := viz.Plan(p, viz.Options{CommOnly: true})
+	if *update {
+		os.WriteFile("testdata/deep-comm.dot", skel, 0o644)
+	}
+	svg, err := viz.RenderSVG(context.Background(), skel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := svgSize.FindSubmatch(svg)
+	if m == nil {
+		t.Fatalf("no size in the SVG: %.200s", svg)
+	}
+	wpt, _ := strconv.Atoi(string(m[1]))
+	hpt, _ := strconv.Atoi(string(m[2]))
+	if wpx, hpx := wpt*96/72, hpt*96/72; wpx > 1920 || hpx > 1080 {
+		t.Errorf("the --comm-only picture of 50 layers is %dx%d px, more than a 1920x1080 screen", wpx, hpx)
+	}
+	// --collapse-backward: the backward cluster is one box counting its ops
+	g := deepModel(t, 50)
+	nBackward := 0
+	for _, op := range g.Ops {
+		if op.Section == dsl.Backward {
+			nBackward++
+		}
+	}
+	dot := string(viz.Model(g, viz.Options{CollapseBackward: true}))
+	i := strings.Index(dot, `subgraph "cluster_backward" {`)
+	if i < 0 {
+		t.Fatal("no backward cluster")
+	}
+	body := dot[i : i+strings.Index(dot[i:], "\n  }\n")]
+	if n := strings.Count(body, " [label="); n != 1 || !strings.Contains(body, fmt.Sprintf("(%d ops)", nBackward)) {
+		t.Errorf("collapsed backward cluster has %d nodes, want one box of %d ops:\n%s", n, nBackward, body)
 	}
 }
