@@ -27,7 +27,7 @@ func TestVizCommand(t *testing.T) {
 		{[]string{"examples/digits-mlp.yaml"}, "model.dot", `digraph "digits-mlp"`},
 		{[]string{"examples/digits-mlp.yaml", "--collapse-backward"}, "model.svg", "<svg"},
 		{[]string{plan}, "plan.svg", "<svg"},
-		{[]string{plan, "--comm-only"}, "comm.dot", "cluster_pserver-1/"},
+		{[]string{plan, "--comm-only"}, "comm.dot", `"cluster_pserver:1"`},
 		{[]string{metrics}, "loss.png", "\x89PNG"},
 		{[]string{metrics, metrics}, "loss.svg", "<svg"},
 	}
