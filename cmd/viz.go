@@ -34,9 +34,8 @@ func newVizCmd() *cobra.Command {
                                  'psgraph run --metrics', a line per file
   anything else                  the model: forward, backward and optimizer ops
 
-The -o extension picks the format: .dot (Graphviz text), .svg (rendered
-in-process, no Graphviz needed), .png (loss curves only; for graphs write
-.svg, or .dot and run 'dot -Tpng').`,
+The -o extension picks the format: .dot (Graphviz text), .svg or .png
+(rendered in-process, no Graphviz needed).`,
 		Example: `  psgraph viz examples/digits-mlp.yaml -o digits.svg
   psgraph split examples/digits-mlp.yaml --trainers 2 --pservers 2 -o plan/
   psgraph viz plan/ -o plan.svg --collapse-backward
@@ -115,12 +114,12 @@ func vizKind(arg string) string {
 }
 
 func (o *vizOptions) graph(ctx context.Context, format string, dot func() ([]byte, error)) ([]byte, error) {
-	if format == "png" {
-		return nil, usagef("-o %s: graphs are drawn as .svg or .dot (the in-process PNG renderer loses edges); for a PNG run 'dot -Tpng' on the .dot", o.out)
-	}
 	src, err := dot()
 	if err != nil || format == "dot" {
 		return src, err
+	}
+	if format == "png" {
+		return viz.RenderPNG(ctx, src)
 	}
 	return viz.RenderSVG(ctx, src)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"flag"
 	"fmt"
+	"image/png"
 	"io"
 	"os"
 	"os/exec"
@@ -81,6 +82,7 @@ func TestGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			parseXML(t, svg)
+			checkPNG(t, got, svg)
 		})
 	}
 }
@@ -213,5 +215,43 @@ func TestDeepPlanFitsOnAScreen(t *testing.T) {
 	body := dot[i : i+strings.Index(dot[i:], "\n  }\n")]
 	if n := strings.Count(body, " [label="); n != 1 || !strings.Contains(body, fmt.Sprintf("(%d ops)", nBackward)) {
 		t.Errorf("collapsed backward cluster has %d nodes, want one box of %d ops:\n%s", n, nBackward, body)
+	}
+}
+
+// checkPNG renders the PNG and checks it decodes, has the SVG's size at
+// 96 dpi, and is not blank: edges and outlines are drawn in dark pixels.
+func checkPNG(t *testing.T, dot, svg []byte) {
+	t.Helper()
+	b, err := viz.RenderPNG(context.Background(), dot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the PNG does not decode: %v", err)
+	}
+	m := svgSize.FindSubmatch(svg)
+	if m == nil {
+		t.Fatal("no size in the SVG")
+	}
+	wpt, _ := strconv.Atoi(string(m[1]))
+	hpt, _ := strconv.Atoi(string(m[2]))
+	size := img.Bounds().Size()
+	if d := size.X - wpt*96/72; d < -3 || d > 3 {
+		t.Errorf("PNG is %d px wide, the SVG %d pt (%d px at 96 dpi)", size.X, wpt, wpt*96/72)
+	}
+	if d := size.Y - hpt*96/72; d < -3 || d > 3 {
+		t.Errorf("PNG is %d px high, the SVG %d pt (%d px at 96 dpi)", size.Y, hpt, hpt*96/72)
+	}
+	dark := 0
+	for y := 0; y < size.Y; y += 2 {
+		for x := 0; x < size.X; x += 2 {
+			if r, g, b, _ := img.At(x, y).RGBA(); r+g+b < 3*0x4000 {
+				dark++
+			}
+		}
+	}
+	if dark < size.X*size.Y/2000 {
+		t.Errorf("only %d dark pixels in %dx%d: are the edges and outlines drawn?", dark, size.X, size.Y)
 	}
 }
