@@ -66,7 +66,7 @@ func paintXDot(xdot []byte) ([]byte, error) {
 	const pad = 4
 	bb[0], bb[1], bb[2], bb[3] = bb[0]-pad, bb[1]-pad, bb[2]+pad, bb[3]+pad
 	w, h := bb[2]-bb[0], bb[3]-bb[1]
-	if w <= 0 || h <= 0 || w*h*pngScale*pngScale > 400e6 {
+	if w <= 0 || h <= 0 || w*h*pngScale*pngScale > 50e6 {
 		return nil, fmt.Errorf("the layout is %.0fx%.0f points, too large for a PNG; write .svg or use --collapse-backward / --comm-only", w, h)
 	}
 	c := gg.NewContext(int(w*pngScale)+1, int(h*pngScale)+1)
