@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/mattn/go-isatty"
@@ -66,9 +67,15 @@ and pserver subgraphs of a distributed job.`,
 		if len(args) > 0 {
 			hint := ""
 			if sug := c.SuggestionsFor(args[0]); len(sug) > 0 {
-				hint = fmt.Sprintf(" (did you mean %q?)", sug[0])
+				hint = fmt.Sprintf(" (did you mean %q?)", closest(args[0], sug))
 			}
-			return usagef("unknown command %q%s; commands: check, ops, run, split, train", args[0], hint)
+			var names []string
+			for _, sub := range c.Commands() {
+				if sub.IsAvailableCommand() && sub.Name() != "help" {
+					names = append(names, sub.Name())
+				}
+			}
+			return usagef("unknown command %q%s; commands: %s", args[0], hint, strings.Join(names, ", "))
 		}
 		return nil
 	}
@@ -78,7 +85,22 @@ and pserver subgraphs of a distributed job.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newTrainCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd())
+	root.AddCommand(newRunCmd(), newTrainCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd(), newVizCmd(), newK8sCmd(), newVersionCmd())
+	// Cobra adds help and completion when it runs; add them now so they
+	// get examples like every other command.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Example = "  psgraph help split"
+		case "completion":
+			c.Example = "  source <(psgraph completion bash)\n  psgraph completion zsh > \"${fpath[1]}/_psgraph\""
+			for _, sh := range c.Commands() {
+				sh.Example = fmt.Sprintf("  psgraph completion %s --help", sh.Name())
+			}
+		}
+	}
 	return root
 }
 
@@ -117,4 +139,36 @@ func (l *logFlags) logger(w io.Writer, role string) (zerolog.Logger, error) {
 		return zerolog.Logger{}, usagef("--log-format must be console or json, got %q", l.format)
 	}
 	return zerolog.New(out).With().Timestamp().Str("role", role).Logger(), nil
+}
+
+// closest returns the candidate nearest to s by edit distance (cobra lists
+// its suggestions in command order, so "vis" would get "k8s" before "viz").
+func closest(s string, candidates []string) string {
+	best, bestD := candidates[0], -1
+	for _, c := range candidates {
+		if d := editDistance(s, c); bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

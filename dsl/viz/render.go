@@ -1,0 +1,30 @@
+package viz
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/goccy/go-graphviz"
+)
+
+// RenderSVG lays out DOT text and renders it as SVG in-process, with
+// Graphviz compiled to WebAssembly (github.com/goccy/go-graphviz): no
+// system Graphviz and no cgo.
+func RenderSVG(ctx context.Context, dot []byte) ([]byte, error) {
+	gv, err := graphviz.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("starting the graphviz renderer: %w", err)
+	}
+	defer gv.Close()
+	g, err := graphviz.ParseBytes(dot)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the DOT text: %w", err)
+	}
+	defer g.Close()
+	var buf bytes.Buffer
+	if err := gv.Render(ctx, g, graphviz.SVG, &buf); err != nil {
+		return nil, fmt.Errorf("rendering SVG: %w", err)
+	}
+	return buf.Bytes(), nil
+}
