@@ -3,6 +3,7 @@ module github.com/psgraph/psgraph
 go 1.26.8
 
 require (
+	github.com/hashicorp/yamux v0.1.2
 	github.com/mattn/go-isatty v0.0.20
 	github.com/rs/zerolog v1.35.1
 	github.com/spf13/cobra v1.10.2
