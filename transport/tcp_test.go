@@ -98,7 +98,7 @@ func TestTCPConnectionsPerPair(t *testing.T) {
 			m[tr].Accept(Spec{Var: fmt.Sprintf("w%d", i), DType: F32, Bytes: 16})
 		}
 	}
-	buf := make([]byte, 16)
+	buf, dst := make([]byte, 16), make([]byte, 16) // a sent payload must not change before Flush
 	for _, tr := range ids[:2] {
 		for _, ps := range ids[2:] {
 			for i := 0; i < transfers; i++ {
@@ -115,7 +115,7 @@ func TestTCPConnectionsPerPair(t *testing.T) {
 		}
 		for _, b := range peers {
 			for i := 0; i < transfers; i++ {
-				must(t, m[a].Recv(ctx, b, 0, fmt.Sprintf("%s%d", prefix, i), buf))
+				must(t, m[a].Recv(ctx, b, 0, fmt.Sprintf("%s%d", prefix, i), dst))
 			}
 		}
 	}
