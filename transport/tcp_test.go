@@ -234,3 +234,31 @@ func TestTCPCloseNoLeak(t *testing.T) {
 	}()
 	waitFor(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestTCPSteadyStateAllocs counts allocations per message on a loopback
+// pair (all goroutines: ours and yamux's). psgraph's own path allocates
+// nothing; yamux v0.1.2 allocates one sendReady per frame it writes (and
+// one per window update), which this bound allows.
+func TestTCPSteadyStateAllocs(t *testing.T) {
+	m, _ := tcpJob(t, nil, Trainer(0), PServer(0))
+	tr, ps := m[Trainer(0)], m[PServer(0)]
+	ps.Accept(Spec{Var: "W", DType: F32, Bytes: 4096})
+	src, dst := make([]byte, 4096), make([]byte, 4096)
+	ctx := context.Background()
+	step := int64(0)
+	p0, t0 := PServer(0), Trainer(0) // PServer(i) allocates its name
+	run := func() {
+		must(t, tr.Send(ctx, p0, step, "W", F32, src))
+		must(t, ps.Recv(ctx, t0, step, "W", dst))
+		must(t, tr.Flush(ctx))
+		step++
+	}
+	for i := 0; i < 100; i++ {
+		run()
+	}
+	a := testing.AllocsPerRun(500, run)
+	t.Logf("%.2f allocations per message (yamux: sendReady + LimitedReader)", a)
+	if a > 2 {
+		t.Fatalf("send+recv allocates %.2f times per message", a)
+	}
+}
