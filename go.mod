@@ -6,6 +6,7 @@ require (
 	github.com/fogleman/gg v1.3.0
 	github.com/goccy/go-graphviz v0.2.10
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0
+	github.com/hashicorp/yamux v0.1.2
 	github.com/mattn/go-isatty v0.0.20
 	github.com/rs/zerolog v1.35.1
 	github.com/spf13/cobra v1.10.2

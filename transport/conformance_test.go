@@ -193,7 +193,7 @@ func conformance(t *testing.T, mk factory) {
 	})
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

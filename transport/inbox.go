@@ -110,6 +110,26 @@ func (in *inbox) bufferLocked(n int) []byte {
 
 func (in *inbox) recycle(b []byte) { in.free[len(b)] = append(in.free[len(b)], b) }
 
+// recycleBuf returns a buffer taken by buffer but never delivered.
+func (in *inbox) recycleBuf(b []byte) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.recycle(b)
+}
+
+// rejected counts a message from src that failed check as received, so the
+// count announced by Done still adds up.
+func (in *inbox) rejected(src NodeID) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if ps := in.peer[src]; ps != nil {
+		ps.delivered++
+		if ps.doneAt >= 0 {
+			in.wakeAll()
+		}
+	}
+}
+
 // deliver hands a checked message to the inbox; buf is owned by it after.
 func (in *inbox) deliver(src NodeID, step int64, v string, buf []byte) {
 	in.mu.Lock()

@@ -1,0 +1,86 @@
+package transport
+
+import (
+	"bytes"
+	"io"
+	"testing"
+)
+
+// FuzzFrameDecode feeds arbitrary bytes to a transfer stream's decoder:
+// it must never panic, never deliver a message that does not match the
+// spec, and never allocate a payload larger than a spec allows.
+func FuzzFrameDecode(f *testing.F) {
+	frame := func(kind byte, dt DType, n int, step int64, payload ...byte) []byte {
+		b := make([]byte, frameHeader)
+		putHeader(b, header{kind: kind, dtype: dt, len: n, step: step})
+		return append(b, payload...)
+	}
+	f.Add(frame(kindData, F32, 8, 1, 1, 2, 3, 4, 5, 6, 7, 8))
+	f.Add(frame(kindData, F32, 8, 1, 1, 2, 3))
+	f.Add(frame(kindData, F32, 1<<30, 1))
+	f.Add(frame(kindData, I32, 4, 0, 1, 2, 3, 4))
+	f.Add(frame(kindDone, 0, 0, 3))
+	f.Add(append(frame(kindData, F32, 8, 2, 1, 2, 3, 4, 5, 6, 7, 8), frame(kindData, F32, 8, 3, 8, 7, 6, 5, 4, 3, 2, 1)...))
+	f.Add([]byte{})
+	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, name := range []string{"W", ""} {
+			var errs int
+			in := newInbox(PServer(0), []NodeID{Trainer(0)}, func(error) { errs++ })
+			in.accept([]Spec{{Var: "W", DType: F32, Bytes: 8}})
+			d := &decoder{in: in, src: Trainer(0), name: name, maxFrame: 1 << 16}
+			err := d.run(bytes.NewReader(data))
+			if err == nil {
+				t.Fatal("run ends with an error (io.EOF at least)")
+			}
+			if err != io.EOF && len(data) == 0 {
+				t.Fatalf("empty stream: %v", err)
+			}
+			for _, q := range in.vars {
+				for _, e := range q.items {
+					if len(e.buf) != 8 {
+						t.Fatalf("delivered %d bytes", len(e.buf))
+					}
+				}
+			}
+			for n := range in.free {
+				if n != 8 {
+					t.Fatalf("allocated a %d-byte buffer", n)
+				}
+			}
+		}
+	})
+}
+
+type fuzzConn struct {
+	io.Reader
+	io.Writer
+}
+
+// FuzzHandshake plays arbitrary bytes as the dialer to a listener and as
+// the listener to a dialer: neither may panic, and neither may accept a
+// peer that did not prove the token.
+func FuzzHandshake(f *testing.F) {
+	// A real client hello, and its truncations.
+	var hb bytes.Buffer
+	writeHello(&hb, false, &hello{job: jobHash("job"), id: Trainer(0)})
+	f.Add(hb.Bytes())
+	f.Add(hb.Bytes()[:10])
+	f.Add(append(hb.Bytes(), make([]byte, 32)...))
+	var sb bytes.Buffer
+	writeHello(&sb, true, &hello{job: jobHash("job"), id: PServer(0)})
+	f.Add(append(sb.Bytes(), make([]byte, 33)...))
+	f.Add([]byte("PSGR\x02"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		job := jobHash("job")
+		id, err := serverHandshake(fuzzConn{bytes.NewReader(data), io.Discard}, PServer(0), []byte("tok"), job,
+			func(NodeID) byte { return stOK })
+		if err == nil {
+			t.Fatalf("server accepted %q without the token", id)
+		}
+		if err := clientHandshake(fuzzConn{bytes.NewReader(data), io.Discard}, Trainer(0), PServer(0), []byte("tok"), job); err == nil {
+			t.Fatal("client accepted a listener without the token")
+		}
+	})
+}

@@ -1,0 +1,208 @@
+package transport
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Handshake (docs/wire.md), before any yamux byte:
+//
+//	C->S hello  "PSGR" ver(1) nonce(32) jobhash(32) idlen(1) id
+//	S->C hello  "PSGR" ver(1) status(1) nonce(32) jobhash(32) idlen(1) id
+//	C->S proof  HMAC-SHA256(token, "psgraph/1 client" || transcript)
+//	S->C final  status(1) HMAC-SHA256(token, "psgraph/1 server" || transcript)
+//
+// transcript = cnonce || snonce || jobhash || idlen || cid || idlen || sid.
+const (
+	hsMagic   = "PSGR"
+	hsVersion = 1
+
+	stOK          = 0
+	stVersion     = 1
+	stJob         = 2
+	stAuth        = 3
+	stUnknownPeer = 4
+	stDuplicate   = 5
+)
+
+var (
+	// ErrAuth: the peer does not hold the job's token (or we do not).
+	ErrAuth = errors.New("transport: authentication failed")
+	// ErrJobMismatch: the peer belongs to another job (another plan hash).
+	ErrJobMismatch = errors.New("transport: peer belongs to another job")
+	// ErrRefused: the peer refused this node (unknown id, already connected, version).
+	ErrRefused = errors.New("transport: connection refused by peer")
+)
+
+func jobHash(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+
+type hello struct {
+	status byte
+	nonce  [32]byte
+	job    [32]byte
+	id     NodeID
+}
+
+func writeHello(w io.Writer, server bool, h *hello) error {
+	b := make([]byte, 0, 4+1+1+32+32+1+len(h.id))
+	b = append(b, hsMagic...)
+	b = append(b, hsVersion)
+	if server {
+		b = append(b, h.status)
+	}
+	b = append(b, h.nonce[:]...)
+	b = append(b, h.job[:]...)
+	b = append(b, byte(len(h.id)))
+	b = append(b, h.id...)
+	_, err := w.Write(b)
+	return err
+}
+
+func readHello(r io.Reader, server bool) (*hello, error) {
+	n := 4 + 1 + 32 + 32 + 1
+	if server {
+		n++
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("handshake: %w", err)
+	}
+	if string(b[:4]) != hsMagic {
+		return nil, fmt.Errorf("handshake: not a psgraph peer")
+	}
+	h := &hello{}
+	if b[4] != hsVersion {
+		h.status = stVersion
+	}
+	b = b[5:]
+	if server {
+		if h.status == stOK {
+			h.status = b[0]
+		}
+		b = b[1:]
+	}
+	copy(h.nonce[:], b[:32])
+	copy(h.job[:], b[32:64])
+	id := make([]byte, b[64])
+	if _, err := io.ReadFull(r, id); err != nil {
+		return nil, fmt.Errorf("handshake: %w", err)
+	}
+	h.id = NodeID(id)
+	return h, nil
+}
+
+func proof(token []byte, label string, c, s *hello) []byte {
+	m := hmac.New(sha256.New, token)
+	m.Write([]byte(label))
+	m.Write(c.nonce[:])
+	m.Write(s.nonce[:])
+	m.Write(c.job[:])
+	m.Write([]byte{byte(len(c.id))})
+	m.Write([]byte(c.id))
+	m.Write([]byte{byte(len(s.id))})
+	m.Write([]byte(s.id))
+	return m.Sum(nil)
+}
+
+func statusErr(st byte) error {
+	switch st {
+	case stOK:
+		return nil
+	case stAuth:
+		return ErrAuth
+	case stJob:
+		return ErrJobMismatch
+	case stUnknownPeer:
+		return fmt.Errorf("%w: not a peer it expects", ErrRefused)
+	case stDuplicate:
+		return fmt.Errorf("%w: already connected", ErrRefused)
+	case stVersion:
+		return fmt.Errorf("%w: protocol version", ErrRefused)
+	}
+	return fmt.Errorf("%w: status %d", ErrRefused, st)
+}
+
+// clientHandshake authenticates to a listener that must be want.
+func clientHandshake(rw io.ReadWriter, self, want NodeID, token []byte, job [32]byte) error {
+	c := &hello{job: job, id: self}
+	if _, err := rand.Read(c.nonce[:]); err != nil {
+		return err
+	}
+	if err := writeHello(rw, false, c); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	s, err := readHello(rw, true)
+	if err != nil {
+		return err
+	}
+	if err := statusErr(s.status); err != nil {
+		return err
+	}
+	if s.job != job {
+		return ErrJobMismatch
+	}
+	if s.id != want {
+		return fmt.Errorf("%w: the address is %q, not %q", ErrRefused, s.id, want)
+	}
+	if _, err := rw.Write(proof(token, "psgraph/1 client", c, s)); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	var fin [1 + sha256.Size]byte
+	if _, err := io.ReadFull(rw, fin[:1]); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	if err := statusErr(fin[0]); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(rw, fin[1:]); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	if !hmac.Equal(fin[1:], proof(token, "psgraph/1 server", c, s)) {
+		return ErrAuth // the listener does not hold the token
+	}
+	return nil
+}
+
+// serverHandshake authenticates a dialer; admit decides (after the proof
+// checked out) whether that node may connect and returns a status.
+func serverHandshake(rw io.ReadWriter, self NodeID, token []byte, job [32]byte, admit func(NodeID) byte) (NodeID, error) {
+	c, err := readHello(rw, false)
+	if err != nil {
+		return "", err
+	}
+	s := &hello{job: job, id: self, status: c.status}
+	if _, err := rand.Read(s.nonce[:]); err != nil {
+		return "", err
+	}
+	if s.status == stOK && c.job != job {
+		s.status = stJob
+	}
+	if err := writeHello(rw, true, s); err != nil {
+		return "", fmt.Errorf("handshake: %w", err)
+	}
+	if s.status != stOK {
+		return c.id, fmt.Errorf("handshake from %q: %w", c.id, statusErr(s.status))
+	}
+	got := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(rw, got); err != nil {
+		return c.id, fmt.Errorf("handshake from %q: %w", c.id, err)
+	}
+	st := byte(stOK)
+	if !hmac.Equal(got, proof(token, "psgraph/1 client", c, s)) {
+		st = stAuth
+	} else {
+		st = admit(c.id)
+	}
+	if st != stOK {
+		rw.Write([]byte{st})
+		return c.id, fmt.Errorf("handshake from %q: %w", c.id, statusErr(st))
+	}
+	if _, err := rw.Write(append([]byte{stOK}, proof(token, "psgraph/1 server", c, s)...)); err != nil {
+		return c.id, fmt.Errorf("handshake: %w", err)
+	}
+	return c.id, nil
+}

@@ -1,0 +1,92 @@
+package transport
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// hostile authenticates as trainer-1 and returns a raw yamux session.
+func hostile(t *testing.T, addr string, id NodeID) (*yamux.Session, net.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	must(t, err)
+	must(t, clientHandshake(c, id, PServer(0), []byte("s3cret"), jobHash("job")))
+	yc := yamux.DefaultConfig()
+	yc.LogOutput = io.Discard
+	s, err := yamux.Client(c, yc)
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s, c
+}
+
+func TestTCPHostileFrames(t *testing.T) {
+	ctx := context.Background()
+	m, log := tcpJob(t, func(c *Config) {
+		c.ReadTimeout = 300 * time.Millisecond
+		c.MaxFrame = 1 << 20
+		if c.Listen != "" { // the pserver also expects the hostile trainers 1..9
+			for i := 1; i < 10; i++ {
+				c.Peers[Trainer(i)] = ""
+			}
+		}
+	}, Trainer(0), PServer(0))
+	ps := m[PServer(0)]
+	ps.Accept(Spec{Var: "W", DType: F32, Bytes: 8})
+	addr := ps.Addr().String()
+	good := func(step int64) {
+		t.Helper()
+		must(t, m[Trainer(0)].Send(ctx, PServer(0), step, "W", F32, f32(1, 2)))
+		must(t, ps.Recv(ctx, Trainer(0), step, "W", make([]byte, 8)))
+	}
+	good(0)
+	next := 1
+
+	// 1. garbage instead of a handshake
+	c, err := net.Dial("tcp", addr)
+	must(t, err)
+	c.Write([]byte("GET / HTTP/1.1\r\n\r\n garbage garbage garbage garbage garbage garbage garbage garbage"))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Logf("read: %v", err)
+	}
+	c.Close()
+	good(1)
+
+	frame := func(kind byte, dt DType, n int, step int64) []byte {
+		b := make([]byte, frameHeader)
+		putHeader(b, header{kind: kind, dtype: dt, len: n, step: step})
+		return b
+	}
+	closes := func(what string, send func(st *yamux.Stream)) {
+		t.Helper()
+		before := log.count()
+		s, _ := hostile(t, addr, Trainer(next))
+		next++
+		st, err := s.OpenStream()
+		must(t, err)
+		st.Write([]byte{1, 'W'})
+		send(st)
+		select {
+		case <-s.CloseChan():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the connection stayed open", what)
+		}
+		if log.count() <= before {
+			t.Fatalf("%s: not reported", what)
+		}
+		waitFor(t, "the hostile connection to be dropped", func() bool { return ps.Stats().Connections == 1 })
+		good(2)
+	}
+	closes("oversized", func(st *yamux.Stream) { st.Write(frame(kindData, F32, 1<<30, 5)) })
+	closes("bad kind", func(st *yamux.Stream) { st.Write(frame(9, F32, 8, 5)) })
+	closes("partial header", func(st *yamux.Stream) { st.Write(frame(kindData, F32, 8, 5)[:7]) })
+	closes("partial payload", func(st *yamux.Stream) { st.Write(append(frame(kindData, F32, 8, 5), 1, 2, 3)) })
+	closes("garbage", func(st *yamux.Stream) { st.Write([]byte("\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\xf7\xf6\xf5\xf4\xf3\xf2\xf1\xf0")) })
+	if ps.Stats().Connections != 1 {
+		t.Fatalf("the good peer must stay connected: %+v", ps.Stats())
+	}
+}

@@ -1,0 +1,789 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/rs/zerolog"
+)
+
+// Config configures a TCP endpoint. Zero values take the defaults below.
+type Config struct {
+	// Self is this node's id.
+	Self NodeID
+	// Listen is the address a pserver listens on ("127.0.0.1:0" picks a port).
+	Listen string
+	// Peers are the nodes this one talks to. For Dial (trainers): pserver
+	// id -> address. For Listen (pservers): the trainer ids it expects
+	// (addresses ignored); any other node is refused.
+	Peers map[NodeID]string
+	// Token is the job's shared secret; both sides must hold the same one.
+	// Empty on both sides is allowed, but Listen refuses a non-loopback
+	// address without a token unless Insecure.
+	Token    []byte
+	Insecure bool
+	// JobHash names the job (e.g. the plan's hash): a peer of another job
+	// is refused with ErrJobMismatch.
+	JobHash string
+	// MaxFrame bounds a payload (default 1 GiB, at most 4 GiB-1).
+	MaxFrame int
+	// QueueDepth bounds the messages queued to one peer (default 64);
+	// Send blocks when it is full.
+	QueueDepth int
+	// ConnectTimeout bounds Dial's retries (default 60 s).
+	ConnectTimeout time.Duration
+	// HandshakeTimeout bounds the handshake (default 10 s).
+	HandshakeTimeout time.Duration
+	// ReadTimeout: a frame that started arriving must make progress
+	// within it, or the connection is closed as a slow sender (default 30 s).
+	ReadTimeout time.Duration
+	// KeepAlive is yamux's ping interval; a connection silent for three
+	// intervals is dead (default 10 s).
+	KeepAlive time.Duration
+	// StreamWindow is yamux's per-stream window (default 16 MiB).
+	StreamWindow uint32
+	// CloseTimeout bounds Close's flush (default 10 s).
+	CloseTimeout time.Duration
+	// OnError receives rejected messages and failed connections.
+	OnError func(error)
+	// Log receives connection events (nil: silent).
+	Log *zerolog.Logger
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.ConnectTimeout, 60*time.Second)
+	def(&c.HandshakeTimeout, 10*time.Second)
+	def(&c.ReadTimeout, 30*time.Second)
+	def(&c.KeepAlive, 10*time.Second)
+	def(&c.CloseTimeout, 10*time.Second)
+	if c.MaxFrame <= 0 || c.MaxFrame > 1<<32-1 {
+		c.MaxFrame = 1 << 30
+	}
+	if c.QueueDepth <= 0 {
+		c.QueueDepth = 64
+	}
+	if c.StreamWindow < 256<<10 {
+		c.StreamWindow = 16 << 20
+	}
+	if c.Log == nil {
+		l := zerolog.Nop()
+		c.Log = &l
+	}
+}
+
+// maxStreams bounds the streams a peer may open on one connection.
+const maxStreams = 4096
+
+// Stats counts a TCP endpoint's traffic.
+type Stats struct {
+	Connections          int   // established connections now
+	BytesSent, BytesRecv int64 // on the wire, handshake and yamux included
+	MsgsSent, MsgsRecv   int64 // data messages written / delivered
+}
+
+// TCP is the TCP implementation of Endpoint: one connection carrying one
+// yamux session per (trainer, pserver) pair, a stream per transfer name and
+// direction. Trainers Dial, pservers Listen; both then behave alike.
+type TCP struct {
+	cfg   Config
+	job   [32]byte
+	in    *inbox
+	ln    net.Listener
+	peers map[NodeID]*peer
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex
+	pending int
+	waiters []chan struct{}
+	free    []chan struct{}
+	hs      map[net.Conn]struct{}
+
+	conns                atomic.Int64
+	bytesSent, bytesRecv atomic.Int64
+	msgsSent, msgsRecv   atomic.Int64
+}
+
+type peer struct {
+	t     *TCP
+	id    NodeID
+	addr  string
+	slots chan struct{}
+	sent  atomic.Int64 // data messages queued to this peer
+	lost  atomic.Int64 // queued messages dropped by a failed connection
+
+	mu      sync.Mutex
+	sess    *yamux.Session
+	ready   chan struct{} // closed once connected
+	down    chan struct{} // closed when the connection is lost
+	err     error
+	writers map[string]*writer
+}
+
+type item struct {
+	done    bool
+	step    int64
+	dt      DType
+	payload []byte
+}
+
+type writer struct {
+	p       *peer
+	name    string
+	q       chan item
+	dead    bool // under p.mu
+	st      *yamux.Stream
+	scratch []byte
+}
+
+func newTCP(cfg Config) (*TCP, error) {
+	cfg.defaults()
+	if cfg.Self == "" {
+		return nil, errors.New("transport: Config.Self is empty")
+	}
+	t := &TCP{cfg: cfg, job: jobHash(cfg.JobHash), peers: map[NodeID]*peer{},
+		closing: make(chan struct{}), hs: map[net.Conn]struct{}{}}
+	var ids []NodeID
+	for id, addr := range cfg.Peers {
+		if len(id) == 0 || len(id) > maxName {
+			return nil, fmt.Errorf("transport: bad node id %q", id)
+		}
+		ids = append(ids, id)
+		t.peers[id] = &peer{t: t, id: id, addr: addr, slots: make(chan struct{}, cfg.QueueDepth),
+			ready: make(chan struct{}), down: make(chan struct{}), writers: map[string]*writer{}}
+	}
+	t.in = newInbox(cfg.Self, ids, cfg.OnError)
+	return t, nil
+}
+
+// Listen starts a pserver endpoint: it accepts the trainers in cfg.Peers
+// as they connect (in any order) and returns at once. Sends to a trainer
+// that has not connected yet are queued until it does.
+func Listen(ctx context.Context, cfg Config) (*TCP, error) {
+	t, err := newTCP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.cfg.Token) == 0 && !t.cfg.Insecure && !loopback(t.cfg.Listen) {
+		return nil, fmt.Errorf("transport: refusing to listen on %s without a token (set the job token, or Insecure)", t.cfg.Listen)
+	}
+	var lc net.ListenConfig
+	t.ln, err = lc.Listen(ctx, "tcp", t.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Dial starts a trainer endpoint: it connects to every pserver in
+// cfg.Peers, retrying with backoff until cfg.ConnectTimeout, and returns
+// once all are connected. Authentication and job mismatches are not
+// retried (ErrAuth, ErrJobMismatch, ErrRefused).
+func Dial(ctx context.Context, cfg Config) (*TCP, error) {
+	t, err := newTCP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.ConnectTimeout)
+	defer cancel()
+	errs := make(chan error, len(t.peers))
+	for _, p := range t.peers {
+		go func() { errs <- t.dialPeer(ctx, p) }()
+	}
+	var first error
+	for range t.peers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	if first != nil {
+		t.Close()
+		return nil, first
+	}
+	return t, nil
+}
+
+func (t *TCP) dialPeer(ctx context.Context, p *peer) error {
+	backoff := 20 * time.Millisecond
+	var last error
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", p.addr)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+			err = clientHandshake(c, t.cfg.Self, p.id, t.cfg.Token, t.job)
+			if err == nil {
+				c.SetDeadline(time.Time{})
+				t.attach(p, c, false)
+				return nil
+			}
+			c.Close()
+			if errors.Is(err, ErrAuth) || errors.Is(err, ErrJobMismatch) || errors.Is(err, ErrRefused) {
+				return &PeerError{p.id, fmt.Errorf("at %s: %w", p.addr, err)}
+			}
+		}
+		last = err
+		t.cfg.Log.Debug().Str("peer", string(p.id)).Err(err).Msg("connect failed, retrying")
+		select {
+		case <-ctx.Done():
+			return &PeerError{p.id, fmt.Errorf("unreachable at %s after %s: %v", p.addr, t.cfg.ConnectTimeout, last)}
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (t *TCP) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			select {
+			case <-t.closing:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		t.mu.Lock()
+		if len(t.hs) >= 64 { // handshakes in flight: shed load
+			t.mu.Unlock()
+			c.Close()
+			continue
+		}
+		t.hs[c] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serveConn(c)
+	}
+}
+
+func (t *TCP) serveConn(c net.Conn) {
+	defer t.wg.Done()
+	c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	id, err := serverHandshake(c, t.cfg.Self, t.cfg.Token, t.job, func(id NodeID) byte {
+		p := t.peers[id]
+		if p == nil {
+			return stUnknownPeer
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.sess != nil {
+			return stDuplicate
+		}
+		return stOK
+	})
+	t.mu.Lock()
+	delete(t.hs, c)
+	t.mu.Unlock()
+	if err != nil {
+		t.cfg.Log.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("connection refused")
+		t.in.onError(fmt.Errorf("transport: %s: %w", c.RemoteAddr(), err))
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	t.attach(t.peers[id], c, true)
+}
+
+// countConn counts bytes and keeps a read deadline: yamux pings every
+// KeepAlive, so a connection silent for three intervals is dead.
+type countConn struct {
+	net.Conn
+	t    *TCP
+	idle time.Duration
+	// yamux's send loop writes a data frame's 12-byte header and its body
+	// in two calls; the header is held back and both go out in one writev.
+	hdr  [12]byte
+	held bool
+	arr  [2][]byte
+	bufs net.Buffers
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	n, err := c.Conn.Read(b)
+	c.t.bytesRecv.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) Write(b []byte) (int, error) {
+	// yamux header: version, type (0 = data), flags(2), stream(4), length(4, big-endian)
+	if !c.held && len(b) == 12 && b[1] == 0 && (b[8]|b[9]|b[10]|b[11]) != 0 {
+		copy(c.hdr[:], b)
+		c.held = true
+		return len(b), nil
+	}
+	if c.held {
+		c.held = false
+		c.arr[0], c.arr[1] = c.hdr[:], b
+		c.bufs = c.arr[:]
+		n, err := c.bufs.WriteTo(c.Conn)
+		c.arr[1] = nil
+		c.t.bytesSent.Add(n)
+		if n < 12 {
+			return 0, err
+		}
+		return int(n - 12), err
+	}
+	n, err := c.Conn.Write(b)
+	c.t.bytesSent.Add(int64(n))
+	return n, err
+}
+
+type conn struct {
+	t       *TCP
+	p       *peer
+	sess    *yamux.Session
+	mu      sync.Mutex
+	readers []*atomic.Int64
+}
+
+func (t *TCP) attach(p *peer, raw net.Conn, server bool) {
+	if tc, ok := raw.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	yc := yamux.DefaultConfig()
+	yc.MaxStreamWindowSize = t.cfg.StreamWindow
+	yc.KeepAliveInterval = t.cfg.KeepAlive
+	yc.ConnectionWriteTimeout = t.cfg.ReadTimeout
+	yc.StreamOpenTimeout = t.cfg.ReadTimeout
+	yc.StreamCloseTimeout = t.cfg.CloseTimeout
+	yc.AcceptBacklog = maxStreams
+	yc.LogOutput = io.Discard
+	cc := &countConn{Conn: raw, t: t, idle: 3 * t.cfg.KeepAlive}
+	var sess *yamux.Session
+	if server {
+		sess, _ = yamux.Server(cc, yc)
+	} else {
+		sess, _ = yamux.Client(cc, yc)
+	}
+	p.mu.Lock()
+	select {
+	case <-t.closing:
+		p.mu.Unlock()
+		sess.Close()
+		return
+	default:
+	}
+	if p.sess != nil { // lost a race with another connection of the same peer
+		p.mu.Unlock()
+		sess.Close()
+		return
+	}
+	p.sess = sess
+	close(p.ready)
+	p.mu.Unlock()
+	t.conns.Add(1)
+	t.cfg.Log.Info().Str("peer", string(p.id)).Str("remote", raw.RemoteAddr().String()).Msg("connected")
+	c := &conn{t: t, p: p, sess: sess}
+	t.wg.Add(2)
+	go c.acceptStreams()
+	go c.monitor()
+}
+
+func (c *conn) acceptStreams() {
+	defer c.t.wg.Done()
+	n := 0
+	for {
+		st, err := c.sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		if n++; n > maxStreams {
+			c.fail(fmt.Errorf("%w: more than %d streams", errProtocol, maxStreams))
+			return
+		}
+		dl := &atomic.Int64{}
+		dl.Store(time.Now().Add(c.t.cfg.ReadTimeout).UnixNano())
+		c.mu.Lock()
+		c.readers = append(c.readers, dl)
+		c.mu.Unlock()
+		c.t.wg.Add(1)
+		go c.readStream(st, dl)
+	}
+}
+
+func (c *conn) readStream(st *yamux.Stream, dl *atomic.Int64) {
+	defer c.t.wg.Done()
+	defer st.Close()
+	name, err := readPreamble(st)
+	if err == nil {
+		d := &decoder{in: c.t.in, src: c.p.id, name: name, maxFrame: c.t.cfg.MaxFrame,
+			deadline: dl, timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv}
+		err = d.run(st)
+	}
+	dl.Store(0)
+	if errors.Is(err, errProtocol) {
+		c.fail(err)
+	}
+}
+
+// fail reports a broken peer and closes its connection (only that one).
+func (c *conn) fail(err error) {
+	select {
+	case <-c.t.closing:
+		return
+	default:
+	}
+	c.t.cfg.Log.Warn().Str("peer", string(c.p.id)).Err(err).Msg("closing connection")
+	c.t.in.onError(&PeerError{c.p.id, err})
+	c.sess.Close()
+}
+
+// monitor waits for the session's end (or the endpoint's Close) and is
+// the watchdog for slow senders.
+func (c *conn) monitor() {
+	defer c.t.wg.Done()
+	tick := time.NewTicker(max(c.t.cfg.ReadTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.sess.CloseChan():
+			c.lost(errors.New("connection lost"))
+			return
+		case <-c.t.closing:
+			c.sess.Close()
+			c.lost(ErrClosed)
+			return
+		case now := <-tick.C:
+			c.mu.Lock()
+			slow := false
+			for _, dl := range c.readers {
+				if d := dl.Load(); d != 0 && now.UnixNano() > d {
+					slow = true
+				}
+			}
+			c.mu.Unlock()
+			if slow {
+				c.fail(fmt.Errorf("%w: slow sender, no progress within %s", errProtocol, c.t.cfg.ReadTimeout))
+			}
+		}
+	}
+}
+
+func (c *conn) lost(err error) {
+	t, p := c.t, c.p
+	t.conns.Add(-1)
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+		close(p.down)
+	}
+	p.mu.Unlock()
+	t.in.fail(p.id, err)
+}
+
+func (t *TCP) Self() NodeID          { return t.cfg.Self }
+func (t *TCP) Accept(specs ...Spec)  { t.in.accept(specs) }
+func (t *TCP) DropBefore(step int64) { t.in.dropBefore(step) }
+
+// Addr is the listening address (nil for a dialer).
+func (t *TCP) Addr() net.Addr {
+	if t.ln == nil {
+		return nil
+	}
+	return t.ln.Addr()
+}
+
+// Stats returns the endpoint's counters.
+func (t *TCP) Stats() Stats {
+	return Stats{Connections: int(t.conns.Load()), BytesSent: t.bytesSent.Load(), BytesRecv: t.bytesRecv.Load(),
+		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecv.Load()}
+}
+
+func (t *TCP) Recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error {
+	return t.in.recv(ctx, src, step, v, dst)
+}
+
+func (t *TCP) RecvAny(ctx context.Context, v string, dst []byte) (Key, error) {
+	return t.in.recvAny(ctx, v, dst)
+}
+
+// Send queues the message on the stream of v to peer to. The payload is
+// written from the caller's memory by that stream's writer goroutine.
+func (t *TCP) Send(ctx context.Context, to NodeID, step int64, v string, dt DType, payload []byte) error {
+	if len(v) == 0 || len(v) > maxName {
+		return fmt.Errorf("transport: transfer name %q: want 1..%d bytes", v, maxName)
+	}
+	if len(payload) > t.cfg.MaxFrame {
+		return fmt.Errorf("transport: %s@%d: %d bytes above MaxFrame %d", v, step, len(payload), t.cfg.MaxFrame)
+	}
+	return t.enqueue(ctx, to, v, item{step: step, dt: dt, payload: payload})
+}
+
+// Done queues a done frame carrying the count of data messages sent to to.
+func (t *TCP) Done(ctx context.Context, to NodeID) error {
+	p := t.peers[to]
+	if p == nil {
+		return &PeerError{to, ErrUnknownPeer}
+	}
+	return t.enqueue(ctx, to, "", item{done: true, step: p.sent.Load()})
+}
+
+func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
+	p := t.peers[to]
+	if p == nil {
+		return &PeerError{to, ErrUnknownPeer}
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.closing:
+		return ErrClosed
+	case <-p.down:
+		return t.peerErr(p)
+	}
+	p.mu.Lock()
+	w := p.writers[v]
+	if w == nil {
+		select {
+		case <-t.closing:
+			p.mu.Unlock()
+			<-p.slots
+			return ErrClosed
+		default:
+		}
+		w = &writer{p: p, name: v, q: make(chan item, t.cfg.QueueDepth)}
+		p.writers[v] = w
+		t.wg.Add(1)
+		go w.run()
+	}
+	if w.dead {
+		p.mu.Unlock()
+		<-p.slots
+		return t.peerErr(p)
+	}
+	if !it.done {
+		p.sent.Add(1)
+	}
+	t.mu.Lock()
+	t.pending++
+	t.mu.Unlock()
+	w.q <- it
+	p.mu.Unlock()
+	return nil
+}
+
+func (t *TCP) peerErr(p *peer) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == ErrClosed {
+		return ErrClosed
+	}
+	return &PeerError{p.id, p.err}
+}
+
+// finish marks one queued item as written (or dropped).
+func (t *TCP) finish() {
+	t.mu.Lock()
+	t.pending--
+	if t.pending == 0 {
+		for _, c := range t.waiters {
+			c <- struct{}{}
+		}
+		t.waiters = t.waiters[:0]
+	}
+	t.mu.Unlock()
+}
+
+func (w *writer) run() {
+	p, t := w.p, w.p.t
+	defer t.wg.Done()
+	select {
+	case <-p.ready:
+	case <-p.down:
+	case <-t.closing:
+	}
+	for {
+		var it item
+		select {
+		case it = <-w.q:
+		case <-p.down:
+			w.drain()
+			return
+		case <-t.closing:
+			w.drain()
+			return
+		}
+		err := w.write(it)
+		<-p.slots
+		if err != nil {
+			p.lost.Add(1)
+			t.finish()
+			p.mu.Lock()
+			sess := p.sess
+			p.mu.Unlock()
+			if sess != nil {
+				sess.Close() // the monitor records the loss
+			}
+			w.drain()
+			return
+		}
+		if !it.done {
+			t.msgsSent.Add(1)
+		}
+		t.finish()
+	}
+}
+
+func (w *writer) drain() {
+	p := w.p
+	p.mu.Lock()
+	w.dead = true
+	p.mu.Unlock()
+	for {
+		select {
+		case <-w.q:
+			<-p.slots
+			p.lost.Add(1)
+			p.t.finish()
+		default:
+			if w.st != nil {
+				w.st.Close()
+			}
+			return
+		}
+	}
+}
+
+func (w *writer) write(it item) error {
+	if w.st == nil {
+		p := w.p
+		p.mu.Lock()
+		sess := p.sess
+		p.mu.Unlock()
+		if sess == nil {
+			return ErrClosed
+		}
+		st, err := sess.OpenStream()
+		if err != nil {
+			return err
+		}
+		w.st = st
+		w.scratch = make([]byte, 1+len(w.name), frameHeader+smallFrame)
+		w.scratch[0] = byte(len(w.name))
+		copy(w.scratch[1:], w.name)
+		if _, err := st.Write(w.scratch); err != nil {
+			return err
+		}
+	}
+	h := header{kind: kindData, dtype: it.dt, len: len(it.payload), step: it.step}
+	if it.done {
+		h = header{kind: kindDone, step: it.step}
+	}
+	b := w.scratch[:frameHeader]
+	putHeader(b, h)
+	if len(it.payload) <= smallFrame {
+		b = append(b, it.payload...)
+		_, err := w.st.Write(b)
+		return err
+	}
+	if _, err := w.st.Write(b); err != nil {
+		return err
+	}
+	_, err := w.st.Write(it.payload)
+	return err
+}
+
+// Flush waits until every message queued so far was written. It fails
+// if a connection was lost with messages still queued for it.
+func (t *TCP) Flush(ctx context.Context) error {
+	t.mu.Lock()
+	if t.pending > 0 {
+		var c chan struct{}
+		if n := len(t.free); n > 0 {
+			c, t.free = t.free[n-1], t.free[:n-1]
+		} else {
+			c = make(chan struct{}, 1)
+		}
+		t.waiters = append(t.waiters, c)
+		t.mu.Unlock()
+		select {
+		case <-c:
+		case <-ctx.Done():
+			t.mu.Lock()
+			for i, w := range t.waiters {
+				if w == c {
+					t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+					break
+				}
+			}
+			select {
+			case <-c:
+			default:
+			}
+			t.free = append(t.free, c)
+			t.mu.Unlock()
+			return ctx.Err()
+		}
+		t.mu.Lock()
+		t.free = append(t.free, c)
+	}
+	t.mu.Unlock()
+	for _, p := range t.peers {
+		if p.lost.Load() > 0 {
+			return t.peerErr(p)
+		}
+	}
+	return nil
+}
+
+// Close flushes what was queued (within CloseTimeout), then closes every
+// connection and waits for all of the endpoint's goroutines. Blocked calls
+// fail with ErrClosed. It is idempotent.
+func (t *TCP) Close() error {
+	t.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
+		t.Flush(ctx)
+		cancel()
+		t.mu.Lock()
+		close(t.closing)
+		for c := range t.hs {
+			c.Close()
+		}
+		t.mu.Unlock()
+		if t.ln != nil {
+			t.ln.Close()
+		}
+		t.in.close()
+		t.wg.Wait()
+	})
+	return nil
+}
+
+var _ Endpoint = (*TCP)(nil)
