@@ -137,7 +137,7 @@ func TestRolesByHandReverseOrderEqualLocal(t *testing.T) {
 					t.Fatalf("%s exit %d\n%s", p.name, r.code, r.stderr)
 				}
 			}
-			a, b := readTensors(t, filepath.Join("..", local)), readTensors(t, filepath.Join("..", dist))
+			a, b := readTensors(t, local), readTensors(t, dist)
 			if len(a) == 0 || len(a) != len(b) {
 				t.Fatalf("local saved %d tensors, the job %d", len(a), len(b))
 			}

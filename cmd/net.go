@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -12,11 +11,54 @@ import (
 	"github.com/psgraph/psgraph/transport"
 )
 
-// listen and dial connect a node of a job. (TCP transport: pending.)
-func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addr, token string, insecure bool, log zerolog.Logger) (transport.Endpoint, error) {
-	return nil, errors.New("the TCP transport is not built yet")
+// baseConfig is the transport configuration every node of a plan shares.
+func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batch int, token string, log zerolog.Logger) (transport.Config, error) {
+	specs, err := job.Specs(self, batch)
+	if err != nil {
+		return transport.Config{}, err
+	}
+	return transport.Config{
+		Self: self, Token: []byte(token), JobHash: plan.Info.SourceSHA256 + "/" + plan.Info.Model,
+		Accept:  specs,
+		OnError: func(err error) { log.Error().Err(err).Msg("rejected") },
+		Log:     &log,
+	}, nil
 }
 
+// listen starts pserver index's endpoint; the trainers connect to it.
+func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addr, token string, insecure bool, log zerolog.Logger) (transport.Endpoint, error) {
+	cfg, err := baseConfig(plan, job, transport.PServer(index), 1, token, log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Listen, cfg.Insecure = addr, insecure
+	cfg.Peers = map[transport.NodeID]string{}
+	for _, id := range job.TrainerIDs() {
+		cfg.Peers[id] = ""
+	}
+	ep, err := transport.Listen(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("addr", ep.Addr().String()).Int("trainers", job.Trainers).Msg("listening")
+	return ep, nil
+}
+
+// dial connects trainer index to every pserver, retrying until timeout.
 func dial(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addrs []string, batch int, token string, timeout time.Duration, log zerolog.Logger) (transport.Endpoint, error) {
-	return nil, errors.New("the TCP transport is not built yet")
+	cfg, err := baseConfig(plan, job, transport.Trainer(index), batch, token, log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnectTimeout = timeout
+	cfg.Peers = map[transport.NodeID]string{}
+	for i, a := range addrs {
+		cfg.Peers[transport.PServer(i)] = a
+	}
+	ep, err := transport.Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Int("pservers", len(addrs)).Msg("connected")
+	return ep, nil
 }

@@ -171,6 +171,11 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
+	var rss []string
+	for _, ch := range children {
+		rss = append(rss, fmt.Sprintf("%s %.1f MiB", ch.Name, float64(res.PeakRSS[ch.Name])/(1<<20)))
+	}
+	fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", strings.Join(rss, ", "))
 	out := bytes.TrimSpace(res.Stdout["trainer-0"])
 	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
 		out = out[i+1:]

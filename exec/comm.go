@@ -220,3 +220,16 @@ func (c *NetComm) publish(ctx context.Context, step int64, a ops.Attrs, t *tenso
 	}
 	return nil
 }
+
+// AwaitPeers waits until every peer said Done, so closing this node's
+// endpoint cannot look like a failure to a peer that is still finishing.
+// A connection lost at this point is only reported: the work is done.
+func (c *NetComm) AwaitPeers(ctx context.Context) []error {
+	var lost []error
+	for _, p := range c.Peers {
+		if err := c.EP.WaitDone(ctx, p); err != nil {
+			lost = append(lost, err)
+		}
+	}
+	return lost
+}

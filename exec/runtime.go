@@ -21,6 +21,8 @@ type Comm interface {
 	Flush(ctx context.Context) error
 	// Finish tells every peer that this node sends nothing more.
 	Finish(ctx context.Context) error
+	// AwaitPeers waits until every peer finished too (errors: peers lost).
+	AwaitPeers(ctx context.Context) []error
 }
 
 // NodeRuntime is the ops.Runtime of one node: the step being run, the

@@ -126,7 +126,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	if err := awaitTrainers(parent, g, c, last); err != nil {
 		return nil, err
 	}
-	if err := c.Flush(parent); err != nil {
+	if err := c.Finish(parent); err != nil {
 		return nil, err
 	}
 	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")

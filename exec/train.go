@@ -208,6 +208,9 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 		if err := opt.Comm.Finish(ctx); err != nil {
 			return nil, err
 		}
+		for _, err := range opt.Comm.AwaitPeers(ctx) {
+			opt.Log.Warn().Err(err).Msg("after the last step")
+		}
 		for _, name := range opt.Params {
 			params[name] = fin.Scope[name]
 		}

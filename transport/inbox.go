@@ -342,3 +342,29 @@ func (in *inbox) dropBefore(step int64) {
 		q.items = kept
 	}
 }
+
+// waitDone blocks until src finished (nil) or was lost (its error).
+func (in *inbox) waitDone(ctx context.Context, src NodeID) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.peer[src]
+	if ps == nil {
+		return &PeerError{src, ErrUnknownPeer}
+	}
+	q := &varQueue{} // a private wait queue: woken by wakeAll
+	in.vars["\x00done:"+string(src)] = q
+	defer delete(in.vars, "\x00done:"+string(src))
+	for {
+		switch {
+		case in.finished(ps):
+			return nil
+		case ps.err != nil:
+			return &PeerError{src, ps.err}
+		case in.closed:
+			return ErrClosed
+		}
+		if err := in.wait(ctx, q); err != nil {
+			return err
+		}
+	}
+}

@@ -110,6 +110,10 @@ func (e *Inmem) Done(_ context.Context, to NodeID) error {
 	return nil
 }
 
+func (e *Inmem) WaitDone(ctx context.Context, peer NodeID) error {
+	return e.in.waitDone(ctx, peer)
+}
+
 // Close closes this endpoint; peers see it as failed unless it said Done.
 func (e *Inmem) Close() error {
 	e.in.close()

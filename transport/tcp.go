@@ -51,6 +51,10 @@ type Config struct {
 	StreamWindow uint32
 	// CloseTimeout bounds Close's flush (default 10 s).
 	CloseTimeout time.Duration
+	// Accept declares the transfers this node receives before any peer can
+	// send (the same as calling Accept, without the race against a peer
+	// that sends as soon as it is connected).
+	Accept []Spec
 	// OnError receives rejected messages and failed connections.
 	OnError func(error)
 	// Log receives connection events (nil: silent).
@@ -167,6 +171,7 @@ func newTCP(cfg Config) (*TCP, error) {
 			ready: make(chan struct{}), down: make(chan struct{}), writers: map[string]*writer{}}
 	}
 	t.in = newInbox(cfg.Self, ids, cfg.OnError)
+	t.in.accept(cfg.Accept)
 	return t, nil
 }
 
@@ -552,6 +557,10 @@ func (t *TCP) Done(ctx context.Context, to NodeID) error {
 		return &PeerError{to, ErrUnknownPeer}
 	}
 	return t.enqueue(ctx, to, "", item{done: true, step: p.sent.Load()})
+}
+
+func (t *TCP) WaitDone(ctx context.Context, peer NodeID) error {
+	return t.in.waitDone(ctx, peer)
 }
 
 func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {

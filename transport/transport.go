@@ -94,6 +94,11 @@ type Endpoint interface {
 	// this node as finished only once every message sent before Done was
 	// delivered, whatever order the network delivered them in.
 	Done(ctx context.Context, to NodeID) error
+	// WaitDone blocks until peer said Done and everything it sent before
+	// was delivered; it fails if the connection to peer is lost first. A
+	// node that finished waits for its peers before it closes, so no peer
+	// sees a connection drop before the Done that explains it.
+	WaitDone(ctx context.Context, peer NodeID) error
 	// Close releases the endpoint; blocked calls fail with ErrClosed.
 	Close() error
 }

@@ -34,9 +34,11 @@ type Options struct {
 	Grace time.Duration
 }
 
-// Result is what the children wrote on stdout, by name.
+// Result is what the children wrote on stdout and their peak resident
+// memory in bytes, by name.
 type Result struct {
-	Stdout map[string][]byte
+	Stdout  map[string][]byte
+	PeakRSS map[string]int64
 }
 
 // ChildError reports the first child that failed.
@@ -73,7 +75,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var logMu sync.Mutex
-	res := &Result{Stdout: map[string][]byte{}}
+	res := &Result{Stdout: map[string][]byte{}, PeakRSS: map[string]int64{}}
 	type exit struct {
 		i   int
 		err error
@@ -137,6 +139,11 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	}
 	for i, ch := range children {
 		res.Stdout[ch.Name] = outs[i].Bytes()
+		if st := procs[i].ProcessState; st != nil {
+			if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+				res.PeakRSS[ch.Name] = ru.Maxrss * 1024 // Linux reports KiB
+			}
+		}
 	}
 	if first != nil {
 		first.Msg = writers[failed].lastErr
