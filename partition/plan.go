@@ -41,25 +41,40 @@ type Plan struct {
 
 // PlanInfo is the content of plan.yaml.
 type PlanInfo struct {
-	Version      int            `yaml:"psgraph_plan"`
+	Version      int            `yaml:"psgraph-plan"`
 	Model        string         `yaml:"model"`
 	Source       string         `yaml:"source,omitempty"`
 	SourceSHA256 string         `yaml:"source_sha256,omitempty"`
 	Mode         Mode           `yaml:"mode"`
 	Trainers     int            `yaml:"trainers"`
-	PServers     int            `yaml:"pservers"`
+	PServers     int            `yaml:"-"` // len(Load)
 	MinBlockSize int            `yaml:"min_block_size"`
 	Endpoints    []string       `yaml:"endpoints,omitempty,flow"`
 	Files        PlanFiles      `yaml:"files"`
 	Params       []ParamInfo    `yaml:"params"`
-	Load         []PServerLoad  `yaml:"load"`
+	// Placement has one entry per parameter block on a pserver.
+	Placement []Placement   `yaml:"placement"`
+	Load      []PServerLoad `yaml:"pservers"`
 	Transfers    []TransferInfo `yaml:"transfers"`
 }
 
-// PlanFiles names the subgraph files, relative to the plan directory.
+// PlanFiles names the subgraph files, relative to the plan directory, and
+// the sha256 of each, so a file edited or mixed in from another split is
+// refused.
 type PlanFiles struct {
-	Trainer  string   `yaml:"trainer"`
-	PServers []string `yaml:"pservers,flow"`
+	Trainer  string            `yaml:"trainer"`
+	PServers []string          `yaml:"pservers,flow"`
+	SHA256   map[string]string `yaml:"sha256"`
+}
+
+// Placement is where one parameter block went: rows [Rows[0], Rows[1]) of
+// Param, held as Block on PServer.
+type Placement struct {
+	Param   string `yaml:"param"`
+	Block   string `yaml:"block"`
+	Rows    [2]int `yaml:"rows,flow"`
+	PServer int    `yaml:"pserver"`
+	Bytes   int    `yaml:"bytes"`
 }
 
 // ParamInfo tells where one parameter went.
@@ -84,7 +99,7 @@ type BlockInfo struct {
 
 // PServerLoad is what one pserver holds.
 type PServerLoad struct {
-	PServer  int      `yaml:"pserver"`
+	PServer  int      `yaml:"index"`
 	Endpoint string   `yaml:"endpoint,omitempty"`
 	Bytes    int      `yaml:"bytes"`
 	Blocks   []string `yaml:"blocks,flow"`
@@ -135,6 +150,7 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 			pi.Whole = gr.whole
 			for _, b := range gr.blocks {
 				pi.Blocks = append(pi.Blocks, BlockInfo{Var: b.name, Rows: [2]int{b.start, b.end}, PServer: b.pserver, Bytes: b.bytes})
+				info.Placement = append(info.Placement, Placement{Param: n, Block: b.name, Rows: [2]int{b.start, b.end}, PServer: b.pserver, Bytes: b.bytes})
 			}
 		}
 		info.Params = append(info.Params, pi)
@@ -169,10 +185,6 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 	if info.Source != "" {
 		info.Source = dsl.RelPath(dir, info.Source)
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Written by psgraph split from %s; read by psgraph run. Do not edit: split again.\n", info.Source)
-	info.write(&b)
-	out[PlanFileName] = b.Bytes()
 	write := func(name, role string, g *dsl.Graph) error {
 		c := *g
 		c.File = filepath.Join(dir, name)
@@ -192,6 +204,14 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 			return nil, err
 		}
 	}
+	info.Files.SHA256 = map[string]string{}
+	for name, b := range out {
+		info.Files.SHA256[name] = HashSource(b)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Written by psgraph split from %s; read by psgraph run. Do not edit: split again.\n", info.Source)
+	info.write(&b)
+	out[PlanFileName] = b.Bytes()
 	return out, nil
 }
 
@@ -200,18 +220,26 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 // of many thousand blocks, and this is easier to read).
 func (in *PlanInfo) write(b *bytes.Buffer) {
 	q := dsl.YAMLString
-	fmt.Fprintf(b, "psgraph_plan: %d\nmodel: %s\n", in.Version, q(in.Model))
+	fmt.Fprintf(b, "psgraph-plan: %d\nmodel: %s\n", in.Version, q(in.Model))
 	if in.Source != "" {
 		fmt.Fprintf(b, "source: %s\n", q(in.Source))
 	}
 	if in.SourceSHA256 != "" {
 		fmt.Fprintf(b, "source_sha256: %s\n", q(in.SourceSHA256))
 	}
-	fmt.Fprintf(b, "mode: %s\ntrainers: %d\npservers: %d\nmin_block_size: %d\n", q(string(in.Mode)), in.Trainers, in.PServers, in.MinBlockSize)
+	fmt.Fprintf(b, "mode: %s\ntrainers: %d\nmin_block_size: %d\n", q(string(in.Mode)), in.Trainers, in.MinBlockSize)
 	if len(in.Endpoints) > 0 {
 		fmt.Fprintf(b, "endpoints: %s\n", flowStrings(in.Endpoints))
 	}
-	fmt.Fprintf(b, "files: {trainer: %s, pservers: %s}\n", q(in.Files.Trainer), flowStrings(in.Files.PServers))
+	fmt.Fprintf(b, "files:\n  trainer: %s\n  pservers: %s\n  sha256:\n", q(in.Files.Trainer), flowStrings(in.Files.PServers))
+	names := make([]string, 0, len(in.Files.SHA256))
+	for n := range in.Files.SHA256 {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(b, "    %s: %s\n", q(n), q(in.Files.SHA256[n]))
+	}
 	b.WriteString("params:\n")
 	for _, p := range in.Params {
 		fmt.Fprintf(b, "  - name: %s\n    shape: %s\n    bytes: %d\n    node: %s\n", q(p.Name), flowInts(p.Shape), p.Bytes, q(p.Node))
@@ -225,9 +253,13 @@ func (in *PlanInfo) write(b *bytes.Buffer) {
 			fmt.Fprintf(b, "    whole: %s\n", q(p.Whole))
 		}
 	}
-	b.WriteString("load:\n")
+	b.WriteString("placement:\n")
+	for _, pl := range in.Placement {
+		fmt.Fprintf(b, "  - {param: %s, block: %s, rows: [%d, %d], pserver: %d, bytes: %d}\n", q(pl.Param), q(pl.Block), pl.Rows[0], pl.Rows[1], pl.PServer, pl.Bytes)
+	}
+	b.WriteString("pservers:\n")
 	for _, l := range in.Load {
-		b.WriteString("  - {pserver: " + strconv.Itoa(l.PServer))
+		b.WriteString("  - {index: " + strconv.Itoa(l.PServer))
 		if l.Endpoint != "" {
 			b.WriteString(", endpoint: " + q(l.Endpoint))
 		}
@@ -301,8 +333,9 @@ func ReadPlan(dir string) (*Plan, error) {
 		return nil, fmt.Errorf("%s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if p.Info.Version != PlanVersion {
-		return nil, fmt.Errorf("%s: psgraph_plan %d is not supported; this psgraph reads version %d (split the model again)", path, p.Info.Version, PlanVersion)
+		return nil, fmt.Errorf("%s: psgraph-plan %d is not supported; this psgraph reads version %d (split the model again)", path, p.Info.Version, PlanVersion)
 	}
+	p.Info.PServers = len(p.Info.Load)
 	if len(p.Info.Files.PServers) != p.Info.PServers {
 		return nil, fmt.Errorf("%s: files.pservers lists %d files for %d pservers", path, len(p.Info.Files.PServers), p.Info.PServers)
 	}
@@ -310,7 +343,15 @@ func ReadPlan(dir string) (*Plan, error) {
 		if name == "" || filepath.IsAbs(name) || strings.Contains(name, "..") {
 			return nil, fmt.Errorf("%s: file name %q must be a plain name inside the plan directory", path, name)
 		}
-		return dsl.Load(filepath.Join(dir, name))
+		file := filepath.Join(dir, name)
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, dsl.Errorf(dsl.Pos{File: file}, "cannot read the subgraph: %v", err)
+		}
+		if want := p.Info.Files.SHA256[name]; want != HashSource(b) {
+			return nil, fmt.Errorf("%s does not match the sha256 %s records for it: it was edited or comes from another split; split the model again", file, path)
+		}
+		return dsl.LoadBytes(file, b)
 	}
 	var errs []error
 	if p.Trainer, err = load(p.Info.Files.Trainer); err != nil {

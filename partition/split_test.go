@@ -711,3 +711,28 @@ func opSignature(op *dsl.Op, ren func(string) string) string {
 	}
 	return fmt.Sprintf("%s%v->%v %v %s %s", op.Type, mapNames(op.Inputs, ren), mapNames(op.Outputs, ren), op.Attrs, op.Section, param)
 }
+
+// A subgraph edited after split, or copied in from another split, is refused.
+func TestReadPlanRefusesEditedFiles(t *testing.T) {
+	g, err := dsl.Load("../examples/digits-mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Split(g, Options{Trainers: 2, PServers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := p.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPlan(dir); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, TrainerFileName)
+	b, _ := os.ReadFile(f)
+	os.WriteFile(f, append(b, []byte("# edited\n")...), 0o644)
+	if _, err := ReadPlan(dir); err == nil || !strings.Contains(err.Error(), "edited or comes from another split") {
+		t.Fatalf("want a refusal naming the edit, got %v", err)
+	}
+}
