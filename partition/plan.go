@@ -41,21 +41,21 @@ type Plan struct {
 
 // PlanInfo is the content of plan.yaml.
 type PlanInfo struct {
-	Version      int            `yaml:"psgraph-plan"`
-	Model        string         `yaml:"model"`
-	Source       string         `yaml:"source,omitempty"`
-	SourceSHA256 string         `yaml:"source_sha256,omitempty"`
-	Mode         Mode           `yaml:"mode"`
-	Trainers     int            `yaml:"trainers"`
-	PServers     int            `yaml:"-"` // len(Load)
-	MinBlockSize int            `yaml:"min_block_size"`
-	Endpoints    []string       `yaml:"endpoints,omitempty,flow"`
-	Files        PlanFiles      `yaml:"files"`
-	Params       []ParamInfo    `yaml:"params"`
+	Version      int         `yaml:"psgraph-plan"`
+	Model        string      `yaml:"model"`
+	Source       string      `yaml:"source,omitempty"`
+	SourceSHA256 string      `yaml:"source_sha256,omitempty"`
+	Mode         Mode        `yaml:"mode"`
+	Trainers     int         `yaml:"trainers"`
+	PServers     int         `yaml:"-"` // len(Load)
+	MinBlockSize int         `yaml:"min_block_size"`
+	Endpoints    []string    `yaml:"endpoints,omitempty,flow"`
+	Files        PlanFiles   `yaml:"files"`
+	Params       []ParamInfo `yaml:"params"`
 	// Placement has one entry per parameter block on a pserver.
-	Placement []Placement   `yaml:"placement"`
-	Load      []PServerLoad `yaml:"pservers"`
-	Transfers    []TransferInfo `yaml:"transfers"`
+	Placement []Placement    `yaml:"placement"`
+	Load      []PServerLoad  `yaml:"pservers"`
+	Transfers []TransferInfo `yaml:"transfers"`
 }
 
 // PlanFiles names the subgraph files, relative to the plan directory, and
