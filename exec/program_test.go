@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"github.com/psgraph/psgraph/dsl"
 	"math"
 	"testing"
 
@@ -134,4 +135,60 @@ func BenchmarkDigitsStep(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+}
+
+// enqueue/dequeue: a dequeue with min_count 2 blocks across steps until two
+// items are queued, then outputs their mean; the queue persists across steps.
+func TestEnqueueDequeue(t *testing.T) {
+	src := []byte(`psgraph: 1
+name: queues
+params:
+  c: {shape: [3], init: {type: constant, value: 1}}
+ops:
+  - {type: scale, inputs: [c], outputs: [x]}
+  - {type: enqueue, inputs: [x], outputs: [], attrs: {queue: q, capacity: 4}}
+  - {type: scale, inputs: [c], outputs: [c2], attrs: {factor: 2}}
+assign: {c: c2}
+`)
+	g, err := dsl.LoadBytes("queues.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deq, err := dsl.LoadBytes("deq.yaml", []byte(`psgraph: 1
+name: deq
+ops:
+  - {type: dequeue, outputs: [y], attrs: {queue: q, capacity: 4, min_count: 2, shape: [3]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(g, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := InitPersistent(p, ""); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Compile(deq, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rt := &NodeRuntime{Ctx: context.Background()} // one node: one set of queues
+	got := make(chan error, 1)
+	go func() { got <- d.Run(rt) }()
+	for k := 0; k < 2; k++ { // enqueues c = 1, then c = 2
+		if err := p.Run(rt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range d.Scope["y"].F {
+		if v != 1.5 {
+			t.Fatalf("y[%d] = %v, want the mean 1.5 of the two queued tensors", i, v)
+		}
+	}
 }
