@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ type runOptions struct {
 	log      logFlags
 	net      netFlags
 	ck       checkpointFlags
+	cpuProf  string
 }
 
 // checkpointFlags are shared by local runs, pservers and train.
@@ -145,6 +147,7 @@ whole data set with the final parameters).`,
 	o.log.add(c)
 	o.net.add(c)
 	o.ck.add(c, true)
+	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	return c
 }
 
@@ -154,6 +157,17 @@ func (o *runOptions) run(c *cobra.Command, args []string) error {
 	}
 	if o.steps < 0 || o.batch < 0 {
 		return usagef("--steps and --batch must be positive")
+	}
+	if o.cpuProf != "" {
+		f, err := os.Create(o.cpuProf)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	switch o.role {
 	case "local":

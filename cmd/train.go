@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -113,6 +114,12 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		return err
 	}
 	env := []string{"PSGRAPH_TOKEN=" + token}
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+		// N+M processes share this machine's cores: more Go threads than
+		// cores only add context switches to every message's latency
+		// (2x2 digits on 2 cores: 1,550 steps/s with 2 each, 2,000 with 1).
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/(opt.Trainers+opt.PServers))))
+	}
 	if _, err := o.ck.checkpointer("", g.Name); err != nil {
 		return err
 	}

@@ -29,6 +29,11 @@ type CompileOptions struct {
 	Shared Scope
 	// Workers bounds concurrent compute; 0 means GOMAXPROCS.
 	Workers int
+	// Sequential runs the ops one after another on the caller's goroutine,
+	// blocking ops included. Only for graphs where no blocking op waits on
+	// something a later op of the same graph provides (a pserver's block
+	// update: accumulate, then the optimizer chain): it saves the hand-offs.
+	Sequential bool
 }
 
 // Program is a graph compiled for one node: every tensor allocated once,
@@ -170,6 +175,9 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		if def, _ := ops.Lookup(n.op.Type); def.Blocking {
 			blocking++
 		}
+	}
+	if opt.Sequential {
+		workers, blocking = 1, 0
 	}
 	p.sched = newScheduler(p, min(workers+blocking, len(p.nodes)))
 	return p, nil

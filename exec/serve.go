@@ -54,7 +54,10 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		}
 	}()
 	for _, part := range parts {
-		prog, err := Compile(part, CompileOptions{Workers: opt.Workers})
+		// A part is one block's update: accumulate, then a short chain of
+		// small element-wise ops; running it on its loop's goroutine saves
+		// a hand-off per op. Parts run in parallel with each other.
+		prog, err := Compile(part, CompileOptions{Workers: opt.Workers, Sequential: true})
 		if err != nil {
 			return nil, err
 		}
