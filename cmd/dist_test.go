@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,9 +66,29 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	out  bytes.Buffer
-	err  bytes.Buffer
+	err  lockedBuffer
 	done chan error
 }
+
+// lockedBuffer is a bytes.Buffer safe to read while the process writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (p *proc) stderrText() string { return p.err.String() }
 
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()

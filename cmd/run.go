@@ -71,6 +71,7 @@ type netFlags struct {
 	connectTimeout time.Duration
 	tokenFile      string
 	insecure       bool
+	trainerTimeout time.Duration
 }
 
 func (n *netFlags) add(c *cobra.Command) {
@@ -82,6 +83,7 @@ func (n *netFlags) add(c *cobra.Command) {
 	f.DurationVar(&n.connectTimeout, "connect-timeout", 60*time.Second, "trainer: keep retrying to reach the pservers this long")
 	f.StringVar(&n.tokenFile, "token-file", "", "file holding the job's shared secret (or env PSGRAPH_TOKEN)")
 	f.BoolVar(&n.insecure, "insecure", false, "pserver: allow listening on a non-loopback address without a token")
+	f.DurationVar(&n.trainerTimeout, "trainer-timeout", 30*time.Second, "pserver: how long to wait for a lost trainer before the job stops")
 }
 
 // fromEnv fills flags the user did not set from the environment.
@@ -287,7 +289,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		if err != nil {
 			return err
 		}
-		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep})
+		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep, TrainerTimeout: n.trainerTimeout})
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -23,6 +26,10 @@ type NetComm struct {
 	Async bool
 	// Peers are told Done by Finish: a trainer's pservers, a pserver's trainers.
 	Peers []transport.NodeID
+	// TrainerTimeout is how long a pserver waits for a lost trainer to
+	// come back before the job fails (0: fail at once).
+	TrainerTimeout time.Duration
+	Log            zerolog.Logger
 
 	mu      sync.Mutex
 	routes  map[string]*route // by transfer name
@@ -139,6 +146,9 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 		}
 		if ordered {
 			err = c.EP.Recv(ctx, r.peers[i], step, v, into)
+			if lostPeer(err) && c.TrainerTimeout > 0 {
+				err = c.awaitReturn(ctx, r.peers[i], step, v, into)
+			}
 		} else {
 			var k transport.Key
 			k, err = c.EP.RecvAny(ctx, v, into)
@@ -232,4 +242,28 @@ func (c *NetComm) AwaitPeers(ctx context.Context) []error {
 		}
 	}
 	return lost
+}
+
+// lostPeer reports whether err is a peer's connection failing (not its
+// normal end).
+func lostPeer(err error) bool {
+	var pe *transport.PeerError
+	return errors.As(err, &pe) && !errors.Is(err, transport.ErrPeerDone) && !errors.Is(err, transport.ErrUnknownPeer)
+}
+
+// awaitReturn gives a lost trainer TrainerTimeout to come back (a trainer
+// restarted with the same index reconnects), then fails naming it.
+func (c *NetComm) awaitReturn(ctx context.Context, who transport.NodeID, step int64, v string, into []byte) error {
+	c.Log.Warn().Str("trainer", string(who)).Int64("step", step).Dur("timeout", c.TrainerTimeout).Msg("lost a trainer; waiting for it to come back")
+	t := time.NewTimer(c.TrainerTimeout)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := c.EP.Recv(ctx, who, step, v, into); err != nil {
+		return fmt.Errorf("%s was lost at step %d and did not come back within %v; the job stops: %w", who, step, c.TrainerTimeout, err)
+	}
+	return nil
 }

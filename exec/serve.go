@@ -27,6 +27,8 @@ type ServeOptions struct {
 	// (ResumeStep when >= 0, else the newest).
 	Checkpoint *Checkpointer
 	ResumeStep int64
+	// TrainerTimeout: how long to wait for a lost trainer (sync mode).
+	TrainerTimeout time.Duration
 }
 
 // ServeSummary is a pserver's result.
@@ -44,6 +46,7 @@ type ServeSummary struct {
 // error) or on the first failure.
 func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummary, error) {
 	c := opt.Comm
+	c.TrainerTimeout, c.Log = opt.TrainerTimeout, opt.Log
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	parts := Components(g)

@@ -1,0 +1,124 @@
+package cmd_test
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func splitDigits(t *testing.T, trainers int) string {
+	t.Helper()
+	plan := filepath.Join(t.TempDir(), "plan")
+	if r := psgraph(t, "split", "examples/digits-mlp.yaml", "--trainers", fmt.Sprint(trainers), "--pservers", "1", "-o", plan); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	return plan
+}
+
+// A trainer with the wrong token is refused before any tensor is read and
+// exits non-zero saying authentication failed, without printing a token.
+func TestWrongTokenRefused(t *testing.T) {
+	plan := splitDigits(t, 1)
+	addr := freeAddr(t)
+	ps := start(t, "pserver-0", []string{"PSGRAPH_TOKEN=the-right-secret"}, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr)
+	tr := start(t, "trainer-0", []string{"PSGRAPH_TOKEN=a-wrong-secret"}, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--connect-timeout", "10s")
+	r := tr.wait(t, 30*time.Second)
+	if r.code == 0 || !strings.Contains(r.stderr, "authentication failed") {
+		t.Fatalf("trainer with a wrong token: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	for _, secret := range []string{"the-right-secret", "a-wrong-secret"} {
+		if strings.Contains(r.stderr, secret) || strings.Contains(ps.err.String(), secret) {
+			t.Errorf("a log prints the token %q", secret)
+		}
+	}
+	ps.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// A pserver on a non-loopback address needs a token, or --insecure.
+func TestNonLoopbackListenNeedsToken(t *testing.T) {
+	plan := splitDigits(t, 1)
+	r := psgraph(t, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", "0.0.0.0:0")
+	if r.code != 1 || !strings.Contains(r.stderr, "token") {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// Garbage, an oversized frame header and a half-written handshake at a
+// live pserver close those connections only: the job then runs normally.
+func TestGarbageAtLivePserver(t *testing.T) {
+	plan := splitDigits(t, 1)
+	addr := freeAddr(t)
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr)
+	dial := func() net.Conn {
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				return c
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pserver never listened: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond) // polling a port that is not open yet
+		}
+	}
+	payloads := [][]byte{
+		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, make([]byte, 64)...),
+		{0x50, 0x53},
+	}
+	for _, p := range payloads {
+		c := dial()
+		c.Write(p)
+		c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		buf := make([]byte, 256)
+		for { // the pserver must close the connection
+			if _, err := c.Read(buf); err != nil {
+				break
+			}
+		}
+		c.Close()
+	}
+	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "200")
+	if r := tr.wait(t, 60*time.Second); r.code != 0 {
+		t.Fatalf("trainer after garbage: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := ps.wait(t, 30*time.Second); r.code != 0 {
+		t.Fatalf("pserver after garbage: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// SIGKILL of a trainer in a sync job: the pserver and the other trainer
+// stop with an error naming the lost trainer; nothing hangs.
+func TestKilledTrainerStopsTheJob(t *testing.T) {
+	plan := splitDigits(t, 2)
+	addr := freeAddr(t)
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--trainer-timeout", "3s")
+	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "100000000", "--log-every", "100")
+	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", "100000000", "--log-every", "100")
+	waitForLine(t, t1, "step=100")
+	t1.cmd.Process.Kill()
+	r := ps.wait(t, 60*time.Second)
+	if r.code == 0 || !strings.Contains(r.stderr, "trainer-1") {
+		t.Fatalf("pserver: exit %d, want non-zero naming trainer-1:\n%s", r.code, r.stderr)
+	}
+	if r := t0.wait(t, 60*time.Second); r.code == 0 {
+		t.Fatalf("trainer-0 exited 0 after its job lost trainer-1:\n%s", r.stderr)
+	}
+}
+
+// waitForLine waits until p's stderr holds s.
+func waitForLine(t *testing.T, p *proc, s string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(p.stderrText(), s); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never logged %q:\n%s", p.name, s, p.stderrText())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a growing log
+	}
+}
