@@ -85,7 +85,9 @@ func TestTCPHostileFrames(t *testing.T) {
 	closes("bad kind", func(st *yamux.Stream) { st.Write(frame(9, F32, 8, 5)) })
 	closes("partial header", func(st *yamux.Stream) { st.Write(frame(kindData, F32, 8, 5)[:7]) })
 	closes("partial payload", func(st *yamux.Stream) { st.Write(append(frame(kindData, F32, 8, 5), 1, 2, 3)) })
-	closes("garbage", func(st *yamux.Stream) { st.Write([]byte("\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\xf7\xf6\xf5\xf4\xf3\xf2\xf1\xf0")) })
+	closes("garbage", func(st *yamux.Stream) {
+		st.Write([]byte("\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8\xf7\xf6\xf5\xf4\xf3\xf2\xf1\xf0"))
+	})
 	if ps.Stats().Connections != 1 {
 		t.Fatalf("the good peer must stay connected: %+v", ps.Stats())
 	}
