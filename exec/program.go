@@ -34,6 +34,9 @@ type CompileOptions struct {
 	// something a later op of the same graph provides (a pserver's block
 	// update: accumulate, then the optimizer chain): it saves the hand-offs.
 	Sequential bool
+	// KeepTemps gives every temporary its own buffer, so all of them can be
+	// inspected after Run (otherwise element-wise ops may work in place).
+	KeepTemps bool
 }
 
 // Program is a graph compiled for one node: every tensor allocated once,
@@ -98,8 +101,18 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		}
 	}
 	p := &Program{Graph: g, Scope: Scope{}}
-	tensorOf := func(name string) *tensor.Tensor {
+	alias := map[string]string{}
+	if !opt.KeepTemps {
+		alias = inPlace(g, keep, types, opt)
+	}
+	var tensorOf func(name string) *tensor.Tensor
+	tensorOf = func(name string) *tensor.Tensor {
 		if t, ok := p.Scope[name]; ok {
+			return t
+		}
+		if x, ok := alias[name]; ok {
+			t := tensorOf(x)
+			p.Scope[name] = t
 			return t
 		}
 		t, ok := opt.Shared[name]
@@ -181,6 +194,62 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	}
 	p.sched = newScheduler(p, min(workers+blocking, len(p.nodes)))
 	return p, nil
+}
+
+// inPlace picks outputs that may share their input's buffer: an
+// element-wise op (y[i] depends only on inputs at i, so writing y[i] after
+// reading x[i] is safe) whose input x is a temporary of the same type read
+// by no other op and not needed after the step (not a target, not assigned,
+// not shared). Both names then denote one tensor, so an assign that swaps
+// buffers keeps them consistent. A pserver's update chain (accumulate,
+// scale, sub) then needs one parameter-sized scratch buffer instead of
+// three, and a local step touches less memory.
+func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOptions) map[string]string {
+	readers := map[string]int{}
+	for i, op := range g.Ops {
+		if keep[i] {
+			for _, in := range op.Inputs {
+				readers[in]++
+			}
+		}
+	}
+	pinned := map[string]bool{}
+	for _, a := range g.Assigns {
+		pinned[a.Target], pinned[a.Value] = true, true
+	}
+	for _, t := range opt.Targets {
+		pinned[t] = true
+	}
+	if g.Train != nil {
+		pinned[g.Train.Loss] = true
+		for _, m := range g.Train.Metrics {
+			pinned[m] = true
+		}
+	}
+	prod := g.Producers()
+	alias := map[string]string{}
+	taken := map[string]bool{}
+	for i, op := range g.Ops {
+		def, _ := ops.Lookup(op.Type)
+		if !keep[i] || !def.ElementWise || len(op.Outputs) != 1 {
+			continue
+		}
+		y := op.Outputs[0]
+		if pinned[y] || g.Vars[y] != nil {
+			continue
+		}
+		for _, x := range op.Inputs {
+			_, fromOp := prod[x]
+			_, shared := opt.Shared[x]
+			tx, ty := types[x], types[y]
+			if fromOp && !shared && !pinned[x] && !taken[x] && g.Vars[x] == nil && readers[x] == 1 &&
+				tx.DType == ty.DType && tx.Shape.Equal(ty.Shape) {
+				alias[y], taken[x] = x, true
+				break
+			}
+		}
+	}
+	return alias
 }
 
 // attrsAtBatch replaces -1 entries of a shape attribute by the batch size.

@@ -10,9 +10,9 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-func compileDigits(t testing.TB, workers int) (*Program, *feeder, *data.Stream) {
+func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *feeder, *data.Stream) {
 	g := load(t, "../examples/digits-mlp.yaml")
-	p, err := Compile(g, CompileOptions{Batch: 64, Workers: workers})
+	p, err := Compile(g, CompileOptions{Batch: 64, Workers: workers, KeepTemps: len(keepTemps) > 0 && keepTemps[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestConcurrentEqualsSequential(t *testing.T) {
 // Assigns move next-step values into persistent variables: after one sgd
 // step, W = W0 - lr * dW, where dW is what the step computed.
 func TestAssignAppliesUpdate(t *testing.T) {
-	p, f, st := compileDigits(t, 2)
+	p, f, st := compileDigits(t, 2, true)
 	defer p.Close()
 	w0 := append([]float32{}, p.Scope["W2"].F...)
 	f.fill(st, 0)
@@ -190,5 +190,42 @@ ops:
 		if v != 1.5 {
 			t.Fatalf("y[%d] = %v, want the mean 1.5 of the two queued tensors", i, v)
 		}
+	}
+}
+
+// In-place element-wise ops change no result: the same steps with every
+// temporary in its own buffer give bitwise the same parameters.
+func TestInPlaceEqualsKeepTemps(t *testing.T) {
+	run := func(keep bool) map[string][]float32 {
+		p, f, st := compileDigits(t, 2, keep)
+		defer p.Close()
+		for k := 0; k < 20; k++ {
+			f.fill(st, int64(k*64))
+			if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := map[string][]float32{}
+		for _, n := range p.Graph.Params() {
+			out[n] = append([]float32(nil), p.Scope[n].F...)
+		}
+		return out
+	}
+	a, b := run(false), run(true)
+	for n := range a {
+		for i := range a[n] {
+			if a[n][i] != b[n][i] {
+				t.Fatalf("%s[%d]: %v in place, %v with separate buffers", n, i, a[n][i], b[n][i])
+			}
+		}
+	}
+	p, _, _ := compileDigits(t, 1)
+	defer p.Close()
+	seen := map[*tensor.Tensor]bool{}
+	for _, tt := range p.Scope {
+		seen[tt] = true
+	}
+	if len(seen) == len(p.Scope) {
+		t.Fatal("no temporary shares a buffer: in-place reuse is not happening")
 	}
 }
