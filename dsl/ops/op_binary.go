@@ -151,13 +151,9 @@ func binSame(op binOp, x, y, z []float32) {
 	case opAdd:
 		blas.Add(x, y, z)
 	case opSub:
-		for i := range z {
-			z[i] = x[i] - y[i]
-		}
+		blas.Sub(x, y, z)
 	case opMul:
-		for i := range z {
-			z[i] = x[i] * y[i]
-		}
+		blas.Mul(x, y, z)
 	case opDiv:
 		for i := range z {
 			z[i] = x[i] / y[i]
@@ -196,13 +192,9 @@ func binRowsY(op binOp, x, y, z []float32) {
 		case opAdd:
 			blas.Add(xr, y, zr)
 		case opSub:
-			for j := range zr {
-				zr[j] = xr[j] - y[j]
-			}
+			blas.Sub(xr, y, zr)
 		case opMul:
-			for j := range zr {
-				zr[j] = xr[j] * y[j]
-			}
+			blas.Mul(xr, y, zr)
 		case opDiv:
 			for j := range zr {
 				zr[j] = xr[j] / y[j]

@@ -65,13 +65,7 @@ func init() {
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			x, y := k.In[0], k.Out[0]
 			f, c := float32(k.Attrs.Float("factor")), float32(k.Attrs.Float("bias"))
-			return func(Runtime) error {
-				xf, yf := x.F[:len(y.F)], y.F
-				for i, v := range xf {
-					yf[i] = f*v + c
-				}
-				return nil
-			}, nil
+			return func(Runtime) error { blas.Scale(f, c, x.F, y.F); return nil }, nil
 		},
 		ElementWise: true,
 	})

@@ -56,3 +56,39 @@ func SumRows(x []float32, rows int, y []float32) {
 		Add(y, x[r*n:(r+1)*n], y)
 	}
 }
+
+// Sub sets z[i] = x[i] - y[i] for i < len(z).
+func Sub(x, y, z []float32) {
+	x, y = x[:len(z)], y[:len(z)]
+	n := vecLen(len(z))
+	if n > 0 {
+		subVec(&x[0], &y[0], &z[0], n)
+	}
+	for i := n; i < len(z); i++ {
+		z[i] = x[i] - y[i]
+	}
+}
+
+// Mul sets z[i] = x[i] * y[i] for i < len(z).
+func Mul(x, y, z []float32) {
+	x, y = x[:len(z)], y[:len(z)]
+	n := vecLen(len(z))
+	if n > 0 {
+		mulVec(&x[0], &y[0], &z[0], n)
+	}
+	for i := n; i < len(z); i++ {
+		z[i] = x[i] * y[i]
+	}
+}
+
+// Scale sets y[i] = a*x[i] + b for i < len(y).
+func Scale(a, b float32, x, y []float32) {
+	x = x[:len(y)]
+	n := vecLen(len(y))
+	if n > 0 {
+		scaleVec(a, b, &x[0], &y[0], n)
+	}
+	for i := n; i < len(y); i++ {
+		y[i] = a*x[i] + b
+	}
+}

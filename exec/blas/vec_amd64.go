@@ -22,3 +22,12 @@ func reluGradVec(dy, y, dx *float32, n int)
 
 //go:noescape
 func addVec(x, y, z *float32, n int)
+
+//go:noescape
+func subVec(x, y, z *float32, n int)
+
+//go:noescape
+func mulVec(x, y, z *float32, n int)
+
+//go:noescape
+func scaleVec(a, b float32, x, y *float32, n int)

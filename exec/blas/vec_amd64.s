@@ -56,3 +56,57 @@ add_loop:
 	JNZ add_loop
 	VZEROUPPER
 	RET
+
+// func subVec(x, y, z *float32, n int)
+TEXT ·subVec(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), BX
+	MOVQ z+16(FP), DI
+	MOVQ n+24(FP), CX
+sub_loop:
+	VMOVUPS (SI), Z1
+	VSUBPS (BX), Z1, Z1
+	VMOVUPS Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ sub_loop
+	VZEROUPPER
+	RET
+
+// func mulVec(x, y, z *float32, n int)
+TEXT ·mulVec(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), BX
+	MOVQ z+16(FP), DI
+	MOVQ n+24(FP), CX
+mul_loop:
+	VMOVUPS (SI), Z1
+	VMULPS (BX), Z1, Z1
+	VMOVUPS Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ mul_loop
+	VZEROUPPER
+	RET
+
+// func scaleVec(a, b float32, x, y *float32, n int): y = a*x + b
+TEXT ·scaleVec(SB), NOSPLIT, $0-32
+	VBROADCASTSS a+0(FP), Z2
+	VBROADCASTSS b+4(FP), Z3
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+scale_loop:
+	VMOVUPS (SI), Z1
+	VFMADD213PS Z3, Z2, Z1 // Z1 = Z2*Z1 + Z3
+	VMOVUPS Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ scale_loop
+	VZEROUPPER
+	RET

@@ -39,6 +39,25 @@ func TestVecOps(t *testing.T) {
 				t.Fatalf("n=%d: add[%d] = %v, want %v", n, i, out[i], x[i]+dy[i])
 			}
 		}
+		Sub(x, dy, out)
+		for i := range out {
+			if out[i] != x[i]-dy[i] {
+				t.Fatalf("n=%d: sub[%d] = %v, want %v", n, i, out[i], x[i]-dy[i])
+			}
+		}
+		Mul(x, dy, out)
+		for i := range out {
+			if out[i] != x[i]*dy[i] {
+				t.Fatalf("n=%d: mul[%d] = %v, want %v", n, i, out[i], x[i]*dy[i])
+			}
+		}
+		Scale(-0.25, 3, x, out)
+		for i := range out {
+			// FMA rounds once; -0.25*x is exact, so both agree.
+			if want := -0.25*x[i] + 3; out[i] != want {
+				t.Fatalf("n=%d: scale[%d] = %v, want %v", n, i, out[i], want)
+			}
+		}
 	}
 	rows, n := 7, 37
 	x := make([]float32, rows*n)
