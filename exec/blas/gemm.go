@@ -87,7 +87,7 @@ func gemm(kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C vie
 	s := getScratch()
 	defer putScratch(s)
 
-	aDirect, bDirect := directA(m, k, A), directB(n, k, B)
+	aDirect, bDirect := directA(m, k, A), directB(m, n, k, B)
 
 	par := m*n*k >= parallelMin && k >= 32 && helpers() > 0
 	for jc := 0; jc < n; jc += ncBlock {
@@ -196,7 +196,15 @@ func (blk *block) macro(s *scratch, ic, mb, jlo, jhi int) {
 // nr values are contiguous per k step. Only ragged panels are packed then.
 // forcePack (tests only) packs both operands fully.
 func directA(m, k int, A view) bool { return !forcePack }
-func directB(n, k int, B view) bool { return !forcePack && B.cs == 1 && k*n <= directMax }
+// directB: B is read in place when it is small, or when A has so few rows
+// (a skinny product such as a batch of 8 through a 4096x4096 weight) that
+// every element of B is used by one or two row panels only, so packing it
+// would cost a full extra pass over B for nothing.
+func directB(m, n, k int, B view) bool {
+	return !forcePack && B.cs == 1 && (k*n <= directMax || m <= skinnyRows)
+}
+
+const skinnyRows = 16
 
 var forcePack bool
 
@@ -212,7 +220,7 @@ func cost(kn *kernel, m, n, k int, A, B, C view) float64 {
 	} else {
 		c += float64(m * k)
 	}
-	if directB(n, k, B) {
+	if directB(m, n, k, B) {
 		c += float64(n%nr*k) * 0.3
 	} else if B.cs == 1 {
 		c += float64(n*k) * 0.3
