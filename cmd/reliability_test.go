@@ -122,3 +122,32 @@ func waitForLine(t *testing.T, p *proc, s string) {
 		time.Sleep(20 * time.Millisecond) // polling a growing log
 	}
 }
+
+// A rerun of train with the same --checkpoint-dir resumes where the first
+// run's checkpoints end, and finishes exactly where an uninterrupted job
+// finishes.
+func TestTrainResumesFromCheckpointDir(t *testing.T) {
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
+	args := []string{"train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2"}
+	if r := psgraph(t, append(args, "--steps", "200", "--save", whole)...); r.code != 0 {
+		t.Fatalf("uninterrupted: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := psgraph(t, append(args, "--steps", "120", "--checkpoint-dir", ck, "--checkpoint-every", "50")...); r.code != 0 {
+		t.Fatalf("first part: exit %d\n%s", r.code, r.stderr)
+	}
+	r := psgraph(t, append(args, "--steps", "200", "--checkpoint-dir", ck, "--checkpoint-every", "50", "--save", resumed)...)
+	if r.code != 0 {
+		t.Fatalf("resumed: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "resuming from the checkpoints of step 100") {
+		t.Errorf("the rerun does not say it resumes at step 100:\n%s", r.stderr)
+	}
+	a, b := readTensors(t, whole), readTensors(t, resumed)
+	for name, x := range a {
+		if d := rel(x, b[name]); d != 0 {
+			t.Errorf("%s: resumed job differs from the uninterrupted one (relative %.2g)", name, d)
+		}
+	}
+}
