@@ -156,14 +156,18 @@ func compareParams(t *testing.T, a, b string, tol float64) {
 	if len(ta) != len(tb) || len(ta) == 0 {
 		t.Fatalf("%s holds %d tensors, %s %d", a, len(ta), b, len(tb))
 	}
+	worst := 0.0
+	defer func() { t.Logf("largest relative difference %.2g", worst) }()
 	for name, x := range ta {
 		y := tb[name]
 		if y == nil || !x.Shape.Equal(y.Shape) {
 			t.Fatalf("%s: missing or shape differs", name)
 		}
-		if d := relDiff(y.F, x.F); d > tol {
+		d := relDiff(y.F, x.F)
+		if d > tol {
 			t.Errorf("%s: relative difference %.2g > %.0g", name, d, tol)
 		}
+		worst = max(worst, d)
 	}
 }
 
