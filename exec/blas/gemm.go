@@ -196,6 +196,7 @@ func (blk *block) macro(s *scratch, ic, mb, jlo, jhi int) {
 // nr values are contiguous per k step. Only ragged panels are packed then.
 // forcePack (tests only) packs both operands fully.
 func directA(m, k int, A view) bool { return !forcePack }
+
 // directB: B is read in place when it is small, or when A has so few rows
 // (a skinny product such as a batch of 8 through a 4096x4096 weight) that
 // every element of B is used by one or two row panels only, so packing it
