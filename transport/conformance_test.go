@@ -19,7 +19,12 @@ type errLog struct {
 }
 
 func (l *errLog) add(err error) { l.mu.Lock(); l.errs = append(l.errs, err); l.mu.Unlock() }
-func (l *errLog) count() int    { l.mu.Lock(); defer l.mu.Unlock(); return len(l.errs) }
+func (l *errLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+func (l *errLog) count() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.errs) }
 
 func inmemFactory(t *testing.T, ids ...NodeID) (map[NodeID]Endpoint, *errLog) {
 	log := &errLog{}
