@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"errors"
 	"context"
 	"time"
 
@@ -20,7 +21,12 @@ func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batc
 	return transport.Config{
 		Self: self, Token: []byte(token), JobHash: plan.Info.SourceSHA256 + "/" + plan.Info.Model,
 		Accept:  specs,
-		OnError: func(err error) { log.Error().Err(err).Msg("rejected") },
+		OnError: func(err error) {
+			if errors.Is(err, transport.ErrPeerRestarted) {
+				return // logged by the transport as a reconnect with restarted=true
+			}
+			log.Error().Err(err).Msg("rejected")
+		},
 		Log:     &log,
 	}, nil
 }
