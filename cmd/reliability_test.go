@@ -3,6 +3,7 @@ package cmd_test
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -139,6 +140,19 @@ func TestRestartedTrainerRejoins(t *testing.T) {
 	t1.wait(t, 10*time.Second)
 	waitForLine(t, ps, "lost a trainer")
 	t1b := start(t, "trainer-1 (restarted)", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", steps, "--log-every", "50")
+	t.Cleanup(func() {
+		if t.Failed() {
+			if os.Getenv("PSGRAPH_TEST_DUMP") != "" {
+				ps.cmd.Process.Signal(syscall.SIGQUIT)
+				t1b.cmd.Process.Signal(syscall.SIGQUIT)
+				ps.wait(t, 10*time.Second)
+				t1b.wait(t, 10*time.Second)
+			}
+			for _, p := range []*proc{ps, t1, t1b} {
+				t.Logf("%s stderr:\n%s", p.name, p.stderrText())
+			}
+		}
+	})
 	for _, p := range []*proc{t0, t1b} {
 		r := p.wait(t, 120*time.Second)
 		if r.code != 0 {

@@ -31,6 +31,12 @@ type NetComm struct {
 	TrainerTimeout time.Duration
 	Log            zerolog.Logger
 
+	// restart watch (pservers waiting for lost trainers)
+	watchOnce sync.Once
+	rmu       sync.Mutex
+	rctx      context.Context
+	rcancel   context.CancelFunc
+
 	mu      sync.Mutex
 	routes  map[string]*route // by transfer name
 	source  map[string]transport.Key
@@ -146,7 +152,7 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 		}
 		if ordered {
 			if pt := partOf(ctx); pt != nil && c.TrainerTimeout > 0 {
-				err = c.recvRejoin(ctx, pt, r.peers[i], step, v, into)
+				err = c.recvRejoin(ctx, pt, r.peers, r.peers[i], step, v, into)
 			} else {
 				err = c.EP.Recv(ctx, r.peers[i], step, v, into)
 			}
@@ -312,38 +318,68 @@ func partOf(ctx context.Context) *part {
 	return p
 }
 
-// recvRejoin receives who's piece for step; when who was lost it waits
-// for it (awaitPeer), and when it came back as a new process it first
-// sends it this part's current parameters, so it can join at this step.
-func (c *NetComm) recvRejoin(ctx context.Context, pt *part, who transport.NodeID, step int64, v string, into []byte) error {
+// restartCtx returns a context cancelled at the next restart of any
+// trainer (a watcher per trainer, started once, bumps it).
+func (c *NetComm) restartCtx(ctx context.Context) context.Context {
+	c.watchOnce.Do(func() {
+		c.rctx, c.rcancel = context.WithCancel(context.Background())
+		for i := 0; i < c.Trainers; i++ {
+			who := transport.Trainer(i)
+			go func() {
+				var seen int64
+				for {
+					n, next := c.EP.Restarts(who)
+					if n != seen {
+						seen = n
+						c.rmu.Lock()
+						c.rcancel()
+						c.rctx, c.rcancel = context.WithCancel(context.Background())
+						c.rmu.Unlock()
+						continue
+					}
+					select {
+					case <-next:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+	})
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return c.rctx
+}
+
+// recvRejoin receives who's piece for step. When who was lost it waits for
+// it (awaitPeer). When any trainer came back as a new process, this part
+// first sends it its current parameters, so it can join at this step —
+// whichever trainer the part is waiting for: a part one step ahead waits
+// for a surviving trainer, which waits for the parts behind.
+func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport.NodeID, who transport.NodeID, step int64, v string, into []byte) error {
 	for {
-		n, next := c.EP.Restarts(who)
-		if n != pt.known[who] {
-			pt.known[who] = n
-			c.Log.Warn().Str("trainer", string(who)).Int64("step", step).Msg("trainer restarted; sending it the current parameters")
-			if err := pt.resend(ctx, who, step); err != nil {
-				return err
+		rc := c.restartCtx(ctx)
+		for _, tr := range trainers {
+			if n, _ := c.EP.Restarts(tr); n != pt.known[tr] {
+				pt.known[tr] = n
+				c.Log.Warn().Str("trainer", string(tr)).Int64("step", step).Msg("trainer restarted; sending it the current parameters")
+				if err := pt.resend(ctx, tr, step); err != nil {
+					return err
+				}
 			}
 		}
 		rctx, cancel := context.WithCancel(ctx)
-		stop := make(chan struct{})
-		go func() {
-			select {
-			case <-next:
-				cancel()
-			case <-stop:
-			}
-		}()
+		stop := context.AfterFunc(rc, cancel)
 		err := c.EP.Recv(rctx, who, step, v, into)
-		restarted := err != nil && rctx.Err() != nil
-		close(stop)
+		restarted := err != nil && rc.Err() != nil
+		stop()
 		cancel()
 		switch {
 		case err == nil:
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case restarted: // who restarted while we waited
+		case restarted: // a trainer restarted while we waited
 			continue
 		case lostPeer(err):
 			if err := c.awaitPeer(ctx, who, step, err); err != nil {
