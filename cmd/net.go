@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -19,9 +20,14 @@ func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batc
 	}
 	return transport.Config{
 		Self: self, Token: []byte(token), JobHash: plan.Info.SourceSHA256 + "/" + plan.Info.Model,
-		Accept:  specs,
-		OnError: func(err error) { log.Error().Err(err).Msg("rejected") },
-		Log:     &log,
+		Accept: specs,
+		OnError: func(err error) {
+			if errors.Is(err, transport.ErrPeerRestarted) {
+				return // logged by the transport as a reconnect with restarted=true
+			}
+			log.Error().Err(err).Msg("rejected")
+		},
+		Log: &log,
 	}, nil
 }
 

@@ -3,6 +3,7 @@ package cmd_test
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -149,5 +150,59 @@ func TestTrainResumesFromCheckpointDir(t *testing.T) {
 		if d := rel(x, b[name]); d != 0 {
 			t.Errorf("%s: resumed job differs from the uninterrupted one (relative %.2g)", name, d)
 		}
+	}
+}
+
+// SIGKILL of a trainer in a sync job, then a restart with the same index:
+// the pserver waits for it, sends the new process the current parameters,
+// and the job finishes with the accuracy of an undisturbed run.
+func TestRestartedTrainerRejoins(t *testing.T) {
+	plan := splitDigits(t, 2)
+	addr := freeAddr(t)
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	const steps = "1500"
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--trainer-timeout", "30s")
+	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", steps, "--log-every", "50")
+	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", steps, "--log-every", "50")
+	waitForLine(t, t1, "step=200")
+	t1.cmd.Process.Kill()
+	t1.wait(t, 10*time.Second)
+	waitForLine(t, ps, "lost a trainer")
+	t1b := start(t, "trainer-1 (restarted)", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", steps, "--log-every", "50")
+	t.Cleanup(func() {
+		if t.Failed() {
+			if os.Getenv("PSGRAPH_TEST_DUMP") != "" {
+				ps.cmd.Process.Signal(syscall.SIGQUIT)
+				t1b.cmd.Process.Signal(syscall.SIGQUIT)
+				ps.wait(t, 10*time.Second)
+				t1b.wait(t, 10*time.Second)
+			}
+			for _, p := range []*proc{ps, t1, t1b} {
+				t.Logf("%s stderr:\n%s", p.name, p.stderrText())
+			}
+		}
+	})
+	for _, p := range []*proc{t0, t1b} {
+		r := p.wait(t, 120*time.Second)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", p.name, r.code, r.stderr)
+		}
+		if acc, _ := summary(t, r)["acc"].(float64); acc < 0.95 {
+			t.Errorf("%s: digits accuracy %v after a trainer restart, want >= 0.95", p.name, acc)
+		}
+	}
+	if r := ps.wait(t, 30*time.Second); r.code != 0 {
+		t.Fatalf("pserver: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, l := range strings.Split(t1b.stderrText()+ps.stderrText(), "\n") {
+		if strings.Contains(l, "joining") || strings.Contains(l, "restarted") || strings.Contains(l, "lost") {
+			t.Log(l)
+		}
+	}
+	if !strings.Contains(t1b.stderrText(), "joining at the pservers' step") {
+		t.Errorf("the restarted trainer did not join at the running step:\n%s", t1b.stderrText())
+	}
+	if !strings.Contains(ps.stderrText(), "trainer restarted") {
+		t.Errorf("the pserver did not report the restart:\n%s", ps.stderrText())
 	}
 }

@@ -43,7 +43,7 @@ func (k *checkpointFlags) add(c *cobra.Command, node bool) {
 	f.IntVar(&k.every, "checkpoint-every", 0, "save a checkpoint every K steps (0: never; keeps the last two)")
 	if node {
 		f.Int64Var(&k.resumeStep, "resume-step", -1, "pserver: resume from this step's checkpoint instead of the newest")
-		f.IntVar(&k.startStep, "start-step", 0, "trainer: the step the job resumes at (the pservers' checkpoint step)")
+		f.IntVar(&k.startStep, "start-step", -1, "trainer: the step the job resumes at (default: learn it from the pservers' first parameter message)")
 	}
 }
 

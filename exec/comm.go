@@ -31,6 +31,12 @@ type NetComm struct {
 	TrainerTimeout time.Duration
 	Log            zerolog.Logger
 
+	// restart watch (pservers waiting for lost trainers)
+	watchOnce sync.Once
+	rmu       sync.Mutex
+	rctx      context.Context
+	rcancel   context.CancelFunc
+
 	mu      sync.Mutex
 	routes  map[string]*route // by transfer name
 	source  map[string]transport.Key
@@ -145,9 +151,10 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 			into = buf
 		}
 		if ordered {
-			err = c.EP.Recv(ctx, r.peers[i], step, v, into)
-			if lostPeer(err) && c.TrainerTimeout > 0 {
-				err = c.awaitReturn(ctx, r.peers[i], step, v, into)
+			if pt := partOf(ctx); pt != nil && c.TrainerTimeout > 0 {
+				err = c.recvRejoin(ctx, pt, r.peers, r.peers[i], step, v, into)
+			} else {
+				err = c.EP.Recv(ctx, r.peers[i], step, v, into)
 			}
 		} else {
 			var k transport.Key
@@ -177,8 +184,25 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 }
 
 // Flush waits until every tensor handed to Send was written, so its
-// memory may be overwritten.
-func (c *NetComm) Flush(ctx context.Context) error { return c.EP.Flush(ctx) }
+// memory may be overwritten. On a pserver that waits for lost trainers
+// (TrainerTimeout > 0), a trainer lost with messages queued for it gets
+// that long to come back; the messages are then written (the same
+// process) or dropped (a restarted one).
+func (c *NetComm) Flush(ctx context.Context) error {
+	for {
+		err := c.EP.Flush(ctx)
+		var pe *transport.PeerError
+		if c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) {
+			return err
+		}
+		if r, _, _ := pe.Peer.Role(); r != "trainer" {
+			return err
+		}
+		if err := c.awaitPeer(ctx, pe.Peer, -1, err); err != nil {
+			return err
+		}
+	}
+}
 
 // finished reports whether err means the peers ended the job normally.
 func finished(err error) bool {
@@ -251,19 +275,147 @@ func lostPeer(err error) bool {
 	return errors.As(err, &pe) && !errors.Is(err, transport.ErrPeerDone) && !errors.Is(err, transport.ErrUnknownPeer)
 }
 
-// awaitReturn gives a lost trainer TrainerTimeout to come back (a trainer
-// restarted with the same index reconnects), then fails naming it.
-func (c *NetComm) awaitReturn(ctx context.Context, who transport.NodeID, step int64, v string, into []byte) error {
-	c.Log.Warn().Str("trainer", string(who)).Int64("step", step).Dur("timeout", c.TrainerTimeout).Msg("lost a trainer; waiting for it to come back")
-	t := time.NewTimer(c.TrainerTimeout)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
+// awaitPeer gives a lost trainer TrainerTimeout to come back (the same
+// process after a network fault, or one restarted with the same index),
+// then fails naming it.
+func (c *NetComm) awaitPeer(ctx context.Context, who transport.NodeID, step int64, cause error) error {
+	ev := c.Log.Warn().Str("trainer", string(who)).Dur("timeout", c.TrainerTimeout)
+	if step >= 0 {
+		ev = ev.Int64("step", step)
 	}
-	if err := c.EP.Recv(ctx, who, step, v, into); err != nil {
-		return fmt.Errorf("%s was lost at step %d and did not come back within %v; the job stops: %w", who, step, c.TrainerTimeout, err)
+	ev.Msg("lost a trainer; waiting for it to come back")
+	wctx, cancel := context.WithTimeout(ctx, c.TrainerTimeout)
+	defer cancel()
+	if err := c.EP.WaitPeer(wctx, who); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		at := ""
+		if step >= 0 {
+			at = fmt.Sprintf(" at step %d", step)
+		}
+		return fmt.Errorf("%s was lost%s and did not come back within %v; the job stops: %w", who, at, c.TrainerTimeout, cause)
 	}
+	c.Log.Info().Str("trainer", string(who)).Msg("trainer is back")
 	return nil
+}
+
+// part is one pserver loop's view of rejoining trainers: the restarts it
+// has handled, and how to send its current parameters to a newcomer.
+type part struct {
+	known  map[transport.NodeID]int64
+	resend func(ctx context.Context, to transport.NodeID, step int64) error
+}
+
+type partKey struct{}
+
+func withPart(ctx context.Context, p *part) context.Context {
+	return context.WithValue(ctx, partKey{}, p)
+}
+
+func partOf(ctx context.Context) *part {
+	p, _ := ctx.Value(partKey{}).(*part)
+	return p
+}
+
+// restartCtx returns a context cancelled at the next restart of any
+// trainer (a watcher per trainer, started once, bumps it).
+func (c *NetComm) restartCtx(ctx context.Context) context.Context {
+	c.watchOnce.Do(func() {
+		c.rctx, c.rcancel = context.WithCancel(context.Background())
+		for i := 0; i < c.Trainers; i++ {
+			who := transport.Trainer(i)
+			go func() {
+				var seen int64
+				for {
+					n, next := c.EP.Restarts(who)
+					if n != seen {
+						seen = n
+						c.rmu.Lock()
+						c.rcancel()
+						c.rctx, c.rcancel = context.WithCancel(context.Background())
+						c.rmu.Unlock()
+						continue
+					}
+					select {
+					case <-next:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+	})
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return c.rctx
+}
+
+// recvRejoin receives who's piece for step. When who was lost it waits for
+// it (awaitPeer). When any trainer came back as a new process, this part
+// first sends it its current parameters, so it can join at this step —
+// whichever trainer the part is waiting for: a part one step ahead waits
+// for a surviving trainer, which waits for the parts behind.
+func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport.NodeID, who transport.NodeID, step int64, v string, into []byte) error {
+	for {
+		rc := c.restartCtx(ctx)
+		for _, tr := range trainers {
+			if n, _ := c.EP.Restarts(tr); n != pt.known[tr] {
+				pt.known[tr] = n
+				c.Log.Warn().Str("trainer", string(tr)).Int64("step", step).Msg("trainer restarted; sending it the current parameters")
+				if err := pt.resend(ctx, tr, step); err != nil {
+					return err
+				}
+			}
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(rc, cancel)
+		err := c.EP.Recv(rctx, who, step, v, into)
+		restarted := err != nil && rc.Err() != nil
+		stop()
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case restarted: // a trainer restarted while we waited
+			continue
+		case lostPeer(err):
+			if err := c.awaitPeer(ctx, who, step, err); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// LearnStep is the step a (re)started trainer joins at: it waits until a
+// parameter message is pending for every recv op of its graph and returns
+// the newest of their oldest steps. The pservers send their parameters for
+// the step they are at (and the one before, when their parts may differ by
+// one), so at that step every recv finds its message.
+func (c *NetComm) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
+	step, any := int64(0), false
+	for _, op := range g.Ops {
+		if op.Type != "recv" {
+			continue
+		}
+		r, err := c.routeOf(op.Attrs, "from")
+		if err != nil {
+			return 0, err
+		}
+		if r.all {
+			continue
+		}
+		k, err := c.EP.Peek(ctx, r.peers[0], op.Attrs.String("var"))
+		if err != nil {
+			return 0, fmt.Errorf("learning the start step from %s: %w", r.peers[0], err)
+		}
+		if !any || k > step {
+			step, any = k, true
+		}
+	}
+	return step, nil
 }

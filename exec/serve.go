@@ -143,6 +143,28 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 // trainers are done (a finished error) or something fails.
 func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot) (int64, error) {
 	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers}
+	if c.TrainerTimeout > 0 && !c.Async {
+		rt.Ctx = withPart(ctx, &part{known: map[transport.NodeID]int64{}, resend: func(ctx context.Context, to transport.NodeID, step int64) error {
+			// This part's parameters are step `step`'s (its update waits
+			// for to's piece). Other parts may be one step behind, so the
+			// newcomer gets them for step-1 too; it joins at the newest
+			// step every transfer has (NetComm.LearnStep), and the
+			// pservers drop its pieces for older steps as stale.
+			for _, op := range prog.Graph.Ops {
+				name := op.Attrs.String("initial")
+				if op.Type != "send" || name == "" {
+					continue
+				}
+				t := prog.Scope[name]
+				for k := max(step-1, first); k <= step; k++ {
+					if err := c.EP.Send(ctx, to, k, op.Attrs.String("var"), dtypeOf(t), t.Bytes()); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}})
+	}
 	logEvery := int64(max(opt.LogEvery, 1))
 	vars := persistentOf(prog)
 	for k := first; ; k++ {

@@ -40,7 +40,10 @@ type RunOptions struct {
 	// every Every steps and resumes from the newest checkpoint.
 	Checkpoint *Checkpointer
 	// StartStep is the step a distributed trainer starts at: the step its
-	// pservers resumed from (0 for a fresh job).
+	// pservers resumed from (0 for a fresh job); < 0: learn it from the
+	// step of the first parameter message the pservers send (they send the
+	// step they are at: 0, a restored checkpoint's, or a running job's to
+	// a restarted trainer).
 	StartStep int
 }
 
@@ -133,6 +136,21 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	n := max(opt.TrainerCount, 1)
 	rt := &NodeRuntime{Ctx: ctx, Comm: opt.Comm, TrainerIndex: opt.TrainerIndex, TrainerCount: n}
 	first := opt.StartStep
+	if first < 0 { // learn it from the pservers' first parameter messages
+		first = 0
+		if nc, ok := opt.Comm.(interface {
+			LearnStep(context.Context, *dsl.Graph) (int64, error)
+		}); ok {
+			k, err := nc.LearnStep(ctx, prog.Graph)
+			if err != nil {
+				return nil, err
+			}
+			first = int(k)
+			if k > 0 {
+				opt.Log.Info().Int64("step", k).Msg("joining at the pservers' step")
+			}
+		}
+	}
 	if ck := opt.Checkpoint; ck != nil && opt.Comm == nil {
 		c, err := ck.resumeStep(-1)
 		if err != nil {

@@ -19,7 +19,12 @@ type errLog struct {
 }
 
 func (l *errLog) add(err error) { l.mu.Lock(); l.errs = append(l.errs, err); l.mu.Unlock() }
-func (l *errLog) count() int    { l.mu.Lock(); defer l.mu.Unlock(); return len(l.errs) }
+func (l *errLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+func (l *errLog) count() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.errs) }
 
 func inmemFactory(t *testing.T, ids ...NodeID) (map[NodeID]Endpoint, *errLog) {
 	log := &errLog{}
@@ -190,6 +195,46 @@ func conformance(t *testing.T, mk factory) {
 		if err := eps[t0].Send(ctx, Trainer(7), 0, "W", F32, f32(1, 1)); !errors.Is(err, ErrUnknownPeer) {
 			t.Fatalf("want ErrUnknownPeer, got %v", err)
 		}
+	})
+	t.Run("wait peer, peek, no restarts", func(t *testing.T) {
+		eps, _ := mk(t, t0, p0)
+		eps[p0].Accept(spec)
+		must(t, eps[p0].WaitPeer(ctx, t0)) // connected: at once
+		must(t, eps[t0].WaitPeer(ctx, p0))
+		must(t, eps[t0].Send(ctx, p0, 4, "W", F32, f32(4, 4)))
+		must(t, eps[t0].Send(ctx, p0, 3, "W", F32, f32(3, 3)))
+		waitForPending(t, eps[p0], t0, 2)
+		if k, err := eps[p0].Peek(ctx, t0, "W"); err != nil || k != 3 {
+			t.Fatalf("peek = %d, %v; want the oldest step 3", k, err)
+		}
+		must(t, eps[p0].Recv(ctx, t0, 3, "W", make([]byte, 8))) // peek left it pending
+		if n, _ := eps[p0].Restarts(t0); n != 0 {
+			t.Fatalf("restarts = %d", n)
+		}
+	})
+}
+
+// waitForPending polls until n messages from src are pending at e.
+func waitForPending(t *testing.T, e Endpoint, src NodeID, n int) {
+	var in *inbox
+	switch e := e.(type) {
+	case *TCP:
+		in = e.in
+	case *Inmem:
+		in = e.in
+	}
+	waitFor(t, "messages to arrive", func() bool {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		c := 0
+		for _, q := range in.vars {
+			for _, it := range q.items {
+				if it.src == src {
+					c++
+				}
+			}
+		}
+		return c >= n
 	})
 }
 

@@ -74,12 +74,12 @@ func FuzzHandshake(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		job := jobHash("job")
-		id, err := serverHandshake(fuzzConn{bytes.NewReader(data), io.Discard}, PServer(0), []byte("tok"), job,
+		id, _, err := serverHandshake(fuzzConn{bytes.NewReader(data), io.Discard}, PServer(0), 7, []byte("tok"), job,
 			func(NodeID) byte { return stOK })
 		if err == nil {
 			t.Fatalf("server accepted %q without the token", id)
 		}
-		if err := clientHandshake(fuzzConn{bytes.NewReader(data), io.Discard}, Trainer(0), PServer(0), []byte("tok"), job); err == nil {
+		if _, err := clientHandshake(fuzzConn{bytes.NewReader(data), io.Discard}, Trainer(0), PServer(0), 7, []byte("tok"), job); err == nil {
 			t.Fatal("client accepted a listener without the token")
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,15 +12,16 @@ import (
 
 // Handshake (docs/wire.md), before any yamux byte:
 //
-//	C->S hello  "PSGR" ver(1) nonce(32) jobhash(32) idlen(1) id
-//	S->C hello  "PSGR" ver(1) status(1) nonce(32) jobhash(32) idlen(1) id
+//	C->S hello  "PSGR" ver(1) nonce(32) inc(8) jobhash(32) idlen(1) id
+//	S->C hello  "PSGR" ver(1) status(1) nonce(32) inc(8) jobhash(32) idlen(1) id
 //	C->S proof  HMAC-SHA256(token, "psgraph/1 client" || transcript)
 //	S->C final  status(1) HMAC-SHA256(token, "psgraph/1 server" || transcript)
 //
-// transcript = cnonce || snonce || jobhash || idlen || cid || idlen || sid.
+// transcript = cnonce || snonce || cinc || sinc || jobhash || idlen || cid || idlen || sid.
+// inc is the sender's incarnation (random per endpoint, big-endian).
 const (
 	hsMagic   = "PSGR"
-	hsVersion = 1
+	hsVersion = 2
 
 	stOK          = 0
 	stVersion     = 1
@@ -38,23 +40,40 @@ var (
 	ErrRefused = errors.New("transport: connection refused by peer")
 )
 
+// errDuplicate: the listener holds a live connection of this node.
+var errDuplicate = errors.New("already connected")
+
+// newIncarnation picks an endpoint's random, non-zero incarnation.
+func newIncarnation() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		if v := binary.BigEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
 func jobHash(s string) [32]byte { return sha256.Sum256([]byte(s)) }
 
 type hello struct {
 	status byte
 	nonce  [32]byte
+	inc    uint64
 	job    [32]byte
 	id     NodeID
+	srvInc uint64 // the client's record of the server's incarnation
 }
 
 func writeHello(w io.Writer, server bool, h *hello) error {
-	b := make([]byte, 0, 4+1+1+32+32+1+len(h.id))
+	b := make([]byte, 0, 4+1+1+32+8+32+1+len(h.id))
 	b = append(b, hsMagic...)
 	b = append(b, hsVersion)
 	if server {
 		b = append(b, h.status)
 	}
 	b = append(b, h.nonce[:]...)
+	b = binary.BigEndian.AppendUint64(b, h.inc)
 	b = append(b, h.job[:]...)
 	b = append(b, byte(len(h.id)))
 	b = append(b, h.id...)
@@ -63,7 +82,7 @@ func writeHello(w io.Writer, server bool, h *hello) error {
 }
 
 func readHello(r io.Reader, server bool) (*hello, error) {
-	n := 4 + 1 + 32 + 32 + 1
+	n := 4 + 1 + 32 + 8 + 32 + 1
 	if server {
 		n++
 	}
@@ -86,6 +105,8 @@ func readHello(r io.Reader, server bool) (*hello, error) {
 		b = b[1:]
 	}
 	copy(h.nonce[:], b[:32])
+	h.inc = binary.BigEndian.Uint64(b[32:40])
+	b = b[8:]
 	copy(h.job[:], b[32:64])
 	id := make([]byte, b[64])
 	if _, err := io.ReadFull(r, id); err != nil {
@@ -100,6 +121,8 @@ func proof(token []byte, label string, c, s *hello) []byte {
 	m.Write([]byte(label))
 	m.Write(c.nonce[:])
 	m.Write(s.nonce[:])
+	m.Write(binary.BigEndian.AppendUint64(nil, c.inc))
+	m.Write(binary.BigEndian.AppendUint64(nil, s.inc))
 	m.Write(c.job[:])
 	m.Write([]byte{byte(len(c.id))})
 	m.Write([]byte(c.id))
@@ -119,19 +142,25 @@ func statusErr(st byte) error {
 	case stUnknownPeer:
 		return fmt.Errorf("%w: not a peer it expects", ErrRefused)
 	case stDuplicate:
-		return fmt.Errorf("%w: already connected", ErrRefused)
+		return fmt.Errorf("%w: %w", ErrRefused, errDuplicate)
 	case stVersion:
 		return fmt.Errorf("%w: protocol version", ErrRefused)
 	}
 	return fmt.Errorf("%w: status %d", ErrRefused, st)
 }
 
-// clientHandshake authenticates to a listener that must be want.
-func clientHandshake(rw io.ReadWriter, self, want NodeID, token []byte, job [32]byte) error {
-	c := &hello{job: job, id: self}
+// clientHandshake authenticates to a listener that must be want; inc is
+// this endpoint's incarnation. It returns the listener's.
+func clientHandshake(rw io.ReadWriter, self, want NodeID, inc uint64, token []byte, job [32]byte) (uint64, error) {
+	c := &hello{job: job, id: self, inc: inc}
 	if _, err := rand.Read(c.nonce[:]); err != nil {
-		return err
+		return 0, err
 	}
+	err := clientRest(rw, c, want, token, job)
+	return c.srvInc, err
+}
+
+func clientRest(rw io.ReadWriter, c *hello, want NodeID, token []byte, job [32]byte) error {
 	if err := writeHello(rw, false, c); err != nil {
 		return fmt.Errorf("handshake: %w", err)
 	}
@@ -164,32 +193,43 @@ func clientHandshake(rw io.ReadWriter, self, want NodeID, token []byte, job [32]
 	if !hmac.Equal(fin[1:], proof(token, "psgraph/1 server", c, s)) {
 		return ErrAuth // the listener does not hold the token
 	}
+	c.srvInc = s.inc
 	return nil
 }
 
 // serverHandshake authenticates a dialer; admit decides (after the proof
-// checked out) whether that node may connect and returns a status.
-func serverHandshake(rw io.ReadWriter, self NodeID, token []byte, job [32]byte, admit func(NodeID) byte) (NodeID, error) {
+// checked out) whether that node may connect and returns a status. inc is
+// this endpoint's incarnation; it returns the dialer's id and incarnation.
+func serverHandshake(rw io.ReadWriter, self NodeID, inc uint64, token []byte, job [32]byte, admit func(NodeID) byte) (NodeID, uint64, error) {
+	id, c, err := serverRest(rw, self, inc, token, job, admit)
+	var ci uint64
+	if c != nil {
+		ci = c.inc
+	}
+	return id, ci, err
+}
+
+func serverRest(rw io.ReadWriter, self NodeID, inc uint64, token []byte, job [32]byte, admit func(NodeID) byte) (NodeID, *hello, error) {
 	c, err := readHello(rw, false)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	s := &hello{job: job, id: self, status: c.status}
+	s := &hello{job: job, id: self, status: c.status, inc: inc}
 	if _, err := rand.Read(s.nonce[:]); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if s.status == stOK && c.job != job {
 		s.status = stJob
 	}
 	if err := writeHello(rw, true, s); err != nil {
-		return "", fmt.Errorf("handshake: %w", err)
+		return "", nil, fmt.Errorf("handshake: %w", err)
 	}
 	if s.status != stOK {
-		return c.id, fmt.Errorf("handshake from %q: %w", c.id, statusErr(s.status))
+		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.id, statusErr(s.status))
 	}
 	got := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(rw, got); err != nil {
-		return c.id, fmt.Errorf("handshake from %q: %w", c.id, err)
+		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.id, err)
 	}
 	st := byte(stOK)
 	if !hmac.Equal(got, proof(token, "psgraph/1 client", c, s)) {
@@ -199,10 +239,10 @@ func serverHandshake(rw io.ReadWriter, self NodeID, token []byte, job [32]byte, 
 	}
 	if st != stOK {
 		rw.Write([]byte{st})
-		return c.id, fmt.Errorf("handshake from %q: %w", c.id, statusErr(st))
+		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.id, statusErr(st))
 	}
 	if _, err := rw.Write(append([]byte{stOK}, proof(token, "psgraph/1 server", c, s)...)); err != nil {
-		return c.id, fmt.Errorf("handshake: %w", err)
+		return c.id, nil, fmt.Errorf("handshake: %w", err)
 	}
-	return c.id, nil
+	return c.id, c, nil
 }

@@ -15,7 +15,8 @@ func hostile(t *testing.T, addr string, id NodeID) (*yamux.Session, net.Conn) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	must(t, err)
-	must(t, clientHandshake(c, id, PServer(0), []byte("s3cret"), jobHash("job")))
+	_, err = clientHandshake(c, id, PServer(0), newIncarnation(), []byte("s3cret"), jobHash("job"))
+	must(t, err)
 	yc := yamux.DefaultConfig()
 	yc.LogOutput = io.Discard
 	s, err := yamux.Client(c, yc)

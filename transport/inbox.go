@@ -22,13 +22,18 @@ type inbox struct {
 	peer    map[NodeID]*peerState
 	floor   int64 // messages for steps below are stale
 	closed  bool
+	closing chan struct{}   // closed by close
 	waiters []chan struct{} // free list
 }
 
 type peerState struct {
-	delivered int64 // data messages delivered from this peer
-	doneAt    int64 // message count announced by Done; -1 while not done
-	err       error // the peer's connection failed
+	delivered int64         // data messages delivered from this peer
+	doneAt    int64         // message count announced by Done; -1 while not done
+	err       error         // the peer's connection failed
+	inc       uint64        // the peer's incarnation (0: never connected)
+	restarts  int64         // times the peer came back as a new incarnation
+	restarted chan struct{} // closed at the next restart
+	live      chan struct{} // closed while the peer is connected (replaced on loss)
 }
 
 type entry struct {
@@ -47,10 +52,10 @@ func newInbox(self NodeID, peers []NodeID, onError func(error)) *inbox {
 		self: self, peers: peers, onError: onError,
 		specs: map[string]Spec{}, vars: map[string]*varQueue{},
 		free: map[int][][]byte{}, peer: map[NodeID]*peerState{},
-		floor: -1 << 62,
+		floor: -1 << 62, closing: make(chan struct{}),
 	}
 	for _, p := range peers {
-		in.peer[p] = &peerState{doneAt: -1}
+		in.peer[p] = &peerState{doneAt: -1, restarted: make(chan struct{}), live: make(chan struct{})}
 	}
 	if in.onError == nil {
 		in.onError = func(error) {}
@@ -71,7 +76,7 @@ func (in *inbox) accept(specs []Spec) {
 
 // check validates a message header before its payload is read, so a bad
 // frame costs no allocation. It returns the spec's size.
-func (in *inbox) check(src NodeID, step int64, v string, dt DType, n int) error {
+func (in *inbox) check(src NodeID, inc uint64, step int64, v string, dt DType, n int) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	s, ok := in.specs[v]
@@ -80,6 +85,8 @@ func (in *inbox) check(src NodeID, step int64, v string, dt DType, n int) error 
 		return ErrClosed
 	case in.peer[src] == nil:
 		return fmt.Errorf("message %s@%d from %s: %w", v, step, src, ErrUnknownPeer)
+	case in.peer[src].inc != inc:
+		return fmt.Errorf("message %s@%d from %s: %w", v, step, src, errStale)
 	case !ok:
 		return fmt.Errorf("message %s@%d from %s: %s does not receive a transfer named %q", v, step, src, in.self, v)
 	case s.DType != dt:
@@ -119,10 +126,10 @@ func (in *inbox) recycleBuf(b []byte) {
 
 // rejected counts a message from src that failed check as received, so the
 // count announced by Done still adds up.
-func (in *inbox) rejected(src NodeID) {
+func (in *inbox) rejected(src NodeID, inc uint64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if ps := in.peer[src]; ps != nil {
+	if ps := in.peer[src]; ps != nil && ps.inc == inc {
 		ps.delivered++
 		if ps.doneAt >= 0 {
 			in.wakeAll()
@@ -131,12 +138,12 @@ func (in *inbox) rejected(src NodeID) {
 }
 
 // deliver hands a checked message to the inbox; buf is owned by it after.
-func (in *inbox) deliver(src NodeID, step int64, v string, buf []byte) {
+func (in *inbox) deliver(src NodeID, inc uint64, step int64, v string, buf []byte) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	q := in.vars[v]
 	ps := in.peer[src]
-	if in.closed || q == nil || ps == nil {
+	if in.closed || q == nil || ps == nil || ps.inc != inc { // an older incarnation's message is never delivered
 		in.recycle(buf)
 		return
 	}
@@ -155,10 +162,10 @@ func (in *inbox) deliver(src NodeID, step int64, v string, buf []byte) {
 }
 
 // done records that src announced its end after count data messages.
-func (in *inbox) done(src NodeID, count int64) {
+func (in *inbox) done(src NodeID, inc uint64, count int64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if ps := in.peer[src]; ps != nil {
+	if ps := in.peer[src]; ps != nil && ps.inc == inc {
 		ps.doneAt = count
 		in.wakeAll()
 	}
@@ -170,7 +177,102 @@ func (in *inbox) fail(src NodeID, err error) {
 	defer in.mu.Unlock()
 	if ps := in.peer[src]; ps != nil && ps.err == nil {
 		ps.err = err
+		select {
+		case <-ps.live:
+			ps.live = make(chan struct{})
+		default:
+		}
 		in.wakeAll()
+	}
+}
+
+// errStale marks a message of an older incarnation of its sender.
+var errStale = fmt.Errorf("transport: message of an older incarnation of its sender, dropped")
+
+// connected records that src is connected (again) as incarnation inc. The
+// same incarnation after a loss is a network blip: its state is kept and
+// its error cleared. A new incarnation is a restarted process: everything
+// still pending from the old one is dropped and its counters start over.
+// It reports whether src restarted.
+func (in *inbox) connected(src NodeID, inc uint64) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.peer[src]
+	if ps == nil {
+		return false
+	}
+	restarted := ps.inc != 0 && ps.inc != inc
+	if restarted {
+		for _, q := range in.vars {
+			kept := q.items[:0]
+			for _, e := range q.items {
+				if e.src == src {
+					in.recycle(e.buf)
+				} else {
+					kept = append(kept, e)
+				}
+			}
+			clear(q.items[len(kept):])
+			q.items = kept
+		}
+		ps.delivered, ps.doneAt = 0, -1
+		ps.restarts++
+		close(ps.restarted)
+		ps.restarted = make(chan struct{})
+	}
+	ps.inc, ps.err = inc, nil
+	select {
+	case <-ps.live:
+	default:
+		close(ps.live)
+	}
+	in.wakeAll()
+	return restarted
+}
+
+// restarts returns how often src restarted and a channel closed at its
+// next restart.
+func (in *inbox) restarts(src NodeID) (int64, <-chan struct{}) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.peer[src]
+	if ps == nil {
+		return 0, nil
+	}
+	return ps.restarts, ps.restarted
+}
+
+// waitPeer blocks until src is connected; it returns at once with an
+// error if this endpoint closed.
+func (in *inbox) waitPeer(ctx context.Context, src NodeID) error {
+	for {
+		in.mu.Lock()
+		ps := in.peer[src]
+		if ps == nil {
+			in.mu.Unlock()
+			return &PeerError{src, ErrUnknownPeer}
+		}
+		if in.closed {
+			in.mu.Unlock()
+			return ErrClosed
+		}
+		live, err := ps.live, ps.err
+		in.mu.Unlock()
+		select {
+		case <-live:
+			return nil
+		default:
+		}
+		select {
+		case <-live:
+			return nil
+		case <-in.closing:
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("%w (%s: %v)", ctx.Err(), src, err)
+			}
+			return ctx.Err()
+		}
 	}
 }
 
@@ -181,6 +283,9 @@ func (in *inbox) finished(ps *peerState) bool {
 func (in *inbox) close() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if !in.closed {
+		close(in.closing)
+	}
 	in.closed = true
 	in.wakeAll()
 }
@@ -365,6 +470,44 @@ func (in *inbox) waitDone(ctx context.Context, src NodeID) error {
 		}
 		if err := in.wait(ctx, q); err != nil {
 			return err
+		}
+	}
+}
+
+// peek blocks until a message of v from src is pending and returns the
+// oldest one's step.
+func (in *inbox) peek(ctx context.Context, src NodeID, v string) (int64, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	q := in.vars[v]
+	ps := in.peer[src]
+	switch {
+	case ps == nil:
+		return 0, &PeerError{src, ErrUnknownPeer}
+	case q == nil:
+		return 0, fmt.Errorf("peek %s: %s does not accept a transfer named %q", src, in.self, v)
+	}
+	for {
+		if in.closed {
+			return 0, ErrClosed
+		}
+		found, min := false, int64(0)
+		for _, e := range q.items {
+			if e.src == src && (!found || e.step < min) {
+				found, min = true, e.step
+			}
+		}
+		if found {
+			return min, nil
+		}
+		if in.finished(ps) {
+			return 0, &PeerError{src, ErrPeerDone}
+		}
+		if ps.err != nil {
+			return 0, &PeerError{src, ps.err}
+		}
+		if err := in.wait(ctx, q); err != nil {
+			return 0, err
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 // semantics, with delivery by copying into the receiver's buffers.
 type Inmem struct {
 	self NodeID
+	inc  uint64
 	hub  *Hub
 	in   *inbox
 
@@ -19,8 +20,9 @@ type Inmem struct {
 
 // Hub connects the in-memory endpoints of one job.
 type Hub struct {
-	mu    sync.Mutex
-	nodes map[NodeID]*Inmem
+	mu      sync.Mutex
+	nodes   map[NodeID]*Inmem
+	onError func(error)
 }
 
 // NewHub makes endpoints for the given nodes; each trainer peers with every
@@ -35,9 +37,37 @@ func NewHub(onError func(error), ids ...NodeID) *Hub {
 				peers = append(peers, o)
 			}
 		}
-		h.nodes[id] = &Inmem{self: id, hub: h, in: newInbox(id, peers, onError), sent: map[NodeID]int64{}}
+		h.nodes[id] = &Inmem{self: id, inc: newIncarnation(), hub: h, in: newInbox(id, peers, onError), sent: map[NodeID]int64{}}
 	}
+	for _, e := range h.nodes {
+		for _, p := range e.in.peers {
+			e.in.connected(p, h.nodes[p].inc)
+		}
+	}
+	h.onError = onError
 	return h
+}
+
+// Restart replaces node id by a new incarnation with a clean state (as a
+// restarted process): its peers drop what the old one sent and the old
+// endpoint's later sends are never delivered.
+func (h *Hub) Restart(id NodeID) *Inmem {
+	h.mu.Lock()
+	old := h.nodes[id]
+	e := &Inmem{self: id, inc: newIncarnation(), hub: h, in: newInbox(id, old.in.peers, h.onError), sent: map[NodeID]int64{}}
+	h.nodes[id] = e
+	peers := h.nodes
+	h.mu.Unlock()
+	for _, p := range e.in.peers {
+		e.in.connected(p, peers[p].inc)
+		peers[p].mu.Lock()
+		delete(peers[p].sent, id)
+		peers[p].mu.Unlock()
+		if peers[p].in.connected(id, e.inc) {
+			peers[p].in.onError(&PeerError{id, ErrPeerRestarted})
+		}
+	}
+	return e
 }
 
 func peersOf(a, b NodeID) bool {
@@ -77,16 +107,14 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 	e.mu.Lock()
 	e.sent[to]++
 	e.mu.Unlock()
-	if err := p.in.check(e.self, step, v, dt, len(payload)); err != nil {
+	if err := p.in.check(e.self, e.inc, step, v, dt, len(payload)); err != nil {
 		p.in.onError(err)
-		p.in.mu.Lock()
-		p.in.peer[e.self].delivered++ // counted, as a rejected frame is on TCP
-		p.in.mu.Unlock()
+		p.in.rejected(e.self, e.inc) // counted, as a rejected frame is on TCP
 		return nil
 	}
 	buf := p.in.buffer(len(payload))
 	copy(buf, payload)
-	p.in.deliver(e.self, step, v, buf)
+	p.in.deliver(e.self, e.inc, step, v, buf)
 	return nil
 }
 
@@ -106,7 +134,7 @@ func (e *Inmem) Done(_ context.Context, to NodeID) error {
 	e.mu.Lock()
 	n := e.sent[to]
 	e.mu.Unlock()
-	p.in.done(e.self, n)
+	p.in.done(e.self, e.inc, n)
 	return nil
 }
 
@@ -114,10 +142,25 @@ func (e *Inmem) WaitDone(ctx context.Context, peer NodeID) error {
 	return e.in.waitDone(ctx, peer)
 }
 
+func (e *Inmem) WaitPeer(ctx context.Context, peer NodeID) error { return e.in.waitPeer(ctx, peer) }
+
+func (e *Inmem) Restarts(peer NodeID) (int64, <-chan struct{}) { return e.in.restarts(peer) }
+
+func (e *Inmem) Peek(ctx context.Context, src NodeID, v string) (int64, error) {
+	return e.in.peek(ctx, src, v)
+}
+
 // Close closes this endpoint; peers see it as failed unless it said Done.
 func (e *Inmem) Close() error {
 	e.in.close()
-	for id, p := range e.hub.nodes {
+	e.hub.mu.Lock()
+	current := e.hub.nodes[e.self] == e
+	nodes := e.hub.nodes
+	e.hub.mu.Unlock()
+	if !current { // replaced by Restart: its peers already moved on
+		return nil
+	}
+	for id, p := range nodes {
 		if id != e.self && p.in.peer[e.self] != nil {
 			p.in.fail(e.self, fmt.Errorf("closed"))
 		}

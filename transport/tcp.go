@@ -111,10 +111,15 @@ type TCP struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
+	inc uint64 // this endpoint's incarnation
+
+	holdDial chan struct{} // tests: dials wait for it
+
 	mu      sync.Mutex
 	pending int
 	waiters []chan struct{}
 	free    []chan struct{}
+	lostCh  chan struct{} // closed (and replaced) whenever a connection is lost
 	hs      map[net.Conn]struct{}
 
 	conns                atomic.Int64
@@ -123,22 +128,28 @@ type TCP struct {
 }
 
 type peer struct {
-	t     *TCP
-	id    NodeID
-	addr  string
-	slots chan struct{}
-	sent  atomic.Int64 // data messages queued to this peer
-	lost  atomic.Int64 // queued messages dropped by a failed connection
+	t       *TCP
+	id      NodeID
+	addr    string
+	slots   chan struct{}
+	sent    atomic.Int64 // data messages queued to this peer (this incarnation of it)
+	lost    atomic.Int64 // queued messages dropped because the peer is gone for good
+	pending atomic.Int64 // queued messages not yet written or dropped
+	down    atomic.Bool  // a session was lost and none replaced it yet
 
 	mu      sync.Mutex
 	sess    *yamux.Session
-	ready   chan struct{} // closed once connected
-	down    chan struct{} // closed when the connection is lost
+	cur     *conn
+	inc     uint64        // the peer's incarnation (0: never connected)
+	epoch   int64         // bumped when the peer restarts; older queued items are dropped
+	change  chan struct{} // closed (and replaced) when sess changes
+	gone    chan struct{} // closed when a dialer gives the peer up for good
 	err     error
 	writers map[string]*writer
 }
 
 type item struct {
+	epoch   int64
 	done    bool
 	step    int64
 	dt      DType
@@ -151,6 +162,7 @@ type writer struct {
 	q       chan item
 	dead    bool // under p.mu
 	st      *yamux.Stream
+	sess    *yamux.Session // the session st belongs to
 	scratch []byte
 }
 
@@ -160,7 +172,7 @@ func newTCP(cfg Config) (*TCP, error) {
 		return nil, errors.New("transport: Config.Self is empty")
 	}
 	t := &TCP{cfg: cfg, job: jobHash(cfg.JobHash), peers: map[NodeID]*peer{},
-		closing: make(chan struct{}), hs: map[net.Conn]struct{}{}}
+		closing: make(chan struct{}), hs: map[net.Conn]struct{}{}, lostCh: make(chan struct{}), inc: newIncarnation()}
 	var ids []NodeID
 	for id, addr := range cfg.Peers {
 		if len(id) == 0 || len(id) > maxName {
@@ -168,7 +180,7 @@ func newTCP(cfg Config) (*TCP, error) {
 		}
 		ids = append(ids, id)
 		t.peers[id] = &peer{t: t, id: id, addr: addr, slots: make(chan struct{}, cfg.QueueDepth),
-			ready: make(chan struct{}), down: make(chan struct{}), writers: map[string]*writer{}}
+			change: make(chan struct{}), gone: make(chan struct{}), writers: map[string]*writer{}}
 	}
 	t.in = newInbox(cfg.Self, ids, cfg.OnError)
 	t.in.accept(cfg.Accept)
@@ -240,19 +252,28 @@ func Dial(ctx context.Context, cfg Config) (*TCP, error) {
 func (t *TCP) dialPeer(ctx context.Context, p *peer) error {
 	backoff := 20 * time.Millisecond
 	var last error
+	if t.holdDial != nil {
+		select {
+		case <-t.holdDial:
+		case <-ctx.Done():
+		}
+	}
 	for {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", p.addr)
 		if err == nil {
 			c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-			err = clientHandshake(c, t.cfg.Self, p.id, t.cfg.Token, t.job)
+			var inc uint64
+			inc, err = clientHandshake(c, t.cfg.Self, p.id, t.inc, t.cfg.Token, t.job)
 			if err == nil {
 				c.SetDeadline(time.Time{})
-				t.attach(p, c, false)
+				t.attach(p, c, false, inc)
 				return nil
 			}
 			c.Close()
-			if errors.Is(err, ErrAuth) || errors.Is(err, ErrJobMismatch) || errors.Is(err, ErrRefused) {
+			// "already connected": the listener has not yet noticed that
+			// our previous connection died; it will.
+			if !errors.Is(err, errDuplicate) && (errors.Is(err, ErrAuth) || errors.Is(err, ErrJobMismatch) || errors.Is(err, ErrRefused)) {
 				return &PeerError{p.id, fmt.Errorf("at %s: %w", p.addr, err)}
 			}
 		}
@@ -299,14 +320,14 @@ func (t *TCP) acceptLoop() {
 func (t *TCP) serveConn(c net.Conn) {
 	defer t.wg.Done()
 	c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	id, err := serverHandshake(c, t.cfg.Self, t.cfg.Token, t.job, func(id NodeID) byte {
+	id, inc, err := serverHandshake(c, t.cfg.Self, t.inc, t.cfg.Token, t.job, func(id NodeID) byte {
 		p := t.peers[id]
 		if p == nil {
 			return stUnknownPeer
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if p.sess != nil {
+		if p.sess != nil { // live: a lost peer may connect again, a live one not twice
 			return stDuplicate
 		}
 		return stOK
@@ -321,7 +342,7 @@ func (t *TCP) serveConn(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	t.attach(t.peers[id], c, true)
+	t.attach(t.peers[id], c, true, inc)
 }
 
 // countConn counts bytes and keeps a read deadline: yamux pings every
@@ -372,12 +393,15 @@ func (c *countConn) Write(b []byte) (int, error) {
 type conn struct {
 	t       *TCP
 	p       *peer
+	raw     net.Conn
+	server  bool
+	inc     uint64 // the peer's incarnation on this connection
 	sess    *yamux.Session
 	mu      sync.Mutex
 	readers []*atomic.Int64
 }
 
-func (t *TCP) attach(p *peer, raw net.Conn, server bool) {
+func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) {
 	if tc, ok := raw.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
@@ -409,12 +433,27 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool) {
 		sess.Close()
 		return
 	}
-	p.sess = sess
-	close(p.ready)
-	p.mu.Unlock()
+	c := &conn{t: t, p: p, raw: raw, server: server, inc: inc, sess: sess}
+	restarted := p.inc != 0 && p.inc != inc
+	again := p.inc != 0
+	if restarted {
+		// A new process: what was queued for the old one is dropped.
+		p.epoch++
+		p.sent.Store(0)
+	}
+	p.inc, p.sess, p.cur, p.err = inc, sess, c, nil
+	p.down.Store(false)
+	close(p.change)
+	p.change = make(chan struct{})
+	t.in.connected(p.id, inc)
 	t.conns.Add(1)
-	t.cfg.Log.Info().Str("peer", string(p.id)).Str("remote", raw.RemoteAddr().String()).Msg("connected")
-	c := &conn{t: t, p: p, sess: sess}
+	p.mu.Unlock()
+	ev := t.cfg.Log.Info()
+	if restarted {
+		ev = t.cfg.Log.Warn()
+		t.in.onError(&PeerError{p.id, ErrPeerRestarted})
+	}
+	ev.Str("peer", string(p.id)).Str("remote", raw.RemoteAddr().String()).Bool("reconnected", again).Bool("restarted", restarted).Msg("connected")
 	t.wg.Add(2)
 	go c.acceptStreams()
 	go c.monitor()
@@ -447,7 +486,7 @@ func (c *conn) readStream(st *yamux.Stream, dl *atomic.Int64) {
 	defer st.Close()
 	name, err := readPreamble(st)
 	if err == nil {
-		d := &decoder{in: c.t.in, src: c.p.id, name: name, maxFrame: c.t.cfg.MaxFrame,
+		d := &decoder{in: c.t.in, src: c.p.id, inc: c.inc, name: name, maxFrame: c.t.cfg.MaxFrame,
 			deadline: dl, timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv}
 		err = d.run(st)
 	}
@@ -504,12 +543,71 @@ func (c *conn) lost(err error) {
 	t, p := c.t, c.p
 	t.conns.Add(-1)
 	p.mu.Lock()
-	if p.err == nil {
+	if p.sess != c.sess {
+		p.mu.Unlock()
+		return
+	}
+	p.sess, p.cur, p.err = nil, nil, err
+	p.down.Store(true)
+	close(p.change)
+	p.change = make(chan struct{})
+	t.in.fail(p.id, err)
+	p.mu.Unlock()
+	t.mu.Lock()
+	close(t.lostCh)
+	t.lostCh = make(chan struct{})
+	t.mu.Unlock()
+	select {
+	case <-t.closing:
+		return
+	default:
+	}
+	if !c.server {
+		t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("connection lost; reconnecting")
+		t.wg.Add(1)
+		go t.redial(p)
+	} else {
+		t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("connection lost; it may reconnect")
+	}
+}
+
+// redial reconnects a dialer to p after a loss, within ConnectTimeout;
+// after that p is gone for good: queued and later sends to it fail.
+func (t *TCP) redial(p *peer) {
+	defer t.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.ConnectTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-t.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := t.dialPeer(ctx, p)
+	if err == nil {
+		return
+	}
+	select {
+	case <-t.closing:
+		return
+	default:
+	}
+	t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("giving up reconnecting")
+	p.mu.Lock()
+	if p.sess == nil {
 		p.err = err
-		close(p.down)
+		select {
+		case <-p.gone:
+		default:
+			close(p.gone)
+		}
 	}
 	p.mu.Unlock()
-	t.in.fail(p.id, err)
+	t.mu.Lock()
+	close(t.lostCh)
+	t.lostCh = make(chan struct{})
+	t.mu.Unlock()
 }
 
 func (t *TCP) Self() NodeID          { return t.cfg.Self }
@@ -563,6 +661,27 @@ func (t *TCP) WaitDone(ctx context.Context, peer NodeID) error {
 	return t.in.waitDone(ctx, peer)
 }
 
+// WaitPeer blocks until peer is connected (again).
+func (t *TCP) WaitPeer(ctx context.Context, peer NodeID) error {
+	if p := t.peers[peer]; p != nil {
+		select {
+		case <-p.gone:
+			return t.peerErr(p)
+		default:
+		}
+	}
+	return t.in.waitPeer(ctx, peer)
+}
+
+// Restarts reports how often peer came back as a new incarnation.
+func (t *TCP) Restarts(peer NodeID) (int64, <-chan struct{}) { return t.in.restarts(peer) }
+
+// Peek blocks until a message of v from src is pending and returns the
+// step of the oldest one.
+func (t *TCP) Peek(ctx context.Context, src NodeID, v string) (int64, error) {
+	return t.in.peek(ctx, src, v)
+}
+
 func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 	p := t.peers[to]
 	if p == nil {
@@ -574,7 +693,7 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 		return ctx.Err()
 	case <-t.closing:
 		return ErrClosed
-	case <-p.down:
+	case <-p.gone:
 		return t.peerErr(p)
 	}
 	p.mu.Lock()
@@ -600,6 +719,8 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 	if !it.done {
 		p.sent.Add(1)
 	}
+	it.epoch = p.epoch
+	p.pending.Add(1)
 	t.mu.Lock()
 	t.pending++
 	t.mu.Unlock()
@@ -614,11 +735,16 @@ func (t *TCP) peerErr(p *peer) error {
 	if p.err == ErrClosed {
 		return ErrClosed
 	}
+	if p.err == nil {
+		return &PeerError{p.id, errors.New("connection lost")}
+	}
 	return &PeerError{p.id, p.err}
 }
 
-// finish marks one queued item as written (or dropped).
-func (t *TCP) finish() {
+// finish marks one queued item to p as written (or dropped).
+func (t *TCP) finish(p *peer) {
+	<-p.slots
+	p.pending.Add(-1)
 	t.mu.Lock()
 	t.pending--
 	if t.pending == 0 {
@@ -630,43 +756,74 @@ func (t *TCP) finish() {
 	t.mu.Unlock()
 }
 
+// run writes the queue of one transfer to one peer. A message whose write
+// fails (the connection broke) is written again on the next session; when
+// the peer comes back as a new incarnation, what was queued for the old
+// one is dropped.
 func (w *writer) run() {
 	p, t := w.p, w.p.t
 	defer t.wg.Done()
-	select {
-	case <-p.ready:
-	case <-p.down:
-	case <-t.closing:
-	}
+	var it item
+	retry := false
+	var failed *yamux.Session
 	for {
-		var it item
-		select {
-		case it = <-w.q:
-		case <-p.down:
-			w.drain()
-			return
-		case <-t.closing:
-			w.drain()
-			return
-		}
-		err := w.write(it)
-		<-p.slots
-		if err != nil {
-			p.lost.Add(1)
-			t.finish()
-			p.mu.Lock()
-			sess := p.sess
-			p.mu.Unlock()
-			if sess != nil {
-				sess.Close() // the monitor records the loss
+		if !retry {
+			select {
+			case it = <-w.q:
+			case <-p.gone:
+				w.drain()
+				return
+			case <-t.closing:
+				w.drain()
+				return
 			}
+		}
+		sess, epoch, ok := p.session(failed)
+		if !ok {
+			p.lost.Add(1)
+			t.finish(p)
 			w.drain()
 			return
 		}
+		if it.epoch != epoch { // queued for an incarnation that is gone
+			retry = false
+			t.finish(p)
+			continue
+		}
+		if sess != w.sess {
+			w.sess, w.st = sess, nil
+		}
+		if err := w.write(it); err != nil {
+			retry, failed = true, sess
+			w.st = nil
+			sess.Close() // the monitor records the loss
+			continue
+		}
+		retry = false
 		if !it.done {
 			t.msgsSent.Add(1)
 		}
-		t.finish()
+		t.finish(p)
+	}
+}
+
+// session waits for a live session other than failed and returns it with
+// the peer's epoch; false once the endpoint closed or the peer is gone.
+func (p *peer) session(failed *yamux.Session) (*yamux.Session, int64, bool) {
+	for {
+		p.mu.Lock()
+		sess, epoch, change := p.sess, p.epoch, p.change
+		p.mu.Unlock()
+		if sess != nil && sess != failed {
+			return sess, epoch, true
+		}
+		select {
+		case <-change:
+		case <-p.gone:
+			return nil, 0, false
+		case <-p.t.closing:
+			return nil, 0, false
+		}
 	}
 }
 
@@ -678,13 +835,9 @@ func (w *writer) drain() {
 	for {
 		select {
 		case <-w.q:
-			<-p.slots
 			p.lost.Add(1)
-			p.t.finish()
+			p.t.finish(p)
 		default:
-			if w.st != nil {
-				w.st.Close()
-			}
 			return
 		}
 	}
@@ -692,14 +845,7 @@ func (w *writer) drain() {
 
 func (w *writer) write(it item) error {
 	if w.st == nil {
-		p := w.p
-		p.mu.Lock()
-		sess := p.sess
-		p.mu.Unlock()
-		if sess == nil {
-			return ErrClosed
-		}
-		st, err := sess.OpenStream()
+		st, err := w.sess.OpenStream()
 		if err != nil {
 			return err
 		}
@@ -730,10 +876,22 @@ func (w *writer) write(it item) error {
 }
 
 // Flush waits until every message queued so far was written. It fails
-// if a connection was lost with messages still queued for it.
+// with the peer's error when a peer that messages are queued for is not
+// connected (they stay queued: once it is back, Flush again), or was given
+// up with messages queued for it.
 func (t *TCP) Flush(ctx context.Context) error {
-	t.mu.Lock()
-	if t.pending > 0 {
+	for {
+		t.mu.Lock()
+		for _, p := range t.peers {
+			if p.lost.Load() > 0 || (p.down.Load() && p.pending.Load() > 0) {
+				t.mu.Unlock()
+				return t.peerErr(p)
+			}
+		}
+		if t.pending == 0 {
+			t.mu.Unlock()
+			return nil
+		}
 		var c chan struct{}
 		if n := len(t.free); n > 0 {
 			c, t.free = t.free[n-1], t.free[:n-1]
@@ -741,35 +899,32 @@ func (t *TCP) Flush(ctx context.Context) error {
 			c = make(chan struct{}, 1)
 		}
 		t.waiters = append(t.waiters, c)
+		lost := t.lostCh
 		t.mu.Unlock()
+		var err error
 		select {
 		case <-c:
+		case <-lost:
 		case <-ctx.Done():
-			t.mu.Lock()
-			for i, w := range t.waiters {
-				if w == c {
-					t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
-					break
-				}
-			}
-			select {
-			case <-c:
-			default:
-			}
-			t.free = append(t.free, c)
-			t.mu.Unlock()
-			return ctx.Err()
+			err = ctx.Err()
 		}
 		t.mu.Lock()
+		for i, w := range t.waiters {
+			if w == c {
+				t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+				break
+			}
+		}
+		select {
+		case <-c:
+		default:
+		}
 		t.free = append(t.free, c)
-	}
-	t.mu.Unlock()
-	for _, p := range t.peers {
-		if p.lost.Load() > 0 {
-			return t.peerErr(p)
+		t.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
-	return nil
 }
 
 // Close flushes what was queued (within CloseTimeout), then closes every

@@ -99,6 +99,17 @@ type Endpoint interface {
 	// node that finished waits for its peers before it closes, so no peer
 	// sees a connection drop before the Done that explains it.
 	WaitDone(ctx context.Context, peer NodeID) error
+	// WaitPeer blocks until peer is connected: at once while it is, or
+	// until a lost peer connected again (the same process after a network
+	// blip, or a restarted one).
+	WaitPeer(ctx context.Context, peer NodeID) error
+	// Restarts reports how often peer came back as a new incarnation (a
+	// restarted process: everything pending from the old one was dropped
+	// and its counters reset), and a channel closed at its next restart.
+	Restarts(peer NodeID) (int64, <-chan struct{})
+	// Peek blocks until a message of v from src is pending and returns the
+	// step of the oldest one, leaving it pending.
+	Peek(ctx context.Context, src NodeID, v string) (int64, error)
 	// Close releases the endpoint; blocked calls fail with ErrClosed.
 	Close() error
 }
@@ -110,6 +121,9 @@ var (
 	ErrPeerDone = errors.New("transport: peer finished")
 	// ErrAllDone: every peer finished and nothing is pending.
 	ErrAllDone = errors.New("transport: every peer finished")
+	// ErrPeerRestarted (reported through OnError): a peer came back as a
+	// new incarnation; its old messages and counters were dropped.
+	ErrPeerRestarted = errors.New("transport: peer restarted (new incarnation); its old state was dropped")
 	// ErrUnknownPeer: the node is not part of this job.
 	ErrUnknownPeer = errors.New("transport: unknown peer")
 )

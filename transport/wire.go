@@ -68,6 +68,7 @@ func parseHeader(b []byte, control bool, maxFrame int) (header, error) {
 type decoder struct {
 	in       *inbox
 	src      NodeID
+	inc      uint64 // the sender's incarnation on this connection
 	name     string // "" on the control stream
 	maxFrame int
 	hdr      [frameHeader]byte
@@ -106,10 +107,10 @@ func (d *decoder) run(r io.Reader) error {
 			return err
 		}
 		if control {
-			d.in.done(d.src, h.step)
+			d.in.done(d.src, d.inc, h.step)
 			continue
 		}
-		if err := d.in.check(d.src, h.step, d.name, h.dtype, h.len); err != nil {
+		if err := d.in.check(d.src, d.inc, h.step, d.name, h.dtype, h.len); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return err
 			}
@@ -117,7 +118,7 @@ func (d *decoder) run(r io.Reader) error {
 			if err := d.skip(r, h.len); err != nil {
 				return err
 			}
-			d.in.rejected(d.src)
+			d.in.rejected(d.src, d.inc)
 			continue
 		}
 		buf := d.in.buffer(h.len)
@@ -128,7 +129,7 @@ func (d *decoder) run(r io.Reader) error {
 		if d.msgs != nil {
 			d.msgs.Add(1)
 		}
-		d.in.deliver(d.src, h.step, d.name, buf)
+		d.in.deliver(d.src, d.inc, h.step, d.name, buf)
 	}
 }
 
