@@ -2,7 +2,11 @@ package cmd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -31,12 +35,49 @@ func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batc
 	}, nil
 }
 
+// tlsConfig builds the TLS configuration of the --tls-* flags (nil: none).
+func (n *netFlags) tlsConfig(server bool) (*tls.Config, error) {
+	if n.tlsCert == "" && n.tlsKey == "" && n.tlsCA == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if (n.tlsCert == "") != (n.tlsKey == "") {
+		return nil, usagef("--tls-cert and --tls-key go together")
+	}
+	if n.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(n.tlsCert, n.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	} else if server {
+		return nil, usagef("a pserver with TLS needs --tls-cert and --tls-key")
+	}
+	if n.tlsCA != "" {
+		pem, err := os.ReadFile(n.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", n.tlsCA)
+		}
+		if server {
+			cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		} else {
+			cfg.RootCAs = pool
+		}
+	}
+	return cfg, nil
+}
+
 // listen starts pserver index's endpoint; the trainers connect to it.
-func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addr, token string, insecure bool, log zerolog.Logger) (transport.Endpoint, error) {
+func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addr, token string, insecure bool, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
 	cfg, err := baseConfig(plan, job, transport.PServer(index), 1, token, log)
 	if err != nil {
 		return nil, err
 	}
+	cfg.TLS = tc
 	cfg.Listen, cfg.Insecure = addr, insecure
 	cfg.Peers = map[transport.NodeID]string{}
 	for _, id := range job.TrainerIDs() {
@@ -51,11 +92,12 @@ func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int,
 }
 
 // dial connects trainer index to every pserver, retrying until timeout.
-func dial(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addrs []string, batch int, token string, timeout time.Duration, log zerolog.Logger) (transport.Endpoint, error) {
+func dial(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addrs []string, batch int, token string, timeout time.Duration, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
 	cfg, err := baseConfig(plan, job, transport.Trainer(index), batch, token, log)
 	if err != nil {
 		return nil, err
 	}
+	cfg.TLS = tc
 	cfg.ConnectTimeout = timeout
 	cfg.Peers = map[transport.NodeID]string{}
 	for i, a := range addrs {

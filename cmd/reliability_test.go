@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/transport/testcert"
 )
 
 func splitDigits(t *testing.T, trainers int) string {
@@ -204,5 +206,38 @@ func TestRestartedTrainerRejoins(t *testing.T) {
 	}
 	if !strings.Contains(ps.stderrText(), "trainer restarted") {
 		t.Errorf("the pserver did not report the restart:\n%s", ps.stderrText())
+	}
+}
+
+// --tls-cert/--tls-key on the pserver and --tls-ca on the trainer run a job
+// over TLS; a trainer without TLS cannot talk to that pserver.
+func TestJobOverTLS(t *testing.T) {
+	set, err := testcert.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ca, cert, key := file("ca.pem", set.CAPEM), file("cert.pem", set.CertPEM), file("key.pem", set.KeyPEM)
+	plan := splitDigits(t, 1)
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	addr := freeAddr(t)
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--tls-cert", cert, "--tls-key", key)
+	plain := start(t, "plain trainer", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "10", "--connect-timeout", "5s")
+	if r := plain.wait(t, 30*time.Second); r.code == 0 {
+		t.Fatal("a trainer without TLS trained against a TLS pserver")
+	}
+	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "100", "--tls-ca", ca)
+	if r := tr.wait(t, 60*time.Second); r.code != 0 {
+		t.Fatalf("TLS trainer: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := ps.wait(t, 30*time.Second); r.code != 0 {
+		t.Fatalf("TLS pserver: exit %d\n%s", r.code, r.stderr)
 	}
 }

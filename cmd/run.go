@@ -72,6 +72,9 @@ type netFlags struct {
 	tokenFile      string
 	insecure       bool
 	trainerTimeout time.Duration
+	tlsCert        string
+	tlsKey         string
+	tlsCA          string
 }
 
 func (n *netFlags) add(c *cobra.Command) {
@@ -83,6 +86,9 @@ func (n *netFlags) add(c *cobra.Command) {
 	f.DurationVar(&n.connectTimeout, "connect-timeout", 60*time.Second, "trainer: keep retrying to reach the pservers this long")
 	f.StringVar(&n.tokenFile, "token-file", "", "file holding the job's shared secret (or env PSGRAPH_TOKEN)")
 	f.BoolVar(&n.insecure, "insecure", false, "pserver: allow listening on a non-loopback address without a token")
+	f.StringVar(&n.tlsCert, "tls-cert", "", "PEM certificate of this node (pserver: required for TLS; trainer: a client certificate)")
+	f.StringVar(&n.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&n.tlsCA, "tls-ca", "", "PEM CA bundle: a trainer verifies its pservers with it; a pserver given one requires client certificates signed by it")
 	f.DurationVar(&n.trainerTimeout, "trainer-timeout", 30*time.Second, "pserver: how long to wait for a lost trainer before the job stops")
 }
 
@@ -280,7 +286,11 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		if addr == "" {
 			return usagef("run --role pserver needs --listen HOST:PORT (or endpoints in the plan: split --pserver-endpoints)")
 		}
-		ep, err := listen(ctx, plan, job, n.index, addr, token, n.insecure, log)
+		tc, err := n.tlsConfig(true)
+		if err != nil {
+			return err
+		}
+		ep, err := listen(ctx, plan, job, n.index, addr, token, n.insecure, tc, log)
 		if err != nil {
 			return err
 		}
@@ -317,7 +327,11 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 			return fmt.Errorf("with --batch %d: %w", batch, err)
 		}
 	}
-	ep, err := dial(ctx, plan, job, n.index, addrs, batch, token, n.connectTimeout, log)
+	tc, err := n.tlsConfig(false)
+	if err != nil {
+		return err
+	}
+	ep, err := dial(ctx, plan, job, n.index, addrs, batch, token, n.connectTimeout, tc, log)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,11 @@ type Config struct {
 	StreamWindow uint32
 	// CloseTimeout bounds Close's flush (default 10 s).
 	CloseTimeout time.Duration
+	// TLS, when set, wraps every connection in TLS before the handshake
+	// (which still authenticates with the token): a server config with a
+	// certificate for Listen (set ClientCAs and ClientAuth to require
+	// client certificates), a client config with RootCAs for Dial.
+	TLS *tls.Config
 	// Accept declares the transfers this node receives before any peer can
 	// send (the same as calling Accept, without the race against a peer
 	// that sends as soon as it is connected).
@@ -261,6 +267,11 @@ func (t *TCP) dialPeer(ctx context.Context, p *peer) error {
 	for {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", p.addr)
+		if err == nil && t.cfg.TLS != nil {
+			if c, err = clientTLS(ctx, c, t.cfg.TLS, p.addr, t.cfg.HandshakeTimeout); err != nil {
+				return &PeerError{p.id, fmt.Errorf("at %s: %w", p.addr, err)}
+			}
+		}
 		if err == nil {
 			c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
 			var inc uint64
@@ -317,9 +328,23 @@ func (t *TCP) acceptLoop() {
 	}
 }
 
-func (t *TCP) serveConn(c net.Conn) {
+func (t *TCP) serveConn(raw net.Conn) {
 	defer t.wg.Done()
-	c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	raw.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	c := raw
+	if t.cfg.TLS != nil {
+		tc := tls.Server(raw, t.cfg.TLS)
+		if err := tc.Handshake(); err != nil {
+			t.mu.Lock()
+			delete(t.hs, raw)
+			t.mu.Unlock()
+			t.cfg.Log.Warn().Str("remote", raw.RemoteAddr().String()).Err(err).Msg("TLS handshake failed")
+			t.in.onError(fmt.Errorf("transport: %s: TLS: %w", raw.RemoteAddr(), err))
+			raw.Close()
+			return
+		}
+		c = tc
+	}
 	id, inc, err := serverHandshake(c, t.cfg.Self, t.inc, t.cfg.Token, t.job, func(id NodeID) byte {
 		p := t.peers[id]
 		if p == nil {
@@ -333,7 +358,7 @@ func (t *TCP) serveConn(c net.Conn) {
 		return stOK
 	})
 	t.mu.Lock()
-	delete(t.hs, c)
+	delete(t.hs, raw)
 	t.mu.Unlock()
 	if err != nil {
 		t.cfg.Log.Warn().Str("remote", c.RemoteAddr().String()).Err(err).Msg("connection refused")
@@ -951,3 +976,23 @@ func (t *TCP) Close() error {
 }
 
 var _ Endpoint = (*TCP)(nil)
+
+// ErrTLS: the TLS handshake failed (a certificate not trusted, or one side
+// without TLS). It is not retried.
+var ErrTLS = errors.New("TLS handshake failed")
+
+func clientTLS(ctx context.Context, c net.Conn, cfg *tls.Config, addr string, timeout time.Duration) (net.Conn, error) {
+	cfg = cfg.Clone()
+	if cfg.ServerName == "" {
+		host, _, _ := net.SplitHostPort(addr)
+		cfg.ServerName = host
+	}
+	tc := tls.Client(c, cfg)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: %v", ErrTLS, err)
+	}
+	return tc, nil
+}
