@@ -92,7 +92,13 @@ func (p *proc) stderrText() string { return p.err.String() }
 
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan error, 1)}
+	return startCmd(t, name, env, binary, args...)
+}
+
+// startCmd starts any program (e.g. ip netns exec psgraph ...) as a proc.
+func startCmd(t *testing.T, name string, env []string, program string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(program, args...), done: make(chan error, 1)}
 	p.cmd.Dir = ".."
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
