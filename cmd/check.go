@@ -11,6 +11,7 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/partition"
 )
 
 func newCheckCmd() *cobra.Command {
@@ -60,9 +61,9 @@ func printSummary(w io.Writer, g *dsl.Graph, rows int) {
 	for _, n := range byKind[dsl.KindParam] {
 		t := g.Types[n]
 		total += t.Shape.Numel()
-		fmt.Fprintf(w, "  %-16s %-12v %9d elements  %s\n", n, t.Shape, t.Shape.Numel(), byteSize(4*t.Shape.Numel()))
+		fmt.Fprintf(w, "  %-16s %-12v %9d elements  %s\n", n, t.Shape, t.Shape.Numel(), partition.ByteSize(4*t.Shape.Numel()))
 	}
-	fmt.Fprintf(w, "  total %d elements, %s\n", total, byteSize(4*total))
+	fmt.Fprintf(w, "  total %d elements, %s\n", total, partition.ByteSize(4*total))
 	if d := byKind[dsl.KindData]; len(d) > 0 {
 		fmt.Fprintf(w, "data (%d rows): %s\n", rows, describeDeclared(g, d))
 	}
@@ -138,18 +139,6 @@ func countList(c map[string]int) string {
 		parts[i] = fmt.Sprintf("%s x%d", k, c[k])
 	}
 	return strings.Join(parts, ", ")
-}
-
-func byteSize(n int) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func newOpsCmd() *cobra.Command {

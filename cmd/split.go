@@ -35,14 +35,20 @@ model that 'psgraph check' accepts. docs/split.md explains the rules.`,
 		RunE:    func(c *cobra.Command, args []string) error { return o.run(c, args[0]) },
 	}
 	f := c.Flags()
-	f.IntVar(&o.trainers, "trainers", 1, "number of trainer replicas")
-	f.IntVar(&o.pservers, "pservers", 1, "number of parameter servers")
-	f.StringVar(&o.mode, "mode", "sync", "sync (average every trainer's gradient per step) or async (apply each as it arrives)")
-	f.IntVar(&o.minBlock, "min-block-size", partition.DefaultMinBlockSize, "cut parameters with more elements than this into row blocks")
+	o.addPlacement(c)
 	f.StringVar(&o.endpoints, "pserver-endpoints", "", "host:port of each pserver, comma-separated, recorded in the plan")
 	f.StringVarP(&o.out, "output", "o", "", "output directory (required)")
 	f.BoolVar(&o.force, "force", false, "write into a non-empty output directory")
 	return c
+}
+
+// addPlacement adds the flags that shape a plan; split and train share them.
+func (o *splitOptions) addPlacement(c *cobra.Command) {
+	f := c.Flags()
+	f.IntVar(&o.trainers, "trainers", 1, "number of trainers (replicas of the trainer subgraph)")
+	f.IntVar(&o.pservers, "pservers", 1, "number of parameter servers")
+	f.StringVar(&o.mode, "mode", "sync", "sync (average every trainer's gradient per step) or async (apply each as it arrives)")
+	f.IntVar(&o.minBlock, "min-block-size", partition.DefaultMinBlockSize, "cut parameters with more elements than this into row blocks")
 }
 
 func (o *splitOptions) options(model string) (partition.Options, error) {

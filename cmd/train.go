@@ -49,10 +49,7 @@ Ctrl-C stops them all. The children share a freshly generated token.`,
 		RunE: func(c *cobra.Command, args []string) error { return o.run(c, args[0]) },
 	}
 	f := c.Flags()
-	f.IntVar(&o.split.trainers, "trainers", 1, "number of trainer processes")
-	f.IntVar(&o.split.pservers, "pservers", 1, "number of pserver processes")
-	f.StringVar(&o.split.mode, "mode", "sync", "sync (average every trainer's gradient per step) or async (apply each as it arrives)")
-	f.IntVar(&o.split.minBlock, "min-block-size", partition.DefaultMinBlockSize, "cut parameters with more elements than this into row blocks")
+	o.split.addPlacement(c)
 	f.IntVar(&o.steps, "steps", 0, "training steps (default: the model's train.steps)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
 	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file (read by the pservers)")

@@ -383,7 +383,7 @@ func (p *Plan) Summary() string {
 			fmt.Fprintf(&b, "  ... and %d more parameters (see %s)\n", len(in.Params)-i, PlanFileName)
 			break
 		}
-		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, tensor.Shape(pi.Shape).String(), byteSize(pi.Bytes))
+		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, tensor.Shape(pi.Shape).String(), ByteSize(pi.Bytes))
 		switch {
 		case pi.Node == trainerNode:
 			fmt.Fprintf(&b, "-> trainer (%s)\n", pi.Whole)
@@ -402,7 +402,7 @@ func (p *Plan) Summary() string {
 		if l.Endpoint != "" {
 			ep = " (" + l.Endpoint + ")"
 		}
-		fmt.Fprintf(&b, "pserver:%d%s: %s in %d blocks\n", l.PServer, ep, byteSize(l.Bytes), len(l.Blocks))
+		fmt.Fprintf(&b, "pserver:%d%s: %s in %d blocks\n", l.PServer, ep, ByteSize(l.Bytes), len(l.Blocks))
 	}
 	fmt.Fprintf(&b, "send/recv pairs: %d (%d parameter blocks to the trainers, %d gradient blocks to the pservers)\n",
 		len(in.Transfers), len(in.Transfers)/2, len(in.Transfers)/2)
@@ -412,7 +412,8 @@ func (p *Plan) Summary() string {
 	return b.String()
 }
 
-func byteSize(n int) string {
+// ByteSize formats a byte count for people: 32.0 KiB, 1.5 GiB.
+func ByteSize(n int) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
