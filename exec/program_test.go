@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"fmt"
 	"github.com/psgraph/psgraph/dsl"
 	"math"
 	"testing"
@@ -227,5 +228,36 @@ func TestInPlaceEqualsKeepTemps(t *testing.T) {
 	}
 	if len(seen) == len(p.Scope) {
 		t.Fatal("no temporary shares a buffer: in-place reuse is not happening")
+	}
+}
+
+// BenchmarkSchedulerPerOp measures the executor's cost per op: a chain of
+// 200 scale ops on one element, so the kernels cost next to nothing.
+func BenchmarkSchedulerPerOp(b *testing.B) {
+	src := "psgraph: 1\nname: chain\nparams:\n  p: {shape: [1]}\nops:\n  - {type: scale, inputs: [p], outputs: [v0]}\n"
+	const n = 200
+	for i := 1; i < n; i++ {
+		src += fmt.Sprintf("  - {type: scale, inputs: [v%d], outputs: [v%d]}\n", i-1, i)
+	}
+	g, err := dsl.LoadBytes("chain.yaml", []byte(src))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			p, err := Compile(g, CompileOptions{Workers: workers, KeepTemps: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			rt := &NodeRuntime{Ctx: context.Background()}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := p.Run(rt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/op-each")
+		})
 	}
 }
