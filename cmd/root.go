@@ -57,7 +57,7 @@ func NewRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `psgraph trains models written as YAML operator graphs. The same runtime
 executes the whole graph on one node or, after 'psgraph split', the trainer
 and pserver subgraphs of a distributed job.`,
-		Example:       "  psgraph run --role local examples/digits-mlp.yaml\n  psgraph check examples/digits-mlp.yaml",
+		Example:       "  psgraph run --role local examples/digits-mlp.yaml\n  psgraph check examples/digits-mlp.yaml\n  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       Version,
