@@ -26,21 +26,11 @@ const pngScale = 96.0 / 72.0
 // operations, and paints those with gg. It covers what psgraph's DOT uses:
 // ellipses, polygons, polylines, Béziers, text, colours and line styles.
 func RenderPNG(ctx context.Context, dot []byte) ([]byte, error) {
-	gv, err := graphviz.New(ctx)
+	xdot, err := render(ctx, dot, graphviz.Format("xdot"))
 	if err != nil {
-		return nil, fmt.Errorf("starting the graphviz renderer: %w", err)
+		return nil, err
 	}
-	defer gv.Close()
-	g, err := graphviz.ParseBytes(dot)
-	if err != nil {
-		return nil, fmt.Errorf("parsing the DOT text: %w", err)
-	}
-	defer g.Close()
-	var buf bytes.Buffer
-	if err := gv.Render(ctx, g, graphviz.Format("xdot"), &buf); err != nil {
-		return nil, fmt.Errorf("laying out the graph: %w", err)
-	}
-	return paintXDot(buf.Bytes())
+	return paintXDot(xdot)
 }
 
 var (

@@ -12,6 +12,11 @@ import (
 // Graphviz compiled to WebAssembly (github.com/goccy/go-graphviz): no
 // system Graphviz and no cgo.
 func RenderSVG(ctx context.Context, dot []byte) ([]byte, error) {
+	return render(ctx, dot, graphviz.SVG)
+}
+
+// render runs the in-process Graphviz on DOT text for one output format.
+func render(ctx context.Context, dot []byte, format graphviz.Format) ([]byte, error) {
 	gv, err := graphviz.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("starting the graphviz renderer: %w", err)
@@ -23,8 +28,8 @@ func RenderSVG(ctx context.Context, dot []byte) ([]byte, error) {
 	}
 	defer g.Close()
 	var buf bytes.Buffer
-	if err := gv.Render(ctx, g, graphviz.SVG, &buf); err != nil {
-		return nil, fmt.Errorf("rendering SVG: %w", err)
+	if err := gv.Render(ctx, g, format, &buf); err != nil {
+		return nil, fmt.Errorf("laying out the graph (%s): %w", format, err)
 	}
 	return buf.Bytes(), nil
 }
