@@ -11,6 +11,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -38,7 +39,7 @@ type NetComm struct {
 	rcancel   context.CancelFunc
 
 	mu      sync.Mutex
-	routes  map[string]*route // by transfer name
+	routes  map[string]map[string]*route // by op kind ("to", "from", "accumulate"), then transfer name
 	source  map[string]transport.Key
 	scratch map[string][]byte
 }
@@ -53,14 +54,14 @@ type route struct {
 // NewNetComm returns the Comm of a node with this endpoint in a job of n trainers.
 func NewNetComm(ep transport.Endpoint, trainers int, async bool, peers []transport.NodeID) *NetComm {
 	return &NetComm{EP: ep, Trainers: max(trainers, 1), Async: async, Peers: peers,
-		routes: map[string]*route{}, source: map[string]transport.Key{}, scratch: map[string][]byte{}}
+		routes: map[string]map[string]*route{}, source: map[string]transport.Key{}, scratch: map[string][]byte{}}
 }
 
 func (c *NetComm) routeOf(a ops.Attrs, key string) (*route, error) {
 	v := a.String("var")
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r, ok := c.routes[key+v]; ok {
+	if r, ok := c.routes[key][v]; ok {
 		return r, nil
 	}
 	r := &route{offset: int64(a.Int("step_offset")), replyTo: a.String("reply_to")}
@@ -83,7 +84,10 @@ func (c *NetComm) routeOf(a ops.Attrs, key string) (*route, error) {
 			r.peers = append(r.peers, transport.Trainer(i))
 		}
 	}
-	c.routes[key+v] = r
+	if c.routes[key] == nil {
+		c.routes[key] = map[string]*route{}
+	}
+	c.routes[key][v] = r
 	return r, nil
 }
 
@@ -169,16 +173,11 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 			return err
 		}
 		if i > 0 {
-			for j, x := range tmp.F {
-				t.F[j] += x
-			}
+			blas.Add(t.F, tmp.F, t.F)
 		}
 	}
 	if n > 1 {
-		inv := 1 / float32(n)
-		for j := range t.F {
-			t.F[j] *= inv
-		}
+		blas.Scale(1/float32(n), 0, t.F, t.F)
 	}
 	return nil
 }

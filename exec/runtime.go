@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -109,17 +110,12 @@ func (q *queue) Dequeue(ctx context.Context, min int, out *tensor.Tensor) error 
 	for i := 0; i < min; i++ {
 		select {
 		case c := <-q.items:
-			for j, v := range c.F {
-				out.F[j] += v
-			}
+			blas.Add(out.F, c.F, out.F)
 			q.free.Put(c)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	inv := 1 / float32(min)
-	for j := range out.F {
-		out.F[j] *= inv
-	}
+	blas.Scale(1/float32(min), 0, out.F, out.F)
 	return nil
 }
