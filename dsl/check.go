@@ -170,7 +170,7 @@ func inferOp(op *Op, types map[string]ops.Type, batch int) error {
 	}
 	attrs := op.Attrs
 	if attrs.Has("shape") && batch > 0 {
-		attrs = withBatch(attrs, batch)
+		attrs = AttrsAtBatch(attrs, batch)
 	}
 	out, err := def.Infer(in, attrs)
 	if err != nil {
@@ -182,9 +182,9 @@ func inferOp(op *Op, types map[string]ops.Type, batch int) error {
 	return nil
 }
 
-// withBatch replaces -1 in the shape attribute of any op by the batch size,
-// as the executor does when it builds kernels (exec attrsAtBatch).
-func withBatch(a ops.Attrs, batch int) ops.Attrs {
+// AttrsAtBatch replaces -1 in the shape attribute of any op by the batch
+// size; shape checking and the executor's kernels both see attrs this way.
+func AttrsAtBatch(a ops.Attrs, batch int) ops.Attrs {
 	s := a.Ints("shape")
 	neg := false
 	for _, d := range s {

@@ -142,7 +142,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			args.Out = append(args.Out, tensorOf(o))
 		}
 		if args.Attrs.Has("shape") {
-			args.Attrs = attrsAtBatch(args.Attrs, batch)
+			args.Attrs = dsl.AttrsAtBatch(args.Attrs, batch)
 		}
 		def, _ := ops.Lookup(op.Type)
 		k, err := def.Kernel(args)
@@ -250,20 +250,6 @@ func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOp
 		}
 	}
 	return alias
-}
-
-// attrsAtBatch replaces -1 entries of a shape attribute by the batch size.
-func attrsAtBatch(a ops.Attrs, batch int) ops.Attrs {
-	s := a.Ints("shape")
-	c := a.Clone()
-	ns := append([]int{}, s...)
-	for i, d := range ns {
-		if d < 0 {
-			ns[i] = batch
-		}
-	}
-	c["shape"] = ns
-	return c
 }
 
 // Run executes one step: every op once, in dependency order, independent
