@@ -80,7 +80,7 @@ type netFlags struct {
 func (n *netFlags) add(c *cobra.Command) {
 	f := c.Flags()
 	f.IntVar(&n.index, "index", -1, "this node's index among its role (env PSGRAPH_INDEX)")
-	f.StringVar(&n.plan, "plan", "", "the directory `psgraph split` wrote (env PSGRAPH_PLAN)")
+	f.StringVar(&n.plan, "plan", "", "the directory 'psgraph split' wrote (env PSGRAPH_PLAN)")
 	f.StringVar(&n.listen, "listen", "", "pserver: host:port to listen on (env PSGRAPH_LISTEN; default: the plan's endpoint)")
 	f.StringVar(&n.pservers, "pservers", "", "trainer: host:port of every pserver, comma-separated (env PSGRAPH_PSERVERS; default: the plan's endpoints)")
 	f.DurationVar(&n.connectTimeout, "connect-timeout", 60*time.Second, "trainer: keep retrying to reach the pservers this long")
