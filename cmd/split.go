@@ -87,15 +87,11 @@ func (o *splitOptions) run(c *cobra.Command, model string) error {
 	if entries, err := os.ReadDir(o.out); err == nil && len(entries) > 0 && !o.force {
 		return fmt.Errorf("output directory %s is not empty; choose another -o or pass --force to overwrite", o.out)
 	}
-	src, err := os.ReadFile(model)
-	if err != nil {
-		return dsl.Errorf(dsl.Pos{File: model}, "cannot read model: %v", err)
-	}
-	g, err := dsl.LoadBytes(model, src)
+	g, sum, err := loadForSplit(model)
 	if err != nil {
 		return err
 	}
-	opt.SourceSHA256 = partition.HashSource(src)
+	opt.SourceSHA256 = sum
 	plan, err := partition.Split(g, opt)
 	if err != nil {
 		return err
@@ -106,4 +102,18 @@ func (o *splitOptions) run(c *cobra.Command, model string) error {
 	fmt.Fprint(c.OutOrStdout(), plan.Summary())
 	fmt.Fprintf(c.OutOrStdout(), "wrote %s\n", o.out)
 	return nil
+}
+
+// loadForSplit loads a model and the hash of its bytes, which the plan
+// records (split and train).
+func loadForSplit(model string) (*dsl.Graph, string, error) {
+	src, err := os.ReadFile(model)
+	if err != nil {
+		return nil, "", dsl.Errorf(dsl.Pos{File: model}, "cannot read model: %v", err)
+	}
+	g, err := dsl.LoadBytes(model, src)
+	if err != nil {
+		return nil, "", err
+	}
+	return g, partition.HashSource(src), nil
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec"
 	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/partition"
@@ -82,11 +81,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if o.log.format != "console" && o.log.format != "json" {
 		return usagef("--log-format must be console or json, got %q", o.log.format)
 	}
-	src, err := os.ReadFile(model)
-	if err != nil {
-		return dsl.Errorf(dsl.Pos{File: model}, "cannot read model: %v", err)
-	}
-	g, err := dsl.LoadBytes(model, src)
+	g, sum, err := loadForSplit(model)
 	if err != nil {
 		return err
 	}
@@ -98,7 +93,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		return err
 	}
 	opt.Endpoints = addrs
-	opt.SourceSHA256 = partition.HashSource(src)
+	opt.SourceSHA256 = sum
 	plan, err := partition.Split(g, opt)
 	if err != nil {
 		return err
