@@ -896,8 +896,14 @@ func (w *writer) write(it item) error {
 	if _, err := w.st.Write(b); err != nil {
 		return err
 	}
-	_, err := w.st.Write(it.payload)
-	return err
+	for p := it.payload; len(p) > 0; {
+		n := min(len(p), writeChunk)
+		if _, err := w.st.Write(p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
 }
 
 // Flush waits until every message queued so far was written. It fails

@@ -25,6 +25,7 @@ const (
 	maxName     = 255
 	smallFrame  = 32 << 10 // payloads up to this are copied next to their header: one yamux frame
 	readChunk   = 4 << 20  // payload read granularity (watchdog progress)
+	writeChunk  = 256 << 10
 )
 
 // errProtocol marks a malformed stream: the connection is closed.
