@@ -21,7 +21,7 @@ import (
 // inc is the sender's incarnation (random per endpoint, big-endian).
 const (
 	hsMagic   = "PSGR"
-	hsVersion = 2
+	hsVersion = 3
 
 	stOK          = 0
 	stVersion     = 1

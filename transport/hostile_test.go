@@ -22,6 +22,15 @@ func hostile(t *testing.T, addr string, id NodeID) (*yamux.Session, net.Conn) {
 	s, err := yamux.Client(c, yc)
 	must(t, err)
 	t.Cleanup(func() { s.Close() })
+	go func() { // take the pserver's streams (its resume frame), as a peer does
+		for {
+			st, err := s.AcceptStream()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, st)
+		}
+	}()
 	return s, c
 }
 

@@ -2,18 +2,33 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
 
 // inbox holds the messages delivered to one node until its recvs take them.
 // Both transports deliver into it, so Recv/RecvAny/Done/stale semantics are
-// written once. Buffers are recycled per size: in steady state a message
-// costs no allocation.
+// written once.
+//
+// A message arrives in one of two ways. A small one (at most eager bytes)
+// is read ahead into a recycled buffer and queued; a recv copies it out.
+// A large one is held: its decoder queues the header and waits until a
+// recv claims it, then reads the payload straight into the receiver's
+// tensor or Sink, so a large tensor crosses no intermediate buffer and a
+// node's memory does not grow with what its peers send ahead. While it
+// waits, the transport's flow control holds the sender back.
+//
+// Per (peer, transfer) stream the inbox counts the messages fully received
+// and, for a held message, the payload bytes already consumed. After a lost
+// connection these counts tell the sender exactly what to write again, and
+// from which byte (docs/wire.md, resumption), so a Sink that reduces or
+// applies a tensor chunk by chunk never sees a byte twice.
 type inbox struct {
 	self    NodeID
 	peers   []NodeID // the nodes RecvAny waits on
 	onError func(error)
+	eager   int // payloads up to this size are read ahead
 
 	mu      sync.Mutex
 	specs   map[string]Spec
@@ -26,20 +41,76 @@ type inbox struct {
 	waiters []chan struct{} // free list
 }
 
+// A Sink consumes a message's payload in order as it arrives, so a
+// receiver can reduce or apply a large tensor without a buffer of its
+// size. Its methods are called by the transport, one at a time, while the
+// Recv that passed it is blocked.
+type Sink interface {
+	// Next returns the buffer the payload bytes from offset off are read
+	// into; its length is at least 1 (the transport reads at most the
+	// bytes that remain).
+	Next(off int) []byte
+	// Filled reports that buf, a prefix of what Next(off) returned, holds
+	// the payload bytes [off, off+len(buf)).
+	Filled(off int, buf []byte)
+}
+
 type peerState struct {
-	delivered int64         // data messages delivered from this peer
+	delivered int64         // data messages that arrived from this peer (for Done)
 	doneAt    int64         // message count announced by Done; -1 while not done
 	err       error         // the peer's connection failed
+	aborted   error         // the peer stopped the job (an Aborted); permanent
 	inc       uint64        // the peer's incarnation (0: never connected)
 	restarts  int64         // times the peer came back as a new incarnation
 	restarted chan struct{} // closed at the next restart
 	live      chan struct{} // closed while the peer is connected (replaced on loss)
+	streams   map[string]*streamState
+}
+
+// streamState is what arrived on one transfer ("" the control stream) from
+// a peer's current incarnation.
+type streamState struct {
+	count int64 // messages fully received (delivered, rejected or dropped)
+	head  *held // a held message not yet fully received, or nil
 }
 
 type entry struct {
 	step int64
 	src  NodeID
-	buf  []byte
+	buf  []byte // a read-ahead payload; nil for a held message
+	h    *held
+}
+
+// held is a large message whose payload its decoder reads only once a recv
+// claimed it. It outlives a lost connection (parked, no reader) until the
+// sender writes it again on the next one.
+type held struct {
+	src     NodeID
+	v       string
+	step    int64
+	n       int
+	off     int  // payload bytes consumed so far
+	reader  bool // a decoder is attached to read the rest
+	discard bool // stale: its decoder skips the rest
+	queued  bool // in its var queue (claimable)
+	wake    chan struct{}
+
+	// the current claim
+	claimed bool
+	stop    bool // the claimer gives up: the decoder stops at the next chunk
+	dst     []byte
+	sink    Sink
+	fin     chan error // the decoder's answer to a claim
+	// what took the first bytes: a partly consumed message may only be
+	// taken up again by the same receiver (bytes before off went there)
+	firstDst  *byte
+	firstSink Sink
+
+	// spilling: a recv on the same stream waits for another step behind
+	// this one, so the decoder reads it into a buffer after all and queues
+	// it like a read-ahead message (spill is that buffer once begun)
+	spillWant bool
+	spill     []byte
 }
 
 type varQueue struct {
@@ -47,15 +118,30 @@ type varQueue struct {
 	waiting []chan struct{}
 }
 
+// Aborted is the error a peer gave when it stopped the job (Endpoint.Abort).
+type Aborted struct{ Reason string }
+
+func (a *Aborted) Error() string { return "stopped the job: " + a.Reason }
+
+var (
+	errStopped = errors.New("transport: claim withdrawn")
+	errDropped = errors.New("transport: message dropped as stale while being received")
+	// errStale marks a message of an older incarnation of its sender.
+	errStale = fmt.Errorf("transport: message of an older incarnation of its sender, dropped")
+)
+
+// defaultEager is the largest payload read ahead of its recv.
+const defaultEager = 64 << 10
+
 func newInbox(self NodeID, peers []NodeID, onError func(error)) *inbox {
 	in := &inbox{
-		self: self, peers: peers, onError: onError,
+		self: self, peers: peers, onError: onError, eager: defaultEager,
 		specs: map[string]Spec{}, vars: map[string]*varQueue{},
 		free: map[int][][]byte{}, peer: map[NodeID]*peerState{},
 		floor: -1 << 62, closing: make(chan struct{}),
 	}
 	for _, p := range peers {
-		in.peer[p] = &peerState{doneAt: -1, restarted: make(chan struct{}), live: make(chan struct{})}
+		in.peer[p] = &peerState{doneAt: -1, restarted: make(chan struct{}), live: make(chan struct{}), streams: map[string]*streamState{}}
 	}
 	if in.onError == nil {
 		in.onError = func(error) {}
@@ -74,8 +160,25 @@ func (in *inbox) accept(specs []Spec) {
 	}
 }
 
+func (ps *peerState) stream(v string) *streamState {
+	s := ps.streams[v]
+	if s == nil {
+		s = &streamState{}
+		ps.streams[v] = s
+	}
+	return s
+}
+
+// current returns the state of src if inc is its current incarnation.
+func (in *inbox) current(src NodeID, inc uint64) *peerState {
+	if ps := in.peer[src]; ps != nil && ps.inc == inc {
+		return ps
+	}
+	return nil
+}
+
 // check validates a message header before its payload is read, so a bad
-// frame costs no allocation. It returns the spec's size.
+// frame costs no allocation. n is the whole payload's size.
 func (in *inbox) check(src NodeID, inc uint64, step int64, v string, dt DType, n int) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -93,10 +196,22 @@ func (in *inbox) check(src NodeID, inc uint64, step int64, v string, dt DType, n
 		return fmt.Errorf("message %s@%d from %s: dtype %d, %s expects %d", v, step, src, dt, in.self, s.DType)
 	case s.Bytes != n:
 		return fmt.Errorf("message %s@%d from %s: %d bytes, %s expects %d", v, step, src, n, in.self, s.Bytes)
-	case step < in.floor:
-		return fmt.Errorf("message %s@%d from %s: stale, %s is at step %d", v, step, src, in.self, in.floor)
 	}
+	// A stale step is not rejected here: deliver and hold drop it, and
+	// count it on its stream, which a resumed message needs.
 	return nil
+}
+
+// readAhead reports whether a message of n bytes on stream v from src is
+// read into a buffer (no held message is pending on that stream).
+func (in *inbox) readAhead(src NodeID, v string, n int) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if n > in.eager {
+		return false
+	}
+	ps := in.peer[src]
+	return ps == nil || ps.streams[v] == nil || ps.streams[v].head == nil
 }
 
 // buffer returns a recycled buffer of n bytes.
@@ -124,51 +239,274 @@ func (in *inbox) recycleBuf(b []byte) {
 	in.recycle(b)
 }
 
-// rejected counts a message from src that failed check as received, so the
-// count announced by Done still adds up.
-func (in *inbox) rejected(src NodeID, inc uint64) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if ps := in.peer[src]; ps != nil && ps.inc == inc {
+// counted records that a message of stream v from src was fully received
+// (arrived says it also counts toward the peer's Done count).
+func (in *inbox) counted(ps *peerState, v string, arrived bool) {
+	ps.stream(v).count++
+	if arrived {
 		ps.delivered++
-		if ps.doneAt >= 0 {
-			in.wakeAll()
-		}
+	}
+	if ps.doneAt >= 0 {
+		in.wakeAll() // the peer may now count as finished
 	}
 }
 
-// deliver hands a checked message to the inbox; buf is owned by it after.
+// rejected counts a message from src that failed check as received, so the
+// count announced by Done and the stream's count still add up.
+func (in *inbox) rejected(src NodeID, inc uint64, v string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if ps := in.current(src, inc); ps != nil {
+		in.counted(ps, v, v != "")
+	}
+}
+
+// deliver hands a checked, read-ahead message to the inbox; buf is owned
+// by it after.
 func (in *inbox) deliver(src NodeID, inc uint64, step int64, v string, buf []byte) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	q := in.vars[v]
-	ps := in.peer[src]
-	if in.closed || q == nil || ps == nil || ps.inc != inc { // an older incarnation's message is never delivered
+	ps := in.current(src, inc)
+	if in.closed || q == nil || ps == nil { // an older incarnation's message is never delivered
 		in.recycle(buf)
 		return
 	}
-	ps.delivered++
+	in.counted(ps, v, true)
 	if step < in.floor {
 		in.recycle(buf)
 		in.onError(fmt.Errorf("message %s@%d from %s: stale, dropped", v, step, src))
-		in.wakeAll()
 		return
 	}
 	q.items = append(q.items, entry{step: step, src: src, buf: buf})
 	wake(q)
-	if ps.doneAt >= 0 {
-		in.wakeAll() // the peer may now count as finished
+}
+
+// hold registers a large message whose header (at payload offset off, > 0
+// when the sender resumes it) was read by a decoder of incarnation inc,
+// and returns it for the decoder to feed (or skip, when it is stale). An
+// error is a protocol violation, or the endpoint closed.
+func (in *inbox) hold(src NodeID, inc uint64, step int64, v string, n, off int) (*held, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.current(src, inc)
+	q := in.vars[v]
+	if in.closed || ps == nil || q == nil {
+		return nil, ErrClosed
 	}
+	st := ps.stream(v)
+	if h := st.head; h != nil { // the sender writes a parked message again
+		if h.reader || h.step != step || h.off != off {
+			return nil, fmt.Errorf("%w: %s@%d from %s resumed at byte %d, expected %s@%d at byte %d", errProtocol, v, step, src, off, v, h.step, h.off)
+		}
+		h.reader = true // a dropped h is skipped by its decoder (next)
+		wake(q)
+		return h, nil
+	}
+	if off != 0 {
+		return nil, fmt.Errorf("%w: %s@%d from %s resumed at byte %d, but no message of it is pending", errProtocol, v, step, src, off)
+	}
+	ps.delivered++
+	if ps.doneAt >= 0 {
+		in.wakeAll()
+	}
+	h := &held{src: src, v: v, step: step, n: n, reader: true, wake: make(chan struct{}, 1), fin: make(chan error, 1)}
+	st.head = h
+	if step < in.floor {
+		in.onError(fmt.Errorf("message %s@%d from %s: stale, dropped", v, step, src))
+		h.discard = true
+		return h, nil
+	}
+	h.queued = true
+	q.items = append(q.items, entry{step: step, src: src, h: h})
+	wake(q)
+	return h, nil
+}
+
+// target is what a decoder reads the next bytes of a held message into.
+type target struct {
+	dst  []byte
+	sink Sink
+	off  int
+}
+
+// next blocks until h is claimed (the target of its next bytes) or
+// discarded (ok false: skip the rest). dead is the decoder's connection's
+// end: then h is parked and the error returned.
+func (in *inbox) next(h *held, dead <-chan struct{}) (t target, ok bool, err error) {
+	in.mu.Lock()
+	for {
+		switch {
+		case h.discard || in.closed:
+			in.mu.Unlock()
+			return target{}, false, nil
+		case h.claimed && h.stop:
+			h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
+			h.fin <- errStopped
+		case h.claimed:
+			t = target{dst: h.dst, sink: h.sink, off: h.off}
+			in.mu.Unlock()
+			return t, true, nil
+		case h.spill != nil || (h.spillWant && h.off == 0):
+			if h.spill == nil {
+				h.spill = in.bufferLocked(h.n)
+				h.firstDst = &h.spill[0]
+			}
+			t = target{dst: h.spill, off: h.off}
+			in.mu.Unlock()
+			return t, true, nil
+		}
+		in.mu.Unlock()
+		select {
+		case <-h.wake:
+		case <-dead:
+			in.park(h, errors.New("connection lost"))
+			return target{}, false, errors.New("connection lost")
+		case <-in.closing:
+		}
+		in.mu.Lock()
+	}
+}
+
+// filled records that k more payload bytes of h were consumed; it reports
+// whether h is complete.
+func (in *inbox) filled(h *held, k int) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	h.off += k
+	if h.off < h.n {
+		return false
+	}
+	if h.spill != nil { // queued from now on like a read-ahead message
+		q := in.vars[h.v]
+		for i, e := range q.items {
+			if e.h == h {
+				q.items[i] = entry{step: h.step, src: h.src, buf: h.spill}
+				h.queued = false
+				wake(q)
+				break
+			}
+		}
+		if h.queued || h.discard { // dropped meanwhile
+			in.unqueue(h)
+			in.recycle(h.spill)
+		}
+		h.spill = nil
+	}
+	in.finish(h)
+	if h.claimed {
+		h.claimed = false
+		h.fin <- nil
+	}
+	return true
+}
+
+// skipped records that the rest of a discarded h was skipped.
+func (in *inbox) skipped(h *held) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if h.spill != nil {
+		in.recycle(h.spill)
+		h.spill = nil
+	}
+	in.finish(h)
+}
+
+// finish ends h on its stream: counted as received, unqueued.
+func (in *inbox) finish(h *held) {
+	ps := in.peer[h.src]
+	if st := ps.streams[h.v]; st != nil && st.head == h {
+		st.head = nil
+		in.counted(ps, h.v, false)
+	}
+	in.unqueue(h)
+	h.reader = false
+}
+
+func (in *inbox) unqueue(h *held) {
+	if !h.queued {
+		return
+	}
+	h.queued = false
+	q := in.vars[h.v]
+	for i, e := range q.items {
+		if e.h == h {
+			q.items = append(q.items[:i], q.items[i+1:]...)
+			break
+		}
+	}
+}
+
+// park detaches h from its dead decoder: it stays pending (bytes before
+// h.off consumed) until the sender writes the rest on a new connection.
+// A claim waiting on it fails with the loss.
+func (in *inbox) park(h *held, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	h.reader = false
+	if h.claimed {
+		h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
+		h.fin <- &PeerError{h.src, err}
+	}
+}
+
+// drop discards h (stale): its decoder skips the rest; a parked h is
+// skipped when the sender writes it again.
+func (in *inbox) drop(h *held) {
+	h.discard = true
+	in.unqueue(h)
+	if h.claimed {
+		h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
+		h.fin <- errDropped
+	}
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dropEntry removes a queued entry that became stale.
+func (in *inbox) dropEntry(q *varQueue, i int) {
+	e := q.items[i]
+	if e.h != nil {
+		in.drop(e.h) // unqueues it
+		return
+	}
+	in.recycle(e.buf)
+	q.items = append(q.items[:i], q.items[i+1:]...)
 }
 
 // done records that src announced its end after count data messages.
 func (in *inbox) done(src NodeID, inc uint64, count int64) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if ps := in.peer[src]; ps != nil && ps.inc == inc {
+	if ps := in.current(src, inc); ps != nil {
+		in.counted(ps, "", false)
 		ps.doneAt = count
 		in.wakeAll()
 	}
+}
+
+// abort records that src stopped the job, and why.
+func (in *inbox) abort(src NodeID, inc uint64, reason string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if ps := in.current(src, inc); ps != nil {
+		in.counted(ps, "", false)
+		if ps.aborted == nil {
+			ps.aborted = &Aborted{Reason: reason}
+			in.onError(&PeerError{src, ps.aborted})
+		}
+		in.wakeAll()
+	}
+}
+
+// aborted reports whether src stopped the job.
+func (in *inbox) aborted(src NodeID) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.peer[src]
+	return ps != nil && ps.aborted != nil
 }
 
 // fail records that the connection to src failed.
@@ -186,8 +524,13 @@ func (in *inbox) fail(src NodeID, err error) {
 	}
 }
 
-// errStale marks a message of an older incarnation of its sender.
-var errStale = fmt.Errorf("transport: message of an older incarnation of its sender, dropped")
+// failure is why recvs from ps fail now, or nil.
+func (ps *peerState) failure() error {
+	if ps.aborted != nil {
+		return ps.aborted
+	}
+	return ps.err
+}
 
 // connected records that src is connected (again) as incarnation inc. The
 // same incarnation after a loss is a network blip: its state is kept and
@@ -204,18 +547,20 @@ func (in *inbox) connected(src NodeID, inc uint64) bool {
 	restarted := ps.inc != 0 && ps.inc != inc
 	if restarted {
 		for _, q := range in.vars {
-			kept := q.items[:0]
-			for _, e := range q.items {
-				if e.src == src {
-					in.recycle(e.buf)
-				} else {
-					kept = append(kept, e)
+			for i := 0; i < len(q.items); i++ {
+				if q.items[i].src == src {
+					in.dropEntry(q, i)
+					i--
 				}
 			}
-			clear(q.items[len(kept):])
-			q.items = kept
 		}
-		ps.delivered, ps.doneAt = 0, -1
+		for _, st := range ps.streams {
+			if st.head != nil {
+				in.drop(st.head)
+			}
+		}
+		ps.streams = map[string]*streamState{}
+		ps.delivered, ps.doneAt, ps.aborted = 0, -1, nil
 		ps.restarts++
 		close(ps.restarted)
 		ps.restarted = make(chan struct{})
@@ -230,6 +575,36 @@ func (in *inbox) connected(src NodeID, inc uint64) bool {
 	return restarted
 }
 
+// resumePoint says how much of a transfer a receiver has: count messages,
+// and off bytes of the next one.
+type resumePoint struct {
+	v     string
+	count int64
+	off   int64
+}
+
+// resumePoints lists what arrived from src's current incarnation, per
+// stream (streams with nothing are left out).
+func (in *inbox) resumePoints(src NodeID) []resumePoint {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.peer[src]
+	if ps == nil {
+		return nil
+	}
+	var rps []resumePoint
+	for v, st := range ps.streams {
+		rp := resumePoint{v: v, count: st.count}
+		if st.head != nil {
+			rp.off = int64(st.head.off)
+		}
+		if rp.count > 0 || rp.off > 0 {
+			rps = append(rps, rp)
+		}
+	}
+	return rps
+}
+
 // restarts returns how often src restarted and a channel closed at its
 // next restart.
 func (in *inbox) restarts(src NodeID) (int64, <-chan struct{}) {
@@ -240,6 +615,15 @@ func (in *inbox) restarts(src NodeID) (int64, <-chan struct{}) {
 		return 0, nil
 	}
 	return ps.restarts, ps.restarted
+}
+
+// finishedPeer reports whether src said Done and everything it sent
+// before arrived.
+func (in *inbox) finishedPeer(src NodeID) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.peer[src]
+	return ps != nil && in.finished(ps)
 }
 
 // waitPeer blocks until src is connected; it returns at once with an
@@ -255,6 +639,10 @@ func (in *inbox) waitPeer(ctx context.Context, src NodeID) error {
 		if in.closed {
 			in.mu.Unlock()
 			return ErrClosed
+		}
+		if ps.aborted != nil {
+			in.mu.Unlock()
+			return &PeerError{src, ps.aborted}
 		}
 		live, err := ps.live, ps.err
 		in.mu.Unlock()
@@ -287,6 +675,17 @@ func (in *inbox) close() {
 		close(in.closing)
 	}
 	in.closed = true
+	for _, q := range in.vars {
+		for _, e := range q.items {
+			if e.h != nil {
+				e.h.discard = true
+				if e.h.claimed {
+					e.h.claimed = false
+					e.h.fin <- ErrClosed
+				}
+			}
+		}
+	}
 	in.wakeAll()
 }
 
@@ -337,7 +736,112 @@ func (in *inbox) wait(ctx context.Context, q *varQueue) error {
 	return err
 }
 
-func (in *inbox) recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error {
+// take hands entry i of q to the receiver (dst, or sink when set). For a
+// held message it waits, unlocking, until the decoder read it; called
+// with in.mu held, it returns with it held. retry says the entry changed
+// under the wait (withdrawn or dropped): look again. A connection lost
+// under it fails the recv with the peer's error; a recv with the same
+// receiver after the reconnect takes up the rest.
+func (in *inbox) take(ctx context.Context, q *varQueue, i int, dst []byte, sink Sink) (retry bool, err error) {
+	e := q.items[i]
+	if e.h == nil {
+		q.items = append(q.items[:i], q.items[i+1:]...)
+		defer in.recycle(e.buf)
+		if sink == nil {
+			if len(dst) != len(e.buf) {
+				return false, fmt.Errorf("recv %s@%d from %s: %d bytes into a %d-byte tensor", in.varName(q), e.step, e.src, len(e.buf), len(dst))
+			}
+			copy(dst, e.buf)
+			return false, nil
+		}
+		for off := 0; off < len(e.buf); {
+			b := sink.Next(off)
+			k := copy(b, e.buf[off:])
+			sink.Filled(off, b[:k])
+			off += k
+		}
+		return false, nil
+	}
+	h := e.h
+	if sink == nil && len(dst) != h.n {
+		return false, fmt.Errorf("recv %s@%d from %s: %d bytes into a %d-byte tensor", h.v, h.step, h.src, h.n, len(dst))
+	}
+	var first *byte
+	if len(dst) > 0 {
+		first = &dst[0]
+	}
+	if h.off > 0 && (h.firstSink != sink || h.firstDst != first) {
+		return false, fmt.Errorf("recv %s@%d from %s: %d of its bytes went to another receiver", h.v, h.step, h.src, h.off)
+	}
+	h.firstSink, h.firstDst = sink, first
+	h.claimed, h.stop, h.dst, h.sink = true, false, dst, sink
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+	in.mu.Unlock()
+	var res error
+	select {
+	case res = <-h.fin:
+	case <-ctx.Done():
+		in.mu.Lock()
+		h.stop = true
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+		in.mu.Unlock()
+		res = <-h.fin // the decoder stops at its next chunk
+		if res == nil {
+			break
+		}
+		in.mu.Lock()
+		return false, ctx.Err()
+	}
+	in.mu.Lock()
+	switch {
+	case res == nil:
+		return false, nil
+	case errors.Is(res, errDropped), errors.Is(res, errStopped):
+		return true, nil
+	}
+	// Otherwise the connection was lost under it (a PeerError: the
+	// message is parked; the same receiver takes it up again after the
+	// reconnect) or the endpoint closed.
+	return false, res
+}
+
+func (in *inbox) varName(q *varQueue) string {
+	for v, x := range in.vars {
+		if x == q {
+			return v
+		}
+	}
+	return "?"
+}
+
+// claimable reports whether entry e can be taken now (a held message needs
+// its decoder attached and no other claim).
+func claimable(e entry) bool {
+	return e.h == nil || (e.h.reader && !e.h.claimed && e.h.spill == nil)
+}
+
+// spillBlockers asks the decoders of held messages from src on q that are
+// not for step to read them into buffers: each heads its stream, so the
+// wanted step, sent after it, cannot arrive until it is consumed.
+func (in *inbox) spillBlockers(q *varQueue, src NodeID, step int64) {
+	for _, e := range q.items {
+		if h := e.h; h != nil && e.src == src && e.step != step && !h.spillWant && !h.claimed && h.off == 0 {
+			h.spillWant = true
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (in *inbox) recv(ctx context.Context, src NodeID, step int64, v string, dst []byte, sink Sink) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	q := in.vars[v]
@@ -348,6 +852,7 @@ func (in *inbox) recv(ctx context.Context, src NodeID, step int64, v string, dst
 	case q == nil:
 		return fmt.Errorf("recv %s: %s does not accept a transfer named %q (not in the plan)", src, in.self, v)
 	}
+scan:
 	for {
 		if in.closed {
 			return ErrClosed
@@ -359,53 +864,54 @@ func (in *inbox) recv(ctx context.Context, src NodeID, step int64, v string, dst
 			}
 			if e.step < step {
 				in.onError(fmt.Errorf("message %s@%d from %s: stale (wanted step %d), dropped", v, e.step, src, step))
-				in.recycle(e.buf)
-				q.items = append(q.items[:i], q.items[i+1:]...)
+				in.dropEntry(q, i)
 				i--
 				continue
 			}
-			if e.step == step {
-				if len(dst) != len(e.buf) {
-					return fmt.Errorf("recv %s@%d from %s: %d bytes into a %d-byte tensor", v, step, src, len(e.buf), len(dst))
+			if e.step == step && claimable(e) {
+				retry, err := in.take(ctx, q, i, dst, sink)
+				if retry {
+					continue scan
 				}
-				copy(dst, e.buf)
-				in.recycle(e.buf)
-				q.items = append(q.items[:i], q.items[i+1:]...)
-				return nil
+				return err
 			}
 		}
 		if in.finished(ps) {
 			return &PeerError{src, ErrPeerDone}
 		}
-		if ps.err != nil {
-			return &PeerError{src, ps.err}
+		if err := ps.failure(); err != nil {
+			return &PeerError{src, err}
 		}
+		in.spillBlockers(q, src, step)
 		if err := in.wait(ctx, q); err != nil {
 			return err
 		}
 	}
 }
 
-func (in *inbox) recvAny(ctx context.Context, v string, dst []byte) (Key, error) {
+func (in *inbox) recvAny(ctx context.Context, v string, dst []byte, sink Sink) (Key, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	q := in.vars[v]
 	if q == nil {
 		return Key{}, fmt.Errorf("recv %s: %s does not accept a transfer named %q (not in the plan)", v, in.self, v)
 	}
+scan:
 	for {
 		if in.closed {
 			return Key{}, ErrClosed
 		}
-		if len(q.items) > 0 {
-			e := q.items[0]
-			q.items = append(q.items[:0], q.items[1:]...)
-			if len(dst) != len(e.buf) {
-				in.recycle(e.buf)
-				return Key{}, fmt.Errorf("recv %s@%d from %s: %d bytes into a %d-byte tensor", v, e.step, e.src, len(e.buf), len(dst))
+		for i, e := range q.items {
+			if !claimable(e) {
+				continue
 			}
-			copy(dst, e.buf)
-			in.recycle(e.buf)
+			retry, err := in.take(ctx, q, i, dst, sink)
+			if retry {
+				continue scan
+			}
+			if err != nil {
+				return Key{}, err
+			}
 			return Key{Step: e.step, Var: v, Src: e.src}, nil
 		}
 		all := true
@@ -414,12 +920,12 @@ func (in *inbox) recvAny(ctx context.Context, v string, dst []byte) (Key, error)
 			if in.finished(ps) {
 				continue
 			}
-			if ps.err != nil {
-				return Key{}, &PeerError{p, ps.err}
+			if err := ps.failure(); err != nil {
+				return Key{}, &PeerError{p, err}
 			}
 			all = false
 		}
-		if all {
+		if all && len(q.items) == 0 {
 			return Key{}, ErrAllDone
 		}
 		if err := in.wait(ctx, q); err != nil {
@@ -435,16 +941,12 @@ func (in *inbox) dropBefore(step int64) {
 		in.floor = step
 	}
 	for _, q := range in.vars {
-		kept := q.items[:0]
-		for _, e := range q.items {
-			if e.step < step {
-				in.recycle(e.buf)
-			} else {
-				kept = append(kept, e)
+		for i := 0; i < len(q.items); i++ {
+			if q.items[i].step < step {
+				in.dropEntry(q, i)
+				i--
 			}
 		}
-		clear(q.items[len(kept):])
-		q.items = kept
 	}
 }
 
@@ -463,8 +965,8 @@ func (in *inbox) waitDone(ctx context.Context, src NodeID) error {
 		switch {
 		case in.finished(ps):
 			return nil
-		case ps.err != nil:
-			return &PeerError{src, ps.err}
+		case ps.failure() != nil:
+			return &PeerError{src, ps.failure()}
 		case in.closed:
 			return ErrClosed
 		}
@@ -503,8 +1005,8 @@ func (in *inbox) peek(ctx context.Context, src NodeID, v string) (int64, error) 
 		if in.finished(ps) {
 			return 0, &PeerError{src, ErrPeerDone}
 		}
-		if ps.err != nil {
-			return 0, &PeerError{src, ps.err}
+		if err := ps.failure(); err != nil {
+			return 0, &PeerError{src, err}
 		}
 		if err := in.wait(ctx, q); err != nil {
 			return 0, err

@@ -109,7 +109,7 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 	e.mu.Unlock()
 	if err := p.in.check(e.self, e.inc, step, v, dt, len(payload)); err != nil {
 		p.in.onError(err)
-		p.in.rejected(e.self, e.inc) // counted, as a rejected frame is on TCP
+		p.in.rejected(e.self, e.inc, v) // counted, as a rejected frame is on TCP
 		return nil
 	}
 	buf := p.in.buffer(len(payload))
@@ -119,11 +119,29 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 }
 
 func (e *Inmem) Recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error {
-	return e.in.recv(ctx, src, step, v, dst)
+	return e.in.recv(ctx, src, step, v, dst, nil)
+}
+
+func (e *Inmem) RecvSink(ctx context.Context, src NodeID, step int64, v string, sink Sink) error {
+	return e.in.recv(ctx, src, step, v, nil, sink)
 }
 
 func (e *Inmem) RecvAny(ctx context.Context, v string, dst []byte) (Key, error) {
-	return e.in.recvAny(ctx, v, dst)
+	return e.in.recvAny(ctx, v, dst, nil)
+}
+
+func (e *Inmem) RecvAnySink(ctx context.Context, v string, sink Sink) (Key, error) {
+	return e.in.recvAny(ctx, v, nil, sink)
+}
+
+// Abort tells to that this node stopped the job, and why.
+func (e *Inmem) Abort(_ context.Context, to NodeID, reason string) error {
+	p, err := e.peer(to)
+	if err != nil {
+		return err
+	}
+	p.in.abort(e.self, e.inc, reason)
+	return nil
 }
 
 func (e *Inmem) Done(_ context.Context, to NodeID) error {

@@ -207,7 +207,7 @@ func TestStaleIncarnationNeverDelivered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	for _, k := range []int64{0, 1} {
-		if err := in.recv(ctx, t0, k, "g", make([]byte, 8)); !errors.Is(err, context.DeadlineExceeded) {
+		if err := in.recv(ctx, t0, k, "g", make([]byte, 8), nil); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("step %d of the old incarnation: %v", k, err)
 		}
 	}

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -48,8 +49,17 @@ type Config struct {
 	// KeepAlive is yamux's ping interval; a connection silent for three
 	// intervals is dead (default 10 s).
 	KeepAlive time.Duration
-	// StreamWindow is yamux's per-stream window (default 16 MiB).
+	// StreamWindow is yamux's per-stream window (default 4 MiB): what a
+	// stream buffers ahead of its reader at most.
 	StreamWindow uint32
+	// EagerBytes: payloads up to this size are read ahead of their recv
+	// into recycled buffers; larger ones wait in the stream until a recv
+	// claims them and are read straight into its memory (default 64 KiB).
+	EagerBytes int
+	// Keep is how many written messages per transfer are kept (as
+	// references to the caller's memory) to be written again after a lost
+	// connection (default QueueDepth).
+	Keep int
 	// CloseTimeout bounds Close's flush (default 10 s).
 	CloseTimeout time.Duration
 	// TLS, when set, wraps every connection in TLS before the handshake
@@ -85,7 +95,13 @@ func (c *Config) defaults() {
 		c.QueueDepth = 64
 	}
 	if c.StreamWindow < 256<<10 {
-		c.StreamWindow = 16 << 20
+		c.StreamWindow = 4 << 20
+	}
+	if c.EagerBytes == 0 {
+		c.EagerBytes = defaultEager
+	}
+	if c.Keep <= 0 {
+		c.Keep = c.QueueDepth
 	}
 	if c.Log == nil {
 		l := zerolog.Nop()
@@ -143,33 +159,51 @@ type peer struct {
 	pending atomic.Int64 // queued messages not yet written or dropped
 	down    atomic.Bool  // a session was lost and none replaced it yet
 
-	mu      sync.Mutex
-	sess    *yamux.Session
-	cur     *conn
-	inc     uint64        // the peer's incarnation (0: never connected)
-	epoch   int64         // bumped when the peer restarts; older queued items are dropped
-	change  chan struct{} // closed (and replaced) when sess changes
-	gone    chan struct{} // closed when a dialer gives the peer up for good
-	err     error
-	writers map[string]*writer
+	mu        sync.Mutex
+	sess      *yamux.Session
+	cur       *conn
+	last      *conn         // the newest connection, live or not
+	attaching bool          // a connection is being set up
+	inc       uint64        // the peer's incarnation (0: never connected)
+	epoch     int64         // bumped when the peer restarts; older queued items are dropped
+	change    chan struct{} // closed (and replaced) when sess changes
+	gone      chan struct{} // closed when a dialer gives the peer up for good
+	err       error
+	writers   map[string]*writer
 }
 
 type item struct {
 	epoch   int64
-	done    bool
+	kind    byte // kindData, kindDone, kindAbort
 	step    int64
 	dt      DType
 	payload []byte
 }
 
+// writer writes the messages of one transfer ("" the control stream) to
+// one peer, in order, on that peer's current connection.
 type writer struct {
 	p       *peer
 	name    string
 	q       chan item
 	dead    bool // under p.mu
 	st      *yamux.Stream
-	sess    *yamux.Session // the session st belongs to
+	c       *conn // the connection st belongs to
 	scratch []byte
+
+	// For the peer's current incarnation (epoch): seq numbers the messages
+	// of this transfer; kept holds the last written ones, which a new
+	// connection writes again from where the peer's resume frame says it
+	// stopped receiving.
+	epoch int64
+	seq   int64
+	kept  []kept
+}
+
+type kept struct {
+	idx     int64
+	it      item
+	pending bool // not yet counted as written (TCP.finish)
 }
 
 func newTCP(cfg Config) (*TCP, error) {
@@ -189,6 +223,7 @@ func newTCP(cfg Config) (*TCP, error) {
 			change: make(chan struct{}), gone: make(chan struct{}), writers: map[string]*writer{}}
 	}
 	t.in = newInbox(cfg.Self, ids, cfg.OnError)
+	t.in.eager = max(cfg.EagerBytes, 0)
 	t.in.accept(cfg.Accept)
 	return t, nil
 }
@@ -278,8 +313,9 @@ func (t *TCP) dialPeer(ctx context.Context, p *peer) error {
 			inc, err = clientHandshake(c, t.cfg.Self, p.id, t.inc, t.cfg.Token, t.job)
 			if err == nil {
 				c.SetDeadline(time.Time{})
-				t.attach(p, c, false, inc)
-				return nil
+				if err = t.attach(p, c, false, inc); err == nil {
+					return nil
+				}
 			}
 			c.Close()
 			// "already connected": the listener has not yet noticed that
@@ -352,7 +388,7 @@ func (t *TCP) serveConn(raw net.Conn) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if p.sess != nil { // live: a lost peer may connect again, a live one not twice
+		if p.sess != nil || p.attaching { // live: a lost peer may connect again, a live one not twice
 			return stDuplicate
 		}
 		return stOK
@@ -367,7 +403,9 @@ func (t *TCP) serveConn(raw net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	t.attach(t.peers[id], c, true, inc)
+	if err := t.attach(t.peers[id], c, true, inc); err != nil {
+		t.cfg.Log.Warn().Str("peer", string(id)).Err(err).Msg("connection setup failed")
+	}
 }
 
 // countConn counts bytes and keeps a read deadline: yamux pings every
@@ -422,11 +460,23 @@ type conn struct {
 	server  bool
 	inc     uint64 // the peer's incarnation on this connection
 	sess    *yamux.Session
+	ctl     *yamux.Stream // this side's control stream (resume, done, abort frames)
 	mu      sync.Mutex
 	readers []*atomic.Int64
+	running sync.WaitGroup // its stream readers (and the loop accepting them)
+
+	// The peer's resume frame: what it received of each transfer before
+	// this connection. Writers wait for it before writing.
+	resumed   chan struct{}
+	gotResume bool
+	points    map[string]resumePoint
 }
 
-func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) {
+// attach makes raw (authenticated, the peer at incarnation inc) p's
+// connection: once the previous connection's readers stopped, it tells the
+// peer what arrived from it so far (the resume frame), then publishes the
+// session to the writers.
+func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 	if tc, ok := raw.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
@@ -450,27 +500,45 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) {
 	case <-t.closing:
 		p.mu.Unlock()
 		sess.Close()
-		return
+		return ErrClosed
 	default:
 	}
-	if p.sess != nil { // lost a race with another connection of the same peer
+	if p.sess != nil || p.attaching { // lost a race with another connection of the same peer
 		p.mu.Unlock()
 		sess.Close()
-		return
+		return errDuplicate
 	}
-	c := &conn{t: t, p: p, raw: raw, server: server, inc: inc, sess: sess}
+	p.attaching = true
+	prev := p.last
 	restarted := p.inc != 0 && p.inc != inc
 	again := p.inc != 0
 	if restarted {
-		// A new process: what was queued for the old one is dropped.
+		// A new process: what was queued for the old one is dropped, and
+		// what is queued from now on (the inbox tells the restart at once)
+		// is for the new one.
 		p.epoch++
 		p.sent.Store(0)
 	}
-	p.inc, p.sess, p.cur, p.err = inc, sess, c, nil
+	p.inc = inc
+	p.mu.Unlock()
+	if prev != nil {
+		prev.running.Wait() // its decoders' counts are final
+	}
+	t.in.connected(p.id, inc)
+	c := &conn{t: t, p: p, raw: raw, server: server, inc: inc, sess: sess, resumed: make(chan struct{})}
+	err := c.sendResume()
+	p.mu.Lock()
+	p.attaching = false
+	if err != nil {
+		p.mu.Unlock()
+		sess.Close()
+		t.in.fail(p.id, err)
+		return err
+	}
+	p.sess, p.cur, p.last, p.err = sess, c, c, nil
 	p.down.Store(false)
 	close(p.change)
 	p.change = make(chan struct{})
-	t.in.connected(p.id, inc)
 	t.conns.Add(1)
 	p.mu.Unlock()
 	ev := t.cfg.Log.Info()
@@ -480,12 +548,62 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) {
 	}
 	ev.Str("peer", string(p.id)).Str("remote", raw.RemoteAddr().String()).Bool("reconnected", again).Bool("restarted", restarted).Msg("connected")
 	t.wg.Add(2)
+	c.running.Add(1)
 	go c.acceptStreams()
 	go c.monitor()
+	return nil
+}
+
+// sendResume opens this side's control stream and writes the resume frame.
+func (c *conn) sendResume() error {
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return err
+	}
+	b := make([]byte, 1+frameHeader, 1+frameHeader+64)
+	b = appendResume(b, c.t.in.resumePoints(c.p.id))
+	putHeader(b[1:], header{kind: kindResume, len: len(b) - 1 - frameHeader})
+	if _, err := st.Write(b); err != nil {
+		return err
+	}
+	c.ctl = st
+	return nil
+}
+
+// onResume records the peer's resume frame.
+func (c *conn) onResume(rps []resumePoint) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gotResume {
+		return fmt.Errorf("%w: a second resume frame", errProtocol)
+	}
+	c.gotResume = true
+	c.points = map[string]resumePoint{}
+	for _, rp := range rps {
+		c.points[rp.v] = rp
+	}
+	close(c.resumed)
+	return nil
+}
+
+// awaitResume returns what the peer has of transfer v, once its resume
+// frame arrived.
+func (c *conn) awaitResume(v string) (resumePoint, error) {
+	select {
+	case <-c.resumed:
+	case <-c.sess.CloseChan():
+		return resumePoint{}, errors.New("connection lost")
+	case <-c.t.closing:
+		return resumePoint{}, ErrClosed
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.points[v], nil
 }
 
 func (c *conn) acceptStreams() {
 	defer c.t.wg.Done()
+	defer c.running.Done()
 	n := 0
 	for {
 		st, err := c.sess.AcceptStream()
@@ -502,17 +620,19 @@ func (c *conn) acceptStreams() {
 		c.readers = append(c.readers, dl)
 		c.mu.Unlock()
 		c.t.wg.Add(1)
+		c.running.Add(1)
 		go c.readStream(st, dl)
 	}
 }
 
 func (c *conn) readStream(st *yamux.Stream, dl *atomic.Int64) {
 	defer c.t.wg.Done()
+	defer c.running.Done()
 	defer st.Close()
 	name, err := readPreamble(st)
 	if err == nil {
 		d := &decoder{in: c.t.in, src: c.p.id, inc: c.inc, name: name, maxFrame: c.t.cfg.MaxFrame,
-			deadline: dl, timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv}
+			deadline: dl, timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv, dead: c.sess.CloseChan(), resumed: c.onResume}
 		err = d.run(st)
 	}
 	dl.Store(0)
@@ -587,11 +707,24 @@ func (c *conn) lost(err error) {
 		return
 	default:
 	}
-	if !c.server {
+	gone := false
+	select {
+	case <-p.gone:
+		gone = true
+	default:
+	}
+	switch {
+	case gone:
+	case t.in.aborted(p.id):
+		t.cfg.Log.Debug().Str("peer", string(p.id)).Msg("connection closed after the peer stopped the job")
+	case t.in.finishedPeer(p.id) && p.pending.Load() == 0:
+		// The peer said Done and all it sent arrived: its end, not a fault.
+		t.cfg.Log.Debug().Str("peer", string(p.id)).Msg("connection closed after the peer finished")
+	case !c.server:
 		t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("connection lost; reconnecting")
 		t.wg.Add(1)
 		go t.redial(p)
-	} else {
+	default:
 		t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("connection lost; it may reconnect")
 	}
 }
@@ -619,16 +752,30 @@ func (t *TCP) redial(p *peer) {
 	default:
 	}
 	t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("giving up reconnecting")
+	t.giveUp(p, err, false)
+}
+
+// giveUp declares p gone for good: queued and later sends to it fail, and
+// so do recvs from it. A redial gives up only while no connection came
+// back; a peer that lacks what cannot be written again (force) is closed.
+func (t *TCP) giveUp(p *peer, err error, force bool) {
 	p.mu.Lock()
-	if p.sess == nil {
-		p.err = err
-		select {
-		case <-p.gone:
-		default:
-			close(p.gone)
-		}
+	if p.sess != nil && !force {
+		p.mu.Unlock()
+		return
+	}
+	p.err = err
+	sess := p.sess
+	select {
+	case <-p.gone:
+	default:
+		close(p.gone)
 	}
 	p.mu.Unlock()
+	if sess != nil {
+		sess.Close()
+	}
+	t.in.fail(p.id, err)
 	t.mu.Lock()
 	close(t.lostCh)
 	t.lostCh = make(chan struct{})
@@ -654,11 +801,19 @@ func (t *TCP) Stats() Stats {
 }
 
 func (t *TCP) Recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error {
-	return t.in.recv(ctx, src, step, v, dst)
+	return t.in.recv(ctx, src, step, v, dst, nil)
+}
+
+func (t *TCP) RecvSink(ctx context.Context, src NodeID, step int64, v string, sink Sink) error {
+	return t.in.recv(ctx, src, step, v, nil, sink)
 }
 
 func (t *TCP) RecvAny(ctx context.Context, v string, dst []byte) (Key, error) {
-	return t.in.recvAny(ctx, v, dst)
+	return t.in.recvAny(ctx, v, dst, nil)
+}
+
+func (t *TCP) RecvAnySink(ctx context.Context, v string, sink Sink) (Key, error) {
+	return t.in.recvAny(ctx, v, nil, sink)
 }
 
 // Send queues the message on the stream of v to peer to. The payload is
@@ -670,7 +825,7 @@ func (t *TCP) Send(ctx context.Context, to NodeID, step int64, v string, dt DTyp
 	if len(payload) > t.cfg.MaxFrame {
 		return fmt.Errorf("transport: %s@%d: %d bytes above MaxFrame %d", v, step, len(payload), t.cfg.MaxFrame)
 	}
-	return t.enqueue(ctx, to, v, item{step: step, dt: dt, payload: payload})
+	return t.enqueue(ctx, to, v, item{kind: kindData, step: step, dt: dt, payload: payload})
 }
 
 // Done queues a done frame carrying the count of data messages sent to to.
@@ -679,7 +834,16 @@ func (t *TCP) Done(ctx context.Context, to NodeID) error {
 	if p == nil {
 		return &PeerError{to, ErrUnknownPeer}
 	}
-	return t.enqueue(ctx, to, "", item{done: true, step: p.sent.Load()})
+	return t.enqueue(ctx, to, "", item{kind: kindDone, step: p.sent.Load()})
+}
+
+// Abort queues an abort frame: to's recvs from this node fail with an
+// Aborted carrying reason.
+func (t *TCP) Abort(ctx context.Context, to NodeID, reason string) error {
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	return t.enqueue(ctx, to, "", item{kind: kindAbort, payload: []byte(reason)})
 }
 
 func (t *TCP) WaitDone(ctx context.Context, peer NodeID) error {
@@ -731,7 +895,7 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 			return ErrClosed
 		default:
 		}
-		w = &writer{p: p, name: v, q: make(chan item, t.cfg.QueueDepth)}
+		w = &writer{p: p, name: v, q: make(chan item, t.cfg.QueueDepth), epoch: p.epoch}
 		p.writers[v] = w
 		t.wg.Add(1)
 		go w.run()
@@ -741,7 +905,7 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 		<-p.slots
 		return t.peerErr(p)
 	}
-	if !it.done {
+	if it.kind == kindData {
 		p.sent.Add(1)
 	}
 	it.epoch = p.epoch
@@ -781,82 +945,169 @@ func (t *TCP) finish(p *peer) {
 	t.mu.Unlock()
 }
 
-// run writes the queue of one transfer to one peer. A message whose write
-// fails (the connection broke) is written again on the next session; when
-// the peer comes back as a new incarnation, what was queued for the old
-// one is dropped.
+// errUnrecoverable: the peer lacks a message this side no longer holds.
+var errUnrecoverable = errors.New("messages lost with a connection are no longer held to be written again")
+
+// run writes the queue of one transfer to one peer. On every new
+// connection it first learns from the peer's resume frame what arrived
+// and writes the rest again (kept messages, the first one from the byte
+// where the peer stopped); when the peer comes back as a new incarnation,
+// what was queued for the old one is dropped.
 func (w *writer) run() {
 	p, t := w.p, w.p.t
 	defer t.wg.Done()
+	var failed *conn
 	var it item
-	retry := false
-	var failed *yamux.Session
+	have := false
 	for {
-		if !retry {
-			select {
-			case it = <-w.q:
-			case <-p.gone:
-				w.drain()
-				return
-			case <-t.closing:
-				w.drain()
-				return
-			}
-		}
-		sess, epoch, ok := p.session(failed)
+		c, epoch, change, ok := p.session(failed)
 		if !ok {
-			p.lost.Add(1)
-			t.finish(p)
-			w.drain()
+			w.drain(have)
 			return
 		}
+		if epoch != w.epoch {
+			w.restart(epoch)
+		}
+		if c != w.c {
+			w.c, w.st = c, nil
+			if err := w.catchUp(c); err != nil {
+				if errors.Is(err, errUnrecoverable) {
+					t.cfg.Log.Error().Str("peer", string(p.id)).Str("transfer", w.name).Err(err).Msg("giving the peer up")
+					t.giveUp(p, err, true)
+					w.drain(have)
+					return
+				}
+				failed = c
+				c.sess.Close() // the monitor records the loss
+				continue
+			}
+		}
+		if !have {
+			select {
+			case it = <-w.q:
+				have = true
+			case <-change: // lost or replaced: what was written may need writing again
+			case <-p.gone:
+				w.drain(false)
+				return
+			case <-t.closing:
+				w.drain(false)
+				return
+			}
+			continue // the connection may have changed meanwhile
+		}
+		have = false
 		if it.epoch != epoch { // queued for an incarnation that is gone
-			retry = false
 			t.finish(p)
 			continue
 		}
-		if sess != w.sess {
-			w.sess, w.st = sess, nil
+		w.kept = append(w.kept, kept{idx: w.seq, it: it, pending: true})
+		w.seq++
+		if n := len(w.kept) - t.cfg.Keep; n > 0 {
+			w.kept = append(w.kept[:0], w.kept[n:]...)
 		}
-		if err := w.write(it); err != nil {
-			retry, failed = true, sess
-			w.st = nil
-			sess.Close() // the monitor records the loss
+		if err := w.write(c, it, 0); err != nil {
+			failed = c // the next connection writes it again (it is kept)
+			c.sess.Close()
 			continue
 		}
-		retry = false
-		if !it.done {
-			t.msgsSent.Add(1)
-		}
-		t.finish(p)
+		w.written(&w.kept[len(w.kept)-1])
 	}
 }
 
-// session waits for a live session other than failed and returns it with
-// the peer's epoch; false once the endpoint closed or the peer is gone.
-func (p *peer) session(failed *yamux.Session) (*yamux.Session, int64, bool) {
+// written counts a kept message as written once.
+func (w *writer) written(k *kept) {
+	if !k.pending {
+		return
+	}
+	k.pending = false
+	if k.it.kind == kindData {
+		w.p.t.msgsSent.Add(1)
+	}
+	w.p.t.finish(w.p)
+}
+
+// restart forgets what was kept for an old incarnation of the peer.
+func (w *writer) restart(epoch int64) {
+	for i := range w.kept {
+		if w.kept[i].pending {
+			w.kept[i].pending = false
+			w.p.t.finish(w.p)
+		}
+	}
+	w.kept, w.seq, w.epoch = w.kept[:0], 0, epoch
+}
+
+// catchUp writes on a new connection what the peer lacks: the kept
+// messages from the one its resume frame names on.
+func (w *writer) catchUp(c *conn) error {
+	rp, err := c.awaitResume(w.name)
+	if err != nil {
+		return err
+	}
+	if rp.count > w.seq || (rp.count == w.seq && rp.off > 0) {
+		return fmt.Errorf("%w: %s: the peer has %d messages (and %d bytes), %d were sent", errUnrecoverable, w.name, rp.count, rp.off, w.seq)
+	}
+	if rp.count < w.seq && (len(w.kept) == 0 || w.kept[0].idx > rp.count) {
+		return fmt.Errorf("%w: %s: the peer needs message %d", errUnrecoverable, w.name, rp.count)
+	}
+	for i := range w.kept {
+		k := &w.kept[i]
+		if k.idx < rp.count { // arrived, whatever its write reported
+			w.written(k)
+			continue
+		}
+		off := 0
+		if k.idx == rp.count {
+			off = int(rp.off)
+		}
+		if err := w.write(c, k.it, off); err != nil {
+			return err
+		}
+		w.written(k)
+	}
+	return nil
+}
+
+// session waits for a live connection other than failed and returns it
+// with the peer's epoch and a channel closed when it changes; false once
+// the endpoint closed or the peer is gone.
+func (p *peer) session(failed *conn) (*conn, int64, <-chan struct{}, bool) {
 	for {
 		p.mu.Lock()
-		sess, epoch, change := p.sess, p.epoch, p.change
+		c, epoch, change := p.cur, p.epoch, p.change
 		p.mu.Unlock()
-		if sess != nil && sess != failed {
-			return sess, epoch, true
+		if c != nil && c != failed {
+			return c, epoch, change, true
 		}
 		select {
 		case <-change:
 		case <-p.gone:
-			return nil, 0, false
+			return nil, 0, nil, false
 		case <-p.t.closing:
-			return nil, 0, false
+			return nil, 0, nil, false
 		}
 	}
 }
 
-func (w *writer) drain() {
+// drain drops what is queued (and the item in hand) once the peer is gone
+// or the endpoint closed.
+func (w *writer) drain(inHand bool) {
 	p := w.p
 	p.mu.Lock()
 	w.dead = true
 	p.mu.Unlock()
+	for i := range w.kept {
+		if w.kept[i].pending {
+			w.kept[i].pending = false
+			p.lost.Add(1)
+			p.t.finish(p)
+		}
+	}
+	if inHand {
+		p.lost.Add(1)
+		p.t.finish(p)
+	}
 	for {
 		select {
 		case <-w.q:
@@ -868,40 +1119,50 @@ func (w *writer) drain() {
 	}
 }
 
-func (w *writer) write(it item) error {
+// write writes it on c, from payload byte off.
+func (w *writer) write(c *conn, it item, off int) error {
 	if w.st == nil {
-		st, err := w.sess.OpenStream()
-		if err != nil {
-			return err
+		if w.name == "" {
+			w.st = c.ctl
+		} else {
+			st, err := c.sess.OpenStream()
+			if err != nil {
+				return err
+			}
+			w.st = st
+			w.scratch = make([]byte, 1+len(w.name), frameHeader+8+smallFrame)
+			w.scratch[0] = byte(len(w.name))
+			copy(w.scratch[1:], w.name)
+			if _, err := st.Write(w.scratch); err != nil {
+				return err
+			}
 		}
-		w.st = st
-		w.scratch = make([]byte, 1+len(w.name), frameHeader+smallFrame)
-		w.scratch[0] = byte(len(w.name))
-		copy(w.scratch[1:], w.name)
-		if _, err := st.Write(w.scratch); err != nil {
-			return err
+		if w.scratch == nil {
+			w.scratch = make([]byte, 0, frameHeader+8+smallFrame)
 		}
 	}
-	h := header{kind: kindData, dtype: it.dt, len: len(it.payload), step: it.step}
-	if it.done {
-		h = header{kind: kindDone, step: it.step}
-	}
+	payload := it.payload[off:]
+	h := header{kind: it.kind, dtype: it.dt, len: len(payload), step: it.step}
 	b := w.scratch[:frameHeader]
+	if off > 0 {
+		h.kind = kindDataAt
+		b = binary.LittleEndian.AppendUint64(b, uint64(off))
+	}
 	putHeader(b, h)
-	if len(it.payload) <= smallFrame {
-		b = append(b, it.payload...)
+	if len(payload) <= smallFrame {
+		b = append(b, payload...)
 		_, err := w.st.Write(b)
 		return err
 	}
 	if _, err := w.st.Write(b); err != nil {
 		return err
 	}
-	for p := it.payload; len(p) > 0; {
-		n := min(len(p), writeChunk)
-		if _, err := w.st.Write(p[:n]); err != nil {
+	for len(payload) > 0 {
+		n := min(len(payload), writeChunk)
+		if _, err := w.st.Write(payload[:n]); err != nil {
 			return err
 		}
-		p = p[n:]
+		payload = payload[n:]
 	}
 	return nil
 }

@@ -75,6 +75,12 @@ type Endpoint interface {
 	// Send queues payload for node to under (step, v). It does not wait for
 	// the network, except to apply backpressure when too many messages to
 	// that peer are queued. payload must not change until Flush returns.
+	// If a connection breaks, what the peer had not received is written
+	// again from payload on the next one, so it should stay unchanged until
+	// the peer has it; psgraph's steps guarantee that (a node overwrites a
+	// tensor it sent only after a reply that needed it).
+	// Payloads above the receiver's read-ahead size are read by the
+	// receiver only once it asks for them (flow control holds the rest).
 	Send(ctx context.Context, to NodeID, step int64, v string, dt DType, payload []byte) error
 	// Flush waits until every message queued by Send has been written.
 	Flush(ctx context.Context) error
@@ -83,10 +89,19 @@ type Endpoint interface {
 	// discarded as stale. It fails with ErrPeerDone when src finished
 	// without sending it.
 	Recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error
+	// RecvSink is Recv handing the payload to sink as it arrives, so a
+	// large tensor can be reduced or applied chunk by chunk. If the call
+	// fails after part of the payload went to sink (the connection was
+	// lost), the message stays pending from that byte: only a RecvSink of
+	// the same sink can take the rest (after a reconnect, the sender writes
+	// the rest, never a byte twice).
+	RecvSink(ctx context.Context, src NodeID, step int64, v string, sink Sink) error
 	// RecvAny blocks until a message for v arrived from any peer (the
 	// earliest arrival first), copies it into dst and returns its key. It
 	// fails with ErrAllDone once every peer finished and nothing is pending.
 	RecvAny(ctx context.Context, v string, dst []byte) (Key, error)
+	// RecvAnySink is RecvAny handing the payload to sink (see RecvSink).
+	RecvAnySink(ctx context.Context, v string, sink Sink) (Key, error)
 	// DropBefore discards pending messages older than step and rejects
 	// such messages from now on.
 	DropBefore(step int64)
@@ -94,6 +109,9 @@ type Endpoint interface {
 	// this node as finished only once every message sent before Done was
 	// delivered, whatever order the network delivered them in.
 	Done(ctx context.Context, to NodeID) error
+	// Abort tells to that this node stops the job and why: to's calls
+	// concerning this node then fail with an *Aborted carrying reason.
+	Abort(ctx context.Context, to NodeID, reason string) error
 	// WaitDone blocks until peer said Done and everything it sent before
 	// was delivered; it fails if the connection to peer is lost first. A
 	// node that finished waits for its peers before it closes, so no peer

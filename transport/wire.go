@@ -9,23 +9,35 @@ import (
 	"time"
 )
 
-// Frame layout (docs/wire.md): every message on a transfer stream is a
-// 16-byte little-endian header followed by the raw payload.
+// Frame layout (docs/wire.md): every frame is a 16-byte little-endian
+// header followed by its payload.
 //
 //	off size field
-//	0   1    kind    (1 data, 2 done)
-//	1   1    dtype   (data: DType; done: 0)
+//	0   1    kind    (see below)
+//	1   1    dtype   (data: DType; control frames: 0)
 //	2   2    flags   (must be 0)
-//	4   4    length  (data: payload bytes; done: 0)
-//	8   8    step    (data: step; done: data messages sent to this peer)
+//	4   4    length  (payload bytes)
+//	8   8    step    (data: step; done: data messages sent to this peer; resume, abort: 0)
+//
+// Transfer streams carry data frames (kind 1) and data frames resumed at a
+// payload offset (kind 4: the header, then the 8-byte offset, then the rest
+// of the payload). The control stream carries done (2), resume (3: what
+// this side received, sent once per connection before anything else) and
+// abort (5: the reason text) frames.
 const (
-	frameHeader = 16
-	kindData    = 1
-	kindDone    = 2
-	maxName     = 255
-	smallFrame  = 32 << 10 // payloads up to this are copied next to their header: one yamux frame
-	readChunk   = 4 << 20  // payload read granularity (watchdog progress)
-	writeChunk  = 256 << 10
+	frameHeader  = 16
+	kindData     = 1
+	kindDone     = 2
+	kindResume   = 3
+	kindDataAt   = 4
+	kindAbort    = 5
+	maxName      = 255
+	maxResume    = 1 << 20  // a resume frame lists at most maxStreams transfers
+	maxReason    = 4 << 10  // an abort's reason text
+	smallFrame   = 32 << 10 // payloads up to this are copied next to their header: one yamux frame
+	readChunk    = 4 << 20  // payload read granularity (watchdog progress)
+	writeChunk   = 256 << 10
+	scratchBytes = 32 << 10
 )
 
 // errProtocol marks a malformed stream: the connection is closed.
@@ -45,17 +57,22 @@ func putHeader(b []byte, h header) {
 }
 
 // parseHeader checks a header's structure; control says whether it was
-// read on the control stream (done frames) or a transfer stream (data).
+// read on the control stream or a transfer stream.
 func parseHeader(b []byte, control bool, maxFrame int) (header, error) {
 	h := header{kind: b[0], dtype: DType(b[1]),
 		len: int(binary.LittleEndian.Uint32(b[4:])), step: int64(binary.LittleEndian.Uint64(b[8:]))}
+	ctl := h.kind == kindDone || h.kind == kindResume || h.kind == kindAbort
 	switch {
 	case b[2] != 0 || b[3] != 0:
 		return h, fmt.Errorf("%w: flags %#x", errProtocol, b[2:4])
-	case control && h.kind != kindDone, !control && h.kind != kindData:
+	case control != ctl || (!ctl && h.kind != kindData && h.kind != kindDataAt):
 		return h, fmt.Errorf("%w: frame kind %d on a %s stream", errProtocol, h.kind, map[bool]string{true: "control", false: "transfer"}[control])
 	case h.kind == kindDone && (h.len != 0 || h.dtype != 0 || h.step < 0):
 		return h, fmt.Errorf("%w: malformed done frame", errProtocol)
+	case h.kind == kindResume && (h.len > maxResume || h.dtype != 0 || h.step != 0):
+		return h, fmt.Errorf("%w: malformed resume frame", errProtocol)
+	case h.kind == kindAbort && (h.len > maxReason || h.dtype != 0 || h.step != 0):
+		return h, fmt.Errorf("%w: malformed abort frame", errProtocol)
 	case h.len > maxFrame:
 		return h, fmt.Errorf("%w: frame of %d bytes above the limit of %d", errProtocol, h.len, maxFrame)
 	}
@@ -65,7 +82,9 @@ func parseHeader(b []byte, control bool, maxFrame int) (header, error) {
 // decoder reads the frames of one stream from src into the inbox. A header
 // is validated (structure, then inbox.check) before its payload is read;
 // a rejected message's payload is skipped through a fixed scratch buffer,
-// so nothing a peer sends makes memory grow beyond the accepted specs.
+// so nothing a peer sends makes memory grow beyond the accepted specs. A
+// large payload is read only once a recv claimed it, straight into the
+// receiver's memory (inbox.hold).
 type decoder struct {
 	in       *inbox
 	src      NodeID
@@ -73,10 +92,13 @@ type decoder struct {
 	name     string // "" on the control stream
 	maxFrame int
 	hdr      [frameHeader]byte
+	off      [8]byte
 	scratch  []byte
 	deadline *atomic.Int64 // unix nanos by which the current frame must progress; 0 idle
 	timeout  time.Duration
 	msgs     *atomic.Int64
+	dead     <-chan struct{}           // closed when the connection ended
+	resumed  func([]resumePoint) error // the peer's resume frame (control stream)
 }
 
 func (d *decoder) busy() {
@@ -91,6 +113,17 @@ func (d *decoder) idle() {
 	}
 }
 
+// lost turns a read error into a protocol violation, unless the
+// connection itself ended (then it is the loss, and nothing to report).
+func (d *decoder) lost(what string, err error) error {
+	select {
+	case <-d.dead:
+		return fmt.Errorf("connection lost in %s: %w", what, err)
+	default:
+		return fmt.Errorf("%w: truncated %s: %v", errProtocol, what, err)
+	}
+}
+
 // run decodes until r fails; io.EOF at a frame boundary is a clean end.
 func (d *decoder) run(r io.Reader) error {
 	control := d.name == ""
@@ -101,44 +134,144 @@ func (d *decoder) run(r io.Reader) error {
 		}
 		d.busy()
 		if _, err := io.ReadFull(r, d.hdr[1:]); err != nil {
-			return fmt.Errorf("%w: truncated header: %v", errProtocol, err)
+			return d.lost("header", err)
 		}
 		h, err := parseHeader(d.hdr[:], control, d.maxFrame)
 		if err != nil {
 			return err
 		}
 		if control {
-			d.in.done(d.src, d.inc, h.step)
+			if err := d.control(r, h); err != nil {
+				return err
+			}
 			continue
 		}
-		if err := d.in.check(d.src, d.inc, h.step, d.name, h.dtype, h.len); err != nil {
+		off := 0
+		if h.kind == kindDataAt {
+			if _, err := io.ReadFull(r, d.off[:]); err != nil {
+				return d.lost("header", err)
+			}
+			o := binary.LittleEndian.Uint64(d.off[:])
+			if o == 0 || o > uint64(d.maxFrame) {
+				return fmt.Errorf("%w: resumed at byte %d", errProtocol, o)
+			}
+			off = int(o)
+		}
+		if err := d.in.check(d.src, d.inc, h.step, d.name, h.dtype, off+h.len); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return err
+			}
+			if off > 0 { // the sender changed a message it resumes
+				return fmt.Errorf("%w: %v", errProtocol, err)
 			}
 			d.in.onError(err)
 			if err := d.skip(r, h.len); err != nil {
 				return err
 			}
-			d.in.rejected(d.src, d.inc)
+			d.in.rejected(d.src, d.inc, d.name)
 			continue
 		}
-		buf := d.in.buffer(h.len)
-		if err := d.read(r, buf); err != nil {
-			d.in.recycleBuf(buf)
+		if off == 0 && d.in.readAhead(d.src, d.name, h.len) {
+			buf := d.in.buffer(h.len)
+			if err := d.read(r, buf); err != nil {
+				d.in.recycleBuf(buf)
+				return err
+			}
+			if d.msgs != nil {
+				d.msgs.Add(1)
+			}
+			d.in.deliver(d.src, d.inc, h.step, d.name, buf)
+			continue
+		}
+		held, err := d.in.hold(d.src, d.inc, h.step, d.name, off+h.len, off)
+		if err != nil {
 			return err
 		}
-		if d.msgs != nil {
-			d.msgs.Add(1)
+		if err := d.feed(r, held, h.len); err != nil {
+			return err
 		}
-		d.in.deliver(d.src, d.inc, h.step, d.name, buf)
 	}
+}
+
+// control handles a frame of the control stream.
+func (d *decoder) control(r io.Reader, h header) error {
+	switch h.kind {
+	case kindDone:
+		d.in.done(d.src, d.inc, h.step)
+		return nil
+	case kindAbort:
+		b := make([]byte, h.len)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return d.lost("abort frame", err)
+		}
+		d.in.abort(d.src, d.inc, string(b))
+		return nil
+	}
+	b := make([]byte, h.len)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return d.lost("resume frame", err)
+	}
+	rps, err := parseResume(b)
+	if err != nil {
+		return err
+	}
+	if d.resumed == nil {
+		return nil
+	}
+	return d.resumed(rps)
+}
+
+// feed reads the left payload bytes of a held message into the receivers
+// that claim it, or skips them once it is dropped.
+func (d *decoder) feed(r io.Reader, h *held, left int) error {
+	for left > 0 {
+		d.idle() // waiting for a claim can take a step
+		t, ok, err := d.in.next(h, d.dead)
+		d.busy()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := d.skip(r, left); err != nil {
+				d.in.park(h, err)
+				return err
+			}
+			d.in.skipped(h)
+			return nil
+		}
+		var buf []byte
+		if t.sink != nil {
+			buf = t.sink.Next(t.off)
+		} else {
+			buf = t.dst[t.off:]
+		}
+		k := min(len(buf), readChunk, left)
+		if k <= 0 {
+			return fmt.Errorf("transport: receiver of %s gave an empty buffer at byte %d", h.v, t.off)
+		}
+		if _, err := io.ReadFull(r, buf[:k]); err != nil {
+			err = d.lost("payload", err)
+			d.in.park(h, err)
+			return err
+		}
+		if t.sink != nil {
+			t.sink.Filled(t.off, buf[:k])
+		}
+		left -= k
+		if d.in.filled(h, k) {
+			if d.msgs != nil {
+				d.msgs.Add(1)
+			}
+		}
+	}
+	return nil
 }
 
 func (d *decoder) read(r io.Reader, buf []byte) error {
 	for len(buf) > 0 {
 		n := min(len(buf), readChunk)
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
-			return fmt.Errorf("%w: truncated payload: %v", errProtocol, err)
+			return d.lost("payload", err)
 		}
 		buf = buf[n:]
 		d.busy()
@@ -148,17 +281,47 @@ func (d *decoder) read(r io.Reader, buf []byte) error {
 
 func (d *decoder) skip(r io.Reader, n int) error {
 	if d.scratch == nil {
-		d.scratch = make([]byte, 32<<10)
+		d.scratch = make([]byte, scratchBytes)
 	}
 	for n > 0 {
 		m := min(n, len(d.scratch))
 		if _, err := io.ReadFull(r, d.scratch[:m]); err != nil {
-			return fmt.Errorf("%w: truncated payload: %v", errProtocol, err)
+			return d.lost("payload", err)
 		}
 		n -= m
 		d.busy()
 	}
 	return nil
+}
+
+// A resume frame's payload: per transfer, u8 name length, the name, u64
+// messages received, u64 bytes received of the next one.
+func appendResume(b []byte, rps []resumePoint) []byte {
+	for _, rp := range rps {
+		b = append(b, byte(len(rp.v)))
+		b = append(b, rp.v...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(rp.count))
+		b = binary.LittleEndian.AppendUint64(b, uint64(rp.off))
+	}
+	return b
+}
+
+func parseResume(b []byte) ([]resumePoint, error) {
+	var rps []resumePoint
+	for len(b) > 0 {
+		n := int(b[0])
+		if len(b) < 1+n+16 || len(rps) >= maxStreams+1 {
+			return nil, fmt.Errorf("%w: malformed resume frame", errProtocol)
+		}
+		rp := resumePoint{v: string(b[1 : 1+n]),
+			count: int64(binary.LittleEndian.Uint64(b[1+n:])), off: int64(binary.LittleEndian.Uint64(b[9+n:]))}
+		if rp.count < 0 || rp.off < 0 {
+			return nil, fmt.Errorf("%w: malformed resume frame", errProtocol)
+		}
+		rps = append(rps, rp)
+		b = b[1+n+16:]
+	}
+	return rps, nil
 }
 
 // readPreamble reads a stream's first bytes: the length of the transfer
