@@ -120,14 +120,20 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	}
 	wg.Wait()
 	var last int64
+	var failed error
 	for i, err := range errs {
-		if err != nil && !finished(err) {
-			if parent.Err() != nil {
-				return nil, parent.Err()
-			}
-			return nil, err
+		// The part that failed cancelled the others: report its error,
+		// not their cancellation.
+		if err != nil && !finished(err) && (failed == nil || errors.Is(failed, context.Canceled) && !errors.Is(err, context.Canceled)) {
+			failed = err
 		}
 		last = max(last, steps[i])
+	}
+	if failed != nil {
+		if parent.Err() != nil {
+			return nil, parent.Err()
+		}
+		return nil, failed
 	}
 	if err := awaitTrainers(parent, g, c, last); err != nil {
 		return nil, err
