@@ -23,10 +23,11 @@ import (
 //
 //   - position, trainer -> pserver, when the trainer first talks to a
 //     pserver incarnation: the step of the last gradients it sent to that
-//     pserver (any incarnation; before any, its start step - 1) and the
-//     oldest step of that pserver's parameters it has not received yet;
-//     both `learning` when the trainer learns its start step from the
-//     pservers.
+//     pserver (any incarnation; before any, its start step - 1), the
+//     oldest step of that pserver's parameters it has not received yet
+//     (both `learning` when the trainer learns its start step from the
+//     pservers), and whether it rejoins (it talked to an earlier
+//     incarnation: the pserver restarted into a running job).
 //   - resume, pserver -> trainer, once it heard every trainer: the step it
 //     starts at (sync) or the step of the parameters it sent that trainer
 //     (async).
@@ -42,7 +43,7 @@ const (
 )
 
 var (
-	positionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: 16}
+	positionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: 24}
 	resumeSpec   = transport.Spec{Var: ResumeVar, DType: transport.I32, Bytes: 8}
 )
 
@@ -55,21 +56,25 @@ const learning = math.MinInt64
 
 // position is what a trainer tells a pserver incarnation about itself.
 type position struct {
-	Sent int64 // step of the last gradients sent to this pserver; start-1 before any
-	Need int64 // oldest step of this pserver's parameters not received yet
+	Sent   int64 // step of the last gradients sent to this pserver; start-1 before any
+	Need   int64 // oldest step of this pserver's parameters not received yet
+	Rejoin bool  // the trainer talked to an earlier incarnation of it
 }
 
 func (p position) known() bool { return p.Sent != learning }
 
 func (p position) bytes() []byte {
-	b := make([]byte, 16)
+	b := make([]byte, 24)
 	binary.LittleEndian.PutUint64(b, uint64(p.Sent))
 	binary.LittleEndian.PutUint64(b[8:], uint64(p.Need))
+	if p.Rejoin {
+		b[16] = 1
+	}
 	return b
 }
 
 func positionOf(b []byte) position {
-	return position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:]))}
+	return position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:])), Rejoin: b[16] == 1}
 }
 
 func stepBytes(s int64) []byte {
@@ -228,7 +233,7 @@ func (ls *links) noteSent(p transport.NodeID, v string, step int64, dt transport
 func (ls *links) position(l *link) position {
 	start := ls.start.Load()
 	if start == learning {
-		return position{learning, learning}
+		return position{Sent: learning, Need: learning}
 	}
 	pos := position{Sent: start - 1, Need: math.MaxInt64}
 	for _, m := range l.sent {
@@ -395,6 +400,7 @@ func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bo
 		return true, nil
 	}
 	pos := c.links.position(l)
+	pos.Rejoin = true
 	ev := c.Log.Warn().Str("pserver", string(l.id))
 	if pos.known() {
 		ev = ev.Int64("sent", pos.Sent).Int64("need", pos.Need)
@@ -579,13 +585,22 @@ func (c *NetComm) startServing(ctx context.Context, progs []*Program, restored i
 	if !c.Async {
 		c.EP.DropBefore(plan.start) // gradients of steps already applied
 	}
+	running := plan.behind
+	for _, p := range pos {
+		running = running || p.Rejoin
+	}
 	switch {
 	case plan.err != nil:
-	case plan.behind && restored < 0:
+	case running && restored < 0:
 		c.Log.Warn().Int64("step", plan.start).Msg("RESTARTED INTO A RUNNING JOB WITHOUT A CHECKPOINT: this pserver's blocks start again from their initializers; the job carries on, but everything they had learned is lost (give pservers --checkpoint-dir and --checkpoint-every)")
+	case running && c.Async:
+		c.Log.Warn().Int64("checkpoint", restored).
+			Msgf("restarted into a running job from checkpoint %d (the updates to this pserver's blocks since it are lost; async: each trainer carries on at its own step)", restored)
 	case plan.behind:
 		c.Log.Warn().Int64("step", plan.start).Int64("checkpoint", restored).
 			Msgf("restarted into a running job at step %d from checkpoint %d (updates of steps %d..%d to this pserver's blocks are lost)", plan.start, restored, restored, plan.start-1)
+	case running:
+		c.Log.Warn().Int64("step", plan.start).Msg("restarted into a running job at the step of its checkpoint: no update lost")
 	case restored >= 0:
 		c.Log.Info().Int64("step", plan.start).Msg("the trainers join at the restored step")
 	}
@@ -609,10 +624,10 @@ func (c *NetComm) startServing(ctx context.Context, progs []*Program, restored i
 }
 
 // awaitPositions receives every trainer's position. A fresh job waits for
-// its trainers as long as they take to start; once a trainer shows the job
-// is past this pserver's restored step (a restart into a running job), the
-// others get TrainerTimeout to report. A trainer lost meanwhile gets
-// TrainerTimeout to come back.
+// its trainers as long as they take to start; once a trainer shows that
+// this pserver restarted into a running job (it rejoins, or it is past the
+// restored step), the others get TrainerTimeout to report. A trainer lost
+// meanwhile gets TrainerTimeout to come back.
 func (c *NetComm) awaitPositions(ctx context.Context, first int64) ([]position, error) {
 	type result struct {
 		i   int
@@ -642,11 +657,11 @@ func (c *NetComm) awaitPositions(ctx context.Context, first int64) ([]position, 
 				return nil, fmt.Errorf("waiting for trainer-%d's position: %w", r.i, r.err)
 			}
 			pos[r.i], heard[r.i] = r.pos, true
-			if r.pos.known() && r.pos.Sent >= first && timeout == nil && c.TrainerTimeout > 0 {
-				ahead = fmt.Sprintf("trainer-%d sent gradients of step %d", r.i, r.pos.Sent)
+			if (r.pos.Rejoin || r.pos.known() && r.pos.Sent >= first) && timeout == nil && c.TrainerTimeout > 0 {
+				ahead = fmt.Sprintf("trainer-%d rejoins, having sent gradients of step %d", r.i, r.pos.Sent)
 				timeout = time.After(c.TrainerTimeout)
 				c.Log.Warn().Int("trainer", r.i).Int64("sent", r.pos.Sent).Int64("restored", first).Dur("timeout", c.TrainerTimeout).
-					Msg("the trainers are past this pserver's state: a restart into a running job; waiting for every trainer's position")
+					Msg("a restart into a running job; waiting for every trainer's position")
 			}
 		case <-timeout:
 			var missing []string

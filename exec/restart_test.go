@@ -21,7 +21,8 @@ import (
 
 // Where a (re)started pserver starts, from the trainers' positions.
 func TestPlanStart(t *testing.T) {
-	L := position{learning, learning}
+	L := position{Sent: learning, Need: learning}
+	at := func(sent, need int64) position { return position{Sent: sent, Need: need} }
 	cases := []struct {
 		name    string
 		pos     []position
@@ -34,20 +35,20 @@ func TestPlanStart(t *testing.T) {
 		err     string
 	}{
 		{name: "fresh job, trainers learn", pos: []position{L, L}, first: 0, start: 0, publish: []int64{0, 0}, resume: []int64{0, 0}},
-		{name: "fresh job, start step 0", pos: []position{{-1, 0}, {-1, 0}}, first: 0, start: 0, publish: []int64{0, 0}, resume: []int64{0, 0}},
-		{name: "whole-job rerun, --start-step", pos: []position{{99, 100}, {99, 100}}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}},
+		{name: "fresh job, start step 0", pos: []position{{Sent: -1, Need: 0}, {Sent: -1, Need: 0}}, first: 0, start: 0, publish: []int64{0, 0}, resume: []int64{0, 0}},
+		{name: "whole-job rerun, --start-step", pos: []position{at(99, 100), at(99, 100)}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}},
 		{name: "whole-job rerun, trainers learn", pos: []position{L, L}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}},
 		// trainer 0 sent every gradient of 130 (it has the parameters of
 		// 130), trainer 1 waits for them: start at 130; trainer 0 re-sends.
-		{name: "restart, one trainer ahead", pos: []position{{130, 131}, {129, 130}}, first: 100, start: 130, publish: []int64{-1, 130}, resume: []int64{130, 130}, behind: true},
+		{name: "restart, one trainer ahead", pos: []position{at(130, 131), at(129, 130)}, first: 100, start: 130, publish: []int64{-1, 130}, resume: []int64{130, 130}, behind: true},
 		// both computing step 130 (parameters received, nothing sent yet)
-		{name: "restart, both computing", pos: []position{{129, 131}, {129, 131}}, first: 100, start: 130, publish: []int64{-1, -1}, resume: []int64{130, 130}, behind: true},
-		{name: "restart without checkpoint", pos: []position{{40, 41}, {40, 41}}, first: 0, start: 41, publish: []int64{41, 41}, resume: []int64{41, 41}, behind: true},
-		{name: "restart, a trainer learns", pos: []position{{130, 131}, L}, first: 100, start: 131, publish: []int64{131, 131}, resume: []int64{131, 131}, behind: true},
-		{name: "trainers behind the checkpoint", pos: []position{{49, 50}, {49, 50}}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}, err: "trainer-0 is at step 50"},
-		{name: "trainers two steps apart", pos: []position{{131, 132}, {129, 130}}, first: 100, start: 130, publish: []int64{-1, 130}, resume: []int64{130, 130}, behind: true, err: "trainer-0 is at step 132"},
-		{name: "async restart", pos: []position{{500, 501}, {300, 300}, L}, first: 700, async: true, start: 700, publish: []int64{501, 300, 700}, resume: []int64{501, 300, 700}},
-		{name: "async restart past the checkpoint", pos: []position{{800, 801}, {300, 301}}, first: 700, async: true, start: 801, publish: []int64{801, 301}, resume: []int64{801, 301}, behind: true},
+		{name: "restart, both computing", pos: []position{at(129, 131), at(129, 131)}, first: 100, start: 130, publish: []int64{-1, -1}, resume: []int64{130, 130}, behind: true},
+		{name: "restart without checkpoint", pos: []position{at(40, 41), at(40, 41)}, first: 0, start: 41, publish: []int64{41, 41}, resume: []int64{41, 41}, behind: true},
+		{name: "restart, a trainer learns", pos: []position{at(130, 131), L}, first: 100, start: 131, publish: []int64{131, 131}, resume: []int64{131, 131}, behind: true},
+		{name: "trainers behind the checkpoint", pos: []position{at(49, 50), at(49, 50)}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}, err: "trainer-0 is at step 50"},
+		{name: "trainers two steps apart", pos: []position{at(131, 132), at(129, 130)}, first: 100, start: 130, publish: []int64{-1, 130}, resume: []int64{130, 130}, behind: true, err: "trainer-0 is at step 132"},
+		{name: "async restart", pos: []position{at(500, 501), at(300, 300), L}, first: 700, async: true, start: 700, publish: []int64{501, 300, 700}, resume: []int64{501, 300, 700}},
+		{name: "async restart past the checkpoint", pos: []position{at(800, 801), at(300, 301)}, first: 700, async: true, start: 801, publish: []int64{801, 301}, resume: []int64{801, 301}, behind: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -300,8 +301,8 @@ func TestPServerRestartInmem(t *testing.T) {
 	if r.second.First < r.killedAt {
 		t.Errorf("the restarted pserver started at step %d, before its checkpoint %d", r.second.First, r.killedAt)
 	}
-	if r.second.First > r.killedAt && !strings.Contains(r.log, "restarted into a running job") {
-		t.Errorf("the restarted pserver skipped steps %d..%d without saying so:\n%s", r.killedAt, r.second.First, r.log)
+	if !strings.Contains(r.log, "restarted into a running job") || r.second.First > r.killedAt && !strings.Contains(r.log, fmt.Sprintf("updates of steps %d..%d", r.killedAt, r.second.First-1)) {
+		t.Errorf("the restarted pserver did not say it joined a running job at step %d, losing the updates since %d:\n%s", r.second.First, r.killedAt, r.log)
 	}
 	if newest := r.manifest.Steps[len(r.manifest.Steps)-1]; newest <= r.second.First {
 		t.Errorf("checkpoints after the restart: %v, want one past step %d", r.manifest.Steps, r.second.First)
@@ -320,5 +321,17 @@ func TestPServerRestartAsyncInmem(t *testing.T) {
 	}
 	if r.second.First < r.killedAt {
 		t.Errorf("the restarted pserver started at step %d, before its checkpoint %d", r.second.First, r.killedAt)
+	}
+	if !strings.Contains(r.log, "restarted into a running job from checkpoint") {
+		t.Errorf("the restarted pserver did not say it joined a running job:\n%s", r.log)
+	}
+}
+
+func TestPositionBytes(t *testing.T) {
+	for _, p := range []position{{Sent: learning, Need: learning}, {Sent: -1, Need: 0}, {Sent: 129, Need: 131, Rejoin: true}} {
+		b := p.bytes()
+		if len(b) != positionSpec.Bytes || positionOf(b) != p {
+			t.Errorf("%+v: %d bytes, back %+v", p, len(b), positionOf(b))
+		}
 	}
 }
