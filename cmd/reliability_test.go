@@ -5,6 +5,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,14 +97,17 @@ func TestGarbageAtLivePserver(t *testing.T) {
 	}
 }
 
-// SIGKILL of a trainer in a sync job: the pserver and the other trainer
-// stop with an error naming the lost trainer; nothing hangs.
+// SIGKILL of a trainer in a sync job: the pserver stops with an error
+// naming the lost trainer after --trainer-timeout; the other trainer waits
+// --connect-timeout for the pserver to come back (it cannot tell a pserver
+// that stopped the job from one that crashed and is being restarted),
+// then stops naming it. Nothing hangs.
 func TestKilledTrainerStopsTheJob(t *testing.T) {
 	plan := splitDigits(t, 2)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
 	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--trainer-timeout", "3s")
-	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "100000000", "--log-every", "100")
+	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "100000000", "--log-every", "100", "--connect-timeout", "3s")
 	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", "100000000", "--log-every", "100")
 	waitForLine(t, t1, "step=100")
 	t1.cmd.Process.Kill()
@@ -110,8 +115,9 @@ func TestKilledTrainerStopsTheJob(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "trainer-1") {
 		t.Fatalf("pserver: exit %d, want non-zero naming trainer-1:\n%s", r.code, r.stderr)
 	}
-	if r := t0.wait(t, 60*time.Second); r.code == 0 {
-		t.Fatalf("trainer-0 exited 0 after its job lost trainer-1:\n%s", r.stderr)
+	r = t0.wait(t, 60*time.Second)
+	if r.code == 0 || !strings.Contains(r.stderr, "lost pserver-0 and it did not come back within 3s") || !strings.Contains(r.stderr, addr) {
+		t.Fatalf("trainer-0: exit %d, want non-zero naming pserver-0 and its address %s:\n%s", r.code, addr, r.stderr)
 	}
 }
 
@@ -239,5 +245,91 @@ func TestJobOverTLS(t *testing.T) {
 	}
 	if r := ps.wait(t, 30*time.Second); r.code != 0 {
 		t.Fatalf("TLS pserver: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// SIGKILL of a pserver mid-run and its restart with the same command line
+// (--checkpoint-dir): it restores its newest checkpoint, the running
+// trainers reconnect and tell it where they are, it starts at their step,
+// and the job finishes with the accuracy of an undisturbed run.
+func TestKilledPserverRestartsFromCheckpoint(t *testing.T) {
+	const steps = "1500"
+	dir := t.TempDir()
+	plan, ck := filepath.Join(dir, "plan"), filepath.Join(dir, "ck")
+	if r := psgraph(t, "split", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	pserver := func(name string, i int) *proc {
+		return start(t, name, env, "run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", addrs[i],
+			"--checkpoint-dir", ck, "--checkpoint-every", "50", "--trainer-timeout", "20s", "--log-every", "100")
+	}
+	ps0, ps1 := pserver("pserver-0", 0), pserver("pserver-1", 1)
+	var trainers []*proc
+	for i := 0; i < 2; i++ {
+		trainers = append(trainers, start(t, fmt.Sprintf("trainer-%d", i), env, "run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan,
+			"--pservers", strings.Join(addrs, ","), "--steps", steps, "--log-every", "100", "--connect-timeout", "20s"))
+	}
+	waitForLine(t, ps1, "checkpoint saved")
+	ps1.cmd.Process.Kill()
+	ps1.wait(t, 10*time.Second)
+	ps1b := pserver("pserver-1 (restarted)", 1)
+	all := append([]*proc{ps0, ps1, ps1b}, trainers...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range all {
+				t.Logf("%s stderr:\n%s", p.name, p.stderrText())
+			}
+		}
+	})
+	var acc []float64
+	for _, p := range trainers {
+		r := p.wait(t, 60*time.Second)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", p.name, r.code, r.stderr)
+		}
+		a, _ := summary(t, r)["acc"].(float64)
+		acc = append(acc, a)
+	}
+	for _, p := range []*proc{ps0, ps1b} {
+		if r := p.wait(t, 30*time.Second); r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", p.name, r.code, r.stderr)
+		}
+	}
+	m := regexp.MustCompile(`resumed from checkpoint .*step=(\d+)`).FindStringSubmatch(ps1b.stderrText())
+	if m == nil {
+		t.Fatalf("the restarted pserver did not restore a checkpoint:\n%s", ps1b.stderrText())
+	}
+	restored, _ := strconv.Atoi(m[1])
+	first, _ := summary(t, result{stdout: ps1b.out.String()})["first_step"].(float64)
+	t.Logf("pserver-1 restored its checkpoint of step %d and started at step %v", restored, first)
+	if restored < 50 || int(first) < restored {
+		t.Errorf("the restarted pserver restored step %d and started at %v; want a checkpoint >= 50 and a start at or after it", restored, first)
+	}
+	// An undisturbed run of the same job, for comparison.
+	r := psgraph(t, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--steps", steps, "--log-every", steps)
+	if r.code != 0 {
+		t.Fatalf("undisturbed run: exit %d\n%s", r.code, r.stderr)
+	}
+	want, _ := summary(t, r)["acc"].(float64)
+	t.Logf("digits accuracy after the pserver restart %v, undisturbed %v", acc, want)
+	for i, a := range acc {
+		if a < 0.95 || a < want-0.01 {
+			t.Errorf("trainer-%d: digits accuracy %v after a pserver restart, want >= 0.95 and within 0.01 of the undisturbed %v", i, a, want)
+		}
+	}
+	for _, l := range strings.Split(ps1b.stderrText()+trainers[0].stderrText(), "\n") {
+		if strings.Contains(l, "resumed") || strings.Contains(l, "restarted") || strings.Contains(l, "lost") || strings.Contains(l, "resumes") {
+			t.Log(l)
+		}
+	}
+	if int(first) > restored && !strings.Contains(ps1b.stderrText(), "restarted into a running job") {
+		t.Errorf("the restarted pserver skipped steps %d..%v without saying so:\n%s", restored, first, ps1b.stderrText())
+	}
+	for _, p := range trainers {
+		if !strings.Contains(p.stderrText(), "the restarted pserver resumes") {
+			t.Errorf("%s did not report the pserver restart:\n%s", p.name, p.stderrText())
+		}
 	}
 }

@@ -83,7 +83,7 @@ func (n *netFlags) add(c *cobra.Command) {
 	f.StringVar(&n.plan, "plan", "", "the directory 'psgraph split' wrote (env PSGRAPH_PLAN)")
 	f.StringVar(&n.listen, "listen", "", "pserver: host:port to listen on (env PSGRAPH_LISTEN; default: the plan's endpoint)")
 	f.StringVar(&n.pservers, "pservers", "", "trainer: host:port of every pserver, comma-separated (env PSGRAPH_PSERVERS; default: the plan's endpoints)")
-	f.DurationVar(&n.connectTimeout, "connect-timeout", 60*time.Second, "trainer: keep retrying to reach the pservers this long")
+	f.DurationVar(&n.connectTimeout, "connect-timeout", 60*time.Second, "trainer: keep retrying to reach the pservers this long, at the start and whenever a pserver's connection is lost (a restarted pserver must be back within it)")
 	f.StringVar(&n.tokenFile, "token-file", "", "file holding the job's shared secret (or env PSGRAPH_TOKEN)")
 	f.BoolVar(&n.insecure, "insecure", false, "pserver: allow listening on a non-loopback address without a token")
 	f.StringVar(&n.tlsCert, "tls-cert", "", "PEM certificate of this node (pserver: required for TLS; trainer: a client certificate)")
@@ -338,6 +338,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	defer ep.Close()
 	sum, err := job.RunTrainer(ctx, n.index, ep, exec.RunOptions{
 		Steps: o.steps, Batch: batch, Save: o.save, Metrics: o.metrics, LogEvery: o.log.every, Log: log, StartStep: o.ck.startStep,
+		PServerTimeout: n.connectTimeout,
 	})
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/rs/zerolog"
+
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -186,6 +188,7 @@ type snapshot struct {
 	write   sync.Mutex // one Save at a time: they share the manifest
 	mu      sync.Mutex
 	ck      *Checkpointer
+	log     zerolog.Logger
 	parts   int
 	pending map[int64]*pendingCk
 }
@@ -216,7 +219,10 @@ func (s *snapshot) add(step int64, vars Scope) error {
 	if done {
 		s.write.Lock()
 		defer s.write.Unlock()
-		return s.ck.Save(step, p.tensors)
+		if err := s.ck.Save(step, p.tensors); err != nil {
+			return err
+		}
+		s.log.Info().Int64("step", step).Str("dir", s.ck.Dir).Msg("checkpoint saved")
 	}
 	return nil
 }

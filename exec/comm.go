@@ -30,9 +30,16 @@ type NetComm struct {
 	// TrainerTimeout is how long a pserver waits for a lost trainer to
 	// come back before the job fails (0: fail at once).
 	TrainerTimeout time.Duration
+	// PServerTimeout is how long a trainer waits for a lost pserver to
+	// come back, the same process or a restarted one (0: fail at once).
+	PServerTimeout time.Duration
 	Log            zerolog.Logger
 
-	// restart watch (pservers waiting for lost trainers)
+	// links: a trainer's memory of its pservers (restart.go)
+	links *links
+
+	// restart watch (pservers waiting for lost trainers, trainers for
+	// restarted pservers)
 	watchOnce sync.Once
 	rmu       sync.Mutex
 	rctx      context.Context
@@ -112,6 +119,9 @@ func (c *NetComm) Send(ctx context.Context, step int64, a ops.Attrs, t *tensor.T
 		if err := c.EP.Send(ctx, p, step+r.offset, v, dtypeOf(t), t.Bytes()); err != nil {
 			return err
 		}
+		if c.links != nil {
+			c.links.noteSent(p, v, step+r.offset, dtypeOf(t), t.Bytes())
+		}
 	}
 	return nil
 }
@@ -124,7 +134,15 @@ func (c *NetComm) Recv(ctx context.Context, step int64, a ops.Attrs, t *tensor.T
 	if r.all {
 		return fmt.Errorf("recv %s: from must name one node", a.String("var"))
 	}
-	return c.EP.Recv(ctx, r.peers[0], step, a.String("var"), t.Bytes())
+	if c.links != nil && c.PServerTimeout > 0 {
+		return c.recvFromPServer(ctx, r.peers[0], step, a.String("var"), t)
+	}
+	return c.recvParam(ctx, r.peers[0], step, a.String("var"), t)
+}
+
+// recvParam receives v@step from src into t.
+func (c *NetComm) recvParam(ctx context.Context, src transport.NodeID, step int64, v string, t *tensor.Tensor) error {
+	return c.EP.Recv(ctx, src, step, v, t.Bytes())
 }
 
 // Accumulate gathers n pieces of a transfer and writes their mean into t.
@@ -186,18 +204,23 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 // memory may be overwritten. On a pserver that waits for lost trainers
 // (TrainerTimeout > 0), a trainer lost with messages queued for it gets
 // that long to come back; the messages are then written (the same
-// process) or dropped (a restarted one).
+// process) or dropped (a restarted one). A trainer (PServerTimeout > 0)
+// waits for a lost pserver the same way, and brings a restarted one up to
+// date.
 func (c *NetComm) Flush(ctx context.Context) error {
 	for {
 		err := c.EP.Flush(ctx)
 		var pe *transport.PeerError
-		if c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) {
+		if !lostPeer(err) || !errors.As(err, &pe) {
 			return err
 		}
-		if r, _, _ := pe.Peer.Role(); r != "trainer" {
-			return err
+		switch r, _, _ := pe.Peer.Role(); {
+		case r == "trainer" && c.TrainerTimeout > 0:
+			err = c.awaitPeer(ctx, pe.Peer, -1, err)
+		case r == "pserver" && c.PServerTimeout > 0 && c.links != nil:
+			err = c.flushLostPServer(ctx, pe.Peer, err)
 		}
-		if err := c.awaitPeer(ctx, pe.Peer, -1, err); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -228,26 +251,15 @@ func Transfers(g *dsl.Graph, batch int) ([]transport.Spec, error) {
 
 // Finish flushes and tells every peer this node is done.
 func (c *NetComm) Finish(ctx context.Context) error {
-	if err := c.EP.Flush(ctx); err != nil {
+	flush := c.EP.Flush
+	if c.links != nil && c.PServerTimeout > 0 {
+		flush = c.Flush // a trainer rides out a pserver lost at the end too
+	}
+	if err := flush(ctx); err != nil {
 		return err
 	}
 	for _, p := range c.Peers {
 		if err := c.EP.Done(ctx, p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// publish sends t to every trainer under the send op's transfer for step
-// (a pserver's initial parameters), whatever the op's reply_to and offset.
-func (c *NetComm) publish(ctx context.Context, step int64, a ops.Attrs, t *tensor.Tensor) error {
-	r, err := c.routeOf(a, "to")
-	if err != nil {
-		return err
-	}
-	for _, p := range r.peers {
-		if err := c.EP.Send(ctx, p, step, a.String("var"), dtypeOf(t), t.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -317,13 +329,12 @@ func partOf(ctx context.Context) *part {
 	return p
 }
 
-// restartCtx returns a context cancelled at the next restart of any
-// trainer (a watcher per trainer, started once, bumps it).
+// restartCtx returns a context cancelled at the next restart of any peer
+// (a watcher per peer, started once, bumps it).
 func (c *NetComm) restartCtx(ctx context.Context) context.Context {
 	c.watchOnce.Do(func() {
 		c.rctx, c.rcancel = context.WithCancel(context.Background())
-		for i := 0; i < c.Trainers; i++ {
-			who := transport.Trainer(i)
+		for _, who := range c.Peers {
 			go func() {
 				var seen int64
 				for {
@@ -415,6 +426,9 @@ func (c *NetComm) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
 		if !any || k > step {
 			step, any = k, true
 		}
+	}
+	if c.links != nil {
+		c.links.learned(step)
 	}
 	return step, nil
 }

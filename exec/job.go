@@ -39,18 +39,32 @@ func (j *Job) PServerIDs() []transport.NodeID {
 }
 
 // Specs lists what node id receives, for its endpoint to accept before it
-// connects.
+// connects: its graph's transfers and the control transfer of its role
+// (a pserver hears trainers' positions, a trainer a pserver's resume step).
 func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
 	role, i, ok := id.Role()
+	var g *dsl.Graph
+	var ctrl transport.Spec
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("%q is not a node of the job", id)
 	case role == "pserver" && i < len(j.PServers):
-		return Transfers(j.PServers[i], 1)
+		g, ctrl, batch = j.PServers[i], positionSpec, 1
 	case role == "trainer" && i < j.Trainers:
-		return Transfers(j.Trainer, batch)
+		g, ctrl = j.Trainer, resumeSpec
+	default:
+		return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
 	}
-	return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
+	specs, err := Transfers(g, batch)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range specs {
+		if s.Var == PositionVar || s.Var == ResumeVar {
+			return nil, fmt.Errorf("the graph of %s has a transfer named %q, a name psgraph reserves for its own messages; rename that variable", id, s.Var)
+		}
+	}
+	return append(specs, ctrl), nil
 }
 
 // RunPServer serves pserver i's subgraph over ep until every trainer is done.
@@ -59,9 +73,16 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	return Serve(ctx, j.PServers[i], opt)
 }
 
-// RunTrainer trains as trainer i over ep.
+// RunTrainer trains as trainer i over ep. It first tells every pserver
+// where it starts (its position), which a pserver waits for before its
+// first step.
 func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt RunOptions) (*Summary, error) {
 	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = string(transport.Trainer(i)), i, j.Trainers, j.Params
-	opt.Comm = NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
+	c := NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
+	c.PServerTimeout, c.Log = opt.PServerTimeout, opt.Log
+	if err := c.join(ctx, j.Trainer, int64(opt.StartStep)); err != nil {
+		return nil, err
+	}
+	opt.Comm = c
 	return Train(ctx, j.Trainer, opt)
 }

@@ -33,17 +33,22 @@ type ServeOptions struct {
 
 // ServeSummary is a pserver's result.
 type ServeSummary struct {
-	Role    string  `json:"role"`
+	Role string `json:"role"`
+	// First is the step the pserver started at: 0, its restored
+	// checkpoint's, or the running job's after a restart.
+	First   int64   `json:"first_step"`
 	Steps   int64   `json:"steps"`
 	Seconds float64 `json:"seconds"`
 }
 
 // Serve runs a pserver's subgraph (its endpoint accepts the graph's
-// Transfers, declared before it connected) until every trainer is done. Before the
-// first step it sends each `initial` parameter for step 0; then each step
-// runs the graph once: accumulate the step's gradient pieces, update, send
-// the next step's parameters. It returns when the trainers finished (nil
-// error) or on the first failure.
+// Transfers and the position transfer, declared before it connected) until
+// every trainer is done. Before the first step it hears every trainer's
+// position and sends each `initial` parameter for the step it starts at
+// (0, its checkpoint's, or the running job's after a restart); then each
+// step runs the graph once: accumulate the step's gradient pieces, update,
+// send the next step's parameters. It returns when the trainers finished
+// (nil error) or on the first failure.
 func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummary, error) {
 	c := opt.Comm
 	c.TrainerTimeout, c.Log = opt.TrainerTimeout, opt.Log
@@ -74,35 +79,31 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 			}
 		}
 	}
-	first, err := opt.Checkpoint.resumeStep(opt.ResumeStep)
+	restored, err := opt.Checkpoint.resumeStep(opt.ResumeStep)
 	if err != nil {
 		return nil, err
 	}
-	if first >= 0 {
+	if restored >= 0 {
 		for _, prog := range progs {
-			if err := opt.Checkpoint.Restore(first, persistentOf(prog)); err != nil {
+			if err := opt.Checkpoint.Restore(restored, persistentOf(prog)); err != nil {
 				return nil, err
 			}
 		}
-		opt.Log.Info().Int64("step", first).Str("dir", opt.Checkpoint.Dir).Msg("resumed from checkpoint")
+		opt.Log.Info().Int64("step", restored).Str("dir", opt.Checkpoint.Dir).Msg("resumed from checkpoint")
 	}
-	first = max(first, 0)
 	var snap *snapshot
 	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 {
-		snap = &snapshot{ck: ck, parts: len(progs), pending: map[int64]*pendingCk{}}
+		snap = &snapshot{ck: ck, log: opt.Log, parts: len(progs), pending: map[int64]*pendingCk{}}
 	}
-	for _, prog := range progs {
-		for _, op := range prog.Graph.Ops {
-			if op.Type == "send" && op.Attrs.String("initial") != "" {
-				t, ok := prog.Scope[op.Attrs.String("initial")]
-				if !ok {
-					return nil, dsl.Errorf(op.Pos, "send: initial %q is not a variable of this node", op.Attrs.String("initial"))
-				}
-				if err := c.publish(ctx, first, op.Attrs, t); err != nil {
-					return nil, err
-				}
-			}
+	// Every trainer tells this pserver where it is; a fresh job starts at
+	// the restored step (0 without a checkpoint), a restart into a running
+	// job where the trainers are (restart.go).
+	first, err := c.startServing(ctx, progs, restored)
+	if err != nil {
+		if parent.Err() != nil {
+			return nil, parent.Err()
 		}
+		return nil, err
 	}
 	start := time.Now()
 	steps := make([]int64, len(progs))
@@ -120,14 +121,20 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	}
 	wg.Wait()
 	var last int64
+	var failed error
 	for i, err := range errs {
-		if err != nil && !finished(err) {
-			if parent.Err() != nil {
-				return nil, parent.Err()
-			}
-			return nil, err
+		// The part that failed cancelled the others: report its error,
+		// not their cancellation.
+		if err != nil && !finished(err) && (failed == nil || errors.Is(failed, context.Canceled) && !errors.Is(err, context.Canceled)) {
+			failed = err
 		}
 		last = max(last, steps[i])
+	}
+	if failed != nil {
+		if parent.Err() != nil {
+			return nil, parent.Err()
+		}
+		return nil, failed
 	}
 	if err := awaitTrainers(parent, g, c, last); err != nil {
 		return nil, err
@@ -136,7 +143,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		return nil, err
 	}
 	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
-	return &ServeSummary{Role: string(c.EP.Self()), Steps: last, Seconds: time.Since(start).Seconds()}, nil
+	return &ServeSummary{Role: string(c.EP.Self()), First: first, Steps: last, Seconds: time.Since(start).Seconds()}, nil
 }
 
 // serveLoop runs one part of a pserver's graph step after step until the

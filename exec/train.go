@@ -45,6 +45,10 @@ type RunOptions struct {
 	// step they are at: 0, a restored checkpoint's, or a running job's to
 	// a restarted trainer).
 	StartStep int
+	// PServerTimeout: how long a distributed trainer waits for a lost
+	// pserver to come back, the same process or a restarted one, before
+	// it fails (0: fail at once).
+	PServerTimeout time.Duration
 }
 
 // Summary is the result of a run, printed as the last line of stdout.

@@ -50,16 +50,20 @@ func NewHub(onError func(error), ids ...NodeID) *Hub {
 
 // Restart replaces node id by a new incarnation with a clean state (as a
 // restarted process): its peers drop what the old one sent and the old
-// endpoint's later sends are never delivered.
-func (h *Hub) Restart(id NodeID) *Inmem {
+// endpoint's later sends are never delivered. The new endpoint accepts
+// the given transfers before its peers see it (as Config.Accept on TCP).
+func (h *Hub) Restart(id NodeID, accept ...Spec) *Inmem {
 	h.mu.Lock()
 	old := h.nodes[id]
 	e := &Inmem{self: id, inc: newIncarnation(), hub: h, in: newInbox(id, old.in.peers, h.onError), sent: map[NodeID]int64{}}
+	e.in.accept(accept)
+	for _, p := range e.in.peers { // before any peer can send to it
+		e.in.connected(p, h.nodes[p].inc)
+	}
 	h.nodes[id] = e
 	peers := h.nodes
 	h.mu.Unlock()
 	for _, p := range e.in.peers {
-		e.in.connected(p, peers[p].inc)
 		peers[p].mu.Lock()
 		delete(peers[p].sent, id)
 		peers[p].mu.Unlock()

@@ -1,0 +1,697 @@
+package exec
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// A restarted pserver and the running trainers meet again through two
+// control transfers, exchanged with every incarnation of a pserver (so a
+// fresh job, a whole-job rerun and a restart into a running job take one
+// code path):
+//
+//   - position, trainer -> pserver, when the trainer first talks to a
+//     pserver incarnation: the step of the last gradients it sent to that
+//     pserver (any incarnation; before any, its start step - 1), the
+//     oldest step of that pserver's parameters it has not received yet
+//     (both `learning` when the trainer learns its start step from the
+//     pservers), and whether it rejoins (it talked to an earlier
+//     incarnation: the pserver restarted into a running job).
+//   - resume, pserver -> trainer, once it heard every trainer: the step it
+//     starts at (sync) or the step of the parameters it sent that trainer
+//     (async).
+//
+// The trainer then re-sends its last gradients of each transfer whose
+// step the pserver has not applied (the transport dropped what was queued
+// for the old process), and carries on. See docs/runtime.md.
+const (
+	// PositionVar and ResumeVar are reserved transfer names; a plan may
+	// not use them for its own transfers.
+	PositionVar = "psgraph/position"
+	ResumeVar   = "psgraph/resume"
+)
+
+var (
+	positionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: 24}
+	resumeSpec   = transport.Spec{Var: ResumeVar, DType: transport.I32, Bytes: 8}
+)
+
+// ctrlStep keys every control message: never below a pserver's DropBefore
+// floor, and every incarnation sends at most one to each peer.
+const ctrlStep = math.MaxInt64
+
+// learning marks a position of a trainer that learns its start step.
+const learning = math.MinInt64
+
+// position is what a trainer tells a pserver incarnation about itself.
+type position struct {
+	Sent   int64 // step of the last gradients sent to this pserver; start-1 before any
+	Need   int64 // oldest step of this pserver's parameters not received yet
+	Rejoin bool  // the trainer talked to an earlier incarnation of it
+}
+
+func (p position) known() bool { return p.Sent != learning }
+
+func (p position) bytes() []byte {
+	b := make([]byte, 24)
+	binary.LittleEndian.PutUint64(b, uint64(p.Sent))
+	binary.LittleEndian.PutUint64(b[8:], uint64(p.Need))
+	if p.Rejoin {
+		b[16] = 1
+	}
+	return b
+}
+
+func positionOf(b []byte) position {
+	return position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:])), Rejoin: b[16] == 1}
+}
+
+func stepBytes(s int64) []byte {
+	b := make([]byte, 8)
+	binary.LittleEndian.PutUint64(b, uint64(s))
+	return b
+}
+
+// ---- trainer side ----
+
+// links is a trainer's memory of its pservers: what it last sent on each
+// transfer and the last step it received of each, to tell a restarted
+// pserver where the trainer is and re-send what the restart lost. Built
+// once (join); the maps are read-only after.
+type links struct {
+	start atomic.Int64 // the trainer's first step (learning until known)
+	by    map[transport.NodeID]*link
+
+	// the receive context of the current restart epoch (watched)
+	wmu   sync.Mutex
+	wbase context.Context
+	wrc   context.Context
+	wctx  context.Context
+}
+
+type link struct {
+	id    transport.NodeID
+	sent  map[string]*sentMsg
+	got   map[string]*atomic.Int64 // last step received, learning before any
+	mu    sync.Mutex               // one recovery at a time
+	inc   int64                    // restarts of the pserver answered with a position
+	gen   atomic.Int64             // recoveries of a restart completed
+	down  bool                     // logged as lost, not yet back
+	since time.Time
+}
+
+// sentMsg is the last message sent on one transfer. Its payload is the
+// tensor's memory, which stays intact until the trainer received this
+// pserver's next parameters (the gradient is computed from them, and they
+// come only once the pserver has the re-sent gradient); a transfer
+// computed without them keeps a copy (own), in a new buffer once the old
+// one was re-sent (lent: the transport may still be writing it).
+type sentMsg struct {
+	mu      sync.Mutex
+	has     bool
+	step    int64
+	dt      transport.DType
+	payload []byte
+	own     bool
+	lent    bool
+}
+
+// join sets up a trainer's links from its graph and sends every pserver
+// its position: start-1, or learning when start < 0.
+func (c *NetComm) join(ctx context.Context, g *dsl.Graph, start int64) error {
+	ls := &links{by: map[transport.NodeID]*link{}}
+	if start < 0 {
+		start = learning
+	}
+	ls.start.Store(start)
+	for _, p := range c.Peers {
+		ls.by[p] = &link{id: p, sent: map[string]*sentMsg{}, got: map[string]*atomic.Int64{}}
+	}
+	prod := g.Producers()
+	for _, op := range g.Ops {
+		var key string
+		switch op.Type {
+		case "recv":
+			key = "from"
+		case "send":
+			key = "to"
+		default:
+			continue
+		}
+		peer, err := ops.ParsePeer(op.Attrs.String(key))
+		if err != nil || peer.Role != "pserver" || peer.Index < 0 {
+			continue
+		}
+		l := ls.by[transport.PServer(peer.Index)]
+		if l == nil {
+			return dsl.Errorf(op.Pos, "%s: pserver:%d is not a pserver of this job", op.Type, peer.Index)
+		}
+		v := op.Attrs.String("var")
+		if op.Type == "recv" {
+			got := &atomic.Int64{}
+			got.Store(learning)
+			l.got[v] = got
+		} else {
+			l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], op.Attrs.String("to"))}
+		}
+	}
+	c.links = ls
+	for _, p := range c.Peers {
+		l := ls.by[p]
+		n, _ := c.EP.Restarts(p)
+		if err := c.EP.Send(ctx, p, ctrlStep, PositionVar, positionSpec.DType, ls.position(l).bytes()); err != nil {
+			return fmt.Errorf("telling %s this trainer's position: %w", p, err)
+		}
+		l.inc = n
+	}
+	return nil
+}
+
+// fedBy reports whether variable v is computed from a parameter received
+// from peer (a recv op with from: peer), so its memory cannot be
+// overwritten before that peer's next parameters arrived.
+func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
+	seen := map[string]bool{}
+	var walk func(string) bool
+	walk = func(v string) bool {
+		if seen[v] {
+			return false
+		}
+		seen[v] = true
+		i, ok := prod[v]
+		if !ok {
+			return false
+		}
+		op := g.Ops[i]
+		if op.Type == "recv" && op.Attrs.String("from") == peer {
+			return true
+		}
+		for _, in := range op.Inputs {
+			if walk(in) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(v)
+}
+
+// learned records the start step a trainer learned from the pservers.
+func (ls *links) learned(step int64) { ls.start.Store(step) }
+
+// noteSent records the last message sent to p on transfer v.
+func (ls *links) noteSent(p transport.NodeID, v string, step int64, dt transport.DType, payload []byte) {
+	m := ls.by[p].sent[v]
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.has, m.step, m.dt = true, step, dt
+	switch {
+	case m.own && m.lent:
+		m.payload, m.lent = append([]byte(nil), payload...), false
+	case m.own:
+		m.payload = append(m.payload[:0], payload...)
+	default:
+		m.payload = payload
+	}
+	m.mu.Unlock()
+}
+
+// position is where the trainer is with respect to pserver l.
+func (ls *links) position(l *link) position {
+	start := ls.start.Load()
+	if start == learning {
+		return position{Sent: learning, Need: learning}
+	}
+	pos := position{Sent: start - 1, Need: math.MaxInt64}
+	for _, m := range l.sent {
+		m.mu.Lock()
+		if m.has && m.step > pos.Sent {
+			pos.Sent = m.step
+		}
+		m.mu.Unlock()
+	}
+	for _, got := range l.got {
+		need := start
+		if k := got.Load(); k != learning {
+			need = k + 1
+		}
+		pos.Need = min(pos.Need, need)
+	}
+	if pos.Need == math.MaxInt64 { // receives nothing from it
+		pos.Need = pos.Sent + 1
+	}
+	return pos
+}
+
+// watched returns a child of ctx cancelled at the next restart of any
+// peer, with the restart context it follows. It is made once per restart
+// (and per ctx), so a steady-state receive allocates nothing.
+func (c *NetComm) watched(ctx context.Context) (w, rc context.Context) {
+	rc = c.restartCtx(ctx)
+	ls := c.links
+	ls.wmu.Lock()
+	defer ls.wmu.Unlock()
+	if ls.wbase != ctx || ls.wrc != rc {
+		wc, cancel := context.WithCancel(ctx)
+		context.AfterFunc(rc, cancel)
+		ls.wbase, ls.wrc, ls.wctx = ctx, rc, wc
+	}
+	return ls.wctx, rc
+}
+
+// recvFromPServer receives v@step from pserver p into t so that it rides
+// out a lost pserver: it waits for p to come back, and when p came back as
+// a new process brings it up to date (rejoinPServer) before receiving
+// again. A restart is noticed even without an error: the receive is woken
+// by it.
+func (c *NetComm) recvFromPServer(ctx context.Context, p transport.NodeID, step int64, v string, t *tensor.Tensor) error {
+	l := c.links.by[p]
+	var deadline time.Time
+	for {
+		gen := l.gen.Load()
+		w, rc := c.watched(ctx) // before the check: a restart after it cancels w
+		if n, _ := c.EP.Restarts(p); n != l.answered() {
+			if _, err := c.recoverPServer(ctx, l, gen, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		var err error
+		if deadline.IsZero() {
+			err = c.recvParam(w, p, step, v, t)
+		} else { // after a blip: bounded
+			dctx, cancel := context.WithDeadline(w, deadline)
+			err = c.recvParam(dctx, p, step, v, t)
+			cancel()
+		}
+		restarted := err != nil && rc.Err() != nil
+		switch {
+		case err == nil:
+			if got := l.got[v]; got != nil {
+				got.Store(step)
+			}
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case restarted: // some pserver restarted while we waited: check again
+			continue
+		case !deadline.IsZero() && errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("%s@%d from %s did not arrive within %v after its connection came back (a message lost with a connection is not re-sent); the trainer stops", v, step, p, c.PServerTimeout)
+		case lostPeer(err):
+			blip, err := c.recoverPServer(ctx, l, gen, err)
+			if err != nil {
+				return err
+			}
+			if blip && deadline.IsZero() {
+				deadline = time.Now().Add(c.PServerTimeout)
+			}
+		default:
+			return err
+		}
+	}
+}
+
+func (l *link) answered() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inc
+}
+
+// flushLostPServer handles a Flush that failed because pserver p's
+// connection is lost: wait for it, and bring it up to date if it restarted.
+func (c *NetComm) flushLostPServer(ctx context.Context, p transport.NodeID, cause error) error {
+	l := c.links.by[p]
+	if l == nil {
+		return cause
+	}
+	_, err := c.recoverPServer(ctx, l, l.gen.Load(), cause)
+	return err
+}
+
+// recoverPServer waits (up to PServerTimeout) for pserver l to be
+// connected. The same process back (a network blip) is reported as blip;
+// a new incarnation is told this trainer's position and brought up to
+// date. gen is the count of recoveries the caller saw before its failure:
+// if another op recovered l since, there is nothing left to do.
+func (c *NetComm) recoverPServer(ctx context.Context, l *link, gen int64, cause error) (blip bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gen.Load() != gen {
+		return false, nil
+	}
+	if cause != nil && !l.down {
+		l.down, l.since = true, time.Now()
+		c.Log.Warn().Str("pserver", string(l.id)).Dur("timeout", c.PServerTimeout).Err(cause).Msg("lost a pserver; waiting for it to come back")
+	}
+	for {
+		// A second beyond the timeout: by then the TCP transport, which
+		// started counting at the loss, gave the pserver up, and its error
+		// names the address (pserverGone asks for it).
+		wctx, cancel := context.WithTimeout(ctx, c.PServerTimeout+time.Second)
+		err := c.EP.WaitPeer(wctx, l.id)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			return false, c.pserverGone(ctx, l.id, cause, err)
+		}
+		n, _ := c.EP.Restarts(l.id)
+		if n == l.inc {
+			if l.down {
+				l.down = false
+				c.Log.Info().Str("pserver", string(l.id)).Dur("after", time.Since(l.since).Round(time.Millisecond)).Msg("pserver is back (the same process)")
+			}
+			return true, nil
+		}
+		again, err := c.rejoinPServer(ctx, l, n)
+		if err != nil {
+			return false, err
+		}
+		if again { // lost or restarted again while we talked to it
+			continue
+		}
+		l.inc, l.down = n, false
+		l.gen.Add(1)
+		return false, nil
+	}
+}
+
+// rejoinPServer brings incarnation n of pserver l up to date: send it this
+// trainer's position, wait for its resume step, re-send the last message
+// of each transfer it has not applied. again: it was lost or restarted
+// once more meanwhile.
+func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bool, err error) {
+	rc := c.restartCtx(ctx)
+	if m, _ := c.EP.Restarts(l.id); m != n {
+		return true, nil
+	}
+	pos := c.links.position(l)
+	pos.Rejoin = true
+	ev := c.Log.Warn().Str("pserver", string(l.id))
+	if pos.known() {
+		ev = ev.Int64("sent", pos.Sent).Int64("need", pos.Need)
+	}
+	ev.Msg("pserver restarted (a new process); telling it this trainer's position")
+	if err := c.EP.Send(ctx, l.id, ctrlStep, PositionVar, positionSpec.DType, pos.bytes()); err != nil {
+		return false, fmt.Errorf("telling the restarted %s this trainer's position: %w", l.id, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.PServerTimeout)
+	defer cancel()
+	buf := make([]byte, resumeSpec.Bytes)
+	for {
+		rctx, stopRecv := context.WithCancel(wctx)
+		stop := context.AfterFunc(rc, stopRecv)
+		err = c.EP.Recv(rctx, l.id, ctrlStep, ResumeVar, buf)
+		woken := err != nil && rc.Err() != nil && wctx.Err() == nil
+		stop()
+		stopRecv()
+		if !woken {
+			break
+		}
+		// Woken by a restart: of this pserver again (tell the new one), or
+		// of another peer, or the watcher catching up with this one.
+		rc = c.restartCtx(ctx)
+		if m, _ := c.EP.Restarts(l.id); m != n {
+			return true, nil
+		}
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case lostPeer(err):
+		return true, nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return false, fmt.Errorf("%s restarted but did not say where it resumes within %v (it waits for every trainer's position; see its log)", l.id, c.PServerTimeout)
+	default:
+		return false, fmt.Errorf("waiting for the restarted %s: %w", l.id, err)
+	}
+	s := int64(binary.LittleEndian.Uint64(buf))
+	if !c.Async && pos.known() && (pos.Need < s || pos.Sent > s) {
+		return false, fmt.Errorf("%s restarted at step %d, but this trainer is at step %d (it sent gradients of step %d and needs parameters of step %d); the lost steps cannot be recovered: rerun the job from its checkpoints (psgraph train --checkpoint-dir)", l.id, s, pos.Need, pos.Sent, pos.Need)
+	}
+	resent := 0
+	for v, m := range l.sent {
+		m.mu.Lock()
+		has, step, dt, payload := m.has, m.step, m.dt, m.payload
+		resend := has && step >= s
+		m.lent = m.lent || resend
+		m.mu.Unlock()
+		if !resend {
+			continue
+		}
+		if err := c.EP.Send(ctx, l.id, step, v, dt, payload); err != nil {
+			return false, fmt.Errorf("re-sending %s@%d to the restarted %s: %w", v, step, l.id, err)
+		}
+		resent++
+	}
+	c.Log.Warn().Str("pserver", string(l.id)).Int64("step", s).Int("resent", resent).Msg("the restarted pserver resumes; carrying on")
+	return false, nil
+}
+
+// pserverGone is the error of a pserver that did not come back.
+func (c *NetComm) pserverGone(ctx context.Context, p transport.NodeID, cause, waitErr error) error {
+	why := waitErr
+	var pe *transport.PeerError
+	if !errors.As(waitErr, &pe) {
+		// Our own deadline. A transport that gave the peer up (TCP, after
+		// its connect timeout) names its address: ask without waiting.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := c.EP.WaitPeer(done, p); errors.As(err, &pe) {
+			why = err
+		} else if cause != nil {
+			why = cause
+		}
+	}
+	for errors.As(why, &pe) { // the transport nests its peer errors
+		why = pe.Err
+	}
+	return fmt.Errorf("lost %s and it did not come back within %v (restart it with the same command line, or raise --connect-timeout): %v", p, c.PServerTimeout, why)
+}
+
+// ---- pserver side ----
+
+// startPlan is where a pserver that heard every trainer's position starts.
+type startPlan struct {
+	start   int64   // the parts' first step
+	publish []int64 // per trainer: the step of the parameters to send it; -1: none
+	resume  []int64 // per trainer: the step its resume message names
+	behind  bool    // the trainers are past the restored state: updates are lost
+	err     error   // the trainers cannot continue with this pserver
+}
+
+// planStart decides, from the trainers' positions and the step first the
+// pserver restored (0 without a checkpoint), where it starts.
+//
+// Sync: s0 = max(L+1, first), L the smallest known Sent: a trainer that
+// sent gradients of s0 re-sends them, one at s0-1 computes them. Trainers
+// that learn (or fresh ones: Sent = -1) fit any s0 >= first. Every trainer
+// that does not hold the parameters of s0 gets them.
+//
+// Async: each trainer gets the parameters of the step it needs; the
+// parts' step counter (for checkpoints) continues above first and above
+// every trainer's step.
+func planStart(pos []position, first int64, async bool) startPlan {
+	p := startPlan{start: first, publish: make([]int64, len(pos)), resume: make([]int64, len(pos))}
+	low, high, known := int64(math.MaxInt64), int64(math.MinInt64), false
+	for _, q := range pos {
+		if q.known() {
+			known = true
+			low, high = min(low, q.Sent), max(high, q.Sent)
+		}
+	}
+	if known {
+		if async {
+			p.start = max(first, high+1)
+		} else {
+			p.start = max(first, low+1)
+		}
+	}
+	p.behind = p.start > first
+	for i, q := range pos {
+		switch {
+		case !q.known():
+			p.publish[i], p.resume[i] = p.start, p.start
+		case async:
+			p.publish[i], p.resume[i] = q.Need, q.Need
+		default:
+			p.resume[i], p.publish[i] = p.start, -1
+			if q.Need <= p.start {
+				p.publish[i] = p.start
+			}
+			if (q.Need < p.start || q.Sent > p.start) && p.err == nil {
+				p.err = fmt.Errorf("trainer-%d is at step %d (it sent gradients of step %d) but this pserver can only start at step %d (from its checkpoint of step %d and the other trainers' positions); the job cannot continue: rerun it from its checkpoints (psgraph train --checkpoint-dir)", i, q.Need, q.Sent, p.start, first)
+			}
+		}
+	}
+	return p
+}
+
+// initial is a parameter a pserver serves before its first step: its
+// transfer and its persistent tensor.
+type initial struct {
+	v string
+	t *tensor.Tensor
+}
+
+// initials lists the `initial` parameters of a pserver's parts.
+func initials(progs []*Program) ([]initial, error) {
+	var out []initial
+	for _, prog := range progs {
+		for _, op := range prog.Graph.Ops {
+			name := op.Attrs.String("initial")
+			if op.Type != "send" || name == "" {
+				continue
+			}
+			t, ok := prog.Scope[name]
+			if !ok {
+				return nil, dsl.Errorf(op.Pos, "send: initial %q is not a variable of this node", name)
+			}
+			out = append(out, initial{v: op.Attrs.String("var"), t: t})
+		}
+	}
+	return out, nil
+}
+
+// startServing gathers every trainer's position, decides the first step
+// (planStart), and sends each trainer its parameters and resume step.
+// restored is the step of the checkpoint restored, -1 for none.
+func (c *NetComm) startServing(ctx context.Context, progs []*Program, restored int64) (int64, error) {
+	params, err := initials(progs)
+	if err != nil {
+		return 0, err
+	}
+	first := max(restored, 0)
+	pos, err := c.awaitPositions(ctx, first)
+	if err != nil {
+		return 0, err
+	}
+	plan := planStart(pos, first, c.Async)
+	if !c.Async {
+		c.EP.DropBefore(plan.start) // gradients of steps already applied
+	}
+	running := plan.behind
+	for _, p := range pos {
+		running = running || p.Rejoin
+	}
+	switch {
+	case plan.err != nil:
+	case running && restored < 0:
+		c.Log.Warn().Int64("step", plan.start).Msg("RESTARTED INTO A RUNNING JOB WITHOUT A CHECKPOINT: this pserver's blocks start again from their initializers; the job carries on, but everything they had learned is lost (give pservers --checkpoint-dir and --checkpoint-every)")
+	case running && c.Async:
+		c.Log.Warn().Int64("checkpoint", restored).
+			Msgf("restarted into a running job from checkpoint %d (the updates to this pserver's blocks since it are lost; async: each trainer carries on at its own step)", restored)
+	case plan.behind:
+		c.Log.Warn().Int64("step", plan.start).Int64("checkpoint", restored).
+			Msgf("restarted into a running job at step %d from checkpoint %d (updates of steps %d..%d to this pserver's blocks are lost)", plan.start, restored, restored, plan.start-1)
+	case running:
+		c.Log.Warn().Int64("step", plan.start).Msg("restarted into a running job at the step of its checkpoint: no update lost")
+	case restored >= 0:
+		c.Log.Info().Int64("step", plan.start).Msg("the trainers join at the restored step")
+	}
+	for i := 0; i < c.Trainers; i++ {
+		to := transport.Trainer(i)
+		if k := plan.publish[i]; k >= 0 && plan.err == nil {
+			for _, p := range params {
+				if err := c.EP.Send(ctx, to, k, p.v, dtypeOf(p.t), p.t.Bytes()); err != nil {
+					return 0, err
+				}
+			}
+		}
+		if err := c.EP.Send(ctx, to, ctrlStep, ResumeVar, resumeSpec.DType, stepBytes(plan.resume[i])); err != nil {
+			return 0, err
+		}
+	}
+	if plan.err != nil {
+		return 0, plan.err
+	}
+	return plan.start, nil
+}
+
+// awaitPositions receives every trainer's position. A fresh job waits for
+// its trainers as long as they take to start; once a trainer shows that
+// this pserver restarted into a running job (it rejoins, or it is past the
+// restored step), the others get TrainerTimeout to report. A trainer lost
+// meanwhile gets TrainerTimeout to come back.
+func (c *NetComm) awaitPositions(ctx context.Context, first int64) ([]position, error) {
+	type result struct {
+		i   int
+		pos position
+		err error
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan result, c.Trainers)
+	for i := 0; i < c.Trainers; i++ {
+		go func() {
+			p, err := c.recvPosition(wctx, transport.Trainer(i))
+			ch <- result{i, p, err}
+		}()
+	}
+	pos := make([]position, c.Trainers)
+	heard := make([]bool, c.Trainers)
+	var timeout <-chan time.Time
+	var ahead string
+	for left := c.Trainers; left > 0; left-- {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("waiting for trainer-%d's position: %w", r.i, r.err)
+			}
+			pos[r.i], heard[r.i] = r.pos, true
+			if (r.pos.Rejoin || r.pos.known() && r.pos.Sent >= first) && timeout == nil && c.TrainerTimeout > 0 {
+				ahead = fmt.Sprintf("trainer-%d rejoins, having sent gradients of step %d", r.i, r.pos.Sent)
+				timeout = time.After(c.TrainerTimeout)
+				c.Log.Warn().Int("trainer", r.i).Int64("sent", r.pos.Sent).Int64("restored", first).Dur("timeout", c.TrainerTimeout).
+					Msg("a restart into a running job; waiting for every trainer's position")
+			}
+		case <-timeout:
+			var missing []string
+			for i, h := range heard {
+				if !h {
+					missing = append(missing, string(transport.Trainer(i)))
+				}
+			}
+			return nil, fmt.Errorf("restarted into a running job (%s) but %v sent no position within %v; the job stops", ahead, missing, c.TrainerTimeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return pos, nil
+}
+
+// recvPosition receives trainer who's position, waiting for it when lost.
+func (c *NetComm) recvPosition(ctx context.Context, who transport.NodeID) (position, error) {
+	buf := make([]byte, positionSpec.Bytes)
+	for {
+		err := c.EP.Recv(ctx, who, ctrlStep, PositionVar, buf)
+		switch {
+		case err == nil:
+			return positionOf(buf), nil
+		case lostPeer(err) && c.TrainerTimeout > 0 && ctx.Err() == nil:
+			if err := c.awaitPeer(ctx, who, -1, err); err != nil {
+				return position{}, err
+			}
+		default:
+			return position{}, err
+		}
+	}
+}
