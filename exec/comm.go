@@ -174,7 +174,7 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 		}
 		if ordered {
 			if pt := partOf(ctx); pt != nil && c.TrainerTimeout > 0 {
-				err = c.recvRejoin(ctx, pt, r.peers, r.peers[i], step, v, into)
+				err = c.recvRejoin(ctx, pt, r.peers, r.peers[i], step, v, into, nil)
 			} else {
 				err = c.EP.Recv(ctx, r.peers[i], step, v, into)
 			}
@@ -197,6 +197,32 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 	if n > 1 {
 		blas.Scale(1/float32(n), 0, t.F, t.F)
 	}
+	return nil
+}
+
+// AccumulateSink is Accumulate of a single piece (n = 1), handed to sink
+// as it arrives instead of copied into a tensor: a pserver applies a large
+// gradient chunk by chunk (Streamer). A connection lost in the middle is
+// resumed into the same sink from the byte it stopped at.
+func (c *NetComm) AccumulateSink(ctx context.Context, step int64, a ops.Attrs, sink transport.Sink) error {
+	r, err := c.routeOf(a, "accumulate")
+	if err != nil {
+		return err
+	}
+	v := a.String("var")
+	if c.Trainers == 1 && !c.Async {
+		if pt := partOf(ctx); pt != nil && c.TrainerTimeout > 0 {
+			return c.recvRejoin(ctx, pt, r.peers, r.peers[0], step, v, nil, sink)
+		}
+		return c.EP.RecvSink(ctx, r.peers[0], step, v, sink)
+	}
+	k, err := c.EP.RecvAnySink(ctx, v, sink)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.source[v] = k
+	c.mu.Unlock()
 	return nil
 }
 
@@ -283,7 +309,8 @@ func (c *NetComm) AwaitPeers(ctx context.Context) []error {
 // normal end).
 func lostPeer(err error) bool {
 	var pe *transport.PeerError
-	return errors.As(err, &pe) && !errors.Is(err, transport.ErrPeerDone) && !errors.Is(err, transport.ErrUnknownPeer)
+	var ab *transport.Aborted
+	return errors.As(err, &pe) && !errors.Is(err, transport.ErrPeerDone) && !errors.Is(err, transport.ErrUnknownPeer) && !errors.As(err, &ab)
 }
 
 // awaitPeer gives a lost trainer TrainerTimeout to come back (the same
@@ -366,7 +393,7 @@ func (c *NetComm) restartCtx(ctx context.Context) context.Context {
 // first sends it its current parameters, so it can join at this step —
 // whichever trainer the part is waiting for: a part one step ahead waits
 // for a surviving trainer, which waits for the parts behind.
-func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport.NodeID, who transport.NodeID, step int64, v string, into []byte) error {
+func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport.NodeID, who transport.NodeID, step int64, v string, into []byte, sink transport.Sink) error {
 	for {
 		rc := c.restartCtx(ctx)
 		for _, tr := range trainers {
@@ -380,7 +407,12 @@ func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport
 		}
 		rctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(rc, cancel)
-		err := c.EP.Recv(rctx, who, step, v, into)
+		var err error
+		if sink != nil {
+			err = c.EP.RecvSink(rctx, who, step, v, sink)
+		} else {
+			err = c.EP.Recv(rctx, who, step, v, into)
+		}
 		restarted := err != nil && rc.Err() != nil
 		stop()
 		cancel()

@@ -3,6 +3,7 @@ package exec
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,6 +13,14 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
+)
+
+// serveWhole makes runJobInmem's pservers run every update whole
+// (ServeOptions.NoStream); served holds their summaries.
+var (
+	serveWhole bool
+	servedMu   sync.Mutex
+	served     []*ServeSummary
 )
 
 // runInmemJob runs a whole job in this process over the in-memory transport.
@@ -67,14 +76,19 @@ func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			so := ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop(), ResumeStep: -1}
+			so := ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop(), ResumeStep: -1, NoStream: serveWhole}
 			if ck := opt.Checkpoint; ck != nil {
 				so.Checkpoint = &Checkpointer{Dir: ck.Dir, Every: ck.Every, Node: string(id), Model: j.PServers[i].Name}
 			}
-			if _, err := j.RunPServer(ctx, i, hub.Endpoint(id), so); err != nil {
+			sum, err := j.RunPServer(ctx, i, hub.Endpoint(id), so)
+			if err != nil {
 				errs <- fmt.Errorf("%s: %w", id, err)
 				cancel()
+				return
 			}
+			servedMu.Lock()
+			served = append(served, sum)
+			servedMu.Unlock()
 		}()
 	}
 	for i, id := range trainers {
@@ -129,6 +143,72 @@ func TestSyncEqualsLocalInmem(t *testing.T) {
 				compareParams(t, local, dist, 1e-4)
 			})
 		}
+	}
+}
+
+// A pserver that streams its updates (the gradient applied chunk by chunk
+// as it arrives, or the mean of several pieces streamed through the
+// update) ends bitwise where one running each update whole ends: sync and
+// async, one and several trainers, with blocks small enough to be read
+// ahead and large enough to be held and read straight into the update.
+func TestStreamedServeEqualsWholeInmem(t *testing.T) {
+	wide := filepath.Join(t.TempDir(), "wide.yaml")
+	if err := os.WriteFile(wide, []byte(`psgraph: 1
+name: wide
+data:
+  synthetic: {rows: 64, features: 512, classes: 10, seed: 3}
+  features: {name: x}
+  label: {name: label}
+params:
+  W: {shape: [512, 96], init: {type: normal, std: 0.05, seed: 1}}
+  b: {shape: [96], init: {type: zeros}}
+  V: {shape: [96, 10], init: {type: xavier_uniform, seed: 2}}
+ops:
+  - {type: matmul, inputs: [x, W], outputs: [h0]}
+  - {type: add, inputs: [h0, b], outputs: [h1]}
+  - {type: relu, inputs: [h1], outputs: [h]}
+  - {type: matmul, inputs: [h, V], outputs: [logits]}
+  - {type: softmax_cross_entropy, inputs: [logits, label], outputs: [loss]}
+train:
+  loss: loss
+  batch: 8
+  optimizer: {type: adam, lr: 0.01}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		model string
+		n, m  int
+		async bool
+	}{
+		{filepath.Join("..", "testdata", "optim", "mlp-adam.yaml"), 1, 1, false},
+		{filepath.Join("..", "testdata", "optim", "mlp-momentum.yaml"), 2, 2, false},
+		{wide, 1, 1, false},
+		{wide, 2, 1, false},
+		{wide, 1, 1, true},
+	} {
+		t.Run(fmt.Sprintf("%s/%dx%d/async=%v", filepath.Base(c.model), c.n, c.m, c.async), func(t *testing.T) {
+			g, err := dsl.Load(c.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			out := map[bool]string{}
+			for _, whole := range []bool{true, false} {
+				out[whole] = filepath.Join(dir, fmt.Sprintf("whole-%v.safetensors", whole))
+				serveWhole, served = whole, nil
+				runInmemJob(t, g, c.n, c.m, c.async, RunOptions{Steps: 12, Batch: 8, Save: out[whole], Log: zerolog.Nop()}, 0)
+				parts, streamed := 0, 0
+				for _, s := range served {
+					parts, streamed = parts+s.Parts, streamed+s.Streamed
+				}
+				if want := map[bool]int{true: 0, false: parts}[whole]; parts == 0 || streamed != want {
+					t.Fatalf("whole=%v: %d of %d parts streamed, want %d", whole, streamed, parts, want)
+				}
+			}
+			serveWhole = false
+			compareParams(t, out[true], out[false], 0)
+		})
 	}
 }
 

@@ -279,7 +279,6 @@ func (c *NetComm) watched(ctx context.Context) (w, rc context.Context) {
 // by it.
 func (c *NetComm) recvFromPServer(ctx context.Context, p transport.NodeID, step int64, v string, t *tensor.Tensor) error {
 	l := c.links.by[p]
-	var deadline time.Time
 	for {
 		gen := l.gen.Load()
 		w, rc := c.watched(ctx) // before the check: a restart after it cancels w
@@ -289,14 +288,7 @@ func (c *NetComm) recvFromPServer(ctx context.Context, p transport.NodeID, step 
 			}
 			continue
 		}
-		var err error
-		if deadline.IsZero() {
-			err = c.recvParam(w, p, step, v, t)
-		} else { // after a blip: bounded
-			dctx, cancel := context.WithDeadline(w, deadline)
-			err = c.recvParam(dctx, p, step, v, t)
-			cancel()
-		}
+		err := c.recvParam(w, p, step, v, t)
 		restarted := err != nil && rc.Err() != nil
 		switch {
 		case err == nil:
@@ -308,15 +300,13 @@ func (c *NetComm) recvFromPServer(ctx context.Context, p transport.NodeID, step 
 			return ctx.Err()
 		case restarted: // some pserver restarted while we waited: check again
 			continue
-		case !deadline.IsZero() && errors.Is(err, context.DeadlineExceeded):
-			return fmt.Errorf("%s@%d from %s did not arrive within %v after its connection came back (a message lost with a connection is not re-sent); the trainer stops", v, step, p, c.PServerTimeout)
 		case lostPeer(err):
-			blip, err := c.recoverPServer(ctx, l, gen, err)
-			if err != nil {
+			// The same process back after a blip: what it sent and this
+			// trainer lacks is written again (transport resumption), so
+			// the receive simply goes on; a restarted one is brought up to
+			// date first.
+			if _, err := c.recoverPServer(ctx, l, gen, err); err != nil {
 				return err
-			}
-			if blip && deadline.IsZero() {
-				deadline = time.Now().Add(c.PServerTimeout)
 			}
 		default:
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -29,6 +30,10 @@ type ServeOptions struct {
 	ResumeStep int64
 	// TrainerTimeout: how long to wait for a lost trainer (sync mode).
 	TrainerTimeout time.Duration
+	// NoStream runs every part's update as one Program.Run per step, even
+	// where a Streamer could apply it as the gradient arrives (streamed
+	// and whole steps give bitwise the same result).
+	NoStream bool
 }
 
 // ServeSummary is a pserver's result.
@@ -36,9 +41,13 @@ type ServeSummary struct {
 	Role string `json:"role"`
 	// First is the step the pserver started at: 0, its restored
 	// checkpoint's, or the running job's after a restart.
-	First   int64   `json:"first_step"`
-	Steps   int64   `json:"steps"`
-	Seconds float64 `json:"seconds"`
+	First int64 `json:"first_step"`
+	// Streamed counts the parts whose update ran as the gradient arrived
+	// (Streamer), of Parts.
+	Streamed int     `json:"streamed_parts"`
+	Parts    int     `json:"parts"`
+	Steps    int64   `json:"steps"`
+	Seconds  float64 `json:"seconds"`
 }
 
 // Serve runs a pserver's subgraph (its endpoint accepts the graph's
@@ -103,17 +112,18 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		if parent.Err() != nil {
 			return nil, parent.Err()
 		}
-		return nil, err
+		return nil, c.StopJob(err)
 	}
 	start := time.Now()
 	steps := make([]int64, len(progs))
 	errs := make([]error, len(progs))
+	var streamed atomic.Int64
 	var wg sync.WaitGroup
 	for i, prog := range progs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			steps[i], errs[i] = serveLoop(ctx, prog, c, opt, first, snap)
+			steps[i], errs[i] = serveLoop(ctx, prog, c, opt, first, snap, &streamed)
 			if errs[i] != nil && !finished(errs[i]) {
 				cancel()
 			}
@@ -134,21 +144,40 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		if parent.Err() != nil {
 			return nil, parent.Err()
 		}
-		return nil, failed
+		return nil, c.StopJob(failed)
 	}
 	if err := awaitTrainers(parent, g, c, last); err != nil {
-		return nil, err
+		return nil, c.StopJob(err)
 	}
 	if err := c.Finish(parent); err != nil {
 		return nil, err
 	}
 	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
-	return &ServeSummary{Role: string(c.EP.Self()), First: first, Steps: last, Seconds: time.Since(start).Seconds()}, nil
+	return &ServeSummary{Role: string(c.EP.Self()), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
+		Streamed: int(streamed.Load()), Parts: len(progs)}, nil
+}
+
+// abortWait bounds how long a failing node tries to tell its peers why.
+const abortWait = 5 * time.Second
+
+// StopJob tells every peer that this node stops the job because of err
+// (their Recvs from it then fail with that reason instead of waiting for
+// it to come back) and returns err. A peer that is itself gone is skipped.
+func (c *NetComm) StopJob(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), abortWait)
+	defer cancel()
+	reason := err.Error()
+	for _, p := range c.Peers {
+		if aerr := c.EP.Abort(ctx, p, reason); aerr != nil {
+			c.Log.Debug().Str("peer", string(p)).Err(aerr).Msg("could not tell the peer the job stops")
+		}
+	}
+	return err // closing the endpoint writes the aborts to the peers still connected
 }
 
 // serveLoop runs one part of a pserver's graph step after step until the
 // trainers are done (a finished error) or something fails.
-func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot) (int64, error) {
+func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64) (int64, error) {
 	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers}
 	if c.TrainerTimeout > 0 && !c.Async {
 		rt.Ctx = withPart(ctx, &part{known: map[transport.NodeID]int64{}, resend: func(ctx context.Context, to transport.NodeID, step int64) error {
@@ -174,12 +203,27 @@ func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions,
 	}
 	logEvery := int64(max(opt.LogEvery, 1))
 	vars := persistentOf(prog)
+	var sp *streamedPart
+	if !opt.NoStream {
+		sp = newStreamedPart(prog, c, opt.Log)
+	}
+	if sp != nil {
+		streamed.Add(1)
+	}
 	for k := first; ; k++ {
+		// The previous step's sends carry the parameter's own memory,
+		// which this step updates in place: they must be written first.
 		if err := c.Flush(ctx); err != nil {
 			return k, err
 		}
 		rt.StepNum = k
-		if err := prog.Run(rt); err != nil {
+		var err error
+		if sp != nil {
+			err = sp.run(rt)
+		} else {
+			err = prog.Run(rt)
+		}
+		if err != nil {
 			return k, err
 		}
 		if snap != nil && (k+1)%int64(snap.ck.Every) == 0 {

@@ -85,7 +85,19 @@ func jsonNum(v float64) string {
 // Train runs the training loop of a model on this node: feed the step's
 // batch by the data stream rule, run the program, log; at the end save the
 // parameters and evaluate loss and metrics over the whole data set.
+// A trainer that fails tells its pservers why (they stop the job at once
+// and pass the reason on to the other trainers).
 func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) {
+	sum, err := runTraining(ctx, g, opt)
+	if err != nil && ctx.Err() == nil {
+		if s, ok := opt.Comm.(interface{ StopJob(error) error }); ok {
+			s.StopJob(err)
+		}
+	}
+	return sum, err
+}
+
+func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) {
 	if g.Train == nil {
 		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has no train section: add train: {loss, batch, steps, optimizer}")
 	}

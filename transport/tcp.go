@@ -933,10 +933,10 @@ func (t *TCP) peerErr(p *peer) error {
 // finish marks one queued item to p as written (or dropped).
 func (t *TCP) finish(p *peer) {
 	<-p.slots
-	p.pending.Add(-1)
+	left := p.pending.Add(-1)
 	t.mu.Lock()
 	t.pending--
-	if t.pending == 0 {
+	if t.pending == 0 || left == 0 { // flush(live) waits per peer
 		for _, c := range t.waiters {
 			c <- struct{}{}
 		}
@@ -1171,16 +1171,24 @@ func (w *writer) write(c *conn, it item, off int) error {
 // with the peer's error when a peer that messages are queued for is not
 // connected (they stay queued: once it is back, Flush again), or was given
 // up with messages queued for it.
-func (t *TCP) Flush(ctx context.Context) error {
+func (t *TCP) Flush(ctx context.Context) error { return t.flush(ctx, false) }
+
+// flush waits until what was queued is written. With live, peers that are
+// not connected are skipped instead of failing it (Close: what can still
+// be said, such as an abort's reason, reaches the peers that are there).
+func (t *TCP) flush(ctx context.Context, live bool) error {
 	for {
 		t.mu.Lock()
+		waiting := false
 		for _, p := range t.peers {
-			if p.lost.Load() > 0 || (p.down.Load() && p.pending.Load() > 0) {
+			gone := p.lost.Load() > 0 || (p.down.Load() && p.pending.Load() > 0)
+			if gone && !live {
 				t.mu.Unlock()
 				return t.peerErr(p)
 			}
+			waiting = waiting || (!gone && p.pending.Load() > 0)
 		}
-		if t.pending == 0 {
+		if t.pending == 0 || (live && !waiting) {
 			t.mu.Unlock()
 			return nil
 		}
@@ -1219,13 +1227,14 @@ func (t *TCP) Flush(ctx context.Context) error {
 	}
 }
 
-// Close flushes what was queued (within CloseTimeout), then closes every
+// Close flushes what was queued to the connected peers (within
+// CloseTimeout), then closes every
 // connection and waits for all of the endpoint's goroutines. Blocked calls
 // fail with ErrClosed. It is idempotent.
 func (t *TCP) Close() error {
 	t.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
-		t.Flush(ctx)
+		t.flush(ctx, true)
 		cancel()
 		t.mu.Lock()
 		close(t.closing)
