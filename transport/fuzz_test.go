@@ -21,14 +21,31 @@ func FuzzFrameDecode(f *testing.F) {
 	f.Add(frame(kindData, I32, 4, 0, 1, 2, 3, 4))
 	f.Add(frame(kindDone, 0, 0, 3))
 	f.Add(append(frame(kindData, F32, 8, 2, 1, 2, 3, 4, 5, 6, 7, 8), frame(kindData, F32, 8, 3, 8, 7, 6, 5, 4, 3, 2, 1)...))
+	f.Add(frame(kindResume, 0, 18, 0, append([]byte{1, 'W'}, make([]byte, 16)...)...))
+	f.Add(frame(kindAbort, 0, 4, 0, 'l', 'o', 's', 't'))
+	at := frame(kindDataAt, F32, 4, 1)
+	at = append(at, 4, 0, 0, 0, 0, 0, 0, 0, 5, 6, 7, 8)
+	f.Add(at)
 	f.Add([]byte{})
 	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, name := range []string{"W", ""} {
+		// A transfer stream read ahead, one whose messages are all held
+		// (no recv claims them and the connection is gone: each is parked),
+		// and the control stream.
+		dead := make(chan struct{})
+		close(dead)
+		for _, c := range []struct {
+			name string
+			held bool
+		}{{"W", false}, {"W", true}, {"", false}} {
+			name := c.name
 			var errs int
 			in := newInbox(PServer(0), []NodeID{Trainer(0)}, func(error) { errs++ })
 			in.accept([]Spec{{Var: "W", DType: F32, Bytes: 8}})
 			d := &decoder{in: in, src: Trainer(0), name: name, maxFrame: 1 << 16}
+			if c.held {
+				in.eager, d.dead = 0, dead
+			}
 			err := d.run(bytes.NewReader(data))
 			if err == nil {
 				t.Fatal("run ends with an error (io.EOF at least)")
@@ -38,7 +55,7 @@ func FuzzFrameDecode(f *testing.F) {
 			}
 			for _, q := range in.vars {
 				for _, e := range q.items {
-					if len(e.buf) != 8 {
+					if e.h == nil && len(e.buf) != 8 {
 						t.Fatalf("delivered %d bytes", len(e.buf))
 					}
 				}
