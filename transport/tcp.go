@@ -408,51 +408,6 @@ func (t *TCP) serveConn(raw net.Conn) {
 	}
 }
 
-// countConn counts bytes and keeps a read deadline: yamux pings every
-// KeepAlive, so a connection silent for three intervals is dead.
-type countConn struct {
-	net.Conn
-	t    *TCP
-	idle time.Duration
-	// yamux's send loop writes a data frame's 12-byte header and its body
-	// in two calls; the header is held back and both go out in one writev.
-	hdr  [12]byte
-	held bool
-	arr  [2][]byte
-	bufs net.Buffers
-}
-
-func (c *countConn) Read(b []byte) (int, error) {
-	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-	n, err := c.Conn.Read(b)
-	c.t.bytesRecv.Add(int64(n))
-	return n, err
-}
-
-func (c *countConn) Write(b []byte) (int, error) {
-	// yamux header: version, type (0 = data), flags(2), stream(4), length(4, big-endian)
-	if !c.held && len(b) == 12 && b[1] == 0 && (b[8]|b[9]|b[10]|b[11]) != 0 {
-		copy(c.hdr[:], b)
-		c.held = true
-		return len(b), nil
-	}
-	if c.held {
-		c.held = false
-		c.arr[0], c.arr[1] = c.hdr[:], b
-		c.bufs = c.arr[:]
-		n, err := c.bufs.WriteTo(c.Conn)
-		c.arr[1] = nil
-		c.t.bytesSent.Add(n)
-		if n < 12 {
-			return 0, err
-		}
-		return int(n - 12), err
-	}
-	n, err := c.Conn.Write(b)
-	c.t.bytesSent.Add(int64(n))
-	return n, err
-}
-
 type conn struct {
 	t       *TCP
 	p       *peer
@@ -488,7 +443,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 	yc.StreamCloseTimeout = t.cfg.CloseTimeout
 	yc.AcceptBacklog = maxStreams
 	yc.LogOutput = io.Discard
-	cc := &countConn{Conn: raw, t: t, idle: 3 * t.cfg.KeepAlive}
+	cc := newCountConn(raw, t)
 	var sess *yamux.Session
 	if server {
 		sess, _ = yamux.Server(cc, yc)

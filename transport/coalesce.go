@@ -1,0 +1,181 @@
+package transport
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// Write coalescing. yamux's send loop writes every frame with its own
+// calls (a data frame's header, then its body), each a syscall, and each
+// segment wakes the receiving process. When a node sends several small
+// messages to one peer within microseconds (a trainer's bias and weight
+// gradients, a pserver's parts finishing one step), that is one wake-up
+// per message on both ends. countConn instead appends small writes to a
+// buffer and lets a flusher goroutine write whatever accumulated in one
+// call: the flusher runs once the goroutines producing frames have
+// nothing more to do right now, so no timer and no added latency. A large
+// write waits for the buffer to drain (order is kept) and goes out
+// directly from yamux's memory, together with what is pending.
+const (
+	directWrite = 32 << 10  // writes from this size bypass the buffer
+	maxPending  = 256 << 10 // a writer waits while this much is pending
+	closeDrain  = time.Second
+)
+
+// countConn is the connection under a yamux session: it counts bytes,
+// keeps a read deadline (yamux pings every KeepAlive, so a connection
+// silent for three intervals is dead) and coalesces writes.
+type countConn struct {
+	net.Conn
+	t    *TCP
+	idle time.Duration
+
+	mu      sync.Mutex
+	drained sync.Cond // signalled when a write finished
+	buf     []byte    // pending bytes, in order
+	spare   []byte
+	writing bool // a write to the connection is in progress
+	err     error
+	kick    chan struct{}
+	done    chan struct{}
+	stop    sync.Once
+	bufs    net.Buffers
+	arr     [2][]byte
+}
+
+func newCountConn(raw net.Conn, t *TCP) *countConn {
+	c := &countConn{Conn: raw, t: t, idle: 3 * t.cfg.KeepAlive, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	c.drained.L = &c.mu
+	go c.flusher()
+	return c
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	n, err := c.Conn.Read(b)
+	c.t.bytesRecv.Add(int64(n))
+	return n, err
+}
+
+// Write is called by yamux's send loop only, one call at a time.
+func (c *countConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	if len(b) >= directWrite {
+		for c.writing && c.err == nil {
+			c.drained.Wait()
+		}
+		if c.err != nil {
+			c.mu.Unlock()
+			return 0, c.err
+		}
+		out := c.take()
+		c.mu.Unlock()
+		var n int64
+		var err error
+		if len(out) > 0 { // a pending header and its body in one writev
+			c.arr[0], c.arr[1] = out, b
+			c.bufs = c.arr[:]
+			n, err = c.bufs.WriteTo(c.Conn)
+			c.arr[0], c.arr[1] = nil, nil
+			n -= int64(len(out))
+		} else {
+			var k int
+			k, err = c.Conn.Write(b)
+			n = int64(k)
+		}
+		c.wrote(out, len(out)+int(max(n, 0)), err)
+		if n < 0 {
+			n = 0
+		}
+		return int(n), err
+	}
+	for len(c.buf)+len(b) > maxPending && c.err == nil {
+		c.drained.Wait()
+	}
+	if c.err != nil {
+		c.mu.Unlock()
+		return 0, c.err
+	}
+	c.buf = append(c.buf, b...)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return len(b), nil
+}
+
+// take hands the pending bytes to the caller, who writes them; called
+// with c.mu held and no write in progress.
+func (c *countConn) take() []byte {
+	out := c.buf
+	c.buf, c.spare = c.spare[:0], nil
+	c.writing = true
+	return out
+}
+
+// wrote ends a write of out (n bytes went out in all).
+func (c *countConn) wrote(out []byte, n int, err error) {
+	c.t.bytesSent.Add(int64(n))
+	c.mu.Lock()
+	c.writing = false
+	if out != nil {
+		c.spare = out[:0]
+	}
+	if err != nil && c.err == nil {
+		c.err = err
+		c.Conn.Close() // the session notices through its reads
+	}
+	pending := len(c.buf) > 0
+	c.drained.Broadcast()
+	c.mu.Unlock()
+	if pending {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// flusher writes what accumulated whenever it is kicked.
+func (c *countConn) flusher() {
+	for {
+		select {
+		case <-c.kick:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		if c.writing || len(c.buf) == 0 || c.err != nil {
+			c.mu.Unlock()
+			continue // the write in progress kicks again when it ends
+		}
+		out := c.take()
+		c.mu.Unlock()
+		n, err := c.Conn.Write(out)
+		c.wrote(out, n, err)
+	}
+}
+
+// Close writes what is pending (within closeDrain), then closes the
+// connection: a Done or an abort frame queued just before is not lost.
+func (c *countConn) Close() error {
+	c.mu.Lock()
+	if c.err == nil && (len(c.buf) > 0 || c.writing) {
+		c.Conn.SetWriteDeadline(time.Now().Add(closeDrain))
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		for (len(c.buf) > 0 || c.writing) && c.err == nil {
+			c.drained.Wait()
+		}
+	}
+	if c.err == nil {
+		c.err = net.ErrClosed
+	}
+	c.mu.Unlock()
+	c.stop.Do(func() { close(c.done) })
+	return c.Conn.Close()
+}

@@ -1,0 +1,101 @@
+package transport
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gatedConn records the size of every write to the connection and can
+// hold writes until released.
+type gatedConn struct {
+	net.Conn
+	mu     sync.Mutex
+	sizes  []int
+	gate   chan struct{} // closed: writes pass
+	inside chan struct{} // a write is waiting at the gate
+}
+
+func (g *gatedConn) Write(b []byte) (int, error) {
+	select {
+	case g.inside <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	g.mu.Lock()
+	g.sizes = append(g.sizes, len(b))
+	g.mu.Unlock()
+	return g.Conn.Write(b)
+}
+
+func (g *gatedConn) writes() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int(nil), g.sizes...)
+}
+
+// Small writes made while the connection is busy go out together in one
+// write, in order; a large write goes out directly after what is pending;
+// Close writes what is pending before it closes.
+func TestCountConnCoalescesWrites(t *testing.T) {
+	a, b := net.Pipe()
+	g := &gatedConn{Conn: a, gate: make(chan struct{}), inside: make(chan struct{}, 1)}
+	c := newCountConn(g, &TCP{cfg: Config{KeepAlive: time.Minute}})
+	got := make(chan []byte)
+	go func() {
+		all, _ := io.ReadAll(b)
+		got <- all
+	}()
+	var want bytes.Buffer
+	write := func(p []byte) {
+		t.Helper()
+		if n, err := c.Write(p); err != nil || n != len(p) {
+			t.Fatalf("Write(%d bytes) = %d, %v", len(p), n, err)
+		}
+		want.Write(p)
+	}
+	small := func(v byte, n int) []byte { return bytes.Repeat([]byte{v}, n) }
+	write(small(1, 12)) // the flusher takes it and waits at the gate
+	<-g.inside
+	write(small(2, 12))
+	write(small(3, 100))
+	write(small(4, 12))
+	close(g.gate)
+	large := small(5, directWrite)
+	write(large) // waits for the flusher, then goes out directly
+	write(small(6, 7))
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if all := <-got; !bytes.Equal(all, want.Bytes()) {
+		t.Fatalf("the peer read %d bytes, not the %d written in order", len(all), want.Len())
+	}
+	sizes := g.writes()
+	if len(sizes) < 3 || sizes[0] != 12 || sizes[1] != 124 {
+		t.Fatalf("writes to the connection: %v; want 12, then the three writes made meanwhile as one of 124 bytes", sizes)
+	}
+	if c.t.bytesSent.Load() != int64(want.Len()) {
+		t.Fatalf("counted %d bytes sent, want %d", c.t.bytesSent.Load(), want.Len())
+	}
+}
+
+// A failed write fails the later ones and closes the connection.
+func TestCountConnWriteError(t *testing.T) {
+	a, b := net.Pipe()
+	b.Close()
+	c := newCountConn(a, &TCP{cfg: Config{KeepAlive: time.Minute}})
+	defer c.Close()
+	if _, err := c.Write([]byte("lost")); err != nil {
+		t.Fatalf("a buffered write fails at once: %v", err)
+	}
+	waitFor(t, "the flusher's write to fail", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.err != nil })
+	if _, err := c.Write([]byte("x")); err == nil {
+		t.Fatal("a write after the connection failed succeeded")
+	}
+	if _, err := c.Write(make([]byte, directWrite)); err == nil {
+		t.Fatal("a direct write after the connection failed succeeded")
+	}
+}
