@@ -19,6 +19,7 @@ import (
 // directly from yamux's memory, together with what is pending.
 const (
 	directWrite = 32 << 10  // writes from this size bypass the buffer
+	readAhead   = 64 << 10  // bytes read at once for yamux's small reads
 	maxPending  = 256 << 10 // a writer waits while this much is pending
 	closeDrain  = time.Second
 )
@@ -30,6 +31,10 @@ type countConn struct {
 	net.Conn
 	t    *TCP
 	idle time.Duration
+
+	rmem []byte // read-ahead memory
+	rbuf []byte // read but not yet handed to yamux: rbuf[rpos:]
+	rpos int
 
 	mu      sync.Mutex
 	drained sync.Cond // signalled when a write finished
@@ -51,11 +56,35 @@ func newCountConn(raw net.Conn, t *TCP) *countConn {
 	return c
 }
 
+// Read is called by yamux's receive loop only. yamux reads through a
+// 4 KiB bufio.Reader, so a burst of a few small frames took a read per
+// 4 KiB; countConn reads up to readAhead bytes at once and serves the
+// small reads from them. Reads of at least half of it go straight into
+// the caller's memory (a tensor's body), after what is buffered.
 func (c *countConn) Read(b []byte) (int, error) {
+	if c.rpos < len(c.rbuf) {
+		n := copy(b, c.rbuf[c.rpos:])
+		c.rpos += n
+		return n, nil
+	}
 	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-	n, err := c.Conn.Read(b)
+	if len(b) >= readAhead/2 {
+		n, err := c.Conn.Read(b)
+		c.t.bytesRecv.Add(int64(n))
+		return n, err
+	}
+	if c.rmem == nil {
+		c.rmem = make([]byte, readAhead)
+	}
+	n, err := c.Conn.Read(c.rmem)
 	c.t.bytesRecv.Add(int64(n))
-	return n, err
+	c.rbuf, c.rpos = c.rmem[:n], 0
+	k := copy(b, c.rbuf)
+	c.rpos = k
+	if k < n {
+		err = nil // the rest is served first; a read error comes again
+	}
+	return k, err
 }
 
 // Write is called by yamux's send loop only, one call at a time.

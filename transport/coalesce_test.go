@@ -99,3 +99,49 @@ func TestCountConnWriteError(t *testing.T) {
 		t.Fatal("a direct write after the connection failed succeeded")
 	}
 }
+
+// countingConn counts reads from the connection.
+type countingConn struct {
+	net.Conn
+	reads int
+}
+
+func (c *countingConn) Read(b []byte) (int, error) { c.reads++; return c.Conn.Read(b) }
+
+// yamux's small reads of a burst are served from one read of the
+// connection; a large read goes straight into the caller's memory after
+// what was buffered; the bytes come in order.
+func TestCountConnReadAhead(t *testing.T) {
+	a, b := net.Pipe()
+	rc := &countingConn{Conn: a}
+	c := newCountConn(rc, &TCP{cfg: Config{KeepAlive: time.Minute}})
+	defer c.Close()
+	burst := make([]byte, 300)
+	for i := range burst {
+		burst[i] = byte(i)
+	}
+	large := bytes.Repeat([]byte{7}, 2*readAhead)
+	go func() {
+		b.Write(burst) // one write: net.Pipe hands it to one read
+		b.Write(large)
+		b.Close()
+	}()
+	var got []byte
+	for _, n := range []int{12, 100, 12, 176} {
+		p := make([]byte, n)
+		if _, err := io.ReadFull(c, p); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p...)
+	}
+	if !bytes.Equal(got, burst) || rc.reads != 1 {
+		t.Fatalf("four small reads of a 300-byte burst took %d reads of the connection (want 1), bytes equal: %v", rc.reads, bytes.Equal(got, burst))
+	}
+	p := make([]byte, len(large))
+	if _, err := io.ReadFull(c, p); err != nil || !bytes.Equal(p, large) {
+		t.Fatalf("large read: %v", err)
+	}
+	if rc.reads != 2 {
+		t.Fatalf("a %d-byte read took %d reads of the connection; want 1, straight into the caller's memory", len(large), rc.reads-1)
+	}
+}

@@ -56,6 +56,13 @@ func tcpJob(t testing.TB, tweak func(*Config), ids ...NodeID) (map[NodeID]*TCP, 
 		}
 		m[tr] = e
 	}
+	// Dial returns once the trainer's side is set up; the pserver's side
+	// finishes on its own goroutine. Tests that cut connections need both.
+	for _, ps := range pservers {
+		for _, tr := range trainers {
+			waitFor(t, fmt.Sprintf("%s to attach %s", ps, tr), func() bool { return curConn(m[ps], tr) != nil })
+		}
+	}
 	return m, log
 }
 
