@@ -1,6 +1,7 @@
 package cmd_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -89,38 +90,31 @@ func (p *cutProxy) forwarded() int64 {
 	return p.bytes
 }
 
-// Live connections between trainers and pservers cut again and again in
-// the middle of a run (the same processes; whatever was in flight is
-// lost): the trainers redial, each side tells the other what it received,
-// the rest is written again, and the job ends where an undisturbed one
-// ends (2x1 sync against local training with the combined batch).
-func TestConnectionsCutMidRunEqualLocal(t *testing.T) {
+// runCutJob runs a 2x1 job of model (split with mode) whose trainers reach
+// the pserver through a proxy that cuts every live connection whenever
+// traffic flowed since the last cut, until the job ends. It returns the
+// number of connections cut and trainer 0's summary line.
+func runCutJob(t *testing.T, model, mode string, trainerArgs ...string) (int, string) {
+	t.Helper()
 	dir := t.TempDir()
-	model := filepath.Join("testdata", "optim", "mlp-adam.yaml")
-	init := filepath.Join("testdata", "optim", "init.safetensors")
-	const steps = "400"
-	local := filepath.Join(dir, "local.safetensors")
-	if r := psgraph(t, "run", "--role", "local", model, "--steps", steps, "--batch", "20", "--init-from", init, "--save", local); r.code != 0 {
-		t.Fatalf("local run: exit %d\n%s", r.code, r.stderr)
-	}
 	plan := filepath.Join(dir, "plan")
-	if r := psgraph(t, "split", model, "--trainers", "2", "--pservers", "1", "-o", plan); r.code != 0 {
+	if r := psgraph(t, "split", model, "--trainers", "2", "--pservers", "1", "--mode", mode, "-o", plan); r.code != 0 {
 		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
 	}
 	addr := freeAddr(t)
 	px := newCutProxy(t, addr)
 	env := []string{"PSGRAPH_TOKEN=test-token"}
-	dist := filepath.Join(dir, "dist.safetensors")
-	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--init-from", init)
+	init := filepath.Join("testdata", "optim", "init.safetensors")
+	var psArgs []string
+	if strings.Contains(model, "optim") {
+		psArgs = []string{"--init-from", init}
+	}
+	ps := start(t, "pserver-0", env, append([]string{"run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr}, psArgs...)...)
 	var trs []*proc
 	for i := 0; i < 2; i++ {
-		args := []string{"run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pservers", px.ln.Addr().String(), "--steps", steps, "--batch", "10"}
-		if i == 0 {
-			args = append(args, "--save", dist)
-		}
+		args := append([]string{"run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pservers", px.ln.Addr().String()}, trainerArgs...)
 		trs = append(trs, start(t, fmt.Sprintf("trainer-%d", i), env, args...))
 	}
-	// Cut whenever traffic flowed since the last cut, until the job ends.
 	done := make(chan struct{})
 	cuts := 0
 	var wg sync.WaitGroup
@@ -142,11 +136,17 @@ func TestConnectionsCutMidRunEqualLocal(t *testing.T) {
 			}
 		}
 	}()
+	var summary string
 	for _, p := range append(trs, ps) {
-		if r := p.wait(t, 90*time.Second); r.code != 0 {
+		r := p.wait(t, 90*time.Second)
+		if r.code != 0 {
 			close(done)
 			wg.Wait()
-			t.Fatalf("%s exit %d after %d cuts\n%s", p.name, r.code, cuts, r.stderr)
+			t.Fatalf("%s exit %d after %d cuts\n%s\npserver-0:\n%s", p.name, r.code, cuts, r.stderr, ps.stderrText())
+		}
+		if p == trs[0] {
+			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+			summary = lines[len(lines)-1]
 		}
 	}
 	close(done)
@@ -155,5 +155,36 @@ func TestConnectionsCutMidRunEqualLocal(t *testing.T) {
 		t.Fatalf("only %d connections were cut during the run; the test means to cut several", cuts)
 	}
 	t.Logf("%d connections cut mid-run; %d connect lines in the pserver's log", cuts, strings.Count(ps.stderrText(), "connected"))
+	return cuts, summary
+}
+
+// Live connections between trainers and pservers cut again and again in
+// the middle of a run (the same processes; whatever was in flight is
+// lost): the trainers redial, each side tells the other what it received,
+// the rest is written again, and the job ends where an undisturbed one
+// ends (2x1 sync against local training with the combined batch).
+func TestConnectionsCutMidRunEqualLocal(t *testing.T) {
+	model := filepath.Join("testdata", "optim", "mlp-adam.yaml")
+	init := filepath.Join("testdata", "optim", "init.safetensors")
+	local := filepath.Join(t.TempDir(), "local.safetensors")
+	if r := psgraph(t, "run", "--role", "local", model, "--steps", "400", "--batch", "20", "--init-from", init, "--save", local); r.code != 0 {
+		t.Fatalf("local run: exit %d\n%s", r.code, r.stderr)
+	}
+	dist := filepath.Join(t.TempDir(), "dist.safetensors")
+	runCutJob(t, model, "sync", "--steps", "400", "--batch", "10", "--save", dist)
 	equalToLocal(t, local, dist, "the cut 2x1 job")
+}
+
+// The same in async mode: the pserver waits for a trainer whose connection
+// dropped (instead of stopping the job), takes a cut-off gradient up where
+// it stopped, and the job trains digits as well as an undisturbed one.
+func TestConnectionsCutMidRunAsync(t *testing.T) {
+	_, summary := runCutJob(t, "examples/digits-mlp.yaml", "async", "--steps", "400")
+	var s struct{ Acc float64 }
+	if err := json.Unmarshal([]byte(summary), &s); err != nil {
+		t.Fatalf("trainer-0 summary %q: %v", summary, err)
+	}
+	if s.Acc < 0.95 {
+		t.Fatalf("async 2x1 digits with cut connections: accuracy %.3f, want >= 0.95 (%s)", s.Acc, summary)
+	}
 }

@@ -180,7 +180,7 @@ func (c *NetComm) Accumulate(ctx context.Context, step int64, a ops.Attrs, n int
 			}
 		} else {
 			var k transport.Key
-			k, err = c.EP.RecvAny(ctx, v, into)
+			k, err = c.recvAny(ctx, v, into, nil)
 			if err == nil {
 				c.mu.Lock()
 				c.source[v] = k
@@ -216,7 +216,7 @@ func (c *NetComm) AccumulateSink(ctx context.Context, step int64, a ops.Attrs, s
 		}
 		return c.EP.RecvSink(ctx, r.peers[0], step, v, sink)
 	}
-	k, err := c.EP.RecvAnySink(ctx, v, sink)
+	k, err := c.recvAny(ctx, v, nil, sink)
 	if err != nil {
 		return err
 	}
@@ -224,6 +224,43 @@ func (c *NetComm) AccumulateSink(ctx context.Context, step int64, a ops.Attrs, s
 	c.source[v] = k
 	c.mu.Unlock()
 	return nil
+}
+
+// recvAny receives the next piece of v from any trainer into dst (or
+// sink). A trainer lost meanwhile (its connection, or the process) gets
+// TrainerTimeout to come back, as in sync mode; a piece its connection
+// cut off part-way is then taken up where it stopped, from that trainer,
+// so the receiver never mixes two pieces.
+func (c *NetComm) recvAny(ctx context.Context, v string, dst []byte, sink transport.Sink) (transport.Key, error) {
+	var k transport.Key
+	var err error
+	if sink != nil {
+		k, err = c.EP.RecvAnySink(ctx, v, sink)
+	} else {
+		k, err = c.EP.RecvAny(ctx, v, dst)
+	}
+	for err != nil {
+		var pe *transport.PeerError
+		if c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
+			return k, err
+		}
+		if werr := c.awaitPeer(ctx, pe.Peer, -1, err); werr != nil {
+			return k, werr
+		}
+		switch {
+		case k.Var == "": // nothing taken yet: any trainer's piece will do
+			if sink != nil {
+				k, err = c.EP.RecvAnySink(ctx, v, sink)
+			} else {
+				k, err = c.EP.RecvAny(ctx, v, dst)
+			}
+		case sink != nil:
+			err = c.EP.RecvSink(ctx, k.Src, k.Step, v, sink)
+		default:
+			err = c.EP.Recv(ctx, k.Src, k.Step, v, dst)
+		}
+	}
+	return k, nil
 }
 
 // Flush waits until every tensor handed to Send was written, so its
@@ -298,8 +335,27 @@ func (c *NetComm) Finish(ctx context.Context) error {
 func (c *NetComm) AwaitPeers(ctx context.Context) []error {
 	var lost []error
 	for _, p := range c.Peers {
-		if err := c.EP.WaitDone(ctx, p); err != nil {
+		for {
+			err := c.EP.WaitDone(ctx, p)
+			if err == nil {
+				break
+			}
+			// A blip: what the peer sent before its Done is written again
+			// once it is back, so wait for it as a recv would.
+			timeout := c.TrainerTimeout
+			if r, _, _ := p.Role(); r == "pserver" {
+				timeout = c.PServerTimeout
+			}
+			if lostPeer(err) && timeout > 0 && ctx.Err() == nil {
+				wctx, cancel := context.WithTimeout(ctx, timeout)
+				werr := c.EP.WaitPeer(wctx, p)
+				cancel()
+				if werr == nil {
+					continue
+				}
+			}
 			lost = append(lost, err)
+			break
 		}
 	}
 	return lost
@@ -433,6 +489,23 @@ func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport
 	}
 }
 
+// peek is Endpoint.Peek riding out a lost connection to the pserver (the
+// same wait as a recv: up to PServerTimeout for it to come back).
+func (c *NetComm) peek(ctx context.Context, p transport.NodeID, v string) (int64, error) {
+	for {
+		k, err := c.EP.Peek(ctx, p, v)
+		if err == nil || c.PServerTimeout <= 0 || !lostPeer(err) || ctx.Err() != nil {
+			return k, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, c.PServerTimeout)
+		werr := c.EP.WaitPeer(wctx, p)
+		cancel()
+		if werr != nil {
+			return 0, c.pserverGone(ctx, p, err, werr)
+		}
+	}
+}
+
 // LearnStep is the step a (re)started trainer joins at: it waits until a
 // parameter message is pending for every recv op of its graph and returns
 // the newest of their oldest steps. The pservers send their parameters for
@@ -451,7 +524,7 @@ func (c *NetComm) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
 		if r.all {
 			continue
 		}
-		k, err := c.EP.Peek(ctx, r.peers[0], op.Attrs.String("var"))
+		k, err := c.peek(ctx, r.peers[0], op.Attrs.String("var"))
 		if err != nil {
 			return 0, fmt.Errorf("learning the start step from %s: %w", r.peers[0], err)
 		}

@@ -338,6 +338,14 @@ func (in *inbox) next(h *held, dead <-chan struct{}) (t target, ok bool, err err
 	for {
 		switch {
 		case h.discard || in.closed:
+			if h.claimed { // the claimer waits: it may use its memory again
+				h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
+				if in.closed {
+					h.fin <- ErrClosed
+				} else {
+					h.fin <- errDropped
+				}
+			}
 			in.mu.Unlock()
 			return target{}, false, nil
 		case h.claimed && h.stop:
@@ -455,7 +463,7 @@ func (in *inbox) park(h *held, err error) {
 func (in *inbox) drop(h *held) {
 	h.discard = true
 	in.unqueue(h)
-	if h.claimed {
+	if h.claimed && !h.reader { // a reading decoder answers at its next chunk (next)
 		h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
 		h.fin <- errDropped
 	}
@@ -665,7 +673,17 @@ func (in *inbox) waitPeer(ctx context.Context, src NodeID) error {
 }
 
 func (in *inbox) finished(ps *peerState) bool {
-	return ps.doneAt >= 0 && ps.delivered >= ps.doneAt
+	if ps.doneAt < 0 || ps.delivered < ps.doneAt {
+		return false
+	}
+	// A held message counts as delivered once its header arrived; the
+	// peer is not finished while its payload is still to come.
+	for _, st := range ps.streams {
+		if st.head != nil && !st.head.discard {
+			return false
+		}
+	}
+	return true
 }
 
 func (in *inbox) close() {
@@ -679,9 +697,13 @@ func (in *inbox) close() {
 		for _, e := range q.items {
 			if e.h != nil {
 				e.h.discard = true
-				if e.h.claimed {
+				if e.h.claimed && !e.h.reader {
 					e.h.claimed = false
 					e.h.fin <- ErrClosed
+				}
+				select {
+				case e.h.wake <- struct{}{}:
+				default:
 				}
 			}
 		}
@@ -909,10 +931,10 @@ scan:
 			if retry {
 				continue scan
 			}
-			if err != nil {
-				return Key{}, err
-			}
-			return Key{Step: e.step, Var: v, Src: e.src}, nil
+			// On an error the key still names the message: if its
+			// connection was lost part-way, Recv/RecvSink of that key
+			// with the same receiver takes up the rest.
+			return Key{Step: e.step, Var: v, Src: e.src}, err
 		}
 		all := true
 		for _, p := range in.peers {

@@ -158,6 +158,7 @@ type peer struct {
 	lost    atomic.Int64 // queued messages dropped because the peer is gone for good
 	pending atomic.Int64 // queued messages not yet written or dropped
 	down    atomic.Bool  // a session was lost and none replaced it yet
+	up      atomic.Bool  // a session is attached now
 
 	mu        sync.Mutex
 	sess      *yamux.Session
@@ -492,6 +493,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 	}
 	p.sess, p.cur, p.last, p.err = sess, c, c, nil
 	p.down.Store(false)
+	p.up.Store(true)
 	close(p.change)
 	p.change = make(chan struct{})
 	t.conns.Add(1)
@@ -649,6 +651,7 @@ func (c *conn) lost(err error) {
 	}
 	p.sess, p.cur, p.err = nil, nil, err
 	p.down.Store(true)
+	p.up.Store(false)
 	close(p.change)
 	p.change = make(chan struct{})
 	t.in.fail(p.id, err)
@@ -1141,6 +1144,7 @@ func (t *TCP) flush(ctx context.Context, live bool) error {
 				t.mu.Unlock()
 				return t.peerErr(p)
 			}
+			gone = gone || !p.up.Load() // live: a peer never connected is not waited for
 			waiting = waiting || (!gone && p.pending.Load() > 0)
 		}
 		if t.pending == 0 || (live && !waiting) {

@@ -99,6 +99,9 @@ type Endpoint interface {
 	// RecvAny blocks until a message for v arrived from any peer (the
 	// earliest arrival first), copies it into dst and returns its key. It
 	// fails with ErrAllDone once every peer finished and nothing is pending.
+	// When it fails after taking part of a message (its connection was
+	// lost), the key it returns names that message: Recv (or RecvSink) of
+	// that key into the same dst (or sink) takes up the rest.
 	RecvAny(ctx context.Context, v string, dst []byte) (Key, error)
 	// RecvAnySink is RecvAny handing the payload to sink (see RecvSink).
 	RecvAnySink(ctx context.Context, v string, sink Sink) (Key, error)

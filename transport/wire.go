@@ -247,7 +247,9 @@ func (d *decoder) feed(r io.Reader, h *held, left int) error {
 		}
 		k := min(len(buf), readChunk, left)
 		if k <= 0 {
-			return fmt.Errorf("transport: receiver of %s gave an empty buffer at byte %d", h.v, t.off)
+			err := fmt.Errorf("transport: receiver of %s gave an empty buffer at byte %d", h.v, t.off)
+			d.in.park(h, err) // answers the claim
+			return err
 		}
 		if _, err := io.ReadFull(r, buf[:k]); err != nil {
 			err = d.lost("payload", err)
