@@ -152,13 +152,16 @@ func (c *countConn) wrote(out []byte, n int, err error) {
 	if out != nil {
 		c.spare = out[:0]
 	}
-	if err != nil && c.err == nil {
+	failed := err != nil && c.err == nil
+	if failed {
 		c.err = err
-		c.Conn.Close() // the session notices through its reads
 	}
 	pending := len(c.buf) > 0
 	c.drained.Broadcast()
 	c.mu.Unlock()
+	if failed {
+		c.Conn.Close() // the session notices through its reads (outside the lock: TLS writes a close_notify)
+	}
 	if pending {
 		select {
 		case c.kick <- struct{}{}:

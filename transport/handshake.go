@@ -87,11 +87,16 @@ func readHello(r io.Reader, server bool) (*hello, error) {
 		n++
 	}
 	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	// The magic first: a stranger (an HTTP request, a port scan) is
+	// refused at its first bytes, not after the handshake timeout.
+	if _, err := io.ReadFull(r, b[:4]); err != nil {
 		return nil, fmt.Errorf("handshake: %w", err)
 	}
 	if string(b[:4]) != hsMagic {
 		return nil, fmt.Errorf("handshake: not a psgraph peer")
+	}
+	if _, err := io.ReadFull(r, b[4:]); err != nil {
+		return nil, fmt.Errorf("handshake: %w", err)
 	}
 	h := &hello{}
 	if b[4] != hsVersion {
