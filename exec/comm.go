@@ -233,13 +233,21 @@ func (c *NetComm) AccumulateSink(ctx context.Context, step int64, a ops.Attrs, s
 // so the receiver never mixes two pieces.
 func (c *NetComm) recvAny(ctx context.Context, v string, dst []byte, sink transport.Sink) (transport.Key, error) {
 	var k transport.Key
-	var err error
-	if sink != nil {
-		k, err = c.EP.RecvAnySink(ctx, v, sink)
-	} else {
-		k, err = c.EP.RecvAny(ctx, v, dst)
-	}
-	for err != nil {
+	for {
+		var err error
+		switch {
+		case k.Var == "" && sink != nil: // nothing taken yet: any trainer's piece will do
+			k, err = c.EP.RecvAnySink(ctx, v, sink)
+		case k.Var == "":
+			k, err = c.EP.RecvAny(ctx, v, dst)
+		case sink != nil: // the rest of the piece k
+			err = c.EP.RecvSink(ctx, k.Src, k.Step, v, sink)
+		default:
+			err = c.EP.Recv(ctx, k.Src, k.Step, v, dst)
+		}
+		if err == nil {
+			return k, nil
+		}
 		var pe *transport.PeerError
 		if c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
 			return k, err
@@ -247,20 +255,7 @@ func (c *NetComm) recvAny(ctx context.Context, v string, dst []byte, sink transp
 		if werr := c.awaitPeer(ctx, pe.Peer, -1, err); werr != nil {
 			return k, werr
 		}
-		switch {
-		case k.Var == "": // nothing taken yet: any trainer's piece will do
-			if sink != nil {
-				k, err = c.EP.RecvAnySink(ctx, v, sink)
-			} else {
-				k, err = c.EP.RecvAny(ctx, v, dst)
-			}
-		case sink != nil:
-			err = c.EP.RecvSink(ctx, k.Src, k.Step, v, sink)
-		default:
-			err = c.EP.Recv(ctx, k.Src, k.Step, v, dst)
-		}
 	}
-	return k, nil
 }
 
 // Flush waits until every tensor handed to Send was written, so its
@@ -292,6 +287,25 @@ func (c *NetComm) Flush(ctx context.Context) error {
 // finished reports whether err means the peers ended the job normally.
 func finished(err error) bool {
 	return errors.Is(err, transport.ErrPeerDone) || errors.Is(err, transport.ErrAllDone)
+}
+
+// abortWait bounds how long a failing node tries to tell its peers why.
+const abortWait = 5 * time.Second
+
+// StopJob tells every peer that this node stops the job because of err
+// (their Recvs from it then fail with that reason instead of waiting for
+// it to come back) and returns err. A peer that is itself gone is skipped;
+// closing the endpoint writes the aborts to the peers still connected.
+func (c *NetComm) StopJob(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), abortWait)
+	defer cancel()
+	reason := err.Error()
+	for _, p := range c.Peers {
+		if aerr := c.EP.Abort(ctx, p, reason); aerr != nil {
+			c.Log.Debug().Str("peer", string(p)).Err(aerr).Msg("could not tell the peer the job stops")
+		}
+	}
+	return err
 }
 
 // Transfers lists what a node's graph receives: one spec per recv and
@@ -342,17 +356,8 @@ func (c *NetComm) AwaitPeers(ctx context.Context) []error {
 			}
 			// A blip: what the peer sent before its Done is written again
 			// once it is back, so wait for it as a recv would.
-			timeout := c.TrainerTimeout
-			if r, _, _ := p.Role(); r == "pserver" {
-				timeout = c.PServerTimeout
-			}
-			if lostPeer(err) && timeout > 0 && ctx.Err() == nil {
-				wctx, cancel := context.WithTimeout(ctx, timeout)
-				werr := c.EP.WaitPeer(wctx, p)
-				cancel()
-				if werr == nil {
-					continue
-				}
+			if lostPeer(err) && c.waitBack(ctx, p) == nil {
+				continue
 			}
 			lost = append(lost, err)
 			break
@@ -489,18 +494,34 @@ func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport
 	}
 }
 
+// waitBack waits for a lost peer to be connected again, as long as this
+// node waits for its kind: TrainerTimeout for a trainer, PServerTimeout
+// for a pserver. It fails at once when that is 0 or ctx ended.
+func (c *NetComm) waitBack(ctx context.Context, p transport.NodeID) error {
+	timeout := c.TrainerTimeout
+	if r, _, _ := p.Role(); r == "pserver" {
+		timeout = c.PServerTimeout
+	}
+	if timeout <= 0 || ctx.Err() != nil {
+		return fmt.Errorf("not waiting for %s", p)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return c.EP.WaitPeer(wctx, p)
+}
+
 // peek is Endpoint.Peek riding out a lost connection to the pserver (the
 // same wait as a recv: up to PServerTimeout for it to come back).
 func (c *NetComm) peek(ctx context.Context, p transport.NodeID, v string) (int64, error) {
 	for {
 		k, err := c.EP.Peek(ctx, p, v)
-		if err == nil || c.PServerTimeout <= 0 || !lostPeer(err) || ctx.Err() != nil {
+		if err == nil || !lostPeer(err) {
 			return k, err
 		}
-		wctx, cancel := context.WithTimeout(ctx, c.PServerTimeout)
-		werr := c.EP.WaitPeer(wctx, p)
-		cancel()
-		if werr != nil {
+		if werr := c.waitBack(ctx, p); werr != nil {
+			if c.PServerTimeout <= 0 || ctx.Err() != nil {
+				return 0, err
+			}
 			return 0, c.pserverGone(ctx, p, err, werr)
 		}
 	}

@@ -24,6 +24,9 @@ type Comm interface {
 	Finish(ctx context.Context) error
 	// AwaitPeers waits until every peer finished too (errors: peers lost).
 	AwaitPeers(ctx context.Context) []error
+	// StopJob tells every peer this node stops the job because of err,
+	// and returns err.
+	StopJob(err error) error
 }
 
 // NodeRuntime is the ops.Runtime of one node: the step being run, the

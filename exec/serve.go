@@ -157,24 +157,6 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		Streamed: int(streamed.Load()), Parts: len(progs)}, nil
 }
 
-// abortWait bounds how long a failing node tries to tell its peers why.
-const abortWait = 5 * time.Second
-
-// StopJob tells every peer that this node stops the job because of err
-// (their Recvs from it then fail with that reason instead of waiting for
-// it to come back) and returns err. A peer that is itself gone is skipped.
-func (c *NetComm) StopJob(err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), abortWait)
-	defer cancel()
-	reason := err.Error()
-	for _, p := range c.Peers {
-		if aerr := c.EP.Abort(ctx, p, reason); aerr != nil {
-			c.Log.Debug().Str("peer", string(p)).Err(aerr).Msg("could not tell the peer the job stops")
-		}
-	}
-	return err // closing the endpoint writes the aborts to the peers still connected
-}
-
 // serveLoop runs one part of a pserver's graph step after step until the
 // trainers are done (a finished error) or something fails.
 func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64) (int64, error) {

@@ -148,6 +148,7 @@ func (c *streamComm) Recv(context.Context, int64, ops.Attrs, *tensor.Tensor) err
 func (c *streamComm) Flush(context.Context) error            { return nil }
 func (c *streamComm) Finish(context.Context) error           { return nil }
 func (c *streamComm) AwaitPeers(ctx context.Context) []error { return nil }
+func (c *streamComm) StopJob(err error) error                { return err }
 
 // randomGrad is a gradient with values over several magnitudes.
 func randomGrad(rng *rand.Rand, n int) []float32 {

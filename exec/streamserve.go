@@ -89,6 +89,6 @@ func (sp *streamedPart) Filled(off int, b []byte) {
 		// The transport hands every byte once and in order, unless the
 		// sender restarted in the middle of the message and sent it anew:
 		// the update already applied its first part.
-		sp.err = fmt.Errorf("gradient %s for step %d restarted after %d bytes had been applied to %s: the parameter is no longer consistent; restart the job from its last checkpoint (%w)", sp.g.Var, sp.step, off, sp.g.Var, err)
+		sp.err = fmt.Errorf("the gradient %s of step %d was sent anew (its trainer restarted) after %d of its bytes had been applied: this block is no longer consistent; rerun the job from its last checkpoint (psgraph train --checkpoint-dir): %w", sp.g.Var, sp.step, off, err)
 	}
 }

@@ -89,10 +89,8 @@ func jsonNum(v float64) string {
 // and pass the reason on to the other trainers).
 func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) {
 	sum, err := runTraining(ctx, g, opt)
-	if err != nil && ctx.Err() == nil {
-		if s, ok := opt.Comm.(interface{ StopJob(error) error }); ok {
-			s.StopJob(err)
-		}
+	if err != nil && ctx.Err() == nil && opt.Comm != nil {
+		opt.Comm.StopJob(err)
 	}
 	return sum, err
 }

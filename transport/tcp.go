@@ -157,8 +157,7 @@ type peer struct {
 	sent    atomic.Int64 // data messages queued to this peer (this incarnation of it)
 	lost    atomic.Int64 // queued messages dropped because the peer is gone for good
 	pending atomic.Int64 // queued messages not yet written or dropped
-	down    atomic.Bool  // a session was lost and none replaced it yet
-	up      atomic.Bool  // a session is attached now
+	state   atomic.Int32 // connNever, connUp or connDown
 
 	mu        sync.Mutex
 	sess      *yamux.Session
@@ -181,6 +180,13 @@ type item struct {
 	payload []byte
 }
 
+// A peer's connection state (peer.state).
+const (
+	connNever int32 = iota // not connected yet: sends to it wait in the queue
+	connUp
+	connDown // a session was lost and none replaced it yet
+)
+
 // writer writes the messages of one transfer ("" the control stream) to
 // one peer, in order, on that peer's current connection.
 type writer struct {
@@ -198,7 +204,8 @@ type writer struct {
 	// stopped receiving.
 	epoch int64
 	seq   int64
-	kept  []kept
+	kept  []kept // a ring of at most Keep, the oldest at first
+	first int
 }
 
 type kept struct {
@@ -492,8 +499,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 		return err
 	}
 	p.sess, p.cur, p.last, p.err = sess, c, c, nil
-	p.down.Store(false)
-	p.up.Store(true)
+	p.state.Store(connUp)
 	close(p.change)
 	p.change = make(chan struct{})
 	t.conns.Add(1)
@@ -650,8 +656,7 @@ func (c *conn) lost(err error) {
 		return
 	}
 	p.sess, p.cur, p.err = nil, nil, err
-	p.down.Store(true)
-	p.up.Store(false)
+	p.state.Store(connDown)
 	close(p.change)
 	p.change = make(chan struct{})
 	t.in.fail(p.id, err)
@@ -959,17 +964,13 @@ func (w *writer) run() {
 			t.finish(p)
 			continue
 		}
-		w.kept = append(w.kept, kept{idx: w.seq, it: it, pending: true})
-		w.seq++
-		if n := len(w.kept) - t.cfg.Keep; n > 0 {
-			w.kept = append(w.kept[:0], w.kept[n:]...)
-		}
+		k := w.keep(it)
 		if err := w.write(c, it, 0); err != nil {
 			failed = c // the next connection writes it again (it is kept)
 			c.sess.Close()
 			continue
 		}
-		w.written(&w.kept[len(w.kept)-1])
+		w.written(k)
 	}
 }
 
@@ -993,7 +994,22 @@ func (w *writer) restart(epoch int64) {
 			w.p.t.finish(w.p)
 		}
 	}
-	w.kept, w.seq, w.epoch = w.kept[:0], 0, epoch
+	w.kept, w.first, w.seq, w.epoch = w.kept[:0], 0, 0, epoch
+}
+
+// keep records it as the next message of this transfer, in place of the
+// oldest kept one once Keep are kept (a ring: no copying per message).
+func (w *writer) keep(it item) *kept {
+	k := kept{idx: w.seq, it: it, pending: true}
+	w.seq++
+	if len(w.kept) < w.p.t.cfg.Keep {
+		w.kept = append(w.kept, k)
+		return &w.kept[len(w.kept)-1]
+	}
+	slot := &w.kept[w.first]
+	*slot = k
+	w.first = (w.first + 1) % len(w.kept)
+	return slot
 }
 
 // catchUp writes on a new connection what the peer lacks: the kept
@@ -1006,12 +1022,12 @@ func (w *writer) catchUp(c *conn) error {
 	if rp.count > w.seq || (rp.count == w.seq && rp.off > 0) {
 		return fmt.Errorf("%w: %s: the peer has %d messages (and %d bytes), %d were sent", errUnrecoverable, w.name, rp.count, rp.off, w.seq)
 	}
-	if rp.count < w.seq && (len(w.kept) == 0 || w.kept[0].idx > rp.count) {
+	if rp.count < w.seq && (len(w.kept) == 0 || w.kept[w.first].idx > rp.count) {
 		return fmt.Errorf("%w: %s: the peer needs message %d", errUnrecoverable, w.name, rp.count)
 	}
 	for i := range w.kept {
-		k := &w.kept[i]
-		if k.idx < rp.count { // arrived, whatever its write reported
+		k := &w.kept[(w.first+i)%len(w.kept)] // oldest first
+		if k.idx < rp.count {                 // arrived, whatever its write reported
 			w.written(k)
 			continue
 		}
@@ -1139,12 +1155,13 @@ func (t *TCP) flush(ctx context.Context, live bool) error {
 		t.mu.Lock()
 		waiting := false
 		for _, p := range t.peers {
-			gone := p.lost.Load() > 0 || (p.down.Load() && p.pending.Load() > 0)
+			st := p.state.Load()
+			gone := p.lost.Load() > 0 || (st == connDown && p.pending.Load() > 0)
 			if gone && !live {
 				t.mu.Unlock()
 				return t.peerErr(p)
 			}
-			gone = gone || !p.up.Load() // live: a peer never connected is not waited for
+			gone = gone || st != connUp // live: a peer not connected now is not waited for
 			waiting = waiting || (!gone && p.pending.Load() > 0)
 		}
 		if t.pending == 0 || (live && !waiting) {
