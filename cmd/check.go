@@ -70,6 +70,9 @@ func printSummary(w io.Writer, g *dsl.Graph, rows int) {
 	if s := byKind[dsl.KindState]; len(s) > 0 {
 		fmt.Fprintf(w, "optimizer state (%d): %s\n", len(s), describeVars(g, s))
 	}
+	if sp := rowSets(g); len(sp) > 0 {
+		fmt.Fprintf(w, "row-sparse (%d): %s\n", len(sp), strings.Join(sp, "; "))
+	}
 	for _, sec := range []dsl.Section{dsl.Forward, dsl.Backward, dsl.Optimize} {
 		counts := map[string]int{}
 		n := 0
@@ -95,6 +98,25 @@ func printSummary(w io.Writer, g *dsl.Graph, rows int) {
 		}
 		fmt.Fprintf(w, ", batch %d, steps %d\n", t.Batch, t.Steps)
 	}
+}
+
+// rowSets describes the row-sparse variables: each row set (a row
+// gradient) with its type and how many other values hold its rows.
+func rowSets(g *dsl.Graph) []string {
+	holders := map[string]int{}
+	for n, t := range g.Types {
+		if t.Sparse() && t.RowSet != n {
+			holders[t.RowSet]++
+		}
+	}
+	var out []string
+	for n, t := range g.Types {
+		if t.Sparse() && t.RowSet == n {
+			out = append(out, fmt.Sprintf("%s %s[%d, ...] rows<=%d (%d more values hold its rows)", n, t.DType, t.Shape[0], t.MaxRows, holders[n]))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func optName(o *dsl.Optimizer) string {

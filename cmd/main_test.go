@@ -229,3 +229,17 @@ func TestRunLocalPrintsJSONSummaryLast(t *testing.T) {
 		t.Errorf("stdout has %d lines, want only the summary:\n%s", len(lines), r.stdout)
 	}
 }
+
+// check names the row gradients of an embedding model.
+func TestCheckShowsRowGradients(t *testing.T) {
+	r := psgraph(t, "check", "testdata/sparse/emb-adagrad.yaml")
+	if r.code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if want := "row-sparse (1): emb@GRAD float32[40, ...] rows<=40 (9 more values hold its rows)"; !strings.Contains(r.stdout, want) {
+		t.Fatalf("check output lacks %q:\n%s", want, r.stdout)
+	}
+	if !strings.Contains(r.stdout, "gather_rows x2") {
+		t.Fatalf("check output lacks the optimizer's gather_rows ops:\n%s", r.stdout)
+	}
+}

@@ -183,6 +183,18 @@ func (b *gradBuilder) finish(x string, parts []string) string {
 		if i == len(parts)-2 {
 			out = want
 		}
+		ta, tp := b.types[acc], b.types[p]
+		switch {
+		case ta.Sparse() && tp.Sparse() && ta.RowSet != tp.RowSet:
+			// row gradients from two lookups: the union of their rows
+			b.emitNamed("sparse_add", []string{acc, p}, nil, out)
+			acc = out
+			continue
+		case ta.Sparse() && !tp.Sparse():
+			acc = b.Emit("to_dense", []string{acc}, nil)
+		case tp.Sparse() && !ta.Sparse():
+			p = b.Emit("to_dense", []string{p}, nil)
+		}
 		b.emitNamed("add", []string{acc, p}, nil, out)
 		acc = out
 	}
@@ -215,6 +227,10 @@ func (g *Graph) ExpandOptimizer() error {
 	}
 	o := g.Train.Optimizer
 	prod := g.Producers()
+	sparse, err := g.rowGradients(prod)
+	if err != nil {
+		return err
+	}
 	var errs ErrorList
 	first := true // template errors are reported for the first parameter only
 	for _, p := range g.Params() {
@@ -224,18 +240,33 @@ func (g *Graph) ExpandOptimizer() error {
 		}
 		pv := g.Vars[p]
 		bind := map[string]string{"$param": p, "$grad": grad}
+		// target binds assign targets: the variables themselves. For a row
+		// gradient the update ops read the touched rows instead (gathered
+		// from the parameter and each parameter-shaped state), and the
+		// assigns write back just those rows.
+		target := map[string]string{"$param": p}
+		var gather [][2]string
+		if sparse[p] {
+			bind["$param"] = p + "@param.rows"
+			gather = append(gather, [2]string{p, bind["$param"]})
+		}
 		for _, st := range o.Tmpl.State {
 			name := p + "@" + st.Name
-			bind["$"+st.Name] = name
+			bind["$"+st.Name], target["$"+st.Name] = name, name
 			shape := pv.Shape.Clone()
 			if st.Shape != nil {
 				shape = st.Shape.Clone()
 			}
-			init := *st.Init
-			if pv.Place != "" {
-				// state follows its parameter
+			if sparse[p] && shape.Equal(pv.Shape) {
+				bind["$"+st.Name] = name + ".rows"
+				gather = append(gather, [2]string{name, bind["$"+st.Name]})
 			}
+			init := *st.Init
 			g.AddVar(&Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
+		}
+		for _, gr := range gather {
+			g.Ops = append(g.Ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], grad}, Outputs: []string{gr[1]},
+				Attrs: ops.Attrs{}, Section: Optimize, Param: p, Place: pv.Place, Pos: o.Pos})
 		}
 		placeholders := make([]string, 0, len(bind))
 		for k := range bind {
@@ -272,11 +303,37 @@ func (g *Graph) ExpandOptimizer() error {
 			errs = append(errs, d.errs...)
 		}
 		for _, a := range o.Tmpl.Assign {
-			g.Assigns = append(g.Assigns, Assign{Target: local(a.Target, a.Pos), Value: local(a.Value, a.Pos), Pos: a.Pos})
+			to, ok := target[a.Target]
+			if !ok {
+				to = local(a.Target, a.Pos)
+			}
+			g.Assigns = append(g.Assigns, Assign{Target: to, Value: local(a.Value, a.Pos), Pos: a.Pos})
 		}
 		first = false
 	}
 	return errs.Err()
+}
+
+// rowGradients reports which parameters have a row-sparse gradient (a
+// table read only through lookup_table). Shapes are inferred only when the
+// graph has a row gradient at all.
+func (g *Graph) rowGradients(prod map[string]int) (map[string]bool, error) {
+	has := false
+	for _, op := range g.Ops {
+		has = has || op.Type == "lookup_table_grad"
+	}
+	if !has {
+		return nil, nil
+	}
+	types, err := g.Infer(g.Batch())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, p := range g.Params() {
+		out[p] = types[GradName(p)].Sparse()
+	}
+	return out, nil
 }
 
 // Expanded reports whether the graph already holds backward or optimizer ops.

@@ -172,14 +172,71 @@ func inferOp(op *Op, types map[string]ops.Type, batch int) error {
 	if attrs.Has("shape") && batch > 0 {
 		attrs = AttrsAtBatch(attrs, batch)
 	}
-	out, err := def.Infer(in, attrs)
+	var out []ops.Type
+	var err error
+	if sparse := sparseInput(in); sparse >= 0 && !def.SparseIn {
+		out, err = inferOnRows(op, def, in, attrs, sparse)
+	} else {
+		out, err = def.Infer(in, attrs)
+	}
 	if err != nil {
 		return Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
 	}
 	for i, o := range op.Outputs {
+		if out[i].Sparse() && out[i].RowSet == "" {
+			out[i].RowSet = o // the op makes a row set of its own
+		}
 		types[o] = out[i]
 	}
 	return nil
+}
+
+func sparseInput(in []ops.Type) int {
+	for i, t := range in {
+		if t.Sparse() {
+			return i
+		}
+	}
+	return -1
+}
+
+// inferOnRows types an op with a row-sparse input. Only element-wise ops
+// take one: they run on the values of the step's rows (every row-sparse
+// input must hold the same rows; a dense input must broadcast onto one
+// row), and their outputs hold those rows. Anything else is refused: a
+// dense op would need the whole table, which a row gradient never builds.
+func inferOnRows(op *Op, def *ops.Def, in []ops.Type, attrs ops.Attrs, first int) ([]ops.Type, error) {
+	sp := in[first]
+	if !def.ElementWise {
+		if op.Section == Optimize {
+			return nil, ops.Errorf("%s holds only the rows of %s that this step touched (a row gradient: %s is read only through lookup_table), and %s is not element-wise, so the optimizer cannot run on those rows alone; use an element-wise optimizer (sgd, momentum, adagrad, adam) or keep the table dense by also reading it with a dense op", op.Inputs[first], op.Param, op.Param, op.Type)
+		}
+		return nil, ops.Errorf("%s is row-sparse (%v) and op %s is not element-wise, so it cannot run on the rows alone; densify it first with to_dense (a [%d, ...] tensor), or gather the rows another tensor holds with gather_rows", op.Inputs[first], sp, op.Type, sp.Shape[0])
+	}
+	rows := make([]ops.Type, len(in))
+	for i, t := range in {
+		switch {
+		case t.Sparse() && t.RowSet != sp.RowSet:
+			return nil, ops.Errorf("%s and %s hold different rows (of %s and of %s); element-wise ops combine row-sparse values only with the same rows", op.Inputs[first], op.Inputs[i], sp.RowSet, t.RowSet)
+		case t.Sparse():
+			rows[i] = ops.Type{DType: t.DType, Shape: t.RowShape()}
+		case len(t.Shape) >= len(sp.Shape) && t.Shape[len(t.Shape)-len(sp.Shape)] != 1:
+			return nil, ops.Errorf("%s is dense %v and %s is row-sparse (%v): a dense operand must broadcast onto one row (shape %v, [1, ...] or a scalar); gather its rows with gather_rows, or densify %s with to_dense", op.Inputs[i], t, op.Inputs[first], sp, sp.Shape[1:], op.Inputs[first])
+		default:
+			rows[i] = t
+		}
+	}
+	out, err := def.Infer(rows, attrs)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range out {
+		if !t.Shape.Equal(sp.RowShape()) {
+			return nil, ops.Errorf("output %d would be %v, not rows of %v", i, t, sp)
+		}
+		out[i] = ops.Type{DType: t.DType, Shape: sp.Shape.Clone(), RowSet: sp.RowSet, MaxRows: sp.MaxRows}
+	}
+	return out, nil
 }
 
 // AttrsAtBatch replaces -1 in the shape attribute of any op by the batch
@@ -243,7 +300,7 @@ func (g *Graph) Check() error {
 			errs = append(errs, Errorf(a.Pos, "assign value %q is not defined%s; it must be a variable or an op output", a.Value, suggest(a.Value, keys(types))))
 			continue
 		}
-		if tt := types[a.Target]; !tt.Shape.Equal(vt.Shape) || tt.DType != vt.DType {
+		if tt := types[a.Target]; tt.Sparse() || !tt.Shape.Equal(vt.Shape) || tt.DType != vt.DType {
 			errs = append(errs, Errorf(a.Pos, "assign %s = %s: %s is %v but %s is %v; the next value must have the target's dtype and shape", a.Target, a.Value, a.Target, tt, a.Value, vt))
 		}
 	}

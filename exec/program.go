@@ -46,7 +46,7 @@ type Program struct {
 	Scope   Scope
 	nodes   []node
 	roots   []int32
-	assigns [][2]*tensor.Tensor
+	assigns [][2]*tensor.Tensor // target, next value (row-sparse: only its rows)
 	sched   *scheduler
 	// OnError, when set, is called once as soon as an op fails, before Run
 	// waits for the ops still running: the distributed runtime cancels the
@@ -116,8 +116,13 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			return t
 		}
 		t, ok := opt.Shared[name]
-		if !ok {
-			ty := types[name]
+		if ty := types[name]; !ok && ty.Sparse() {
+			rows := tensor.NewRowSet(ty.MaxRows)
+			if ty.RowSet != name {
+				rows = tensorOf(ty.RowSet).Rows
+			}
+			t = tensor.NewSparse(ty.Shape, ty.MaxRows, rows)
+		} else if !ok {
 			t = tensor.New(ty.DType, ty.Shape)
 		}
 		p.Scope[name] = t
@@ -148,6 +153,9 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		k, err := def.Kernel(args)
 		if err != nil {
 			return nil, dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
+		}
+		if !def.SparseIn && len(args.Out) == 1 && args.Out[0].Rows != nil {
+			k = onRows(k, args.Out[0])
 		}
 		index[i] = int32(len(p.nodes))
 		p.nodes = append(p.nodes, node{op: op, kernel: k})
@@ -243,7 +251,7 @@ func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOp
 			_, shared := opt.Shared[x]
 			tx, ty := types[x], types[y]
 			if fromOp && !shared && !pinned[x] && !taken[x] && g.Vars[x] == nil && readers[x] == 1 &&
-				tx.DType == ty.DType && tx.Shape.Equal(ty.Shape) {
+				tx.Same(ty) {
 				alias[y], taken[x] = x, true
 				break
 			}
@@ -260,9 +268,23 @@ func (p *Program) Run(rt ops.Runtime) error {
 		return err
 	}
 	for _, a := range p.assigns {
-		tensor.SwapData(a[0], a[1])
+		if a[1].Rows != nil {
+			ops.ScatterRows(a[0], a[1])
+		} else {
+			tensor.SwapData(a[0], a[1])
+		}
 	}
 	return nil
+}
+
+// onRows runs an element-wise kernel on the values of a row-sparse output:
+// its buffer is sized to the step's rows first, so the kernel's loops (over
+// the slices' lengths) cover exactly the rows the step holds.
+func onRows(k ops.Kernel, out *tensor.Tensor) ops.Kernel {
+	return func(rt ops.Runtime) error {
+		out.Fit()
+		return k(rt)
+	}
 }
 
 // Close stops the program's worker goroutines.

@@ -228,6 +228,11 @@ func (s *splitter) collectGroups() error {
 		}
 	}
 	for _, n := range s.names {
+		if t := g.Types[dsl.GradName(n)]; t.Sparse() {
+			return dsl.Errorf(g.Vars[n].Pos, "param %s has a row gradient (it is read only through lookup_table), and split cannot shard such a table yet; train it with --role local, or also read it with a dense op to give it a dense gradient", n)
+		}
+	}
+	for _, n := range s.names {
 		gr := s.groups[n]
 		if gr.assignValue() == "" {
 			return dsl.Errorf(gr.param.Pos, "param %s has optimizer ops but no assign %s = <new value>; the pserver would never update it", n, n)

@@ -13,15 +13,43 @@ import (
 )
 
 // Type is the static type of a variable: dtype and a concrete shape.
+//
+// A row-sparse value (a row gradient: SelectedRows in PaddlePaddle,
+// IndexedSlices in TensorFlow) has MaxRows > 0: Shape is the dense shape
+// [height, ...], and a step holds only some of its rows, at most MaxRows,
+// each once. RowSet names the variable whose rows it holds: values with the
+// same RowSet hold the same rows in the same order, so element-wise ops
+// combine their values directly.
 type Type struct {
-	DType tensor.DType
-	Shape tensor.Shape
+	DType   tensor.DType
+	Shape   tensor.Shape
+	RowSet  string
+	MaxRows int
 }
 
-func (t Type) String() string { return t.DType.String() + t.Shape.String() }
+// Sparse reports whether t is a row-sparse value.
+func (t Type) Sparse() bool { return t.MaxRows > 0 }
+
+// RowShape is the dense shape of a row-sparse value's values at their
+// largest: [MaxRows, Shape[1:]...].
+func (t Type) RowShape() tensor.Shape {
+	return append(tensor.Shape{t.MaxRows}, t.Shape[1:]...)
+}
+
+// Same reports whether two types are equal, sparseness included.
+func (t Type) Same(o Type) bool {
+	return t.DType == o.DType && t.Shape.Equal(o.Shape) && t.RowSet == o.RowSet && t.MaxRows == o.MaxRows
+}
+
+func (t Type) String() string {
+	if t.Sparse() {
+		return fmt.Sprintf("%s%v rows<=%d of %s", t.DType, t.Shape, t.MaxRows, t.RowSet)
+	}
+	return t.DType.String() + t.Shape.String()
+}
 
 // F32 is shorthand for a float32 type of the given shape.
-func F32(shape ...int) Type { return Type{tensor.F32, tensor.Shape(shape)} }
+func F32(shape ...int) Type { return Type{DType: tensor.F32, Shape: tensor.Shape(shape)} }
 
 // AttrKind is the type of an attribute value.
 type AttrKind uint8
@@ -173,6 +201,11 @@ type Def struct {
 	// Internal ops are produced by autodiff or split; they are valid in
 	// model files but listed apart in the docs.
 	Internal bool
+	// SparseIn ops read row-sparse inputs themselves (their Infer sees the
+	// sparse types). An ElementWise op runs on the values of row-sparse
+	// inputs that share one row set and yields a value with those rows;
+	// any other op refuses a row-sparse input.
+	SparseIn bool
 }
 
 // NumInputs reports the allowed input count.

@@ -48,7 +48,7 @@ func inferBinary(in []Type, _ Attrs) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Type{{tensor.F32, s}}, nil
+	return []Type{{DType: tensor.F32, Shape: s}}, nil
 }
 
 // sumTo reduces a gradient to the shape of the input it belongs to.

@@ -69,7 +69,7 @@ func inferFromShapeAttr(_ []Type, a Attrs) ([]Type, error) {
 			return nil, Errorf("shape %v: dimensions must be positive (-1 for the batch)", s)
 		}
 	}
-	return []Type{{dt, s}}, nil
+	return []Type{{DType: dt, Shape: s}}, nil
 }
 
 func checkPeerAttr(a Attrs, name string) error {

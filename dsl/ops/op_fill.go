@@ -17,7 +17,7 @@ func init() {
 					return nil, Errorf("shape %v must have positive dimensions", s)
 				}
 			}
-			return []Type{{tensor.F32, s}}, nil
+			return []Type{{DType: tensor.F32, Shape: s}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			y, v := k.Out[0], float32(k.Attrs.Float("value"))

@@ -6,8 +6,8 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// lookup_table gathers embedding rows by integer id; its gradient scatters
-// the output gradient back into a dense table-shaped gradient.
+// lookup_table gathers embedding rows by integer id; its gradient is a row
+// gradient (row-sparse): the output gradient's rows summed per id.
 
 func init() {
 	register(&Def{
@@ -18,7 +18,7 @@ func init() {
 				return nil, err
 			}
 			out := append(in[1].Shape.Clone(), in[0].Shape[1])
-			return []Type{{tensor.F32, out}}, nil
+			return []Type{{DType: tensor.F32, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("lookup_table_grad", []string{g.OutGrads[0], g.Inputs[1], g.Inputs[0]}, nil), ""}
@@ -37,7 +37,7 @@ func init() {
 			}, nil
 		},
 	}, &Def{
-		Name: "lookup_table_grad", Doc: "dtable = zeros like table, with dy[..., :] added into row ids[...] (a dense scatter-add)", Internal: true,
+		Name: "lookup_table_grad", Doc: "dtable = the row gradient of table: the rows of dy summed by id, each id once (row-sparse)", Internal: true,
 		Inputs: []string{"dy", "ids", "table"}, Outputs: []string{"dtable"},
 		Infer: func(in []Type, _ Attrs) ([]Type, error) {
 			dy, ids, table := in[0], in[1], in[2]
@@ -48,27 +48,10 @@ func init() {
 			if dy.DType != tensor.F32 || !dy.Shape.Equal(want) {
 				return nil, Errorf("dy must be float32 %v (ids %v + [D] of table %v), got %v", want, ids.Shape, table.Shape, dy)
 			}
-			return []Type{{tensor.F32, table.Shape.Clone()}}, nil
-		},
-		Grad: func(b GradBuilder, g GradArgs) []string {
-			return []string{b.Emit("lookup_table", []string{g.OutGrads[0], g.Inputs[1]}, nil), "", ""}
+			return []Type{newRows(table.Shape, ids.Shape.Numel())}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
-			dy, ids, dt := k.In[0], k.In[1], k.Out[0]
-			v, d := dt.Shape[0], dt.Shape[1]
-			return func(Runtime) error {
-				clear(dt.F)
-				for i, id := range ids.I {
-					if id < 0 || int(id) >= v {
-						return idRange(i, id, v, ids.Shape)
-					}
-					row, src := dt.F[int(id)*d:(int(id)+1)*d], dy.F[i*d:(i+1)*d]
-					for j, x := range src {
-						row[j] += x
-					}
-				}
-				return nil
-			}, nil
+			return scatterAddRows(k.In[0], k.In[1], k.Out[0]), nil
 		},
 	})
 }

@@ -40,7 +40,7 @@ func init() {
 		Name: "softmax_cross_entropy_grad", Doc: "dlogits = dloss * (softmax(logits) - onehot(label)) / batch", Internal: true,
 		Inputs: []string{"dloss", "logits", "label"}, Outputs: []string{"dlogits"},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
+			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			dloss, logits, label, dx := k.In[0], k.In[1], k.In[2], k.Out[0]

@@ -40,7 +40,7 @@ func init() {
 			if !in[0].Shape.Equal(r[0].Shape) {
 				return nil, Errorf("dy %v must have the shape of the mean of %v, %v", in[0].Shape, in[1].Shape, r[0].Shape)
 			}
-			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
+			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("mean", []string{g.OutGrads[0]}, axisOf(g.Attrs)), ""}
@@ -78,7 +78,7 @@ func init() {
 			if _, err := BroadcastShape(v, in[1].Shape); err != nil {
 				return nil, err
 			}
-			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
+			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			dx := g.OutGrads[0]
@@ -116,7 +116,7 @@ func init() {
 			if err != nil || !s.Equal(in[0].Shape) {
 				return nil, Errorf("cannot sum %v to %v", in[0].Shape, in[1].Shape)
 			}
-			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
+			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("broadcast_like", []string{g.OutGrads[0], g.Inputs[0]}, nil), ""}
@@ -193,7 +193,7 @@ func inferReduce(in []Type, a Attrs) ([]Type, error) {
 		return nil, Errorf("axis %d is out of range for shape %v", a.Int("axis"), x.Shape)
 	}
 	s := append(x.Shape[:ax:ax].Clone(), x.Shape[ax+1:]...)
-	return []Type{{tensor.F32, s}}, nil
+	return []Type{{DType: tensor.F32, Shape: s}}, nil
 }
 
 func reduceKernel(k KernelArgs, mean bool) (Kernel, error) {

@@ -114,5 +114,5 @@ func inferPairLossGrad(in []Type, _ Attrs) ([]Type, error) {
 	if !in[1].Shape.Equal(in[2].Shape) {
 		return nil, Errorf("operands %v and %v must have the same shape", in[1].Shape, in[2].Shape)
 	}
-	return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
+	return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
 }

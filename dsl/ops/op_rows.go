@@ -29,7 +29,7 @@ func init() {
 			}
 			out := in[0].Shape.Clone()
 			out[ax] = e - s
-			return []Type{{in[0].DType, out}}, nil
+			return []Type{{DType: in[0].DType, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			rows := b.Type(g.Inputs[0]).Shape
@@ -72,7 +72,7 @@ func init() {
 			}
 			out := in[0].Shape.Clone()
 			out[ax] = a.Int("size")
-			return []Type{{tensor.F32, out}}, nil
+			return []Type{{DType: tensor.F32, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			n := b.Type(g.Inputs[0]).Shape
@@ -117,7 +117,7 @@ func init() {
 				}
 				out[ax] += t.Shape[ax]
 			}
-			return []Type{{in[0].DType, out}}, nil
+			return []Type{{DType: in[0].DType, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			grads := make([]string, len(g.Inputs))

@@ -27,7 +27,7 @@ func init() {
 			if n, m := in[0].Shape.Numel(), s.Numel(); n != m {
 				return nil, Errorf("cannot reshape %v (%d elements) to %v (%d elements)", in[0].Shape, n, s, m)
 			}
-			return []Type{{in[0].DType, s}}, nil
+			return []Type{{DType: in[0].DType, Shape: s}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("reshape_like", []string{g.OutGrads[0], g.Inputs[0]}, nil)}
@@ -40,7 +40,7 @@ func init() {
 			if n, m := in[0].Shape.Numel(), in[1].Shape.Numel(); n != m {
 				return nil, Errorf("cannot reshape %v (%d elements) to %v (%d elements)", in[0].Shape, n, in[1].Shape, m)
 			}
-			return []Type{{in[0].DType, in[1].Shape.Clone()}}, nil
+			return []Type{{DType: in[0].DType, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("reshape_like", []string{g.OutGrads[0], g.Inputs[0]}, nil), ""}
@@ -60,7 +60,7 @@ func init() {
 			for i, p := range perm {
 				out[i] = x[p]
 			}
-			return []Type{{in[0].DType, out}}, nil
+			return []Type{{DType: in[0].DType, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			perm, _ := permOf(g.Attrs, len(b.Type(g.Inputs[0]).Shape))

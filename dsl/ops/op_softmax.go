@@ -15,7 +15,7 @@ func init() {
 			if x.DType != tensor.F32 || len(x.Shape) == 0 {
 				return nil, Errorf("input must be float32 with at least one axis, got %v", x)
 			}
-			return []Type{{tensor.F32, x.Shape.Clone()}}, nil
+			return []Type{{DType: tensor.F32, Shape: x.Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("softmax_grad", []string{g.OutGrads[0], g.Outputs[0]}, nil)}
@@ -37,7 +37,7 @@ func init() {
 			if !in[0].Shape.Equal(in[1].Shape) || len(in[0].Shape) == 0 {
 				return nil, Errorf("dy %v and y %v must have the same shape, with at least one axis", in[0].Shape, in[1].Shape)
 			}
-			return []Type{{tensor.F32, in[1].Shape.Clone()}}, nil
+			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			dy, y, dx := k.In[0], k.In[1], k.Out[0]

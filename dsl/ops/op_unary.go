@@ -83,7 +83,7 @@ func inferSameF32(in []Type, _ Attrs) ([]Type, error) {
 	if in[0].DType != tensor.F32 {
 		return nil, Errorf("input must be float32, got %v", in[0])
 	}
-	return []Type{{tensor.F32, in[0].Shape.Clone()}}, nil
+	return []Type{{DType: tensor.F32, Shape: in[0].Shape.Clone()}}, nil
 }
 
 func unary(name, doc string, f func(x, y []float32), grad func(GradBuilder, GradArgs) []string) *Def {
@@ -108,7 +108,7 @@ func binaryHelper(name, doc string, f func(a, b, out []float32)) *Def {
 			if !in[0].Shape.Equal(in[1].Shape) {
 				return nil, Errorf("shapes differ: %v and %v", in[0].Shape, in[1].Shape)
 			}
-			return []Type{{tensor.F32, in[0].Shape.Clone()}}, nil
+			return []Type{{DType: tensor.F32, Shape: in[0].Shape.Clone()}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			a, b, out := k.In[0], k.In[1], k.Out[0]

@@ -85,11 +85,43 @@ func (s Shape) String() string {
 
 // Tensor is a dense row-major tensor. Exactly one of F and I is used,
 // according to DType.
+//
+// A row-sparse tensor (Rows != nil) holds only some rows of its Shape
+// [height, ...]: row i of F is row Rows.IDs[i] of the dense value, so F
+// holds len(Rows.IDs) rows. Its F keeps the capacity of the most rows a
+// step holds; Fit sizes it to the step's rows.
 type Tensor struct {
 	DType DType
 	Shape Shape
 	F     []float32
 	I     []int32
+	Rows  *RowSet
+}
+
+// RowSet is the row index that row-sparse tensors share: the op producing
+// the rows sets IDs each step (at most cap(IDs) of them, each row once),
+// and every tensor with the same rows refers to the same RowSet.
+type RowSet struct {
+	IDs []int32
+}
+
+// NewSparse allocates a row-sparse float32 tensor of dense shape shape
+// with room for maxRows rows, holding rows (none yet).
+func NewSparse(shape Shape, maxRows int, rows *RowSet) *Tensor {
+	t := &Tensor{DType: F32, Shape: shape.Clone(), Rows: rows}
+	t.F = make([]float32, maxRows*t.RowWidth())[:0]
+	return t
+}
+
+// NewRowSet returns a row index with room for maxRows rows.
+func NewRowSet(maxRows int) *RowSet { return &RowSet{IDs: make([]int32, 0, maxRows)} }
+
+// RowWidth is the number of elements in one row (dim 0) of t.
+func (t *Tensor) RowWidth() int { return t.Shape[1:].Numel() }
+
+// Fit sizes a row-sparse tensor's F to the rows its RowSet holds now.
+func (t *Tensor) Fit() {
+	t.F = t.F[:len(t.Rows.IDs)*t.RowWidth()]
 }
 
 // New allocates a zeroed tensor.
