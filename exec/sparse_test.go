@@ -324,9 +324,15 @@ ops:
 // testdata/sparse/ids.csv.
 func sparseModel(t *testing.T, src string) *dsl.Graph {
 	t.Helper()
-	g, err := dsl.LoadBytes("../testdata/sparse/model.yaml", []byte(src))
+	return sparseModelAt(t, "../testdata/sparse/model.yaml", []byte(src))
+}
+
+// sparseModelAt loads src as if it were the model file at path.
+func sparseModelAt(tb testing.TB, path string, src []byte) *dsl.Graph {
+	tb.Helper()
+	g, err := dsl.LoadBytes(path, src)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return g
 }
