@@ -239,13 +239,8 @@ func printJSON(c *cobra.Command, v any) error {
 
 // jobOf is the runtime's view of a plan.
 func jobOf(p *partition.Plan) *exec.Job {
-	j := &exec.Job{Trainer: p.Trainer, PServers: p.PServers, Trainers: p.Info.Trainers, Async: p.Info.Mode == partition.Async}
-	for _, pi := range p.Info.Params {
-		if pi.Node == "pserver" {
-			j.Params = append(j.Params, pi.Name)
-		}
-	}
-	return j
+	return &exec.Job{Trainer: p.Trainer, PServers: p.PServers, Trainers: p.Info.Trainers, Async: p.Info.Mode == partition.Async,
+		Params: p.Info.ServedParams()}
 }
 
 func (o *runOptions) runNode(c *cobra.Command) error {

@@ -93,23 +93,33 @@ type Var struct {
 }
 
 // Block describes a row block: rows [Start, End) along dim 0 of the
-// variable Of, whose whole shape is Shape. A block initializes to exactly
-// those rows of the values the whole variable would get.
+// variable Of, whose whole shape is Shape; with Stride > 1 every Stride-th
+// of them (Start, Start+Stride, ...: the shard of a table sharded by row
+// id mod Stride). A block initializes to exactly those rows of the values
+// the whole variable would get.
 type Block struct {
 	Of         string
 	Start, End int
+	Stride     int // 0 or 1: every row
 	Shape      tensor.Shape
 	Pos        Pos
 }
 
+// Step is the distance between the block's rows (1 when contiguous).
+func (b *Block) Step() int { return max(b.Stride, 1) }
+
+// Rows is the number of rows the block holds.
+func (b *Block) Rows() int { return (b.End - b.Start + b.Step() - 1) / b.Step() }
+
 // InitTarget returns what an initializer fills for v: the name that seeds
-// it, the whole shape (nil: v's own) and the first row. For a block these
+// it, the whole shape (nil: v's own), the first row and the distance
+// between rows. For a block these
 // are the whole variable's, so placement never changes the initial model.
-func (v *Var) InitTarget() (name string, full tensor.Shape, rowStart int) {
+func (v *Var) InitTarget() (name string, full tensor.Shape, rowStart, rowStep int) {
 	if b := v.Block; b != nil {
-		return b.Of, b.Shape, b.Start
+		return b.Of, b.Shape, b.Start, b.Step()
 	}
-	return v.Name, nil, 0
+	return v.Name, nil, 0, 1
 }
 
 // Op is one operation of the graph.

@@ -159,7 +159,11 @@ func varFlow(v *Var) string {
 		parts = append(parts, "of: "+YAMLString(v.Of))
 	}
 	if bl := v.Block; bl != nil {
-		parts = append(parts, fmt.Sprintf("block: {of: %s, rows: [%d, %d], shape: %s}", YAMLString(bl.Of), bl.Start, bl.End, intList(bl.Shape)))
+		stride := ""
+		if bl.Stride > 1 {
+			stride = fmt.Sprintf(", stride: %d", bl.Stride)
+		}
+		parts = append(parts, fmt.Sprintf("block: {of: %s, rows: [%d, %d]%s, shape: %s}", YAMLString(bl.Of), bl.Start, bl.End, stride, intList(bl.Shape)))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }

@@ -72,8 +72,8 @@ params:
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, full, row := g.Vars["W.b1"].InitTarget()
-	if name != "W" || !full.Equal([]int{5, 4}) || row != 2 {
+	name, full, row, step := g.Vars["W.b1"].InitTarget()
+	if name != "W" || !full.Equal([]int{5, 4}) || row != 2 || step != 1 {
 		t.Fatalf("InitTarget = %s %v %d", name, full, row)
 	}
 	out, _ := Marshal(g)

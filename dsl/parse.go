@@ -330,9 +330,9 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 			}
 		})
 		if b := vr.Block; b != nil && vr.Shape != nil {
-			want := append(tensor.Shape{b.End - b.Start}, b.Shape[1:]...)
+			want := append(tensor.Shape{b.Rows()}, b.Shape[1:]...)
 			if !vr.Shape.Equal(want) {
-				d.errorf(v, "%s.shape %v does not match its block: rows [%d, %d) of %s %v have shape %v", what, vr.Shape, b.Start, b.End, b.Of, b.Shape, want)
+				d.errorf(v, "%s.shape %v does not match its block: rows [%d, %d) (stride %d) of %s %v have shape %v", what, vr.Shape, b.Start, b.End, b.Step(), b.Of, b.Shape, want)
 			}
 		}
 		if !hasShape && v.Kind == yaml.MappingNode {
@@ -352,8 +352,15 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 func (d *decoder) block(n *yaml.Node, what string) *Block {
 	b := &Block{Pos: d.pos(n)}
 	var rowsNode, shapeNode *yaml.Node
-	if !d.fields(n, what, []string{"of", "rows", "shape"}, func(key string, k, v *yaml.Node) {
+	if !d.fields(n, what, []string{"of", "rows", "stride", "shape"}, func(key string, k, v *yaml.Node) {
 		switch key {
+		case "stride":
+			if st, ok := d.integer(v, what+".stride"); ok {
+				if st < 1 {
+					d.errorf(v, "%s.stride must be at least 1 (every stride-th row of rows), got %d", what, st)
+				}
+				b.Stride = st
+			}
 		case "of":
 			b.Of, _ = d.str(v, what+".of")
 		case "rows":

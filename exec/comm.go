@@ -309,7 +309,7 @@ func (c *NetComm) StopJob(err error) error {
 }
 
 // Transfers lists what a node's graph receives: one spec per recv and
-// accumulate op, for transport.Endpoint.Accept.
+// accumulate op and per lookup-table transfer, for transport.Endpoint.Accept.
 func Transfers(g *dsl.Graph, batch int) ([]transport.Spec, error) {
 	types, err := g.Infer(batch)
 	if err != nil {
@@ -317,14 +317,73 @@ func Transfers(g *dsl.Graph, batch int) ([]transport.Spec, error) {
 	}
 	var specs []transport.Spec
 	for _, op := range g.Ops {
-		if op.Type != "recv" && op.Type != "accumulate" {
-			continue
+		v := op.Attrs.String("var")
+		switch op.Type {
+		case "recv", "accumulate":
+			t := types[op.Outputs[0]]
+			specs = append(specs, transport.Spec{Var: v, DType: transport.DType(t.DType), Bytes: 4 * t.Shape.Numel()})
+		case "fetch_rows": // the rows the shards answer: at most every id fetched
+			t := types[op.Outputs[0]]
+			specs = append(specs, transport.Spec{Var: ops.RowsTransfer(v), DType: transport.F32, Bytes: 4 * t.MaxRows * t.Shape[1], AtMost: true})
+		case "serve_rows": // a trainer's ids
+			specs = append(specs, transport.Spec{Var: ops.IDsTransfer(v), DType: transport.I32, Bytes: 4 * op.Attrs.Int("max_rows"), AtMost: true})
+		case "accumulate_rows": // a trainer's row gradient: ids, then values
+			t := types[op.Outputs[0]]
+			specs = append(specs, transport.Spec{Var: v, DType: transport.Rows, Bytes: 4 * op.Attrs.Int("max_rows") * (1 + t.Shape[1]), AtMost: true})
 		}
-		t := types[op.Outputs[0]]
-		specs = append(specs, transport.Spec{Var: op.Attrs.String("var"), DType: transport.DType(t.DType), Bytes: 4 * t.Shape.Numel()})
 	}
 	return specs, nil
 }
+
+func nodeOf(p ops.Peer) transport.NodeID {
+	if p.Role == "trainer" {
+		return transport.Trainer(p.Index)
+	}
+	return transport.PServer(p.Index)
+}
+
+// SendBytes queues a payload of varying length (a sharded table's ids,
+// rows or row gradient) for peer.
+func (c *NetComm) SendBytes(ctx context.Context, step int64, p ops.Peer, v string, wt ops.WireType, payload []byte) error {
+	return c.EP.Send(ctx, nodeOf(p), step, v, transport.DType(wt), payload)
+}
+
+// RecvBytes receives a payload of varying length from peer into the front
+// of dst (an AtMost transfer) and returns its length. A trainer lost
+// meanwhile gets TrainerTimeout to come back, as for a gradient.
+func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v string, dst []byte) (int, error) {
+	sink := prefixPool.Get().(*transport.Prefix)
+	defer prefixPool.Put(sink)
+	sink.Buf, sink.N = dst, 0
+	for {
+		err := c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
+		if err == nil {
+			return sink.N, nil
+		}
+		var pe *transport.PeerError
+		if p.Role != "trainer" || c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
+			return 0, err
+		}
+		if werr := c.awaitPeer(ctx, pe.Peer, step, err); werr != nil {
+			return 0, werr
+		}
+	}
+}
+
+// RecvAnyBytes receives the next payload of v from any trainer.
+func (c *NetComm) RecvAnyBytes(ctx context.Context, v string, dst []byte) (int, int, int64, error) {
+	sink := prefixPool.Get().(*transport.Prefix)
+	defer prefixPool.Put(sink)
+	sink.Buf, sink.N = dst, 0
+	k, err := c.recvAny(ctx, v, nil, sink)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	_, t, _ := k.Src.Role()
+	return sink.N, t, k.Step, nil
+}
+
+var prefixPool = sync.Pool{New: func() any { return new(transport.Prefix) }}
 
 // Finish flushes and tells every peer this node is done.
 func (c *NetComm) Finish(ctx context.Context) error {

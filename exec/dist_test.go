@@ -21,6 +21,9 @@ var (
 	serveWhole bool
 	servedMu   sync.Mutex
 	served     []*ServeSummary
+	// shardDir, when set, is where runJobInmem's pservers save their
+	// lookup-table shards (pserver-<i>.safetensors).
+	shardDir string
 )
 
 // runInmemJob runs a whole job in this process over the in-memory transport.
@@ -42,13 +45,10 @@ func runInmemJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt RunOption
 	if plan, err = partition.ReadPlan(dir); err != nil {
 		t.Fatal(err)
 	}
-	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: n, Async: async}
+	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: n, Async: async, Params: plan.Info.ServedParams()}
 	cut := false
 	for _, p := range plan.Info.Params {
-		if p.Node == "pserver" {
-			j.Params = append(j.Params, p.Name)
-		}
-		cut = cut || len(p.Blocks) > 1
+		cut = cut || len(p.Blocks) > 1 && !p.Table()
 	}
 	if minBlock > 0 && !cut {
 		t.Fatalf("min block size %d cut no parameter; the test means to run row blocks", minBlock)
@@ -77,6 +77,9 @@ func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
 		go func() {
 			defer wg.Done()
 			so := ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop(), ResumeStep: -1, NoStream: serveWhole}
+			if shardDir != "" {
+				so.Save = filepath.Join(shardDir, string(id)+".safetensors")
+			}
 			if ck := opt.Checkpoint; ck != nil {
 				so.Checkpoint = &Checkpointer{Dir: ck.Dir, Every: ck.Every, Node: string(id), Model: j.PServers[i].Name}
 			}

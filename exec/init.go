@@ -11,11 +11,11 @@ import (
 )
 
 // Initialize fills t with the initializer's values for variable name. When
-// t holds only rows [rowStart, rowStart+rows) of a parameter of fullShape
-// (a block cut by the graph converter), it gets exactly those rows of the
-// values the whole parameter would get, so placement never changes the
-// initial model.
-func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Shape, rowStart int) error {
+// t holds only rows rowStart, rowStart+rowStep, ... of a parameter of
+// fullShape (a block cut or a table sharded by the graph converter), it
+// gets exactly those rows of the values the whole parameter would get, so
+// placement never changes the initial model.
+func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Shape, rowStart, rowStep int) error {
 	if t.DType != tensor.F32 {
 		if in.Type != "zeros" {
 			return fmt.Errorf("%s: initializer %s needs a float32 variable", name, in.Type)
@@ -68,8 +68,22 @@ func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Sh
 	for i := 0; i < skip; i++ {
 		gen()
 	}
-	for i := range t.F {
-		t.F[i] = float32(gen())
+	if rowStep <= 1 {
+		for i := range t.F {
+			t.F[i] = float32(gen())
+		}
+		return nil
+	}
+	// Every rowStep-th row: the values between are drawn and dropped.
+	for i := 0; i < len(t.F); i += rowLen {
+		if i > 0 {
+			for j := 0; j < (rowStep-1)*rowLen; j++ {
+				gen()
+			}
+		}
+		for j := range rowLen {
+			t.F[i+j] = float32(gen())
+		}
 	}
 	return nil
 }

@@ -154,7 +154,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		if err != nil {
 			return nil, dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
 		}
-		if !def.SparseIn && len(args.Out) == 1 && args.Out[0].Rows != nil {
+		if def.ElementWise && len(args.Out) == 1 && args.Out[0].Rows != nil {
 			k = onRows(k, args.Out[0])
 		}
 		index[i] = int32(len(p.nodes))

@@ -100,16 +100,26 @@ func TestInitializeBlockEqualsRowsOfWhole(t *testing.T) {
 	g := load(t, "../examples/digits-mlp.yaml")
 	in := g.Vars["W1"].Init
 	whole := tensor.New(tensor.F32, tensor.Shape{64, 128})
-	if err := Initialize(whole, in, "W1", nil, 0); err != nil {
+	if err := Initialize(whole, in, "W1", nil, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	block := tensor.New(tensor.F32, tensor.Shape{20, 128})
-	if err := Initialize(block, in, "W1", tensor.Shape{64, 128}, 30); err != nil {
+	if err := Initialize(block, in, "W1", tensor.Shape{64, 128}, 30, 1); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range block.F {
 		if v != whole.F[30*128+i] {
 			t.Fatalf("block[%d] = %v, whole = %v", i, v, whole.F[30*128+i])
+		}
+	}
+	// A shard of rows 2, 5, 8, ... (row id mod 3 = 2) gets those rows.
+	shard := tensor.New(tensor.F32, tensor.Shape{21, 128})
+	if err := Initialize(shard, in, "W1", tensor.Shape{64, 128}, 2, 3); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range shard.F {
+		if r := 2 + 3*(i/128); v != whole.F[r*128+i%128] {
+			t.Fatalf("shard[%d] (row %d) = %v, whole = %v", i, r, v, whole.F[r*128+i%128])
 		}
 	}
 	// he_normal: std sqrt(2/fan_in) = sqrt(2/64)

@@ -149,12 +149,7 @@ func runPServerRestart(t *testing.T, async bool, steps int) restartResult {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: 2, Async: async}
-	for _, p := range plan.Info.Params {
-		if p.Node == "pserver" {
-			j.Params = append(j.Params, p.Name)
-		}
-	}
+	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: 2, Async: async, Params: plan.Info.ServedParams()}
 	trainers, pservers := j.TrainerIDs(), j.PServerIDs()
 	var rejected sync.Map
 	hub := transport.NewHub(func(err error) {

@@ -27,6 +27,11 @@ type Comm interface {
 	// StopJob tells every peer this node stops the job because of err,
 	// and returns err.
 	StopJob(err error) error
+	// SendBytes, RecvBytes and RecvAnyBytes move payloads of varying
+	// length (a sharded table's ids, rows and row gradients; ops.Runtime).
+	SendBytes(ctx context.Context, step int64, peer ops.Peer, v string, wt ops.WireType, payload []byte) error
+	RecvBytes(ctx context.Context, step int64, peer ops.Peer, v string, dst []byte) (int, error)
+	RecvAnyBytes(ctx context.Context, v string, dst []byte) (n, trainer int, step int64, err error)
 }
 
 // NodeRuntime is the ops.Runtime of one node: the step being run, the
@@ -67,6 +72,27 @@ func (r *NodeRuntime) Accumulate(a ops.Attrs, n int, t *tensor.Tensor) error {
 		return errNoComm
 	}
 	return r.Comm.Accumulate(r.Ctx, r.StepNum, a, n, t)
+}
+
+func (r *NodeRuntime) SendBytes(p ops.Peer, step int64, v string, wt ops.WireType, payload []byte) error {
+	if r.Comm == nil {
+		return errNoComm
+	}
+	return r.Comm.SendBytes(r.Ctx, step, p, v, wt, payload)
+}
+
+func (r *NodeRuntime) RecvBytes(p ops.Peer, v string, dst []byte) (int, error) {
+	if r.Comm == nil {
+		return 0, errNoComm
+	}
+	return r.Comm.RecvBytes(r.Ctx, r.StepNum, p, v, dst)
+}
+
+func (r *NodeRuntime) RecvAnyBytes(v string, dst []byte) (int, int, int64, error) {
+	if r.Comm == nil {
+		return 0, 0, 0, errNoComm
+	}
+	return r.Comm.RecvAnyBytes(r.Ctx, v, dst)
 }
 
 // Queue returns the node-local bounded queue of that name.

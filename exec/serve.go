@@ -30,6 +30,10 @@ type ServeOptions struct {
 	ResumeStep int64
 	// TrainerTimeout: how long to wait for a lost trainer (sync mode).
 	TrainerTimeout time.Duration
+	// Save, when set, is the file the pserver writes the lookup-table
+	// shards it holds to once the trainers are done (MergeShards joins
+	// them with trainer 0's file into one model).
+	Save string
 	// NoStream runs every part's update as one Program.Run per step, even
 	// where a Streamer could apply it as the gradient arrives (streamed
 	// and whole steps give bitwise the same result).
@@ -152,6 +156,12 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	if err := c.Finish(parent); err != nil {
 		return nil, err
 	}
+	if opt.Save != "" {
+		if err := saveShards(opt.Save, g, progs); err != nil {
+			return nil, err
+		}
+		opt.Log.Info().Str("file", opt.Save).Msg("saved the lookup-table shards")
+	}
 	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
 	return &ServeSummary{Role: string(c.EP.Self()), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
 		Streamed: int(streamed.Load()), Parts: len(progs)}, nil
@@ -252,4 +262,15 @@ func awaitTrainers(ctx context.Context, g *dsl.Graph, c *NetComm, k int64) error
 		}
 	}
 	return nil
+}
+
+// saveShards writes the lookup-table shards of a pserver's parts to path.
+func saveShards(path string, g *dsl.Graph, progs []*Program) error {
+	all := Scope{}
+	for _, p := range progs {
+		for n, t := range p.Scope {
+			all[n] = t
+		}
+	}
+	return SaveTensors(path, g.Name, tableShards(g), all)
 }

@@ -149,6 +149,15 @@ func (c *streamComm) Flush(context.Context) error            { return nil }
 func (c *streamComm) Finish(context.Context) error           { return nil }
 func (c *streamComm) AwaitPeers(ctx context.Context) []error { return nil }
 func (c *streamComm) StopJob(err error) error                { return err }
+func (c *streamComm) SendBytes(context.Context, int64, ops.Peer, string, ops.WireType, []byte) error {
+	return errNoComm
+}
+func (c *streamComm) RecvBytes(context.Context, int64, ops.Peer, string, []byte) (int, error) {
+	return 0, errNoComm
+}
+func (c *streamComm) RecvAnyBytes(context.Context, string, []byte) (int, int, int64, error) {
+	return 0, 0, 0, errNoComm
+}
 
 // randomGrad is a gradient with values over several magnitudes.
 func randomGrad(rng *rand.Rand, n int) []float32 {

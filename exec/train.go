@@ -182,6 +182,13 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		return nil, fmt.Errorf("the run resumes at step %d, after its last step %d; raise --steps", first, steps)
 	}
 	loss := prog.Scope[g.Train.Loss]
+	// A trainer of a job with lookup tables holds only the rows it fetched,
+	// so it cannot evaluate the whole data set at the end: its summary has
+	// the mean loss and metrics of the last steps it trained instead.
+	var tail *tailMean
+	if opt.Comm != nil && hasOp(g, "fetch_rows") {
+		tail = &tailMean{names: append([]string{g.Train.Loss}, g.Train.Metrics...)}
+	}
 	start := time.Now()
 	last, lastStep := start, first
 	for k := first; k < steps; k++ {
@@ -197,6 +204,9 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		}
 		if err := prog.Run(rt); err != nil {
 			return nil, err
+		}
+		if tail != nil && k >= steps-tailSteps {
+			tail.add(prog.Scope)
 		}
 		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && (k+1)%ck.Every == 0 {
 			if err := ck.Save(int64(k+1), persistentOf(prog)); err != nil {
@@ -255,10 +265,55 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
 	sum := &Summary{Role: opt.Role, Steps: steps, Seconds: elapsed, StepsPerS: float64(steps-first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
+	if tail != nil {
+		tail.fill(sum)
+		return sum, nil
+	}
 	if err := Evaluate(g, set, params, sum); err != nil {
 		return nil, err
 	}
 	return sum, nil
+}
+
+// tailSteps is how many final steps a trainer with lookup tables averages
+// its summary's loss and metrics over.
+const tailSteps = 100
+
+// tailMean averages scalars over the last steps of a run.
+type tailMean struct {
+	names []string
+	sums  []float64
+	n     int
+}
+
+func (m *tailMean) add(s Scope) {
+	if m.sums == nil {
+		m.sums = make([]float64, len(m.names))
+	}
+	for i, name := range m.names {
+		m.sums[i] += float64(s[name].F[0])
+	}
+	m.n++
+}
+
+func (m *tailMean) fill(sum *Summary) {
+	if m.n == 0 {
+		sum.Loss = math.NaN()
+		return
+	}
+	sum.Loss = m.sums[0] / float64(m.n)
+	for i, name := range m.names[1:] {
+		sum.Metrics[name] = m.sums[i+1] / float64(m.n)
+	}
+}
+
+func hasOp(g *dsl.Graph, typ string) bool {
+	for _, op := range g.Ops {
+		if op.Type == typ {
+			return true
+		}
+	}
+	return false
 }
 
 func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s Scope, sps float64, role string) {
@@ -357,14 +412,17 @@ func initPersistent(p *Program, initFrom string, partial bool) error {
 				return fmt.Errorf("%s: %q is %s%v in the file but %s%v in the model", initFrom, b.Of, src.DType, src.Shape, t.DType, b.Shape)
 			}
 			row := src.Numel() / max(b.Shape[0], 1)
-			copy(t.F, src.F[b.Start*row:b.End*row])
+			for i := range b.Rows() {
+				r := b.Start + i*b.Step()
+				copy(t.F[i*row:(i+1)*row], src.F[r*row:(r+1)*row])
+			}
 			continue
 		}
 		if loaded != nil && v.Kind == dsl.KindParam {
 			return fmt.Errorf("%s: parameter %q is missing from the file", initFrom, name)
 		}
-		seedName, full, row := v.InitTarget()
-		if err := Initialize(t, v.Init, seedName, full, row); err != nil {
+		seedName, full, row, step := v.InitTarget()
+		if err := Initialize(t, v.Init, seedName, full, row, step); err != nil {
 			return err
 		}
 	}

@@ -73,6 +73,7 @@ type Placement struct {
 	Param   string `yaml:"param"`
 	Block   string `yaml:"block"`
 	Rows    [2]int `yaml:"rows,flow"`
+	Stride  int    `yaml:"stride,omitempty"`
 	PServer int    `yaml:"pserver"`
 	Bytes   int    `yaml:"bytes"`
 }
@@ -89,10 +90,28 @@ type ParamInfo struct {
 	Whole string `yaml:"whole,omitempty"`
 }
 
-// BlockInfo is one row block [Rows[0], Rows[1]) of a parameter on a pserver.
+// Table reports whether the parameter is a lookup table sharded across
+// the pservers (fetched by id, never sent whole to a trainer).
+func (pi *ParamInfo) Table() bool { return len(pi.Blocks) > 0 && pi.Blocks[0].Stride > 0 }
+
+// ServedParams lists the parameters that pservers send the trainers whole
+// (every parameter on a pserver but the lookup tables), in plan order.
+func (in *PlanInfo) ServedParams() []string {
+	var out []string
+	for i := range in.Params {
+		if pi := &in.Params[i]; pi.Node == "pserver" && !pi.Table() {
+			out = append(out, pi.Name)
+		}
+	}
+	return out
+}
+
+// BlockInfo is one row block [Rows[0], Rows[1]) of a parameter on a
+// pserver; a lookup table's shard has Stride M (every M-th of those rows).
 type BlockInfo struct {
 	Var     string `yaml:"var"`
 	Rows    [2]int `yaml:"rows,flow"`
+	Stride  int    `yaml:"stride,omitempty"`
 	PServer int    `yaml:"pserver"`
 	Bytes   int    `yaml:"bytes"`
 }
@@ -105,13 +124,15 @@ type PServerLoad struct {
 	Blocks   []string `yaml:"blocks,flow"`
 }
 
-// TransferInfo is one send/recv pair.
+// TransferInfo is one send/recv pair. AtMost: Shape is the largest
+// (a lookup table's ids, rows or row gradient, as many as a batch has).
 type TransferInfo struct {
-	Var   string `yaml:"var"`
-	From  string `yaml:"from"`
-	To    string `yaml:"to"`
-	Shape []int  `yaml:"shape,flow"`
-	DType string `yaml:"dtype"`
+	Var    string `yaml:"var"`
+	From   string `yaml:"from"`
+	To     string `yaml:"to"`
+	Shape  []int  `yaml:"shape,flow"`
+	DType  string `yaml:"dtype"`
+	AtMost bool   `yaml:"at_most,omitempty"`
 }
 
 // HashSource returns the content hash recorded as source_sha256.
@@ -149,8 +170,8 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 			pi.Node = "pserver"
 			pi.Whole = gr.whole
 			for _, b := range gr.blocks {
-				pi.Blocks = append(pi.Blocks, BlockInfo{Var: b.name, Rows: [2]int{b.start, b.end}, PServer: b.pserver, Bytes: b.bytes})
-				info.Placement = append(info.Placement, Placement{Param: n, Block: b.name, Rows: [2]int{b.start, b.end}, PServer: b.pserver, Bytes: b.bytes})
+				pi.Blocks = append(pi.Blocks, BlockInfo{Var: b.name, Rows: [2]int{b.start, b.end}, Stride: b.stride, PServer: b.pserver, Bytes: b.bytes})
+				info.Placement = append(info.Placement, Placement{Param: n, Block: b.name, Rows: [2]int{b.start, b.end}, Stride: b.stride, PServer: b.pserver, Bytes: b.bytes})
 			}
 		}
 		info.Params = append(info.Params, pi)
@@ -160,6 +181,14 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 		l.Bytes += b.bytes
 		l.Blocks = append(l.Blocks, b.name)
 		dt := dtypeAttr(b.g.param.DType)
+		if gr := b.g; gr.table {
+			k, d, p := gr.maxRows, gr.param.Shape[1], gr.param.Name
+			info.Transfers = append(info.Transfers,
+				TransferInfo{Var: p + "@ids", From: trainerNode, To: pserverNode(b.pserver), Shape: []int{k}, DType: "i32", AtMost: true},
+				TransferInfo{Var: p + "@rows", From: pserverNode(b.pserver), To: trainerNode, Shape: []int{k, d}, DType: dt, AtMost: true},
+				TransferInfo{Var: dsl.GradName(p), From: trainerNode, To: pserverNode(b.pserver), Shape: []int{k, d}, DType: "rows", AtMost: true})
+			continue
+		}
 		info.Transfers = append(info.Transfers,
 			TransferInfo{Var: b.name, From: pserverNode(b.pserver), To: trainerNode, Shape: b.shape.Clone(), DType: dt},
 			TransferInfo{Var: dsl.GradName(b.name), From: trainerNode, To: pserverNode(b.pserver), Shape: b.shape.Clone(), DType: dt})
@@ -246,7 +275,7 @@ func (in *PlanInfo) write(b *bytes.Buffer) {
 		if len(p.Blocks) > 0 {
 			b.WriteString("    blocks:\n")
 			for _, bl := range p.Blocks {
-				fmt.Fprintf(b, "      - {var: %s, rows: [%d, %d], pserver: %d, bytes: %d}\n", q(bl.Var), bl.Rows[0], bl.Rows[1], bl.PServer, bl.Bytes)
+				fmt.Fprintf(b, "      - {var: %s, rows: [%d, %d]%s, pserver: %d, bytes: %d}\n", q(bl.Var), bl.Rows[0], bl.Rows[1], strideField(bl.Stride), bl.PServer, bl.Bytes)
 			}
 		}
 		if p.Whole != "" {
@@ -255,7 +284,7 @@ func (in *PlanInfo) write(b *bytes.Buffer) {
 	}
 	b.WriteString("placement:\n")
 	for _, pl := range in.Placement {
-		fmt.Fprintf(b, "  - {param: %s, block: %s, rows: [%d, %d], pserver: %d, bytes: %d}\n", q(pl.Param), q(pl.Block), pl.Rows[0], pl.Rows[1], pl.PServer, pl.Bytes)
+		fmt.Fprintf(b, "  - {param: %s, block: %s, rows: [%d, %d]%s, pserver: %d, bytes: %d}\n", q(pl.Param), q(pl.Block), pl.Rows[0], pl.Rows[1], strideField(pl.Stride), pl.PServer, pl.Bytes)
 	}
 	b.WriteString("pservers:\n")
 	for _, l := range in.Load {
@@ -267,8 +296,19 @@ func (in *PlanInfo) write(b *bytes.Buffer) {
 	}
 	b.WriteString("transfers:\n")
 	for _, t := range in.Transfers {
-		fmt.Fprintf(b, "  - {var: %s, from: %s, to: %s, shape: %s, dtype: %s}\n", q(t.Var), q(t.From), q(t.To), flowInts(t.Shape), q(t.DType))
+		atMost := ""
+		if t.AtMost {
+			atMost = ", at_most: true"
+		}
+		fmt.Fprintf(b, "  - {var: %s, from: %s, to: %s, shape: %s, dtype: %s%s}\n", q(t.Var), q(t.From), q(t.To), flowInts(t.Shape), q(t.DType), atMost)
 	}
+}
+
+func strideField(n int) string {
+	if n > 0 {
+		return fmt.Sprintf(", stride: %d", n)
+	}
+	return ""
 }
 
 func flowStrings(s []string) string {
@@ -387,6 +427,8 @@ func (p *Plan) Summary() string {
 		switch {
 		case pi.Node == trainerNode:
 			fmt.Fprintf(&b, "-> trainer (%s)\n", pi.Whole)
+		case len(pi.Blocks) > 0 && pi.Blocks[0].Stride > 0:
+			fmt.Fprintf(&b, "-> sharded over %d pservers (%s)\n", len(pi.Blocks), pi.Whole)
 		case len(pi.Blocks) == 1:
 			fmt.Fprintf(&b, "-> pserver:%d (whole: %s)\n", pi.Blocks[0].PServer, pi.Whole)
 		default:
@@ -404,8 +446,17 @@ func (p *Plan) Summary() string {
 		}
 		fmt.Fprintf(&b, "pserver:%d%s: %s in %d blocks\n", l.PServer, ep, ByteSize(l.Bytes), len(l.Blocks))
 	}
-	fmt.Fprintf(&b, "send/recv pairs: %d (%d parameter blocks to the trainers, %d gradient blocks to the pservers)\n",
-		len(in.Transfers), len(in.Transfers)/2, len(in.Transfers)/2)
+	dense := 0
+	for _, t := range in.Transfers {
+		if !t.AtMost {
+			dense++
+		}
+	}
+	fmt.Fprintf(&b, "send/recv pairs: %d (%d parameter blocks to the trainers, %d gradient blocks to the pservers", len(in.Transfers), dense/2, dense/2)
+	if rows := len(in.Transfers) - dense; rows > 0 {
+		fmt.Fprintf(&b, "; %d for lookup tables: ids up, rows down, row gradients up", rows)
+	}
+	b.WriteString(")\n")
 	for _, w := range p.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", w)
 	}

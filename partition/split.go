@@ -61,12 +61,17 @@ type group struct {
 	pinBy   string
 	blocks  []*block
 	whole   string // why the parameter was not cut
+	// table: read only through lookup_table (a row gradient), so it is
+	// sharded by row id mod M across every pserver and fetched by id.
+	table   bool
+	maxRows int // the most rows one trainer fetches or sends per step
 }
 
 type block struct {
 	g          *group
 	name       string
 	start, end int
+	stride     int // a table's shard: rows start, start+stride, ... < end
 	shape      tensor.Shape
 	bytes      int
 	pserver    int
@@ -229,7 +234,8 @@ func (s *splitter) collectGroups() error {
 	}
 	for _, n := range s.names {
 		if t := g.Types[dsl.GradName(n)]; t.Sparse() {
-			return dsl.Errorf(g.Vars[n].Pos, "param %s has a row gradient (it is read only through lookup_table), and split cannot shard such a table yet; train it with --role local, or also read it with a dense op to give it a dense gradient", n)
+			gr := s.groups[n]
+			gr.table, gr.maxRows = true, t.MaxRows
 		}
 	}
 	for _, n := range s.names {
@@ -344,6 +350,9 @@ func (s *splitter) applyPlaces() error {
 				return err
 			}
 		}
+		if gr.table && gr.pin != "" {
+			return dsl.Errorf(gr.pinPos, "%s has place: %s, but %s is a lookup table (read only through lookup_table), which split shards by row id across every pserver; remove place", gr.pinBy, gr.pin, n)
+		}
 		if gr.pin == trainerNode && s.opt.Trainers > 1 {
 			return dsl.Errorf(gr.pinPos, "%s has place: trainer, but with %d trainers every replica would update its own copy of %s and the replicas would drift apart; remove place (or split for one trainer)", gr.pinBy, s.opt.Trainers, n)
 		}
@@ -356,6 +365,12 @@ func (s *splitter) cutBlocks() error {
 	for _, n := range s.names {
 		gr := s.groups[n]
 		shape := gr.param.Shape
+		if gr.table {
+			if err := s.shardTable(gr); err != nil {
+				return err
+			}
+			continue
+		}
 		numel := shape.Numel()
 		nb := 1
 		switch {
@@ -404,6 +419,28 @@ func (s *splitter) cutBlocks() error {
 	return nil
 }
 
+// shardTable cuts a lookup table into one shard per pserver: row r goes
+// to pserver r mod M as its local row r div M, so the ids of a batch
+// spread over every pserver whatever their distribution's head.
+func (s *splitter) shardTable(gr *group) error {
+	shape, m := gr.param.Shape, s.opt.PServers
+	if shape[0] < m {
+		return dsl.Errorf(gr.param.Pos, "lookup table %s has %d rows, fewer than the %d pservers it would be sharded over; use at most %d pservers", gr.param.Name, shape[0], m, shape[0])
+	}
+	gr.whole = fmt.Sprintf("a lookup table: sharded by row id mod %d (row r on pserver r mod %d as its local row r div %d)", m, m, m)
+	for j := range m {
+		rows := (shape[0] - j + m - 1) / m
+		b := &block{g: gr, name: ShardName(gr.param.Name, j), start: j, end: shape[0], stride: m, pserver: j,
+			shape: append(tensor.Shape{rows}, shape[1:]...)}
+		b.bytes = b.shape.Numel() * dtypeSize(gr.param.DType)
+		gr.blocks = append(gr.blocks, b)
+	}
+	return nil
+}
+
+// ShardName is the variable name of shard j of lookup table p.
+func ShardName(p string, j int) string { return p + ".s" + strconv.Itoa(j) }
+
 // notElementWise explains why a parameter's optimizer cannot run on row
 // blocks, or returns "". It can when every op is element-wise and every
 // value it touches has the parameter's shape (cut like the parameter) or
@@ -447,6 +484,8 @@ func (s *splitter) assignPServers() {
 		for _, b := range gr.blocks {
 			switch {
 			case gr.pin == trainerNode:
+			case gr.table:
+				load[b.pserver] += b.bytes
 			case gr.pin != "":
 				b.pserver, _ = strconv.Atoi(strings.TrimPrefix(gr.pin, "pserver:"))
 				load[b.pserver] += b.bytes
@@ -564,6 +603,10 @@ func (s *splitter) build() *Plan {
 				continue
 			}
 			received[in] = true
+			if gr.table {
+				t.Ops = append(t.Ops, s.fetchOp(gr, trainerOps))
+				continue
+			}
 			var parts []string
 			for _, b := range gr.blocks {
 				t.Ops = append(t.Ops, newOp("recv", nil, []string{b.name}, ops.Attrs{
@@ -576,10 +619,20 @@ func (s *splitter) build() *Plan {
 		}
 		c := *op
 		c.Place = ""
+		c.Inputs = mapNames(op.Inputs, func(x string) string {
+			if gr := s.owner[x]; gr != nil && gr.table && x == gr.param.Name {
+				return FetchedName(x) // lookups read the rows the trainer fetched
+			}
+			return x
+		})
 		t.Ops = append(t.Ops, &c)
 		for _, out := range op.Outputs {
 			gr := s.groups[strings.TrimSuffix(out, "@GRAD")]
 			if gr == nil || gr.pin == trainerNode || out != dsl.GradName(gr.param.Name) {
+				continue
+			}
+			if gr.table {
+				t.Ops = append(t.Ops, newOp("send_rows", []string{out}, nil, ops.Attrs{"var": out, "shards": opt.PServers}, gr.param.Pos))
 				continue
 			}
 			for _, b := range gr.blocks {
@@ -617,9 +670,9 @@ func (s *splitter) build() *Plan {
 			if c.Of != "" {
 				c.Of = ren(c.Of)
 			}
-			if b.cut() && v.Shape.Equal(gr.param.Shape) {
+			if (b.cut() || gr.table) && v.Shape.Equal(gr.param.Shape) {
 				c.Shape = b.shape.Clone()
-				c.Block = &dsl.Block{Of: v.Name, Start: b.start, End: b.end, Shape: v.Shape.Clone(), Pos: v.Pos}
+				c.Block = &dsl.Block{Of: v.Name, Start: b.start, End: b.end, Stride: b.stride, Shape: v.Shape.Clone(), Pos: v.Pos}
 			}
 			return &c
 		}
@@ -628,10 +681,21 @@ func (s *splitter) build() *Plan {
 			ps.AddVar(sliced(st))
 		}
 		grad := dsl.GradName(b.name)
-		ps.Ops = append(ps.Ops, newOp("accumulate", nil, []string{grad}, ops.Attrs{
-			"var": grad, "count": count, "shape": []int(b.shape.Clone()), "dtype": dtypeAttr(gr.param.DType)}, gr.param.Pos))
-		acc := ps.Ops[len(ps.Ops)-1]
-		acc.Section, acc.Param = dsl.Optimize, b.name
+		if gr.table {
+			// Answer the trainers' fetches, then merge their row gradients.
+			serve := newOp("serve_rows", []string{b.name}, nil, ops.Attrs{"var": pn, "count": count, "max_rows": gr.maxRows}, gr.param.Pos)
+			acc := newOp("accumulate_rows", nil, []string{grad}, ops.Attrs{
+				"var": dsl.GradName(pn), "count": count, "shape": []int(b.shape.Clone()), "max_rows": gr.maxRows}, gr.param.Pos)
+			for _, op := range []*dsl.Op{serve, acc} {
+				op.Section, op.Param = dsl.Optimize, b.name
+			}
+			ps.Ops = append(ps.Ops, serve, acc)
+		} else {
+			ps.Ops = append(ps.Ops, newOp("accumulate", nil, []string{grad}, ops.Attrs{
+				"var": grad, "count": count, "shape": []int(b.shape.Clone()), "dtype": dtypeAttr(gr.param.DType)}, gr.param.Pos))
+			acc := ps.Ops[len(ps.Ops)-1]
+			acc.Section, acc.Param = dsl.Optimize, b.name
+		}
 		for _, op := range gr.ops { // template order: the same for every parameter
 			c := *op
 			c.Inputs, c.Outputs = mapNames(op.Inputs, ren), mapNames(op.Outputs, ren)
@@ -640,6 +704,9 @@ func (s *splitter) build() *Plan {
 		}
 		for _, a := range gr.assigns {
 			ps.Assigns = append(ps.Assigns, dsl.Assign{Target: ren(a.Target), Value: ren(a.Value), Pos: a.Pos})
+		}
+		if gr.table {
+			continue // its rows go out by serve_rows
 		}
 		send := newOp("send", []string{ren(gr.assignValue())}, nil, ops.Attrs{
 			"var": b.name, "to": trainerNode, "step_offset": 1, "reply_to": grad, "initial": b.name}, gr.param.Pos)
@@ -656,7 +723,32 @@ func (s *splitter) build() *Plan {
 	return p
 }
 
+// FetchedName is the trainer's variable holding the rows of lookup table
+// p that it fetched this step.
+func FetchedName(p string) string { return p + "@fetched" }
+
+// fetchOp is the trainer's fetch of table gr's rows: the ids of every
+// lookup of the table, deduplicated, sent to the shards that own them.
+func (s *splitter) fetchOp(gr *group, trainerOps []*dsl.Op) *dsl.Op {
+	var ids []string
+	seen := map[string]bool{}
+	for _, op := range trainerOps {
+		if op.Type == "lookup_table" && op.Inputs[0] == gr.param.Name && !seen[op.Inputs[1]] {
+			seen[op.Inputs[1]] = true
+			ids = append(ids, op.Inputs[1])
+		}
+	}
+	sort.Strings(ids)
+	op := newOp("fetch_rows", ids, []string{FetchedName(gr.param.Name)}, ops.Attrs{
+		"var": gr.param.Name, "shards": s.opt.PServers, "shape": []int(gr.param.Shape.Clone())}, gr.param.Pos)
+	op.Section = dsl.Forward
+	return op
+}
+
 func mapNames(in []string, f func(string) string) []string {
+	if in == nil {
+		return nil
+	}
 	out := make([]string, len(in))
 	for i, x := range in {
 		out[i] = f(x)

@@ -268,7 +268,7 @@ func TestBlockInitMatchesWholeParameter(t *testing.T) {
 	}
 	w := g.Vars["W1"]
 	whole := tensor.New(tensor.F32, w.Shape)
-	if err := exec.Initialize(whole, w.Init, "W1", nil, 0); err != nil {
+	if err := exec.Initialize(whole, w.Init, "W1", nil, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	cols := w.Shape[1]
@@ -281,8 +281,8 @@ func TestBlockInitMatchesWholeParameter(t *testing.T) {
 			}
 			blocks++
 			bt := tensor.New(tensor.F32, v.Shape)
-			seed, full, row := v.InitTarget()
-			if err := exec.Initialize(bt, v.Init, seed, full, row); err != nil {
+			seed, full, row, step := v.InitTarget()
+			if err := exec.Initialize(bt, v.Init, seed, full, row, step); err != nil {
 				t.Fatal(err)
 			}
 			want := whole.F[v.Block.Start*cols : v.Block.End*cols]

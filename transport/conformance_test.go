@@ -59,6 +59,38 @@ func f32(vals ...float32) []byte {
 func conformance(t *testing.T, mk factory) {
 	ctx := context.Background()
 	spec := Spec{Var: "W", DType: F32, Bytes: 8}
+	t.Run("at most: any length up to the spec's", func(t *testing.T) {
+		eps, log := mk(t, t0, p0)
+		eps[p0].Accept(Spec{Var: "R", DType: Rows, Bytes: 16, AtMost: true})
+		sizes := []int{8, 0, 16, 20, 4}
+		for k, n := range sizes {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(k*31 + i)
+			}
+			must(t, eps[t0].Send(ctx, p0, int64(k), "R", Rows, b))
+		}
+		must(t, eps[t0].Flush(ctx))
+		sink := &Prefix{Buf: make([]byte, 16)}
+		for k, n := range sizes {
+			if n > 16 {
+				continue
+			}
+			sink.N = 0
+			must(t, eps[p0].RecvSink(ctx, t0, int64(k), "R", sink))
+			if sink.N != n {
+				t.Fatalf("step %d: received %d bytes, sent %d", k, sink.N, n)
+			}
+			for i := 0; i < n; i++ {
+				if sink.Buf[i] != byte(k*31+i) {
+					t.Fatalf("step %d: byte %d is %d, sent %d", k, i, sink.Buf[i], byte(k*31+i))
+				}
+			}
+		}
+		if log.count() != 1 {
+			t.Fatalf("the 20-byte message for an at-most-16 transfer: %d errors reported (%v), want 1", log.count(), log.all())
+		}
+	})
 	t.Run("keyed by step and source", func(t *testing.T) {
 		eps, _ := mk(t, t0, t1, p0)
 		eps[p0].Accept(spec)

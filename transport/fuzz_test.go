@@ -61,7 +61,7 @@ func FuzzFrameDecode(f *testing.F) {
 				}
 			}
 			for n := range in.free {
-				if n != 8 {
+				if n != sizeClass(8) {
 					t.Fatalf("allocated a %d-byte buffer", n)
 				}
 			}

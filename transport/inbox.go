@@ -194,7 +194,9 @@ func (in *inbox) check(src NodeID, inc uint64, step int64, v string, dt DType, n
 		return fmt.Errorf("message %s@%d from %s: %s does not receive a transfer named %q", v, step, src, in.self, v)
 	case s.DType != dt:
 		return fmt.Errorf("message %s@%d from %s: dtype %d, %s expects %d", v, step, src, dt, in.self, s.DType)
-	case s.Bytes != n:
+	case s.AtMost && n > s.Bytes:
+		return fmt.Errorf("message %s@%d from %s: %d bytes, %s expects at most %d", v, step, src, n, in.self, s.Bytes)
+	case !s.AtMost && s.Bytes != n:
 		return fmt.Errorf("message %s@%d from %s: %d bytes, %s expects %d", v, step, src, n, in.self, s.Bytes)
 	}
 	// A stale step is not rejected here: deliver and hold drop it, and
@@ -221,16 +223,32 @@ func (in *inbox) buffer(n int) []byte {
 	return in.bufferLocked(n)
 }
 
+// bufferLocked returns a buffer of n bytes from the free list of its size
+// class (n rounded up to a power of two), so messages whose size varies
+// from step to step (lists of rows) reuse buffers too.
 func (in *inbox) bufferLocked(n int) []byte {
-	if l := in.free[n]; len(l) > 0 {
+	c := sizeClass(n)
+	if l := in.free[c]; len(l) > 0 {
 		b := l[len(l)-1]
-		in.free[n] = l[:len(l)-1]
-		return b
+		in.free[c] = l[:len(l)-1]
+		return b[:n]
 	}
-	return make([]byte, n)
+	return make([]byte, n, c)
 }
 
-func (in *inbox) recycle(b []byte) { in.free[len(b)] = append(in.free[len(b)], b) }
+func sizeClass(n int) int {
+	c := 64
+	for c < n {
+		c *= 2
+	}
+	return c
+}
+
+func (in *inbox) recycle(b []byte) {
+	if c := cap(b); c == sizeClass(c) {
+		in.free[c] = append(in.free[c], b)
+	}
+}
 
 // recycleBuf returns a buffer taken by buffer but never delivered.
 func (in *inbox) recycleBuf(b []byte) {

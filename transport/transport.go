@@ -45,14 +45,19 @@ type DType uint8
 const (
 	F32 DType = 1
 	I32 DType = 2
+	// Rows is a row-sparse payload: n little-endian int32 row ids, then
+	// the n rows' float32 values.
+	Rows DType = 3
 )
 
 // Spec declares a transfer a node accepts: its name, element type and the
-// exact payload size in bytes.
+// exact payload size in bytes, or with AtMost the largest (a list of ids
+// or rows whose length varies from step to step).
 type Spec struct {
-	Var   string
-	DType DType
-	Bytes int
+	Var    string
+	DType  DType
+	Bytes  int
+	AtMost bool
 }
 
 // Key identifies a message.
@@ -157,3 +162,13 @@ type PeerError struct {
 
 func (e *PeerError) Error() string { return fmt.Sprintf("%s: %v", e.Peer, e.Err) }
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// Prefix is a Sink that reads a payload into the front of Buf and counts
+// its bytes in N: how an AtMost transfer is received (set N to 0 first).
+type Prefix struct {
+	Buf []byte
+	N   int
+}
+
+func (p *Prefix) Next(off int) []byte        { return p.Buf[off:] }
+func (p *Prefix) Filled(off int, buf []byte) { p.N = max(p.N, off+len(buf)) }

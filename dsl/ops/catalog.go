@@ -136,7 +136,31 @@ type Runtime interface {
 	Queue(name string, capacity int) Queue
 	// Trainer returns this node's trainer index and the trainer count (0, 1 outside a job).
 	Trainer() (index, count int)
+	// SendBytes queues payload for peer under transfer v for this step: the
+	// lists of ids and rows of a sharded table, whose length varies. It
+	// must not block on the network; payload must not change before the
+	// node's next step.
+	// step is the step the message is keyed for (an async pserver answers
+	// a request for the step it was sent for).
+	SendBytes(peer Peer, step int64, v string, wt WireType, payload []byte) error
+	// RecvBytes blocks until transfer v of this step from peer arrived,
+	// reads it into the front of dst and returns its length.
+	RecvBytes(peer Peer, v string, dst []byte) (int, error)
+	// RecvAnyBytes blocks until transfer v arrived from any trainer (async
+	// pservers), reads it into the front of dst and returns its length, the
+	// trainer and the step it was sent for.
+	RecvAnyBytes(v string, dst []byte) (n int, trainer int, step int64, err error)
 }
+
+// WireType is the element type of a payload, numbered as the wire numbers
+// it (transport.DType).
+type WireType uint8
+
+const (
+	WireF32  WireType = 1
+	WireI32  WireType = 2
+	WireRows WireType = 3 // n int32 row ids, then the n rows' float32 values
+)
 
 // Queue is a bounded FIFO of tensors owned by one node.
 type Queue interface {

@@ -76,32 +76,33 @@ func init() {
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			x, y, z := k.In[0], k.In[1], k.Out[0]
-			w := z.RowWidth()
-			idx := newRowIndex(cap(z.Rows.IDs))
 			return func(Runtime) error {
-				idx.reset()
-				rows := z.Rows.IDs[:0]
+				z.Rows.Reset()
 				z.F = z.F[:0]
-				for _, src := range [2]*tensor.Tensor{x, y} {
-					for i, r := range src.Rows.IDs {
-						slot, fresh := idx.slot(r, len(rows))
-						v := src.F[i*w : (i+1)*w]
-						if fresh {
-							rows = append(rows, r)
-							z.F = append(z.F, v...)
-							continue
-						}
-						acc := z.F[slot*w : (slot+1)*w]
-						for j, a := range v {
-							acc[j] += a
-						}
-					}
-				}
-				z.Rows.IDs = rows
+				addRows(z, x.Rows.IDs, x.F)
+				addRows(z, y.Rows.IDs, y.F)
 				return nil
 			}, nil
 		},
 	})
+}
+
+// addRows adds values (one row of dst's width per id) into row-sparse dst,
+// appending the rows it does not hold yet.
+func addRows(dst *tensor.Tensor, ids []int32, values []float32) {
+	w := dst.RowWidth()
+	for i, r := range ids {
+		v := values[i*w : (i+1)*w]
+		slot, fresh := dst.Rows.Add(r)
+		if fresh {
+			dst.F = append(dst.F, v...)
+			continue
+		}
+		acc := dst.F[slot*w : (slot+1)*w]
+		for j, a := range v {
+			acc[j] += a
+		}
+	}
 }
 
 // newRows is the type of a row-sparse value that holds rows of its own
@@ -110,87 +111,19 @@ func newRows(shape tensor.Shape, maxRows int) Type {
 	return Type{DType: tensor.F32, Shape: shape.Clone(), MaxRows: max(1, min(maxRows, shape[0]))}
 }
 
-// rowIndex maps row ids to their slot in a row-sparse value: open
-// addressing over a power-of-two table at most half full, cleared in time
-// proportional to the rows it holds, so a step allocates nothing.
-type rowIndex struct {
-	keys  []int32 // row id + 1; 0 is empty
-	slots []int32
-	used  []int32 // buckets in use, for reset
-	mask  uint32
-}
-
-func newRowIndex(maxRows int) *rowIndex {
-	n := 16
-	for n < 2*maxRows {
-		n *= 2
-	}
-	return &rowIndex{keys: make([]int32, n), slots: make([]int32, n), used: make([]int32, 0, maxRows), mask: uint32(n - 1)}
-}
-
-func (x *rowIndex) reset() {
-	for _, b := range x.used {
-		x.keys[b] = 0
-	}
-	x.used = x.used[:0]
-}
-
-// slot returns the slot of row r, adding it at slot next if absent (fresh).
-func (x *rowIndex) slot(r int32, next int) (slot int, fresh bool) {
-	b := (uint32(r) * 0x9E3779B1) & x.mask
-	for {
-		switch x.keys[b] {
-		case r + 1:
-			return int(x.slots[b]), false
-		case 0:
-			x.keys[b], x.slots[b] = r+1, int32(next)
-			x.used = append(x.used, int32(b))
-			return next, true
-		}
-		b = (b + 1) & x.mask
-	}
-}
-
-// find returns the slot of row r, or -1.
-func (x *rowIndex) find(r int32) int {
-	b := (uint32(r) * 0x9E3779B1) & x.mask
-	for {
-		switch x.keys[b] {
-		case r + 1:
-			return int(x.slots[b])
-		case 0:
-			return -1
-		}
-		b = (b + 1) & x.mask
-	}
-}
-
 // scatterAddRows is lookup_table_grad's kernel: the rows of dy summed by
 // id, each id once, in order of first appearance.
 func scatterAddRows(dy, ids, dt *tensor.Tensor) Kernel {
-	v, d := dt.Shape[0], dt.RowWidth()
-	idx := newRowIndex(cap(dt.Rows.IDs))
+	v := dt.Shape[0]
 	return func(Runtime) error {
-		idx.reset()
-		rows := dt.Rows.IDs[:0]
-		dt.F = dt.F[:0]
 		for i, id := range ids.I {
 			if id < 0 || int(id) >= v {
 				return idRange(i, id, v, ids.Shape)
 			}
-			src := dy.F[i*d : (i+1)*d]
-			slot, fresh := idx.slot(id, len(rows))
-			if fresh {
-				rows = append(rows, id)
-				dt.F = append(dt.F, src...)
-				continue
-			}
-			acc := dt.F[slot*d : (slot+1)*d]
-			for j, x := range src {
-				acc[j] += x
-			}
 		}
-		dt.Rows.IDs = rows
+		dt.Rows.Reset()
+		dt.F = dt.F[:0]
+		addRows(dt, ids.I, dy.F)
 		return nil
 	}
 }

@@ -100,9 +100,16 @@ type Tensor struct {
 
 // RowSet is the row index that row-sparse tensors share: the op producing
 // the rows sets IDs each step (at most cap(IDs) of them, each row once),
-// and every tensor with the same rows refers to the same RowSet.
+// and every tensor with the same rows refers to the same RowSet. Add and
+// Slot map a row to its position through an index that the producer
+// builds as it adds rows (open addressing over a power-of-two table at
+// most half full, cleared in time proportional to the rows it held), so a
+// step allocates nothing.
 type RowSet struct {
-	IDs []int32
+	IDs   []int32
+	keys  []int32 // row + 1; 0 is empty
+	slots []int32
+	mask  uint32
 }
 
 // NewSparse allocates a row-sparse float32 tensor of dense shape shape
@@ -114,7 +121,55 @@ func NewSparse(shape Shape, maxRows int, rows *RowSet) *Tensor {
 }
 
 // NewRowSet returns a row index with room for maxRows rows.
-func NewRowSet(maxRows int) *RowSet { return &RowSet{IDs: make([]int32, 0, maxRows)} }
+func NewRowSet(maxRows int) *RowSet {
+	n := 16
+	for n < 2*maxRows {
+		n *= 2
+	}
+	return &RowSet{IDs: make([]int32, 0, maxRows), keys: make([]int32, n), slots: make([]int32, n), mask: uint32(n - 1)}
+}
+
+// Reset empties the set.
+func (s *RowSet) Reset() {
+	if len(s.IDs) > len(s.keys)/8 {
+		clear(s.keys)
+	} else {
+		// Last added first: linear probing then finds every key where it
+		// was put (the table goes back through the states it came through).
+		for i := len(s.IDs) - 1; i >= 0; i-- {
+			s.keys[s.bucket(s.IDs[i])] = 0
+		}
+	}
+	s.IDs = s.IDs[:0]
+}
+
+func (s *RowSet) bucket(r int32) uint32 {
+	b := (uint32(r) * 0x9E3779B1) & s.mask
+	for s.keys[b] != 0 && s.keys[b] != r+1 {
+		b = (b + 1) & s.mask
+	}
+	return b
+}
+
+// Add returns the slot of row r, appending it to IDs if absent (fresh).
+// The set must have room (at most cap(IDs) rows).
+func (s *RowSet) Add(r int32) (slot int, fresh bool) {
+	b := s.bucket(r)
+	if s.keys[b] != 0 {
+		return int(s.slots[b]), false
+	}
+	s.keys[b], s.slots[b] = r+1, int32(len(s.IDs))
+	s.IDs = append(s.IDs, r)
+	return len(s.IDs) - 1, true
+}
+
+// Slot returns the slot of row r, or -1 when the set does not hold it.
+func (s *RowSet) Slot(r int32) int {
+	if b := s.bucket(r); s.keys[b] != 0 {
+		return int(s.slots[b])
+	}
+	return -1
+}
 
 // RowWidth is the number of elements in one row (dim 0) of t.
 func (t *Tensor) RowWidth() int { return t.Shape[1:].Numel() }

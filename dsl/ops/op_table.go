@@ -1,0 +1,323 @@
+package ops
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// A sharded lookup table (split, docs/split.md): table T [V, D] lives on M
+// pservers by row, row r on pserver r mod M as its local row r div M.
+// Each step a trainer's fetch_rows sends every shard the batch's unique
+// ids it owns and assembles the rows they answer into a row-sparse value
+// (the forward lookups and their gradients use it in place of T);
+// send_rows sends each shard its part of the row gradient. On a pserver,
+// serve_rows answers each trainer's ids with its rows, and
+// accumulate_rows merges the trainers' row gradients into one (sync: the
+// mean), which the optimizer applies to those rows. Ids travel as local
+// rows, so every message is validated against the shard it reaches.
+
+func init() {
+	register(&Def{
+		Name: "fetch_rows", Doc: "sends each shard of table `var` the unique ids of the inputs it owns (id mod shards), and outputs the rows they answer (row-sparse)", Internal: true,
+		Outputs: []string{"rows"}, MinInputs: 1, MaxInputs: -1,
+		Attrs: []AttrSpec{
+			attrVar,
+			{Name: "shards", Kind: AttrInt, Required: true, Doc: "the pservers the table is sharded over"},
+			{Name: "shape", Kind: AttrInts, Required: true, Doc: "the whole table's shape [V, D]"},
+		},
+		SparseIn: true,
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			shape := tensor.Shape(a.Ints("shape"))
+			if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
+				return nil, Errorf("shape must be [V, D], got %v", shape)
+			}
+			if a.Int("shards") < 1 {
+				return nil, Errorf("shards must be at least 1, got %d", a.Int("shards"))
+			}
+			n := 0
+			for i, t := range in {
+				if t.DType != tensor.I32 || t.Sparse() {
+					return nil, Errorf("input %d must be int32 ids, got %v", i, t)
+				}
+				n += t.Shape.Numel()
+			}
+			return []Type{newRows(shape, n)}, nil
+		},
+		Kernel:   fetchRowsKernel,
+		Blocking: true,
+	}, &Def{
+		Name: "send_rows", Doc: "sends each shard of table `var` the rows of the row gradient g it owns (as local rows, with their values)", Internal: true,
+		Inputs: []string{"g"}, Outputs: []string{},
+		Attrs: []AttrSpec{
+			attrVar,
+			{Name: "shards", Kind: AttrInt, Required: true, Doc: "the pservers the table is sharded over"},
+		},
+		SparseIn: true,
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if !in[0].Sparse() || len(in[0].Shape) != 2 {
+				return nil, Errorf("g must be a row gradient of a [V, D] table, got %v", in[0])
+			}
+			if a.Int("shards") < 1 {
+				return nil, Errorf("shards must be at least 1, got %d", a.Int("shards"))
+			}
+			return []Type{}, nil
+		},
+		Kernel:   sendRowsKernel,
+		Stateful: true,
+	}, &Def{
+		Name: "serve_rows", Doc: "answers each trainer's ids for shard table with those rows (transfer `var`@ids in, `var`@rows out)", Internal: true,
+		Inputs: []string{"table"}, Outputs: []string{},
+		Attrs: []AttrSpec{
+			attrVar,
+			{Name: "count", Kind: AttrInt, Required: true, Doc: "requests per step: the trainer count in sync mode, 1 in async mode (the next to arrive)"},
+			{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most ids one request holds"},
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if in[0].DType != tensor.F32 || len(in[0].Shape) != 2 || in[0].Sparse() {
+				return nil, Errorf("table must be a dense float32 [rows, D] shard, got %v", in[0])
+			}
+			if a.Int("count") < 1 || a.Int("max_rows") < 1 {
+				return nil, Errorf("count and max_rows must be at least 1")
+			}
+			return []Type{}, nil
+		},
+		Kernel:   serveRowsKernel,
+		Blocking: true, Stateful: true,
+	}, &Def{
+		Name: "accumulate_rows", Doc: "blocks until `count` row gradients of `var` arrived from distinct trainers, and outputs their mean as one row gradient (rows merged)", Internal: true,
+		Outputs: []string{"g"},
+		Attrs: []AttrSpec{
+			attrVar,
+			{Name: "count", Kind: AttrInt, Required: true, Doc: "pieces per step: the trainer count in sync mode, 1 in async mode"},
+			{Name: "shape", Kind: AttrInts, Required: true, Doc: "the shard's shape [rows, D]"},
+			{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most rows one piece holds"},
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			shape := tensor.Shape(a.Ints("shape"))
+			if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
+				return nil, Errorf("shape must be [rows, D], got %v", shape)
+			}
+			if a.Int("count") < 1 || a.Int("max_rows") < 1 {
+				return nil, Errorf("count and max_rows must be at least 1")
+			}
+			return []Type{newRows(shape, a.Int("count")*a.Int("max_rows"))}, nil
+		},
+		Kernel:   accumulateRowsKernel,
+		Blocking: true,
+	})
+}
+
+func i32Bytes(x []int32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
+// i32View returns b's memory as int32s, without copying (little-endian hosts).
+func i32View(b []byte) []int32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func f32Bytes(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
+// IDsTransfer and RowsTransfer name the fetch transfers of table v.
+func IDsTransfer(v string) string  { return v + "@ids" }
+func RowsTransfer(v string) string { return v + "@rows" }
+
+func pserver(i int) Peer { return Peer{Role: "pserver", Index: i} }
+func trainer(i int) Peer { return Peer{Role: "trainer", Index: i} }
+
+func fetchRowsKernel(k KernelArgs) (Kernel, error) {
+	out, v := k.Out[0], k.Attrs.String("var")
+	m := k.Attrs.Int("shards")
+	height, d := out.Shape[0], out.RowWidth()
+	maxRows := cap(out.Rows.IDs)
+	ids := make([][]int32, m)   // local ids sent to shard s
+	slots := make([][]int32, m) // their slots in out
+	got := make([][]float32, m) // the rows shard s answered
+	for s := range m {
+		ids[s] = make([]int32, 0, maxRows)
+		slots[s] = make([]int32, 0, maxRows)
+		got[s] = make([]float32, maxRows*d)
+	}
+	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
+	return func(rt Runtime) error {
+		rows := out.Rows
+		rows.Reset()
+		for _, in := range k.In {
+			for i, id := range in.I {
+				if id < 0 || int(id) >= height {
+					return idRange(i, id, height, in.Shape)
+				}
+				rows.Add(id)
+			}
+		}
+		for s := range m {
+			ids[s], slots[s] = ids[s][:0], slots[s][:0]
+		}
+		for slot, id := range rows.IDs {
+			s := int(id) % m
+			ids[s] = append(ids[s], id/int32(m))
+			slots[s] = append(slots[s], int32(slot))
+		}
+		for s := range m {
+			if err := rt.SendBytes(pserver(s), rt.Step(), idsVar, WireI32, i32Bytes(ids[s])); err != nil {
+				return err
+			}
+		}
+		out.Fit()
+		for s := range m {
+			n, err := rt.RecvBytes(pserver(s), rowsVar, f32Bytes(got[s]))
+			if err != nil {
+				return err
+			}
+			if want := 4 * d * len(ids[s]); n != want {
+				return fmt.Errorf("pserver-%d answered %d bytes for %d rows of %s (%d bytes); the pservers run another plan than this trainer: use one split for the whole job", s, n, len(ids[s]), v, want)
+			}
+			for i, slot := range slots[s] {
+				copy(out.F[int(slot)*d:(int(slot)+1)*d], got[s][i*d:(i+1)*d])
+			}
+		}
+		return nil
+	}, nil
+}
+
+func sendRowsKernel(k KernelArgs) (Kernel, error) {
+	g, v := k.In[0], k.Attrs.String("var")
+	m := k.Attrs.Int("shards")
+	d := g.RowWidth()
+	maxRows := cap(g.Rows.IDs)
+	bufs := make([][]byte, m)
+	for s := range m {
+		bufs[s] = make([]byte, maxRows*4*(1+d))
+	}
+	counts := make([]int, m)
+	return func(rt Runtime) error {
+		clear(counts)
+		for _, id := range g.Rows.IDs {
+			counts[int(id)%m]++
+		}
+		// Each shard's payload: its local row ids, then their values.
+		for s := range m {
+			c := counts[s]
+			ib := i32View(bufs[s][:4*c])
+			vb := tensor.F32View(bufs[s][4*c : 4*c*(1+d)])
+			n := 0
+			for slot, id := range g.Rows.IDs {
+				if int(id)%m != s {
+					continue
+				}
+				ib[n] = id / int32(m)
+				copy(vb[n*d:(n+1)*d], g.F[slot*d:(slot+1)*d])
+				n++
+			}
+			if err := rt.SendBytes(pserver(s), rt.Step(), v, WireRows, bufs[s][:4*counts[s]*(1+d)]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+func serveRowsKernel(k KernelArgs) (Kernel, error) {
+	table, v := k.In[0], k.Attrs.String("var")
+	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
+	height, d := table.Shape[0], table.RowWidth()
+	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
+	ids := make([]int32, maxRows)
+	replies := make([][]float32, count) // one per trainer: kept until the next step's flush
+	for t := range replies {
+		replies[t] = make([]float32, maxRows*d)
+	}
+	return func(rt Runtime) error {
+		_, trainers := rt.Trainer()
+		for t := range count {
+			var n int
+			var err error
+			src, step := t, rt.Step()
+			if count == trainers {
+				n, err = rt.RecvBytes(trainer(t), idsVar, i32Bytes(ids))
+			} else {
+				n, src, step, err = rt.RecvAnyBytes(idsVar, i32Bytes(ids))
+			}
+			if err != nil {
+				return err
+			}
+			req := ids[:n/4]
+			rows := replies[t][:len(req)*d]
+			for i, r := range req {
+				if r < 0 || int(r) >= height {
+					return fmt.Errorf("trainer-%d asked for local row %d of %s, whose shard here holds %d rows; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, r, v, height)
+				}
+				copy(rows[i*d:(i+1)*d], table.F[int(r)*d:(int(r)+1)*d])
+			}
+			if err := rt.SendBytes(trainer(src), step, rowsVar, WireF32, f32Bytes(rows)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+func accumulateRowsKernel(k KernelArgs) (Kernel, error) {
+	out, v := k.Out[0], k.Attrs.String("var")
+	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
+	height, d := out.Shape[0], out.RowWidth()
+	bufs := make([][]byte, count)
+	sizes := make([]int, count)
+	srcs := make([]int, count)
+	for t := range bufs {
+		bufs[t] = make([]byte, maxRows*4*(1+d))
+	}
+	return func(rt Runtime) error {
+		_, trainers := rt.Trainer()
+		// Every piece is checked before any is merged: a bad one applies nothing.
+		for t := range count {
+			var err error
+			srcs[t] = t
+			if count == trainers {
+				sizes[t], err = rt.RecvBytes(trainer(t), v, bufs[t])
+			} else {
+				sizes[t], srcs[t], _, err = rt.RecvAnyBytes(v, bufs[t])
+			}
+			if err != nil {
+				return err
+			}
+			if sizes[t]%(4*(1+d)) != 0 {
+				return fmt.Errorf("trainer-%d sent a row gradient of %s of %d bytes, not whole rows of width %d (4 bytes of id + %d of values each); nothing was applied", srcs[t], v, sizes[t], d, 4*d)
+			}
+			n := sizes[t] / (4 * (1 + d))
+			for i := range n {
+				if r := i32View(bufs[t][4*i : 4*i+4])[0]; r < 0 || int(r) >= height {
+					return fmt.Errorf("trainer-%d sent a gradient for local row %d of %s, whose shard here holds %d rows; nothing was applied", srcs[t], r, v, height)
+				}
+			}
+		}
+		out.Rows.Reset()
+		out.F = out.F[:0]
+		for t := range count {
+			n := sizes[t] / (4 * (1 + d))
+			ids := i32View(bufs[t][:4*n])
+			vals := tensor.F32View(bufs[t][4*n : 4*n*(1+d)])
+			addRows(out, ids, vals)
+		}
+		if count > 1 {
+			inv := 1 / float32(count)
+			for i := range out.F {
+				out.F[i] *= inv
+			}
+		}
+		return nil
+	}, nil
+}
