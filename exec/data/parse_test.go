@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -285,5 +286,22 @@ func TestTrimKeepsDelimiter(t *testing.T) {
 	}
 	if s.Labels[0] != 1 || s.Features[0] != 2.5 || s.Features[1] != 9 || s.IDs[0] != HashID(2, []byte("7"), 50) || s.IDs[1] != HashID(2, nil, 50) {
 		t.Errorf("got labels %v features %v ids %v", s.Labels, s.Features, s.IDs)
+	}
+}
+
+// Unhashed ids take their fill; a file without rows is an error, loaded
+// or streamed.
+func TestIDFillAndEmptyFile(t *testing.T) {
+	g := loadModel(t, "d.csv", "1,4\n0,\n", "  label: {name: y, column: 0}\n  ids: {name: i, columns: [1, 2], fill: 3}\n")
+	s, err := Load(g.Data)
+	if err != nil || !slices.Equal(s.IDs, []int32{4, 3}) {
+		t.Fatalf("ids %v, %v; want [4 3]", s.IDs, err)
+	}
+	empty := loadModel(t, "e.csv", "\n  \n", "  label: {name: y, column: 0}\n")
+	if _, err := Load(empty.Data); err == nil || !strings.Contains(err.Error(), "e.csv: the data file has no rows") {
+		t.Errorf("Load of a blank file: %v", err)
+	}
+	if _, err := OpenStream(empty.Data); err == nil || !strings.Contains(err.Error(), "e.csv: the data file has no rows") {
+		t.Errorf("OpenStream of a blank file: %v", err)
 	}
 }
