@@ -1,7 +1,10 @@
-// Package data loads a model's data set (CSV or synthetic) and serves
-// batches by the data stream rule: the stream is the endless concatenation
-// of epochs (file order, or one permutation per epoch drawn from the seed),
-// and a batch is a contiguous range of stream rows.
+// Package data reads a model's data set (a delimited text file or a
+// synthetic task) and serves batches by the data stream rule: the stream
+// is the endless concatenation of epochs (file order, or one permutation
+// per epoch drawn from the seed), and a batch is a contiguous range of
+// stream rows. A file is loaded into memory (Load, Stream) or, with
+// data.stream, read from disk as batches are asked for (FileStream); one
+// row parser serves both, so they give the same rows.
 package data
 
 import (
