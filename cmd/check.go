@@ -28,13 +28,18 @@ the ops of each section. Errors name file:line:col.`,
 			if err != nil {
 				return err
 			}
-			rows := 0
-			if g.Data != nil {
+			var rows int64
+			switch {
+			case g.Data != nil && g.Data.Stream: // check every row without loading the file
+				if rows, err = data.Count(g.Data); err != nil {
+					return err
+				}
+			case g.Data != nil:
 				set, err := data.Load(g.Data)
 				if err != nil {
 					return err
 				}
-				rows = set.Rows
+				rows = int64(set.Rows)
 			}
 			printSummary(c.OutOrStdout(), g, rows)
 			return nil
@@ -42,7 +47,7 @@ the ops of each section. Errors name file:line:col.`,
 	}
 }
 
-func printSummary(w io.Writer, g *dsl.Graph, rows int) {
+func printSummary(w io.Writer, g *dsl.Graph, rows int64) {
 	fmt.Fprintf(w, "model %s (%s): ok\n", g.Name, g.File)
 	byKind := map[dsl.VarKind][]string{}
 	for _, n := range g.Order {

@@ -151,8 +151,18 @@ type Column struct {
 	Name   string
 	Lo, Hi int // half-open column range; for a label Hi = Lo+1
 	Pos    Pos
+	// Fill stands in for an empty field (features and unhashed ids); nil:
+	// an empty field is an error.
+	Fill *float64
+	// Transform is applied to feature values before normalization: "" (none)
+	// or "log" (v > 0 becomes ln(1+v)).
+	Transform string
+	// HashBuckets > 0 hashes each id field's bytes into [0, HashBuckets)
+	// (see HashID); 0 reads the ids as integers.
+	HashBuckets int
 
 	rangePos Pos // of the column/columns value
+	fillPos  Pos // of the fill key
 }
 
 // Data describes the data source.
@@ -165,7 +175,12 @@ type Data struct {
 	Normalize string
 	Shuffle   bool
 	Seed      uint64
-	Pos       Pos
+	// Delimiter separates the fields of a line (default ',').
+	Delimiter byte
+	// Stream reads the file from disk as training goes instead of loading
+	// it into memory.
+	Stream bool
+	Pos    Pos
 }
 
 // Synthetic describes a generated, learnable classification task.

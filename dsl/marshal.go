@@ -117,12 +117,31 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		default:
 			fmt.Fprintf(b, ", column: %d", c.Lo)
 		}
+		if c.Fill != nil {
+			fmt.Fprintf(b, ", fill: %s", formatFloat(*c.Fill))
+		}
+		if c.Transform != "" {
+			fmt.Fprintf(b, ", transform: %s", YAMLString(c.Transform))
+		}
+		if c.HashBuckets > 0 {
+			fmt.Fprintf(b, ", hash_buckets: %d", c.HashBuckets)
+		}
 		b.WriteString("}\n")
+	}
+	switch d.Delimiter {
+	case ',', 0:
+	case '\t':
+		b.WriteString("  delimiter: tab\n")
+	default:
+		fmt.Fprintf(b, "  delimiter: %s\n", strconv.Quote(string(d.Delimiter)))
 	}
 	col("features", d.Features, true)
 	col("label", d.Label, false)
 	col("ids", d.IDs, true)
 	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
+	if d.Stream {
+		b.WriteString("  stream: true\n")
+	}
 	return nil
 }
 

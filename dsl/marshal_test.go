@@ -107,3 +107,37 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// The data options of CTR files (delimiter, fill, transform, hash_buckets,
+// stream) survive Marshal and Load, as a split plan's trainer.yaml needs.
+func TestMarshalRoundTripDataOptions(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "train.tsv"), []byte("1\t2\t\tab\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []string{
+		"  delimiter: tab\n  label: {name: y, column: 0}\n  features: {name: x, columns: [1, 3], fill: -1.5, transform: log}\n  ids: {name: c, columns: [3, 4], hash_buckets: 1000}\n  normalize: standard\n  stream: true\n",
+		"  delimiter: \"\\t\"\n  ids: {name: c, columns: [1, 3], fill: 7}\n",
+		"  delimiter: \";\"\n  features: {name: x, columns: [0, 1]}\n",
+	} {
+		path := filepath.Join(dir, "m.yaml")
+		g, err := LoadBytes(path, []byte("psgraph: 1\ndata:\n  csv: train.tsv\n"+data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := LoadBytes(path, out)
+		if err != nil {
+			t.Fatalf("reading back: %v\n%s", err, out)
+		}
+		if d := Diff(g, back); d != "" {
+			t.Errorf("round trip differs: %s\n%s", d, out)
+		}
+		if again, _ := Marshal(back); !bytes.Equal(out, again) {
+			t.Errorf("output is not stable:\n%s\nvs\n%s", out, again)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -93,11 +94,11 @@ func yamlError(file string, err error) error {
 	return Errorf(Pos{File: file, Line: 1, Col: 1}, "invalid YAML: %s", msg)
 }
 
-var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed"}
+var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream"}
 
 func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
-	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1}
-	var csvNode, synNode, idsNode *yaml.Node
+	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1, Delimiter: ','}
+	var csvNode, synNode, idsNode, delimNode, streamNode, shuffleNode *yaml.Node
 	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "csv":
@@ -117,12 +118,12 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 			synNode = k
 			data.Synthetic = d.synthetic(v)
 		case "features":
-			data.Features = d.column(v, "data.features", true)
+			data.Features = d.column(v, "data.features", featureKeys)
 		case "label":
-			data.Label = d.column(v, "data.label", false)
+			data.Label = d.column(v, "data.label", labelKeys)
 		case "ids":
 			idsNode = k
-			data.IDs = d.column(v, "data.ids", true)
+			data.IDs = d.column(v, "data.ids", idKeys)
 		case "normalize":
 			if s, ok := d.str(v, "data.normalize"); ok {
 				if !contains([]string{"none", "standard", "minmax"}, s) {
@@ -131,7 +132,16 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 				data.Normalize = s
 			}
 		case "shuffle":
+			shuffleNode = v
 			data.Shuffle, _ = d.boolean(v, "data.shuffle")
+		case "delimiter":
+			delimNode = k
+			if b, ok := d.delimiter(v); ok {
+				data.Delimiter = b
+			}
+		case "stream":
+			streamNode = k
+			data.Stream, _ = d.boolean(v, "data.stream")
 		case "seed":
 			if s, ok := d.integer(v, "data.seed"); ok {
 				data.Seed = uint64(s)
@@ -148,12 +158,26 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		if data.IDs != nil {
 			d.errorf(idsNode, "data.ids needs a csv source (synthetic data has only features and label); remove ids or use csv")
 		}
+		for _, c := range []struct {
+			node *yaml.Node
+			what string
+		}{{delimNode, "data.delimiter"}, {streamNode, "data.stream"}} {
+			if c.node != nil {
+				d.errorf(c.node, "%s needs a csv source (synthetic data is generated in memory); remove it or use csv", c.what)
+			}
+		}
+		if c := data.Features; c != nil && c.Fill != nil {
+			d.errs = append(d.errs, Errorf(c.fillPos, "data.features.fill needs a csv source (synthetic data has no missing values); remove it"))
+		}
 		if data.Features != nil {
 			data.Features.Lo, data.Features.Hi = 0, data.Synthetic.Features
 		}
 		if data.Label != nil {
 			data.Label.Lo, data.Label.Hi = data.Synthetic.Features, data.Synthetic.Features+1
 		}
+	}
+	if data.Stream && data.Shuffle {
+		d.errorf(shuffleNode, "data.shuffle cannot be used with stream: true: a streamed file is read in file order, and a shuffle over all rows needs them all in memory; shuffle the file once beforehand (e.g. `shuf -o shuffled.tsv train.tsv`) and set shuffle: false, or remove stream to load the file into memory")
 	}
 	if data.CSV != "" && len(d.errs) == 0 {
 		d.checkCSVWidth(data)
@@ -193,11 +217,15 @@ func (d *decoder) checkCSVWidth(data *Data) {
 	row := 0
 	for sc.Scan() {
 		row++
-		line := strings.TrimSpace(sc.Text())
+		line := TrimField(sc.Text(), data.Delimiter)
 		if line == "" {
 			continue
 		}
-		width := strings.Count(line, ",") + 1
+		width := strings.Count(line, string(data.Delimiter)) + 1
+		hint := ""
+		if width == 1 && data.Delimiter != '\t' && strings.Contains(line, "\t") {
+			hint = " (its lines hold tabs: add delimiter: tab to data)"
+		}
 		for _, c := range []struct {
 			col  *Column
 			what string
@@ -205,10 +233,28 @@ func (d *decoder) checkCSVWidth(data *Data) {
 			if c.col == nil || c.col.Hi <= width {
 				continue
 			}
-			d.errs = append(d.errs, Errorf(c.col.rangePos, "%s reads column %d, but %s has %d columns (0 to %d) in row %d; columns count from 0 and ranges are [first, end)", c.what, c.col.Hi-1, data.CSV, width, width-1, row))
+			d.errs = append(d.errs, Errorf(c.col.rangePos, "%s reads column %d, but %s has %d columns (0 to %d) in row %d%s; columns count from 0 and ranges are [first, end)", c.what, c.col.Hi-1, data.CSV, width, width-1, row, hint))
 		}
 		return
 	}
+}
+
+// TrimField removes the white space (space, tab, CR, LF, VT, FF) around a
+// data line or field, except the delimiter itself: with delimiter tab, a
+// line's trailing tab separates an empty last field.
+func TrimField[T string | []byte](s T, delim byte) T {
+	i, j := 0, len(s)
+	for i < j && isDataSpace(s[i], delim) {
+		i++
+	}
+	for j > i && isDataSpace(s[j-1], delim) {
+		j--
+	}
+	return s[i:j]
+}
+
+func isDataSpace(b, delim byte) bool {
+	return b != delim && (b == ' ' || b == '\t' || b == '\r' || b == '\n' || b == '\v' || b == '\f')
 }
 
 // intList formats integers as YAML writes them: [3, -1].
@@ -256,12 +302,17 @@ func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
 	return s
 }
 
-func (d *decoder) column(n *yaml.Node, what string, isRange bool) *Column {
+var (
+	featureKeys = []string{"name", "columns", "fill", "transform"}
+	labelKeys   = []string{"name", "column"}
+	idKeys      = []string{"name", "columns", "fill", "hash_buckets"}
+)
+
+// column decodes a data variable's column spec; allowed says which keys
+// its kind takes (a label has column, the others a columns range).
+func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 	c := &Column{Pos: d.pos(n)}
-	allowed := []string{"name", "column"}
-	if isRange {
-		allowed = []string{"name", "columns"}
-	}
+	var hashNode *yaml.Node
 	d.fields(n, what, allowed, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "name":
@@ -283,12 +334,68 @@ func (d *decoder) column(n *yaml.Node, what string, isRange bool) *Column {
 					c.Lo, c.Hi = r[0], r[1]
 				}
 			}
+		case "fill":
+			c.fillPos = d.pos(k)
+			if contains(allowed, "hash_buckets") { // ids: an integer id
+				if x, ok := d.integer(v, what+".fill"); ok {
+					if x < 0 || x > math.MaxInt32 {
+						d.errorf(v, "%s.fill must be an id in [0, %d], got %d", what, math.MaxInt32, x)
+					}
+					f := float64(x)
+					c.Fill = &f
+				}
+			} else if x, ok := d.number(v, what+".fill"); ok {
+				c.Fill = &x
+			}
+		case "transform":
+			if s, ok := d.str(v, what+".transform"); ok {
+				if !contains(transformNames, s) {
+					d.errorf(v, "%s.transform %q is not one of %s%s", what, s, strings.Join(transformNames, ", "), suggest(s, transformNames))
+				} else if s != "none" {
+					c.Transform = s
+				}
+			}
+		case "hash_buckets":
+			hashNode = k
+			if x, ok := d.integer(v, what+".hash_buckets"); ok {
+				if x <= 0 || x > math.MaxInt32 {
+					d.errorf(v, "%s.hash_buckets must be in [1, %d] (ids are int32), got %d", what, math.MaxInt32, x)
+				} else {
+					c.HashBuckets = x
+				}
+			}
 		}
 	})
 	if c.Name == "" {
 		d.errorf(n, "%s needs a name", what)
 	}
+	if hashNode != nil && c.Fill != nil {
+		d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with hash_buckets: an empty field is hashed as a value of its own; remove fill", what))
+	}
 	return c
+}
+
+var transformNames = []string{"none", "log"}
+
+// delimiter decodes data.delimiter: one character, or the words tab and
+// comma. A YAML plain scalar \t (backslash, t) also means tab, since YAML
+// expands the escape only inside double quotes.
+func (d *decoder) delimiter(n *yaml.Node) (byte, bool) {
+	s, ok := d.str(n, "data.delimiter")
+	if !ok {
+		return 0, false
+	}
+	switch s {
+	case "tab", `\t`:
+		return '\t', true
+	case "comma":
+		return ',', true
+	}
+	if len(s) != 1 || s[0] == '\n' || s[0] == '\r' || s[0] == '"' || s[0] >= 0x80 {
+		d.errorf(n, "data.delimiter must be one ASCII character other than a newline or a quote, or the word tab or comma; got %q", s)
+		return 0, false
+	}
+	return s[0], true
 }
 
 var varKeys = []string{"shape", "init", "dtype", "place", "of", "block"}

@@ -112,9 +112,23 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	if steps <= 0 {
 		return nil, dsl.Errorf(g.Train.Pos, "train.steps is not set; give it in the model or with --steps")
 	}
-	set, err := data.Load(g.Data)
-	if err != nil {
-		return nil, err
+	// The data: in memory, or streamed from its file (data.stream).
+	var set *data.Set
+	var file *data.FileStream
+	var stream data.Batches
+	if g.Data.Stream {
+		f, err := data.OpenStream(g.Data)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		file, stream = f, f
+	} else {
+		s, err := data.Load(g.Data)
+		if err != nil {
+			return nil, err
+		}
+		set, stream = s, data.NewStream(s)
 	}
 	prog, err := Compile(g, CompileOptions{Batch: batch})
 	if err != nil {
@@ -131,7 +145,6 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	defer cancel()
 	prog.OnError = func(error) { cancel() }
 	feed := newFeeder(g, prog.Scope)
-	stream := data.NewStream(set)
 
 	var metricsOut *bufio.Writer
 	if opt.Metrics != "" {
@@ -195,7 +208,9 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		feed.fill(stream, int64(k)*int64(n*batch)+int64(opt.TrainerIndex*batch))
+		if err := feed.fill(stream, int64(k)*int64(n*batch)+int64(opt.TrainerIndex*batch)); err != nil {
+			return nil, err
+		}
 		rt.StepNum = int64(k)
 		if opt.Comm != nil {
 			if err := opt.Comm.Flush(ctx); err != nil {
@@ -269,7 +284,12 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		tail.fill(sum)
 		return sum, nil
 	}
-	if err := Evaluate(g, set, params, sum); err != nil {
+	if set != nil {
+		err = Evaluate(g, set, params, sum)
+	} else {
+		err = EvaluateStream(g, file, params, sum, max(batch, EvalChunk))
+	}
+	if err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -335,13 +355,75 @@ func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
 	}
 	defer ev.Close()
 	f := newFeeder(g, ev.Scope)
-	f.fill(data.NewOrderedStream(set), 0)
+	if err := f.fill(data.NewOrderedStream(set), 0); err != nil {
+		return err
+	}
 	if err := ev.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
 		return err
 	}
 	sum.Loss = float64(ev.Scope[g.Train.Loss].F[0])
 	for _, m := range g.Train.Metrics {
 		sum.Metrics[m] = float64(ev.Scope[m].F[0])
+	}
+	return nil
+}
+
+// EvalChunk is the number of rows EvaluateStream evaluates at once (the
+// training batch when that is larger).
+const EvalChunk = 1024
+
+// EvaluateStream computes loss and metrics over a streamed data file, in
+// file order and in chunks of chunk rows: each result is the row-weighted
+// mean of its values over the chunks, which is its value over the whole
+// file when it is a mean over rows (mean, softmax_cross_entropy, accuracy,
+// sigmoid_cross_entropy, mse), as Evaluate computes it in one batch.
+func EvaluateStream(g *dsl.Graph, file *data.FileStream, params Scope, sum *Summary, chunk int) error {
+	targets := append([]string{g.Train.Loss}, g.Train.Metrics...)
+	compile := func(batch int) (*Program, *feeder, error) {
+		p, err := Compile(g, CompileOptions{Batch: batch, Targets: targets, Shared: params, Workers: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, newFeeder(g, p.Scope), nil
+	}
+	ev, f, err := compile(chunk)
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	total := make([]float64, len(targets))
+	rows := 0
+	err = file.Epoch(f.features, f.labels, f.ids, func(n int) error {
+		p := ev
+		if n < chunk { // the last chunk: a program at its size, fed the chunk's first n rows
+			last, lf, err := compile(n)
+			if err != nil {
+				return err
+			}
+			defer last.Close()
+			for _, t := range [][2]*tensor.Tensor{{lf.features, f.features}, {lf.labels, f.labels}, {lf.ids, f.ids}} {
+				if t[0] != nil { // row-major: the first n rows are a prefix
+					copy(t[0].F, t[1].F)
+					copy(t[0].I, t[1].I)
+				}
+			}
+			p = last
+		}
+		if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
+			return err
+		}
+		for i, name := range targets {
+			total[i] += float64(n) * float64(p.Scope[name].F[0])
+		}
+		rows += n
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sum.Loss = total[0] / float64(rows)
+	for i, m := range g.Train.Metrics {
+		sum.Metrics[m] = total[i+1] / float64(rows)
 	}
 	return nil
 }
@@ -365,7 +447,9 @@ func newFeeder(g *dsl.Graph, s Scope) *feeder {
 	return f
 }
 
-func (f *feeder) fill(st *data.Stream, start int64) { st.Fill(start, f.features, f.labels, f.ids) }
+func (f *feeder) fill(st data.Batches, start int64) error {
+	return st.Fill(start, f.features, f.labels, f.ids)
+}
 
 // InitPersistent gives every persistent variable of the program its initial
 // value: from the initializers, or by name from a safetensors file.

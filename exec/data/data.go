@@ -1,17 +1,20 @@
-// Package data loads a model's data set (CSV or synthetic) and serves
-// batches by the data stream rule: the stream is the endless concatenation
-// of epochs (file order, or one permutation per epoch drawn from the seed),
-// and a batch is a contiguous range of stream rows.
+// Package data reads a model's data set (a delimited text file or a
+// synthetic task) and serves batches by the data stream rule: the stream
+// is the endless concatenation of epochs (file order, or one permutation
+// per epoch drawn from the seed), and a batch is a contiguous range of
+// stream rows. A file is loaded into memory (Load, Stream) or, with
+// data.stream, read from disk as batches are asked for (FileStream); one
+// row parser serves both, so they give the same rows.
 package data
 
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
-	"strconv"
-	"strings"
+	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -34,6 +37,13 @@ func Load(spec *dsl.Data) (*Set, error) {
 	var err error
 	if spec.Synthetic != nil {
 		s = synthetic(spec)
+		if c := spec.Features; c != nil && c.Transform == "log" {
+			for i, v := range s.Features {
+				if v > 0 {
+					s.Features[i] = float32(math.Log1p(float64(v)))
+				}
+			}
+		}
 	} else {
 		s, err = readCSV(spec)
 		if err != nil {
@@ -51,96 +61,36 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
 	defer f.Close()
-	s := &Set{}
-	if c := spec.Features; c != nil {
-		s.NF = c.Hi - c.Lo
-	}
-	if c := spec.IDs; c != nil {
-		s.NI = c.Hi - c.Lo
-	}
-	need := 0
-	for _, c := range []*dsl.Column{spec.Features, spec.Label, spec.IDs} {
-		if c != nil {
-			need = max(need, c.Hi)
+	p := newRowParser(spec)
+	s := &Set{NF: p.nf, NI: p.ni}
+	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
+	var label int32
+	for {
+		line, err := lr.next()
+		if err == io.EOF {
+			break
 		}
-	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	row, width := 0, -1
-	var fields []string
-	for sc.Scan() {
-		row++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", spec.CSV, lr.line+1, err)
+		}
+		line = dsl.TrimField(line, p.delim)
+		if len(line) == 0 {
 			continue
 		}
-		fields = splitComma(line, fields[:0])
-		at := func(format string, args ...any) error {
-			return fmt.Errorf("%s:%d: %s", spec.CSV, row, fmt.Sprintf(format, args...))
+		s.Features = slices.Grow(s.Features, p.nf)[:len(s.Features)+p.nf]
+		s.IDs = slices.Grow(s.IDs, p.ni)[:len(s.IDs)+p.ni]
+		if err := p.parse(line, lr.line, s.Features[len(s.Features)-p.nf:], &label, s.IDs[len(s.IDs)-p.ni:]); err != nil {
+			return nil, err
 		}
-		if width < 0 {
-			width = len(fields)
-			if need > width {
-				return nil, at("the model reads column %d but rows have %d columns (0 to %d): check the column ranges in data (%s)", need-1, width, width-1, spec.Pos)
-			}
-		} else if len(fields) != width {
-			return nil, at("row has %d columns, earlier rows have %d (ragged CSV; data at %s)", len(fields), width, spec.Pos)
-		}
-		num := func(col int) (float64, error) {
-			v, err := strconv.ParseFloat(strings.TrimSpace(fields[col]), 64)
-			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-				return 0, at("column %d: %q is not a number (the file must have no header and numeric fields; data at %s)", col, fields[col], spec.Pos)
-			}
-			return v, nil
-		}
-		if c := spec.Features; c != nil {
-			for col := c.Lo; col < c.Hi; col++ {
-				v, err := num(col)
-				if err != nil {
-					return nil, err
-				}
-				s.Features = append(s.Features, float32(v))
-			}
-		}
-		for _, c := range []*dsl.Column{spec.Label, spec.IDs} {
-			if c == nil {
-				continue
-			}
-			for col := c.Lo; col < c.Hi; col++ {
-				v, err := num(col)
-				if err != nil {
-					return nil, err
-				}
-				if v != math.Trunc(v) || v < 0 || v > math.MaxInt32 {
-					return nil, at("column %d: %q must be a non-negative integer, because it is read as %s %q (%s); fix the row or choose another column", col, fields[col], map[bool]string{true: "label", false: "ids"}[c == spec.Label], c.Name, c.Pos)
-				}
-				if c == spec.Label {
-					s.Labels = append(s.Labels, int32(v))
-				} else {
-					s.IDs = append(s.IDs, int32(v))
-				}
-			}
+		if spec.Label != nil {
+			s.Labels = append(s.Labels, label)
 		}
 		s.Rows++
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w", spec.CSV, row+1, err)
 	}
 	if s.Rows == 0 {
 		return nil, fmt.Errorf("%s: the data file has no rows", spec.CSV)
 	}
 	return s, nil
-}
-
-func splitComma(line string, out []string) []string {
-	for {
-		i := strings.IndexByte(line, ',')
-		if i < 0 {
-			return append(out, line)
-		}
-		out = append(out, line[:i])
-		line = line[i+1:]
-	}
 }
 
 // synthetic builds a learnable classification task: one random centre per
@@ -170,34 +120,80 @@ func normalize(s *Set, mode string) {
 	if s.NF == 0 || mode == "" || mode == "none" {
 		return
 	}
-	for j := 0; j < s.NF; j++ {
-		var a, b float64 // standard: mean, std; minmax: min, range
+	st := newFeatureStats(s.NF)
+	for i := 0; i < s.Rows; i++ {
+		st.add(s.Features[i*s.NF : (i+1)*s.NF])
+	}
+	sc := st.scaling(mode)
+	for i := 0; i < s.Rows; i++ {
+		sc.apply(s.Features[i*s.NF : (i+1)*s.NF])
+	}
+}
+
+// featureStats accumulates what normalization needs, per feature column,
+// in row order: an in-memory set and a streamed file's first pass add the
+// same values in the same order and so scale identically.
+type featureStats struct {
+	rows            int64
+	sum, sq, lo, hi []float64
+}
+
+func newFeatureStats(nf int) *featureStats {
+	st := &featureStats{sum: make([]float64, nf), sq: make([]float64, nf), lo: make([]float64, nf), hi: make([]float64, nf)}
+	for j := range st.lo {
+		st.lo[j], st.hi[j] = math.Inf(1), math.Inf(-1)
+	}
+	return st
+}
+
+func (st *featureStats) add(row []float32) {
+	st.rows++
+	for j, x := range row {
+		v := float64(x)
+		st.sum[j] += v
+		st.sq[j] += v * v
+		st.lo[j], st.hi[j] = math.Min(st.lo[j], v), math.Max(st.hi[j], v)
+	}
+}
+
+// scaling maps each column v to (v - shift) / scale.
+type scaling struct{ shift, scale []float64 }
+
+// scaling gives standard: (v - mean) / std, minmax: (v - min) / (max -
+// min); a std or range of 0 counts as 1.
+func (st *featureStats) scaling(mode string) *scaling {
+	nf := len(st.sum)
+	sc := &scaling{shift: make([]float64, nf), scale: make([]float64, nf)}
+	n := float64(st.rows)
+	for j := 0; j < nf; j++ {
+		var a, b float64
 		switch mode {
 		case "standard":
-			var sum, sq float64
-			for i := 0; i < s.Rows; i++ {
-				v := float64(s.Features[i*s.NF+j])
-				sum += v
-				sq += v * v
-			}
-			a = sum / float64(s.Rows)
-			b = math.Sqrt(math.Max(sq/float64(s.Rows)-a*a, 0))
+			a = st.sum[j] / n
+			b = math.Sqrt(math.Max(st.sq[j]/n-a*a, 0))
 		case "minmax":
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for i := 0; i < s.Rows; i++ {
-				v := float64(s.Features[i*s.NF+j])
-				lo, hi = math.Min(lo, v), math.Max(hi, v)
-			}
-			a, b = lo, hi-lo
+			a, b = st.lo[j], st.hi[j]-st.lo[j]
 		}
 		if b < 1e-12 {
 			b = 1
 		}
-		for i := 0; i < s.Rows; i++ {
-			p := &s.Features[i*s.NF+j]
-			*p = float32((float64(*p) - a) / b)
-		}
+		sc.shift[j], sc.scale[j] = a, b
 	}
+	return sc
+}
+
+func (sc *scaling) apply(row []float32) {
+	for j := range row {
+		row[j] = float32((float64(row[j]) - sc.shift[j]) / sc.scale[j])
+	}
+}
+
+// Batches serves batches by the data stream rule: Fill writes stream rows
+// [start, start+batch) into the data tensors that are non-nil, batch being
+// the tensors' first dimension. A Stream serves them from memory, a
+// FileStream from disk.
+type Batches interface {
+	Fill(start int64, features, labels, ids *tensor.Tensor) error
 }
 
 // Stream serves batches by the data stream rule. It is not safe for
@@ -236,16 +232,10 @@ func (st *Stream) row(pos int64) int {
 }
 
 // Fill writes stream rows [start, start+batch) into the data tensors that
-// are non-nil. batch is the tensors' first dimension.
-func (st *Stream) Fill(start int64, features, labels, ids *tensor.Tensor) {
+// are non-nil. batch is the tensors' first dimension. It never fails.
+func (st *Stream) Fill(start int64, features, labels, ids *tensor.Tensor) error {
 	s := st.set
-	batch := 0
-	for _, t := range []*tensor.Tensor{features, labels, ids} {
-		if t != nil {
-			batch = t.Shape[0]
-			break
-		}
-	}
+	batch := batchOf(features, labels, ids)
 	for b := 0; b < batch; b++ {
 		r := st.row(start + int64(b))
 		if features != nil {
@@ -258,6 +248,16 @@ func (st *Stream) Fill(start int64, features, labels, ids *tensor.Tensor) {
 			copy(ids.I[b*s.NI:(b+1)*s.NI], s.IDs[r*s.NI:(r+1)*s.NI])
 		}
 	}
+	return nil
+}
+
+func batchOf(features, labels, ids *tensor.Tensor) int {
+	for _, t := range []*tensor.Tensor{features, labels, ids} {
+		if t != nil {
+			return t.Shape[0]
+		}
+	}
+	return 0
 }
 
 // NewOrderedStream is a stream in file order, whatever the shuffle setting:

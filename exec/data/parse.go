@@ -1,0 +1,315 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"strconv"
+
+	"github.com/psgraph/psgraph/dsl"
+)
+
+// maxLine bounds the length of one line of a data file.
+const maxLine = 1 << 26
+
+// HashID is the bucket of a hashed id field (data.ids with hash_buckets):
+//
+//	h = FNV-1a 64 over the 4 bytes of col (little-endian uint32), then the field's bytes
+//	h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53; h ^= h >> 33
+//	bucket = (h * buckets) >> 64, the high 64 bits of the 128-bit product
+//
+// col is the field's column in the file (counting from 0), so the same
+// string in two columns lands in unrelated buckets of the one shared range.
+// The second line is murmur3's 64-bit finalizer: FNV-1a alone moves a
+// key's last bytes into few bits of h, so keys differing in their last
+// character would crowd into few buckets. After it every bit of h is
+// mixed, and the multiply maps h onto the buckets without a division. The
+// hash has no seed and does not depend on the Go version or the machine: a
+// table trained today reads the same rows tomorrow, and any language can
+// compute it (Python: (h * buckets) >> 64 with h masked to 64 bits).
+func HashID(col int, field []byte, buckets int) int32 {
+	return hashField(columnHash(col), field, buckets)
+}
+
+const fnvPrime64 = 1099511628211
+
+// columnHash is the FNV-1a 64 state after a column's 4 bytes.
+func columnHash(col int) uint64 {
+	h := uint64(14695981039346656037)
+	c := uint32(col)
+	for i := 0; i < 4; i++ {
+		h ^= uint64(byte(c >> (8 * i)))
+		h *= fnvPrime64
+	}
+	return h
+}
+
+func hashField(h uint64, field []byte, buckets int) int32 {
+	for _, b := range field {
+		h ^= uint64(b)
+		h *= fnvPrime64
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	hi, _ := bits.Mul64(h, uint64(buckets))
+	return int32(hi)
+}
+
+// lineReader reads the lines of a data file without copying them, except
+// a line longer than the reader's buffer, which it assembles.
+type lineReader struct {
+	r    *bufio.Reader
+	long []byte
+	line int // number of the line last returned or skipped (from 1)
+}
+
+// next returns the next line, its newline included; the slice is valid
+// until the next call. It returns io.EOF after the last line.
+func (l *lineReader) next() ([]byte, error) {
+	b, err := l.r.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		l.long = append(l.long[:0], b...)
+		for err == bufio.ErrBufferFull {
+			if len(l.long) > maxLine {
+				return nil, fmt.Errorf("line %d is longer than %d MiB; is this a text data file?", l.line+1, maxLine>>20)
+			}
+			b, err = l.r.ReadSlice('\n')
+			l.long = append(l.long, b...)
+		}
+		b = l.long
+	}
+	switch {
+	case err == io.EOF && len(b) == 0:
+		return nil, io.EOF
+	case err != nil && err != io.EOF:
+		return nil, err
+	}
+	l.line++
+	return b, nil
+}
+
+// skip passes over the next line without copying it and says whether it
+// holds a row (is not blank). It returns io.EOF after the last line.
+func (l *lineReader) skip(delim byte) (bool, error) {
+	row, got := false, false
+	for {
+		b, err := l.r.ReadSlice('\n')
+		got = got || len(b) > 0
+		row = row || len(dsl.TrimField(b, delim)) > 0
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && !got:
+			return false, io.EOF
+		case err != nil && err != io.EOF:
+			return false, err
+		}
+		l.line++
+		return row, nil
+	}
+}
+
+// rowParser turns a line of a data file into one row's values. It reuses
+// its field slice: parsing a row allocates nothing.
+type rowParser struct {
+	spec      *dsl.Data
+	file      string
+	delim     byte
+	need      int // columns the model reads
+	width     int // fields of every line: those of the first row; -1 before it
+	widthLine int // the first row's line
+	fields    [][]byte
+	nf, ni    int
+	colHash   []uint64 // columnHash of each hashed id column
+}
+
+// log1pSmall holds float32(ln(1+n)) of the small integers most count
+// features hold: the log transform of an integer field is a lookup.
+var log1pSmall = func() (t [1024]float32) {
+	for n := range t {
+		t[n] = float32(math.Log1p(float64(n)))
+	}
+	return t
+}()
+
+func newRowParser(spec *dsl.Data) *rowParser {
+	p := &rowParser{spec: spec, file: spec.CSV, delim: spec.Delimiter, width: -1}
+	if p.delim == 0 {
+		p.delim = ','
+	}
+	for _, c := range []*dsl.Column{spec.Features, spec.Label, spec.IDs} {
+		if c != nil {
+			p.need = max(p.need, c.Hi)
+		}
+	}
+	if c := spec.Features; c != nil {
+		p.nf = c.Hi - c.Lo
+	}
+	if c := spec.IDs; c != nil {
+		p.ni = c.Hi - c.Lo
+		if c.HashBuckets > 0 {
+			for col := c.Lo; col < c.Hi; col++ {
+				p.colHash = append(p.colHash, columnHash(col))
+			}
+		}
+	}
+	return p
+}
+
+// errAt is an error in line `line` of the data file.
+func (p *rowParser) errAt(line int, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", p.file, line, fmt.Sprintf(format, args...))
+}
+
+func (p *rowParser) delimName() string {
+	if p.delim == '\t' {
+		return "tab"
+	}
+	return strconv.Quote(string(p.delim))
+}
+
+// parse reads the row in line (trimmed, not blank) into feat (nf values),
+// label and ids (ni values), whichever the model declares.
+func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32, ids []int32) error {
+	p.fields = p.fields[:0]
+	for more := true; more; {
+		f := line
+		if i := bytes.IndexByte(line, p.delim); i >= 0 {
+			f, line = line[:i], line[i+1:]
+		} else {
+			more = false
+		}
+		if len(f) > 0 && (f[0] <= ' ' || f[len(f)-1] <= ' ') {
+			f = dsl.TrimField(f, p.delim)
+		}
+		p.fields = append(p.fields, f)
+	}
+	if p.width < 0 {
+		p.width, p.widthLine = len(p.fields), lineNo
+		if p.need > p.width {
+			hint := ""
+			if p.width == 1 && p.delim != '\t' && bytes.IndexByte(p.fields[0], '\t') >= 0 {
+				hint = "; its fields are separated by tabs: add delimiter: tab to data"
+			}
+			return p.errAt(lineNo, "the model reads column %d but rows have %d columns (0 to %d) separated by %s%s; check the column ranges in data (%s)", p.need-1, p.width, p.width-1, p.delimName(), hint, p.spec.Pos)
+		}
+	} else if len(p.fields) != p.width {
+		return p.errAt(lineNo, "line has %d fields separated by %s, but the first row (line %d) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), p.widthLine, p.width, p.spec.Pos)
+	}
+	if c := p.spec.Features; c != nil {
+		for col := c.Lo; col < c.Hi; col++ {
+			f := p.fields[col]
+			var v float64
+			if len(f) == 0 {
+				if c.Fill == nil {
+					return p.errAt(lineNo, "column %d is empty; add fill: VALUE to data.features (%s) to stand in for missing values", col, c.Pos)
+				}
+				v = *c.Fill
+			} else if n, ok := parseInt(f); ok {
+				if c.Transform == "log" && n >= 0 && n < int64(len(log1pSmall)) {
+					feat[col-c.Lo] = log1pSmall[n]
+					continue
+				}
+				v = float64(n)
+			} else if v, ok = parseNumber(f); !ok {
+				return p.errAt(lineNo, "column %d: %q is not a number (the file must have no header and numeric fields; data at %s)", col, f, p.spec.Pos)
+			}
+			if c.Transform == "log" && v > 0 {
+				v = math.Log1p(v)
+			}
+			feat[col-c.Lo] = float32(v)
+		}
+	}
+	if c := p.spec.Label; c != nil {
+		v, err := p.integer(c, c.Lo, lineNo, "label")
+		if err != nil {
+			return err
+		}
+		*label = v
+	}
+	if c := p.spec.IDs; c != nil {
+		for col := c.Lo; col < c.Hi; col++ {
+			if c.HashBuckets > 0 {
+				ids[col-c.Lo] = hashField(p.colHash[col-c.Lo], p.fields[col], c.HashBuckets)
+				continue
+			}
+			v, err := p.integer(c, col, lineNo, "ids")
+			if err != nil {
+				return err
+			}
+			ids[col-c.Lo] = v
+		}
+	}
+	return nil
+}
+
+// integer reads a non-negative int32 of a label or unhashed ids column.
+func (p *rowParser) integer(c *dsl.Column, col, lineNo int, what string) (int32, error) {
+	f := p.fields[col]
+	if len(f) == 0 {
+		if c.Fill != nil {
+			return int32(*c.Fill), nil
+		}
+		if what == "label" {
+			return 0, p.errAt(lineNo, "column %d is empty, but it is the label %q (%s); every row needs a label: fix or drop the line", col, c.Name, c.Pos)
+		}
+		return 0, p.errAt(lineNo, "column %d is empty; add fill: ID to data.ids (%s) to stand in for missing ids, or hash_buckets: N to hash the column's strings", col, c.Pos)
+	}
+	if n, ok := parseInt(f); ok && n >= 0 && n <= math.MaxInt32 {
+		return int32(n), nil
+	}
+	v, ok := parseNumber(f)
+	if !ok || v != math.Trunc(v) || v < 0 || v > math.MaxInt32 {
+		hint := "fix the row or choose another column"
+		if what == "ids" && !ok {
+			hint = "add hash_buckets: N to data.ids to hash strings into ids, or fix the row"
+		}
+		return 0, p.errAt(lineNo, "column %d: %q must be a non-negative integer, because it is read as %s %q (%s); %s", col, f, what, c.Name, c.Pos, hint)
+	}
+	return int32(v), nil
+}
+
+// parseInt reads an optionally signed decimal integer of at most 18
+// digits, the common case of a data field, without strconv's string.
+func parseInt(b []byte) (int64, bool) {
+	neg := false
+	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
+		neg = b[0] == '-'
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// parseNumber reads a finite number.
+func parseNumber(b []byte) (float64, bool) {
+	if n, ok := parseInt(b); ok {
+		return float64(n), true
+	}
+	// A short []byte to string conversion that does not escape is made on
+	// the stack; strconv copies its input into errors.
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, false
+	}
+	return v, true
+}

@@ -1,0 +1,308 @@
+package data
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// StreamBuffer is the read buffer of a FileStream: with the batch tensors
+// and one row of scratch, all the memory a streamed data set takes.
+const StreamBuffer = 1 << 20
+
+// FileStream serves batches by the data stream rule straight from a data
+// file (data.stream: true), reading it sequentially: the rows of one batch
+// are parsed into the batch's tensors, the rows in between (another
+// trainer's) are skipped by finding their newlines, and the reader goes
+// back to the file's start when a batch runs past its end. It holds no
+// rows, so its memory does not grow with the file.
+//
+// Rows are checked as they are parsed: a bad line is reported, as
+// file:line, when a batch first reads it. With normalize, opening the
+// stream reads the file once to compute the statistics, which checks every
+// line up front. A FileStream is not safe for concurrent use.
+type FileStream struct {
+	spec  *dsl.Data
+	f     *os.File
+	lr    lineReader
+	p     *rowParser
+	scale *scaling // nil: no normalization
+	cur   int64    // file row (counting non-blank lines from 0) read next
+	rows  int64    // rows in the file; -1 until the first pass reaches its end
+	label int32
+	row   []float32 // scratch for a first pass
+	ids   []int32
+}
+
+// OpenStream opens a model's data file as a stream. It reads the first
+// row, to check the column ranges against it, and with normalize the whole
+// file (the statistics of every feature column).
+func OpenStream(spec *dsl.Data) (*FileStream, error) {
+	return openStream(spec, StreamBuffer)
+}
+
+func openStream(spec *dsl.Data, buffer int) (*FileStream, error) {
+	if spec.CSV == "" {
+		return nil, fmt.Errorf("data (%s): stream needs a csv source", spec.Pos)
+	}
+	f, err := os.Open(spec.CSV)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
+	}
+	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1}
+	s.lr.r = bufio.NewReaderSize(f, buffer)
+	s.row, s.ids = make([]float32, s.p.nf), make([]int32, s.p.ni)
+	if err := s.readRow(s.row, &s.label, s.ids); err != nil { // the width of the rows
+		f.Close()
+		return nil, err
+	}
+	if spec.Normalize != "" && spec.Normalize != "none" && s.p.nf > 0 {
+		st := newFeatureStats(s.p.nf)
+		if _, err := s.pass(func() { st.add(s.row) }); err != nil {
+			f.Close()
+			return nil, err
+		}
+		s.scale = st.scaling(spec.Normalize)
+	}
+	if err := s.rewind(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the file.
+func (s *FileStream) Close() error { return s.f.Close() }
+
+// Rows is the number of rows in the file, or -1 while the stream has not
+// yet reached the file's end.
+func (s *FileStream) Rows() int64 { return s.rows }
+
+// pass reads the file from its start to its end, one row at a time into
+// the scratch row, calling fn after each; it returns the number of rows.
+func (s *FileStream) pass(fn func()) (int64, error) {
+	if err := s.rewind(); err != nil {
+		return 0, err
+	}
+	for {
+		ok, err := s.nextRow(s.row, &s.label, s.ids)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return s.cur, nil
+		}
+		fn()
+	}
+}
+
+func (s *FileStream) rewind() error {
+	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("%s: %w", s.spec.CSV, err)
+	}
+	s.lr.r.Reset(s.f)
+	s.lr.line, s.cur = 0, 0
+	return nil
+}
+
+// nextRow parses the next row of the file; false at the file's end, which
+// also settles the row count.
+func (s *FileStream) nextRow(feat []float32, label *int32, ids []int32) (bool, error) {
+	for {
+		line, err := s.lr.next()
+		if err == io.EOF {
+			switch {
+			case s.rows < 0 && s.cur == 0:
+				return false, fmt.Errorf("%s: the data file has no rows", s.spec.CSV)
+			case s.rows < 0:
+				s.rows = s.cur
+			case s.cur != s.rows:
+				return false, s.changed()
+			}
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%s:%d: %w", s.spec.CSV, s.lr.line+1, err)
+		}
+		line = dsl.TrimField(line, s.p.delim)
+		if len(line) == 0 {
+			continue
+		}
+		if err := s.p.parse(line, s.lr.line, feat, label, ids); err != nil {
+			return false, err
+		}
+		s.cur++
+		return true, nil
+	}
+}
+
+func (s *FileStream) changed() error {
+	return fmt.Errorf("%s: the file changed while it was read (it had %d rows, now %d); do not write a data file during training", s.spec.CSV, s.rows, s.cur)
+}
+
+// readRow parses the next row of the stream: the file's next row, or its
+// first when the file is at its end.
+func (s *FileStream) readRow(feat []float32, label *int32, ids []int32) error {
+	if s.rows >= 0 && s.cur == s.rows {
+		if err := s.rewind(); err != nil {
+			return err
+		}
+	}
+	ok, err := s.nextRow(feat, label, ids)
+	if err == nil && !ok {
+		if err = s.rewind(); err == nil {
+			if ok, err = s.nextRow(feat, label, ids); err == nil && !ok {
+				err = s.changed()
+			}
+		}
+	}
+	return err
+}
+
+// skipRows passes over n rows of the file without parsing them; false if
+// the file ended first (which settles the row count).
+func (s *FileStream) skipRows(n int64) (bool, error) {
+	for ; n > 0; n-- {
+		for {
+			row, err := s.lr.skip(s.p.delim)
+			if err == io.EOF {
+				if s.rows < 0 {
+					s.rows = s.cur
+				} else if s.cur != s.rows {
+					return false, s.changed()
+				}
+				return false, nil
+			}
+			if err != nil {
+				return false, fmt.Errorf("%s:%d: %w", s.spec.CSV, s.lr.line+1, err)
+			}
+			if row {
+				break
+			}
+		}
+		s.cur++
+	}
+	return true, nil
+}
+
+// seek places the reader at stream position pos: file row pos mod rows.
+func (s *FileStream) seek(pos int64) error {
+	if s.rows < 0 { // still in the first epoch: position = file row
+		if pos < s.cur {
+			if err := s.rewind(); err != nil {
+				return err
+			}
+		}
+		ok, err := s.skipRows(pos - s.cur)
+		if err != nil || ok {
+			return err
+		}
+		if s.rows == 0 {
+			return fmt.Errorf("%s: the data file has no rows", s.spec.CSV)
+		}
+	}
+	r := pos % s.rows
+	if r < s.cur {
+		if err := s.rewind(); err != nil {
+			return err
+		}
+	}
+	ok, err := s.skipRows(r - s.cur)
+	if err == nil && !ok {
+		err = s.changed()
+	}
+	return err
+}
+
+// Fill writes stream rows [start, start+batch) into the data tensors that
+// are non-nil; batch is the tensors' first dimension. Consecutive calls
+// with increasing starts read the file forward only.
+func (s *FileStream) Fill(start int64, features, labels, ids *tensor.Tensor) error {
+	if err := s.seek(start); err != nil {
+		return err
+	}
+	batch := batchOf(features, labels, ids)
+	nf, ni := s.p.nf, s.p.ni
+	for b := 0; b < batch; b++ {
+		feat, label, id := s.row, &s.label, s.ids
+		if features != nil {
+			feat = features.F[b*nf : (b+1)*nf]
+		}
+		if labels != nil {
+			label = &labels.I[b]
+		}
+		if ids != nil {
+			id = ids.I[b*ni : (b+1)*ni]
+		}
+		if err := s.readRow(feat, label, id); err != nil {
+			return err
+		}
+		if s.scale != nil {
+			s.scale.apply(feat)
+		}
+	}
+	return nil
+}
+
+// Epoch reads the file once in order, in chunks of the tensors' batch
+// rows: fn(n) is called after each chunk is written into the tensors, with
+// n = batch except for a shorter last chunk. Evaluation uses it.
+func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) error) error {
+	if err := s.rewind(); err != nil {
+		return err
+	}
+	batch := batchOf(features, labels, ids)
+	nf, ni := s.p.nf, s.p.ni
+	for {
+		n := 0
+		for ; n < batch; n++ {
+			feat, label, id := s.row, &s.label, s.ids
+			if features != nil {
+				feat = features.F[n*nf : (n+1)*nf]
+			}
+			if labels != nil {
+				label = &labels.I[n]
+			}
+			if ids != nil {
+				id = ids.I[n*ni : (n+1)*ni]
+			}
+			ok, err := s.nextRow(feat, label, id)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			if s.scale != nil {
+				s.scale.apply(feat)
+			}
+		}
+		if n > 0 {
+			if err := fn(n); err != nil {
+				return err
+			}
+		}
+		if n < batch {
+			return nil
+		}
+	}
+}
+
+// Count reads a model's data file once, checking every row, and returns
+// the number of rows: what `psgraph check` reports for a streamed file,
+// without loading it.
+func Count(spec *dsl.Data) (int64, error) {
+	s, err := openStream(spec, StreamBuffer)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	if s.rows >= 0 {
+		return s.rows, nil
+	}
+	return s.pass(func() {})
+}
