@@ -150,7 +150,7 @@ whole data set with the final parameters).`,
 	f.IntVar(&o.steps, "steps", 0, "training steps (default: the model's train.steps)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
 	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file")
-	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file")
+	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file; pserver: write its shards of the lookup tables (psgraph train merges them into trainer 0's file)")
 	f.StringVar(&o.metrics, "metrics", "", "local, trainer: write one JSON object per logged step to this file")
 	o.log.add(c)
 	o.net.add(c)
@@ -271,8 +271,11 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	job := jobOf(plan)
 	ctx := c.Context()
 	if o.role == "pserver" {
-		if o.save != "" || o.metrics != "" || o.steps != 0 || o.batch != 0 {
-			return usagef("--save, --metrics, --steps and --batch are trainer flags; a pserver serves until its trainers are done")
+		if o.metrics != "" || o.steps != 0 || o.batch != 0 {
+			return usagef("--metrics, --steps and --batch are trainer flags; a pserver serves until its trainers are done")
+		}
+		if o.save != "" && !plan.Info.HasTables() {
+			return usagef("--save on a pserver writes its shards of the plan's lookup tables, and this plan has none; give --save to trainer 0")
 		}
 		addr := n.listen
 		if addr == "" && n.index < len(plan.Info.Endpoints) {
@@ -294,7 +297,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		if err != nil {
 			return err
 		}
-		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep, TrainerTimeout: n.trainerTimeout})
+		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep, TrainerTimeout: n.trainerTimeout, Save: o.save})
 		if err != nil {
 			return err
 		}

@@ -133,10 +133,15 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		common = append(common, "--log-every", strconv.Itoa(o.log.every))
 	}
 	var children []launch.Child
+	var shards []string // the pservers' shards of the lookup tables, merged into --save
 	for i := 0; i < opt.PServers; i++ {
 		args := append([]string{"run", "--role", "pserver", "--index", strconv.Itoa(i), "--listen", addrs[i]}, common...)
 		if o.initFrom != "" {
 			args = append(args, "--init-from", o.initFrom)
+		}
+		if o.save != "" && plan.Info.HasTables() {
+			shards = append(shards, filepath.Join(dir, fmt.Sprintf("shards-pserver-%d.safetensors", i)))
+			args = append(args, "--save", shards[i])
 		}
 		if o.ck.dir != "" {
 			args = append(args, "--checkpoint-dir", o.ck.dir, "--checkpoint-every", strconv.Itoa(o.ck.every))
@@ -169,6 +174,14 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	res, err := launch.Run(c.Context(), children, launch.Options{Log: c.ErrOrStderr()})
 	if err != nil {
 		return err
+	}
+	if len(shards) > 0 {
+		if err := exec.MergeShards(o.save, o.save, plan.PServers, shards); err != nil {
+			return err
+		}
+		for _, f := range shards {
+			os.Remove(f)
+		}
 	}
 	var rss []string
 	for _, ch := range children {

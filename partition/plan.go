@@ -106,6 +106,16 @@ func (in *PlanInfo) ServedParams() []string {
 	return out
 }
 
+// HasTables reports whether the plan shards a lookup table.
+func (in *PlanInfo) HasTables() bool {
+	for i := range in.Params {
+		if in.Params[i].Table() {
+			return true
+		}
+	}
+	return false
+}
+
 // BlockInfo is one row block [Rows[0], Rows[1]) of a parameter on a
 // pserver; a lookup table's shard has Stride M (every M-th of those rows).
 type BlockInfo struct {
