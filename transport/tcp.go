@@ -649,6 +649,11 @@ func (c *conn) monitor() {
 
 func (c *conn) lost(err error) {
 	t, p := c.t, c.p
+	// First what arrived before the end: a peer that finishes writes its
+	// Done and closes, and the Done may still sit in a stream's buffer
+	// when the session ends; read, it makes the end a quiet one instead
+	// of a loss to wait for. The readers stop once the session is closed.
+	c.running.Wait()
 	t.conns.Add(-1)
 	p.mu.Lock()
 	if p.sess != c.sess {
