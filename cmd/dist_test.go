@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/partition"
 )
 
 // summary parses the JSON object on the last line of stdout.
@@ -31,11 +32,17 @@ func summary(t *testing.T, r result) map[string]any {
 func TestTrainSyncAndAsyncOnDigits(t *testing.T) {
 	for _, mode := range []string{"sync", "async"} {
 		t.Run(mode, func(t *testing.T) {
-			r := psgraph(t, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--mode", mode, "--steps", "400", "--log-every", "100")
+			plan := t.TempDir()
+			r := psgraph(t, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--mode", mode, "--steps", "400", "--log-every", "100", "--plan-dir", plan)
 			if r.code != 0 {
 				t.Fatalf("exit %d\n%s", r.code, r.stderr)
 			}
 			s := summary(t, r)
+			// train prints trainer 0's summary, with its traffic.
+			want := planTraffic(t, plan, 400)
+			if bytesOf(s, "sent_bytes") != want.trainerSent || bytesOf(s, "recv_bytes") != want.trainerRecv {
+				t.Errorf("trainer-0 summary %v: want sent_bytes %d, recv_bytes %d", s, want.trainerSent, want.trainerRecv)
+			}
 			if acc, _ := s["acc"].(float64); acc < 0.95 {
 				t.Errorf("%s 2x2 digits accuracy %v, want >= 0.95", mode, s["acc"])
 			}
@@ -48,6 +55,95 @@ func TestTrainSyncAndAsyncOnDigits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// plannedTraffic is the payload bytes a fresh job moves, from its plan:
+// per step a trainer sends every block's gradient and receives every
+// block (and step 0's parameters before the first step); each trainer and
+// pserver exchange a position and a resume message (docs/runtime.md).
+type plannedTraffic struct {
+	trainerSent, trainerRecv int64
+	pserverSent, pserverRecv []int64
+}
+
+func planTraffic(t *testing.T, dir string, steps int64) plannedTraffic {
+	t.Helper()
+	const position, resume = 24, 8 // the control messages' sizes (docs/runtime.md)
+	p, err := partition.ReadPlan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, m := int64(p.Info.Trainers), int64(p.Info.PServers)
+	blocks := make([]int64, m)
+	var all int64
+	for _, pl := range p.Info.Placement {
+		blocks[pl.PServer] += int64(pl.Bytes)
+		all += int64(pl.Bytes)
+	}
+	if all == 0 {
+		t.Fatalf("plan %s places no parameter on a pserver", dir)
+	}
+	out := plannedTraffic{trainerSent: steps*all + m*position, trainerRecv: (steps+1)*all + m*resume}
+	for _, b := range blocks {
+		out.pserverSent = append(out.pserverSent, n*((steps+1)*b+resume))
+		out.pserverRecv = append(out.pserverRecv, n*(steps*b+position))
+	}
+	return out
+}
+
+// bytesOf reads an integer field of a JSON summary (-1 when absent).
+func bytesOf(s map[string]any, key string) int64 {
+	v, ok := s[key].(float64)
+	if !ok {
+		return -1
+	}
+	return int64(v)
+}
+
+// Every node of a 2x2 job over TCP (real processes) reports in its
+// summary the payload bytes the plan implies; what the pservers sent is
+// what the trainers received, and each connection carried more than its
+// payloads (frame headers, yamux).
+func TestNodeSummariesCountTraffic(t *testing.T) {
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan")
+	if r := psgraph(t, "split", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	const steps = 30
+	addrs := strings.Join([]string{freeAddr(t), freeAddr(t)}, ",")
+	env := []string{"PSGRAPH_TOKEN=test-token"}
+	var procs []*proc
+	for i, a := range strings.Split(addrs, ",") {
+		procs = append(procs, start(t, fmt.Sprintf("pserver-%d", i), env, "run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", a))
+	}
+	for i := 0; i < 2; i++ {
+		procs = append(procs, start(t, fmt.Sprintf("trainer-%d", i), env, "run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pservers", addrs, "--steps", fmt.Sprint(steps)))
+	}
+	want := planTraffic(t, plan, steps)
+	sent, recv := map[string]int64{}, map[string]int64{} // by role
+	for i, p := range procs {
+		r := p.wait(t, 60*time.Second)
+		if r.code != 0 {
+			t.Fatalf("%s exit %d\n%s", p.name, r.code, r.stderr)
+		}
+		s := summary(t, r)
+		role, ws, wr := "trainer", want.trainerSent, want.trainerRecv
+		if i < 2 {
+			role, ws, wr = "pserver", want.pserverSent[i], want.pserverRecv[i]
+		}
+		gs, gr := bytesOf(s, "sent_bytes"), bytesOf(s, "recv_bytes")
+		if gs != ws || gr != wr {
+			t.Errorf("%s: sent_bytes %d, recv_bytes %d; the plan says %d and %d", p.name, gs, gr, ws, wr)
+		}
+		if bytesOf(s, "wire_sent_bytes") <= gs || bytesOf(s, "wire_recv_bytes") <= gr {
+			t.Errorf("%s: wire bytes not above the payload bytes: %v", p.name, s)
+		}
+		sent[role], recv[role] = sent[role]+gs, recv[role]+gr
+	}
+	if sent["pserver"] != recv["trainer"] || sent["trainer"] != recv["pserver"] {
+		t.Errorf("pservers sent %d and received %d; trainers received %d and sent %d", sent["pserver"], recv["pserver"], recv["trainer"], sent["trainer"])
 	}
 }
 

@@ -205,6 +205,9 @@ func TestRunLocalPrintsJSONSummaryLast(t *testing.T) {
 	if sum["role"] != "local" {
 		t.Errorf("role = %v, want local", sum["role"])
 	}
+	if bytesOf(sum, "sent_bytes") != 0 || bytesOf(sum, "recv_bytes") != 0 {
+		t.Errorf("a local run reports traffic: %v", sum)
+	}
 	if steps, _ := sum["steps"].(float64); steps != 40 {
 		t.Errorf("steps = %v, want 40 (the --steps flag overrides train.steps)", sum["steps"])
 	}

@@ -136,7 +136,8 @@ or --role trainer it runs one node of a job that 'psgraph split' placed:
 pservers hold the parameters and run the optimizer, trainers run the
 forward and backward pass. Progress goes to stderr; the last line of stdout
 is a JSON summary (for trainers and local runs: loss and metrics over the
-whole data set with the final parameters).`,
+whole data set with the final parameters; for every node the bytes it sent
+and received, docs/runtime.md).`,
 		Example: `  psgraph run --role local examples/digits-mlp.yaml
   psgraph run --role local examples/digits-mlp.yaml --steps 200 --save digits.safetensors --metrics run.jsonl
   psgraph split examples/digits-mlp.yaml --trainers 2 --pservers 1 -o job/

@@ -284,6 +284,10 @@ func (c *NetComm) Flush(ctx context.Context) error {
 	}
 }
 
+// Traffic reports what the node's endpoint moved so far (Summary,
+// ServeSummary).
+func (c *NetComm) Traffic() transport.Traffic { return c.EP.Traffic() }
+
 // finished reports whether err means the peers ended the job normally.
 func finished(err error) bool {
 	return errors.Is(err, transport.ErrPeerDone) || errors.Is(err, transport.ErrAllDone)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -303,4 +304,98 @@ func resumeStepOf(t *testing.T, dir string, nodes []transport.NodeID) int64 {
 		t.Fatal(err)
 	}
 	return step
+}
+
+// plannedTraffic is what a fresh job of steps steps moves, from the plan:
+// per step a trainer sends every block's gradient and receives every
+// block (plus the parameters of step 0), and each trainer and pserver
+// exchange one position and one resume message (docs/runtime.md).
+type plannedTraffic struct {
+	trainerSent, trainerRecv int64
+	pserverSent, pserverRecv []int64
+}
+
+func planTraffic(p *partition.Plan, steps int64) plannedTraffic {
+	n, m := int64(p.Info.Trainers), p.Info.PServers
+	pos, res := int64(positionSpec.Bytes), int64(resumeSpec.Bytes)
+	blocks := make([]int64, m) // bytes of each pserver's parameter blocks
+	var all int64
+	for _, pl := range p.Info.Placement {
+		blocks[pl.PServer] += int64(pl.Bytes)
+		all += int64(pl.Bytes)
+	}
+	out := plannedTraffic{trainerSent: steps*all + int64(m)*pos, trainerRecv: (steps+1)*all + int64(m)*res}
+	for _, b := range blocks {
+		out.pserverSent = append(out.pserverSent, n*((steps+1)*b+res))
+		out.pserverRecv = append(out.pserverRecv, n*(steps*b+pos))
+	}
+	return out
+}
+
+// Every node's summary reports the payload bytes the plan implies, and
+// what the pservers sent is what the trainers received (in memory: the
+// wire counts are 0). The same over TCP: cmd's TestNodeSummariesCountTraffic.
+func TestJobSummariesCountTrafficInmem(t *testing.T) {
+	for _, c := range []struct {
+		n, m, minBlock int
+		async          bool
+	}{{1, 1, 0, false}, {2, 2, 0, false}, {2, 3, 20, false}, {2, 2, 0, true}} {
+		t.Run(fmt.Sprintf("%dx%d/block%d/async=%v", c.n, c.m, c.minBlock, c.async), func(t *testing.T) {
+			g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-sgd.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mode := partition.Sync
+			if c.async {
+				mode = partition.Async
+			}
+			plan, err := partition.Split(g, partition.Options{Trainers: c.n, PServers: c.m, Mode: mode, MinBlockSize: c.minBlock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const steps = 15
+			want := planTraffic(plan, steps)
+			served = nil
+			sums := runInmemJob(t, g, c.n, c.m, c.async, RunOptions{Steps: steps, Batch: 10, Log: zerolog.Nop()}, c.minBlock)
+			var trainersRecv, trainersSent, pserversSent, pserversRecv int64
+			for i, s := range sums {
+				if s.SentBytes != want.trainerSent || s.RecvBytes != want.trainerRecv || s.WireSentBytes != 0 || s.WireRecvBytes != 0 {
+					t.Errorf("trainer-%d: sent %d, received %d (wire %d, %d); the plan says %d and %d (wire 0)", i, s.SentBytes, s.RecvBytes, s.WireSentBytes, s.WireRecvBytes, want.trainerSent, want.trainerRecv)
+				}
+				trainersSent, trainersRecv = trainersSent+s.SentBytes, trainersRecv+s.RecvBytes
+			}
+			if len(served) != c.m {
+				t.Fatalf("%d pserver summaries, want %d", len(served), c.m)
+			}
+			for _, s := range served {
+				_, i, _ := transport.NodeID(s.Role).Role()
+				if s.SentBytes != want.pserverSent[i] || s.RecvBytes != want.pserverRecv[i] {
+					t.Errorf("%s: sent %d, received %d; the plan says %d and %d", s.Role, s.SentBytes, s.RecvBytes, want.pserverSent[i], want.pserverRecv[i])
+				}
+				pserversSent, pserversRecv = pserversSent+s.SentBytes, pserversRecv+s.RecvBytes
+			}
+			if pserversSent != trainersRecv || pserversRecv != trainersSent {
+				t.Errorf("pservers sent %d and received %d; trainers received %d and sent %d", pserversSent, pserversRecv, trainersRecv, trainersSent)
+			}
+		})
+	}
+}
+
+// A local run moves nothing.
+func TestLocalSummaryHasNoTraffic(t *testing.T) {
+	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-sgd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 2, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := sum.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"sent_bytes":0,"recv_bytes":0,"wire_sent_bytes":0,"wire_recv_bytes":0,`) {
+		t.Fatalf("local summary %s: want zero traffic", js)
+	}
 }

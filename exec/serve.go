@@ -52,6 +52,12 @@ type ServeSummary struct {
 	Parts    int     `json:"parts"`
 	Steps    int64   `json:"steps"`
 	Seconds  float64 `json:"seconds"`
+	// What the pserver's endpoint moved in the job, read once every
+	// trainer finished (transport.Traffic; docs/runtime.md).
+	SentBytes     int64 `json:"sent_bytes"`
+	RecvBytes     int64 `json:"recv_bytes"`
+	WireSentBytes int64 `json:"wire_sent_bytes"`
+	WireRecvBytes int64 `json:"wire_recv_bytes"`
 }
 
 // Serve runs a pserver's subgraph (its endpoint accepts the graph's
@@ -163,8 +169,10 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		opt.Log.Info().Str("file", opt.Save).Msg("saved the lookup-table shards")
 	}
 	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
+	tr := c.Traffic()
 	return &ServeSummary{Role: string(c.EP.Self()), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
-		Streamed: int(streamed.Load()), Parts: len(progs)}, nil
+		Streamed: int(streamed.Load()), Parts: len(progs),
+		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv}, nil
 }
 
 // serveLoop runs one part of a pserver's graph step after step until the

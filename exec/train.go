@@ -17,6 +17,7 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/transport"
 )
 
 // RunOptions configures a training run of one node.
@@ -57,16 +58,20 @@ type Summary struct {
 	Steps     int
 	Seconds   float64
 	StepsPerS float64
-	Loss      float64
-	Metrics   map[string]float64
-	order     []string
+	// What the node's endpoint moved in the job, read once its pservers
+	// finished (transport.Traffic; 0 for a local run; docs/runtime.md).
+	SentBytes, RecvBytes         int64
+	WireSentBytes, WireRecvBytes int64
+	Loss                         float64
+	Metrics                      map[string]float64
+	order                        []string
 }
 
 // MarshalJSON writes the fixed keys first, then the metrics in model order.
 func (s *Summary) MarshalJSON() ([]byte, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, `{"role":%q,"steps":%d,"seconds":%s,"steps_per_s":%s,"loss":%s`,
-		s.Role, s.Steps, jsonNum(s.Seconds), jsonNum(s.StepsPerS), jsonNum(s.Loss))
+	fmt.Fprintf(&b, `{"role":%q,"steps":%d,"seconds":%s,"steps_per_s":%s,"sent_bytes":%d,"recv_bytes":%d,"wire_sent_bytes":%d,"wire_recv_bytes":%d,"loss":%s`,
+		s.Role, s.Steps, jsonNum(s.Seconds), jsonNum(s.StepsPerS), s.SentBytes, s.RecvBytes, s.WireSentBytes, s.WireRecvBytes, jsonNum(s.Loss))
 	for _, m := range s.order {
 		k, _ := json.Marshal(m)
 		fmt.Fprintf(&b, ",%s:%s", k, jsonNum(s.Metrics[m]))
@@ -280,6 +285,10 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
 	sum := &Summary{Role: opt.Role, Steps: steps, Seconds: elapsed, StepsPerS: float64(steps-first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
+	if c, ok := opt.Comm.(interface{ Traffic() transport.Traffic }); ok {
+		tr := c.Traffic() // the pservers are done: nothing more arrives
+		sum.SentBytes, sum.RecvBytes, sum.WireSentBytes, sum.WireRecvBytes = tr.Sent, tr.Recv, tr.WireSent, tr.WireRecv
+	}
 	if tail != nil {
 		tail.fill(sum)
 		return sum, nil

@@ -100,7 +100,8 @@ func (c *countConn) Write(b []byte) (int, error) {
 		}
 		out := c.take()
 		c.mu.Unlock()
-		var n int64
+		c.t.bytesSent.Add(int64(len(out) + len(b))) // see flusher
+		var n int64                                 // bytes of b written (< 0: out was cut short)
 		var err error
 		if len(out) > 0 { // a pending header and its body in one writev
 			c.arr[0], c.arr[1] = out, b
@@ -113,7 +114,7 @@ func (c *countConn) Write(b []byte) (int, error) {
 			k, err = c.Conn.Write(b)
 			n = int64(k)
 		}
-		c.wrote(out, len(out)+int(max(n, 0)), err)
+		c.wrote(out, len(b)-int(n), err)
 		if n < 0 {
 			n = 0
 		}
@@ -144,9 +145,12 @@ func (c *countConn) take() []byte {
 	return out
 }
 
-// wrote ends a write of out (n bytes went out in all).
-func (c *countConn) wrote(out []byte, n int, err error) {
-	c.t.bytesSent.Add(int64(n))
+// wrote ends a write of out; unwritten bytes of it (and of a direct
+// write's body) did not go out after all.
+func (c *countConn) wrote(out []byte, unwritten int, err error) {
+	if unwritten > 0 {
+		c.t.bytesSent.Add(-int64(unwritten))
+	}
 	c.mu.Lock()
 	c.writing = false
 	if out != nil {
@@ -185,8 +189,12 @@ func (c *countConn) flusher() {
 		}
 		out := c.take()
 		c.mu.Unlock()
+		// Counted before the write: the peer may act on these bytes (a
+		// reply, a Done) before this goroutine runs again, and a node
+		// reads its Traffic once its peers finished.
+		c.t.bytesSent.Add(int64(len(out)))
 		n, err := c.Conn.Write(out)
-		c.wrote(out, n, err)
+		c.wrote(out, len(out)-n, err)
 	}
 }
 

@@ -228,6 +228,39 @@ func conformance(t *testing.T, mk factory) {
 			t.Fatalf("want ErrUnknownPeer, got %v", err)
 		}
 	})
+	t.Run("traffic counts payload bytes", func(t *testing.T) {
+		eps, _ := mk(t, t0, p0)
+		const big = 300 << 10 // above the read-ahead size and smallFrame: held, written in pieces
+		eps[p0].Accept(spec, Spec{Var: "big", DType: F32, Bytes: big})
+		eps[t0].Accept(spec)
+		must(t, eps[t0].Send(ctx, p0, 0, "W", F32, f32(1, 2)))
+		must(t, eps[t0].Send(ctx, p0, 0, "big", F32, make([]byte, big)))
+		must(t, eps[t0].Send(ctx, p0, 1, "W", F32, f32(1, 2, 3))) // rejected (size), but it crossed
+		must(t, eps[t0].Done(ctx, p0))
+		must(t, eps[p0].Send(ctx, t0, 1, "W", F32, f32(3, 4)))
+		must(t, eps[p0].Done(ctx, t0))
+		must(t, eps[p0].Recv(ctx, t0, 0, "W", make([]byte, 8)))
+		must(t, eps[p0].Recv(ctx, t0, 0, "big", make([]byte, big)))
+		must(t, eps[t0].Recv(ctx, p0, 1, "W", make([]byte, 8)))
+		must(t, eps[p0].WaitDone(ctx, t0)) // the rejected payload was read too
+		must(t, eps[t0].WaitDone(ctx, p0))
+		must(t, eps[t0].Flush(ctx))
+		must(t, eps[p0].Flush(ctx))
+		tr, ps := eps[t0].Traffic(), eps[p0].Traffic()
+		up, down := int64(8+big+12), int64(8)
+		if tr.Sent != up || ps.Recv != up || ps.Sent != down || tr.Recv != down {
+			t.Fatalf("trainer %+v, pserver %+v: want %d payload bytes up, %d down", tr, ps, up, down)
+		}
+		for id, x := range map[NodeID]Traffic{t0: tr, p0: ps} {
+			if _, inmem := eps[id].(*Inmem); inmem {
+				if x.WireSent != 0 || x.WireRecv != 0 {
+					t.Errorf("%s: in memory, %+v has wire bytes", id, x)
+				}
+			} else if x.WireSent < x.Sent+3*frameHeader || x.WireRecv < x.Recv+frameHeader {
+				t.Errorf("%s: %+v: the wire carries fewer bytes than the payloads and their headers", id, x)
+			}
+		}
+	})
 	t.Run("wait peer, peek, no restarts", func(t *testing.T) {
 		eps, _ := mk(t, t0, p0)
 		eps[p0].Accept(spec)

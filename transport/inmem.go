@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Inmem is the in-memory twin of the TCP transport: the same inbox
@@ -16,6 +17,8 @@ type Inmem struct {
 
 	mu   sync.Mutex
 	sent map[NodeID]int64
+
+	sentBytes, recvBytes atomic.Int64 // payload (Traffic)
 }
 
 // Hub connects the in-memory endpoints of one job.
@@ -111,6 +114,10 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 	e.mu.Lock()
 	e.sent[to]++
 	e.mu.Unlock()
+	// Counted as TCP counts it: the payload crossed, whether the peer
+	// accepts it or not.
+	e.sentBytes.Add(int64(len(payload)))
+	p.recvBytes.Add(int64(len(payload)))
 	if err := p.in.check(e.self, e.inc, step, v, dt, len(payload)); err != nil {
 		p.in.onError(err)
 		p.in.rejected(e.self, e.inc, v) // counted, as a rejected frame is on TCP
@@ -165,6 +172,12 @@ func (e *Inmem) WaitDone(ctx context.Context, peer NodeID) error {
 }
 
 func (e *Inmem) WaitPeer(ctx context.Context, peer NodeID) error { return e.in.waitPeer(ctx, peer) }
+
+// Traffic reports the payload bytes this endpoint sent and received; the
+// in-memory twin has no wire, so WireSent and WireRecv are 0.
+func (e *Inmem) Traffic() Traffic {
+	return Traffic{Sent: e.sentBytes.Load(), Recv: e.recvBytes.Load()}
+}
 
 func (e *Inmem) Restarts(peer NodeID) (int64, <-chan struct{}) { return e.in.restarts(peer) }
 

@@ -153,6 +153,14 @@ func TestTCPResumeMidMessage(t *testing.T) {
 			must(t, tr.Flush(ctx))
 			must(t, tr.Done(ctx, p0))
 			must(t, ps.WaitDone(ctx, t0))
+			// The rest was written again from the receiver's byte: the
+			// sender may count what the cut lost in flight twice, the
+			// receiver counts what it read (a cut piece can be read again).
+			sent, recv := tr.Traffic().Sent, ps.Traffic().Recv
+			t.Logf("%d payload bytes sent, %d received, for a message of %d", sent, recv, 4*elems)
+			if recv < 4*elems || sent < recv {
+				t.Fatalf("traffic: %d bytes sent, %d received; want sent >= received >= %d", sent, recv, 4*elems)
+			}
 		})
 	}
 }
@@ -190,6 +198,11 @@ func TestTCPResendsHeldMessages(t *testing.T) {
 	must(t, ps.WaitDone(ctx, t0))
 	if got := ps.Stats().MsgsRecv; got != 3 {
 		t.Fatalf("%d messages received, want 3 (each once)", got)
+	}
+	// Every byte written counts, the ones written again too; the receiver
+	// read each once (the lost connection had delivered only a header).
+	if sent, recv := tr.Traffic().Sent, ps.Traffic().Recv; sent != 2*3*4*elems || recv != 3*4*elems {
+		t.Fatalf("traffic: %d payload bytes sent, %d received; want %d (all written twice) and %d", sent, recv, 2*3*4*elems, 3*4*elems)
 	}
 }
 
@@ -268,6 +281,11 @@ func TestTCPChaosLinkResends(t *testing.T) {
 	must(t, waitDoneRetry(ctx, tr, p0))
 	if got := ps.Stats().MsgsRecv; got != 2*k {
 		t.Fatalf("the pserver received %d messages, %d were sent: a resend was duplicated or lost", got, 2*k)
+	}
+	sent, recv := tr.Traffic().Sent, ps.Traffic().Recv
+	t.Logf("trainer->pserver: %d payload bytes sent, %d received, %d in the messages", sent, recv, k*(small+large))
+	if recv < k*(small+large) || sent < recv {
+		t.Fatalf("traffic: %d bytes sent, %d received; want sent >= received >= %d", sent, recv, k*(small+large))
 	}
 }
 

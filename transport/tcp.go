@@ -115,7 +115,7 @@ const maxStreams = 4096
 // Stats counts a TCP endpoint's traffic.
 type Stats struct {
 	Connections          int   // established connections now
-	BytesSent, BytesRecv int64 // on the wire, handshake and yamux included
+	BytesSent, BytesRecv int64 // on the wire after the handshake, yamux included (Traffic.WireSent, WireRecv)
 	MsgsSent, MsgsRecv   int64 // data messages written / delivered
 }
 
@@ -144,9 +144,10 @@ type TCP struct {
 	lostCh  chan struct{} // closed (and replaced) whenever a connection is lost
 	hs      map[net.Conn]struct{}
 
-	conns                atomic.Int64
-	bytesSent, bytesRecv atomic.Int64
-	msgsSent, msgsRecv   atomic.Int64
+	conns                    atomic.Int64
+	bytesSent, bytesRecv     atomic.Int64 // every byte of the connections (countConn)
+	payloadSent, payloadRecv atomic.Int64 // data message bodies (writer.write, decoder)
+	msgsSent, msgsRecv       atomic.Int64
 }
 
 type peer struct {
@@ -595,7 +596,7 @@ func (c *conn) readStream(st *yamux.Stream, dl *atomic.Int64) {
 	name, err := readPreamble(st)
 	if err == nil {
 		d := &decoder{in: c.t.in, src: c.p.id, inc: c.inc, name: name, maxFrame: c.t.cfg.MaxFrame,
-			deadline: dl, timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv, dead: c.sess.CloseChan(), resumed: c.onResume}
+			deadline: dl, timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv, payload: &c.t.payloadRecv, dead: c.sess.CloseChan(), resumed: c.onResume}
 		err = d.run(st)
 	}
 	dl.Store(0)
@@ -649,6 +650,11 @@ func (c *conn) monitor() {
 
 func (c *conn) lost(err error) {
 	t, p := c.t, c.p
+	// First what arrived before the end: a peer that finishes writes its
+	// Done and closes, and the Done may still sit in a stream's buffer
+	// when the session ends; read, it makes the end a quiet one instead
+	// of a loss to wait for. The readers stop once the session is closed.
+	c.running.Wait()
 	t.conns.Add(-1)
 	p.mu.Lock()
 	if p.sess != c.sess {
@@ -761,6 +767,11 @@ func (t *TCP) Addr() net.Addr {
 func (t *TCP) Stats() Stats {
 	return Stats{Connections: int(t.conns.Load()), BytesSent: t.bytesSent.Load(), BytesRecv: t.bytesRecv.Load(),
 		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecv.Load()}
+}
+
+// Traffic reports the payload and wire bytes this endpoint moved so far.
+func (t *TCP) Traffic() Traffic {
+	return Traffic{Sent: t.payloadSent.Load(), Recv: t.payloadRecv.Load(), WireSent: t.bytesSent.Load(), WireRecv: t.bytesRecv.Load()}
 }
 
 func (t *TCP) Recv(ctx context.Context, src NodeID, step int64, v string, dst []byte) error {
@@ -1125,20 +1136,36 @@ func (w *writer) write(c *conn, it item, off int) error {
 	putHeader(b, h)
 	if len(payload) <= smallFrame {
 		b = append(b, payload...)
-		_, err := w.st.Write(b)
+		w.count(len(payload))
+		n, err := w.st.Write(b)
+		w.count(-min(len(payload), len(b)-n)) // not written after all
 		return err
 	}
 	if _, err := w.st.Write(b); err != nil {
 		return err
 	}
 	for len(payload) > 0 {
-		n := min(len(payload), writeChunk)
-		if _, err := w.st.Write(payload[:n]); err != nil {
+		k := min(len(payload), writeChunk)
+		w.count(k)
+		n, err := w.st.Write(payload[:k])
+		if err != nil {
+			w.count(n - k)
 			return err
 		}
 		payload = payload[n:]
 	}
 	return nil
+}
+
+// count adds n payload bytes of a data frame to what was sent (Traffic):
+// every byte handed to the connection, again when a reconnect writes it
+// again. It counts before the write, as the peer may act on the bytes
+// (reply, say Done) before the writer runs again; a failed write takes
+// back what it did not write.
+func (w *writer) count(n int) {
+	if n != 0 && w.name != "" { // the control stream's frames are not payload
+		w.p.t.payloadSent.Add(int64(n))
+	}
 }
 
 // Flush waits until every message queued so far was written. It fails

@@ -135,6 +135,9 @@ func TestTCPConnectionsPerPair(t *testing.T) {
 		t.Fatalf("want %d connections (2x2 pairs at both ends), got %d", 8, total)
 	}
 	for _, id := range ids {
+		// A message counts as sent once its writer is done with it, which
+		// can be after the peer received it: Flush waits for that.
+		must(t, m[id].Flush(ctx))
 		if s := m[id].Stats(); s.Connections != 2 || s.MsgsSent != 2*transfers || s.MsgsRecv != 2*transfers {
 			t.Fatalf("%s: %+v", id, s)
 		}

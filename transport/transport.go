@@ -136,8 +136,32 @@ type Endpoint interface {
 	// Peek blocks until a message of v from src is pending and returns the
 	// step of the oldest one, leaving it pending.
 	Peek(ctx context.Context, src NodeID, v string) (int64, error)
+	// Traffic reports the bytes this endpoint moved to and from its peers
+	// so far. Two atomic adds per message chunk; it never allocates.
+	Traffic() Traffic
 	// Close releases the endpoint; blocked calls fail with ErrClosed.
 	Close() error
+}
+
+// Traffic counts what an endpoint moved since it was created
+// (docs/wire.md, section 9).
+//
+// Sent and Recv are payload bytes: the bodies of data messages (tensors,
+// and psgraph's own position and resume messages), each byte as often as
+// it was written to or read from a connection. A message written again
+// after a reconnect counts again on the sender; a message the receiver
+// rejected, or dropped as stale, counts on both sides (it crossed the
+// wire). Frame headers, stream preambles and control frames (done,
+// resume, abort) are not payload. On the in-memory twin every Send counts
+// its payload once on both sides.
+//
+// WireSent and WireRecv are every byte of the TCP connections after the
+// handshake: payloads, psgraph's frame headers and control frames, and
+// yamux's own framing, window updates and keepalives (inside TLS: the
+// plaintext, without TLS's record overhead). 0 on the in-memory twin.
+type Traffic struct {
+	Sent, Recv         int64
+	WireSent, WireRecv int64
 }
 
 var (

@@ -97,8 +97,16 @@ type decoder struct {
 	deadline *atomic.Int64 // unix nanos by which the current frame must progress; 0 idle
 	timeout  time.Duration
 	msgs     *atomic.Int64
+	payload  *atomic.Int64             // data payload bytes read (Traffic.Recv); nil: not counted
 	dead     <-chan struct{}           // closed when the connection ended
 	resumed  func([]resumePoint) error // the peer's resume frame (control stream)
+}
+
+// got counts n payload bytes read from the stream.
+func (d *decoder) got(n int) {
+	if d.payload != nil && n > 0 {
+		d.payload.Add(int64(n))
+	}
 }
 
 func (d *decoder) busy() {
@@ -251,7 +259,9 @@ func (d *decoder) feed(r io.Reader, h *held, left int) error {
 			d.in.park(h, err) // answers the claim
 			return err
 		}
-		if _, err := io.ReadFull(r, buf[:k]); err != nil {
+		n, err := io.ReadFull(r, buf[:k])
+		d.got(n)
+		if err != nil {
 			err = d.lost("payload", err)
 			d.in.park(h, err)
 			return err
@@ -271,8 +281,9 @@ func (d *decoder) feed(r io.Reader, h *held, left int) error {
 
 func (d *decoder) read(r io.Reader, buf []byte) error {
 	for len(buf) > 0 {
-		n := min(len(buf), readChunk)
-		if _, err := io.ReadFull(r, buf[:n]); err != nil {
+		n, err := io.ReadFull(r, buf[:min(len(buf), readChunk)])
+		d.got(n)
+		if err != nil {
 			return d.lost("payload", err)
 		}
 		buf = buf[n:]
@@ -286,8 +297,9 @@ func (d *decoder) skip(r io.Reader, n int) error {
 		d.scratch = make([]byte, scratchBytes)
 	}
 	for n > 0 {
-		m := min(n, len(d.scratch))
-		if _, err := io.ReadFull(r, d.scratch[:m]); err != nil {
+		m, err := io.ReadFull(r, d.scratch[:min(n, len(d.scratch))])
+		d.got(m) // a rejected or dropped payload crossed the wire too
+		if err != nil {
 			return d.lost("payload", err)
 		}
 		n -= m

@@ -1,0 +1,223 @@
+package ops_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec"
+)
+
+// aucModel computes the auc of state variables s (scores of shape) and y.
+func aucModel(shape string, rows int) string {
+	return fmt.Sprintf(`psgraph: 1
+state:
+  s: {shape: %s}
+  y: {shape: [%d], dtype: int32}
+ops:
+  - {type: auc, inputs: [s, y], outputs: [a]}
+`, shape, rows)
+}
+
+// pairwiseAUC is the definition, O(n²): over every (positive, negative)
+// pair, 1 when the positive scores higher, 1/2 for a tie.
+func pairwiseAUC(score []float64, label []int32) float64 {
+	var wins float64
+	var pairs int
+	for i := range score {
+		for j := range score {
+			if label[i] != 1 || label[j] != 0 {
+				continue
+			}
+			pairs++
+			switch {
+			case score[i] > score[j]:
+				wins++
+			case score[i] == score[j]:
+				wins += 0.5
+			}
+		}
+	}
+	if pairs == 0 {
+		return math.NaN()
+	}
+	return wins / float64(pairs)
+}
+
+// The kernel agrees with the pairwise definition on random batches with
+// many ties, for each accepted scores shape; [B, 2] scores rank by
+// column 1 minus column 0. A step allocates nothing.
+func TestAUCMatchesPairwiseDefinition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, rows := range []int{1, 2, 3, 17, 64, 257} {
+		for _, cols := range []int{0, 1, 2} { // 0: scores [B]
+			shape := fmt.Sprintf("[%d]", rows)
+			if cols > 0 {
+				shape = fmt.Sprintf("[%d, %d]", rows, cols)
+			}
+			p := compileModel(t, aucModel(shape, rows), 1)
+			s, y := p.Scope["s"].F, p.Scope["y"].I
+			for trial := 0; trial < 20; trial++ {
+				score := make([]float64, rows)
+				for r := range rows {
+					y[r] = int32(rng.IntN(2))
+					if trial%5 == 0 {
+						y[r] = 1 // one class only, now and then
+					}
+					v := float32(rng.IntN(6)) / 4 // few distinct values: many ties
+					if trial%2 == 1 {
+						v = float32(rng.NormFloat64())
+					}
+					switch cols {
+					case 2:
+						s[2*r] = float32(rng.IntN(3)) / 2
+						s[2*r+1] = s[2*r] + v
+						score[r] = float64(s[2*r+1] - s[2*r])
+					default:
+						s[r] = v
+						score[r] = float64(v)
+					}
+				}
+				if err := runOnce(t, p); err != nil {
+					t.Fatal(err)
+				}
+				got, want := float64(p.Scope["a"].F[0]), pairwiseAUC(score, y)
+				if math.IsNaN(want) != math.IsNaN(got) || !math.IsNaN(want) && math.Abs(got-want) > 1e-6 {
+					t.Fatalf("scores %s, trial %d: auc %v, pairwise %v\nscores %v\nlabels %v", shape, trial, got, want, score, y)
+				}
+			}
+			rt := &exec.NodeRuntime{Ctx: context.Background()}
+			if a := testing.AllocsPerRun(5, func() { p.Run(rt) }); a != 0 {
+				t.Errorf("scores %s: a step allocates %.0f times, want 0", shape, a)
+			}
+		}
+	}
+}
+
+func TestAUCKnownValues(t *testing.T) {
+	p := compileModel(t, aucModel("[4]", 4), 1)
+	for _, c := range []struct {
+		s    []float32
+		y    []int32
+		want float64
+	}{
+		{[]float32{0.1, 0.4, 0.35, 0.8}, []int32{0, 0, 1, 1}, 0.75}, // sklearn's roc_auc_score example
+		{[]float32{1, 2, 3, 4}, []int32{0, 0, 1, 1}, 1},
+		{[]float32{4, 3, 2, 1}, []int32{0, 0, 1, 1}, 0},
+		{[]float32{5, 5, 5, 5}, []int32{0, 1, 0, 1}, 0.5},
+		{[]float32{1, 2, 3, 4}, []int32{1, 1, 1, 1}, math.NaN()},
+		{[]float32{1, float32(math.NaN()), 3, 4}, []int32{0, 1, 0, 1}, math.NaN()},
+	} {
+		copy(p.Scope["s"].F, c.s)
+		copy(p.Scope["y"].I, c.y)
+		if err := runOnce(t, p); err != nil {
+			t.Fatal(err)
+		}
+		if got := float64(p.Scope["a"].F[0]); !(got == c.want || math.IsNaN(got) && math.IsNaN(c.want)) {
+			t.Errorf("auc(%v, %v) = %v, want %v", c.s, c.y, got, c.want)
+		}
+	}
+}
+
+// A label other than 0 or 1 is a data error naming the op, the row and
+// the label, not a panic.
+func TestAUCRejectsLabelsOutOfRange(t *testing.T) {
+	for _, bad := range []int32{2, -1, 1 << 30} {
+		p := compileModel(t, aucModel("[4, 2]", 4), 1)
+		copy(p.Scope["y"].I, []int32{0, 1, 1, bad})
+		err := runOnce(t, p)
+		if err == nil {
+			t.Fatalf("label %d: no error", bad)
+		}
+		for _, want := range []string{"op auc", fmt.Sprintf("label %d in batch row 3", bad), "not 0 or 1"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("label %d: error %q does not mention %q", bad, err, want)
+			}
+		}
+	}
+}
+
+func TestAUCShapeErrors(t *testing.T) {
+	for _, c := range []struct{ state, want string }{
+		{"  s: {shape: [4, 3]}\n  y: {shape: [4], dtype: int32}", "scores must be float32 [batch], [batch, 1]"},
+		{"  s: {shape: [4], dtype: int32}\n  y: {shape: [4], dtype: int32}", "scores must be float32"},
+		{"  s: {shape: [4]}\n  y: {shape: [4]}", "label must be int32 [batch]"},
+		{"  s: {shape: [4]}\n  y: {shape: [5], dtype: int32}", "differ in batch size"},
+	} {
+		src := "psgraph: 1\nstate:\n" + c.state + "\nops:\n  - {type: auc, inputs: [s, y], outputs: [a]}\n"
+		_, err := dsl.LoadBytes(filepath.Join(t.TempDir(), "m.yaml"), []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s\nerror %v, want one containing %q", c.state, err, c.want)
+		}
+	}
+}
+
+// As a train metric: progress lines and the metrics file carry the AUC of
+// the logged step's batch, the summary the AUC over the whole data set.
+func TestAUCAsTrainMetric(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "binary.yaml")
+	if err := os.WriteFile(model, []byte(`psgraph: 1
+name: binary
+data:
+  synthetic: {rows: 256, features: 8, classes: 2, seed: 5}
+  features: {name: x}
+  label: {name: y}
+params:
+  W: {shape: [8, 2], init: {type: xavier_uniform, seed: 1}}
+  b: {shape: [2]}
+ops:
+  - {type: matmul, inputs: [x, W], outputs: [z]}
+  - {type: add, inputs: [z, b], outputs: [logits]}
+  - {type: softmax_cross_entropy, inputs: [logits, y], outputs: [loss]}
+  - {type: auc, inputs: [logits, y], outputs: [auc]}
+train:
+  loss: loss
+  metrics: [auc]
+  batch: 32
+  steps: 200
+  optimizer: {type: sgd, lr: 0.1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := dsl.Load(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := filepath.Join(dir, "run.jsonl")
+	sum, err := exec.Train(context.Background(), g, exec.RunOptions{Role: "local", Metrics: metrics, LogEvery: 50, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := sum.Metrics["auc"]; !(a > 0.9 && a <= 1) {
+		t.Errorf("auc over the data set after training: %v, want > 0.9", a)
+	}
+	f, err := os.Open(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := m["auc"].(float64); !ok || a < 0 || a > 1 {
+			t.Errorf("metrics line %s: auc must be a fraction", sc.Text())
+		}
+	}
+	if lines != 4 {
+		t.Errorf("%d metrics lines, want 4 (every 50 of 200 steps)", lines)
+	}
+}
