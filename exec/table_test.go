@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -55,5 +56,55 @@ func TestShardedTableEqualsLocalInmem(t *testing.T) {
 				compareParams(t, local, dist, 1e-4)
 			})
 		}
+	}
+}
+
+// A trainer of a sharded-table job moves rows, not tables: per step it
+// sends each shard the unique ids it owns (4 bytes each) and their row
+// gradients (4 + 4*D bytes each), and receives those rows (4*D bytes
+// each), besides the dense parameters. Every node's summary counts
+// exactly that, computed here from the data the trainers read.
+func TestTableTrafficIsRowsInmem(t *testing.T) {
+	const n, m, batch, steps, d = 2, 2, 8, 20, 4
+	g := load(t, "../testdata/sparse/emb-adagrad.yaml")
+	set, err := data.Load(g.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dense := int64(4 * g.Types["W"].Shape.Numel())
+	served = nil
+	sums := runInmemJob(t, g, n, m, false, RunOptions{Steps: steps, Batch: batch, Log: zerolog.Nop()}, 0)
+	var pserverRecv int64
+	for _, s := range served {
+		pserverRecv += s.RecvBytes
+	}
+	var trainersSent int64
+	for ti, s := range sums {
+		var ids, worst int64
+		for k := 0; k < steps; k++ {
+			seen := map[int32]bool{}
+			for r := 0; r < batch; r++ {
+				row := (k*n*batch + ti*batch + r) % set.Rows
+				for _, id := range set.IDs[row*set.NI : (row+1)*set.NI] {
+					seen[id] = true
+				}
+			}
+			ids += int64(len(seen))
+			worst = max(worst, int64(len(seen)))
+		}
+		pos, res := int64(positionSpec.Bytes), int64(resumeSpec.Bytes)
+		wantSent := 4*ids + 4*ids*(1+d) + steps*dense + m*pos
+		wantRecv := 4*ids*d + (steps+1)*dense + m*res
+		if s.SentBytes != wantSent || s.RecvBytes != wantRecv {
+			t.Errorf("trainer-%d: sent %d, received %d; %d unique ids over %d steps mean %d and %d", ti, s.SentBytes, s.RecvBytes, ids, steps, wantSent, wantRecv)
+		}
+		// issue 13's bound, per step: 2 x (unique ids x (4*D + 8)) + 64 KiB
+		if per := (s.SentBytes + s.RecvBytes) / steps; per > 2*worst*(4*d+8)+64<<10 {
+			t.Errorf("trainer-%d moves %d bytes per step, above the bound for %d unique ids", ti, per, worst)
+		}
+		trainersSent += s.SentBytes
+	}
+	if pserverRecv != trainersSent {
+		t.Errorf("the pservers received %d bytes, the trainers sent %d", pserverRecv, trainersSent)
 	}
 }
