@@ -108,3 +108,16 @@ func TestTableTrafficIsRowsInmem(t *testing.T) {
 		t.Errorf("the pservers received %d bytes, the trainers sent %d", pserverRecv, trainersSent)
 	}
 }
+
+// Two tables (one read by two lookups) and a dense layer, from their
+// initializers: the shards of a pserver start with the rows the whole
+// table gets locally, so the job equals local training from the start.
+func TestTwoTablesEqualLocalInmem(t *testing.T) {
+	g := load(t, "../partition/testdata/split/tables-2x3/model.yaml")
+	local := filepath.Join(t.TempDir(), "local.safetensors")
+	if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 25, Batch: 16, Save: local, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	dist := runTableJob(t, g, 2, 3, false, RunOptions{Steps: 25, Batch: 8, Log: zerolog.Nop()})
+	compareParams(t, local, dist, 1e-4)
+}

@@ -31,6 +31,7 @@ var goldenCases = []struct {
 	{"digits-2x2-async", Options{Trainers: 2, PServers: 2, Mode: Async, Endpoints: []string{"127.0.0.1:7001", "127.0.0.1:7002"}}},
 	{"big-cut", Options{Trainers: 2, PServers: 3, MinBlockSize: 100000}},
 	{"whole-nonelementwise", Options{Trainers: 2, PServers: 3, MinBlockSize: 100000}},
+	{"tables-2x3", Options{Trainers: 2, PServers: 3}},
 }
 
 func loadModel(t testing.TB, path string) (*dsl.Graph, []byte) {
@@ -149,13 +150,38 @@ func checkTransfers(t *testing.T, p *Plan) {
 	for _, n := range nodes {
 		for _, op := range nodeGraph(p, n).Ops {
 			switch op.Type {
-			case "send", "recv", "accumulate":
+			case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
 				seen[key{op.Type, n, op.Attrs.String("var")}]++
 			}
 		}
 	}
 	total := 0
+	tables := map[string]bool{}
 	for _, tr := range p.Info.Transfers {
+		if tr.AtMost {
+			// A lookup table: one fetch_rows and one send_rows per table on
+			// the trainer, one serve_rows and accumulate_rows per shard.
+			table, kind, _ := strings.Cut(tr.Var, "@")
+			ps := tr.To
+			if kind == "rows" {
+				ps = tr.From
+			}
+			for _, want := range []key{{"fetch_rows", trainerNode, table}, {"send_rows", trainerNode, table + "@GRAD"},
+				{"serve_rows", ps, table}, {"accumulate_rows", ps, table + "@GRAD"}} {
+				if n := seen[want]; n != 1 {
+					t.Errorf("transfer %s %s->%s: %d %s ops for %s on %s, want 1", tr.Var, tr.From, tr.To, n, want.typ, want.v, want.node)
+				}
+			}
+			if !tables[table+ps] {
+				tables[table+ps] = true
+				total += 2 // serve_rows, accumulate_rows
+			}
+			if !tables[table] {
+				tables[table] = true
+				total += 2 // fetch_rows, send_rows
+			}
+			continue
+		}
 		recv := "recv"
 		if strings.HasSuffix(tr.Var, "@GRAD") {
 			recv = "accumulate"
@@ -184,6 +210,18 @@ func checkBlocks(t *testing.T, p *Plan) {
 	t.Helper()
 	for _, pi := range p.Info.Params {
 		if pi.Node != "pserver" {
+			continue
+		}
+		if pi.Table() {
+			// Shard j holds rows j, j+M, ...: every row exactly once.
+			m := len(pi.Blocks)
+			for j, b := range pi.Blocks {
+				v := p.PServers[b.PServer].Vars[b.Var]
+				if b.PServer != j || b.Stride != m || b.Rows != [2]int{j, pi.Shape[0]} || v == nil || v.Block == nil ||
+					v.Block.Step() != m || v.Block.Start != j || v.Shape[0] != v.Block.Rows() || v.Block.Rows() != (pi.Shape[0]-j+m-1)/m {
+					t.Errorf("%s: shard %d is %+v (declared %+v), want rows %d, %d+%d, ... on pserver:%d", pi.Name, j, b, v, j, j, m, j)
+				}
+			}
 			continue
 		}
 		next, used := 0, map[int]bool{}
@@ -645,15 +683,21 @@ func TestStitchingBack(t *testing.T) {
 			}
 			got := map[string]int{}
 			for _, op := range p.Trainer.Ops {
-				switch op.Type {
-				case "recv", "send", "slice_rows":
+				switch {
+				case op.Type == "recv" || op.Type == "send" || op.Type == "fetch_rows" || op.Type == "send_rows":
 					continue
+				case op.Type == "slice_rows" && p.isBlockGrad(op.Outputs[0]): // a gradient block
+					continue
+				}
+				op := *op
+				op.Inputs = mapNames(op.Inputs, func(x string) string { return strings.TrimSuffix(x, "@fetched") })
+				switch op.Type {
 				case "concat":
 					if _, isParam := src.Vars[op.Outputs[0]]; isParam {
 						continue
 					}
 				}
-				got[opSignature(op, nil)]++
+				got[opSignature(&op, nil)]++
 			}
 			blockOf := map[string]string{}
 			for _, pi := range p.Info.Params {
@@ -665,11 +709,11 @@ func TestStitchingBack(t *testing.T) {
 			// count the ops of block 0 (or the whole parameter) once.
 			for _, ps := range p.PServers {
 				for _, op := range ps.Ops {
-					if op.Type == "accumulate" || op.Type == "send" {
+					if op.Type == "accumulate" || op.Type == "send" || op.Type == "serve_rows" || op.Type == "accumulate_rows" {
 						continue
 					}
 					param := blockOf[op.Param]
-					if op.Param != param && !strings.HasSuffix(op.Param, ".b0") {
+					if op.Param != param && !strings.HasSuffix(op.Param, ".b0") && !strings.HasSuffix(op.Param, ".s0") {
 						continue
 					}
 					got[opSignature(op, func(x string) string { return rename(op.Param, param, x) })]++
@@ -735,4 +779,16 @@ func TestReadPlanRefusesEditedFiles(t *testing.T) {
 	if _, err := ReadPlan(dir); err == nil || !strings.Contains(err.Error(), "edited or comes from another split") {
 		t.Fatalf("want a refusal naming the edit, got %v", err)
 	}
+}
+
+// isBlockGrad reports whether name is the gradient of a parameter block.
+func (p *Plan) isBlockGrad(name string) bool {
+	for _, pi := range p.Info.Params {
+		for _, b := range pi.Blocks {
+			if len(pi.Blocks) > 1 && name == dsl.GradName(b.Var) {
+				return true
+			}
+		}
+	}
+	return false
 }
