@@ -121,3 +121,16 @@ func TestTwoTablesEqualLocalInmem(t *testing.T) {
 	dist := runTableJob(t, g, 2, 3, false, RunOptions{Steps: 25, Batch: 8, Log: zerolog.Nop()})
 	compareParams(t, local, dist, 1e-4)
 }
+
+// A 2x1 sync job of the sparse-table models (2 trainers x batch 8 = the
+// references' batch 16) ends where torch's sparse path ends after 50 steps
+// (testdata/sparse/gen_reference.py), as local training does.
+func TestShardedTableMatchesTorch(t *testing.T) {
+	for _, name := range []string{"sgd", "adagrad", "adam"} {
+		t.Run(name, func(t *testing.T) {
+			g := load(t, "../testdata/sparse/emb-"+name+".yaml")
+			dist := runTableJob(t, g, 2, 1, false, RunOptions{Steps: 50, Batch: 8, InitFrom: "../testdata/sparse/init.safetensors", Log: zerolog.Nop()})
+			compareParams(t, "../testdata/sparse/"+name+".safetensors", dist, 1e-3)
+		})
+	}
+}
