@@ -14,7 +14,9 @@ import (
 // t holds only rows rowStart, rowStart+rowStep, ... of a parameter of
 // fullShape (a block cut or a table sharded by the graph converter), it
 // gets exactly those rows of the values the whole parameter would get, so
-// placement never changes the initial model.
+// placement never changes the initial model. Random initializers draw each
+// row from its own stream, seeded by (seed, row): a pserver holding a few
+// rows of a billion-row table draws only those.
 func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Shape, rowStart, rowStep int) error {
 	if t.DType != tensor.F32 {
 		if in.Type != "zeros" {
@@ -30,7 +32,6 @@ func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Sh
 	if len(fullShape) > 1 {
 		rowLen = fullShape[1:].Numel()
 	}
-	skip := rowStart * rowLen
 	fanIn, fanOut := fans(fullShape)
 	seed := uint64(in.Attrs.Int("seed"))
 	if !in.Attrs.Has("seed") {
@@ -38,7 +39,8 @@ func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Sh
 		h.Write([]byte(name))
 		seed = h.Sum64()
 	}
-	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	pcg := rand.NewPCG(0, 0)
+	r := rand.New(pcg)
 	var gen func() float64
 	switch in.Type {
 	case "zeros":
@@ -65,27 +67,23 @@ func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Sh
 	default:
 		return fmt.Errorf("%s: unknown initializer %q", name, in.Type)
 	}
-	for i := 0; i < skip; i++ {
-		gen()
-	}
-	if rowStep <= 1 {
-		for i := range t.F {
-			t.F[i] = float32(gen())
-		}
-		return nil
-	}
-	// Every rowStep-th row: the values between are drawn and dropped.
-	for i := 0; i < len(t.F); i += rowLen {
-		if i > 0 {
-			for j := 0; j < (rowStep-1)*rowLen; j++ {
-				gen()
-			}
-		}
+	step := max(rowStep, 1)
+	for i := 0; i*rowLen < len(t.F); i++ {
+		pcg.Seed(seed, rowStream(uint64(rowStart+i*step)))
 		for j := range rowLen {
-			t.F[i+j] = float32(gen())
+			t.F[i*rowLen+j] = float32(gen())
 		}
 	}
 	return nil
+}
+
+// rowStream is the second PCG seed of a row: splitmix64's finalizer, so
+// neighbouring rows get unrelated streams.
+func rowStream(row uint64) uint64 {
+	z := row + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // fans returns fan-in and fan-out for a weight of shape [in, out, ...].
