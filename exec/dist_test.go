@@ -105,7 +105,7 @@ func runJobInmem(t *testing.T, j *Job, opt RunOptions) []*Summary {
 				o.StartStep = int(resumeStepOf(t, opt.Checkpoint.Dir, pservers))
 			}
 			if i != 0 {
-				o.Save = ""
+				o.Save, o.Metrics = "", ""
 			}
 			s, err := j.RunTrainer(ctx, i, hub.Endpoint(id), o)
 			if err != nil {

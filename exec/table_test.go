@@ -2,8 +2,12 @@ package exec
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -132,5 +136,38 @@ func TestShardedTableMatchesTorch(t *testing.T) {
 			dist := runTableJob(t, g, 2, 1, false, RunOptions{Steps: 50, Batch: 8, InitFrom: "../testdata/sparse/init.safetensors", Log: zerolog.Nop()})
 			compareParams(t, "../testdata/sparse/"+name+".safetensors", dist, 1e-3)
 		})
+	}
+}
+
+// A trainer of a table job cannot evaluate the whole data set (it holds
+// only the rows it fetched): its summary's loss is the mean of the losses
+// of its last 100 steps, as its --metrics file logged them.
+func TestTableJobSummaryIsTailMean(t *testing.T) {
+	g := load(t, "../testdata/sparse/emb-adagrad.yaml")
+	metrics := filepath.Join(t.TempDir(), "m.jsonl")
+	sums := runInmemJob(t, g, 2, 1, false, RunOptions{Steps: 130, Batch: 8, LogEvery: 1, Metrics: metrics, InitFrom: "../testdata/sparse/init.safetensors", Log: zerolog.Nop()}, 0)
+	b, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 130 {
+		t.Fatalf("%d metrics lines, want 130", len(lines))
+	}
+	var sum float64
+	for _, l := range lines[30:] {
+		var rec struct{ Loss float64 }
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatal(err)
+		}
+		sum += rec.Loss
+	}
+	first, last := lines[30], lines[129]
+	if first == last {
+		t.Fatal("the loss did not move; the test would not discriminate")
+	}
+	// the log writes 6 significant digits
+	if want := sum / 100; math.Abs(sums[0].Loss-want) > 1e-5*math.Abs(want) {
+		t.Fatalf("summary loss %v, the mean of the last 100 logged losses is %v", sums[0].Loss, want)
 	}
 }
