@@ -118,7 +118,7 @@ func newDrawing(g *dsl.Graph, prefix string, opt Options) *drawing {
 
 func isComm(op *dsl.Op) bool {
 	switch op.Type {
-	case "send", "recv", "accumulate":
+	case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
 		return true
 	}
 	return false
@@ -172,7 +172,9 @@ func (d *drawing) varNode(w *writer, name string) {
 			attrs = `shape=box, style="filled,dashed", fillcolor="#fff2cc"`
 			label += "\nstate " + v.Shape.String()
 		}
-		if b := v.Block; b != nil {
+		if b := v.Block; b != nil && b.Step() > 1 {
+			label += fmt.Sprintf("\nrows %d, %d, ... (mod %d) of %s %s", b.Start, b.Start+b.Step(), b.Step(), b.Of, b.Shape.String())
+		} else if b != nil {
 			label += fmt.Sprintf("\nrows [%d, %d) of %s %s", b.Start, b.End, b.Of, b.Shape.String())
 		}
 	}
@@ -197,6 +199,14 @@ func (d *drawing) opNode(w *writer, i int) {
 		label += " " + op.Attrs.String("var") + "\nfrom " + op.Attrs.String("from")
 	case "accumulate":
 		label += fmt.Sprintf(" %s\nsum of %d", op.Attrs.String("var"), op.Attrs.Int("count"))
+	case "fetch_rows":
+		label += fmt.Sprintf(" %s\nby id from %d shards", op.Attrs.String("var"), op.Attrs.Int("shards"))
+	case "send_rows":
+		label += fmt.Sprintf(" %s\nto %d shards", op.Attrs.String("var"), op.Attrs.Int("shards"))
+	case "serve_rows":
+		label += fmt.Sprintf(" %s\nto %d fetches", op.Attrs.String("var"), op.Attrs.Int("count"))
+	case "accumulate_rows":
+		label += fmt.Sprintf(" %s\nrows of %d", op.Attrs.String("var"), op.Attrs.Int("count"))
 	}
 	shape := "box"
 	if isComm(op) {

@@ -57,6 +57,16 @@ func Plan(p *partition.Plan, opt Options) []byte {
 			continue
 		}
 		s, r := from.findOp(t.Var, "send"), to.findOp(t.Var, "recv", "accumulate")
+		if t.AtMost { // a lookup table's: ids up, rows down, row gradients up
+			switch table, kind, _ := strings.Cut(t.Var, "@"); kind {
+			case "ids":
+				s, r = from.findOp(table, "fetch_rows"), to.findOp(table, "serve_rows")
+			case "rows":
+				s, r = from.findOp(table, "serve_rows"), to.findOp(table, "fetch_rows")
+			default:
+				s, r = from.findOp(t.Var, "send_rows"), to.findOp(t.Var, "accumulate_rows")
+			}
+		}
 		if s < 0 || r < 0 {
 			continue
 		}

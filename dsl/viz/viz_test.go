@@ -151,6 +151,28 @@ func TestPlanDrawsEveryTransferOnce(t *testing.T) {
 	}
 }
 
+// A plan of sharded lookup tables: each table transfer (ids up, rows down,
+// row gradients up) is one dashed edge between the ops that move it.
+func TestPlanDrawsTableTransfers(t *testing.T) {
+	g, err := dsl.Load("../../partition/testdata/split/tables-2x3/model.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := partition.Split(g, partition.Options{Trainers: 2, PServers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dot := string(viz.Plan(p, viz.Options{}))
+	if n, want := strings.Count(dot, "style=dashed"), len(p.Info.Transfers); n != want {
+		t.Errorf("%d dashed edges, want %d (one per transfer)", n, want)
+	}
+	for _, want := range []string{`emb@ids [32]`, `emb@rows [32, 8]`, `item@GRAD [16, 8]`, "rows 2, 5, ... (mod 3) of emb", `fetch_rows emb\nby id from 3 shards`} {
+		if !strings.Contains(dot, want) {
+			t.Errorf("the plan's DOT lacks %q", want)
+		}
+	}
+}
+
 // deepModel is an MLP of the given depth and width 8, on synthetic data.
 func deepModel(t *testing.T, layers int) *dsl.Graph {
 	t.Helper()
