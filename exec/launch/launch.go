@@ -88,8 +88,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	for i, ch := range children {
 		c := osexec.Command(bin, ch.Args...)
 		c.Env = append(os.Environ(), ch.Env...)
-		// The kernel kills a child whose parent dies, so none outlives us.
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		c.SysProcAttr = childAttr()
 		outs[i] = &bytes.Buffer{}
 		c.Stdout = outs[i]
 		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu}
@@ -140,9 +139,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	for i, ch := range children {
 		res.Stdout[ch.Name] = outs[i].Bytes()
 		if st := procs[i].ProcessState; st != nil {
-			if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-				res.PeakRSS[ch.Name] = ru.Maxrss * 1024 // Linux reports KiB
-			}
+			res.PeakRSS[ch.Name] = peakRSS(st)
 		}
 	}
 	if first != nil {
