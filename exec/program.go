@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -357,14 +358,19 @@ func (s *scheduler) runSequential(rt ops.Runtime) error {
 	for i := range s.p.nodes {
 		n := &s.p.nodes[i]
 		if err := n.kernel(rt); err != nil {
+			if s.p.OnError != nil {
+				s.p.OnError(err)
+			}
 			return opError(n.op, err)
 		}
 	}
 	return nil
 }
 
+// opError names the op that failed; a cancelled step is reported as such,
+// not as a failure of whichever op was waiting.
 func opError(op *dsl.Op, err error) error {
-	if ctxErr, ok := err.(interface{ Unwrap() error }); ok && ctxErr.Unwrap() == context.Canceled {
+	if errors.Is(err, context.Canceled) {
 		return err
 	}
 	return fmt.Errorf("op %s (%v -> %v) at %s: %w", op.Type, op.Inputs, op.Outputs, op.Pos, err)

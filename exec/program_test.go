@@ -3,9 +3,12 @@ package exec
 import (
 	"context"
 	"fmt"
-	"github.com/psgraph/psgraph/dsl"
 	"math"
+	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -270,4 +273,55 @@ func BenchmarkSchedulerPerOp(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/op-each")
 		})
 	}
+}
+
+// A failing op reaches OnError on both paths (concurrent and sequential,
+// the one every pserver part runs), and a cancelled step is reported as
+// context.Canceled itself, not as a failure of the op that was waiting.
+func TestOnErrorAndCancelOnEveryPath(t *testing.T) {
+	g := load(t, "../testdata/sparse/emb-sgd.yaml")
+	for _, seq := range []bool{false, true} {
+		p, err := Compile(g, CompileOptions{Sequential: seq, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Scope["ids"].I[0] = 1000 // outside the 40-row table: lookup_table fails
+		var got error
+		p.OnError = func(err error) { got = err }
+		err = p.Run(&NodeRuntime{Ctx: context.Background()})
+		if err == nil || got == nil || !strings.Contains(err.Error(), "lookup_table") {
+			t.Errorf("sequential=%v: Run %v, OnError got %v; want both, naming lookup_table", seq, err, got)
+		}
+		p.Close()
+	}
+	// recv with no peer: a cancelled context is the error itself.
+	src := `psgraph: 1
+name: cancel
+ops:
+  - {type: recv, outputs: [x], attrs: {var: x, from: "pserver:0", shape: [2]}}
+`
+	cg, err := dsl.LoadBytes("cancel.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []bool{false, true} {
+		p, err := Compile(cg, CompileOptions{Sequential: seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err = p.Run(&NodeRuntime{Ctx: ctx, Comm: cancelledComm{}})
+		p.Close()
+		if err != context.Canceled {
+			t.Errorf("sequential=%v: a cancelled step returned %v, want context.Canceled itself", seq, err)
+		}
+	}
+}
+
+// cancelledComm's recv returns the context's error, as a transport does.
+type cancelledComm struct{ Comm }
+
+func (cancelledComm) Recv(ctx context.Context, _ int64, _ ops.Attrs, _ *tensor.Tensor) error {
+	return ctx.Err()
 }
