@@ -270,11 +270,12 @@ func (d *decoder) feed(r io.Reader, h *held, left int) error {
 			t.sink.Filled(t.off, buf[:k])
 		}
 		left -= k
-		if d.in.filled(h, k) {
-			if d.msgs != nil {
-				d.msgs.Add(1)
-			}
+		// Count the message before filled hands it to its receiver, so
+		// a peer that saw the receiver's answer also sees the count.
+		if t.off+k >= h.n && d.msgs != nil {
+			d.msgs.Add(1)
 		}
+		d.in.filled(h, k)
 	}
 	return nil
 }
