@@ -387,6 +387,22 @@ func (c *NetComm) RecvAnyBytes(ctx context.Context, v string, dst []byte) (int, 
 	return sink.N, t, k.Step, nil
 }
 
+// Pending waits until one of the transfers vs has a message from any
+// trainer and returns its name. A trainer lost meanwhile gets
+// TrainerTimeout to come back, as for a gradient.
+func (c *NetComm) Pending(ctx context.Context, vs []string) (string, error) {
+	for {
+		v, err := c.EP.Pending(ctx, vs)
+		var pe *transport.PeerError
+		if err == nil || c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
+			return v, err
+		}
+		if werr := c.awaitPeer(ctx, pe.Peer, -1, err); werr != nil {
+			return "", werr
+		}
+	}
+}
+
 var prefixPool = sync.Pool{New: func() any { return new(transport.Prefix) }}
 
 // Finish flushes and tells every peer this node is done.

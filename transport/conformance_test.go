@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -187,6 +188,52 @@ func conformance(t *testing.T, mk factory) {
 		}
 		if _, err := eps[p0].RecvAny(ctx, "W", dst); !errors.Is(err, ErrAllDone) {
 			t.Fatalf("want ErrAllDone, got %v", err)
+		}
+	})
+	t.Run("pending on either of two transfers", func(t *testing.T) {
+		eps, _ := mk(t, t0, t1, p0)
+		ids := Spec{Var: "ids", DType: I32, Bytes: 8, AtMost: true}
+		eps[p0].Accept(spec, ids)
+		vs := []string{"ids", "W"}
+		got := make(chan string, 1)
+		go func() {
+			v, err := eps[p0].Pending(ctx, vs)
+			if err != nil {
+				v = err.Error()
+			}
+			got <- v
+		}()
+		must(t, eps[t1].Send(ctx, p0, 3, "W", F32, f32(3, 3)))
+		must(t, eps[t1].Flush(ctx))
+		if v := <-got; v != "W" {
+			t.Fatalf("pending with a W waiting: %q", v)
+		}
+		must(t, eps[t0].Send(ctx, p0, 4, "ids", I32, make([]byte, 4)))
+		must(t, eps[t0].Flush(ctx))
+		if v, err := eps[p0].Pending(ctx, []string{"ids"}); err != nil || v != "ids" {
+			t.Fatalf("pending on ids: %q, %v", v, err)
+		}
+		// Both pending: the first of vs wins, and nothing was taken.
+		for _, order := range [][]string{{"ids", "W"}, {"W", "ids"}} {
+			if v, err := eps[p0].Pending(ctx, order); err != nil || v != order[0] {
+				t.Fatalf("pending on %v with both waiting: %q, %v", order, v, err)
+			}
+		}
+		sink := &Prefix{Buf: make([]byte, 8)}
+		if k, err := eps[p0].RecvAnySink(ctx, "ids", sink); err != nil || sink.N != 4 || k.Src != t0 || k.Step != 4 {
+			t.Fatalf("ids after pending: %v, %d bytes, %v", k, sink.N, err)
+		}
+		dst := make([]byte, 8)
+		if k, err := eps[p0].RecvAny(ctx, "W", dst); err != nil || k.Src != t1 || k.Step != 3 {
+			t.Fatalf("W after pending: %v, %v", k, err)
+		}
+		must(t, eps[t0].Done(ctx, p0))
+		must(t, eps[t1].Done(ctx, p0))
+		if v, err := eps[p0].Pending(ctx, vs); !errors.Is(err, ErrAllDone) {
+			t.Fatalf("pending once every peer is done: %q, %v; want ErrAllDone", v, err)
+		}
+		if _, err := eps[p0].Pending(ctx, []string{"nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
+			t.Fatalf("pending on a transfer not accepted: %v", err)
 		}
 	})
 	t.Run("drop before a step", func(t *testing.T) {

@@ -744,16 +744,18 @@ func (in *inbox) wakeAll() {
 	}
 }
 
-// wait parks the caller until something changes for q or ctx ends. It is
-// called with in.mu held and returns with it held.
-func (in *inbox) wait(ctx context.Context, q *varQueue) error {
+// wait parks the caller until something changes for one of qs or ctx
+// ends. It is called with in.mu held and returns with it held.
+func (in *inbox) wait(ctx context.Context, qs ...*varQueue) error {
 	var c chan struct{}
 	if n := len(in.waiters); n > 0 {
 		c, in.waiters = in.waiters[n-1], in.waiters[:n-1]
 	} else {
 		c = make(chan struct{}, 1)
 	}
-	q.waiting = append(q.waiting, c)
+	for _, q := range qs {
+		q.waiting = append(q.waiting, c)
+	}
 	in.mu.Unlock()
 	var err error
 	select {
@@ -762,10 +764,12 @@ func (in *inbox) wait(ctx context.Context, q *varQueue) error {
 		err = ctx.Err()
 	}
 	in.mu.Lock()
-	for i, w := range q.waiting {
-		if w == c {
-			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
-			break
+	for _, q := range qs {
+		for i, w := range q.waiting {
+			if w == c {
+				q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+				break
+			}
 		}
 	}
 	select { // drain a wake-up that raced with ctx
@@ -970,6 +974,56 @@ scan:
 		}
 		if err := in.wait(ctx, q); err != nil {
 			return Key{}, err
+		}
+	}
+}
+
+// pending blocks until a message of one of the transfers vs is claimable,
+// from any peer, and returns the first such transfer in the order of vs,
+// leaving the message pending. It fails as recvAny does: ErrAllDone once
+// every peer finished and none of vs has a message pending, a PeerError
+// while a peer that has not finished is lost.
+func (in *inbox) pending(ctx context.Context, vs []string) (string, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var arr [4]*varQueue
+	qs := arr[:0]
+	for _, v := range vs {
+		q := in.vars[v]
+		if q == nil {
+			return "", fmt.Errorf("pending %s: %s does not accept a transfer named %q (not in the plan)", v, in.self, v)
+		}
+		qs = append(qs, q)
+	}
+	for {
+		if in.closed {
+			return "", ErrClosed
+		}
+		empty := true
+		for i, q := range qs {
+			for _, e := range q.items {
+				if claimable(e) {
+					return vs[i], nil
+				}
+			}
+			empty = empty && len(q.items) == 0
+		}
+		all := true
+		for _, p := range in.peers {
+			ps := in.peer[p]
+			if in.finished(ps) {
+				continue
+			}
+			if err := ps.failure(); err != nil {
+				return "", &PeerError{p, err}
+			}
+			all = false
+		}
+		if all && empty {
+			return "", ErrAllDone
+		}
+		if err := in.wait(ctx, qs...); err != nil {
+			return "", err
 		}
 	}
 }

@@ -145,6 +145,10 @@ func (e *Inmem) RecvAnySink(ctx context.Context, v string, sink Sink) (Key, erro
 	return e.in.recvAny(ctx, v, nil, sink)
 }
 
+func (e *Inmem) Pending(ctx context.Context, vs []string) (string, error) {
+	return e.in.pending(ctx, vs)
+}
+
 // Abort tells to that this node stopped the job, and why.
 func (e *Inmem) Abort(_ context.Context, to NodeID, reason string) error {
 	p, err := e.peer(to)
