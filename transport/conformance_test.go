@@ -152,15 +152,21 @@ func conformance(t *testing.T, mk factory) {
 		must(t, eps[t0].Send(ctx, p0, 1, "W", F32, f32(7, 7)))    // fine
 		must(t, eps[t0].Done(ctx, p0))
 		dst := make([]byte, 8)
-		if err := eps[p0].Recv(ctx, t0, 0, "W", dst); !errors.Is(err, ErrPeerDone) {
-			t.Fatalf("recv W@0: want ErrPeerDone, got %v", err)
+		// A recv of a rejected message's key fails naming the sender
+		// instead of waiting for a message that will not come; dst is
+		// untouched.
+		for _, v := range []string{"W", "ids"} {
+			err := eps[p0].Recv(ctx, t0, 0, v, dst)
+			if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), string(t0)) || string(dst) != string(make([]byte, 8)) {
+				t.Fatalf("recv %s@0: want ErrRejected naming %s with nothing written, got %v (dst %v)", v, t0, err, dst)
+			}
 		}
 		must(t, eps[p0].Recv(ctx, t0, 1, "W", dst))
 		if string(dst) != string(f32(7, 7)) {
 			t.Fatalf("got %v", dst)
 		}
 		if err := eps[p0].Recv(ctx, t0, 0, "ids", dst); !errors.Is(err, ErrPeerDone) {
-			t.Fatalf("recv ids@0: want ErrPeerDone, got %v", err)
+			t.Fatalf("recv ids@0 once its rejection was taken: want ErrPeerDone, got %v", err)
 		}
 		if log.count() != 3 {
 			t.Fatalf("want 3 rejections logged, got %d: %v", log.count(), log.errs)

@@ -79,6 +79,7 @@ type entry struct {
 	src  NodeID
 	buf  []byte // a read-ahead payload; nil for a held message
 	h    *held
+	bad  error // a rejected message: the recv taking it fails with this
 }
 
 // held is a large message whose payload its decoder reads only once a recv
@@ -269,13 +270,22 @@ func (in *inbox) counted(ps *peerState, v string, arrived bool) {
 	}
 }
 
-// rejected counts a message from src that failed check as received, so the
-// count announced by Done and the stream's count still add up.
-func (in *inbox) rejected(src NodeID, inc uint64, v string) {
+// rejected counts a message from src that failed check (why) as
+// received, so the count announced by Done and the stream's count still
+// add up. For a transfer this node receives, it queues the rejection in
+// the message's place: the sender will not send that message again, so a
+// recv waiting for it fails with why instead of waiting forever.
+func (in *inbox) rejected(src NodeID, inc uint64, step int64, v string, why error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if ps := in.current(src, inc); ps != nil {
-		in.counted(ps, v, v != "")
+	ps := in.current(src, inc)
+	if ps == nil {
+		return
+	}
+	in.counted(ps, v, v != "")
+	if q := in.vars[v]; q != nil && !in.closed && step >= in.floor {
+		q.items = append(q.items, entry{step: step, src: src, bad: fmt.Errorf("%w: %v", ErrRejected, why)})
+		wake(q)
 	}
 }
 
@@ -788,6 +798,10 @@ func (in *inbox) wait(ctx context.Context, qs ...*varQueue) error {
 // receiver after the reconnect takes up the rest.
 func (in *inbox) take(ctx context.Context, q *varQueue, i int, dst []byte, sink Sink) (retry bool, err error) {
 	e := q.items[i]
+	if e.bad != nil {
+		q.items = append(q.items[:i], q.items[i+1:]...)
+		return false, e.bad
+	}
 	if e.h == nil {
 		q.items = append(q.items[:i], q.items[i+1:]...)
 		defer in.recycle(e.buf)
@@ -907,7 +921,9 @@ scan:
 				continue
 			}
 			if e.step < step {
-				in.onError(fmt.Errorf("message %s@%d from %s: stale (wanted step %d), dropped", v, e.step, src, step))
+				if e.bad == nil { // a rejection was reported when it arrived
+					in.onError(fmt.Errorf("message %s@%d from %s: stale (wanted step %d), dropped", v, e.step, src, step))
+				}
 				in.dropEntry(q, i)
 				i--
 				continue

@@ -120,7 +120,7 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 	p.recvBytes.Add(int64(len(payload)))
 	if err := p.in.check(e.self, e.inc, step, v, dt, len(payload)); err != nil {
 		p.in.onError(err)
-		p.in.rejected(e.self, e.inc, v) // counted, as a rejected frame is on TCP
+		p.in.rejected(e.self, e.inc, step, v, err) // counted, as a rejected frame is on TCP
 		return nil
 	}
 	buf := p.in.buffer(len(payload))

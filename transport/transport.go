@@ -181,6 +181,10 @@ var (
 	// ErrPeerRestarted (reported through OnError): a peer came back as a
 	// new incarnation; its old messages and counters were dropped.
 	ErrPeerRestarted = errors.New("transport: peer restarted (new incarnation); its old state was dropped")
+	// ErrRejected: the message a recv waits for arrived but failed the
+	// receiver's checks (Accept: dtype, size); it was never delivered, and
+	// the sender will not send it again.
+	ErrRejected = errors.New("transport: rejected a message the plan does not allow (does the sender run another split of the job?)")
 	// ErrUnknownPeer: the node is not part of this job.
 	ErrUnknownPeer = errors.New("transport: unknown peer")
 )
