@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -44,6 +45,9 @@ type NetComm struct {
 	rmu       sync.Mutex
 	rctx      context.Context
 	rcancel   context.CancelFunc
+	// restarted counts the restarts the watchers saw (any peer), bumped
+	// before the restart context is cancelled.
+	restarted atomic.Int64
 
 	mu      sync.Mutex
 	routes  map[string]map[string]*route // by op kind ("to", "from", "accumulate"), then transfer name
@@ -116,11 +120,8 @@ func (c *NetComm) Send(ctx context.Context, step int64, a ops.Attrs, t *tensor.T
 		return c.EP.Send(ctx, k.Src, k.Step+r.offset, v, dtypeOf(t), t.Bytes())
 	}
 	for _, p := range r.peers {
-		if err := c.EP.Send(ctx, p, step+r.offset, v, dtypeOf(t), t.Bytes()); err != nil {
+		if err := c.send(ctx, p, step+r.offset, v, dtypeOf(t), t.Bytes()); err != nil {
 			return err
-		}
-		if c.links != nil {
-			c.links.noteSent(p, v, step+r.offset, dtypeOf(t), t.Bytes())
 		}
 	}
 	return nil
@@ -135,14 +136,9 @@ func (c *NetComm) Recv(ctx context.Context, step int64, a ops.Attrs, t *tensor.T
 		return fmt.Errorf("recv %s: from must name one node", a.String("var"))
 	}
 	if c.links != nil && c.PServerTimeout > 0 {
-		return c.recvFromPServer(ctx, r.peers[0], step, a.String("var"), t)
+		return c.recvFromPServer(ctx, r.peers[0], step, a.String("var"), t.Bytes(), nil)
 	}
-	return c.recvParam(ctx, r.peers[0], step, a.String("var"), t)
-}
-
-// recvParam receives v@step from src into t.
-func (c *NetComm) recvParam(ctx context.Context, src transport.NodeID, step int64, v string, t *tensor.Tensor) error {
-	return c.EP.Recv(ctx, src, step, v, t.Bytes())
+	return c.EP.Recv(ctx, r.peers[0], step, a.String("var"), t.Bytes())
 }
 
 // Accumulate gathers n pieces of a transfer and writes their mean into t.
@@ -347,18 +343,27 @@ func nodeOf(p ops.Peer) transport.NodeID {
 }
 
 // SendBytes queues a payload of varying length (a sharded table's ids,
-// rows or row gradient) for peer.
+// rows or row gradient) for peer. A trainer remembers what it sent each
+// pserver, as for a gradient, to re-send it to a restarted one.
 func (c *NetComm) SendBytes(ctx context.Context, step int64, p ops.Peer, v string, wt ops.WireType, payload []byte) error {
-	return c.EP.Send(ctx, nodeOf(p), step, v, transport.DType(wt), payload)
+	return c.send(ctx, nodeOf(p), step, v, transport.DType(wt), payload)
 }
 
 // RecvBytes receives a payload of varying length from peer into the front
 // of dst (an AtMost transfer) and returns its length. A trainer lost
-// meanwhile gets TrainerTimeout to come back, as for a gradient.
+// meanwhile gets TrainerTimeout to come back, as for a gradient; a
+// pserver lost or restarted is waited for and brought up to date, as for
+// a parameter (recvFromPServer).
 func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v string, dst []byte) (int, error) {
 	sink := prefixPool.Get().(*transport.Prefix)
 	defer prefixPool.Put(sink)
 	sink.Buf, sink.N = dst, 0
+	if p.Role == "pserver" && c.links != nil && c.PServerTimeout > 0 {
+		if err := c.recvFromPServer(ctx, nodeOf(p), step, v, nil, sink); err != nil {
+			return 0, err
+		}
+		return sink.N, nil
+	}
 	for {
 		err := c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
 		if err == nil {
@@ -508,6 +513,7 @@ func (c *NetComm) restartCtx(ctx context.Context) context.Context {
 					n, next := c.EP.Restarts(who)
 					if n != seen {
 						seen = n
+						c.restarted.Add(1)
 						c.rmu.Lock()
 						c.rcancel()
 						c.rctx, c.rcancel = context.WithCancel(context.Background())
