@@ -237,7 +237,8 @@ func serveRowsKernel(k KernelArgs) (Kernel, error) {
 	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
 	height, d := table.Shape[0], table.RowWidth()
 	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
-	either := []string{idsVar, GradTransfer(v)}
+	gradVar := GradTransfer(v)
+	either := []string{gradVar, idsVar} // a pending gradient first: requests read the newest rows
 	ids := make([]int32, maxRows)
 	// One reply per trainer, kept until it was written: in sync mode until
 	// the next step's flush; in async mode until that trainer's next
@@ -280,7 +281,9 @@ func serveRowsKernel(k KernelArgs) (Kernel, error) {
 			return nil
 		}
 		// Async: serve requests as they come until a row gradient is
-		// pending, which accumulate_rows takes next. A shard must not wait
+		// pending, which accumulate_rows takes next (a gradient already
+		// pending goes first, so every request reads the rows with every
+		// gradient that arrived before it applied). A shard must not wait
 		// for a gradient while a request is pending: the trainer computes
 		// its gradient only once every shard answered it, so two shards
 		// each waiting for the gradient of the trainer the other has not
@@ -290,7 +293,7 @@ func serveRowsKernel(k KernelArgs) (Kernel, error) {
 			if err != nil {
 				return err
 			}
-			if next != idsVar {
+			if next == gradVar {
 				return nil
 			}
 			n, src, step, err := rt.RecvAnyBytes(idsVar, i32Bytes(ids))
