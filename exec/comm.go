@@ -48,6 +48,9 @@ type NetComm struct {
 	// restarted counts the restarts the watchers saw (any peer), bumped
 	// before the restart context is cancelled.
 	restarted atomic.Int64
+	// started: a pserver's count of each trainer's restarts when it
+	// started serving (startServing), read-only after.
+	started []int64
 
 	mu      sync.Mutex
 	routes  map[string]map[string]*route // by op kind ("to", "from", "accumulate"), then transfer name
@@ -365,6 +368,9 @@ func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v strin
 		return sink.N, nil
 	}
 	for {
+		if err := c.tableTrainerRestarted(p, step, v); err != nil {
+			return 0, err
+		}
 		err := c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
 		if err == nil {
 			return sink.N, nil
@@ -377,6 +383,22 @@ func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v strin
 			return 0, werr
 		}
 	}
+}
+
+// tableTrainerRestarted fails a sync pserver's receive of a table's
+// request or row gradient from trainer p once p came back as a new
+// process: a sync shard serves and updates every trainer at every step,
+// and a restarted trainer joins at a step its dense parameters say, which
+// the shard's step need not be, so it would wait forever (async shards
+// take whatever comes, from any trainer).
+func (c *NetComm) tableTrainerRestarted(p ops.Peer, step int64, v string) error {
+	if p.Role != "trainer" || c.Async || c.started == nil || p.Index >= len(c.started) {
+		return nil
+	}
+	if n, _ := c.EP.Restarts(nodeOf(p)); n != c.started[p.Index] {
+		return fmt.Errorf("trainer-%d restarted (a new process) while this pserver waited for its %s of step %d; a sync job with lookup tables cannot take a restarted trainer yet: stop the job and rerun it from its checkpoints (psgraph train --checkpoint-dir)", p.Index, v, step)
+	}
+	return nil
 }
 
 // RecvAnyBytes receives the next payload of v from any trainer.

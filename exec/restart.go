@@ -692,6 +692,10 @@ func (c *NetComm) startServing(ctx context.Context, progs []*Program, restored i
 	if !c.Async {
 		c.EP.DropBefore(plan.start) // gradients of steps already applied
 	}
+	c.started = make([]int64, c.Trainers)
+	for i := range c.started {
+		c.started[i], _ = c.EP.Restarts(transport.Trainer(i))
+	}
 	running := plan.behind
 	for _, p := range pos {
 		running = running || p.Rejoin

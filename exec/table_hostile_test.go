@@ -399,3 +399,90 @@ func TestTableTrainerBatchAbovePlan(t *testing.T) {
 		}
 	}
 }
+
+// A trainer of a sync table job killed and restarted: the shards cannot
+// take it back (they serve every trainer at every step, and it would join
+// at the step its dense parameters say), so instead of waiting forever the
+// pservers stop the job saying so and what to do, and every node ends.
+func TestTableTrainerRestartStopsSyncJob(t *testing.T) {
+	j := tableJob(t, 2, 2, false)
+	trainers, pservers := j.TrainerIDs(), j.PServerIDs()
+	hub := transport.NewHub(nil, append(trainers, pservers...)...)
+	specs := map[transport.NodeID][]transport.Spec{}
+	for _, id := range append(trainers, pservers...) {
+		s, err := j.Specs(id, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs[id] = s
+		hub.Endpoint(id).Accept(s...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := f()
+			mu.Lock()
+			errs[name] = err
+			mu.Unlock()
+		}()
+	}
+	for i := range 2 {
+		run(string(pservers[i]), func() error {
+			_, err := j.RunPServer(ctx, i, hub.Endpoint(pservers[i]), ServeOptions{Log: zerolog.Nop(), ResumeStep: -1, TrainerTimeout: 20 * time.Second})
+			return err
+		})
+	}
+	opt := RunOptions{Steps: 100000, Batch: 8, LogEvery: 50, PServerTimeout: 20 * time.Second, Log: zerolog.Nop()}
+	run("trainer-0", func() error {
+		_, err := j.RunTrainer(ctx, 0, hub.Endpoint(trainers[0]), opt)
+		return err
+	})
+	// trainer-1, first process: killed after step 50.
+	at50 := newSignal()
+	first := opt
+	first.Log = zerolog.New(&syncLog{on: func(m map[string]any) {
+		if s, _ := m["step"].(float64); s >= 50 {
+			at50.fire()
+		}
+	}})
+	ctx1, kill := context.WithCancel(ctx)
+	defer kill()
+	killed := make(chan error, 1)
+	go func() {
+		_, err := j.RunTrainer(ctx1, 1, hub.Endpoint(trainers[1]), first)
+		killed <- err
+	}()
+	stop := hangWatch(t, 60*time.Second, "the table job with a restarted trainer")
+	defer stop()
+	if err := at50.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kill()
+	<-killed
+	hub.Endpoint(trainers[1]).Close()
+	run("trainer-1 (restarted)", func() error {
+		o := opt
+		o.StartStep = -1
+		_, err := j.RunTrainer(ctx, 1, hub.Restart(trainers[1], specs[trainers[1]]...), o)
+		return err
+	})
+	wg.Wait()
+	const why = "a sync job with lookup tables cannot take a restarted trainer yet"
+	said := false
+	for name, err := range errs {
+		t.Logf("%s: %v", name, err)
+		if err == nil {
+			t.Errorf("%s ended without an error in a job that stopped", name)
+		}
+		said = said || err != nil && strings.Contains(err.Error(), "trainer-1 restarted") && strings.Contains(err.Error(), why)
+	}
+	if !said {
+		t.Errorf("no node said %q", why)
+	}
+}
