@@ -334,3 +334,90 @@ func TestKilledPserverRestartsFromCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// The same for a pserver holding a lookup-table shard (and the dense W):
+// SIGKILL mid-run, restart with the same command line. Its checkpoint
+// holds the shard and its optimizer state; the trainers, blocked on its
+// rows or sending it row gradients, wait for it, tell it where they are
+// and re-send what it lost; every node exits 0, the restarted pserver
+// writes its shard (--save), and the trainers end with the loss of an
+// undisturbed run.
+func TestKilledTablePserverRestartsFromCheckpoint(t *testing.T) {
+	const steps, model, init = "6000", "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
+	dir := t.TempDir()
+	plan, ck := filepath.Join(dir, "plan"), filepath.Join(dir, "ck")
+	if r := psgraph(t, "split", model, "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	shard := func(i int) string { return filepath.Join(dir, fmt.Sprintf("pserver-%d.safetensors", i)) }
+	pserver := func(name string, i int) *proc {
+		return start(t, name, env, "run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", addrs[i],
+			"--init-from", init, "--save", shard(i),
+			"--checkpoint-dir", ck, "--checkpoint-every", "200", "--trainer-timeout", "20s", "--log-every", "1000")
+	}
+	ps0, ps1 := pserver("pserver-0", 0), pserver("pserver-1", 1)
+	var trainers []*proc
+	for i := 0; i < 2; i++ {
+		trainers = append(trainers, start(t, fmt.Sprintf("trainer-%d", i), env, "run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan,
+			"--pservers", strings.Join(addrs, ","), "--steps", steps, "--batch", "8", "--log-every", "1000", "--connect-timeout", "20s"))
+	}
+	waitForLine(t, ps0, "checkpoint saved")
+	ps0.cmd.Process.Kill()
+	ps0.wait(t, 10*time.Second)
+	ps0b := pserver("pserver-0 (restarted)", 0)
+	all := append([]*proc{ps0, ps0b, ps1}, trainers...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range all {
+				t.Logf("%s stderr:\n%s", p.name, p.stderrText())
+			}
+		}
+	})
+	var loss []float64
+	for _, p := range trainers {
+		r := p.wait(t, 60*time.Second)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", p.name, r.code, r.stderr)
+		}
+		l, _ := summary(t, r)["loss"].(float64)
+		loss = append(loss, l)
+	}
+	for _, p := range []*proc{ps0b, ps1} {
+		if r := p.wait(t, 30*time.Second); r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", p.name, r.code, r.stderr)
+		}
+	}
+	m := regexp.MustCompile(`resumed from checkpoint .*step=(\d+)`).FindStringSubmatch(ps0b.stderrText())
+	if m == nil {
+		t.Fatalf("the restarted pserver did not restore a checkpoint:\n%s", ps0b.stderrText())
+	}
+	restored, _ := strconv.Atoi(m[1])
+	first, _ := summary(t, result{stdout: ps0b.out.String()})["first_step"].(float64)
+	t.Logf("pserver-0 restored its checkpoint of step %d and started at step %v", restored, first)
+	if restored < 200 || int(first) < restored {
+		t.Errorf("the restarted pserver restored step %d and started at %v; want a checkpoint >= 200 and a start at or after it", restored, first)
+	}
+	for i := range 2 {
+		if _, err := os.Stat(shard(i)); err != nil {
+			t.Errorf("pserver-%d did not save its shard: %v", i, err)
+		}
+	}
+	for _, p := range trainers {
+		if !strings.Contains(p.stderrText(), "the restarted pserver resumes") {
+			t.Errorf("%s did not report the pserver restart:\n%s", p.name, p.stderrText())
+		}
+	}
+	r := psgraph(t, "train", model, "--trainers", "2", "--pservers", "2", "--steps", steps, "--batch", "8", "--init-from", init, "--log-every", steps)
+	if r.code != 0 {
+		t.Fatalf("undisturbed run: exit %d\n%s", r.code, r.stderr)
+	}
+	want, _ := summary(t, r)["loss"].(float64)
+	t.Logf("loss over the last steps after the pserver restart %v, undisturbed %v", loss, want)
+	for i, l := range loss {
+		if l > 1.1*want || want == 0 {
+			t.Errorf("trainer-%d: loss %v after a pserver restart, want within 10%% of the undisturbed %v", i, l, want)
+		}
+	}
+}

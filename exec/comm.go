@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -44,6 +45,12 @@ type NetComm struct {
 	rmu       sync.Mutex
 	rctx      context.Context
 	rcancel   context.CancelFunc
+	// restarted counts the restarts the watchers saw (any peer), bumped
+	// before the restart context is cancelled.
+	restarted atomic.Int64
+	// started: a pserver's count of each trainer's restarts when it
+	// started serving (startServing), read-only after.
+	started []int64
 
 	mu      sync.Mutex
 	routes  map[string]map[string]*route // by op kind ("to", "from", "accumulate"), then transfer name
@@ -116,11 +123,8 @@ func (c *NetComm) Send(ctx context.Context, step int64, a ops.Attrs, t *tensor.T
 		return c.EP.Send(ctx, k.Src, k.Step+r.offset, v, dtypeOf(t), t.Bytes())
 	}
 	for _, p := range r.peers {
-		if err := c.EP.Send(ctx, p, step+r.offset, v, dtypeOf(t), t.Bytes()); err != nil {
+		if err := c.send(ctx, p, step+r.offset, v, dtypeOf(t), t.Bytes()); err != nil {
 			return err
-		}
-		if c.links != nil {
-			c.links.noteSent(p, v, step+r.offset, dtypeOf(t), t.Bytes())
 		}
 	}
 	return nil
@@ -135,14 +139,9 @@ func (c *NetComm) Recv(ctx context.Context, step int64, a ops.Attrs, t *tensor.T
 		return fmt.Errorf("recv %s: from must name one node", a.String("var"))
 	}
 	if c.links != nil && c.PServerTimeout > 0 {
-		return c.recvFromPServer(ctx, r.peers[0], step, a.String("var"), t)
+		return c.recvFromPServer(ctx, r.peers[0], step, a.String("var"), t.Bytes(), nil)
 	}
-	return c.recvParam(ctx, r.peers[0], step, a.String("var"), t)
-}
-
-// recvParam receives v@step from src into t.
-func (c *NetComm) recvParam(ctx context.Context, src transport.NodeID, step int64, v string, t *tensor.Tensor) error {
-	return c.EP.Recv(ctx, src, step, v, t.Bytes())
+	return c.EP.Recv(ctx, r.peers[0], step, a.String("var"), t.Bytes())
 }
 
 // Accumulate gathers n pieces of a transfer and writes their mean into t.
@@ -347,22 +346,38 @@ func nodeOf(p ops.Peer) transport.NodeID {
 }
 
 // SendBytes queues a payload of varying length (a sharded table's ids,
-// rows or row gradient) for peer.
+// rows or row gradient) for peer. A trainer remembers what it sent each
+// pserver, as for a gradient, to re-send it to a restarted one.
 func (c *NetComm) SendBytes(ctx context.Context, step int64, p ops.Peer, v string, wt ops.WireType, payload []byte) error {
-	return c.EP.Send(ctx, nodeOf(p), step, v, transport.DType(wt), payload)
+	return c.send(ctx, nodeOf(p), step, v, transport.DType(wt), payload)
 }
 
 // RecvBytes receives a payload of varying length from peer into the front
 // of dst (an AtMost transfer) and returns its length. A trainer lost
-// meanwhile gets TrainerTimeout to come back, as for a gradient.
+// meanwhile gets TrainerTimeout to come back, as for a gradient; a
+// pserver lost or restarted is waited for and brought up to date, as for
+// a parameter (recvFromPServer).
 func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v string, dst []byte) (int, error) {
 	sink := prefixPool.Get().(*transport.Prefix)
 	defer prefixPool.Put(sink)
 	sink.Buf, sink.N = dst, 0
+	if p.Role == "pserver" && c.links != nil && c.PServerTimeout > 0 {
+		if err := c.recvFromPServer(ctx, nodeOf(p), step, v, nil, sink); err != nil {
+			return 0, err
+		}
+		return sink.N, nil
+	}
 	for {
-		err := c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
+		if err := c.tableTrainerRestarted(p, step, v); err != nil {
+			return 0, err
+		}
+		restarted, err := c.recvUntilRestart(ctx, p, step, v, sink)
 		if err == nil {
 			return sink.N, nil
+		}
+		if restarted { // check again whether it was p
+			sink.N = 0
+			continue
 		}
 		var pe *transport.PeerError
 		if p.Role != "trainer" || c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
@@ -372,6 +387,40 @@ func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v strin
 			return 0, werr
 		}
 	}
+}
+
+// recvUntilRestart is RecvSink from p, which on a sync pserver serving a
+// table (c.started set) also ends when any peer restarts (restarted
+// true): a restart does not fail a receive waiting for the old process,
+// and the shard must notice that p came back (tableTrainerRestarted).
+func (c *NetComm) recvUntilRestart(ctx context.Context, p ops.Peer, step int64, v string, sink transport.Sink) (restarted bool, err error) {
+	if p.Role != "trainer" || c.Async || c.started == nil {
+		return false, c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
+	}
+	rc := c.restartCtx(ctx)
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(rc, cancel)
+	err = c.EP.RecvSink(rctx, nodeOf(p), step, v, sink)
+	restarted = err != nil && rc.Err() != nil && ctx.Err() == nil
+	stop()
+	cancel()
+	return restarted, err
+}
+
+// tableTrainerRestarted fails a sync pserver's receive of a table's
+// request or row gradient from trainer p once p came back as a new
+// process: a sync shard serves and updates every trainer at every step,
+// and a restarted trainer joins at a step its dense parameters say, which
+// the shard's step need not be, so it would wait forever (async shards
+// take whatever comes, from any trainer).
+func (c *NetComm) tableTrainerRestarted(p ops.Peer, step int64, v string) error {
+	if p.Role != "trainer" || c.Async || c.started == nil || p.Index >= len(c.started) {
+		return nil
+	}
+	if n, _ := c.EP.Restarts(nodeOf(p)); n != c.started[p.Index] {
+		return fmt.Errorf("trainer-%d restarted (a new process) while this pserver waited for its %s of step %d; a sync job with lookup tables cannot take a restarted trainer yet: stop the job and rerun it from its checkpoints (psgraph train --checkpoint-dir)", p.Index, v, step)
+	}
+	return nil
 }
 
 // RecvAnyBytes receives the next payload of v from any trainer.
@@ -385,6 +434,22 @@ func (c *NetComm) RecvAnyBytes(ctx context.Context, v string, dst []byte) (int, 
 	}
 	_, t, _ := k.Src.Role()
 	return sink.N, t, k.Step, nil
+}
+
+// Pending waits until one of the transfers vs has a message from any
+// trainer and returns its name. A trainer lost meanwhile gets
+// TrainerTimeout to come back, as for a gradient.
+func (c *NetComm) Pending(ctx context.Context, vs []string) (string, error) {
+	for {
+		v, err := c.EP.Pending(ctx, vs)
+		var pe *transport.PeerError
+		if err == nil || c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
+			return v, err
+		}
+		if werr := c.awaitPeer(ctx, pe.Peer, -1, err); werr != nil {
+			return "", werr
+		}
+	}
 }
 
 var prefixPool = sync.Pool{New: func() any { return new(transport.Prefix) }}
@@ -492,6 +557,7 @@ func (c *NetComm) restartCtx(ctx context.Context) context.Context {
 					n, next := c.EP.Restarts(who)
 					if n != seen {
 						seen = n
+						c.restarted.Add(1)
 						c.rmu.Lock()
 						c.rcancel()
 						c.rctx, c.rcancel = context.WithCancel(context.Background())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -78,6 +79,9 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 // first step.
 func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt RunOptions) (*Summary, error) {
 	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = string(transport.Trainer(i)), i, j.Trainers, j.Params
+	if err := j.tablesFit(opt.Batch); err != nil {
+		return nil, err
+	}
 	c := NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
 	c.PServerTimeout, c.Log = opt.PServerTimeout, opt.Log
 	if err := c.join(ctx, j.Trainer, int64(opt.StartStep)); err != nil {
@@ -85,4 +89,38 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	}
 	opt.Comm = c
 	return Train(ctx, j.Trainer, opt)
+}
+
+// tablesFit checks that a trainer with this batch (0: the model's) asks
+// no table shard for more rows per step than the plan's pservers accept:
+// they were sized at split's batch, and a larger trainer batch would have
+// its requests rejected.
+func (j *Job) tablesFit(batch int) error {
+	if batch <= 0 {
+		batch = j.Trainer.Batch()
+	}
+	var types map[string]ops.Type
+	for _, op := range j.Trainer.Ops {
+		if op.Type != "fetch_rows" {
+			continue
+		}
+		if types == nil {
+			var err error
+			if types, err = j.Trainer.Infer(batch); err != nil {
+				return err
+			}
+		}
+		v, rows := op.Attrs.String("var"), types[op.Outputs[0]].MaxRows
+		for i, g := range j.PServers {
+			for _, sop := range g.Ops {
+				if sop.Type != "serve_rows" || sop.Attrs.String("var") != v {
+					continue
+				}
+				if most := sop.Attrs.Int("max_rows"); rows > most {
+					return fmt.Errorf("with batch %d a trainer fetches up to %d rows of table %s per step, but pserver-%d accepts at most %d (the plan was split for batch %d): run the trainers with --batch %d or less, or split again with train.batch set to %d", batch, rows, v, i, most, g.Batch(), g.Batch(), batch)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -92,6 +92,8 @@ func stepBytes(s int64) []byte {
 type links struct {
 	start atomic.Int64 // the trainer's first step (learning until known)
 	by    map[transport.NodeID]*link
+	// checked is NetComm.restarted as of the last rejoinRestarted
+	checked atomic.Int64
 
 	// the receive context of the current restart epoch (watched)
 	wmu   sync.Mutex
@@ -117,6 +119,12 @@ type link struct {
 // come only once the pserver has the re-sent gradient); a transfer
 // computed without them keeps a copy (own), in a new buffer once the old
 // one was re-sent (lent: the transport may still be writing it).
+//
+// A request (a table's ids, fetch_rows) is not a gradient: it does not
+// count toward the trainer's position, and answer is the last step of the
+// reply it asks for (the table's rows), so a restarted pserver gets
+// requests for the steps it will serve that the trainer still waits for
+// (rejoinPServer).
 type sentMsg struct {
 	mu      sync.Mutex
 	has     bool
@@ -125,6 +133,8 @@ type sentMsg struct {
 	payload []byte
 	own     bool
 	lent    bool
+	request bool
+	answer  *atomic.Int64
 }
 
 // join sets up a trainer's links from its graph and sends every pserver
@@ -166,6 +176,29 @@ func (c *NetComm) join(ctx context.Context, g *dsl.Graph, start int64) error {
 			l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], op.Attrs.String("to"))}
 		}
 	}
+	// A sharded table talks to every pserver: the trainer sends each its
+	// request (ids) and row gradient, and receives its rows.
+	for _, op := range g.Ops {
+		if op.Type != "fetch_rows" && op.Type != "send_rows" {
+			continue
+		}
+		v, shards := op.Attrs.String("var"), op.Attrs.Int("shards")
+		if shards != len(c.Peers) {
+			return dsl.Errorf(op.Pos, "%s: table %s is sharded over %d pservers, but this job has %d", op.Type, v, shards, len(c.Peers))
+		}
+		for i := range shards {
+			p := transport.PServer(i)
+			l := ls.by[p]
+			if op.Type == "fetch_rows" {
+				got := &atomic.Int64{}
+				got.Store(learning)
+				l.got[ops.RowsTransfer(v)] = got
+				l.sent[ops.IDsTransfer(v)] = &sentMsg{request: true, answer: got}
+			} else {
+				l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], ops.Peer{Role: "pserver", Index: i}.String())}
+			}
+		}
+	}
 	c.links = ls
 	for _, p := range c.Peers {
 		l := ls.by[p]
@@ -194,7 +227,7 @@ func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
 			return false
 		}
 		op := g.Ops[i]
-		if op.Type == "recv" && op.Attrs.String("from") == peer {
+		if op.Type == "recv" && op.Attrs.String("from") == peer || op.Type == "fetch_rows" { // rows of every pserver
 			return true
 		}
 		for _, in := range op.Inputs {
@@ -210,13 +243,29 @@ func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
 // learned records the start step a trainer learned from the pservers.
 func (ls *links) learned(step int64) { ls.start.Store(step) }
 
-// noteSent records the last message sent to p on transfer v.
-func (ls *links) noteSent(p transport.NodeID, v string, step int64, dt transport.DType, payload []byte) {
-	m := ls.by[p].sent[v]
+// send sends v@step to pserver p and records it as the last message of
+// that transfer. Both happen under the record's lock, so a recovery of p
+// (rejoinPServer, on another op's goroutine) sees either the message
+// before or this one, never this one sent but not yet recorded.
+func (c *NetComm) send(ctx context.Context, p transport.NodeID, step int64, v string, dt transport.DType, payload []byte) error {
+	var m *sentMsg
+	if c.links != nil && c.links.by[p] != nil {
+		m = c.links.by[p].sent[v]
+	}
 	if m == nil {
-		return
+		return c.EP.Send(ctx, p, step, v, dt, payload)
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := c.EP.Send(ctx, p, step, v, dt, payload); err != nil {
+		return err
+	}
+	m.note(step, dt, payload)
+	return nil
+}
+
+// note records the message; the caller holds m.mu.
+func (m *sentMsg) note(step int64, dt transport.DType, payload []byte) {
 	m.has, m.step, m.dt = true, step, dt
 	switch {
 	case m.own && m.lent:
@@ -226,7 +275,6 @@ func (ls *links) noteSent(p transport.NodeID, v string, step int64, dt transport
 	default:
 		m.payload = payload
 	}
-	m.mu.Unlock()
 }
 
 // position is where the trainer is with respect to pserver l.
@@ -238,7 +286,7 @@ func (ls *links) position(l *link) position {
 	pos := position{Sent: start - 1, Need: math.MaxInt64}
 	for _, m := range l.sent {
 		m.mu.Lock()
-		if m.has && m.step > pos.Sent {
+		if m.has && !m.request && m.step > pos.Sent {
 			pos.Sent = m.step
 		}
 		m.mu.Unlock()
@@ -272,23 +320,34 @@ func (c *NetComm) watched(ctx context.Context) (w, rc context.Context) {
 	return ls.wctx, rc
 }
 
-// recvFromPServer receives v@step from pserver p into t so that it rides
-// out a lost pserver: it waits for p to come back, and when p came back as
-// a new process brings it up to date (rejoinPServer) before receiving
-// again. A restart is noticed even without an error: the receive is woken
-// by it.
-func (c *NetComm) recvFromPServer(ctx context.Context, p transport.NodeID, step int64, v string, t *tensor.Tensor) error {
+// recvFromPServer receives v@step from pserver p into dst (or, for a
+// payload of varying length, into sink) so that it rides out a lost
+// pserver: it waits for p to come back, and when p came back as a new
+// process brings it up to date (rejoinPServer) before receiving again. A
+// restart is noticed even without an error: the receive is woken by it.
+func (c *NetComm) recvFromPServer(ctx context.Context, p transport.NodeID, step int64, v string, dst []byte, sink *transport.Prefix) error {
 	l := c.links.by[p]
 	for {
 		gen := l.gen.Load()
-		w, rc := c.watched(ctx) // before the check: a restart after it cancels w
+		w, rc := c.watched(ctx) // before the checks: a restart after them cancels w
+		if err := c.rejoinRestarted(ctx); err != nil {
+			return err
+		}
 		if n, _ := c.EP.Restarts(p); n != l.answered() {
 			if _, err := c.recoverPServer(ctx, l, gen, nil); err != nil {
 				return err
 			}
+			if sink != nil { // what arrived from the old process was dropped
+				sink.N = 0
+			}
 			continue
 		}
-		err := c.recvParam(w, p, step, v, t)
+		var err error
+		if sink != nil {
+			err = c.EP.RecvSink(w, p, step, v, sink)
+		} else {
+			err = c.EP.Recv(w, p, step, v, dst)
+		}
 		restarted := err != nil && rc.Err() != nil
 		switch {
 		case err == nil:
@@ -305,13 +364,41 @@ func (c *NetComm) recvFromPServer(ctx context.Context, p transport.NodeID, step 
 			// trainer lacks is written again (transport resumption), so
 			// the receive simply goes on; a restarted one is brought up to
 			// date first.
-			if _, err := c.recoverPServer(ctx, l, gen, err); err != nil {
+			blip, err := c.recoverPServer(ctx, l, gen, err)
+			if err != nil {
 				return err
+			}
+			if !blip && sink != nil {
+				sink.N = 0
 			}
 		default:
 			return err
 		}
 	}
+}
+
+// rejoinRestarted brings every pserver that restarted since the last
+// check up to date (recoverPServer), whichever pserver this trainer waits
+// for. A restarted pserver waits for every trainer's position before it
+// serves anyone, and the pserver this trainer waits for may itself wait
+// for the restarted one's progress (through the other trainers), so the
+// trainer tells it as soon as a restart wakes it. Costs an atomic load
+// when nothing restarted.
+func (c *NetComm) rejoinRestarted(ctx context.Context) error {
+	seen := c.restarted.Load()
+	if seen == c.links.checked.Load() {
+		return nil
+	}
+	for _, p := range c.Peers {
+		l := c.links.by[p]
+		if n, _ := c.EP.Restarts(p); n != l.answered() {
+			if _, err := c.recoverPServer(ctx, l, l.gen.Load(), nil); err != nil {
+				return err
+			}
+		}
+	}
+	c.links.checked.Store(seen)
+	return nil
 }
 
 func (l *link) answered() int64 {
@@ -436,21 +523,51 @@ func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bo
 	}
 	resent := 0
 	for v, m := range l.sent {
-		m.mu.Lock()
-		has, step, dt, payload := m.has, m.step, m.dt, m.payload
-		resend := has && step >= s
-		m.lent = m.lent || resend
-		m.mu.Unlock()
-		if !resend {
-			continue
+		n, err := c.resend(ctx, l.id, v, m, s)
+		if err != nil {
+			return false, fmt.Errorf("re-sending %s to the restarted %s: %w", v, l.id, err)
 		}
-		if err := c.EP.Send(ctx, l.id, step, v, dt, payload); err != nil {
-			return false, fmt.Errorf("re-sending %s@%d to the restarted %s: %w", v, step, l.id, err)
-		}
-		resent++
+		resent += n
 	}
 	c.Log.Warn().Str("pserver", string(l.id)).Int64("step", s).Int("resent", resent).Msg("the restarted pserver resumes; carrying on")
 	return false, nil
+}
+
+// resend re-sends to the restarted pserver p, which starts at step s,
+// what it lacks of transfer v: the last message, when its step is not
+// below s. For a table's request the trainer sends one for every step
+// from s to its last: that step's ids if it still waits for their rows,
+// and an empty request for a step whose rows it already has (it moved
+// on), because a sync pserver serves every trainer at every step before
+// it takes the step's gradients. Async pservers serve what comes: only a
+// request still waiting is re-sent.
+func (c *NetComm) resend(ctx context.Context, p transport.NodeID, v string, m *sentMsg, s int64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.has || m.step < s {
+		return 0, nil
+	}
+	if !m.request {
+		m.lent = true
+		return 1, c.EP.Send(ctx, p, m.step, v, m.dt, m.payload)
+	}
+	sent := 0
+	for k := s; k <= m.step; k++ {
+		got := m.answer.Load()
+		waiting := got == learning || got < k
+		var payload []byte
+		switch {
+		case waiting && k == m.step:
+			payload = m.payload
+		case waiting || c.Async: // waits for nothing older than its last request
+			continue
+		}
+		if err := c.EP.Send(ctx, p, k, v, m.dt, payload); err != nil {
+			return sent, err
+		}
+		sent++
+	}
+	return sent, nil
 }
 
 // pserverGone is the error of a pserver that did not come back.
@@ -574,6 +691,10 @@ func (c *NetComm) startServing(ctx context.Context, progs []*Program, restored i
 	plan := planStart(pos, first, c.Async)
 	if !c.Async {
 		c.EP.DropBefore(plan.start) // gradients of steps already applied
+	}
+	c.started = make([]int64, c.Trainers)
+	for i := range c.started {
+		c.started[i], _ = c.EP.Restarts(transport.Trainer(i))
 	}
 	running := plan.behind
 	for _, p := range pos {

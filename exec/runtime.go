@@ -32,6 +32,9 @@ type Comm interface {
 	SendBytes(ctx context.Context, step int64, peer ops.Peer, v string, wt ops.WireType, payload []byte) error
 	RecvBytes(ctx context.Context, step int64, peer ops.Peer, v string, dst []byte) (int, error)
 	RecvAnyBytes(ctx context.Context, v string, dst []byte) (n, trainer int, step int64, err error)
+	// Pending waits until one of the transfers vs has a message from any
+	// trainer (ops.Runtime).
+	Pending(ctx context.Context, vs []string) (string, error)
 }
 
 // NodeRuntime is the ops.Runtime of one node: the step being run, the
@@ -42,6 +45,8 @@ type NodeRuntime struct {
 	Comm         Comm
 	TrainerIndex int
 	TrainerCount int
+	// AsyncJob: the node is part of an async job (ops.Runtime.Async).
+	AsyncJob bool
 
 	mu     sync.Mutex
 	queues map[string]*queue
@@ -94,6 +99,15 @@ func (r *NodeRuntime) RecvAnyBytes(v string, dst []byte) (int, int, int64, error
 	}
 	return r.Comm.RecvAnyBytes(r.Ctx, v, dst)
 }
+
+func (r *NodeRuntime) Pending(vs []string) (string, error) {
+	if r.Comm == nil {
+		return "", errNoComm
+	}
+	return r.Comm.Pending(r.Ctx, vs)
+}
+
+func (r *NodeRuntime) Async() bool { return r.AsyncJob }
 
 // Queue returns the node-local bounded queue of that name.
 func (r *NodeRuntime) Queue(name string, capacity int) ops.Queue {

@@ -178,7 +178,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 // serveLoop runs one part of a pserver's graph step after step until the
 // trainers are done (a finished error) or something fails.
 func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64) (int64, error) {
-	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers}
+	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers, AsyncJob: c.Async}
 	if c.TrainerTimeout > 0 && !c.Async {
 		rt.Ctx = withPart(ctx, &part{known: map[transport.NodeID]int64{}, resend: func(ctx context.Context, to transport.NodeID, step int64) error {
 			// This part's parameters are step `step`'s (its update waits

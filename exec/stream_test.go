@@ -158,6 +158,7 @@ func (c *streamComm) RecvBytes(context.Context, int64, ops.Peer, string, []byte)
 func (c *streamComm) RecvAnyBytes(context.Context, string, []byte) (int, int, int64, error) {
 	return 0, 0, 0, errNoComm
 }
+func (c *streamComm) Pending(context.Context, []string) (string, error) { return "", errNoComm }
 
 // randomGrad is a gradient with values over several magnitudes.
 func randomGrad(rng *rand.Rand, n int) []float32 {

@@ -234,9 +234,6 @@ func (s *splitter) collectGroups() error {
 	}
 	for _, n := range s.names {
 		if t := g.Types[dsl.GradName(n)]; t.Sparse() {
-			if s.opt.Mode == Async {
-				return dsl.Errorf(g.Vars[n].Pos, "param %s is a lookup table (read only through lookup_table), which split shards across the pservers, and sharded tables run in sync mode only so far; use --mode sync", n)
-			}
 			gr := s.groups[n]
 			gr.table, gr.maxRows = true, t.MaxRows
 		}

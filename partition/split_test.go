@@ -792,13 +792,3 @@ func (p *Plan) isBlockGrad(name string) bool {
 	}
 	return false
 }
-
-// Sharded tables run in sync mode only: async is refused at split time,
-// naming the table and the way out.
-func TestTablesRefuseAsync(t *testing.T) {
-	g, _ := loadModel(t, filepath.Join("testdata", "split", "tables-2x3", "model.yaml"))
-	_, err := Split(g, Options{Trainers: 2, PServers: 3, Mode: Async})
-	if err == nil || !strings.Contains(err.Error(), "lookup table") || !strings.Contains(err.Error(), "--mode sync") || !strings.Contains(err.Error(), "model.yaml:") {
-		t.Fatalf("async split of a table model: %v, want a positioned refusal pointing at --mode sync", err)
-	}
-}

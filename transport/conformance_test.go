@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -151,15 +152,21 @@ func conformance(t *testing.T, mk factory) {
 		must(t, eps[t0].Send(ctx, p0, 1, "W", F32, f32(7, 7)))    // fine
 		must(t, eps[t0].Done(ctx, p0))
 		dst := make([]byte, 8)
-		if err := eps[p0].Recv(ctx, t0, 0, "W", dst); !errors.Is(err, ErrPeerDone) {
-			t.Fatalf("recv W@0: want ErrPeerDone, got %v", err)
+		// A recv of a rejected message's key fails naming the sender
+		// instead of waiting for a message that will not come; dst is
+		// untouched.
+		for _, v := range []string{"W", "ids"} {
+			err := eps[p0].Recv(ctx, t0, 0, v, dst)
+			if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), string(t0)) || string(dst) != string(make([]byte, 8)) {
+				t.Fatalf("recv %s@0: want ErrRejected naming %s with nothing written, got %v (dst %v)", v, t0, err, dst)
+			}
 		}
 		must(t, eps[p0].Recv(ctx, t0, 1, "W", dst))
 		if string(dst) != string(f32(7, 7)) {
 			t.Fatalf("got %v", dst)
 		}
 		if err := eps[p0].Recv(ctx, t0, 0, "ids", dst); !errors.Is(err, ErrPeerDone) {
-			t.Fatalf("recv ids@0: want ErrPeerDone, got %v", err)
+			t.Fatalf("recv ids@0 once its rejection was taken: want ErrPeerDone, got %v", err)
 		}
 		if log.count() != 3 {
 			t.Fatalf("want 3 rejections logged, got %d: %v", log.count(), log.errs)
@@ -187,6 +194,52 @@ func conformance(t *testing.T, mk factory) {
 		}
 		if _, err := eps[p0].RecvAny(ctx, "W", dst); !errors.Is(err, ErrAllDone) {
 			t.Fatalf("want ErrAllDone, got %v", err)
+		}
+	})
+	t.Run("pending on either of two transfers", func(t *testing.T) {
+		eps, _ := mk(t, t0, t1, p0)
+		ids := Spec{Var: "ids", DType: I32, Bytes: 8, AtMost: true}
+		eps[p0].Accept(spec, ids)
+		vs := []string{"ids", "W"}
+		got := make(chan string, 1)
+		go func() {
+			v, err := eps[p0].Pending(ctx, vs)
+			if err != nil {
+				v = err.Error()
+			}
+			got <- v
+		}()
+		must(t, eps[t1].Send(ctx, p0, 3, "W", F32, f32(3, 3)))
+		must(t, eps[t1].Flush(ctx))
+		if v := <-got; v != "W" {
+			t.Fatalf("pending with a W waiting: %q", v)
+		}
+		must(t, eps[t0].Send(ctx, p0, 4, "ids", I32, make([]byte, 4)))
+		must(t, eps[t0].Flush(ctx))
+		if v, err := eps[p0].Pending(ctx, []string{"ids"}); err != nil || v != "ids" {
+			t.Fatalf("pending on ids: %q, %v", v, err)
+		}
+		// Both pending: the first of vs wins, and nothing was taken.
+		for _, order := range [][]string{{"ids", "W"}, {"W", "ids"}} {
+			if v, err := eps[p0].Pending(ctx, order); err != nil || v != order[0] {
+				t.Fatalf("pending on %v with both waiting: %q, %v", order, v, err)
+			}
+		}
+		sink := &Prefix{Buf: make([]byte, 8)}
+		if k, err := eps[p0].RecvAnySink(ctx, "ids", sink); err != nil || sink.N != 4 || k.Src != t0 || k.Step != 4 {
+			t.Fatalf("ids after pending: %v, %d bytes, %v", k, sink.N, err)
+		}
+		dst := make([]byte, 8)
+		if k, err := eps[p0].RecvAny(ctx, "W", dst); err != nil || k.Src != t1 || k.Step != 3 {
+			t.Fatalf("W after pending: %v, %v", k, err)
+		}
+		must(t, eps[t0].Done(ctx, p0))
+		must(t, eps[t1].Done(ctx, p0))
+		if v, err := eps[p0].Pending(ctx, vs); !errors.Is(err, ErrAllDone) {
+			t.Fatalf("pending once every peer is done: %q, %v; want ErrAllDone", v, err)
+		}
+		if _, err := eps[p0].Pending(ctx, []string{"nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
+			t.Fatalf("pending on a transfer not accepted: %v", err)
 		}
 	})
 	t.Run("drop before a step", func(t *testing.T) {

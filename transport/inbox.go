@@ -79,6 +79,7 @@ type entry struct {
 	src  NodeID
 	buf  []byte // a read-ahead payload; nil for a held message
 	h    *held
+	bad  error // a rejected message: the recv taking it fails with this
 }
 
 // held is a large message whose payload its decoder reads only once a recv
@@ -269,13 +270,22 @@ func (in *inbox) counted(ps *peerState, v string, arrived bool) {
 	}
 }
 
-// rejected counts a message from src that failed check as received, so the
-// count announced by Done and the stream's count still add up.
-func (in *inbox) rejected(src NodeID, inc uint64, v string) {
+// rejected counts a message from src that failed check (why) as
+// received, so the count announced by Done and the stream's count still
+// add up. For a transfer this node receives, it queues the rejection in
+// the message's place: the sender will not send that message again, so a
+// recv waiting for it fails with why instead of waiting forever.
+func (in *inbox) rejected(src NodeID, inc uint64, step int64, v string, why error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if ps := in.current(src, inc); ps != nil {
-		in.counted(ps, v, v != "")
+	ps := in.current(src, inc)
+	if ps == nil {
+		return
+	}
+	in.counted(ps, v, v != "")
+	if q := in.vars[v]; q != nil && !in.closed && step >= in.floor {
+		q.items = append(q.items, entry{step: step, src: src, bad: fmt.Errorf("%w: %v", ErrRejected, why)})
+		wake(q)
 	}
 }
 
@@ -744,16 +754,18 @@ func (in *inbox) wakeAll() {
 	}
 }
 
-// wait parks the caller until something changes for q or ctx ends. It is
-// called with in.mu held and returns with it held.
-func (in *inbox) wait(ctx context.Context, q *varQueue) error {
+// wait parks the caller until something changes for one of qs or ctx
+// ends. It is called with in.mu held and returns with it held.
+func (in *inbox) wait(ctx context.Context, qs ...*varQueue) error {
 	var c chan struct{}
 	if n := len(in.waiters); n > 0 {
 		c, in.waiters = in.waiters[n-1], in.waiters[:n-1]
 	} else {
 		c = make(chan struct{}, 1)
 	}
-	q.waiting = append(q.waiting, c)
+	for _, q := range qs {
+		q.waiting = append(q.waiting, c)
+	}
 	in.mu.Unlock()
 	var err error
 	select {
@@ -762,10 +774,12 @@ func (in *inbox) wait(ctx context.Context, q *varQueue) error {
 		err = ctx.Err()
 	}
 	in.mu.Lock()
-	for i, w := range q.waiting {
-		if w == c {
-			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
-			break
+	for _, q := range qs {
+		for i, w := range q.waiting {
+			if w == c {
+				q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+				break
+			}
 		}
 	}
 	select { // drain a wake-up that raced with ctx
@@ -784,6 +798,10 @@ func (in *inbox) wait(ctx context.Context, q *varQueue) error {
 // receiver after the reconnect takes up the rest.
 func (in *inbox) take(ctx context.Context, q *varQueue, i int, dst []byte, sink Sink) (retry bool, err error) {
 	e := q.items[i]
+	if e.bad != nil {
+		q.items = append(q.items[:i], q.items[i+1:]...)
+		return false, e.bad
+	}
 	if e.h == nil {
 		q.items = append(q.items[:i], q.items[i+1:]...)
 		defer in.recycle(e.buf)
@@ -903,7 +921,9 @@ scan:
 				continue
 			}
 			if e.step < step {
-				in.onError(fmt.Errorf("message %s@%d from %s: stale (wanted step %d), dropped", v, e.step, src, step))
+				if e.bad == nil { // a rejection was reported when it arrived
+					in.onError(fmt.Errorf("message %s@%d from %s: stale (wanted step %d), dropped", v, e.step, src, step))
+				}
 				in.dropEntry(q, i)
 				i--
 				continue
@@ -970,6 +990,56 @@ scan:
 		}
 		if err := in.wait(ctx, q); err != nil {
 			return Key{}, err
+		}
+	}
+}
+
+// pending blocks until a message of one of the transfers vs is claimable,
+// from any peer, and returns the first such transfer in the order of vs,
+// leaving the message pending. It fails as recvAny does: ErrAllDone once
+// every peer finished and none of vs has a message pending, a PeerError
+// while a peer that has not finished is lost.
+func (in *inbox) pending(ctx context.Context, vs []string) (string, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var arr [4]*varQueue
+	qs := arr[:0]
+	for _, v := range vs {
+		q := in.vars[v]
+		if q == nil {
+			return "", fmt.Errorf("pending %s: %s does not accept a transfer named %q (not in the plan)", v, in.self, v)
+		}
+		qs = append(qs, q)
+	}
+	for {
+		if in.closed {
+			return "", ErrClosed
+		}
+		empty := true
+		for i, q := range qs {
+			for _, e := range q.items {
+				if claimable(e) {
+					return vs[i], nil
+				}
+			}
+			empty = empty && len(q.items) == 0
+		}
+		all := true
+		for _, p := range in.peers {
+			ps := in.peer[p]
+			if in.finished(ps) {
+				continue
+			}
+			if err := ps.failure(); err != nil {
+				return "", &PeerError{p, err}
+			}
+			all = false
+		}
+		if all && empty {
+			return "", ErrAllDone
+		}
+		if err := in.wait(ctx, qs...); err != nil {
+			return "", err
 		}
 	}
 }

@@ -120,7 +120,7 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 	p.recvBytes.Add(int64(len(payload)))
 	if err := p.in.check(e.self, e.inc, step, v, dt, len(payload)); err != nil {
 		p.in.onError(err)
-		p.in.rejected(e.self, e.inc, v) // counted, as a rejected frame is on TCP
+		p.in.rejected(e.self, e.inc, step, v, err) // counted, as a rejected frame is on TCP
 		return nil
 	}
 	buf := p.in.buffer(len(payload))
@@ -143,6 +143,10 @@ func (e *Inmem) RecvAny(ctx context.Context, v string, dst []byte) (Key, error) 
 
 func (e *Inmem) RecvAnySink(ctx context.Context, v string, sink Sink) (Key, error) {
 	return e.in.recvAny(ctx, v, nil, sink)
+}
+
+func (e *Inmem) Pending(ctx context.Context, vs []string) (string, error) {
+	return e.in.pending(ctx, vs)
 }
 
 // Abort tells to that this node stopped the job, and why.

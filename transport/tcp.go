@@ -786,6 +786,10 @@ func (t *TCP) RecvAny(ctx context.Context, v string, dst []byte) (Key, error) {
 	return t.in.recvAny(ctx, v, dst, nil)
 }
 
+func (t *TCP) Pending(ctx context.Context, vs []string) (string, error) {
+	return t.in.pending(ctx, vs)
+}
+
 func (t *TCP) RecvAnySink(ctx context.Context, v string, sink Sink) (Key, error) {
 	return t.in.recvAny(ctx, v, nil, sink)
 }

@@ -110,6 +110,13 @@ type Endpoint interface {
 	RecvAny(ctx context.Context, v string, dst []byte) (Key, error)
 	// RecvAnySink is RecvAny handing the payload to sink (see RecvSink).
 	RecvAnySink(ctx context.Context, v string, sink Sink) (Key, error)
+	// Pending blocks until a message of one of the transfers vs is pending
+	// from any peer and returns the name of the first of vs that has one,
+	// leaving the message for a Recv. It fails like RecvAny: ErrAllDone once
+	// every peer finished and none of vs has a message pending. A node that
+	// must answer one transfer while it waits for another (a pserver serving
+	// a table's rows while it waits for a row gradient) waits on both.
+	Pending(ctx context.Context, vs []string) (string, error)
 	// DropBefore discards pending messages older than step and rejects
 	// such messages from now on.
 	DropBefore(step int64)
@@ -174,6 +181,10 @@ var (
 	// ErrPeerRestarted (reported through OnError): a peer came back as a
 	// new incarnation; its old messages and counters were dropped.
 	ErrPeerRestarted = errors.New("transport: peer restarted (new incarnation); its old state was dropped")
+	// ErrRejected: the message a recv waits for arrived but failed the
+	// receiver's checks (Accept: dtype, size); it was never delivered, and
+	// the sender will not send it again.
+	ErrRejected = errors.New("transport: rejected a message the plan does not allow (does the sender run another split of the job?)")
 	// ErrUnknownPeer: the node is not part of this job.
 	ErrUnknownPeer = errors.New("transport: unknown peer")
 )

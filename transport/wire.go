@@ -176,7 +176,7 @@ func (d *decoder) run(r io.Reader) error {
 			if err := d.skip(r, h.len); err != nil {
 				return err
 			}
-			d.in.rejected(d.src, d.inc, d.name)
+			d.in.rejected(d.src, d.inc, h.step, d.name, err)
 			continue
 		}
 		if off == 0 && d.in.readAhead(d.src, d.name, h.len) {

@@ -150,6 +150,15 @@ type Runtime interface {
 	// pservers), reads it into the front of dst and returns its length, the
 	// trainer and the step it was sent for.
 	RecvAnyBytes(v string, dst []byte) (n int, trainer int, step int64, err error)
+	// Pending blocks until a message of one of the transfers vs arrived
+	// from any trainer and returns the name of the first of vs with one,
+	// leaving it for a receive: an async pserver serves a table's rows
+	// while it waits for a row gradient.
+	Pending(vs []string) (string, error)
+	// Async reports whether the node is part of an async job: a pserver
+	// takes each piece from whichever trainer sent it first, whatever the
+	// trainer count.
+	Async() bool
 }
 
 // WireType is the element type of a payload, numbered as the wire numbers

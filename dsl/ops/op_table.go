@@ -71,7 +71,7 @@ func init() {
 		Inputs: []string{"table"}, Outputs: []string{},
 		Attrs: []AttrSpec{
 			attrVar,
-			{Name: "count", Kind: AttrInt, Required: true, Doc: "requests per step: the trainer count in sync mode, 1 in async mode (the next to arrive)"},
+			{Name: "count", Kind: AttrInt, Required: true, Doc: "requests per step: the trainer count in sync mode; 1 in async mode, where requests are served as they come until a row gradient is pending"},
 			{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most ids one request holds"},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
@@ -131,9 +131,11 @@ func f32Bytes(x []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
 
-// IDsTransfer and RowsTransfer name the fetch transfers of table v.
+// IDsTransfer and RowsTransfer name the fetch transfers of table v,
+// GradTransfer its row gradient (the gradient's name, as autodiff names it).
 func IDsTransfer(v string) string  { return v + "@ids" }
 func RowsTransfer(v string) string { return v + "@rows" }
+func GradTransfer(v string) string { return v + "@GRAD" }
 
 func pserver(i int) Peer { return Peer{Role: "pserver", Index: i} }
 func trainer(i int) Peer { return Peer{Role: "trainer", Index: i} }
@@ -235,38 +237,73 @@ func serveRowsKernel(k KernelArgs) (Kernel, error) {
 	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
 	height, d := table.Shape[0], table.RowWidth()
 	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
+	gradVar := GradTransfer(v)
+	either := []string{gradVar, idsVar} // a pending gradient first: requests read the newest rows
 	ids := make([]int32, maxRows)
-	replies := make([][]float32, count) // one per trainer: kept until the next step's flush
-	for t := range replies {
-		replies[t] = make([]float32, maxRows*d)
+	// One reply per trainer, kept until it was written: in sync mode until
+	// the next step's flush; in async mode until that trainer's next
+	// request, which it sends only once it received this reply.
+	var replies [][]float32
+	serve := func(rt Runtime, src int, step int64, n int) error {
+		if n%4 != 0 {
+			return fmt.Errorf("trainer-%d sent a request for rows of %s of %d bytes, not whole int32 ids; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, v, n)
+		}
+		req := ids[:n/4]
+		for _, r := range req {
+			if r < 0 || int(r) >= height {
+				return fmt.Errorf("trainer-%d asked for local row %d of %s, whose shard here holds %d rows; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, r, v, height)
+			}
+		}
+		rows := replies[src][:len(req)*d]
+		for i, r := range req {
+			copy(rows[i*d:(i+1)*d], table.F[int(r)*d:(int(r)+1)*d])
+		}
+		return rt.SendBytes(trainer(src), step, rowsVar, WireF32, f32Bytes(rows))
 	}
 	return func(rt Runtime) error {
 		_, trainers := rt.Trainer()
-		for t := range count {
-			var n int
-			var err error
-			src, step := t, rt.Step()
-			if count == trainers {
-				n, err = rt.RecvBytes(trainer(t), idsVar, i32Bytes(ids))
-			} else {
-				n, src, step, err = rt.RecvAnyBytes(idsVar, i32Bytes(ids))
+		if replies == nil { // the trainer count is known at the first step
+			replies = make([][]float32, trainers)
+			for t := range replies {
+				replies[t] = make([]float32, maxRows*d)
 			}
+		}
+		if !rt.Async() && count == trainers {
+			for t := range trainers {
+				n, err := rt.RecvBytes(trainer(t), idsVar, i32Bytes(ids))
+				if err != nil {
+					return err
+				}
+				if err := serve(rt, t, rt.Step(), n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		// Async: serve requests as they come until a row gradient is
+		// pending, which accumulate_rows takes next (a gradient already
+		// pending goes first, so every request reads the rows with every
+		// gradient that arrived before it applied). A shard must not wait
+		// for a gradient while a request is pending: the trainer computes
+		// its gradient only once every shard answered it, so two shards
+		// each waiting for the gradient of the trainer the other has not
+		// answered would wait forever.
+		for {
+			next, err := rt.Pending(either)
 			if err != nil {
 				return err
 			}
-			req := ids[:n/4]
-			rows := replies[t][:len(req)*d]
-			for i, r := range req {
-				if r < 0 || int(r) >= height {
-					return fmt.Errorf("trainer-%d asked for local row %d of %s, whose shard here holds %d rows; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, r, v, height)
-				}
-				copy(rows[i*d:(i+1)*d], table.F[int(r)*d:(int(r)+1)*d])
+			if next == gradVar {
+				return nil
 			}
-			if err := rt.SendBytes(trainer(src), step, rowsVar, WireF32, f32Bytes(rows)); err != nil {
+			n, src, step, err := rt.RecvAnyBytes(idsVar, i32Bytes(ids))
+			if err != nil {
+				return err
+			}
+			if err := serve(rt, src, step, n); err != nil {
 				return err
 			}
 		}
-		return nil
 	}, nil
 }
 
@@ -286,7 +323,7 @@ func accumulateRowsKernel(k KernelArgs) (Kernel, error) {
 		for t := range count {
 			var err error
 			srcs[t] = t
-			if count == trainers {
+			if !rt.Async() && count == trainers {
 				sizes[t], err = rt.RecvBytes(trainer(t), v, bufs[t])
 			} else {
 				sizes[t], srcs[t], _, err = rt.RecvAnyBytes(v, bufs[t])

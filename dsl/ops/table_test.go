@@ -21,8 +21,10 @@ func (r *hostileRuntime) Recv(Attrs, *tensor.Tensor) error { return nil }
 func (r *hostileRuntime) Accumulate(Attrs, int, *tensor.Tensor) error {
 	return nil
 }
-func (r *hostileRuntime) Queue(string, int) Queue { return nil }
-func (r *hostileRuntime) Trainer() (int, int)     { return 0, 1 }
+func (r *hostileRuntime) Queue(string, int) Queue          { return nil }
+func (r *hostileRuntime) Trainer() (int, int)              { return 0, 1 }
+func (r *hostileRuntime) Async() bool                      { return false }
+func (r *hostileRuntime) Pending([]string) (string, error) { return "", nil }
 func (r *hostileRuntime) SendBytes(Peer, int64, string, WireType, []byte) error {
 	r.sent++
 	return nil
