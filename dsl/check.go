@@ -23,7 +23,7 @@ func (g *Graph) Producers() map[string]int {
 // the ops in a dependency order.
 func (g *Graph) checkStructure() ([]int, error) {
 	var errs ErrorList
-	prod := map[string]int{}
+	prod := make(map[string]int, len(g.Ops))
 	for i, op := range g.Ops {
 		def, _ := ops.Lookup(op.Type)
 		lo, hi := def.NumInputs()
@@ -66,6 +66,28 @@ func (g *Graph) checkStructure() ([]int, error) {
 	}
 	if len(errs) > 0 {
 		return nil, errs
+	}
+	// Ops written in dependency order (as Marshal writes them, and most
+	// models are) keep file order: Kahn's algorithm below, with ties
+	// resolved by file order, yields exactly that order for them.
+	inOrder := true
+	for i, op := range g.Ops {
+		for _, in := range op.Inputs {
+			if j, ok := prod[in]; ok && j >= i {
+				inOrder = false
+				break
+			}
+		}
+		if !inOrder {
+			break
+		}
+	}
+	if inOrder {
+		order := make([]int, len(g.Ops))
+		for i := range order {
+			order[i] = i
+		}
+		return order, nil
 	}
 	// Kahn's algorithm; ties resolved by file order so the order is stable.
 	indeg := make([]int, len(g.Ops))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 // update ops are already in the file.
 func Marshal(g *Graph) ([]byte, error) {
 	var b bytes.Buffer
+	b.Grow(128*len(g.Ops) + 64*len(g.Vars) + 1024) // about a line each
 	fmt.Fprintf(&b, "psgraph: %d\n", SchemaVersion)
 	if g.Name != "" {
 		fmt.Fprintf(&b, "name: %s\n", YAMLString(g.Name))
@@ -54,11 +54,11 @@ func Marshal(g *Graph) ([]byte, error) {
 	if len(g.Ops) > 0 {
 		b.WriteString("ops:\n")
 		for _, op := range g.Ops {
-			s, err := opFlow(op)
-			if err != nil {
+			b.WriteString("  - ")
+			if err := writeOp(&b, op); err != nil {
 				return nil, err
 			}
-			b.WriteString("  - " + s + "\n")
+			b.WriteByte('\n')
 		}
 	}
 	if len(g.Assigns) > 0 {
@@ -187,35 +187,49 @@ func varFlow(v *Var) string {
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
-func opFlow(op *Op) (string, error) {
-	parts := []string{"type: " + YAMLString(op.Type)}
+// writeOp writes op as a flow mapping. It writes into b directly: split
+// writes hundreds of thousands of ops.
+func writeOp(b *bytes.Buffer, op *Op) error {
+	b.WriteString("{type: ")
+	b.WriteString(YAMLString(op.Type))
 	if len(op.Inputs) > 0 {
-		parts = append(parts, "inputs: "+stringList(op.Inputs))
+		b.WriteString(", inputs: ")
+		writeStringList(b, op.Inputs)
 	}
 	if len(op.Outputs) > 0 {
-		parts = append(parts, "outputs: "+stringList(op.Outputs))
+		b.WriteString(", outputs: ")
+		writeStringList(b, op.Outputs)
 	}
 	if len(op.Attrs) > 0 {
-		as := make([]string, 0, len(op.Attrs))
-		for _, k := range sortedKeys(op.Attrs) {
+		b.WriteString(", attrs: {")
+		for i, k := range sortedKeys(op.Attrs) {
 			v := op.Attrs[k]
 			if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
-				return "", Errorf(op.Pos, "op %s attribute %s is %v, which a model file cannot hold", op.Type, k, f)
+				return Errorf(op.Pos, "op %s attribute %s is %v, which a model file cannot hold", op.Type, k, f)
 			}
-			as = append(as, YAMLString(k)+": "+attrValue(v))
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(YAMLString(k))
+			b.WriteString(": ")
+			b.WriteString(attrValue(v))
 		}
-		parts = append(parts, "attrs: {"+strings.Join(as, ", ")+"}")
+		b.WriteByte('}')
 	}
 	if op.Section != Forward {
-		parts = append(parts, "section: "+op.Section.String())
+		b.WriteString(", section: ")
+		b.WriteString(op.Section.String())
 	}
 	if op.Param != "" {
-		parts = append(parts, "param: "+YAMLString(op.Param))
+		b.WriteString(", param: ")
+		b.WriteString(YAMLString(op.Param))
 	}
 	if op.Place != "" {
-		parts = append(parts, "place: "+YAMLString(op.Place))
+		b.WriteString(", place: ")
+		b.WriteString(YAMLString(op.Place))
 	}
-	return "{" + strings.Join(parts, ", ") + "}", nil
+	b.WriteByte('}')
+	return nil
 }
 
 func attrValue(v any) string {
@@ -246,6 +260,17 @@ func formatFloat(f float64) string {
 	return s
 }
 
+func writeStringList(b *bytes.Buffer, s []string) {
+	b.WriteByte('[')
+	for i, x := range s {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(YAMLString(x))
+	}
+	b.WriteByte(']')
+}
+
 func stringList(s []string) string {
 	parts := make([]string, len(s))
 	for i, x := range s {
@@ -254,9 +279,25 @@ func stringList(s []string) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// plainSafe matches strings that YAML reads back as the same string when
-// written unquoted, inside or outside flow collections.
-var plainSafe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.@/-]*$`)
+// plainSafe reports whether YAML reads s back as the same string when
+// written unquoted, inside or outside flow collections: a letter or _,
+// then letters, digits and _.@/- (not a reserved word, see YAMLString).
+// A loop, not a regexp: split writes it for every name of every op.
+func plainSafe(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
+		case i > 0 && (c >= '0' && c <= '9' || c == '.' || c == '@' || c == '/' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 var yamlReserved = map[string]bool{
 	"true": true, "false": true, "null": true, "yes": true, "no": true, "on": true, "off": true,
@@ -265,7 +306,7 @@ var yamlReserved = map[string]bool{
 
 // YAMLString writes s plain when that is unambiguous, double-quoted otherwise.
 func YAMLString(s string) string {
-	if plainSafe.MatchString(s) && !yamlReserved[strings.ToLower(s)] {
+	if plainSafe(s) && (len(s) > 5 || !yamlReserved[strings.ToLower(s)]) {
 		return s
 	}
 	return strconv.Quote(s)

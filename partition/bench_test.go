@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -46,5 +47,31 @@ func TestDeepModelSplits(t *testing.T) {
 	checkBlocks(t, p)
 	if got, want := len(p.Info.Transfers), 2*2*50; got != want {
 		t.Errorf("%d transfers, want %d (a parameter and a gradient per weight and bias)", got, want)
+	}
+}
+
+// BenchmarkSplitEndToEnd is what `psgraph split` does on a deep model of
+// 33,333 layers (100k forward ops, about 330k with backward and optimizer),
+// from the YAML bytes to the written files, for 4 trainers and 8 pservers.
+// docs/split.md: the whole command stays under 5 s at this size.
+func BenchmarkSplitEndToEnd(b *testing.B) {
+	widths := make([]int, 33333+1)
+	for i := range widths {
+		widths[i] = 8
+	}
+	src := mixedModel(widths, "{type: momentum, lr: 0.01}")
+	dir := b.TempDir()
+	for b.Loop() {
+		g, err := dsl.LoadBytes("deep.yaml", src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := Split(g, Options{Trainers: 4, PServers: 8})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Write(filepath.Join(dir, fmt.Sprint(b.N))); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
