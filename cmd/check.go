@@ -41,6 +41,11 @@ the ops of each section. Errors name file:line:col.`,
 				}
 				rows = int64(set.Rows)
 			}
+			// A pserver subgraph of split may hold nothing (more pservers
+			// than blocks); it is valid as written.
+			if err := g.Trainable(); err != nil && !partition.WrittenBySplit(args[0]) {
+				return err
+			}
 			printSummary(c.OutOrStdout(), g, rows)
 			return nil
 		},

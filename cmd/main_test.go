@@ -246,3 +246,32 @@ func TestCheckShowsRowGradients(t *testing.T) {
 		t.Fatalf("check output lacks the optimizer's gather_rows ops:\n%s", r.stdout)
 	}
 }
+
+// check refuses a model that run would refuse as having nothing to train,
+// with run's message and the position of its train section, but accepts
+// an empty pserver subgraph that split wrote (more pservers than blocks):
+// the plan.yaml beside it lists it with its hash. The same file copied
+// out of its plan directory is refused like any model.
+func TestCheckRefusesNothingToTrain(t *testing.T) {
+	const why = "the model has no train.optimizer, so there is nothing to train"
+	badInput{"", "cmd/testdata/no-optimizer.yaml:12:3: " + why}.check(t, psgraph(t, "check", "cmd/testdata/no-optimizer.yaml"))
+	badInput{"", why}.check(t, psgraph(t, "run", "--role", "local", "cmd/testdata/no-optimizer.yaml"))
+
+	dir := t.TempDir()
+	if r := psgraph(t, "split", "examples/iris.yaml", "--trainers", "1", "--pservers", "6", "-o", dir); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	empty := filepath.Join(dir, "pserver-5.yaml")
+	if r := psgraph(t, "check", empty); r.code != 0 || !strings.Contains(r.stdout, ": ok") {
+		t.Fatalf("check of split's empty pserver subgraph: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	src, err := os.ReadFile(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(t.TempDir(), "pserver-5.yaml")
+	if err := os.WriteFile(moved, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badInput{"", moved + ":5:3: " + why}.check(t, psgraph(t, "check", moved))
+}

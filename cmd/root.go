@@ -16,6 +16,8 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/psgraph/psgraph/dsl"
 )
 
 // Version is set at build time with -ldflags "-X github.com/psgraph/psgraph/cmd.Version=...".
@@ -146,29 +148,9 @@ func (l *logFlags) logger(w io.Writer, role string) (zerolog.Logger, error) {
 func closest(s string, candidates []string) string {
 	best, bestD := candidates[0], -1
 	for _, c := range candidates {
-		if d := editDistance(s, c); bestD < 0 || d < bestD {
+		if d := dsl.EditDistance(s, c); bestD < 0 || d < bestD {
 			best, bestD = c, d
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

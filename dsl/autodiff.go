@@ -31,20 +31,10 @@ func (b *gradBuilder) Emit(typ string, inputs []string, attrs ops.Attrs) string 
 }
 
 func (b *gradBuilder) emitNamed(typ string, inputs []string, attrs ops.Attrs, out string) {
-	def, ok := ops.Lookup(typ)
-	if !ok {
+	if _, ok := ops.Lookup(typ); !ok {
 		panic("autodiff: gradient rule emits unknown op " + typ)
 	}
-	full := ops.Attrs{}
-	for _, s := range def.Attrs {
-		if s.Default != nil {
-			full[s.Name] = s.Default
-		}
-	}
-	for k, v := range attrs {
-		full[k] = v
-	}
-	op := &Op{Type: typ, Inputs: inputs, Outputs: []string{out}, Attrs: full, Section: Backward, Pos: b.pos}
+	op := NewOp(typ, inputs, []string{out}, attrs, Backward, b.pos)
 	b.g.Ops = append(b.g.Ops, op)
 	for _, in := range inputs {
 		b.read[in] = true

@@ -44,7 +44,7 @@ func (l ErrorList) Err() error {
 func suggest(name string, candidates []string) string {
 	best, bestD := "", 1<<30
 	for _, c := range candidates {
-		d := levenshtein(strings.ToLower(name), strings.ToLower(c))
+		d := EditDistance(strings.ToLower(name), strings.ToLower(c))
 		if d < bestD || (d == bestD && c < best) {
 			best, bestD = c, d
 		}
@@ -55,7 +55,9 @@ func suggest(name string, candidates []string) string {
 	return fmt.Sprintf(" (did you mean %q?)", best)
 }
 
-func levenshtein(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b (bytes), for
+// "did you mean" suggestions here and in the command line.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

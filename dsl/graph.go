@@ -226,8 +226,24 @@ type Graph struct {
 	Types map[string]ops.Type
 }
 
-// Var returns a declared variable.
-func (g *Graph) Var(name string) *Var { return g.Vars[name] }
+// NewOp builds an op of a catalog type with every default attribute
+// filled in, as Parse fills them, so that a written file reads back into
+// the same op; attrs override the defaults. Autodiff, the optimizer
+// expansion and split build their ops with it.
+func NewOp(typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
+	full := ops.Attrs{}
+	if def, ok := ops.Lookup(typ); ok {
+		for _, a := range def.Attrs {
+			if a.Default != nil {
+				full[a.Name] = a.Default
+			}
+		}
+	}
+	for k, v := range attrs {
+		full[k] = v
+	}
+	return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: full, Section: section, Pos: pos}
+}
 
 // AddVar declares a variable.
 func (g *Graph) AddVar(v *Var) {

@@ -29,6 +29,21 @@ func LoadBytes(path string, src []byte) (*Graph, error) {
 
 // Expand generates the backward pass and optimizer ops (when the graph is
 // not expanded yet) and checks the result.
+// Trainable reports why a model gives run nothing to train: it names no
+// optimizer (and holds no generated backward or optimizer ops, as a
+// subgraph written by split does). run, train and check refuse such a
+// model with this error.
+func (g *Graph) Trainable() error {
+	if g.Train != nil && (g.Train.Optimizer != nil || g.Expanded()) {
+		return nil
+	}
+	pos := Pos{File: g.File}
+	if g.Train != nil {
+		pos = g.Train.Pos
+	}
+	return Errorf(pos, "the model has no train.optimizer, so there is nothing to train; add one, e.g. train: {loss: loss, batch: 32, optimizer: {type: sgd, lr: 0.1}} (docs/dsl.md)")
+}
+
 func (g *Graph) Expand() error {
 	if g.Expanded() {
 		if g.Train != nil && g.Train.Optimizer != nil {

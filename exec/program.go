@@ -291,8 +291,6 @@ func onRows(k ops.Kernel, out *tensor.Tensor) ops.Kernel {
 // Close stops the program's worker goroutines.
 func (p *Program) Close() { p.sched.close() }
 
-// NumOps is the number of ops the program runs per step.
-func (p *Program) NumOps() int { return len(p.nodes) }
 
 // scheduler runs a step's ops on a fixed set of goroutines: the caller plus
 // workers-1 helpers, which wait on a condition variable between steps. An

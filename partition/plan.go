@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
@@ -169,7 +171,7 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 	sort.Strings(params)
 	for _, n := range params {
 		v := s.g.Vars[n]
-		pi := ParamInfo{Name: n, Shape: v.Shape.Clone(), Bytes: v.Shape.Numel() * dtypeSize(v.DType), Node: trainerNode}
+		pi := ParamInfo{Name: n, Shape: v.Shape.Clone(), Bytes: v.Shape.Numel() * v.DType.Size(), Node: trainerNode}
 		gr := s.groups[n]
 		switch {
 		case gr == nil:
@@ -224,24 +226,43 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 	if info.Source != "" {
 		info.Source = dsl.RelPath(dir, info.Source)
 	}
-	write := func(name, role string, g *dsl.Graph) error {
-		c := *g
-		c.File = filepath.Join(dir, name)
-		src, err := dsl.Marshal(&c)
-		if err != nil {
-			return err
-		}
-		head := fmt.Sprintf("# %s subgraph of %s, written by psgraph split (see %s).\n", role, info.Model, PlanFileName)
-		out[name] = append([]byte(head), src...)
-		return nil
+	// The subgraphs are marshalled in parallel (they are only read): the
+	// trainer's file of a large model takes as long as all pservers'.
+	type file struct {
+		name, role string
+		g          *dsl.Graph
+		src        []byte
+		err        error
 	}
-	if err := write(TrainerFileName, "Trainer", p.Trainer); err != nil {
-		return nil, err
-	}
+	files := []*file{{name: TrainerFileName, role: "Trainer", g: p.Trainer}}
 	for i, g := range p.PServers {
-		if err := write(PServerFile(i), fmt.Sprintf("Pserver %d", i), g); err != nil {
-			return nil, err
+		files = append(files, &file{name: PServerFile(i), role: fmt.Sprintf("Pserver %d", i), g: g})
+	}
+	work := make(chan *file)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range work {
+				c := *f.g
+				c.File = filepath.Join(dir, f.name)
+				src, err := dsl.Marshal(&c)
+				head := fmt.Sprintf("# %s subgraph of %s, written by psgraph split (see %s).\n", f.role, info.Model, PlanFileName)
+				f.src, f.err = append([]byte(head), src...), err
+			}
+		}()
+	}
+	for _, f := range files {
+		work <- f
+	}
+	close(work)
+	wg.Wait()
+	for _, f := range files {
+		if f.err != nil {
+			return nil, f.err
 		}
+		out[f.name] = f.src
 	}
 	info.Files.SHA256 = map[string]string{}
 	for name, b := range out {
@@ -366,6 +387,22 @@ func (p *Plan) Write(dir string) error {
 		}
 	}
 	return nil
+}
+
+// WrittenBySplit reports whether file is a subgraph as split wrote it: the
+// plan.yaml beside it lists it with its sha256.
+func WrittenBySplit(file string) bool {
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(file), PlanFileName))
+	if err != nil {
+		return false
+	}
+	var info PlanInfo
+	if yaml.Unmarshal(src, &info) != nil {
+		return false
+	}
+	b, err := os.ReadFile(file)
+	want, listed := info.Files.SHA256[filepath.Base(file)]
+	return err == nil && listed && want == HashSource(b)
 }
 
 // ReadPlan loads a plan directory: plan.yaml and every subgraph it names,

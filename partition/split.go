@@ -408,9 +408,9 @@ func (s *splitter) cutBlocks() error {
 			} else {
 				b.shape = shape.Clone()
 			}
-			b.bytes = b.shape.Numel() * dtypeSize(gr.param.DType)
+			b.bytes = b.shape.Numel() * gr.param.DType.Size()
 			if len(shape) == 0 {
-				b.bytes = dtypeSize(gr.param.DType)
+				b.bytes = gr.param.DType.Size()
 			}
 			gr.blocks = append(gr.blocks, b)
 			start += r
@@ -432,7 +432,7 @@ func (s *splitter) shardTable(gr *group) error {
 		rows := (shape[0] - j + m - 1) / m
 		b := &block{g: gr, name: ShardName(gr.param.Name, j), start: j, end: shape[0], stride: m, pserver: j,
 			shape: append(tensor.Shape{rows}, shape[1:]...)}
-		b.bytes = b.shape.Numel() * dtypeSize(gr.param.DType)
+		b.bytes = b.shape.Numel() * gr.param.DType.Size()
 		gr.blocks = append(gr.blocks, b)
 	}
 	return nil
@@ -470,8 +470,6 @@ func (s *splitter) notElementWise(gr *group) string {
 	}
 	return ""
 }
-
-func dtypeSize(tensor.DType) int { return 4 }
 
 // assignPServers places blocks by bytes: pinned blocks first, then the
 // others largest first (ties by name) on the least loaded pserver (ties by
@@ -541,17 +539,7 @@ func rename(p, blk, name string) string {
 // newOp builds an op with every default attribute filled in, as Parse
 // would, so the written file reads back into the same op.
 func newOp(typ string, inputs, outputs []string, attrs ops.Attrs, pos dsl.Pos) *dsl.Op {
-	def, _ := ops.Lookup(typ)
-	full := ops.Attrs{}
-	for _, a := range def.Attrs {
-		if a.Default != nil {
-			full[a.Name] = a.Default
-		}
-	}
-	for k, v := range attrs {
-		full[k] = v
-	}
-	return &dsl.Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: full, Section: dsl.Backward, Pos: pos}
+	return dsl.NewOp(typ, inputs, outputs, attrs, dsl.Backward, pos)
 }
 
 func dtypeAttr(d tensor.DType) string {
