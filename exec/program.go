@@ -291,7 +291,6 @@ func onRows(k ops.Kernel, out *tensor.Tensor) ops.Kernel {
 // Close stops the program's worker goroutines.
 func (p *Program) Close() { p.sched.close() }
 
-
 // scheduler runs a step's ops on a fixed set of goroutines: the caller plus
 // workers-1 helpers, which wait on a condition variable between steps. An
 // op whose predecessors are done becomes ready; the goroutine that made it

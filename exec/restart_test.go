@@ -21,53 +21,6 @@ import (
 	"github.com/psgraph/psgraph/transport"
 )
 
-// Where a (re)started pserver starts, from the trainers' positions.
-func TestPlanStart(t *testing.T) {
-	L := position{Sent: learning, Need: learning}
-	at := func(sent, need int64) position { return position{Sent: sent, Need: need} }
-	cases := []struct {
-		name    string
-		pos     []position
-		first   int64
-		async   bool
-		start   int64
-		publish []int64
-		resume  []int64
-		behind  bool
-		err     string
-	}{
-		{name: "fresh job, trainers learn", pos: []position{L, L}, first: 0, start: 0, publish: []int64{0, 0}, resume: []int64{0, 0}},
-		{name: "fresh job, start step 0", pos: []position{{Sent: -1, Need: 0}, {Sent: -1, Need: 0}}, first: 0, start: 0, publish: []int64{0, 0}, resume: []int64{0, 0}},
-		{name: "whole-job rerun, --start-step", pos: []position{at(99, 100), at(99, 100)}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}},
-		{name: "whole-job rerun, trainers learn", pos: []position{L, L}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}},
-		// trainer 0 sent every gradient of 130 (it has the parameters of
-		// 130), trainer 1 waits for them: start at 130; trainer 0 re-sends.
-		{name: "restart, one trainer ahead", pos: []position{at(130, 131), at(129, 130)}, first: 100, start: 130, publish: []int64{-1, 130}, resume: []int64{130, 130}, behind: true},
-		// both computing step 130 (parameters received, nothing sent yet)
-		{name: "restart, both computing", pos: []position{at(129, 131), at(129, 131)}, first: 100, start: 130, publish: []int64{-1, -1}, resume: []int64{130, 130}, behind: true},
-		{name: "restart without checkpoint", pos: []position{at(40, 41), at(40, 41)}, first: 0, start: 41, publish: []int64{41, 41}, resume: []int64{41, 41}, behind: true},
-		{name: "restart, a trainer learns", pos: []position{at(130, 131), L}, first: 100, start: 131, publish: []int64{131, 131}, resume: []int64{131, 131}, behind: true},
-		{name: "trainers behind the checkpoint", pos: []position{at(49, 50), at(49, 50)}, first: 100, start: 100, publish: []int64{100, 100}, resume: []int64{100, 100}, err: "trainer-0 is at step 50"},
-		{name: "trainers two steps apart", pos: []position{at(131, 132), at(129, 130)}, first: 100, start: 130, publish: []int64{-1, 130}, resume: []int64{130, 130}, behind: true, err: "trainer-0 is at step 132"},
-		{name: "async restart", pos: []position{at(500, 501), at(300, 300), L}, first: 700, async: true, start: 700, publish: []int64{501, 300, 700}, resume: []int64{501, 300, 700}},
-		{name: "async restart past the checkpoint", pos: []position{at(800, 801), at(300, 301)}, first: 700, async: true, start: 801, publish: []int64{801, 301}, resume: []int64{801, 301}, behind: true},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p := planStart(c.pos, c.first, c.async)
-			if p.start != c.start || fmt.Sprint(p.publish) != fmt.Sprint(c.publish) || fmt.Sprint(p.resume) != fmt.Sprint(c.resume) || p.behind != c.behind {
-				t.Errorf("start %d publish %v resume %v behind %v, want %d %v %v %v", p.start, p.publish, p.resume, p.behind, c.start, c.publish, c.resume, c.behind)
-			}
-			switch {
-			case c.err == "" && p.err != nil:
-				t.Errorf("error %v", p.err)
-			case c.err != "" && (p.err == nil || !strings.Contains(p.err.Error(), c.err)):
-				t.Errorf("error %v, want one containing %q", p.err, c.err)
-			}
-		})
-	}
-}
-
 // A plan may not name a transfer like a control message.
 func TestReservedTransferName(t *testing.T) {
 	g, err := dsl.Load(filepath.Join("..", "examples", "digits-mlp.yaml"))

@@ -1,0 +1,172 @@
+package exec
+
+// The pserver side of the restart protocol (restart.go): hearing every
+// trainer's position and starting where they can all go on.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// initial is a parameter a pserver serves before its first step: its
+// transfer and its persistent tensor.
+type initial struct {
+	v string
+	t *tensor.Tensor
+}
+
+// initials lists the `initial` parameters of a pserver's parts.
+func initials(progs []*Program) ([]initial, error) {
+	var out []initial
+	for _, prog := range progs {
+		for _, op := range prog.Graph.Ops {
+			name := op.Attrs.String("initial")
+			if op.Type != "send" || name == "" {
+				continue
+			}
+			t, ok := prog.Scope[name]
+			if !ok {
+				return nil, dsl.Errorf(op.Pos, "send: initial %q is not a variable of this node", name)
+			}
+			out = append(out, initial{v: op.Attrs.String("var"), t: t})
+		}
+	}
+	return out, nil
+}
+
+// startServing gathers every trainer's position, decides the first step
+// (planStart), and sends each trainer its parameters and resume step.
+// restored is the step of the checkpoint restored, -1 for none.
+func (c *NetComm) startServing(ctx context.Context, progs []*Program, restored int64) (int64, error) {
+	params, err := initials(progs)
+	if err != nil {
+		return 0, err
+	}
+	first := max(restored, 0)
+	pos, err := c.awaitPositions(ctx, first)
+	if err != nil {
+		return 0, err
+	}
+	plan := planStart(pos, first, c.Async)
+	if !c.Async {
+		c.EP.DropBefore(plan.start) // gradients of steps already applied
+	}
+	c.started = make([]int64, c.Trainers)
+	for i := range c.started {
+		c.started[i], _ = c.EP.Restarts(transport.Trainer(i))
+	}
+	running := plan.behind
+	for _, p := range pos {
+		running = running || p.Rejoin
+	}
+	switch {
+	case plan.err != nil:
+	case running && restored < 0:
+		c.Log.Warn().Int64("step", plan.start).Msg("RESTARTED INTO A RUNNING JOB WITHOUT A CHECKPOINT: this pserver's blocks start again from their initializers; the job carries on, but everything they had learned is lost (give pservers --checkpoint-dir and --checkpoint-every)")
+	case running && c.Async:
+		c.Log.Warn().Int64("checkpoint", restored).
+			Msgf("restarted into a running job from checkpoint %d (the updates to this pserver's blocks since it are lost; async: each trainer carries on at its own step)", restored)
+	case plan.behind:
+		c.Log.Warn().Int64("step", plan.start).Int64("checkpoint", restored).
+			Msgf("restarted into a running job at step %d from checkpoint %d (updates of steps %d..%d to this pserver's blocks are lost)", plan.start, restored, restored, plan.start-1)
+	case running:
+		c.Log.Warn().Int64("step", plan.start).Msg("restarted into a running job at the step of its checkpoint: no update lost")
+	case restored >= 0:
+		c.Log.Info().Int64("step", plan.start).Msg("the trainers join at the restored step")
+	}
+	for i := 0; i < c.Trainers; i++ {
+		to := transport.Trainer(i)
+		if k := plan.publish[i]; k >= 0 && plan.err == nil {
+			for _, p := range params {
+				if err := c.EP.Send(ctx, to, k, p.v, dtypeOf(p.t), p.t.Bytes()); err != nil {
+					return 0, err
+				}
+			}
+		}
+		if err := c.EP.Send(ctx, to, ctrlStep, ResumeVar, resumeSpec.DType, stepBytes(plan.resume[i])); err != nil {
+			return 0, err
+		}
+	}
+	if plan.err != nil {
+		return 0, plan.err
+	}
+	return plan.start, nil
+}
+
+// awaitPositions receives every trainer's position. A fresh job waits for
+// its trainers as long as they take to start; once a trainer shows that
+// this pserver restarted into a running job (it rejoins, or it is past the
+// restored step), the others get TrainerTimeout to report. A trainer lost
+// meanwhile gets TrainerTimeout to come back.
+func (c *NetComm) awaitPositions(ctx context.Context, first int64) ([]position, error) {
+	type result struct {
+		i   int
+		pos position
+		err error
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan result, c.Trainers)
+	for i := 0; i < c.Trainers; i++ {
+		go func() {
+			p, err := c.recvPosition(wctx, transport.Trainer(i))
+			ch <- result{i, p, err}
+		}()
+	}
+	pos := make([]position, c.Trainers)
+	heard := make([]bool, c.Trainers)
+	var timeout <-chan time.Time
+	var ahead string
+	for left := c.Trainers; left > 0; left-- {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("waiting for trainer-%d's position: %w", r.i, r.err)
+			}
+			pos[r.i], heard[r.i] = r.pos, true
+			if (r.pos.Rejoin || r.pos.known() && r.pos.Sent >= first) && timeout == nil && c.TrainerTimeout > 0 {
+				ahead = fmt.Sprintf("trainer-%d rejoins, having sent gradients of step %d", r.i, r.pos.Sent)
+				timeout = time.After(c.TrainerTimeout)
+				c.Log.Warn().Int("trainer", r.i).Int64("sent", r.pos.Sent).Int64("restored", first).Dur("timeout", c.TrainerTimeout).
+					Msg("a restart into a running job; waiting for every trainer's position")
+			}
+		case <-timeout:
+			var missing []string
+			for i, h := range heard {
+				if !h {
+					missing = append(missing, string(transport.Trainer(i)))
+				}
+			}
+			return nil, fmt.Errorf("restarted into a running job (%s) but %v sent no position within %v; the job stops", ahead, missing, c.TrainerTimeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return pos, nil
+}
+
+// recvPosition receives trainer who's position, waiting for it when lost.
+func (c *NetComm) recvPosition(ctx context.Context, who transport.NodeID) (position, error) {
+	buf := make([]byte, positionSpec.Bytes)
+	for {
+		err := c.EP.Recv(ctx, who, ctrlStep, PositionVar, buf)
+		switch {
+		case err == nil:
+			return positionOf(buf), nil
+		case lostPeer(err) && c.TrainerTimeout > 0 && ctx.Err() == nil:
+			if err := c.awaitPeer(ctx, who, -1, err); err != nil {
+				return position{}, err
+			}
+		default:
+			return position{}, err
+		}
+	}
+}
