@@ -1,13 +1,13 @@
 package ops
 
 import (
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // BroadcastShape applies numpy broadcasting to two shapes.
-func BroadcastShape(a, b tensor.Shape) (tensor.Shape, error) {
+func BroadcastShape(a, b ir.Shape) (ir.Shape, error) {
 	n := max(len(a), len(b))
-	out := make(tensor.Shape, n)
+	out := make(ir.Shape, n)
 	for i := 0; i < n; i++ {
 		da, db := 1, 1
 		if j := len(a) - n + i; j >= 0 {
@@ -32,7 +32,7 @@ func BroadcastShape(a, b tensor.Shape) (tensor.Shape, error) {
 
 // bcastStrides returns, for each dim of out, the stride of x along it (0
 // where x is broadcast).
-func bcastStrides(x, out tensor.Shape) []int {
+func bcastStrides(x, out ir.Shape) []int {
 	st := make([]int, len(out))
 	s := 1
 	for i := len(out) - 1; i >= 0; i-- {
@@ -57,7 +57,7 @@ const (
 	bcGeneral
 )
 
-func classify(x, out tensor.Shape) bcastKind {
+func classify(x, out ir.Shape) bcastKind {
 	xs := x.Numel()
 	switch {
 	case xs == out.Numel() && x.Numel() == out.Numel() && shapeSuffixEq(x, out):
@@ -76,7 +76,7 @@ func classify(x, out tensor.Shape) bcastKind {
 	return bcGeneral
 }
 
-func shapeSuffixEq(x, out tensor.Shape) bool {
+func shapeSuffixEq(x, out ir.Shape) bool {
 	if len(x) > len(out) {
 		return false
 	}
@@ -91,14 +91,14 @@ func shapeSuffixEq(x, out tensor.Shape) bool {
 
 // indexer walks the flat indices of two broadcast operands in out order.
 type indexer struct {
-	out      tensor.Shape
+	out      ir.Shape
 	sa, sb   []int
 	idx      []int
 	ia, ib   int
 	finished bool
 }
 
-func newIndexer(a, b, out tensor.Shape) *indexer {
+func newIndexer(a, b, out ir.Shape) *indexer {
 	return &indexer{out: out, sa: bcastStrides(a, out), sb: bcastStrides(b, out), idx: make([]int, len(out))}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -21,8 +22,8 @@ import (
 // same RowSet hold the same rows in the same order, so element-wise ops
 // combine their values directly.
 type Type struct {
-	DType   tensor.DType
-	Shape   tensor.Shape
+	DType   ir.DType
+	Shape   ir.Shape
 	RowSet  string
 	MaxRows int
 }
@@ -32,8 +33,8 @@ func (t Type) Sparse() bool { return t.MaxRows > 0 }
 
 // RowShape is the dense shape of a row-sparse value's values at their
 // largest: [MaxRows, Shape[1:]...].
-func (t Type) RowShape() tensor.Shape {
-	return append(tensor.Shape{t.MaxRows}, t.Shape[1:]...)
+func (t Type) RowShape() ir.Shape {
+	return append(ir.Shape{t.MaxRows}, t.Shape[1:]...)
 }
 
 // Same reports whether two types are equal, sparseness included.
@@ -49,7 +50,7 @@ func (t Type) String() string {
 }
 
 // F32 is shorthand for a float32 type of the given shape.
-func F32(shape ...int) Type { return Type{DType: tensor.F32, Shape: tensor.Shape(shape)} }
+func F32(shape ...int) Type { return Type{DType: ir.F32, Shape: ir.Shape(shape)} }
 
 // AttrKind is the type of an attribute value.
 type AttrKind uint8

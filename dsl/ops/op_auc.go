@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // auc: the ROC AUC of a batch of binary scores, a metric.
@@ -82,11 +82,11 @@ func mannWhitney(rs []ranked) float64 {
 
 func inferAUC(in []Type, _ Attrs) ([]Type, error) {
 	s, y := in[0], in[1]
-	ok := s.DType == tensor.F32 && (len(s.Shape) == 1 || len(s.Shape) == 2 && (s.Shape[1] == 1 || s.Shape[1] == 2))
+	ok := s.DType == ir.F32 && (len(s.Shape) == 1 || len(s.Shape) == 2 && (s.Shape[1] == 1 || s.Shape[1] == 2))
 	if !ok {
 		return nil, Errorf("scores must be float32 [batch], [batch, 1] (a probability or logit of class 1) or [batch, 2] (softmax logits), got %v", s)
 	}
-	if y.DType != tensor.I32 || len(y.Shape) != 1 {
+	if y.DType != ir.I32 || len(y.Shape) != 1 {
 		return nil, Errorf("label must be int32 [batch] of 0 and 1, got %v", y)
 	}
 	if y.Shape[0] != s.Shape[0] {

@@ -1,8 +1,8 @@
 package ops
 
 import (
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/blas"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // add, sub, mul, div with numpy broadcasting.
@@ -41,14 +41,14 @@ func init() {
 }
 
 func inferBinary(in []Type, _ Attrs) ([]Type, error) {
-	if in[0].DType != tensor.F32 || in[1].DType != tensor.F32 {
+	if in[0].DType != ir.F32 || in[1].DType != ir.F32 {
 		return nil, Errorf("inputs must be float32, got %v and %v", in[0], in[1])
 	}
 	s, err := BroadcastShape(in[0].Shape, in[1].Shape)
 	if err != nil {
 		return nil, err
 	}
-	return []Type{{DType: tensor.F32, Shape: s}}, nil
+	return []Type{{DType: ir.F32, Shape: s}}, nil
 }
 
 // sumTo reduces a gradient to the shape of the input it belongs to.

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Communication and queue ops. `psgraph split` inserts send, recv and
@@ -47,12 +47,12 @@ func ParsePeer(s string) (Peer, error) {
 	return Peer{Role: role, Index: i}, nil
 }
 
-func parseDType(s string) (tensor.DType, error) {
+func parseDType(s string) (ir.DType, error) {
 	switch s {
 	case "", "f32", "float32":
-		return tensor.F32, nil
+		return ir.F32, nil
 	case "i32", "int32":
-		return tensor.I32, nil
+		return ir.I32, nil
 	}
 	return 0, fmt.Errorf("dtype %q must be f32 or i32", s)
 }
@@ -63,7 +63,7 @@ func inferFromShapeAttr(_ []Type, a Attrs) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := tensor.Shape(a.Ints("shape")).Clone()
+	s := ir.Shape(a.Ints("shape")).Clone()
 	for _, d := range s {
 		if d <= 0 && d != -1 {
 			return nil, Errorf("shape %v: dimensions must be positive (-1 for the batch)", s)
@@ -140,7 +140,7 @@ func init() {
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			y, a, n := k.Out[0], k.Attrs, k.Attrs.Int("count")
-			if y.DType != tensor.F32 {
+			if y.DType != ir.F32 {
 				return nil, fmt.Errorf("accumulate averages float32 tensors, got %v", y.DType)
 			}
 			return func(rt Runtime) error { return rt.Accumulate(a, n, y) }, nil

@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -18,7 +19,7 @@ func init() {
 				return nil, err
 			}
 			out := append(in[1].Shape.Clone(), in[0].Shape[1])
-			return []Type{{DType: tensor.F32, Shape: out}}, nil
+			return []Type{{DType: ir.F32, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("lookup_table_grad", []string{g.OutGrads[0], g.Inputs[1], g.Inputs[0]}, nil), ""}
@@ -49,11 +50,11 @@ func init() {
 				return nil, err
 			}
 			want := append(ids.Shape.Clone(), table.Shape[1])
-			if dy.DType != tensor.F32 || !dy.Shape.Equal(want) {
+			if dy.DType != ir.F32 || !dy.Shape.Equal(want) {
 				return nil, Errorf("dy must be float32 %v (ids %v + [D] of table %v), got %v", want, ids.Shape, table.Shape, dy)
 			}
 			if table.Sparse() { // the fetched rows of a sharded table: its row set
-				return []Type{{DType: tensor.F32, Shape: table.Shape.Clone(), RowSet: table.RowSet, MaxRows: table.MaxRows}}, nil
+				return []Type{{DType: ir.F32, Shape: table.Shape.Clone(), RowSet: table.RowSet, MaxRows: table.MaxRows}}, nil
 			}
 			return []Type{newRows(table.Shape, ids.Shape.Numel())}, nil
 		},
@@ -105,15 +106,15 @@ func addFetched(dy, ids, g *tensor.Tensor) Kernel {
 }
 
 func checkTableIDs(table, ids Type) error {
-	if table.DType != tensor.F32 || len(table.Shape) != 2 {
+	if table.DType != ir.F32 || len(table.Shape) != 2 {
 		return Errorf("table must be float32 [V, D], got %v", table)
 	}
-	if ids.DType != tensor.I32 {
+	if ids.DType != ir.I32 {
 		return Errorf("ids must be int32, got %v", ids)
 	}
 	return nil
 }
 
-func idRange(flat int, id int32, v int, shape tensor.Shape) error {
+func idRange(flat int, id int32, v int, shape ir.Shape) error {
 	return fmt.Errorf("id %d at flat position %d of ids %v is outside [0, %d): the table has %d rows", id, flat, shape, v, v)
 }

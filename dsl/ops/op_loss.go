@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Classification losses and metrics over logits [batch, classes] and
@@ -14,7 +14,7 @@ func init() {
 	register(&Def{
 		Name: "softmax_cross_entropy", Doc: "mean over the batch of -log softmax(logits)[label]",
 		Inputs: []string{"logits", "label"}, Outputs: []string{"loss"},
-		Infer: inferLogitsLabel(tensor.F32),
+		Infer: inferLogitsLabel(ir.F32),
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("softmax_cross_entropy_grad", []string{g.OutGrads[0], g.Inputs[0], g.Inputs[1]}, nil), ""}
 		},
@@ -40,7 +40,7 @@ func init() {
 		Name: "softmax_cross_entropy_grad", Doc: "dlogits = dloss * (softmax(logits) - onehot(label)) / batch", Internal: true,
 		Inputs: []string{"dloss", "logits", "label"}, Outputs: []string{"dlogits"},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			dloss, logits, label, dx := k.In[0], k.In[1], k.In[2], k.Out[0]
@@ -65,7 +65,7 @@ func init() {
 	}, &Def{
 		Name: "accuracy", Doc: "fraction of rows whose largest logit is at the label (not differentiable)",
 		Inputs: []string{"logits", "label"}, Outputs: []string{"acc"},
-		Infer: inferLogitsLabel(tensor.F32),
+		Infer: inferLogitsLabel(ir.F32),
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			logits, label, acc := k.In[0], k.In[1], k.Out[0]
 			rows, c := logits.Shape[0], logits.Shape[1]
@@ -94,13 +94,13 @@ func labelRange(row, y, c int) error {
 	return fmt.Errorf("label %d in batch row %d is outside [0, %d): the data has more classes than the logits", y, row, c)
 }
 
-func inferLogitsLabel(_ tensor.DType) func([]Type, Attrs) ([]Type, error) {
+func inferLogitsLabel(_ ir.DType) func([]Type, Attrs) ([]Type, error) {
 	return func(in []Type, _ Attrs) ([]Type, error) {
 		l, y := in[0], in[1]
-		if l.DType != tensor.F32 || len(l.Shape) != 2 {
+		if l.DType != ir.F32 || len(l.Shape) != 2 {
 			return nil, Errorf("logits must be float32 [batch, classes], got %v", l)
 		}
-		if y.DType != tensor.I32 || len(y.Shape) != 1 {
+		if y.DType != ir.I32 || len(y.Shape) != 1 {
 			return nil, Errorf("label must be int32 [batch], got %v", y)
 		}
 		if y.Shape[0] != l.Shape[0] {

@@ -1,8 +1,8 @@
 package ops
 
 import (
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/blas"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 func init() {
@@ -17,7 +17,7 @@ func init() {
 	})
 }
 
-func matmulDims(a, b tensor.Shape, ta, tb bool) (m, k, k2, n int) {
+func matmulDims(a, b ir.Shape, ta, tb bool) (m, k, k2, n int) {
 	m, k = a[0], a[1]
 	if ta {
 		m, k = k, m
@@ -31,7 +31,7 @@ func matmulDims(a, b tensor.Shape, ta, tb bool) (m, k, k2, n int) {
 
 func inferMatmul(in []Type, a Attrs) ([]Type, error) {
 	x, y := in[0], in[1]
-	if x.DType != tensor.F32 || y.DType != tensor.F32 {
+	if x.DType != ir.F32 || y.DType != ir.F32 {
 		return nil, Errorf("inputs must be float32, got %v and %v", x, y)
 	}
 	if len(x.Shape) != 2 || len(y.Shape) != 2 {

@@ -1,8 +1,8 @@
 package ops
 
 import (
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/blas"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // Reductions (sum, mean), their gradient helper broadcast_like, and sum_to,
@@ -40,7 +40,7 @@ func init() {
 			if !in[0].Shape.Equal(r[0].Shape) {
 				return nil, Errorf("dy %v must have the shape of the mean of %v, %v", in[0].Shape, in[1].Shape, r[0].Shape)
 			}
-			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("mean", []string{g.OutGrads[0]}, axisOf(g.Attrs)), ""}
@@ -78,7 +78,7 @@ func init() {
 			if _, err := BroadcastShape(v, in[1].Shape); err != nil {
 				return nil, err
 			}
-			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			dx := g.OutGrads[0]
@@ -116,7 +116,7 @@ func init() {
 			if err != nil || !s.Equal(in[0].Shape) {
 				return nil, Errorf("cannot sum %v to %v", in[0].Shape, in[1].Shape)
 			}
-			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("broadcast_like", []string{g.OutGrads[0], g.Inputs[0]}, nil), ""}
@@ -166,12 +166,12 @@ func normAxis(axis, rank int) int {
 }
 
 // virtualShape is dy's shape with the reduced axis put back as 1.
-func virtualShape(dy, x tensor.Shape, a Attrs) tensor.Shape {
+func virtualShape(dy, x ir.Shape, a Attrs) ir.Shape {
 	if !a.Has("axis") {
 		return dy
 	}
 	ax := normAxis(a.Int("axis"), len(x))
-	v := make(tensor.Shape, 0, len(dy)+1)
+	v := make(ir.Shape, 0, len(dy)+1)
 	v = append(v, dy[:min(ax, len(dy))]...)
 	v = append(v, 1)
 	if ax < len(dy) {
@@ -182,7 +182,7 @@ func virtualShape(dy, x tensor.Shape, a Attrs) tensor.Shape {
 
 func inferReduce(in []Type, a Attrs) ([]Type, error) {
 	x := in[0]
-	if x.DType != tensor.F32 {
+	if x.DType != ir.F32 {
 		return nil, Errorf("input must be float32, got %v", x)
 	}
 	if !a.Has("axis") {
@@ -193,7 +193,7 @@ func inferReduce(in []Type, a Attrs) ([]Type, error) {
 		return nil, Errorf("axis %d is out of range for shape %v", a.Int("axis"), x.Shape)
 	}
 	s := append(x.Shape[:ax:ax].Clone(), x.Shape[ax+1:]...)
-	return []Type{{DType: tensor.F32, Shape: s}}, nil
+	return []Type{{DType: ir.F32, Shape: s}}, nil
 }
 
 func reduceKernel(k KernelArgs, mean bool) (Kernel, error) {

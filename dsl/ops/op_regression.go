@@ -3,7 +3,7 @@ package ops
 import (
 	"math"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Element-wise losses, each a scalar mean over all elements:
@@ -96,7 +96,7 @@ func init() {
 // inferPairLoss checks two float32 operands of one shape and returns a scalar.
 func inferPairLoss(a, b string) func([]Type, Attrs) ([]Type, error) {
 	return func(in []Type, _ Attrs) ([]Type, error) {
-		if in[0].DType != tensor.F32 || in[1].DType != tensor.F32 {
+		if in[0].DType != ir.F32 || in[1].DType != ir.F32 {
 			return nil, Errorf("%s and %s must be float32, got %v and %v", a, b, in[0], in[1])
 		}
 		if !in[0].Shape.Equal(in[1].Shape) {
@@ -114,5 +114,5 @@ func inferPairLossGrad(in []Type, _ Attrs) ([]Type, error) {
 	if !in[1].Shape.Equal(in[2].Shape) {
 		return nil, Errorf("operands %v and %v must have the same shape", in[1].Shape, in[2].Shape)
 	}
-	return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
+	return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 }

@@ -1,7 +1,7 @@
 package ops
 
 import (
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // slice_rows and concat cut and join tensors along one axis (dim 0 by
@@ -45,7 +45,7 @@ func init() {
 			return func(Runtime) error {
 				for o := 0; o < outer; o++ {
 					src := o*n*inner + s*inner
-					if x.DType == tensor.F32 {
+					if x.DType == ir.F32 {
 						copy(y.F[o*w:(o+1)*w], x.F[src:src+w])
 					} else {
 						copy(y.I[o*w:(o+1)*w], x.I[src:src+w])
@@ -72,7 +72,7 @@ func init() {
 			}
 			out := in[0].Shape.Clone()
 			out[ax] = a.Int("size")
-			return []Type{{DType: tensor.F32, Shape: out}}, nil
+			return []Type{{DType: ir.F32, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			n := b.Type(g.Inputs[0]).Shape
@@ -142,7 +142,7 @@ func init() {
 					dst := o * total * inner
 					for _, x := range xs {
 						w := x.Shape[ax] * inner
-						if y.DType == tensor.F32 {
+						if y.DType == ir.F32 {
 							copy(y.F[dst:dst+w], x.F[o*w:(o+1)*w])
 						} else {
 							copy(y.I[dst:dst+w], x.I[o*w:(o+1)*w])
@@ -157,7 +157,7 @@ func init() {
 }
 
 // axisOf normalizes a possibly negative axis.
-func rowAxis(s tensor.Shape, axis int) (int, error) {
+func rowAxis(s ir.Shape, axis int) (int, error) {
 	if axis < 0 {
 		axis += len(s)
 	}
@@ -168,7 +168,7 @@ func rowAxis(s tensor.Shape, axis int) (int, error) {
 }
 
 // split3 returns the element counts before, along and after axis.
-func split3(s tensor.Shape, ax int) (outer, n, inner int) {
+func split3(s ir.Shape, ax int) (outer, n, inner int) {
 	outer, inner = 1, 1
 	for _, d := range s[:ax] {
 		outer *= d

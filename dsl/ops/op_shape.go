@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -18,7 +19,7 @@ func init() {
 		Inputs: []string{"x"}, Outputs: []string{"y"},
 		Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts, Required: true, Doc: "dimensions of y; -1 is the batch"}},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			s := tensor.Shape(a.Ints("shape")).Clone()
+			s := ir.Shape(a.Ints("shape")).Clone()
 			for _, d := range s {
 				if d <= 0 {
 					return nil, Errorf("shape %v: dimensions must be positive (-1 for the batch)", s)
@@ -56,7 +57,7 @@ func init() {
 			if err != nil {
 				return nil, Errorf("%v for input %v", err, x)
 			}
-			out := make(tensor.Shape, len(x))
+			out := make(ir.Shape, len(x))
 			for i, p := range perm {
 				out[i] = x[p]
 			}
@@ -117,7 +118,7 @@ func intList(v []int) string {
 
 func copyKernel(x, y *tensor.Tensor) Kernel {
 	return func(Runtime) error {
-		if y.DType == tensor.I32 {
+		if y.DType == ir.I32 {
 			copy(y.I, x.I)
 		} else {
 			copy(y.F, x.F)
@@ -147,7 +148,7 @@ func transposeKernel(x, y *tensor.Tensor, perm []int) Kernel {
 		n := y.Numel()
 		src := 0
 		for i := 0; i < n; i++ {
-			if y.DType == tensor.I32 {
+			if y.DType == ir.I32 {
 				y.I[i] = x.I[src]
 			} else {
 				y.F[i] = x.F[src]

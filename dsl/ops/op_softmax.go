@@ -1,7 +1,7 @@
 package ops
 
 import (
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // softmax over the last axis and the helper op its gradient uses.
@@ -12,10 +12,10 @@ func init() {
 		Inputs: []string{"x"}, Outputs: []string{"y"},
 		Infer: func(in []Type, _ Attrs) ([]Type, error) {
 			x := in[0]
-			if x.DType != tensor.F32 || len(x.Shape) == 0 {
+			if x.DType != ir.F32 || len(x.Shape) == 0 {
 				return nil, Errorf("input must be float32 with at least one axis, got %v", x)
 			}
-			return []Type{{DType: tensor.F32, Shape: x.Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: x.Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("softmax_grad", []string{g.OutGrads[0], g.Outputs[0]}, nil)}
@@ -37,7 +37,7 @@ func init() {
 			if !in[0].Shape.Equal(in[1].Shape) || len(in[0].Shape) == 0 {
 				return nil, Errorf("dy %v and y %v must have the same shape, with at least one axis", in[0].Shape, in[1].Shape)
 			}
-			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			dy, y, dx := k.In[0], k.In[1], k.Out[0]
@@ -60,7 +60,7 @@ func init() {
 }
 
 // lastDim is the size of the last axis (1 for a scalar).
-func lastDim(s tensor.Shape) int {
+func lastDim(s ir.Shape) int {
 	if len(s) == 0 {
 		return 1
 	}

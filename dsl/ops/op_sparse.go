@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -26,10 +27,10 @@ func init() {
 			if !r.Sparse() {
 				return nil, Errorf("rows must be a row-sparse value (a row gradient), got dense %v", r)
 			}
-			if x.DType != tensor.F32 || len(x.Shape) == 0 || x.Shape[0] != r.Shape[0] {
+			if x.DType != ir.F32 || len(x.Shape) == 0 || x.Shape[0] != r.Shape[0] {
 				return nil, Errorf("x must be float32 with %d rows (rows' height), got %v", r.Shape[0], x)
 			}
-			return []Type{{DType: tensor.F32, Shape: x.Shape.Clone(), RowSet: r.RowSet, MaxRows: r.MaxRows}}, nil
+			return []Type{{DType: ir.F32, Shape: x.Shape.Clone(), RowSet: r.RowSet, MaxRows: r.MaxRows}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			x, y := k.In[0], k.Out[0]
@@ -107,8 +108,8 @@ func addRows(dst *tensor.Tensor, ids []int32, values []float32) {
 
 // newRows is the type of a row-sparse value that holds rows of its own
 // (inferOp names the row set after the op's output).
-func newRows(shape tensor.Shape, maxRows int) Type {
-	return Type{DType: tensor.F32, Shape: shape.Clone(), MaxRows: max(1, min(maxRows, shape[0]))}
+func newRows(shape ir.Shape, maxRows int) Type {
+	return Type{DType: ir.F32, Shape: shape.Clone(), MaxRows: max(1, min(maxRows, shape[0]))}
 }
 
 // scatterAddRows is lookup_table_grad's kernel: the rows of dy summed by

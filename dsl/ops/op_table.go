@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -29,7 +30,7 @@ func init() {
 		},
 		SparseIn: true,
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			shape := tensor.Shape(a.Ints("shape"))
+			shape := ir.Shape(a.Ints("shape"))
 			if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
 				return nil, Errorf("shape must be [V, D], got %v", shape)
 			}
@@ -38,7 +39,7 @@ func init() {
 			}
 			n := 0
 			for i, t := range in {
-				if t.DType != tensor.I32 || t.Sparse() {
+				if t.DType != ir.I32 || t.Sparse() {
 					return nil, Errorf("input %d must be int32 ids, got %v", i, t)
 				}
 				n += t.Shape.Numel()
@@ -75,7 +76,7 @@ func init() {
 			{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most ids one request holds"},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			if in[0].DType != tensor.F32 || len(in[0].Shape) != 2 || in[0].Sparse() {
+			if in[0].DType != ir.F32 || len(in[0].Shape) != 2 || in[0].Sparse() {
 				return nil, Errorf("table must be a dense float32 [rows, D] shard, got %v", in[0])
 			}
 			if a.Int("count") < 1 || a.Int("max_rows") < 1 {
@@ -95,7 +96,7 @@ func init() {
 			{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most rows one piece holds"},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			shape := tensor.Shape(a.Ints("shape"))
+			shape := ir.Shape(a.Ints("shape"))
 			if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
 				return nil, Errorf("shape must be [rows, D], got %v", shape)
 			}

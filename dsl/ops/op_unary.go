@@ -5,7 +5,7 @@ import (
 
 	"github.com/psgraph/psgraph/exec/blas"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Element-wise unary ops and the helper ops their gradients use.
@@ -80,10 +80,10 @@ func sigmoid(v float32) float32 {
 }
 
 func inferSameF32(in []Type, _ Attrs) ([]Type, error) {
-	if in[0].DType != tensor.F32 {
+	if in[0].DType != ir.F32 {
 		return nil, Errorf("input must be float32, got %v", in[0])
 	}
-	return []Type{{DType: tensor.F32, Shape: in[0].Shape.Clone()}}, nil
+	return []Type{{DType: ir.F32, Shape: in[0].Shape.Clone()}}, nil
 }
 
 func unary(name, doc string, f func(x, y []float32), grad func(GradBuilder, GradArgs) []string) *Def {
@@ -108,7 +108,7 @@ func binaryHelper(name, doc string, f func(a, b, out []float32)) *Def {
 			if !in[0].Shape.Equal(in[1].Shape) {
 				return nil, Errorf("shapes differ: %v and %v", in[0].Shape, in[1].Shape)
 			}
-			return []Type{{DType: tensor.F32, Shape: in[0].Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: in[0].Shape.Clone()}}, nil
 		},
 		Kernel: func(k KernelArgs) (Kernel, error) {
 			a, b, out := k.In[0], k.In[1], k.Out[0]
