@@ -19,14 +19,5 @@ func init() {
 			}
 			return []Type{{DType: ir.F32, Shape: s}}, nil
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			y, v := k.Out[0], float32(k.Attrs.Float("value"))
-			return func(Runtime) error {
-				for i := range y.F {
-					y.F[i] = v
-				}
-				return nil
-			}, nil
-		},
 	})
 }

@@ -20,16 +20,6 @@ func init() {
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("softmax_grad", []string{g.OutGrads[0], g.Outputs[0]}, nil)}
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, y := k.In[0], k.Out[0]
-			c := lastDim(x.Shape)
-			return func(Runtime) error {
-				for r := 0; r+c <= len(y.F); r += c {
-					softmaxRow(x.F[r:r+c], y.F[r:r+c])
-				}
-				return nil
-			}, nil
-		},
 	}, &Def{
 		Name: "softmax_grad", Doc: "dx = y * (dy - sum(dy * y)) over the last axis, where y = softmax(x)", Internal: true,
 		Inputs: []string{"dy", "y"}, Outputs: []string{"dx"},
@@ -39,30 +29,5 @@ func init() {
 			}
 			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			dy, y, dx := k.In[0], k.In[1], k.Out[0]
-			c := lastDim(y.Shape)
-			return func(Runtime) error {
-				for r := 0; r+c <= len(dx.F); r += c {
-					dyr, yr, dxr := dy.F[r:r+c], y.F[r:r+c], dx.F[r:r+c]
-					var dot float32
-					for j, v := range yr {
-						dot += dyr[j] * v
-					}
-					for j, v := range yr {
-						dxr[j] = v * (dyr[j] - dot)
-					}
-				}
-				return nil
-			}, nil
-		},
 	})
-}
-
-// lastDim is the size of the last axis (1 for a scalar).
-func lastDim(s ir.Shape) int {
-	if len(s) == 0 {
-		return 1
-	}
-	return s[len(s)-1]
 }
