@@ -12,7 +12,8 @@ package kernels
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -139,11 +140,4 @@ func Build(name string, a Args) (Kernel, error) {
 }
 
 // Names lists the ops that have a kernel, sorted.
-func Names() []string {
-	names := make([]string, 0, len(builders))
-	for n := range builders {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func Names() []string { return slices.Sorted(maps.Keys(builders)) }
