@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/psgraph/psgraph/cmd/internal/viz"
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/dsl/viz"
 	"github.com/psgraph/psgraph/partition"
 )
 

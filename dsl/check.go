@@ -4,8 +4,8 @@ import (
 	"container/heap"
 	"fmt"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // Producers maps each op output to the index of the op producing it.
@@ -359,7 +359,7 @@ func (g *Graph) checkTrain(types map[string]ops.Type) ErrorList {
 		}
 		if lt, ok := types[t.Loss]; !ok {
 			errs = append(errs, Errorf(pos, "train.loss %q is not defined%s; name an op output", t.Loss, suggest(t.Loss, keys(types))))
-		} else if len(lt.Shape) != 0 || lt.DType != tensor.F32 {
+		} else if len(lt.Shape) != 0 || lt.DType != ir.F32 {
 			errs = append(errs, Errorf(pos, "train.loss %q must be a float32 scalar, got %v (reduce it with mean or sum)", t.Loss, lt))
 		}
 	}
@@ -393,7 +393,7 @@ func (g *Graph) persistentNames() []string {
 const MaxElements = 1 << 31
 
 // numel returns the element count of s, or -1 when it exceeds MaxElements.
-func numel(s tensor.Shape) int {
+func numel(s ir.Shape) int {
 	n := 1
 	for _, d := range s {
 		if d < 0 {

@@ -5,8 +5,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // Pos is a position in a model file.
@@ -78,9 +78,9 @@ type Init struct {
 type Var struct {
 	Name  string
 	Kind  VarKind
-	DType tensor.DType
+	DType ir.DType
 	// Shape may hold -1 for the batch dimension of data variables.
-	Shape tensor.Shape
+	Shape ir.Shape
 	Init  *Init
 	// Place is an optional placement override: "trainer", "pserver" or "pserver:<i>".
 	Place string
@@ -101,7 +101,7 @@ type Block struct {
 	Of         string
 	Start, End int
 	Stride     int // 0 or 1: every row
-	Shape      tensor.Shape
+	Shape      ir.Shape
 	Pos        Pos
 }
 
@@ -115,7 +115,7 @@ func (b *Block) Rows() int { return (b.End - b.Start + b.Step() - 1) / b.Step() 
 // it, the whole shape (nil: v's own), the first row and the distance
 // between rows. For a block these
 // are the whole variable's, so placement never changes the initial model.
-func (v *Var) InitTarget() (name string, full tensor.Shape, rowStart, rowStep int) {
+func (v *Var) InitTarget() (name string, full ir.Shape, rowStart, rowStep int) {
 	if b := v.Block; b != nil {
 		return b.Of, b.Shape, b.Start, b.Step()
 	}

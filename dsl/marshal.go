@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Marshal writes g as DSL YAML that LoadBytes reads back into an equal
@@ -161,7 +161,7 @@ func RelPath(dir, path string) string {
 
 func varFlow(v *Var) string {
 	parts := []string{"shape: " + intList(v.Shape)}
-	if v.DType != tensor.F32 {
+	if v.DType != ir.F32 {
 		parts = append(parts, "dtype: "+v.DType.String())
 	}
 	if v.Init != nil {

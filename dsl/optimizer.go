@@ -9,7 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Template is an optimizer written in the DSL: per-parameter state and an
@@ -26,7 +26,7 @@ type Template struct {
 // TemplateState is one optimizer state variable per parameter.
 type TemplateState struct {
 	Name  string
-	Shape tensor.Shape // nil: the parameter's shape
+	Shape ir.Shape // nil: the parameter's shape
 	Init  *Init
 	Pos   Pos
 }

@@ -13,8 +13,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // SchemaVersion is the DSL version this psgraph reads and writes.
@@ -189,14 +189,14 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		if c == nil || c.Name == "" {
 			continue
 		}
-		v := &Var{Name: c.Name, Kind: KindData, Pos: c.Pos, DType: tensor.I32}
+		v := &Var{Name: c.Name, Kind: KindData, Pos: c.Pos, DType: ir.I32}
 		switch c {
 		case data.Features:
-			v.DType, v.Shape = tensor.F32, tensor.Shape{-1, c.Hi - c.Lo}
+			v.DType, v.Shape = ir.F32, ir.Shape{-1, c.Hi - c.Lo}
 		case data.Label:
-			v.Shape = tensor.Shape{-1}
+			v.Shape = ir.Shape{-1}
 		default:
-			v.Shape = tensor.Shape{-1, c.Hi - c.Lo}
+			v.Shape = ir.Shape{-1, c.Hi - c.Lo}
 		}
 		d.declare(g, v)
 	}
@@ -402,7 +402,7 @@ var varKeys = []string{"shape", "init", "dtype", "place", "of", "block"}
 
 func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 	d.fields(n, section, nil, func(name string, k, v *yaml.Node) {
-		vr := &Var{Name: name, Kind: kind, DType: tensor.F32, Pos: d.pos(k)}
+		vr := &Var{Name: name, Kind: kind, DType: ir.F32, Pos: d.pos(k)}
 		what := section + "." + name
 		hasShape := false
 		d.fields(v, what, varKeys, func(key string, kk, vv *yaml.Node) {
@@ -422,7 +422,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 				vr.Init = d.init(vv, what+".init")
 			case "dtype":
 				if s, ok := d.str(vv, what+".dtype"); ok {
-					dt, ok := tensor.ParseDType(s)
+					dt, ok := ir.ParseDType(s)
 					if !ok {
 						d.errorf(vv, "%s.dtype %q is not float32 or int32", what, s)
 					}
@@ -437,7 +437,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 			}
 		})
 		if b := vr.Block; b != nil && vr.Shape != nil {
-			want := append(tensor.Shape{b.Rows()}, b.Shape[1:]...)
+			want := append(ir.Shape{b.Rows()}, b.Shape[1:]...)
 			if !vr.Shape.Equal(want) {
 				d.errorf(v, "%s.shape %v does not match its block: rows [%d, %d) (stride %d) of %s %v have shape %v", what, vr.Shape, b.Start, b.End, b.Step(), b.Of, b.Shape, want)
 			}
@@ -445,7 +445,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 		if !hasShape && v.Kind == yaml.MappingNode {
 			d.errorf(v, "%s needs a shape, e.g. shape: [64, 128]", what)
 		}
-		if kind == KindParam && vr.DType != tensor.F32 {
+		if kind == KindParam && vr.DType != ir.F32 {
 			d.errorf(v, "%s: parameters are float32", what)
 		}
 		if vr.Init == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/blas"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -80,7 +81,7 @@ func (c *NetComm) routeOf(a ops.Attrs, key string) (*route, error) {
 	}
 	r := &route{offset: int64(a.Int("step_offset")), replyTo: a.String("reply_to")}
 	if key != "accumulate" {
-		p, err := ops.ParsePeer(a.String(key))
+		p, err := kernels.ParsePeer(a.String(key))
 		if err != nil {
 			return nil, err
 		}
@@ -327,9 +328,9 @@ func Transfers(g *dsl.Graph, batch int) ([]transport.Spec, error) {
 			specs = append(specs, transport.Spec{Var: v, DType: transport.DType(t.DType), Bytes: 4 * t.Shape.Numel()})
 		case "fetch_rows": // the rows the shards answer: at most every id fetched
 			t := types[op.Outputs[0]]
-			specs = append(specs, transport.Spec{Var: ops.RowsTransfer(v), DType: transport.F32, Bytes: 4 * t.MaxRows * t.Shape[1], AtMost: true})
+			specs = append(specs, transport.Spec{Var: kernels.RowsTransfer(v), DType: transport.F32, Bytes: 4 * t.MaxRows * t.Shape[1], AtMost: true})
 		case "serve_rows": // a trainer's ids
-			specs = append(specs, transport.Spec{Var: ops.IDsTransfer(v), DType: transport.I32, Bytes: 4 * op.Attrs.Int("max_rows"), AtMost: true})
+			specs = append(specs, transport.Spec{Var: kernels.IDsTransfer(v), DType: transport.I32, Bytes: 4 * op.Attrs.Int("max_rows"), AtMost: true})
 		case "accumulate_rows": // a trainer's row gradient: ids, then values
 			t := types[op.Outputs[0]]
 			specs = append(specs, transport.Spec{Var: v, DType: transport.Rows, Bytes: 4 * op.Attrs.Int("max_rows") * (1 + t.Shape[1]), AtMost: true})
@@ -338,7 +339,7 @@ func Transfers(g *dsl.Graph, batch int) ([]transport.Spec, error) {
 	return specs, nil
 }
 
-func nodeOf(p ops.Peer) transport.NodeID {
+func nodeOf(p kernels.Peer) transport.NodeID {
 	if p.Role == "trainer" {
 		return transport.Trainer(p.Index)
 	}
@@ -348,7 +349,7 @@ func nodeOf(p ops.Peer) transport.NodeID {
 // SendBytes queues a payload of varying length (a sharded table's ids,
 // rows or row gradient) for peer. A trainer remembers what it sent each
 // pserver, as for a gradient, to re-send it to a restarted one.
-func (c *NetComm) SendBytes(ctx context.Context, step int64, p ops.Peer, v string, wt ops.WireType, payload []byte) error {
+func (c *NetComm) SendBytes(ctx context.Context, step int64, p kernels.Peer, v string, wt kernels.WireType, payload []byte) error {
 	return c.send(ctx, nodeOf(p), step, v, transport.DType(wt), payload)
 }
 
@@ -357,7 +358,7 @@ func (c *NetComm) SendBytes(ctx context.Context, step int64, p ops.Peer, v strin
 // meanwhile gets TrainerTimeout to come back, as for a gradient; a
 // pserver lost or restarted is waited for and brought up to date, as for
 // a parameter (recvFromPServer).
-func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v string, dst []byte) (int, error) {
+func (c *NetComm) RecvBytes(ctx context.Context, step int64, p kernels.Peer, v string, dst []byte) (int, error) {
 	sink := prefixPool.Get().(*transport.Prefix)
 	defer prefixPool.Put(sink)
 	sink.Buf, sink.N = dst, 0
@@ -393,7 +394,7 @@ func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ops.Peer, v strin
 // table (c.started set) also ends when any peer restarts (restarted
 // true): a restart does not fail a receive waiting for the old process,
 // and the shard must notice that p came back (tableTrainerRestarted).
-func (c *NetComm) recvUntilRestart(ctx context.Context, p ops.Peer, step int64, v string, sink transport.Sink) (restarted bool, err error) {
+func (c *NetComm) recvUntilRestart(ctx context.Context, p kernels.Peer, step int64, v string, sink transport.Sink) (restarted bool, err error) {
 	if p.Role != "trainer" || c.Async || c.started == nil {
 		return false, c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
 	}
@@ -413,7 +414,7 @@ func (c *NetComm) recvUntilRestart(ctx context.Context, p ops.Peer, step int64, 
 // and a restarted trainer joins at a step its dense parameters say, which
 // the shard's step need not be, so it would wait forever (async shards
 // take whatever comes, from any trainer).
-func (c *NetComm) tableTrainerRestarted(p ops.Peer, step int64, v string) error {
+func (c *NetComm) tableTrainerRestarted(p kernels.Peer, step int64, v string) error {
 	if p.Role != "trainer" || c.Async || c.started == nil || p.Index >= len(c.started) {
 		return nil
 	}

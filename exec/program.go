@@ -9,6 +9,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -57,7 +58,7 @@ type Program struct {
 
 type node struct {
 	op     *dsl.Op
-	kernel ops.Kernel
+	kernel kernels.Kernel
 	succ   []int32
 	npred  int32
 }
@@ -140,7 +141,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			continue
 		}
 		op := g.Ops[i]
-		args := ops.KernelArgs{Attrs: op.Attrs}
+		args := kernels.Args{Attrs: op.Attrs}
 		for _, in := range op.Inputs {
 			args.In = append(args.In, tensorOf(in))
 		}
@@ -151,7 +152,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			args.Attrs = dsl.AttrsAtBatch(args.Attrs, batch)
 		}
 		def, _ := ops.Lookup(op.Type)
-		k, err := def.Kernel(args)
+		k, err := kernels.Build(op.Type, args)
 		if err != nil {
 			return nil, dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
 		}
@@ -264,13 +265,13 @@ func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOp
 // Run executes one step: every op once, in dependency order, independent
 // ops concurrently; then the assigns move next-step values into the
 // persistent variables (by swapping buffers, not copying).
-func (p *Program) Run(rt ops.Runtime) error {
+func (p *Program) Run(rt kernels.Runtime) error {
 	if err := p.sched.run(rt); err != nil {
 		return err
 	}
 	for _, a := range p.assigns {
 		if a[1].Rows != nil {
-			ops.ScatterRows(a[0], a[1])
+			kernels.ScatterRows(a[0], a[1])
 		} else {
 			tensor.SwapData(a[0], a[1])
 		}
@@ -281,8 +282,8 @@ func (p *Program) Run(rt ops.Runtime) error {
 // onRows runs an element-wise kernel on the values of a row-sparse output:
 // its buffer is sized to the step's rows first, so the kernel's loops (over
 // the slices' lengths) cover exactly the rows the step holds.
-func onRows(k ops.Kernel, out *tensor.Tensor) ops.Kernel {
-	return func(rt ops.Runtime) error {
+func onRows(k kernels.Kernel, out *tensor.Tensor) kernels.Kernel {
+	return func(rt kernels.Runtime) error {
 		out.Fit()
 		return k(rt)
 	}
@@ -307,7 +308,7 @@ type scheduler struct {
 	idle    int
 	gen     uint64
 	err     error
-	rt      ops.Runtime
+	rt      kernels.Runtime
 	closed  bool
 	wg      sync.WaitGroup
 	helpers int
@@ -326,7 +327,7 @@ func newScheduler(p *Program, workers int) *scheduler {
 	return s
 }
 
-func (s *scheduler) run(rt ops.Runtime) error {
+func (s *scheduler) run(rt kernels.Runtime) error {
 	if s.helpers == 0 {
 		return s.runSequential(rt)
 	}
@@ -350,7 +351,7 @@ func (s *scheduler) run(rt ops.Runtime) error {
 }
 
 // runSequential is the one-goroutine path: ops in dependency order.
-func (s *scheduler) runSequential(rt ops.Runtime) error {
+func (s *scheduler) runSequential(rt kernels.Runtime) error {
 	// nodes are stored in topological order
 	for i := range s.p.nodes {
 		n := &s.p.nodes[i]

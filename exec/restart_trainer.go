@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -92,7 +92,7 @@ func (c *NetComm) join(ctx context.Context, g *dsl.Graph, start int64) error {
 		default:
 			continue
 		}
-		peer, err := ops.ParsePeer(op.Attrs.String(key))
+		peer, err := kernels.ParsePeer(op.Attrs.String(key))
 		if err != nil || peer.Role != "pserver" || peer.Index < 0 {
 			continue
 		}
@@ -125,10 +125,10 @@ func (c *NetComm) join(ctx context.Context, g *dsl.Graph, start int64) error {
 			if op.Type == "fetch_rows" {
 				got := &atomic.Int64{}
 				got.Store(learning)
-				l.got[ops.RowsTransfer(v)] = got
-				l.sent[ops.IDsTransfer(v)] = &sentMsg{request: true, answer: got}
+				l.got[kernels.RowsTransfer(v)] = got
+				l.sent[kernels.IDsTransfer(v)] = &sentMsg{request: true, answer: got}
 			} else {
-				l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], ops.Peer{Role: "pserver", Index: i}.String())}
+				l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], kernels.Peer{Role: "pserver", Index: i}.String())}
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/blas"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -28,16 +29,16 @@ type Comm interface {
 	// and returns err.
 	StopJob(err error) error
 	// SendBytes, RecvBytes and RecvAnyBytes move payloads of varying
-	// length (a sharded table's ids, rows and row gradients; ops.Runtime).
-	SendBytes(ctx context.Context, step int64, peer ops.Peer, v string, wt ops.WireType, payload []byte) error
-	RecvBytes(ctx context.Context, step int64, peer ops.Peer, v string, dst []byte) (int, error)
+	// length (a sharded table's ids, rows and row gradients; kernels.Runtime).
+	SendBytes(ctx context.Context, step int64, peer kernels.Peer, v string, wt kernels.WireType, payload []byte) error
+	RecvBytes(ctx context.Context, step int64, peer kernels.Peer, v string, dst []byte) (int, error)
 	RecvAnyBytes(ctx context.Context, v string, dst []byte) (n, trainer int, step int64, err error)
 	// Pending waits until one of the transfers vs has a message from any
-	// trainer (ops.Runtime).
+	// trainer (kernels.Runtime).
 	Pending(ctx context.Context, vs []string) (string, error)
 }
 
-// NodeRuntime is the ops.Runtime of one node: the step being run, the
+// NodeRuntime is the kernels.Runtime of one node: the step being run, the
 // node's queues and its communication.
 type NodeRuntime struct {
 	Ctx          context.Context
@@ -45,7 +46,7 @@ type NodeRuntime struct {
 	Comm         Comm
 	TrainerIndex int
 	TrainerCount int
-	// AsyncJob: the node is part of an async job (ops.Runtime.Async).
+	// AsyncJob: the node is part of an async job (kernels.Runtime.Async).
 	AsyncJob bool
 
 	mu     sync.Mutex
@@ -79,14 +80,14 @@ func (r *NodeRuntime) Accumulate(a ops.Attrs, n int, t *tensor.Tensor) error {
 	return r.Comm.Accumulate(r.Ctx, r.StepNum, a, n, t)
 }
 
-func (r *NodeRuntime) SendBytes(p ops.Peer, step int64, v string, wt ops.WireType, payload []byte) error {
+func (r *NodeRuntime) SendBytes(p kernels.Peer, step int64, v string, wt kernels.WireType, payload []byte) error {
 	if r.Comm == nil {
 		return errNoComm
 	}
 	return r.Comm.SendBytes(r.Ctx, step, p, v, wt, payload)
 }
 
-func (r *NodeRuntime) RecvBytes(p ops.Peer, v string, dst []byte) (int, error) {
+func (r *NodeRuntime) RecvBytes(p kernels.Peer, v string, dst []byte) (int, error) {
 	if r.Comm == nil {
 		return 0, errNoComm
 	}
@@ -110,7 +111,7 @@ func (r *NodeRuntime) Pending(vs []string) (string, error) {
 func (r *NodeRuntime) Async() bool { return r.AsyncJob }
 
 // Queue returns the node-local bounded queue of that name.
-func (r *NodeRuntime) Queue(name string, capacity int) ops.Queue {
+func (r *NodeRuntime) Queue(name string, capacity int) kernels.Queue {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.queues == nil {

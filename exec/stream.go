@@ -5,6 +5,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -52,7 +53,7 @@ type Streamer struct {
 	cur           int // length the temporaries are sliced to
 
 	// per step
-	rt     ops.Runtime
+	rt     kernels.Runtime
 	begun  bool
 	next   int       // first element not yet passed to Chunk
 	carry  []float32 // gradient of an aligned group a Chunk call left incomplete
@@ -76,7 +77,7 @@ type StreamGrad struct {
 
 type streamSend struct {
 	op     *dsl.Op
-	kernel ops.Kernel
+	kernel kernels.Kernel
 }
 
 type blockAssign struct {
@@ -251,8 +252,7 @@ func NewStreamer(p *Program, chunkElems int) (*Streamer, string) {
 		case chunked[x] && (g.Vars[x] == nil || isAssigned(g, x)):
 			return nil, fmt.Sprintf("%s sends %s, which streaming never holds whole; only the next value of an assigned block (or a scalar) can be sent", describeOp(op), x)
 		}
-		def, _ := ops.Lookup(op.Type)
-		k, err := def.Kernel(ops.KernelArgs{In: []*tensor.Tensor{payload}, Attrs: op.Attrs})
+		k, err := kernels.Build(op.Type, kernels.Args{In: []*tensor.Tensor{payload}, Attrs: op.Attrs})
 		if err != nil {
 			return nil, fmt.Sprintf("%s: %v", describeOp(op), err)
 		}
@@ -309,7 +309,7 @@ func (s *Streamer) Grad() StreamGrad { return s.info }
 // Chunk, since the chunks overwrite in place the block sent last step
 // (Program.Run writes the other buffer and swaps). A step begun and not
 // ended is abandoned; the ranges it applied stay applied.
-func (s *Streamer) Begin(rt ops.Runtime) error {
+func (s *Streamer) Begin(rt kernels.Runtime) error {
 	s.rt, s.begun, s.next, s.carryN = rt, true, 0, 0
 	for _, i := range s.begin {
 		n := &s.prog.nodes[i]
@@ -395,7 +395,7 @@ func (s *Streamer) apply(off int, grad []float32) error {
 // End finishes the step once the chunks covered the block: the part's
 // sends, with the block variable (now holding its next value) as the
 // payload of what sent that value, then the scalar assigns.
-func (s *Streamer) End(rt ops.Runtime) error {
+func (s *Streamer) End(rt kernels.Runtime) error {
 	if !s.begun || s.next != s.info.Elems || s.carryN != 0 {
 		return fmt.Errorf("stream %s: End after %d of the block's %d elements; Begin, then chunks covering the block", s.info.Var, s.next, s.info.Elems)
 	}

@@ -17,7 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // PlanVersion is the plan.yaml format version.
@@ -470,7 +470,7 @@ func (p *Plan) Summary() string {
 			fmt.Fprintf(&b, "  ... and %d more parameters (see %s)\n", len(in.Params)-i, PlanFileName)
 			break
 		}
-		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, tensor.Shape(pi.Shape).String(), ByteSize(pi.Bytes))
+		fmt.Fprintf(&b, "  %-12s %-12s %10s  ", pi.Name, ir.Shape(pi.Shape).String(), ByteSize(pi.Bytes))
 		switch {
 		case pi.Node == trainerNode:
 			fmt.Fprintf(&b, "-> trainer (%s)\n", pi.Whole)

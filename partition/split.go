@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // Mode is how pservers combine the trainers' gradients.
@@ -72,7 +72,7 @@ type block struct {
 	name       string
 	start, end int
 	stride     int // a table's shard: rows start, start+stride, ... < end
-	shape      tensor.Shape
+	shape      ir.Shape
 	bytes      int
 	pserver    int
 }
@@ -404,7 +404,7 @@ func (s *splitter) cutBlocks() error {
 			b := &block{g: gr, name: n, start: start, end: start + r, pserver: -1}
 			if nb > 1 {
 				b.name = BlockName(n, j)
-				b.shape = append(tensor.Shape{r}, shape[1:]...)
+				b.shape = append(ir.Shape{r}, shape[1:]...)
 			} else {
 				b.shape = shape.Clone()
 			}
@@ -431,7 +431,7 @@ func (s *splitter) shardTable(gr *group) error {
 	for j := range m {
 		rows := (shape[0] - j + m - 1) / m
 		b := &block{g: gr, name: ShardName(gr.param.Name, j), start: j, end: shape[0], stride: m, pserver: j,
-			shape: append(tensor.Shape{rows}, shape[1:]...)}
+			shape: append(ir.Shape{rows}, shape[1:]...)}
 		b.bytes = b.shape.Numel() * gr.param.DType.Size()
 		gr.blocks = append(gr.blocks, b)
 	}
@@ -542,8 +542,8 @@ func newOp(typ string, inputs, outputs []string, attrs ops.Attrs, pos dsl.Pos) *
 	return dsl.NewOp(typ, inputs, outputs, attrs, dsl.Backward, pos)
 }
 
-func dtypeAttr(d tensor.DType) string {
-	if d == tensor.I32 {
+func dtypeAttr(d ir.DType) string {
+	if d == ir.I32 {
 		return "i32"
 	}
 	return "f32"

@@ -1,15 +1,24 @@
-// Package ops is psgraph's op catalog. Each op is one Def that keeps its
-// signature, shape rule, gradient rule and kernel together; the DSL loader
-// validates against it, autodiff asks it for gradients and the executor asks
-// it for kernels. The catalog is built once at init and never mutated after.
+// Package ops is psgraph's op catalog: what each op is, not how it runs.
+// Each op is one Def that keeps its signature, attributes, shape rule,
+// gradient rule and the properties the converter and executor need
+// (element-wise, blocking, stateful, internal, sparse inputs) together; the
+// DSL loader validates against it, autodiff asks it for gradients and
+// partition for attributes. Pure shape helpers that kernels need too
+// (BroadcastShape, RowAxis, ...) live here as well.
+//
+// The kernels, and the contracts between kernels and the runtime, are in
+// exec/kernels, registered under the same op names, in files named like
+// the ones here (op_unary.go holds the unary rules; exec/kernels/op_unary.go
+// their kernels). This package imports nothing under exec.
+//
+// The catalog is built once at init and never mutated after.
 package ops
 
 import (
-	"context"
 	"fmt"
 	"sort"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Type is the static type of a variable: dtype and a concrete shape.
@@ -21,8 +30,8 @@ import (
 // same RowSet hold the same rows in the same order, so element-wise ops
 // combine their values directly.
 type Type struct {
-	DType   tensor.DType
-	Shape   tensor.Shape
+	DType   ir.DType
+	Shape   ir.Shape
 	RowSet  string
 	MaxRows int
 }
@@ -32,8 +41,8 @@ func (t Type) Sparse() bool { return t.MaxRows > 0 }
 
 // RowShape is the dense shape of a row-sparse value's values at their
 // largest: [MaxRows, Shape[1:]...].
-func (t Type) RowShape() tensor.Shape {
-	return append(tensor.Shape{t.MaxRows}, t.Shape[1:]...)
+func (t Type) RowShape() ir.Shape {
+	return append(ir.Shape{t.MaxRows}, t.Shape[1:]...)
 }
 
 // Same reports whether two types are equal, sparseness included.
@@ -49,7 +58,7 @@ func (t Type) String() string {
 }
 
 // F32 is shorthand for a float32 type of the given shape.
-func F32(shape ...int) Type { return Type{DType: tensor.F32, Shape: tensor.Shape(shape)} }
+func F32(shape ...int) Type { return Type{DType: ir.F32, Shape: ir.Shape(shape)} }
 
 // AttrKind is the type of an attribute value.
 type AttrKind uint8
@@ -121,74 +130,6 @@ func (a Attrs) Clone() Attrs {
 	return c
 }
 
-// Runtime is what blocking and communication kernels need from the node
-// executing them. Pure compute kernels ignore it.
-type Runtime interface {
-	Context() context.Context
-	Step() int64
-	// Send hands t to the transfer named by attrs (var, to); it must not block on the network.
-	Send(attrs Attrs, t *tensor.Tensor) error
-	// Recv blocks until the transfer named by attrs (var, from) for this step arrived and fills t.
-	Recv(attrs Attrs, t *tensor.Tensor) error
-	// Accumulate blocks until n pieces of var for this step arrived and writes their mean into t.
-	Accumulate(attrs Attrs, n int, t *tensor.Tensor) error
-	// Queue returns the node-local queue of that name.
-	Queue(name string, capacity int) Queue
-	// Trainer returns this node's trainer index and the trainer count (0, 1 outside a job).
-	Trainer() (index, count int)
-	// SendBytes queues payload for peer under transfer v for this step: the
-	// lists of ids and rows of a sharded table, whose length varies. It
-	// must not block on the network; payload must not change before the
-	// node's next step.
-	// step is the step the message is keyed for (an async pserver answers
-	// a request for the step it was sent for).
-	SendBytes(peer Peer, step int64, v string, wt WireType, payload []byte) error
-	// RecvBytes blocks until transfer v of this step from peer arrived,
-	// reads it into the front of dst and returns its length.
-	RecvBytes(peer Peer, v string, dst []byte) (int, error)
-	// RecvAnyBytes blocks until transfer v arrived from any trainer (async
-	// pservers), reads it into the front of dst and returns its length, the
-	// trainer and the step it was sent for.
-	RecvAnyBytes(v string, dst []byte) (n int, trainer int, step int64, err error)
-	// Pending blocks until a message of one of the transfers vs arrived
-	// from any trainer and returns the name of the first of vs with one,
-	// leaving it for a receive: an async pserver serves a table's rows
-	// while it waits for a row gradient.
-	Pending(vs []string) (string, error)
-	// Async reports whether the node is part of an async job: a pserver
-	// takes each piece from whichever trainer sent it first, whatever the
-	// trainer count.
-	Async() bool
-}
-
-// WireType is the element type of a payload, numbered as the wire numbers
-// it (transport.DType).
-type WireType uint8
-
-const (
-	WireF32  WireType = 1
-	WireI32  WireType = 2
-	WireRows WireType = 3 // n int32 row ids, then the n rows' float32 values
-)
-
-// Queue is a bounded FIFO of tensors owned by one node.
-type Queue interface {
-	Enqueue(ctx context.Context, t *tensor.Tensor) error
-	// Dequeue blocks until min items are queued, removes them and writes their mean into out.
-	Dequeue(ctx context.Context, min int, out *tensor.Tensor) error
-}
-
-// Kernel runs an op once. It reads and writes the tensors it was built for,
-// through their pointers, on every run.
-type Kernel func(rt Runtime) error
-
-// KernelArgs is what a kernel constructor gets: the op's input and output
-// tensors (allocated by the executor from the inferred types) and attributes.
-type KernelArgs struct {
-	In, Out []*tensor.Tensor
-	Attrs   Attrs
-}
-
 // GradBuilder is how a gradient rule adds backward ops to the graph.
 type GradBuilder interface {
 	// Emit appends an op and returns the name of its single (fresh) output.
@@ -222,8 +163,6 @@ type Def struct {
 	// Grad returns one gradient var name per input ("" for none). Nil means
 	// the op is not differentiable (e.g. accuracy): no gradient flows through.
 	Grad func(b GradBuilder, g GradArgs) []string
-	// Kernel builds the op's kernel for concrete tensors.
-	Kernel func(k KernelArgs) (Kernel, error)
 	// ElementWise ops read and write every tensor at the same flat index, so
 	// they can run on a row block of a parameter as well as on the whole.
 	ElementWise bool

@@ -5,54 +5,44 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Communication and queue ops. `psgraph split` inserts send, recv and
 // accumulate on every edge that crosses a node boundary; enqueue and dequeue
 // are node-local bounded queues that model files may use directly. Their
-// kernels only call the Runtime, so the same op runs over TCP, over the
-// in-memory transport in tests, or fails clearly in a local run.
+// kernels (exec/kernels) only call the Runtime, so the same op runs over
+// TCP, over the in-memory transport in tests, or fails clearly in a local
+// run.
 
-// Peer is a parsed `to`/`from` attribute: a role and an index (-1: every
-// node of that role, or in async mode the node the current piece came from).
-type Peer struct {
-	Role  string // "trainer" or "pserver"
-	Index int
-}
-
-func (p Peer) String() string {
-	if p.Index < 0 {
-		return p.Role
-	}
-	return p.Role + ":" + strconv.Itoa(p.Index)
-}
-
-// ParsePeer reads "trainer", "trainer:<i>" or "pserver:<i>".
-func ParsePeer(s string) (Peer, error) {
+// ParsePeer checks a `to`/`from` attribute, "trainer", "trainer:<i>" or
+// "pserver:<i>", and returns its role and index (-1: every node of that
+// role, or in async mode the node the current piece came from). The
+// runtime's kernels.Peer is the parsed value.
+func ParsePeer(s string) (role string, index int, err error) {
 	role, idx, has := strings.Cut(s, ":")
 	if role != "trainer" && role != "pserver" {
-		return Peer{}, fmt.Errorf("peer %q must be trainer, trainer:<i> or pserver:<i>", s)
+		return "", 0, fmt.Errorf("peer %q must be trainer, trainer:<i> or pserver:<i>", s)
 	}
 	if !has {
 		if role == "pserver" {
-			return Peer{}, fmt.Errorf("peer %q must name one pserver, as pserver:<i>", s)
+			return "", 0, fmt.Errorf("peer %q must name one pserver, as pserver:<i>", s)
 		}
-		return Peer{Role: role, Index: -1}, nil
+		return role, -1, nil
 	}
 	i, err := strconv.Atoi(idx)
 	if err != nil || i < 0 {
-		return Peer{}, fmt.Errorf("peer %q: index must be a non-negative integer", s)
+		return "", 0, fmt.Errorf("peer %q: index must be a non-negative integer", s)
 	}
-	return Peer{Role: role, Index: i}, nil
+	return role, i, nil
 }
 
-func parseDType(s string) (tensor.DType, error) {
+func parseDType(s string) (ir.DType, error) {
 	switch s {
 	case "", "f32", "float32":
-		return tensor.F32, nil
+		return ir.F32, nil
 	case "i32", "int32":
-		return tensor.I32, nil
+		return ir.I32, nil
 	}
 	return 0, fmt.Errorf("dtype %q must be f32 or i32", s)
 }
@@ -63,7 +53,7 @@ func inferFromShapeAttr(_ []Type, a Attrs) ([]Type, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := tensor.Shape(a.Ints("shape")).Clone()
+	s := ir.Shape(a.Ints("shape")).Clone()
 	for _, d := range s {
 		if d <= 0 && d != -1 {
 			return nil, Errorf("shape %v: dimensions must be positive (-1 for the batch)", s)
@@ -76,7 +66,7 @@ func checkPeerAttr(a Attrs, name string) error {
 	if !a.Has(name) {
 		return nil
 	}
-	_, err := ParsePeer(a.String(name))
+	_, _, err := ParsePeer(a.String(name))
 	return err
 }
 
@@ -100,10 +90,6 @@ func init() {
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
 			return []Type{}, checkPeerAttr(a, "to")
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, a := k.In[0], k.Attrs
-			return func(rt Runtime) error { return rt.Send(a, x) }, nil
-		},
 		Stateful: true, Internal: true,
 	}, &Def{
 		Name: "recv", Doc: "blocks until the transfer `var` from `from` for this step arrived, and outputs it",
@@ -118,10 +104,6 @@ func init() {
 				return nil, err
 			}
 			return inferFromShapeAttr(in, a)
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			y, a := k.Out[0], k.Attrs
-			return func(rt Runtime) error { return rt.Recv(a, y) }, nil
 		},
 		Blocking: true, Internal: true,
 	}, &Def{
@@ -138,13 +120,6 @@ func init() {
 			}
 			return inferFromShapeAttr(in, a)
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			y, a, n := k.Out[0], k.Attrs, k.Attrs.Int("count")
-			if y.DType != tensor.F32 {
-				return nil, fmt.Errorf("accumulate averages float32 tensors, got %v", y.DType)
-			}
-			return func(rt Runtime) error { return rt.Accumulate(a, n, y) }, nil
-		},
 		Blocking: true, Internal: true,
 	}, &Def{
 		Name: "enqueue", Doc: "copies x into the node-local bounded queue `queue`; blocks while the queue is full",
@@ -158,10 +133,6 @@ func init() {
 				return nil, Errorf("capacity must be at least 1")
 			}
 			return []Type{}, nil
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, name, c := k.In[0], k.Attrs.String("queue"), k.Attrs.Int("capacity")
-			return func(rt Runtime) error { return rt.Queue(name, c).Enqueue(rt.Context(), x) }, nil
 		},
 		Stateful: true, Blocking: true,
 	}, &Def{
@@ -178,10 +149,6 @@ func init() {
 				return nil, Errorf("min_count %d must be between 1 and capacity %d", m, c)
 			}
 			return inferFromShapeAttr(in, a)
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			y, name, c, m := k.Out[0], k.Attrs.String("queue"), k.Attrs.Int("capacity"), k.Attrs.Int("min_count")
-			return func(rt Runtime) error { return rt.Queue(name, c).Dequeue(rt.Context(), m, y) }, nil
 		},
 		Blocking: true,
 	})

@@ -1,6 +1,6 @@
 package ops
 
-import "github.com/psgraph/psgraph/exec/tensor"
+import "github.com/psgraph/psgraph/dsl/ir"
 
 func init() {
 	register(&Def{
@@ -11,22 +11,13 @@ func init() {
 			{Name: "shape", Kind: AttrInts, Default: []int{}, Doc: "dimensions; [] is a scalar"},
 		},
 		Infer: func(_ []Type, a Attrs) ([]Type, error) {
-			s := tensor.Shape(a.Ints("shape")).Clone()
+			s := ir.Shape(a.Ints("shape")).Clone()
 			for _, d := range s {
 				if d <= 0 {
 					return nil, Errorf("shape %v must have positive dimensions", s)
 				}
 			}
-			return []Type{{DType: tensor.F32, Shape: s}}, nil
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			y, v := k.Out[0], float32(k.Attrs.Float("value"))
-			return func(Runtime) error {
-				for i := range y.F {
-					y.F[i] = v
-				}
-				return nil
-			}, nil
+			return []Type{{DType: ir.F32, Shape: s}}, nil
 		},
 	})
 }

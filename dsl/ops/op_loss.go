@@ -1,10 +1,7 @@
 package ops
 
 import (
-	"fmt"
-	"math"
-
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Classification losses and metrics over logits [batch, classes] and
@@ -14,133 +11,35 @@ func init() {
 	register(&Def{
 		Name: "softmax_cross_entropy", Doc: "mean over the batch of -log softmax(logits)[label]",
 		Inputs: []string{"logits", "label"}, Outputs: []string{"loss"},
-		Infer: inferLogitsLabel(tensor.F32),
+		Infer: inferLogitsLabel(ir.F32),
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("softmax_cross_entropy_grad", []string{g.OutGrads[0], g.Inputs[0], g.Inputs[1]}, nil), ""}
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			logits, label, loss := k.In[0], k.In[1], k.Out[0]
-			rows, c := logits.Shape[0], logits.Shape[1]
-			return func(Runtime) error {
-				var total float64
-				for r := 0; r < rows; r++ {
-					row := logits.F[r*c : (r+1)*c]
-					y := int(label.I[r])
-					if y < 0 || y >= c {
-						return labelRange(r, y, c)
-					}
-					mx, lse := logSumExp(row)
-					total += lse + float64(mx) - float64(row[y])
-				}
-				loss.F[0] = float32(total / float64(rows))
-				return nil
-			}, nil
 		},
 	}, &Def{
 		Name: "softmax_cross_entropy_grad", Doc: "dlogits = dloss * (softmax(logits) - onehot(label)) / batch", Internal: true,
 		Inputs: []string{"dloss", "logits", "label"}, Outputs: []string{"dlogits"},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			dloss, logits, label, dx := k.In[0], k.In[1], k.In[2], k.Out[0]
-			rows, c := logits.Shape[0], logits.Shape[1]
-			return func(Runtime) error {
-				s := dloss.F[0] / float32(rows)
-				for r := 0; r < rows; r++ {
-					row, out := logits.F[r*c:(r+1)*c], dx.F[r*c:(r+1)*c]
-					y := int(label.I[r])
-					if y < 0 || y >= c {
-						return labelRange(r, y, c)
-					}
-					softmaxRow(row, out)
-					out[y] -= 1
-					for j := range out {
-						out[j] *= s
-					}
-				}
-				return nil
-			}, nil
+			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 	}, &Def{
 		Name: "accuracy", Doc: "fraction of rows whose largest logit is at the label (not differentiable)",
 		Inputs: []string{"logits", "label"}, Outputs: []string{"acc"},
-		Infer: inferLogitsLabel(tensor.F32),
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			logits, label, acc := k.In[0], k.In[1], k.Out[0]
-			rows, c := logits.Shape[0], logits.Shape[1]
-			return func(Runtime) error {
-				hit := 0
-				for r := 0; r < rows; r++ {
-					row := logits.F[r*c : (r+1)*c]
-					best := 0
-					for j, v := range row {
-						if v > row[best] {
-							best = j
-						}
-					}
-					if best == int(label.I[r]) {
-						hit++
-					}
-				}
-				acc.F[0] = float32(hit) / float32(rows)
-				return nil
-			}, nil
-		},
+		Infer: inferLogitsLabel(ir.F32),
 	})
 }
 
-func labelRange(row, y, c int) error {
-	return fmt.Errorf("label %d in batch row %d is outside [0, %d): the data has more classes than the logits", y, row, c)
-}
-
-func inferLogitsLabel(_ tensor.DType) func([]Type, Attrs) ([]Type, error) {
+func inferLogitsLabel(_ ir.DType) func([]Type, Attrs) ([]Type, error) {
 	return func(in []Type, _ Attrs) ([]Type, error) {
 		l, y := in[0], in[1]
-		if l.DType != tensor.F32 || len(l.Shape) != 2 {
+		if l.DType != ir.F32 || len(l.Shape) != 2 {
 			return nil, Errorf("logits must be float32 [batch, classes], got %v", l)
 		}
-		if y.DType != tensor.I32 || len(y.Shape) != 1 {
+		if y.DType != ir.I32 || len(y.Shape) != 1 {
 			return nil, Errorf("label must be int32 [batch], got %v", y)
 		}
 		if y.Shape[0] != l.Shape[0] {
 			return nil, Errorf("logits %v and label %v differ in batch size", l.Shape, y.Shape)
 		}
 		return []Type{F32()}, nil
-	}
-}
-
-// logSumExp returns the row max and log(sum(exp(row - max))).
-func logSumExp(row []float32) (float32, float64) {
-	mx := row[0]
-	for _, v := range row {
-		if v > mx {
-			mx = v
-		}
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v - mx))
-	}
-	return mx, math.Log(s)
-}
-
-// softmaxRow writes softmax(row) into out.
-func softmaxRow(row, out []float32) {
-	mx := row[0]
-	for _, v := range row {
-		if v > mx {
-			mx = v
-		}
-	}
-	var s float32
-	for j, v := range row {
-		e := float32(math.Exp(float64(v - mx)))
-		out[j] = e
-		s += e
-	}
-	inv := 1 / s
-	for j := range out {
-		out[j] *= inv
 	}
 }

@@ -1,8 +1,7 @@
 package ops
 
 import (
-	"github.com/psgraph/psgraph/exec/blas"
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 func init() {
@@ -13,11 +12,13 @@ func init() {
 			{Name: "transpose_a", Kind: AttrBool, Default: false, Doc: "use x transposed"},
 			{Name: "transpose_b", Kind: AttrBool, Default: false, Doc: "use y transposed"},
 		},
-		Infer: inferMatmul, Grad: gradMatmul, Kernel: kernelMatmul,
+		Infer: inferMatmul, Grad: gradMatmul,
 	})
 }
 
-func matmulDims(a, b tensor.Shape, ta, tb bool) (m, k, k2, n int) {
+// MatmulDims returns the dimensions of op(a) [m, k] and op(b) [k2, n],
+// op transposing when ta / tb is set.
+func MatmulDims(a, b ir.Shape, ta, tb bool) (m, k, k2, n int) {
 	m, k = a[0], a[1]
 	if ta {
 		m, k = k, m
@@ -31,13 +32,13 @@ func matmulDims(a, b tensor.Shape, ta, tb bool) (m, k, k2, n int) {
 
 func inferMatmul(in []Type, a Attrs) ([]Type, error) {
 	x, y := in[0], in[1]
-	if x.DType != tensor.F32 || y.DType != tensor.F32 {
+	if x.DType != ir.F32 || y.DType != ir.F32 {
 		return nil, Errorf("inputs must be float32, got %v and %v", x, y)
 	}
 	if len(x.Shape) != 2 || len(y.Shape) != 2 {
 		return nil, Errorf("inputs must be 2-D, got %v and %v", x.Shape, y.Shape)
 	}
-	m, k, k2, n := matmulDims(x.Shape, y.Shape, a.Bool("transpose_a"), a.Bool("transpose_b"))
+	m, k, k2, n := MatmulDims(x.Shape, y.Shape, a.Bool("transpose_a"), a.Bool("transpose_b"))
 	if k != k2 {
 		return nil, Errorf("inner dimensions differ: %v · %v (transpose_a=%v, transpose_b=%v): %d vs %d",
 			x.Shape, y.Shape, a.Bool("transpose_a"), a.Bool("transpose_b"), k, k2)
@@ -83,15 +84,4 @@ func gradMatmul(b GradBuilder, g GradArgs) []string {
 		}
 	}
 	return out
-}
-
-func kernelMatmul(k KernelArgs) (Kernel, error) {
-	x, y, z := k.In[0], k.In[1], k.Out[0]
-	ta, tb := k.Attrs.Bool("transpose_a"), k.Attrs.Bool("transpose_b")
-	m, kk, _, n := matmulDims(x.Shape, y.Shape, ta, tb)
-	lda, ldb := x.Shape[1], y.Shape[1]
-	return func(Runtime) error {
-		blas.Sgemm(ta, tb, m, n, kk, 1, x.F, lda, y.F, ldb, 0, z.F, n)
-		return nil
-	}, nil
 }

@@ -1,9 +1,7 @@
 package ops
 
 import (
-	"math"
-
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Element-wise losses, each a scalar mean over all elements:
@@ -17,35 +15,10 @@ func init() {
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("sigmoid_cross_entropy_grad", []string{g.OutGrads[0], g.Inputs[0], g.Inputs[1]}, nil), ""}
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, z, loss := k.In[0], k.In[1], k.Out[0]
-			inv := 1 / float64(max(x.Numel(), 1))
-			return func(Runtime) error {
-				var total float64
-				for i, v := range x.F {
-					xv, zv := float64(v), float64(z.F[i])
-					total += math.Max(xv, 0) - xv*zv + math.Log1p(math.Exp(-math.Abs(xv)))
-				}
-				loss.F[0] = float32(total * inv)
-				return nil
-			}, nil
-		},
 	}, &Def{
 		Name: "sigmoid_cross_entropy_grad", Doc: "dlogits = dloss * (σ(logits) - labels) / numel", Internal: true,
 		Inputs: []string{"dloss", "logits", "labels"}, Outputs: []string{"dlogits"},
 		Infer: inferPairLossGrad,
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			dloss, x, z, dx := k.In[0], k.In[1], k.In[2], k.Out[0]
-			inv := 1 / float32(max(x.Numel(), 1))
-			return func(Runtime) error {
-				s := dloss.F[0] * inv
-				zf := z.F[:len(dx.F)]
-				for i, v := range x.F[:len(dx.F)] {
-					dx.F[i] = s * (sigmoid(v) - zf[i])
-				}
-				return nil
-			}, nil
-		},
 	}, &Def{
 		Name: "mse", Doc: "mean over all elements of (pred - target)²",
 		Inputs: []string{"pred", "target"}, Outputs: []string{"loss"},
@@ -61,42 +34,17 @@ func init() {
 			}
 			return out
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			p, t, loss := k.In[0], k.In[1], k.Out[0]
-			inv := 1 / float64(max(p.Numel(), 1))
-			return func(Runtime) error {
-				var total float64
-				for i, v := range p.F {
-					d := float64(v) - float64(t.F[i])
-					total += d * d
-				}
-				loss.F[0] = float32(total * inv)
-				return nil
-			}, nil
-		},
 	}, &Def{
 		Name: "mse_grad", Doc: "dpred = dloss * 2 (pred - target) / numel", Internal: true,
 		Inputs: []string{"dloss", "pred", "target"}, Outputs: []string{"dpred"},
 		Infer: inferPairLossGrad,
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			dloss, p, t, dp := k.In[0], k.In[1], k.In[2], k.Out[0]
-			inv := 2 / float32(max(p.Numel(), 1))
-			return func(Runtime) error {
-				s := dloss.F[0] * inv
-				tf := t.F[:len(dp.F)]
-				for i, v := range p.F[:len(dp.F)] {
-					dp.F[i] = s * (v - tf[i])
-				}
-				return nil
-			}, nil
-		},
 	})
 }
 
 // inferPairLoss checks two float32 operands of one shape and returns a scalar.
 func inferPairLoss(a, b string) func([]Type, Attrs) ([]Type, error) {
 	return func(in []Type, _ Attrs) ([]Type, error) {
-		if in[0].DType != tensor.F32 || in[1].DType != tensor.F32 {
+		if in[0].DType != ir.F32 || in[1].DType != ir.F32 {
 			return nil, Errorf("%s and %s must be float32, got %v and %v", a, b, in[0], in[1])
 		}
 		if !in[0].Shape.Equal(in[1].Shape) {
@@ -114,5 +62,5 @@ func inferPairLossGrad(in []Type, _ Attrs) ([]Type, error) {
 	if !in[1].Shape.Equal(in[2].Shape) {
 		return nil, Errorf("operands %v and %v must have the same shape", in[1].Shape, in[2].Shape)
 	}
-	return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
+	return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 }

@@ -1,7 +1,7 @@
 package ops
 
 import (
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // slice_rows and concat cut and join tensors along one axis (dim 0 by
@@ -19,7 +19,7 @@ func init() {
 			{Name: "axis", Kind: AttrInt, Default: 0},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			ax, err := rowAxis(in[0].Shape, a.Int("axis"))
+			ax, err := RowAxis(in[0].Shape, a.Int("axis"))
 			if err != nil {
 				return nil, err
 			}
@@ -33,26 +33,8 @@ func init() {
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			rows := b.Type(g.Inputs[0]).Shape
-			ax, _ := rowAxis(rows, g.Attrs.Int("axis"))
+			ax, _ := RowAxis(rows, g.Attrs.Int("axis"))
 			return []string{b.Emit("pad_rows", []string{g.OutGrads[0]}, Attrs{"start": g.Attrs.Int("start"), "size": rows[ax], "axis": ax})}
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, y := k.In[0], k.Out[0]
-			ax, _ := rowAxis(x.Shape, k.Attrs.Int("axis"))
-			outer, n, inner := split3(x.Shape, ax)
-			s, e := k.Attrs.Int("start"), k.Attrs.Int("end")
-			w := (e - s) * inner
-			return func(Runtime) error {
-				for o := 0; o < outer; o++ {
-					src := o*n*inner + s*inner
-					if x.DType == tensor.F32 {
-						copy(y.F[o*w:(o+1)*w], x.F[src:src+w])
-					} else {
-						copy(y.I[o*w:(o+1)*w], x.I[src:src+w])
-					}
-				}
-				return nil
-			}, nil
 		},
 	}, &Def{
 		Name: "pad_rows", Doc: "y = zeros with `size` entries along `axis`, x placed at [start, start+len)", Internal: true,
@@ -63,7 +45,7 @@ func init() {
 			{Name: "axis", Kind: AttrInt, Default: 0},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			ax, err := rowAxis(in[0].Shape, a.Int("axis"))
+			ax, err := RowAxis(in[0].Shape, a.Int("axis"))
 			if err != nil {
 				return nil, err
 			}
@@ -72,35 +54,20 @@ func init() {
 			}
 			out := in[0].Shape.Clone()
 			out[ax] = a.Int("size")
-			return []Type{{DType: tensor.F32, Shape: out}}, nil
+			return []Type{{DType: ir.F32, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			n := b.Type(g.Inputs[0]).Shape
-			ax, _ := rowAxis(n, g.Attrs.Int("axis"))
+			ax, _ := RowAxis(n, g.Attrs.Int("axis"))
 			s := g.Attrs.Int("start")
 			return []string{b.Emit("slice_rows", []string{g.OutGrads[0]}, Attrs{"start": s, "end": s + n[ax], "axis": ax})}
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, y := k.In[0], k.Out[0]
-			ax, _ := rowAxis(x.Shape, k.Attrs.Int("axis"))
-			outer, n, inner := split3(x.Shape, ax)
-			s, size := k.Attrs.Int("start"), k.Attrs.Int("size")
-			w := n * inner
-			return func(Runtime) error {
-				clear(y.F)
-				for o := 0; o < outer; o++ {
-					dst := o*size*inner + s*inner
-					copy(y.F[dst:dst+w], x.F[o*w:(o+1)*w])
-				}
-				return nil
-			}, nil
 		},
 	}, &Def{
 		Name: "concat", Doc: "y = the inputs joined along `axis` (default 0)",
 		Inputs: []string{"xs..."}, Outputs: []string{"y"}, MinInputs: 1, MaxInputs: -1,
 		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: 0}},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			ax, err := rowAxis(in[0].Shape, a.Int("axis"))
+			ax, err := RowAxis(in[0].Shape, a.Int("axis"))
 			if err != nil {
 				return nil, err
 			}
@@ -121,7 +88,7 @@ func init() {
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			grads := make([]string, len(g.Inputs))
-			ax, _ := rowAxis(b.Type(g.Inputs[0]).Shape, g.Attrs.Int("axis"))
+			ax, _ := RowAxis(b.Type(g.Inputs[0]).Shape, g.Attrs.Int("axis"))
 			off := 0
 			for i, in := range g.Inputs {
 				n := b.Type(in).Shape[ax]
@@ -132,32 +99,11 @@ func init() {
 			}
 			return grads
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			y := k.Out[0]
-			ax, _ := rowAxis(y.Shape, k.Attrs.Int("axis"))
-			outer, total, inner := split3(y.Shape, ax)
-			xs := k.In
-			return func(Runtime) error {
-				for o := 0; o < outer; o++ {
-					dst := o * total * inner
-					for _, x := range xs {
-						w := x.Shape[ax] * inner
-						if y.DType == tensor.F32 {
-							copy(y.F[dst:dst+w], x.F[o*w:(o+1)*w])
-						} else {
-							copy(y.I[dst:dst+w], x.I[o*w:(o+1)*w])
-						}
-						dst += w
-					}
-				}
-				return nil
-			}, nil
-		},
 	})
 }
 
-// axisOf normalizes a possibly negative axis.
-func rowAxis(s tensor.Shape, axis int) (int, error) {
+// RowAxis normalizes a possibly negative axis of s and checks its range.
+func RowAxis(s ir.Shape, axis int) (int, error) {
 	if axis < 0 {
 		axis += len(s)
 	}
@@ -165,16 +111,4 @@ func rowAxis(s tensor.Shape, axis int) (int, error) {
 		return 0, Errorf("axis %d is out of range for shape %v", axis, s)
 	}
 	return axis, nil
-}
-
-// split3 returns the element counts before, along and after axis.
-func split3(s tensor.Shape, ax int) (outer, n, inner int) {
-	outer, inner = 1, 1
-	for _, d := range s[:ax] {
-		outer *= d
-	}
-	for _, d := range s[ax+1:] {
-		inner *= d
-	}
-	return outer, s[ax], inner
 }

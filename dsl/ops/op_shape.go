@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // reshape and transpose rearrange a tensor without changing its elements.
@@ -18,7 +18,7 @@ func init() {
 		Inputs: []string{"x"}, Outputs: []string{"y"},
 		Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts, Required: true, Doc: "dimensions of y; -1 is the batch"}},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			s := tensor.Shape(a.Ints("shape")).Clone()
+			s := ir.Shape(a.Ints("shape")).Clone()
 			for _, d := range s {
 				if d <= 0 {
 					return nil, Errorf("shape %v: dimensions must be positive (-1 for the batch)", s)
@@ -32,7 +32,6 @@ func init() {
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("reshape_like", []string{g.OutGrads[0], g.Inputs[0]}, nil)}
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) { return copyKernel(k.In[0], k.Out[0]), nil },
 	}, &Def{
 		Name: "reshape_like", Doc: "y = x with the shape of like (same elements, row-major order)", Internal: true,
 		Inputs: []string{"x", "like"}, Outputs: []string{"y"},
@@ -45,44 +44,35 @@ func init() {
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("reshape_like", []string{g.OutGrads[0], g.Inputs[0]}, nil), ""}
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) { return copyKernel(k.In[0], k.Out[0]), nil },
 	}, &Def{
 		Name: "transpose", Doc: "y = x with its axes permuted: y's axis i is x's axis perm[i]",
 		Inputs: []string{"x"}, Outputs: []string{"y"},
 		Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts, Doc: "a permutation of the axes; absent: reverse them"}},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
 			x := in[0].Shape
-			perm, err := permOf(a, len(x))
+			perm, err := PermOf(a, len(x))
 			if err != nil {
 				return nil, Errorf("%v for input %v", err, x)
 			}
-			out := make(tensor.Shape, len(x))
+			out := make(ir.Shape, len(x))
 			for i, p := range perm {
 				out[i] = x[p]
 			}
 			return []Type{{DType: in[0].DType, Shape: out}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
-			perm, _ := permOf(g.Attrs, len(b.Type(g.Inputs[0]).Shape))
+			perm, _ := PermOf(g.Attrs, len(b.Type(g.Inputs[0]).Shape))
 			inv := make([]int, len(perm))
 			for i, p := range perm {
 				inv[p] = i
 			}
 			return []string{b.Emit("transpose", []string{g.OutGrads[0]}, Attrs{"perm": inv})}
 		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, y := k.In[0], k.Out[0]
-			perm, err := permOf(k.Attrs, len(x.Shape))
-			if err != nil {
-				return nil, err
-			}
-			return transposeKernel(x, y, perm), nil
-		},
 	})
 }
 
-// permOf returns the perm attribute, or the reversed axes when it is absent.
-func permOf(a Attrs, rank int) ([]int, error) {
+// PermOf returns the perm attribute, or the reversed axes when it is absent.
+func PermOf(a Attrs, rank int) ([]int, error) {
 	if !a.Has("perm") {
 		p := make([]int, rank)
 		for i := range p {
@@ -113,55 +103,4 @@ func intList(v []int) string {
 		parts[i] = strconv.Itoa(d)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-func copyKernel(x, y *tensor.Tensor) Kernel {
-	return func(Runtime) error {
-		if y.DType == tensor.I32 {
-			copy(y.I, x.I)
-		} else {
-			copy(y.F, x.F)
-		}
-		return nil
-	}
-}
-
-// transposeKernel walks y in order, keeping the matching flat index of x.
-func transposeKernel(x, y *tensor.Tensor, perm []int) Kernel {
-	rank := len(perm)
-	xStride := make([]int, rank)
-	s := 1
-	for d := rank - 1; d >= 0; d-- {
-		xStride[d] = s
-		s *= x.Shape[d]
-	}
-	// st[i]: step in x when y's axis i advances by one.
-	st := make([]int, rank)
-	for i, p := range perm {
-		st[i] = xStride[p]
-	}
-	dims := y.Shape.Clone()
-	idx := make([]int, rank)
-	return func(Runtime) error {
-		clear(idx)
-		n := y.Numel()
-		src := 0
-		for i := 0; i < n; i++ {
-			if y.DType == tensor.I32 {
-				y.I[i] = x.I[src]
-			} else {
-				y.F[i] = x.F[src]
-			}
-			for d := rank - 1; d >= 0; d-- {
-				idx[d]++
-				src += st[d]
-				if idx[d] < dims[d] {
-					break
-				}
-				src -= st[d] * dims[d]
-				idx[d] = 0
-			}
-		}
-		return nil
-	}
 }

@@ -1,7 +1,7 @@
 package ops
 
 import (
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // softmax over the last axis and the helper op its gradient uses.
@@ -12,23 +12,13 @@ func init() {
 		Inputs: []string{"x"}, Outputs: []string{"y"},
 		Infer: func(in []Type, _ Attrs) ([]Type, error) {
 			x := in[0]
-			if x.DType != tensor.F32 || len(x.Shape) == 0 {
+			if x.DType != ir.F32 || len(x.Shape) == 0 {
 				return nil, Errorf("input must be float32 with at least one axis, got %v", x)
 			}
-			return []Type{{DType: tensor.F32, Shape: x.Shape.Clone()}}, nil
+			return []Type{{DType: ir.F32, Shape: x.Shape.Clone()}}, nil
 		},
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("softmax_grad", []string{g.OutGrads[0], g.Outputs[0]}, nil)}
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			x, y := k.In[0], k.Out[0]
-			c := lastDim(x.Shape)
-			return func(Runtime) error {
-				for r := 0; r+c <= len(y.F); r += c {
-					softmaxRow(x.F[r:r+c], y.F[r:r+c])
-				}
-				return nil
-			}, nil
 		},
 	}, &Def{
 		Name: "softmax_grad", Doc: "dx = y * (dy - sum(dy * y)) over the last axis, where y = softmax(x)", Internal: true,
@@ -37,32 +27,7 @@ func init() {
 			if !in[0].Shape.Equal(in[1].Shape) || len(in[0].Shape) == 0 {
 				return nil, Errorf("dy %v and y %v must have the same shape, with at least one axis", in[0].Shape, in[1].Shape)
 			}
-			return []Type{{DType: tensor.F32, Shape: in[1].Shape.Clone()}}, nil
-		},
-		Kernel: func(k KernelArgs) (Kernel, error) {
-			dy, y, dx := k.In[0], k.In[1], k.Out[0]
-			c := lastDim(y.Shape)
-			return func(Runtime) error {
-				for r := 0; r+c <= len(dx.F); r += c {
-					dyr, yr, dxr := dy.F[r:r+c], y.F[r:r+c], dx.F[r:r+c]
-					var dot float32
-					for j, v := range yr {
-						dot += dyr[j] * v
-					}
-					for j, v := range yr {
-						dxr[j] = v * (dyr[j] - dot)
-					}
-				}
-				return nil
-			}, nil
+			return []Type{{DType: ir.F32, Shape: in[1].Shape.Clone()}}, nil
 		},
 	})
-}
-
-// lastDim is the size of the last axis (1 for a scalar).
-func lastDim(s tensor.Shape) int {
-	if len(s) == 0 {
-		return 1
-	}
-	return s[len(s)-1]
 }

@@ -1,10 +1,7 @@
 package ops
 
 import (
-	"fmt"
-	"unsafe"
-
-	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // A sharded lookup table (split, docs/split.md): table T [V, D] lives on M
@@ -29,7 +26,7 @@ func init() {
 		},
 		SparseIn: true,
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			shape := tensor.Shape(a.Ints("shape"))
+			shape := ir.Shape(a.Ints("shape"))
 			if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
 				return nil, Errorf("shape must be [V, D], got %v", shape)
 			}
@@ -38,14 +35,13 @@ func init() {
 			}
 			n := 0
 			for i, t := range in {
-				if t.DType != tensor.I32 || t.Sparse() {
+				if t.DType != ir.I32 || t.Sparse() {
 					return nil, Errorf("input %d must be int32 ids, got %v", i, t)
 				}
 				n += t.Shape.Numel()
 			}
 			return []Type{newRows(shape, n)}, nil
 		},
-		Kernel:   fetchRowsKernel,
 		Blocking: true,
 	}, &Def{
 		Name: "send_rows", Doc: "sends each shard of table `var` the rows of the row gradient g it owns (as local rows, with their values)", Internal: true,
@@ -64,7 +60,6 @@ func init() {
 			}
 			return []Type{}, nil
 		},
-		Kernel:   sendRowsKernel,
 		Stateful: true,
 	}, &Def{
 		Name: "serve_rows", Doc: "answers each trainer's ids for shard table with those rows (transfer `var`@ids in, `var`@rows out)", Internal: true,
@@ -75,7 +70,7 @@ func init() {
 			{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most ids one request holds"},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			if in[0].DType != tensor.F32 || len(in[0].Shape) != 2 || in[0].Sparse() {
+			if in[0].DType != ir.F32 || len(in[0].Shape) != 2 || in[0].Sparse() {
 				return nil, Errorf("table must be a dense float32 [rows, D] shard, got %v", in[0])
 			}
 			if a.Int("count") < 1 || a.Int("max_rows") < 1 {
@@ -83,7 +78,6 @@ func init() {
 			}
 			return []Type{}, nil
 		},
-		Kernel:   serveRowsKernel,
 		Blocking: true, Stateful: true,
 	}, &Def{
 		Name: "accumulate_rows", Doc: "blocks until `count` row gradients of `var` arrived from distinct trainers, and outputs their mean as one row gradient (rows merged)", Internal: true,
@@ -95,7 +89,7 @@ func init() {
 			{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most rows one piece holds"},
 		},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
-			shape := tensor.Shape(a.Ints("shape"))
+			shape := ir.Shape(a.Ints("shape"))
 			if len(shape) != 2 || shape[0] < 1 || shape[1] < 1 {
 				return nil, Errorf("shape must be [rows, D], got %v", shape)
 			}
@@ -104,257 +98,6 @@ func init() {
 			}
 			return []Type{newRows(shape, a.Int("count")*a.Int("max_rows"))}, nil
 		},
-		Kernel:   accumulateRowsKernel,
 		Blocking: true,
 	})
-}
-
-func i32Bytes(x []int32) []byte {
-	if len(x) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
-}
-
-// i32View returns b's memory as int32s, without copying (little-endian hosts).
-func i32View(b []byte) []int32 {
-	if len(b) < 4 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func f32Bytes(x []float32) []byte {
-	if len(x) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
-}
-
-// IDsTransfer and RowsTransfer name the fetch transfers of table v,
-// GradTransfer its row gradient (the gradient's name, as autodiff names it).
-func IDsTransfer(v string) string  { return v + "@ids" }
-func RowsTransfer(v string) string { return v + "@rows" }
-func GradTransfer(v string) string { return v + "@GRAD" }
-
-func pserver(i int) Peer { return Peer{Role: "pserver", Index: i} }
-func trainer(i int) Peer { return Peer{Role: "trainer", Index: i} }
-
-func fetchRowsKernel(k KernelArgs) (Kernel, error) {
-	out, v := k.Out[0], k.Attrs.String("var")
-	m := k.Attrs.Int("shards")
-	height, d := out.Shape[0], out.RowWidth()
-	maxRows := cap(out.Rows.IDs)
-	ids := make([][]int32, m)   // local ids sent to shard s
-	slots := make([][]int32, m) // their slots in out
-	got := make([][]float32, m) // the rows shard s answered
-	for s := range m {
-		ids[s] = make([]int32, 0, maxRows)
-		slots[s] = make([]int32, 0, maxRows)
-		got[s] = make([]float32, maxRows*d)
-	}
-	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
-	return func(rt Runtime) error {
-		rows := out.Rows
-		rows.Reset()
-		for _, in := range k.In {
-			for i, id := range in.I {
-				if id < 0 || int(id) >= height {
-					return idRange(i, id, height, in.Shape)
-				}
-				rows.Add(id)
-			}
-		}
-		for s := range m {
-			ids[s], slots[s] = ids[s][:0], slots[s][:0]
-		}
-		for slot, id := range rows.IDs {
-			s := int(id) % m
-			ids[s] = append(ids[s], id/int32(m))
-			slots[s] = append(slots[s], int32(slot))
-		}
-		for s := range m {
-			if err := rt.SendBytes(pserver(s), rt.Step(), idsVar, WireI32, i32Bytes(ids[s])); err != nil {
-				return err
-			}
-		}
-		out.Fit()
-		for s := range m {
-			n, err := rt.RecvBytes(pserver(s), rowsVar, f32Bytes(got[s]))
-			if err != nil {
-				return err
-			}
-			if want := 4 * d * len(ids[s]); n != want {
-				return fmt.Errorf("pserver-%d answered %d bytes for %d rows of %s (%d bytes); the pservers run another plan than this trainer: use one split for the whole job", s, n, len(ids[s]), v, want)
-			}
-			for i, slot := range slots[s] {
-				copy(out.F[int(slot)*d:(int(slot)+1)*d], got[s][i*d:(i+1)*d])
-			}
-		}
-		return nil
-	}, nil
-}
-
-func sendRowsKernel(k KernelArgs) (Kernel, error) {
-	g, v := k.In[0], k.Attrs.String("var")
-	m := k.Attrs.Int("shards")
-	d := g.RowWidth()
-	maxRows := cap(g.Rows.IDs)
-	bufs := make([][]byte, m)
-	for s := range m {
-		bufs[s] = make([]byte, maxRows*4*(1+d))
-	}
-	counts := make([]int, m)
-	return func(rt Runtime) error {
-		clear(counts)
-		for _, id := range g.Rows.IDs {
-			counts[int(id)%m]++
-		}
-		// Each shard's payload: its local row ids, then their values.
-		for s := range m {
-			c := counts[s]
-			ib := i32View(bufs[s][:4*c])
-			vb := tensor.F32View(bufs[s][4*c : 4*c*(1+d)])
-			n := 0
-			for slot, id := range g.Rows.IDs {
-				if int(id)%m != s {
-					continue
-				}
-				ib[n] = id / int32(m)
-				copy(vb[n*d:(n+1)*d], g.F[slot*d:(slot+1)*d])
-				n++
-			}
-			if err := rt.SendBytes(pserver(s), rt.Step(), v, WireRows, bufs[s][:4*counts[s]*(1+d)]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, nil
-}
-
-func serveRowsKernel(k KernelArgs) (Kernel, error) {
-	table, v := k.In[0], k.Attrs.String("var")
-	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
-	height, d := table.Shape[0], table.RowWidth()
-	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
-	gradVar := GradTransfer(v)
-	either := []string{gradVar, idsVar} // a pending gradient first: requests read the newest rows
-	ids := make([]int32, maxRows)
-	// One reply per trainer, kept until it was written: in sync mode until
-	// the next step's flush; in async mode until that trainer's next
-	// request, which it sends only once it received this reply.
-	var replies [][]float32
-	serve := func(rt Runtime, src int, step int64, n int) error {
-		if n%4 != 0 {
-			return fmt.Errorf("trainer-%d sent a request for rows of %s of %d bytes, not whole int32 ids; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, v, n)
-		}
-		req := ids[:n/4]
-		for _, r := range req {
-			if r < 0 || int(r) >= height {
-				return fmt.Errorf("trainer-%d asked for local row %d of %s, whose shard here holds %d rows; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, r, v, height)
-			}
-		}
-		rows := replies[src][:len(req)*d]
-		for i, r := range req {
-			copy(rows[i*d:(i+1)*d], table.F[int(r)*d:(int(r)+1)*d])
-		}
-		return rt.SendBytes(trainer(src), step, rowsVar, WireF32, f32Bytes(rows))
-	}
-	return func(rt Runtime) error {
-		_, trainers := rt.Trainer()
-		if replies == nil { // the trainer count is known at the first step
-			replies = make([][]float32, trainers)
-			for t := range replies {
-				replies[t] = make([]float32, maxRows*d)
-			}
-		}
-		if !rt.Async() && count == trainers {
-			for t := range trainers {
-				n, err := rt.RecvBytes(trainer(t), idsVar, i32Bytes(ids))
-				if err != nil {
-					return err
-				}
-				if err := serve(rt, t, rt.Step(), n); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		// Async: serve requests as they come until a row gradient is
-		// pending, which accumulate_rows takes next (a gradient already
-		// pending goes first, so every request reads the rows with every
-		// gradient that arrived before it applied). A shard must not wait
-		// for a gradient while a request is pending: the trainer computes
-		// its gradient only once every shard answered it, so two shards
-		// each waiting for the gradient of the trainer the other has not
-		// answered would wait forever.
-		for {
-			next, err := rt.Pending(either)
-			if err != nil {
-				return err
-			}
-			if next == gradVar {
-				return nil
-			}
-			n, src, step, err := rt.RecvAnyBytes(idsVar, i32Bytes(ids))
-			if err != nil {
-				return err
-			}
-			if err := serve(rt, src, step, n); err != nil {
-				return err
-			}
-		}
-	}, nil
-}
-
-func accumulateRowsKernel(k KernelArgs) (Kernel, error) {
-	out, v := k.Out[0], k.Attrs.String("var")
-	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
-	height, d := out.Shape[0], out.RowWidth()
-	bufs := make([][]byte, count)
-	sizes := make([]int, count)
-	srcs := make([]int, count)
-	for t := range bufs {
-		bufs[t] = make([]byte, maxRows*4*(1+d))
-	}
-	return func(rt Runtime) error {
-		_, trainers := rt.Trainer()
-		// Every piece is checked before any is merged: a bad one applies nothing.
-		for t := range count {
-			var err error
-			srcs[t] = t
-			if !rt.Async() && count == trainers {
-				sizes[t], err = rt.RecvBytes(trainer(t), v, bufs[t])
-			} else {
-				sizes[t], srcs[t], _, err = rt.RecvAnyBytes(v, bufs[t])
-			}
-			if err != nil {
-				return err
-			}
-			if sizes[t]%(4*(1+d)) != 0 {
-				return fmt.Errorf("trainer-%d sent a row gradient of %s of %d bytes, not whole rows of width %d (4 bytes of id + %d of values each); nothing was applied", srcs[t], v, sizes[t], d, 4*d)
-			}
-			n := sizes[t] / (4 * (1 + d))
-			for i := range n {
-				if r := i32View(bufs[t][4*i : 4*i+4])[0]; r < 0 || int(r) >= height {
-					return fmt.Errorf("trainer-%d sent a gradient for local row %d of %s, whose shard here holds %d rows; nothing was applied", srcs[t], r, v, height)
-				}
-			}
-		}
-		out.Rows.Reset()
-		out.F = out.F[:0]
-		for t := range count {
-			n := sizes[t] / (4 * (1 + d))
-			ids := i32View(bufs[t][:4*n])
-			vals := tensor.F32View(bufs[t][4*n : 4*n*(1+d)])
-			addRows(out, ids, vals)
-		}
-		if count > 1 {
-			inv := 1 / float32(count)
-			for i := range out.F {
-				out.F[i] *= inv
-			}
-		}
-		return nil
-	}, nil
 }

@@ -2,86 +2,31 @@
 // row-major buffer. Kernels read the buffer through the Tensor at run time
 // (never a slice captured at compile time), so the executor can move the
 // next step's values into a persistent variable by swapping buffers.
+//
+// DType and Shape are the IR's type names (dsl/ir), aliased here so that
+// runtime code keeps naming them tensor.DType and tensor.Shape.
 package tensor
 
 import (
-	"fmt"
-	"strings"
 	"unsafe"
+
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
-// DType is an element type. The numbering is part of the wire format.
-type DType uint8
+// DType is an element type (ir.DType: the IR names it, the wire numbers it).
+type DType = ir.DType
 
 const (
-	Invalid DType = 0
-	F32     DType = 1
-	I32     DType = 2
+	Invalid = ir.Invalid
+	F32     = ir.F32
+	I32     = ir.I32
 )
 
-func (d DType) String() string {
-	switch d {
-	case F32:
-		return "float32"
-	case I32:
-		return "int32"
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
-}
-
-// Size is the size of one element in bytes.
-func (d DType) Size() int { return 4 }
-
 // ParseDType maps a DSL dtype name to a DType.
-func ParseDType(s string) (DType, bool) {
-	switch s {
-	case "float32", "f32":
-		return F32, true
-	case "int32", "i32":
-		return I32, true
-	}
-	return Invalid, false
-}
+func ParseDType(s string) (DType, bool) { return ir.ParseDType(s) }
 
-// Shape is a list of dimensions. A scalar has an empty shape.
-type Shape []int
-
-// Numel is the number of elements.
-func (s Shape) Numel() int {
-	n := 1
-	for _, d := range s {
-		n *= d
-	}
-	return n
-}
-
-// Equal reports whether two shapes are identical.
-func (s Shape) Equal(o Shape) bool {
-	if len(s) != len(o) {
-		return false
-	}
-	for i := range s {
-		if s[i] != o[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// Clone returns a copy that does not share memory with s.
-func (s Shape) Clone() Shape { return append(Shape{}, s...) }
-
-func (s Shape) String() string {
-	parts := make([]string, len(s))
-	for i, d := range s {
-		if d < 0 {
-			parts[i] = "batch"
-		} else {
-			parts[i] = fmt.Sprint(d)
-		}
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
+// Shape is a list of dimensions (ir.Shape). A scalar has an empty shape.
+type Shape = ir.Shape
 
 // Tensor is a dense row-major tensor. Exactly one of F and I is used,
 // according to DType.

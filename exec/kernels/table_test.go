@@ -1,10 +1,11 @@
-package ops
+package kernels
 
 import (
 	"context"
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -14,11 +15,11 @@ type hostileRuntime struct {
 	sent    int
 }
 
-func (r *hostileRuntime) Context() context.Context         { return context.Background() }
-func (r *hostileRuntime) Step() int64                      { return 0 }
-func (r *hostileRuntime) Send(Attrs, *tensor.Tensor) error { return nil }
-func (r *hostileRuntime) Recv(Attrs, *tensor.Tensor) error { return nil }
-func (r *hostileRuntime) Accumulate(Attrs, int, *tensor.Tensor) error {
+func (r *hostileRuntime) Context() context.Context             { return context.Background() }
+func (r *hostileRuntime) Step() int64                          { return 0 }
+func (r *hostileRuntime) Send(ops.Attrs, *tensor.Tensor) error { return nil }
+func (r *hostileRuntime) Recv(ops.Attrs, *tensor.Tensor) error { return nil }
+func (r *hostileRuntime) Accumulate(ops.Attrs, int, *tensor.Tensor) error {
 	return nil
 }
 func (r *hostileRuntime) Queue(string, int) Queue          { return nil }
@@ -61,8 +62,7 @@ func TestShardOpsRefuseHostileInput(t *testing.T) {
 			table.F[i] = float32(i)
 		}
 		before := append([]float32{}, table.F...)
-		def, _ := Lookup(c.op)
-		args := KernelArgs{Attrs: Attrs{"var": "T", "count": 1, "max_rows": 4, "shape": []int{rows, d}}}
+		args := Args{Attrs: ops.Attrs{"var": "T", "count": 1, "max_rows": 4, "shape": []int{rows, d}}}
 		var out *tensor.Tensor
 		if c.op == "serve_rows" {
 			args.In = []*tensor.Tensor{table}
@@ -70,7 +70,7 @@ func TestShardOpsRefuseHostileInput(t *testing.T) {
 			out = tensor.NewSparse(tensor.Shape{rows, d}, 4, tensor.NewRowSet(4))
 			args.Out = []*tensor.Tensor{out}
 		}
-		k, err := def.Kernel(args)
+		k, err := Build(c.op, args)
 		if err != nil {
 			t.Fatal(err)
 		}

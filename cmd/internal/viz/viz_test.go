@@ -16,8 +16,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/cmd/internal/viz"
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/dsl/viz"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -25,7 +25,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.dot")
 
 func digits(t *testing.T) *dsl.Graph {
 	t.Helper()
-	g, err := dsl.Load("../../examples/digits-mlp.yaml")
+	g, err := dsl.Load("../../../examples/digits-mlp.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./dsl/viz -update to create it)", err)
+		t.Fatalf("%v (run go test ./cmd/internal/viz -update to create it)", err)
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from the output; check it and rerun with -update:\n%s", path, got)
@@ -154,7 +154,7 @@ func TestPlanDrawsEveryTransferOnce(t *testing.T) {
 // A plan of sharded lookup tables: each table transfer (ids up, rows down,
 // row gradients up) is one dashed edge between the ops that move it.
 func TestPlanDrawsTableTransfers(t *testing.T) {
-	g, err := dsl.Load("../../partition/testdata/split/tables-2x3/model.yaml")
+	g, err := dsl.Load("../../../partition/testdata/split/tables-2x3/model.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

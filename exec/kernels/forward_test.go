@@ -1,4 +1,4 @@
-package ops_test
+package kernels_test
 
 import (
 	"context"
@@ -313,27 +313,6 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 	for _, want := range []string{"m.yaml:9", "cannot reshape [4, 6] (24 elements) to [4, 4, 2] (32 elements)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
-}
-
-// Shape errors say what is wrong and show the shapes involved.
-func TestNewOpShapeErrors(t *testing.T) {
-	for _, c := range []struct{ vars, op, want string }{
-		{"a: {shape: [2, 3]}\n  b: {shape: [3, 2]}", "{type: mse, inputs: [a, b], outputs: [y]}", "pred [2, 3] and target [3, 2] must have the same shape"},
-		{"a: {shape: [2, 3]}\n  b: {shape: [2]}", "{type: sigmoid_cross_entropy, inputs: [a, b], outputs: [y]}", "logits [2, 3] and labels [2] must have the same shape"},
-		{"a: {shape: [2, 3]}", "{type: transpose, inputs: [a], outputs: [y], attrs: {perm: [0, 0]}}", "perm [0, 0] is not a permutation of the 2 axes"},
-		{"a: {shape: [2, 3]}", "{type: transpose, inputs: [a], outputs: [y], attrs: {perm: [1, 0, 2]}}", "for input [2, 3]"},
-		{"a: {shape: [2, 3]}", "{type: reshape, inputs: [a], outputs: [y], attrs: {shape: [4]}}", "cannot reshape [2, 3] (6 elements) to [4] (4 elements)"},
-		{"a: {shape: [2, 3]}", "{type: reshape, inputs: [a], outputs: [y], attrs: {shape: [0, 6]}}", "dimensions must be positive"},
-		{"a: {shape: [4, 3]}\n  b: {shape: [2]}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "ids must be int32, got float32[2]"},
-		{"a: {shape: [4]}\n  b: {shape: [2], dtype: int32}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "table must be float32 [V, D], got float32[4]"},
-		{"a: {shape: []}", "{type: softmax, inputs: [a], outputs: [y]}", "at least one axis"},
-	} {
-		src := "psgraph: 1\nstate:\n  " + c.vars + "\nops:\n  - " + c.op + "\n"
-		_, err := dsl.LoadBytes("m.yaml", []byte(src))
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %v, want one containing %q", c.op, err, c.want)
 		}
 	}
 }

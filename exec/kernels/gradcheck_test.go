@@ -1,4 +1,4 @@
-package ops_test
+package kernels_test
 
 import (
 	"context"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/psgraph/psgraph/dsl/viz"
+	"github.com/psgraph/psgraph/cmd/internal/viz"
 )
 
 func writeRun(t *testing.T, name, role string, lossAt func(int) float64) string {

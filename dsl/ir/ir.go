@@ -1,0 +1,84 @@
+// Package ir holds the type names of psgraph's intermediate representation:
+// the element type (DType) and the shape (Shape) of a variable. It is a
+// leaf: the model language (dsl, dsl/ops), the splitter (partition) and the
+// runtime (exec, whose exec/tensor re-exports these names as aliases) all
+// import it, and it imports nothing of theirs.
+package ir
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DType is an element type. The numbering is part of the wire format.
+type DType uint8
+
+const (
+	Invalid DType = 0
+	F32     DType = 1
+	I32     DType = 2
+)
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "float32"
+	case I32:
+		return "int32"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Size is the size of one element in bytes.
+func (d DType) Size() int { return 4 }
+
+// ParseDType maps a DSL dtype name to a DType.
+func ParseDType(s string) (DType, bool) {
+	switch s {
+	case "float32", "f32":
+		return F32, true
+	case "int32", "i32":
+		return I32, true
+	}
+	return Invalid, false
+}
+
+// Shape is a list of dimensions. A scalar has an empty shape.
+type Shape []int
+
+// Numel is the number of elements.
+func (s Shape) Numel() int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// Equal reports whether two shapes are identical.
+func (s Shape) Equal(o Shape) bool {
+	if len(s) != len(o) {
+		return false
+	}
+	for i := range s {
+		if s[i] != o[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Clone returns a copy that does not share memory with s.
+func (s Shape) Clone() Shape { return append(Shape{}, s...) }
+
+func (s Shape) String() string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		if d < 0 {
+			parts[i] = "batch"
+		} else {
+			parts[i] = fmt.Sprint(d)
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}

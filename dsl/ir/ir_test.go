@@ -1,0 +1,40 @@
+package ir
+
+import "testing"
+
+// The numbering of DType is part of the wire format: a frame carries it.
+func TestDTypeWireNumbers(t *testing.T) {
+	for _, c := range []struct {
+		d    DType
+		n    uint8
+		name string
+	}{{Invalid, 0, "dtype(0)"}, {F32, 1, "float32"}, {I32, 2, "int32"}} {
+		if uint8(c.d) != c.n || c.d.String() != c.name {
+			t.Errorf("%v is %d, want %d (%s)", c.d, uint8(c.d), c.n, c.name)
+		}
+		if c.d == Invalid {
+			continue
+		}
+		if got, ok := ParseDType(c.name); !ok || got != c.d {
+			t.Errorf("ParseDType(%q) = %v, %v", c.name, got, ok)
+		}
+	}
+	if _, ok := ParseDType("float64"); ok {
+		t.Error("ParseDType accepted float64")
+	}
+}
+
+func TestShape(t *testing.T) {
+	s := Shape{2, 3}
+	if s.Numel() != 6 || (Shape{}).Numel() != 1 {
+		t.Errorf("Numel: %d, %d", s.Numel(), (Shape{}).Numel())
+	}
+	c := s.Clone()
+	c[0] = 5
+	if s[0] != 2 || s.Equal(c) || !s.Equal(Shape{2, 3}) {
+		t.Error("Clone shares memory or Equal is wrong")
+	}
+	if got := (Shape{-1, 4}).String(); got != "[batch, 4]" {
+		t.Errorf("String = %q", got)
+	}
+}

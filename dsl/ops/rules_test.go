@@ -1,0 +1,49 @@
+package ops_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/psgraph/psgraph/dsl"
+)
+
+// Tests of the catalog's pure rules: shape errors, checked when a model
+// loads, before any kernel exists. The kernels' tests (forward values,
+// gradients against finite differences) are in exec/kernels.
+
+// Shape errors say what is wrong and show the shapes involved.
+func TestNewOpShapeErrors(t *testing.T) {
+	for _, c := range []struct{ vars, op, want string }{
+		{"a: {shape: [2, 3]}\n  b: {shape: [3, 2]}", "{type: mse, inputs: [a, b], outputs: [y]}", "pred [2, 3] and target [3, 2] must have the same shape"},
+		{"a: {shape: [2, 3]}\n  b: {shape: [2]}", "{type: sigmoid_cross_entropy, inputs: [a, b], outputs: [y]}", "logits [2, 3] and labels [2] must have the same shape"},
+		{"a: {shape: [2, 3]}", "{type: transpose, inputs: [a], outputs: [y], attrs: {perm: [0, 0]}}", "perm [0, 0] is not a permutation of the 2 axes"},
+		{"a: {shape: [2, 3]}", "{type: transpose, inputs: [a], outputs: [y], attrs: {perm: [1, 0, 2]}}", "for input [2, 3]"},
+		{"a: {shape: [2, 3]}", "{type: reshape, inputs: [a], outputs: [y], attrs: {shape: [4]}}", "cannot reshape [2, 3] (6 elements) to [4] (4 elements)"},
+		{"a: {shape: [2, 3]}", "{type: reshape, inputs: [a], outputs: [y], attrs: {shape: [0, 6]}}", "dimensions must be positive"},
+		{"a: {shape: [4, 3]}\n  b: {shape: [2]}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "ids must be int32, got float32[2]"},
+		{"a: {shape: [4]}\n  b: {shape: [2], dtype: int32}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "table must be float32 [V, D], got float32[4]"},
+		{"a: {shape: []}", "{type: softmax, inputs: [a], outputs: [y]}", "at least one axis"},
+	} {
+		src := "psgraph: 1\nstate:\n  " + c.vars + "\nops:\n  - " + c.op + "\n"
+		_, err := dsl.LoadBytes("m.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.op, err, c.want)
+		}
+	}
+}
+
+func TestAUCShapeErrors(t *testing.T) {
+	for _, c := range []struct{ state, want string }{
+		{"  s: {shape: [4, 3]}\n  y: {shape: [4], dtype: int32}", "scores must be float32 [batch], [batch, 1]"},
+		{"  s: {shape: [4], dtype: int32}\n  y: {shape: [4], dtype: int32}", "scores must be float32"},
+		{"  s: {shape: [4]}\n  y: {shape: [4]}", "label must be int32 [batch]"},
+		{"  s: {shape: [4]}\n  y: {shape: [5], dtype: int32}", "differ in batch size"},
+	} {
+		src := "psgraph: 1\nstate:\n" + c.state + "\nops:\n  - {type: auc, inputs: [s, y], outputs: [a]}\n"
+		_, err := dsl.LoadBytes(filepath.Join(t.TempDir(), "m.yaml"), []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s\nerror %v, want one containing %q", c.state, err, c.want)
+		}
+	}
+}

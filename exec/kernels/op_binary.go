@@ -1,0 +1,127 @@
+package kernels
+
+import (
+	"github.com/psgraph/psgraph/exec/blas"
+)
+
+// add, sub, mul, div with numpy broadcasting.
+
+type binOp uint8
+
+const (
+	opAdd binOp = iota
+	opSub
+	opMul
+	opDiv
+)
+
+func init() {
+	for name, op := range map[string]binOp{"add": opAdd, "sub": opSub, "mul": opMul, "div": opDiv} {
+		register(name, func(k Args) (Kernel, error) { return binaryKernel(op, k), nil })
+	}
+}
+
+func binaryKernel(op binOp, k Args) Kernel {
+	x, y, z := k.In[0], k.In[1], k.Out[0]
+	kx, ky := classify(x.Shape, z.Shape), classify(y.Shape, z.Shape)
+	switch {
+	case kx == bcSame && ky == bcSame:
+		return func(Runtime) error { binSame(op, x.F, y.F, z.F); return nil }
+	case kx == bcSame && (ky == bcScalar || ky == bcSuffix):
+		return func(Runtime) error { binRowsY(op, x.F, y.F, z.F); return nil }
+	case ky == bcSame && (kx == bcScalar || kx == bcSuffix):
+		return func(Runtime) error { binRowsX(op, x.F, y.F, z.F); return nil }
+	}
+	it := newIndexer(x.Shape, y.Shape, z.Shape)
+	return func(Runtime) error {
+		it.reset()
+		xf, yf, zf := x.F, y.F, z.F
+		for i := range zf {
+			zf[i] = apply(op, xf[it.ia], yf[it.ib])
+			it.next()
+		}
+		return nil
+	}
+}
+
+func apply(op binOp, a, b float32) float32 {
+	switch op {
+	case opAdd:
+		return a + b
+	case opSub:
+		return a - b
+	case opMul:
+		return a * b
+	}
+	return a / b
+}
+
+func binSame(op binOp, x, y, z []float32) {
+	y = y[:len(z)]
+	x = x[:len(z)]
+	switch op {
+	case opAdd:
+		blas.Add(x, y, z)
+	case opSub:
+		blas.Sub(x, y, z)
+	case opMul:
+		blas.Mul(x, y, z)
+	case opDiv:
+		for i := range z {
+			z[i] = x[i] / y[i]
+		}
+	}
+}
+
+// binRowsY: y repeats every len(y) elements of x (scalar or trailing suffix).
+func binRowsY(op binOp, x, y, z []float32) {
+	n := len(y)
+	if n == 1 {
+		s := y[0]
+		switch op {
+		case opAdd:
+			for i := range z {
+				z[i] = x[i] + s
+			}
+		case opSub:
+			for i := range z {
+				z[i] = x[i] - s
+			}
+		case opMul:
+			for i := range z {
+				z[i] = x[i] * s
+			}
+		case opDiv:
+			for i := range z {
+				z[i] = x[i] / s
+			}
+		}
+		return
+	}
+	for r := 0; r+n <= len(z); r += n {
+		xr, zr := x[r:r+n], z[r:r+n]
+		switch op {
+		case opAdd:
+			blas.Add(xr, y, zr)
+		case opSub:
+			blas.Sub(xr, y, zr)
+		case opMul:
+			blas.Mul(xr, y, zr)
+		case opDiv:
+			for j := range zr {
+				zr[j] = xr[j] / y[j]
+			}
+		}
+	}
+}
+
+// binRowsX: x repeats every len(x) elements of y.
+func binRowsX(op binOp, x, y, z []float32) {
+	n := len(x)
+	for r := 0; r+n <= len(z); r += n {
+		yr, zr := y[r:r+n], z[r:r+n]
+		for j := range zr {
+			zr[j] = apply(op, x[j%n], yr[j])
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// Classification losses and metrics over logits [batch, classes] and
+// integer labels [batch].
+
+func init() {
+	register("softmax_cross_entropy", func(k Args) (Kernel, error) {
+		logits, label, loss := k.In[0], k.In[1], k.Out[0]
+		rows, c := logits.Shape[0], logits.Shape[1]
+		return func(Runtime) error {
+			var total float64
+			for r := 0; r < rows; r++ {
+				row := logits.F[r*c : (r+1)*c]
+				y := int(label.I[r])
+				if y < 0 || y >= c {
+					return labelRange(r, y, c)
+				}
+				mx, lse := logSumExp(row)
+				total += lse + float64(mx) - float64(row[y])
+			}
+			loss.F[0] = float32(total / float64(rows))
+			return nil
+		}, nil
+	})
+	register("softmax_cross_entropy_grad", func(k Args) (Kernel, error) {
+		dloss, logits, label, dx := k.In[0], k.In[1], k.In[2], k.Out[0]
+		rows, c := logits.Shape[0], logits.Shape[1]
+		return func(Runtime) error {
+			s := dloss.F[0] / float32(rows)
+			for r := 0; r < rows; r++ {
+				row, out := logits.F[r*c:(r+1)*c], dx.F[r*c:(r+1)*c]
+				y := int(label.I[r])
+				if y < 0 || y >= c {
+					return labelRange(r, y, c)
+				}
+				softmaxRow(row, out)
+				out[y] -= 1
+				for j := range out {
+					out[j] *= s
+				}
+			}
+			return nil
+		}, nil
+	})
+	register("accuracy", func(k Args) (Kernel, error) {
+		logits, label, acc := k.In[0], k.In[1], k.Out[0]
+		rows, c := logits.Shape[0], logits.Shape[1]
+		return func(Runtime) error {
+			hit := 0
+			for r := 0; r < rows; r++ {
+				row := logits.F[r*c : (r+1)*c]
+				best := 0
+				for j, v := range row {
+					if v > row[best] {
+						best = j
+					}
+				}
+				if best == int(label.I[r]) {
+					hit++
+				}
+			}
+			acc.F[0] = float32(hit) / float32(rows)
+			return nil
+		}, nil
+	})
+}
+
+func labelRange(row, y, c int) error {
+	return fmt.Errorf("label %d in batch row %d is outside [0, %d): the data has more classes than the logits", y, row, c)
+}
+
+// logSumExp returns the row max and log(sum(exp(row - max))).
+func logSumExp(row []float32) (float32, float64) {
+	mx := row[0]
+	for _, v := range row {
+		if v > mx {
+			mx = v
+		}
+	}
+	var s float64
+	for _, v := range row {
+		s += math.Exp(float64(v - mx))
+	}
+	return mx, math.Log(s)
+}
+
+// softmaxRow writes softmax(row) into out.
+func softmaxRow(row, out []float32) {
+	mx := row[0]
+	for _, v := range row {
+		if v > mx {
+			mx = v
+		}
+	}
+	var s float32
+	for j, v := range row {
+		e := float32(math.Exp(float64(v - mx)))
+		out[j] = e
+		s += e
+	}
+	inv := 1 / s
+	for j := range out {
+		out[j] *= inv
+	}
+}

@@ -1,0 +1,77 @@
+package kernels
+
+import (
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// slice_rows, pad_rows and concat copy row blocks along one axis.
+
+func init() {
+	register("slice_rows", func(k Args) (Kernel, error) {
+		x, y := k.In[0], k.Out[0]
+		ax, _ := ops.RowAxis(x.Shape, k.Attrs.Int("axis"))
+		outer, n, inner := split3(x.Shape, ax)
+		s, e := k.Attrs.Int("start"), k.Attrs.Int("end")
+		w := (e - s) * inner
+		return func(Runtime) error {
+			for o := 0; o < outer; o++ {
+				src := o*n*inner + s*inner
+				if x.DType == tensor.F32 {
+					copy(y.F[o*w:(o+1)*w], x.F[src:src+w])
+				} else {
+					copy(y.I[o*w:(o+1)*w], x.I[src:src+w])
+				}
+			}
+			return nil
+		}, nil
+	})
+	register("pad_rows", func(k Args) (Kernel, error) {
+		x, y := k.In[0], k.Out[0]
+		ax, _ := ops.RowAxis(x.Shape, k.Attrs.Int("axis"))
+		outer, n, inner := split3(x.Shape, ax)
+		s, size := k.Attrs.Int("start"), k.Attrs.Int("size")
+		w := n * inner
+		return func(Runtime) error {
+			clear(y.F)
+			for o := 0; o < outer; o++ {
+				dst := o*size*inner + s*inner
+				copy(y.F[dst:dst+w], x.F[o*w:(o+1)*w])
+			}
+			return nil
+		}, nil
+	})
+	register("concat", func(k Args) (Kernel, error) {
+		y := k.Out[0]
+		ax, _ := ops.RowAxis(y.Shape, k.Attrs.Int("axis"))
+		outer, total, inner := split3(y.Shape, ax)
+		xs := k.In
+		return func(Runtime) error {
+			for o := 0; o < outer; o++ {
+				dst := o * total * inner
+				for _, x := range xs {
+					w := x.Shape[ax] * inner
+					if y.DType == tensor.F32 {
+						copy(y.F[dst:dst+w], x.F[o*w:(o+1)*w])
+					} else {
+						copy(y.I[dst:dst+w], x.I[o*w:(o+1)*w])
+					}
+					dst += w
+				}
+			}
+			return nil
+		}, nil
+	})
+}
+
+// split3 returns the element counts before, along and after axis.
+func split3(s tensor.Shape, ax int) (outer, n, inner int) {
+	outer, inner = 1, 1
+	for _, d := range s[:ax] {
+		outer *= d
+	}
+	for _, d := range s[ax+1:] {
+		inner *= d
+	}
+	return outer, s[ax], inner
+}

@@ -1,0 +1,45 @@
+package kernels
+
+import (
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// softmax over the last axis and its gradient helper.
+
+func init() {
+	register("softmax", func(k Args) (Kernel, error) {
+		x, y := k.In[0], k.Out[0]
+		c := lastDim(x.Shape)
+		return func(Runtime) error {
+			for r := 0; r+c <= len(y.F); r += c {
+				softmaxRow(x.F[r:r+c], y.F[r:r+c])
+			}
+			return nil
+		}, nil
+	})
+	register("softmax_grad", func(k Args) (Kernel, error) {
+		dy, y, dx := k.In[0], k.In[1], k.Out[0]
+		c := lastDim(y.Shape)
+		return func(Runtime) error {
+			for r := 0; r+c <= len(dx.F); r += c {
+				dyr, yr, dxr := dy.F[r:r+c], y.F[r:r+c], dx.F[r:r+c]
+				var dot float32
+				for j, v := range yr {
+					dot += dyr[j] * v
+				}
+				for j, v := range yr {
+					dxr[j] = v * (dyr[j] - dot)
+				}
+			}
+			return nil
+		}, nil
+	})
+}
+
+// lastDim is the size of the last axis (1 for a scalar).
+func lastDim(s tensor.Shape) int {
+	if len(s) == 0 {
+		return 1
+	}
+	return s[len(s)-1]
+}
