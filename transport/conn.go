@@ -174,7 +174,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 	yc.StreamCloseTimeout = t.cfg.CloseTimeout
 	yc.AcceptBacklog = maxStreams
 	yc.LogOutput = io.Discard
-	cc := newCountConn(raw, t)
+	cc := newCoalescingConn(raw, t)
 	var sess *yamux.Session
 	if server {
 		sess, _ = yamux.Server(cc, yc)

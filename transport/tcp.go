@@ -148,7 +148,7 @@ type TCP struct {
 	hs      map[net.Conn]struct{}
 
 	conns                    atomic.Int64
-	bytesSent, bytesRecv     atomic.Int64 // every byte of the connections (countConn)
+	bytesSent, bytesRecv     atomic.Int64 // every byte of the connections (coalescingConn)
 	payloadSent, payloadRecv atomic.Int64 // data message bodies (writer.write, decoder)
 	msgsSent, msgsRecv       atomic.Int64
 }
