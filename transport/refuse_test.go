@@ -1,0 +1,76 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// refusalJob is a pserver expecting trainer-0, and trainer-0 connected to
+// it, each accepting one transfer from the other.
+func refusalJob(t *testing.T) (tr, ps *TCP, log *errLog) {
+	t.Helper()
+	m, log := tcpJob(t, nil, Trainer(0), PServer(0))
+	tr, ps = m[Trainer(0)], m[PServer(0)]
+	ps.Accept(Spec{Var: "g", DType: F32, Bytes: 8})
+	tr.Accept(Spec{Var: "w", DType: F32, Bytes: 8})
+	exchange(t, tr, ps, 0)
+	return tr, ps, log
+}
+
+// exchange sends a message each way between tr and ps and receives it.
+func exchange(t *testing.T, tr, ps *TCP, step int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	must(t, tr.Send(ctx, ps.Self(), step, "g", F32, f32(1, 2)))
+	must(t, ps.Recv(ctx, tr.Self(), step, "g", make([]byte, 8)))
+	must(t, ps.Send(ctx, tr.Self(), step, "w", F32, f32(3, 4)))
+	must(t, tr.Recv(ctx, ps.Self(), step, "w", make([]byte, 8)))
+}
+
+// dialAs dials ps over loopback as id, with the job's token and hash.
+func dialAs(id NodeID, ps *TCP, connect time.Duration) (*TCP, error) {
+	return Dial(context.Background(), Config{Self: id, Peers: map[NodeID]string{ps.Self(): ps.Addr().String()},
+		Token: []byte("s3cret"), JobHash: "job", ConnectTimeout: connect})
+}
+
+// refusals waits until the listener reported a refusal to OnError and
+// checks that it reported nothing else (no lost connection, no restart).
+func refusals(t *testing.T, log *errLog, also error) {
+	t.Helper()
+	waitFor(t, "the listener to report the refusal", func() bool { return log.count() > 0 })
+	for _, err := range log.all() {
+		if !errors.Is(err, ErrRefused) || (also != nil && !errors.Is(err, also)) {
+			t.Fatalf("the listener reported %v; want only refusals", err)
+		}
+	}
+}
+
+// A node id the listener does not expect is refused in the handshake:
+// the dialer gets ErrRefused at once (not after retrying until its
+// ConnectTimeout), and the connected trainer goes on.
+func TestTCPRefusesUnknownNodeID(t *testing.T) {
+	tr, ps, log := refusalJob(t)
+	old := conns(tr, ps)
+	const connect = 30 * time.Second
+	start := time.Now()
+	e, err := dialAs(Trainer(7), ps, connect)
+	if err == nil {
+		e.Close()
+		t.Fatal("the listener admitted trainer-7, which it does not expect")
+	}
+	if !errors.Is(err, ErrRefused) || errors.Is(err, errDuplicate) || !strings.Contains(err.Error(), "not a peer it expects") {
+		t.Fatalf("want ErrRefused (not a peer it expects), got %v", err)
+	}
+	if d := time.Since(start); d >= connect/2 {
+		t.Fatalf("the refusal took %s: it was retried, but it is final", d)
+	}
+	refusals(t, log, nil)
+	if now := conns(tr, ps); now != old {
+		t.Fatal("trainer-0's connection changed")
+	}
+	exchange(t, tr, ps, 1)
+}
