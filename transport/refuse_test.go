@@ -49,9 +49,9 @@ func refusals(t *testing.T, log *errLog, also error) {
 	}
 }
 
-// A node id the listener does not expect is refused in the handshake:
-// the dialer gets ErrRefused at once (not after retrying until its
-// ConnectTimeout), and the connected trainer goes on.
+// A node id the listener does not expect is refused in the handshake,
+// once it proved the token: the dialer gets ErrRefused at once (not after
+// retrying until its ConnectTimeout), and the connected trainer goes on.
 func TestTCPRefusesUnknownNodeID(t *testing.T) {
 	tr, ps, log := refusalJob(t)
 	old := conns(tr, ps)
@@ -73,4 +73,11 @@ func TestTCPRefusesUnknownNodeID(t *testing.T) {
 		t.Fatal("trainer-0's connection changed")
 	}
 	exchange(t, tr, ps, 1)
+	// The id is judged only after the token proof: a stranger without the
+	// token learns nothing about which ids the listener expects.
+	_, err = Dial(context.Background(), Config{Self: Trainer(7), Peers: map[NodeID]string{ps.Self(): ps.Addr().String()},
+		Token: []byte("wrong"), JobHash: "job", ConnectTimeout: connect})
+	if !errors.Is(err, ErrAuth) {
+		t.Fatalf("an unknown id without the token: want ErrAuth, got %v", err)
+	}
 }
