@@ -59,6 +59,9 @@ func (t *TCP) dialPeer(ctx context.Context, p *peer) error {
 		t.cfg.Log.Debug().Str("peer", string(p.id)).Err(err).Msg("connect failed, retrying")
 		select {
 		case <-ctx.Done():
+			if errors.Is(last, ErrRefused) { // refused as already connected to the end: still a refusal (errors.Is)
+				return &PeerError{p.id, fmt.Errorf("unreachable at %s after %s: %w", p.addr, t.cfg.ConnectTimeout, last)}
+			}
 			return &PeerError{p.id, fmt.Errorf("unreachable at %s after %s: %v", p.addr, t.cfg.ConnectTimeout, last)}
 		case <-time.After(backoff):
 		}

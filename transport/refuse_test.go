@@ -81,3 +81,34 @@ func TestTCPRefusesUnknownNodeID(t *testing.T) {
 		t.Fatalf("an unknown id without the token: want ErrAuth, got %v", err)
 	}
 }
+
+// A second connection with the node id of a live one is refused in the
+// handshake as already connected. The dialer retries that refusal (the
+// listener may not yet have noticed that the id's previous connection
+// died) until its ConnectTimeout, then fails with ErrRefused. The live
+// connection is untouched: the same connection at both ends, no restart
+// (the second dialer is another incarnation), messages both ways.
+func TestTCPRefusesSecondLiveConnection(t *testing.T) {
+	tr, ps, log := refusalJob(t)
+	old := conns(tr, ps)
+	restarts, _ := ps.Restarts(Trainer(0))
+	e, err := dialAs(Trainer(0), ps, 500*time.Millisecond)
+	if err == nil {
+		e.Close()
+		t.Fatal("the listener admitted a second live connection of trainer-0")
+	}
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, errDuplicate) {
+		t.Fatalf("want ErrRefused (already connected), got %v", err)
+	}
+	refusals(t, log, errDuplicate)
+	if now := conns(tr, ps); now != old {
+		t.Fatal("trainer-0's connection changed")
+	}
+	if n, _ := ps.Restarts(Trainer(0)); n != restarts {
+		t.Fatalf("the pserver counted %d restarts of trainer-0, want %d", n, restarts)
+	}
+	if s := ps.Stats(); s.Connections != 1 {
+		t.Fatalf("the pserver holds %d connections, want 1", s.Connections)
+	}
+	exchange(t, tr, ps, 1)
+}
