@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +12,9 @@ import (
 
 // refusalJob is a pserver expecting trainer-0, and trainer-0 connected to
 // it, each accepting one transfer from the other.
-func refusalJob(t *testing.T) (tr, ps *TCP, log *errLog) {
+func refusalJob(t *testing.T, tweak func(*Config)) (tr, ps *TCP, log *errLog) {
 	t.Helper()
-	m, log := tcpJob(t, nil, Trainer(0), PServer(0))
+	m, log := tcpJob(t, tweak, Trainer(0), PServer(0))
 	tr, ps = m[Trainer(0)], m[PServer(0)]
 	ps.Accept(Spec{Var: "g", DType: F32, Bytes: 8})
 	tr.Accept(Spec{Var: "w", DType: F32, Bytes: 8})
@@ -53,7 +55,7 @@ func refusals(t *testing.T, log *errLog, also error) {
 // once it proved the token: the dialer gets ErrRefused at once (not after
 // retrying until its ConnectTimeout), and the connected trainer goes on.
 func TestTCPRefusesUnknownNodeID(t *testing.T) {
-	tr, ps, log := refusalJob(t)
+	tr, ps, log := refusalJob(t, nil)
 	old := conns(tr, ps)
 	const connect = 30 * time.Second
 	start := time.Now()
@@ -89,7 +91,7 @@ func TestTCPRefusesUnknownNodeID(t *testing.T) {
 // connection is untouched: the same connection at both ends, no restart
 // (the second dialer is another incarnation), messages both ways.
 func TestTCPRefusesSecondLiveConnection(t *testing.T) {
-	tr, ps, log := refusalJob(t)
+	tr, ps, log := refusalJob(t, nil)
 	old := conns(tr, ps)
 	restarts, _ := ps.Restarts(Trainer(0))
 	e, err := dialAs(Trainer(0), ps, 500*time.Millisecond)
@@ -109,6 +111,49 @@ func TestTCPRefusesSecondLiveConnection(t *testing.T) {
 	}
 	if s := ps.Stats(); s.Connections != 1 {
 		t.Fatalf("the pserver holds %d connections, want 1", s.Connections)
+	}
+	exchange(t, tr, ps, 1)
+}
+
+// stranger writes b to ps's port over loopback and reads until the
+// listener closes the connection, within wait; it returns what the
+// listener answered.
+func stranger(t *testing.T, ps *TCP, b []byte, wait time.Duration) []byte {
+	t.Helper()
+	c, err := net.Dial("tcp", ps.Addr().String())
+	must(t, err)
+	defer c.Close()
+	_, err = c.Write(b)
+	must(t, err)
+	c.SetReadDeadline(time.Now().Add(wait))
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("the listener did not close the connection (%d bytes answered): %v", len(got), err)
+	}
+	return got
+}
+
+// Garbage is refused at its first 4 bytes: a listener that reads 4 bytes
+// other than the magic closes the connection at once, answering nothing,
+// without waiting for the rest of a hello or for its HandshakeTimeout,
+// and reports the stranger to OnError. The connected trainer goes on.
+func TestTCPRefusesGarbageAtFirstBytes(t *testing.T) {
+	const handshake = time.Minute
+	tr, ps, log := refusalJob(t, func(c *Config) { c.HandshakeTimeout = handshake })
+	old := conns(tr, ps)
+	// 4 bytes and no more: a listener that read a whole hello before it
+	// checked the magic would wait for the rest until its HandshakeTimeout.
+	if got := stranger(t, ps, []byte("GET "), handshake/3); len(got) != 0 {
+		t.Fatalf("the listener answered a stranger: %q", got)
+	}
+	waitFor(t, "the listener to report the stranger", func() bool { return log.count() > 0 })
+	for _, err := range log.all() {
+		if !strings.Contains(err.Error(), "handshake: not a psgraph peer") {
+			t.Fatalf("the listener reported %v; want only the stranger", err)
+		}
+	}
+	if now := conns(tr, ps); now != old {
+		t.Fatal("trainer-0's connection changed")
 	}
 	exchange(t, tr, ps, 1)
 }
