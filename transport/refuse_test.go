@@ -157,3 +157,19 @@ func TestTCPRefusesGarbageAtFirstBytes(t *testing.T) {
 	}
 	exchange(t, tr, ps, 1)
 }
+
+// A handshake that starts right (the magic) and then stalls is closed
+// once the listener's HandshakeTimeout passed, not before, and the
+// listener answers nothing.
+func TestTCPHalfHandshakeTimesOut(t *testing.T) {
+	const handshake = 300 * time.Millisecond
+	m, log := tcpJob(t, func(c *Config) { c.HandshakeTimeout = handshake }, PServer(0))
+	start := time.Now() // before the dial: the listener's deadline starts after it
+	if got := stranger(t, m[PServer(0)], []byte(hsMagic), 30*time.Second); len(got) != 0 {
+		t.Fatalf("the listener answered a half hello: %q", got)
+	}
+	if d := time.Since(start); d < handshake {
+		t.Fatalf("closed after %s, before the handshake timeout of %s", d, handshake)
+	}
+	waitFor(t, "the listener to report the timeout", func() bool { return log.count() > 0 })
+}
