@@ -86,3 +86,15 @@ func TestWireByteOrder(t *testing.T) {
 		t.Fatalf("data at offset 04 00 00 00 00 00 00 00: %v", err)
 	}
 }
+
+// Config.MaxFrame defaults to 1 GiB (what psgraph run uses: no flag sets
+// it); a bound the 4-byte length field cannot carry falls back to it.
+func TestConfigDefaultMaxFrame(t *testing.T) {
+	for _, c := range []struct{ set, want int }{{0, 1 << 30}, {-1, 1 << 30}, {1 << 32, 1 << 30}, {1<<32 - 1, 1<<32 - 1}, {1 << 20, 1 << 20}} {
+		cfg := Config{MaxFrame: c.set}
+		cfg.defaults()
+		if cfg.MaxFrame != c.want {
+			t.Fatalf("MaxFrame %d: became %d, want %d", c.set, cfg.MaxFrame, c.want)
+		}
+	}
+}
