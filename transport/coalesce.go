@@ -11,12 +11,13 @@ import (
 // segment wakes the receiving process. When a node sends several small
 // messages to one peer within microseconds (a trainer's bias and weight
 // gradients, a pserver's parts finishing one step), that is one wake-up
-// per message on both ends. countConn instead appends small writes to a
-// buffer and lets a flusher goroutine write whatever accumulated in one
-// call: the flusher runs once the goroutines producing frames have
+// per message on both ends. coalescingConn instead appends small writes
+// to a buffer and lets a flusher goroutine write whatever accumulated in
+// one call: the flusher runs once the goroutines producing frames have
 // nothing more to do right now, so no timer and no added latency. A large
 // write waits for the buffer to drain (order is kept) and goes out
-// directly from yamux's memory, together with what is pending.
+// directly from yamux's memory, together with what is pending. Reads are
+// coalesced the same way (see Read).
 const (
 	directWrite = 32 << 10  // writes from this size bypass the buffer
 	readAhead   = 64 << 10  // bytes read at once for yamux's small reads
@@ -24,10 +25,15 @@ const (
 	closeDrain  = time.Second
 )
 
-// countConn is the connection under a yamux session: it counts bytes,
-// keeps a read deadline (yamux pings every KeepAlive, so a connection
-// silent for three intervals is dead) and coalesces writes.
-type countConn struct {
+// coalescingConn is the connection under a yamux session. It coalesces
+// yamux's small writes into one write per burst (Write, flusher) and its
+// small reads into one read of up to readAhead bytes (Read); it counts
+// every byte written and read (TCP.bytesSent, bytesRecv: Stats and the
+// wire bytes of Traffic); and before each read from the network it sets a
+// read deadline of three KeepAlive intervals (yamux pings every KeepAlive,
+// so a connection silent that long is dead). Close writes what is pending
+// first.
+type coalescingConn struct {
 	net.Conn
 	t    *TCP
 	idle time.Duration
@@ -49,8 +55,8 @@ type countConn struct {
 	arr     [2][]byte
 }
 
-func newCountConn(raw net.Conn, t *TCP) *countConn {
-	c := &countConn{Conn: raw, t: t, idle: 3 * t.cfg.KeepAlive, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newCoalescingConn(raw net.Conn, t *TCP) *coalescingConn {
+	c := &coalescingConn{Conn: raw, t: t, idle: 3 * t.cfg.KeepAlive, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	c.drained.L = &c.mu
 	go c.flusher()
 	return c
@@ -58,10 +64,10 @@ func newCountConn(raw net.Conn, t *TCP) *countConn {
 
 // Read is called by yamux's receive loop only. yamux reads through a
 // 4 KiB bufio.Reader, so a burst of a few small frames took a read per
-// 4 KiB; countConn reads up to readAhead bytes at once and serves the
+// 4 KiB; coalescingConn reads up to readAhead bytes at once and serves the
 // small reads from them. Reads of at least half of it go straight into
 // the caller's memory (a tensor's body), after what is buffered.
-func (c *countConn) Read(b []byte) (int, error) {
+func (c *coalescingConn) Read(b []byte) (int, error) {
 	if c.rpos < len(c.rbuf) {
 		n := copy(b, c.rbuf[c.rpos:])
 		c.rpos += n
@@ -88,7 +94,7 @@ func (c *countConn) Read(b []byte) (int, error) {
 }
 
 // Write is called by yamux's send loop only, one call at a time.
-func (c *countConn) Write(b []byte) (int, error) {
+func (c *coalescingConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	if len(b) >= directWrite {
 		for c.writing && c.err == nil {
@@ -138,7 +144,7 @@ func (c *countConn) Write(b []byte) (int, error) {
 
 // take hands the pending bytes to the caller, who writes them; called
 // with c.mu held and no write in progress.
-func (c *countConn) take() []byte {
+func (c *coalescingConn) take() []byte {
 	out := c.buf
 	c.buf, c.spare = c.spare[:0], nil
 	c.writing = true
@@ -147,7 +153,7 @@ func (c *countConn) take() []byte {
 
 // wrote ends a write of out; unwritten bytes of it (and of a direct
 // write's body) did not go out after all.
-func (c *countConn) wrote(out []byte, unwritten int, err error) {
+func (c *coalescingConn) wrote(out []byte, unwritten int, err error) {
 	if unwritten > 0 {
 		c.t.bytesSent.Add(-int64(unwritten))
 	}
@@ -175,7 +181,7 @@ func (c *countConn) wrote(out []byte, unwritten int, err error) {
 }
 
 // flusher writes what accumulated whenever it is kicked.
-func (c *countConn) flusher() {
+func (c *coalescingConn) flusher() {
 	for {
 		select {
 		case <-c.kick:
@@ -200,7 +206,7 @@ func (c *countConn) flusher() {
 
 // Close writes what is pending (within closeDrain), then closes the
 // connection: a Done or an abort frame queued just before is not lost.
-func (c *countConn) Close() error {
+func (c *coalescingConn) Close() error {
 	c.mu.Lock()
 	if c.err == nil && (len(c.buf) > 0 || c.writing) {
 		c.Conn.SetWriteDeadline(time.Now().Add(closeDrain))

@@ -40,10 +40,10 @@ func (g *gatedConn) writes() []int {
 // Small writes made while the connection is busy go out together in one
 // write, in order; a large write goes out directly after what is pending;
 // Close writes what is pending before it closes.
-func TestCountConnCoalescesWrites(t *testing.T) {
+func TestCoalescingConnCoalescesWrites(t *testing.T) {
 	a, b := net.Pipe()
 	g := &gatedConn{Conn: a, gate: make(chan struct{}), inside: make(chan struct{}, 1)}
-	c := newCountConn(g, &TCP{cfg: Config{KeepAlive: time.Minute}})
+	c := newCoalescingConn(g, &TCP{cfg: Config{KeepAlive: time.Minute}})
 	got := make(chan []byte)
 	go func() {
 		all, _ := io.ReadAll(b)
@@ -83,10 +83,10 @@ func TestCountConnCoalescesWrites(t *testing.T) {
 }
 
 // A failed write fails the later ones and closes the connection.
-func TestCountConnWriteError(t *testing.T) {
+func TestCoalescingConnWriteError(t *testing.T) {
 	a, b := net.Pipe()
 	b.Close()
-	c := newCountConn(a, &TCP{cfg: Config{KeepAlive: time.Minute}})
+	c := newCoalescingConn(a, &TCP{cfg: Config{KeepAlive: time.Minute}})
 	defer c.Close()
 	if _, err := c.Write([]byte("lost")); err != nil {
 		t.Fatalf("a buffered write fails at once: %v", err)
@@ -111,10 +111,10 @@ func (c *countingConn) Read(b []byte) (int, error) { c.reads++; return c.Conn.Re
 // yamux's small reads of a burst are served from one read of the
 // connection; a large read goes straight into the caller's memory after
 // what was buffered; the bytes come in order.
-func TestCountConnReadAhead(t *testing.T) {
+func TestCoalescingConnReadAhead(t *testing.T) {
 	a, b := net.Pipe()
 	rc := &countingConn{Conn: a}
-	c := newCountConn(rc, &TCP{cfg: Config{KeepAlive: time.Minute}})
+	c := newCoalescingConn(rc, &TCP{cfg: Config{KeepAlive: time.Minute}})
 	defer c.Close()
 	burst := make([]byte, 300)
 	for i := range burst {

@@ -1,5 +1,11 @@
 package transport
 
+// The inbox and its queues: a transfer's delivered messages wait in its
+// varQueue until a recv takes them (recv, recvAny, pending, peek); check,
+// rejected and deliver admit what a decoder read; small payloads live in
+// recycled buffers. Held large messages are in held.go, what the inbox
+// knows of each peer in peers.go.
+
 import (
 	"context"
 	"errors"
@@ -55,25 +61,6 @@ type Sink interface {
 	Filled(off int, buf []byte)
 }
 
-type peerState struct {
-	delivered int64         // data messages that arrived from this peer (for Done)
-	doneAt    int64         // message count announced by Done; -1 while not done
-	err       error         // the peer's connection failed
-	aborted   error         // the peer stopped the job (an Aborted); permanent
-	inc       uint64        // the peer's incarnation (0: never connected)
-	restarts  int64         // times the peer came back as a new incarnation
-	restarted chan struct{} // closed at the next restart
-	live      chan struct{} // closed while the peer is connected (replaced on loss)
-	streams   map[string]*streamState
-}
-
-// streamState is what arrived on one transfer ("" the control stream) from
-// a peer's current incarnation.
-type streamState struct {
-	count int64 // messages fully received (delivered, rejected or dropped)
-	head  *held // a held message not yet fully received, or nil
-}
-
 type entry struct {
 	step int64
 	src  NodeID
@@ -82,47 +69,10 @@ type entry struct {
 	bad  error // a rejected message: the recv taking it fails with this
 }
 
-// held is a large message whose payload its decoder reads only once a recv
-// claimed it. It outlives a lost connection (parked, no reader) until the
-// sender writes it again on the next one.
-type held struct {
-	src     NodeID
-	v       string
-	step    int64
-	n       int
-	off     int  // payload bytes consumed so far
-	reader  bool // a decoder is attached to read the rest
-	discard bool // stale: its decoder skips the rest
-	queued  bool // in its var queue (claimable)
-	wake    chan struct{}
-
-	// the current claim
-	claimed bool
-	stop    bool // the claimer gives up: the decoder stops at the next chunk
-	dst     []byte
-	sink    Sink
-	fin     chan error // the decoder's answer to a claim
-	// what took the first bytes: a partly consumed message may only be
-	// taken up again by the same receiver (bytes before off went there)
-	firstDst  *byte
-	firstSink Sink
-
-	// spilling: a recv on the same stream waits for another step behind
-	// this one, so the decoder reads it into a buffer after all and queues
-	// it like a read-ahead message (spill is that buffer once begun)
-	spillWant bool
-	spill     []byte
-}
-
 type varQueue struct {
 	items   []entry
 	waiting []chan struct{}
 }
-
-// Aborted is the error a peer gave when it stopped the job (Endpoint.Abort).
-type Aborted struct{ Reason string }
-
-func (a *Aborted) Error() string { return "stopped the job: " + a.Reason }
 
 var (
 	errStopped = errors.New("transport: claim withdrawn")
@@ -159,23 +109,6 @@ func (in *inbox) accept(specs []Spec) {
 			in.vars[s.Var] = &varQueue{}
 		}
 	}
-}
-
-func (ps *peerState) stream(v string) *streamState {
-	s := ps.streams[v]
-	if s == nil {
-		s = &streamState{}
-		ps.streams[v] = s
-	}
-	return s
-}
-
-// current returns the state of src if inc is its current incarnation.
-func (in *inbox) current(src NodeID, inc uint64) *peerState {
-	if ps := in.peer[src]; ps != nil && ps.inc == inc {
-		return ps
-	}
-	return nil
 }
 
 // check validates a message header before its payload is read, so a bad
@@ -310,197 +243,6 @@ func (in *inbox) deliver(src NodeID, inc uint64, step int64, v string, buf []byt
 	wake(q)
 }
 
-// hold registers a large message whose header (at payload offset off, > 0
-// when the sender resumes it) was read by a decoder of incarnation inc,
-// and returns it for the decoder to feed (or skip, when it is stale). An
-// error is a protocol violation, or the endpoint closed.
-func (in *inbox) hold(src NodeID, inc uint64, step int64, v string, n, off int) (*held, error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ps := in.current(src, inc)
-	q := in.vars[v]
-	if in.closed || ps == nil || q == nil {
-		return nil, ErrClosed
-	}
-	st := ps.stream(v)
-	if h := st.head; h != nil { // the sender writes a parked message again
-		if h.reader || h.step != step || h.off != off {
-			return nil, fmt.Errorf("%w: %s@%d from %s resumed at byte %d, expected %s@%d at byte %d", errProtocol, v, step, src, off, v, h.step, h.off)
-		}
-		h.reader = true // a dropped h is skipped by its decoder (next)
-		wake(q)
-		return h, nil
-	}
-	if off != 0 {
-		return nil, fmt.Errorf("%w: %s@%d from %s resumed at byte %d, but no message of it is pending", errProtocol, v, step, src, off)
-	}
-	ps.delivered++
-	if ps.doneAt >= 0 {
-		in.wakeAll()
-	}
-	h := &held{src: src, v: v, step: step, n: n, reader: true, wake: make(chan struct{}, 1), fin: make(chan error, 1)}
-	st.head = h
-	if step < in.floor {
-		in.onError(fmt.Errorf("message %s@%d from %s: stale, dropped", v, step, src))
-		h.discard = true
-		return h, nil
-	}
-	h.queued = true
-	q.items = append(q.items, entry{step: step, src: src, h: h})
-	wake(q)
-	return h, nil
-}
-
-// target is what a decoder reads the next bytes of a held message into.
-type target struct {
-	dst  []byte
-	sink Sink
-	off  int
-}
-
-// next blocks until h is claimed (the target of its next bytes) or
-// discarded (ok false: skip the rest). dead is the decoder's connection's
-// end: then h is parked and the error returned.
-func (in *inbox) next(h *held, dead <-chan struct{}) (t target, ok bool, err error) {
-	in.mu.Lock()
-	for {
-		switch {
-		case h.discard || in.closed:
-			if h.claimed { // the claimer waits: it may use its memory again
-				h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
-				if in.closed {
-					h.fin <- ErrClosed
-				} else {
-					h.fin <- errDropped
-				}
-			}
-			in.mu.Unlock()
-			return target{}, false, nil
-		case h.claimed && h.stop:
-			h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
-			h.fin <- errStopped
-		case h.claimed:
-			t = target{dst: h.dst, sink: h.sink, off: h.off}
-			in.mu.Unlock()
-			return t, true, nil
-		case h.spill != nil || (h.spillWant && h.off == 0):
-			if h.spill == nil {
-				h.spill = in.bufferLocked(h.n)
-				h.firstDst = &h.spill[0]
-			}
-			t = target{dst: h.spill, off: h.off}
-			in.mu.Unlock()
-			return t, true, nil
-		}
-		in.mu.Unlock()
-		select {
-		case <-h.wake:
-		case <-dead:
-			in.park(h, errors.New("connection lost"))
-			return target{}, false, errors.New("connection lost")
-		case <-in.closing:
-		}
-		in.mu.Lock()
-	}
-}
-
-// filled records that k more payload bytes of h were consumed; it reports
-// whether h is complete.
-func (in *inbox) filled(h *held, k int) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	h.off += k
-	if h.off < h.n {
-		return false
-	}
-	if h.spill != nil { // queued from now on like a read-ahead message
-		q := in.vars[h.v]
-		for i, e := range q.items {
-			if e.h == h {
-				q.items[i] = entry{step: h.step, src: h.src, buf: h.spill}
-				h.queued = false
-				wake(q)
-				break
-			}
-		}
-		if h.queued || h.discard { // dropped meanwhile
-			in.unqueue(h)
-			in.recycle(h.spill)
-		}
-		h.spill = nil
-	}
-	in.finish(h)
-	if h.claimed {
-		h.claimed = false
-		h.fin <- nil
-	}
-	return true
-}
-
-// skipped records that the rest of a discarded h was skipped.
-func (in *inbox) skipped(h *held) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if h.spill != nil {
-		in.recycle(h.spill)
-		h.spill = nil
-	}
-	in.finish(h)
-}
-
-// finish ends h on its stream: counted as received, unqueued.
-func (in *inbox) finish(h *held) {
-	ps := in.peer[h.src]
-	if st := ps.streams[h.v]; st != nil && st.head == h {
-		st.head = nil
-		in.counted(ps, h.v, false)
-	}
-	in.unqueue(h)
-	h.reader = false
-}
-
-func (in *inbox) unqueue(h *held) {
-	if !h.queued {
-		return
-	}
-	h.queued = false
-	q := in.vars[h.v]
-	for i, e := range q.items {
-		if e.h == h {
-			q.items = append(q.items[:i], q.items[i+1:]...)
-			break
-		}
-	}
-}
-
-// park detaches h from its dead decoder: it stays pending (bytes before
-// h.off consumed) until the sender writes the rest on a new connection.
-// A claim waiting on it fails with the loss.
-func (in *inbox) park(h *held, err error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	h.reader = false
-	if h.claimed {
-		h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
-		h.fin <- &PeerError{h.src, err}
-	}
-}
-
-// drop discards h (stale): its decoder skips the rest; a parked h is
-// skipped when the sender writes it again.
-func (in *inbox) drop(h *held) {
-	h.discard = true
-	in.unqueue(h)
-	if h.claimed && !h.reader { // a reading decoder answers at its next chunk (next)
-		h.claimed, h.stop, h.dst, h.sink = false, false, nil, nil
-		h.fin <- errDropped
-	}
-	select {
-	case h.wake <- struct{}{}:
-	default:
-	}
-}
-
 // dropEntry removes a queued entry that became stale.
 func (in *inbox) dropEntry(q *varQueue, i int) {
 	e := q.items[i]
@@ -510,208 +252,6 @@ func (in *inbox) dropEntry(q *varQueue, i int) {
 	}
 	in.recycle(e.buf)
 	q.items = append(q.items[:i], q.items[i+1:]...)
-}
-
-// done records that src announced its end after count data messages.
-func (in *inbox) done(src NodeID, inc uint64, count int64) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if ps := in.current(src, inc); ps != nil {
-		in.counted(ps, "", false)
-		ps.doneAt = count
-		in.wakeAll()
-	}
-}
-
-// abort records that src stopped the job, and why.
-func (in *inbox) abort(src NodeID, inc uint64, reason string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if ps := in.current(src, inc); ps != nil {
-		in.counted(ps, "", false)
-		if ps.aborted == nil {
-			ps.aborted = &Aborted{Reason: reason}
-			in.onError(&PeerError{src, ps.aborted})
-		}
-		in.wakeAll()
-	}
-}
-
-// aborted reports whether src stopped the job.
-func (in *inbox) aborted(src NodeID) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ps := in.peer[src]
-	return ps != nil && ps.aborted != nil
-}
-
-// fail records that the connection to src failed.
-func (in *inbox) fail(src NodeID, err error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if ps := in.peer[src]; ps != nil && ps.err == nil {
-		ps.err = err
-		select {
-		case <-ps.live:
-			ps.live = make(chan struct{})
-		default:
-		}
-		in.wakeAll()
-	}
-}
-
-// failure is why recvs from ps fail now, or nil.
-func (ps *peerState) failure() error {
-	if ps.aborted != nil {
-		return ps.aborted
-	}
-	return ps.err
-}
-
-// connected records that src is connected (again) as incarnation inc. The
-// same incarnation after a loss is a network blip: its state is kept and
-// its error cleared. A new incarnation is a restarted process: everything
-// still pending from the old one is dropped and its counters start over.
-// It reports whether src restarted.
-func (in *inbox) connected(src NodeID, inc uint64) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ps := in.peer[src]
-	if ps == nil {
-		return false
-	}
-	restarted := ps.inc != 0 && ps.inc != inc
-	if restarted {
-		for _, q := range in.vars {
-			for i := 0; i < len(q.items); i++ {
-				if q.items[i].src == src {
-					in.dropEntry(q, i)
-					i--
-				}
-			}
-		}
-		for _, st := range ps.streams {
-			if st.head != nil {
-				in.drop(st.head)
-			}
-		}
-		ps.streams = map[string]*streamState{}
-		ps.delivered, ps.doneAt, ps.aborted = 0, -1, nil
-		ps.restarts++
-		close(ps.restarted)
-		ps.restarted = make(chan struct{})
-	}
-	ps.inc, ps.err = inc, nil
-	select {
-	case <-ps.live:
-	default:
-		close(ps.live)
-	}
-	in.wakeAll()
-	return restarted
-}
-
-// resumePoint says how much of a transfer a receiver has: count messages,
-// and off bytes of the next one.
-type resumePoint struct {
-	v     string
-	count int64
-	off   int64
-}
-
-// resumePoints lists what arrived from src's current incarnation, per
-// stream (streams with nothing are left out).
-func (in *inbox) resumePoints(src NodeID) []resumePoint {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ps := in.peer[src]
-	if ps == nil {
-		return nil
-	}
-	var rps []resumePoint
-	for v, st := range ps.streams {
-		rp := resumePoint{v: v, count: st.count}
-		if st.head != nil {
-			rp.off = int64(st.head.off)
-		}
-		if rp.count > 0 || rp.off > 0 {
-			rps = append(rps, rp)
-		}
-	}
-	return rps
-}
-
-// restarts returns how often src restarted and a channel closed at its
-// next restart.
-func (in *inbox) restarts(src NodeID) (int64, <-chan struct{}) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ps := in.peer[src]
-	if ps == nil {
-		return 0, nil
-	}
-	return ps.restarts, ps.restarted
-}
-
-// finishedPeer reports whether src said Done and everything it sent
-// before arrived.
-func (in *inbox) finishedPeer(src NodeID) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ps := in.peer[src]
-	return ps != nil && in.finished(ps)
-}
-
-// waitPeer blocks until src is connected; it returns at once with an
-// error if this endpoint closed.
-func (in *inbox) waitPeer(ctx context.Context, src NodeID) error {
-	for {
-		in.mu.Lock()
-		ps := in.peer[src]
-		if ps == nil {
-			in.mu.Unlock()
-			return &PeerError{src, ErrUnknownPeer}
-		}
-		if in.closed {
-			in.mu.Unlock()
-			return ErrClosed
-		}
-		if ps.aborted != nil {
-			in.mu.Unlock()
-			return &PeerError{src, ps.aborted}
-		}
-		live, err := ps.live, ps.err
-		in.mu.Unlock()
-		select {
-		case <-live:
-			return nil
-		default:
-		}
-		select {
-		case <-live:
-			return nil
-		case <-in.closing:
-		case <-ctx.Done():
-			if err != nil {
-				return fmt.Errorf("%w (%s: %v)", ctx.Err(), src, err)
-			}
-			return ctx.Err()
-		}
-	}
-}
-
-func (in *inbox) finished(ps *peerState) bool {
-	if ps.doneAt < 0 || ps.delivered < ps.doneAt {
-		return false
-	}
-	// A held message counts as delivered once its header arrived; the
-	// peer is not finished while its payload is still to come.
-	for _, st := range ps.streams {
-		if st.head != nil && !st.head.discard {
-			return false
-		}
-	}
-	return true
 }
 
 func (in *inbox) close() {
@@ -878,27 +418,6 @@ func (in *inbox) varName(q *varQueue) string {
 	return "?"
 }
 
-// claimable reports whether entry e can be taken now (a held message needs
-// its decoder attached and no other claim).
-func claimable(e entry) bool {
-	return e.h == nil || (e.h.reader && !e.h.claimed && e.h.spill == nil)
-}
-
-// spillBlockers asks the decoders of held messages from src on q that are
-// not for step to read them into buffers: each heads its stream, so the
-// wanted step, sent after it, cannot arrive until it is consumed.
-func (in *inbox) spillBlockers(q *varQueue, src NodeID, step int64) {
-	for _, e := range q.items {
-		if h := e.h; h != nil && e.src == src && e.step != step && !h.spillWant && !h.claimed && h.off == 0 {
-			h.spillWant = true
-			select {
-			case h.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
 func (in *inbox) recv(ctx context.Context, src NodeID, step int64, v string, dst []byte, sink Sink) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -1056,32 +575,6 @@ func (in *inbox) dropBefore(step int64) {
 				in.dropEntry(q, i)
 				i--
 			}
-		}
-	}
-}
-
-// waitDone blocks until src finished (nil) or was lost (its error).
-func (in *inbox) waitDone(ctx context.Context, src NodeID) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	ps := in.peer[src]
-	if ps == nil {
-		return &PeerError{src, ErrUnknownPeer}
-	}
-	q := &varQueue{} // a private wait queue: woken by wakeAll
-	in.vars["\x00done:"+string(src)] = q
-	defer delete(in.vars, "\x00done:"+string(src))
-	for {
-		switch {
-		case in.finished(ps):
-			return nil
-		case ps.failure() != nil:
-			return &PeerError{src, ps.failure()}
-		case in.closed:
-			return ErrClosed
-		}
-		if err := in.wait(ctx, q); err != nil {
-			return err
 		}
 	}
 }

@@ -1,0 +1,100 @@
+package transport
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"strings"
+	"testing"
+)
+
+// The byte order of every multi-byte integer on the wire (docs/wire.md):
+// little-endian in frames (header length and step, the data-at offset,
+// resume entries), big-endian for the handshake's incarnations, on the
+// wire and in the HMAC transcript. Each value's bytes differ, so a
+// swapped order shows.
+func TestWireByteOrder(t *testing.T) {
+	const inc = 0x0102030405060708
+	be := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	le := []byte{8, 7, 6, 5, 4, 3, 2, 1}
+
+	// Handshake: magic(4) version(1) [status(1)] nonce(32) inc(8).
+	job := jobHash("job")
+	c := &hello{inc: inc, job: job, id: Trainer(0)}
+	s := &hello{inc: inc + 1, job: job, id: PServer(0)}
+	for _, h := range []struct {
+		server bool
+		at     int
+		hello  *hello
+		want   []byte
+	}{{false, 4 + 1 + 32, c, be}, {true, 4 + 1 + 1 + 32, s, []byte{1, 2, 3, 4, 5, 6, 7, 9}}} {
+		var b bytes.Buffer
+		must(t, writeHello(&b, h.server, h.hello))
+		if got := b.Bytes()[h.at : h.at+8]; !bytes.Equal(got, h.want) {
+			t.Fatalf("server %v hello: incarnation % x, want big-endian % x", h.server, got, h.want)
+		}
+		back, err := readHello(&b, h.server)
+		must(t, err)
+		if back.inc != h.hello.inc {
+			t.Fatalf("server %v hello: read incarnation %#x back, want %#x", h.server, back.inc, h.hello.inc)
+		}
+	}
+	// The transcript T = cnonce || snonce || cinc || sinc || job || len || cid || len || sid.
+	m := hmac.New(sha256.New, []byte("tok"))
+	m.Write([]byte("psgraph/1 client"))
+	m.Write(c.nonce[:])
+	m.Write(s.nonce[:])
+	m.Write(be)
+	m.Write([]byte{1, 2, 3, 4, 5, 6, 7, 9})
+	m.Write(job[:])
+	m.Write(append([]byte{byte(len(c.id))}, c.id...))
+	m.Write(append([]byte{byte(len(s.id))}, s.id...))
+	if !hmac.Equal(proof([]byte("tok"), "psgraph/1 client", c, s), m.Sum(nil)) {
+		t.Fatal("the proof is not over the transcript with big-endian incarnations")
+	}
+
+	// Frame header: kind dtype flags(2) length(4) step(8).
+	b := make([]byte, frameHeader)
+	putHeader(b, header{kind: kindData, dtype: F32, len: 0x0a0b0c0d, step: inc})
+	if !bytes.Equal(b[4:8], []byte{0x0d, 0x0c, 0x0b, 0x0a}) || !bytes.Equal(b[8:], le) {
+		t.Fatalf("frame header % x: length and step not little-endian", b)
+	}
+	if h, err := parseHeader(b, false, 1<<30); err != nil || h.len != 0x0a0b0c0d || h.step != inc {
+		t.Fatalf("parsed %+v, %v", h, err)
+	}
+
+	// Resume entry: u8 name length, name, u64 count, u64 offset.
+	r := appendResume(nil, []resumePoint{{v: "W", count: inc, off: 0x1112131415161718}})
+	if want := append(append([]byte{1, 'W'}, le...), 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11); !bytes.Equal(r, want) {
+		t.Fatalf("resume entry % x, want % x", r, want)
+	}
+	if rps, err := parseResume(r); err != nil || len(rps) != 1 || rps[0].count != inc || rps[0].off != 0x1112131415161718 {
+		t.Fatalf("parsed %+v, %v", rps, err)
+	}
+
+	// Data at an offset: the header, then the u64 offset. A decoder reads
+	// offset 4 from 04 00 .. 00 (big-endian it would be 4<<56, beyond any
+	// frame); no message is pending, so it names the offset it read.
+	in := newInbox(PServer(0), []NodeID{Trainer(0)}, nil)
+	in.accept([]Spec{{Var: "W", DType: F32, Bytes: 12}})
+	d := &decoder{in: in, src: Trainer(0), name: "W", maxFrame: 1 << 20, dead: make(chan struct{})}
+	f := make([]byte, frameHeader, frameHeader+16)
+	putHeader(f, header{kind: kindDataAt, dtype: F32, len: 8})
+	f = append(f, 4, 0, 0, 0, 0, 0, 0, 0)
+	f = append(f, make([]byte, 8)...)
+	if err := d.run(bytes.NewReader(f)); err == nil || !strings.Contains(err.Error(), "resumed at byte 4, but no message of it is pending") {
+		t.Fatalf("data at offset 04 00 00 00 00 00 00 00: %v", err)
+	}
+}
+
+// Config.MaxFrame defaults to 1 GiB (what psgraph run uses: no flag sets
+// it); a bound the 4-byte length field cannot carry falls back to it.
+func TestConfigDefaultMaxFrame(t *testing.T) {
+	for _, c := range []struct{ set, want int }{{0, 1 << 30}, {-1, 1 << 30}, {1 << 32, 1 << 30}, {1<<32 - 1, 1<<32 - 1}, {1 << 20, 1 << 20}} {
+		cfg := Config{MaxFrame: c.set}
+		cfg.defaults()
+		if cfg.MaxFrame != c.want {
+			t.Fatalf("MaxFrame %d: became %d, want %d", c.set, cfg.MaxFrame, c.want)
+		}
+	}
+}
