@@ -1,6 +1,8 @@
 package cmd_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/node"
+	"github.com/psgraph/psgraph/partition"
+	"github.com/psgraph/psgraph/transport"
 	"github.com/psgraph/psgraph/transport/testcert"
 )
 
@@ -419,5 +424,40 @@ func TestKilledTablePserverRestartsFromCheckpoint(t *testing.T) {
 		if l > 1.1*want || want == 0 {
 			t.Errorf("trainer-%d: loss %v after a pserver restart, want within 10%% of the undisturbed %v", i, l, want)
 		}
+	}
+}
+
+// The children of psgraph train authenticate with the token train
+// generates: while the job runs, a peer presenting the job's identity
+// (its plan's JobHash) as trainer-0 with no token or a made-up one is
+// refused with ErrAuth, and pserver-0 logs the refusal. Were the children
+// tokenless (loopback allows it), the tokenless peer would pass the proof
+// and be refused only as an already connected trainer-0.
+func TestTrainChildrenRequireTheGeneratedToken(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, "train", nil, "train", "examples/digits-mlp.yaml", "--trainers", "1", "--pservers", "1", "--steps", "100000000", "--log-every", "100", "--plan-dir", dir)
+	waitForLine(t, p, "step=100")
+	plan, err := partition.ReadPlan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, token := range []string{"", "a-made-up-token"} {
+		cfg := transport.Config{
+			Self: transport.Trainer(0), Token: []byte(token), JobHash: node.JobHash(plan),
+			Peers:          map[transport.NodeID]string{transport.PServer(0): plan.Info.Endpoints[0]},
+			ConnectTimeout: 10 * time.Second,
+		}
+		ep, err := transport.Dial(context.Background(), cfg)
+		if err == nil {
+			ep.Close()
+		}
+		if !errors.Is(err, transport.ErrAuth) {
+			t.Errorf("dialing pserver-0 of a running train with token %q: %v, want %v", token, err, transport.ErrAuth)
+		}
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	r := p.wait(t, 60*time.Second)
+	if n := strings.Count(r.stderr, "authentication failed"); n < 2 {
+		t.Errorf("pserver-0 logged %d authentication failures, want one per refused peer:\n%s", n, r.stderr)
 	}
 }

@@ -18,12 +18,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/node"
 )
 
 // Version is set at build time with -ldflags "-X github.com/psgraph/psgraph/cmd.Version=...".
 var Version = "dev"
 
-// usageError marks a command-line mistake (exit code 2).
+// usageError marks a command-line mistake (exit code 2), as does
+// node.UsageError, a flag of run's pserver and trainer roles.
 type usageError struct{ err error }
 
 func (u usageError) Error() string { return u.err.Error() }
@@ -44,7 +46,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "psgraph: %v\n", err)
 	var u usageError
-	if errors.As(err, &u) {
+	var nu *node.UsageError
+	if errors.As(err, &u) || errors.As(err, &nu) {
 		fmt.Fprintf(stderr, "Run 'psgraph --help' for usage.\n")
 		return 2
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec"
-	"github.com/psgraph/psgraph/partition"
+	"github.com/psgraph/psgraph/exec/node"
 )
 
 type runOptions struct {
@@ -47,17 +47,8 @@ func (k *checkpointFlags) add(c *cobra.Command, node bool) {
 	}
 }
 
-func (k *checkpointFlags) checkpointer(node, model string) (*exec.Checkpointer, error) {
-	if k.every < 0 {
-		return nil, usagef("--checkpoint-every must be positive")
-	}
-	if k.dir == "" {
-		if k.every > 0 {
-			return nil, usagef("--checkpoint-every needs --checkpoint-dir")
-		}
-		return nil, nil
-	}
-	return &exec.Checkpointer{Dir: k.dir, Every: k.every, Node: node, Model: model}, nil
+func (k *checkpointFlags) checkpointer(name, model string) (*exec.Checkpointer, error) {
+	return node.Checkpointer(k.dir, k.every, name, model)
 }
 
 // netFlags are the flags of a node of a distributed job. Each may also come
@@ -238,106 +229,28 @@ func printJSON(c *cobra.Command, v any) error {
 	return nil
 }
 
-// jobOf is the runtime's view of a plan.
-func jobOf(p *partition.Plan) *exec.Job {
-	return &exec.Job{Trainer: p.Trainer, PServers: p.PServers, Trainers: p.Info.Trainers, Async: p.Info.Mode == partition.Async,
-		Params: p.Info.ServedParams()}
-}
-
 func (o *runOptions) runNode(c *cobra.Command) error {
 	n := &o.net
-	if n.plan == "" {
-		return usagef("run --role %s needs --plan DIR, the directory 'psgraph split' wrote", o.role)
-	}
-	plan, err := partition.ReadPlan(n.plan)
-	if err != nil {
-		return err
-	}
-	count := plan.Info.Trainers
-	if o.role == "pserver" {
-		count = plan.Info.PServers
-	}
-	if n.index < 0 || n.index >= count {
-		return usagef("run --role %s needs --index between 0 and %d (the plan has %d %ss)", o.role, count-1, count, o.role)
-	}
 	token, err := n.token()
 	if err != nil {
 		return err
 	}
-	name := fmt.Sprintf("%s-%d", o.role, n.index)
-	log, err := o.log.logger(c.ErrOrStderr(), name)
+	log, err := o.log.logger(c.ErrOrStderr(), fmt.Sprintf("%s-%d", o.role, n.index))
 	if err != nil {
 		return err
 	}
-	job := jobOf(plan)
-	ctx := c.Context()
-	if o.role == "pserver" {
-		if o.metrics != "" || o.steps != 0 || o.batch != 0 {
-			return usagef("--metrics, --steps and --batch are trainer flags; a pserver serves until its trainers are done")
-		}
-		if o.save != "" && !plan.Info.HasTables() {
-			return usagef("--save on a pserver writes its shards of the plan's lookup tables, and this plan has none; give --save to trainer 0")
-		}
-		addr := n.listen
-		if addr == "" && n.index < len(plan.Info.Endpoints) {
-			addr = plan.Info.Endpoints[n.index]
-		}
-		if addr == "" {
-			return usagef("run --role pserver needs --listen HOST:PORT (or endpoints in the plan: split --pserver-endpoints)")
-		}
-		tc, err := n.tlsConfig(true)
-		if err != nil {
-			return err
-		}
-		ep, err := listen(ctx, plan, job, n.index, addr, token, n.insecure, tc, log)
-		if err != nil {
-			return err
-		}
-		defer ep.Close()
-		ck, err := o.ck.checkpointer(name, plan.Info.Model)
-		if err != nil {
-			return err
-		}
-		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep, TrainerTimeout: n.trainerTimeout, Save: o.save})
-		if err != nil {
-			return err
-		}
-		return printJSON(c, sum)
-	}
-	if o.initFrom != "" {
-		return usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers")
-	}
-	if o.ck.dir != "" || o.ck.every != 0 {
-		return usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step")
-	}
-	addrs := plan.Info.Endpoints
+	var pservers []string
 	if n.pservers != "" {
-		addrs = strings.Split(n.pservers, ",")
+		pservers = strings.Split(n.pservers, ",")
 	}
-	if len(addrs) != plan.Info.PServers {
-		return usagef("run --role trainer needs --pservers with %d host:port entries (one per pserver of the plan), got %d", plan.Info.PServers, len(addrs))
-	}
-	batch := o.batch
-	if batch == 0 {
-		batch = plan.Trainer.Batch()
-	} else if batch != plan.Trainer.Train.Batch {
-		plan.Trainer.Train.Batch = batch
-		if err := plan.Trainer.Check(); err != nil {
-			return fmt.Errorf("with --batch %d: %w", batch, err)
-		}
-	}
-	tc, err := n.tlsConfig(false)
-	if err != nil {
-		return err
-	}
-	ep, err := dial(ctx, plan, job, n.index, addrs, batch, token, n.connectTimeout, tc, log)
-	if err != nil {
-		return err
-	}
-	defer ep.Close()
-	sum, err := job.RunTrainer(ctx, n.index, ep, exec.RunOptions{
-		Steps: o.steps, Batch: batch, Save: o.save, Metrics: o.metrics, LogEvery: o.log.every, Log: log, StartStep: o.ck.startStep,
-		PServerTimeout: n.connectTimeout,
+	sum, err := node.Run(c.Context(), node.Options{
+		Role: o.role, Index: n.index, Plan: n.plan,
+		Listen: n.listen, PServers: pservers, Token: token, Insecure: n.insecure,
+		TLSCert: n.tlsCert, TLSKey: n.tlsKey, TLSCA: n.tlsCA,
+		ConnectTimeout: n.connectTimeout, TrainerTimeout: n.trainerTimeout,
+		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
+		LogEvery: o.log.every, Log: log,
+		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, ResumeStep: o.ck.resumeStep, StartStep: o.ck.startStep,
 	})
 	if err != nil {
 		return err

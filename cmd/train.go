@@ -1,23 +1,14 @@
 package cmd
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/psgraph/psgraph/exec"
 	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/partition"
-	"github.com/psgraph/psgraph/transport"
 )
 
 type trainOptions struct {
@@ -88,7 +79,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if g.Train == nil || g.Train.Optimizer == nil {
 		return fmt.Errorf("%s: the model has no train.optimizer, so there is nothing to train", model)
 	}
-	addrs, err := freePorts(opt.PServers)
+	addrs, err := launch.FreePorts(opt.PServers)
 	if err != nil {
 		return err
 	}
@@ -101,135 +92,38 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if err := plan.Write(dir); err != nil {
 		return err
 	}
-	token, err := randomToken()
+	token, err := launch.NewToken()
 	if err != nil {
 		return err
-	}
-	env := []string{"PSGRAPH_TOKEN=" + token}
-	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
-		// N+M processes share this machine's cores: more Go threads than
-		// cores only add context switches to every message's latency
-		// (2x2 digits on 2 cores: 1,550 steps/s with 2 each, 2,000 with 1).
-		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/(opt.Trainers+opt.PServers))))
 	}
 	if _, err := o.ck.checkpointer("", g.Name); err != nil {
 		return err
 	}
-	resume := int64(0)
-	if o.ck.dir != "" {
-		var ids []transport.NodeID
-		for i := 0; i < opt.PServers; i++ {
-			ids = append(ids, transport.PServer(i))
-		}
-		if resume, err = exec.CommonCheckpoint(o.ck.dir, ids); err != nil {
-			return err
-		}
-		if resume > 0 {
-			fmt.Fprintf(c.ErrOrStderr(), "resuming from the checkpoints of step %d in %s\n", resume, o.ck.dir)
-		}
+	resume, err := launch.Resume(o.ck.dir, opt.PServers)
+	if err != nil {
+		return err
 	}
-	common := []string{"--plan", dir, "--log-format", o.log.format}
-	if o.log.every > 0 {
-		common = append(common, "--log-every", strconv.Itoa(o.log.every))
+	if resume > 0 {
+		fmt.Fprintf(c.ErrOrStderr(), "resuming from the checkpoints of step %d in %s\n", resume, o.ck.dir)
 	}
-	var children []launch.Child
-	var shards []string // the pservers' shards of the lookup tables, merged into --save
-	for i := 0; i < opt.PServers; i++ {
-		args := append([]string{"run", "--role", "pserver", "--index", strconv.Itoa(i), "--listen", addrs[i]}, common...)
-		if o.initFrom != "" {
-			args = append(args, "--init-from", o.initFrom)
-		}
-		if o.save != "" && plan.Info.HasTables() {
-			shards = append(shards, filepath.Join(dir, fmt.Sprintf("shards-pserver-%d.safetensors", i)))
-			args = append(args, "--save", shards[i])
-		}
-		if o.ck.dir != "" {
-			args = append(args, "--checkpoint-dir", o.ck.dir, "--checkpoint-every", strconv.Itoa(o.ck.every))
-			if resume > 0 {
-				args = append(args, "--resume-step", strconv.FormatInt(resume, 10))
-			}
-		}
-		children = append(children, launch.Child{Name: fmt.Sprintf("pserver-%d", i), Args: args, Env: env})
+	_, maxprocsSet := os.LookupEnv("GOMAXPROCS")
+	lo := launch.PlanOptions{
+		Dir: dir, Endpoints: addrs, Trainers: opt.Trainers, Tables: plan.Info.HasTables(), Token: token,
+		NumCPU: runtime.NumCPU(), GOMAXPROCSSet: maxprocsSet,
+		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
+		LogFormat: o.log.format, LogEvery: o.log.every,
+		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, Resume: resume,
 	}
-	for i := 0; i < opt.Trainers; i++ {
-		args := append([]string{"run", "--role", "trainer", "--index", strconv.Itoa(i), "--pservers", strings.Join(addrs, ",")}, common...)
-		if o.steps > 0 {
-			args = append(args, "--steps", strconv.Itoa(o.steps))
-		}
-		if resume > 0 {
-			args = append(args, "--start-step", strconv.FormatInt(resume, 10))
-		}
-		if o.batch > 0 {
-			args = append(args, "--batch", strconv.Itoa(o.batch))
-		}
-		if o.save != "" && i == 0 {
-			args = append(args, "--save", o.save)
-		}
-		if o.metrics != "" {
-			args = append(args, "--metrics", metricsFile(o.metrics, i))
-		}
-		children = append(children, launch.Child{Name: fmt.Sprintf("trainer-%d", i), Args: args, Env: env})
-	}
+	children := launch.Plan(lo)
 	fmt.Fprint(c.ErrOrStderr(), plan.Summary())
 	res, err := launch.Run(c.Context(), children, launch.Options{Log: c.ErrOrStderr()})
 	if err != nil {
 		return err
 	}
-	if len(shards) > 0 {
-		if err := exec.MergeShards(o.save, o.save, plan.PServers, shards); err != nil {
-			return err
-		}
-		for _, f := range shards {
-			os.Remove(f)
-		}
+	if err := launch.MergeTableShards(o.save, plan.PServers, launch.ShardFiles(lo)); err != nil {
+		return err
 	}
-	var rss []string
-	for _, ch := range children {
-		rss = append(rss, fmt.Sprintf("%s %.1f MiB", ch.Name, float64(res.PeakRSS[ch.Name])/(1<<20)))
-	}
-	fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", strings.Join(rss, ", "))
-	out := bytes.TrimSpace(res.Stdout["trainer-0"])
-	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
-		out = out[i+1:]
-	}
-	fmt.Fprintln(c.OutOrStdout(), string(out))
+	fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", res.PeakRSSLine(children))
+	fmt.Fprintln(c.OutOrStdout(), string(res.LastLine("trainer-0")))
 	return nil
-}
-
-// metricsFile is trainer i's progress file: the given name for trainer 0,
-// NAME.trainer-i.EXT for the others.
-func metricsFile(path string, i int) string {
-	if i == 0 {
-		return path
-	}
-	ext := filepath.Ext(path)
-	return fmt.Sprintf("%s.trainer-%d%s", strings.TrimSuffix(path, ext), i, ext)
-}
-
-// freePorts reserves n loopback ports by listening on port 0.
-func freePorts(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("cannot find a free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
-func randomToken() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }

@@ -34,11 +34,12 @@ type Options struct {
 	Grace time.Duration
 }
 
-// Result is what the children wrote on stdout and their peak resident
-// memory in bytes, by name.
+// Result is what the children wrote on stdout, their peak resident
+// memory in bytes and how each ended (exit code or signal), by name.
 type Result struct {
 	Stdout  map[string][]byte
 	PeakRSS map[string]int64
+	State   map[string]*os.ProcessState
 }
 
 // ChildError reports the first child that failed.
@@ -75,7 +76,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var logMu sync.Mutex
-	res := &Result{Stdout: map[string][]byte{}, PeakRSS: map[string]int64{}}
+	res := &Result{Stdout: map[string][]byte{}, PeakRSS: map[string]int64{}, State: map[string]*os.ProcessState{}}
 	type exit struct {
 		i   int
 		err error
@@ -140,6 +141,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 		res.Stdout[ch.Name] = outs[i].Bytes()
 		if st := procs[i].ProcessState; st != nil {
 			res.PeakRSS[ch.Name] = peakRSS(st)
+			res.State[ch.Name] = st
 		}
 	}
 	if first != nil {

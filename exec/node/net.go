@@ -1,4 +1,4 @@
-package cmd
+package node
 
 import (
 	"context"
@@ -16,6 +16,13 @@ import (
 	"github.com/psgraph/psgraph/transport"
 )
 
+// JobHash is the job's wire identity, transport.Config.JobHash of every
+// node of the plan: the hash of the model's source and its name. A peer
+// of another plan is refused with transport.ErrJobMismatch.
+func JobHash(plan *partition.Plan) string {
+	return plan.Info.SourceSHA256 + "/" + plan.Info.Model
+}
+
 // baseConfig is the transport configuration every node of a plan shares.
 func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batch int, token string, log zerolog.Logger) (transport.Config, error) {
 	specs, err := job.Specs(self, batch)
@@ -23,7 +30,7 @@ func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batc
 		return transport.Config{}, err
 	}
 	return transport.Config{
-		Self: self, Token: []byte(token), JobHash: plan.Info.SourceSHA256 + "/" + plan.Info.Model,
+		Self: self, Token: []byte(token), JobHash: JobHash(plan),
 		Accept: specs,
 		OnError: func(err error) {
 			if errors.Is(err, transport.ErrPeerRestarted) {
@@ -35,17 +42,17 @@ func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batc
 	}, nil
 }
 
-// tlsConfig builds the TLS configuration of the --tls-* flags (nil: none).
-func (n *netFlags) tlsConfig(server bool) (*tls.Config, error) {
-	if n.tlsCert == "" && n.tlsKey == "" && n.tlsCA == "" {
+// tlsConfig builds the TLS configuration of the --tls-* files (nil: none).
+func tlsConfig(certFile, keyFile, caFile string, server bool) (*tls.Config, error) {
+	if certFile == "" && keyFile == "" && caFile == "" {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if (n.tlsCert == "") != (n.tlsKey == "") {
+	if (certFile == "") != (keyFile == "") {
 		return nil, usagef("--tls-cert and --tls-key go together")
 	}
-	if n.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(n.tlsCert, n.tlsKey)
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
@@ -53,14 +60,14 @@ func (n *netFlags) tlsConfig(server bool) (*tls.Config, error) {
 	} else if server {
 		return nil, usagef("a pserver with TLS needs --tls-cert and --tls-key")
 	}
-	if n.tlsCA != "" {
-		pem, err := os.ReadFile(n.tlsCA)
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", n.tlsCA)
+			return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", caFile)
 		}
 		if server {
 			cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert

@@ -1,0 +1,205 @@
+package launch
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// PlanOptions describe a `psgraph train` run: the plan its children run
+// and the flags it passes on to them.
+type PlanOptions struct {
+	Dir       string   // the plan's directory ('psgraph split' output)
+	Endpoints []string // each pserver's host:port, by index: one pserver each
+	Trainers  int
+	Tables    bool   // the plan has lookup tables (its pservers save their shards for Save)
+	Token     string // the job's shared secret, every child's PSGRAPH_TOKEN
+
+	// NumCPU is this machine's core count and GOMAXPROCSSet whether the
+	// environment already sets GOMAXPROCS (which the children then inherit).
+	NumCPU        int
+	GOMAXPROCSSet bool
+
+	Steps, Batch int    // 0: the model's
+	InitFrom     string // read by the pservers
+	Save         string // trainer 0's file, merged with the pservers' table shards
+	Metrics      string // trainer 0's file; MetricsFile names the others'
+	LogFormat    string
+	LogEvery     int
+
+	CheckpointDir   string
+	CheckpointEvery int
+	Resume          int64 // the step every pserver has a checkpoint of (Resume); 0: a fresh job
+}
+
+// Plan returns the children of a `psgraph train` run, pservers first, each
+// with the arguments of its `psgraph run` and its environment. It starts
+// nothing and reads nothing.
+func Plan(o PlanOptions) []Child {
+	env := []string{"PSGRAPH_TOKEN=" + o.Token}
+	if !o.GOMAXPROCSSet {
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", GOMAXPROCS(o.NumCPU, o.Trainers+len(o.Endpoints))))
+	}
+	common := []string{"--plan", o.Dir, "--log-format", o.LogFormat}
+	if o.LogEvery > 0 {
+		common = append(common, "--log-every", strconv.Itoa(o.LogEvery))
+	}
+	var children []Child
+	shards := ShardFiles(o)
+	for i, addr := range o.Endpoints {
+		args := append([]string{"run", "--role", "pserver", "--index", strconv.Itoa(i), "--listen", addr}, common...)
+		if o.InitFrom != "" {
+			args = append(args, "--init-from", o.InitFrom)
+		}
+		if shards != nil {
+			args = append(args, "--save", shards[i])
+		}
+		if o.CheckpointDir != "" {
+			args = append(args, "--checkpoint-dir", o.CheckpointDir, "--checkpoint-every", strconv.Itoa(o.CheckpointEvery))
+			if o.Resume > 0 {
+				args = append(args, "--resume-step", strconv.FormatInt(o.Resume, 10))
+			}
+		}
+		children = append(children, Child{Name: fmt.Sprintf("pserver-%d", i), Args: args, Env: env})
+	}
+	for i := 0; i < o.Trainers; i++ {
+		args := append([]string{"run", "--role", "trainer", "--index", strconv.Itoa(i), "--pservers", strings.Join(o.Endpoints, ",")}, common...)
+		if o.Steps > 0 {
+			args = append(args, "--steps", strconv.Itoa(o.Steps))
+		}
+		if o.Resume > 0 {
+			args = append(args, "--start-step", strconv.FormatInt(o.Resume, 10))
+		}
+		if o.Batch > 0 {
+			args = append(args, "--batch", strconv.Itoa(o.Batch))
+		}
+		if o.Save != "" && i == 0 {
+			args = append(args, "--save", o.Save)
+		}
+		if o.Metrics != "" {
+			args = append(args, "--metrics", MetricsFile(o.Metrics, i))
+		}
+		children = append(children, Child{Name: fmt.Sprintf("trainer-%d", i), Args: args, Env: env})
+	}
+	return children
+}
+
+// GOMAXPROCS is each child's GOMAXPROCS when processes share numCPU
+// cores: more Go threads than cores only add context switches to every
+// message's latency (2x2 digits on 2 cores: 1,550 steps/s with 2 each,
+// 2,000 with 1).
+func GOMAXPROCS(numCPU, processes int) int {
+	return max(1, numCPU/processes)
+}
+
+// ShardFiles are the files pserver i saves its lookup-table shards to,
+// in the plan's directory, for MergeTableShards to join into Save (nil
+// without Save or without tables).
+func ShardFiles(o PlanOptions) []string {
+	if o.Save == "" || !o.Tables {
+		return nil
+	}
+	var out []string
+	for i := range o.Endpoints {
+		out = append(out, filepath.Join(o.Dir, fmt.Sprintf("shards-pserver-%d.safetensors", i)))
+	}
+	return out
+}
+
+// MetricsFile is trainer i's progress file: the given name for trainer 0,
+// NAME.trainer-i.EXT for the others.
+func MetricsFile(path string, i int) string {
+	if i == 0 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s.trainer-%d%s", strings.TrimSuffix(path, ext), i, ext)
+}
+
+// Resume is the step a rerun with checkpoint directory dir resumes at:
+// the newest step every one of the pservers has a checkpoint of (0: none,
+// or no dir).
+func Resume(dir string, pservers int) (int64, error) {
+	if dir == "" {
+		return 0, nil
+	}
+	var ids []transport.NodeID
+	for i := 0; i < pservers; i++ {
+		ids = append(ids, transport.PServer(i))
+	}
+	return exec.CommonCheckpoint(dir, ids)
+}
+
+// MergeTableShards joins the pservers' table shards into save (which
+// trainer 0 wrote) and removes them.
+func MergeTableShards(save string, pservers []*dsl.Graph, shards []string) error {
+	if len(shards) == 0 {
+		return nil
+	}
+	if err := exec.MergeShards(save, save, pservers, shards); err != nil {
+		return err
+	}
+	for _, f := range shards {
+		os.Remove(f)
+	}
+	return nil
+}
+
+// PeakRSSLine reports each child's peak resident memory in MiB, in the
+// children's order: "pserver-0 12.0 MiB, trainer-0 30.5 MiB".
+func (r *Result) PeakRSSLine(children []Child) string {
+	var rss []string
+	for _, ch := range children {
+		rss = append(rss, fmt.Sprintf("%s %.1f MiB", ch.Name, float64(r.PeakRSS[ch.Name])/(1<<20)))
+	}
+	return strings.Join(rss, ", ")
+}
+
+// LastLine is the last line the named child wrote on stdout: a node's
+// JSON summary.
+func (r *Result) LastLine(name string) []byte {
+	out := bytes.TrimSpace(r.Stdout[name])
+	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
+		out = out[i+1:]
+	}
+	return out
+}
+
+// FreePorts reserves n loopback ports by listening on port 0.
+func FreePorts(n int) ([]string, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []string
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("cannot find a free loopback port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// NewToken is a fresh random 256-bit job token, hex-encoded.
+func NewToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

@@ -1,0 +1,170 @@
+package launch
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Plan's children of `psgraph train`: pservers first, each with the
+// arguments of its `psgraph run` and the job's token and GOMAXPROCS.
+func TestPlan(t *testing.T) {
+	token := "PSGRAPH_TOKEN=t0k3n"
+	cases := []struct {
+		name string
+		opt  PlanOptions
+		want []Child
+	}{
+		{
+			name: "1x1",
+			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"127.0.0.1:7000"}, Trainers: 1, Token: "t0k3n", NumCPU: 2, LogFormat: "console"},
+			want: []Child{
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+			},
+		},
+		{
+			name: "2x2 with every flag passed on",
+			opt: PlanOptions{Dir: "plan", Endpoints: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Trainers: 2, Token: "t0k3n", NumCPU: 8,
+				Steps: 300, Batch: 32, InitFrom: "init.safetensors", Save: "out.safetensors", Metrics: "run.jsonl", LogFormat: "json", LogEvery: 50},
+			want: []Child{
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--steps", "300", "--batch", "32", "--save", "out.safetensors", "--metrics", "run.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pservers", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--steps", "300", "--batch", "32", "--metrics", "run.trainer-1.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
+			},
+		},
+		{
+			name: "2x2 with a fresh checkpoint-dir",
+			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 2, Token: "t0k3n", NumCPU: 2, LogFormat: "console", CheckpointDir: "ck", CheckpointEvery: 50},
+			want: []Child{
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+			},
+		},
+		{
+			name: "2x2 resuming at step 100, GOMAXPROCS set by the user",
+			opt: PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 2, Token: "t0k3n", NumCPU: 16, GOMAXPROCSSet: true, LogFormat: "console",
+				CheckpointDir: "ck", CheckpointEvery: 50, Resume: 100, Steps: 200},
+			want: []Child{
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token}},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
+			},
+		},
+		{
+			name: "1x2 with tables and save: the pservers save their shards in the plan",
+			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 1, Tables: true, Token: "t0k3n", NumCPU: 3, LogFormat: "console", Save: "out.safetensors"},
+			want: []Child{
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--save", "plan/shards-pserver-0.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--save", "plan/shards-pserver-1.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--save", "out.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := Plan(c.opt)
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Plan:\n%s\nwant:\n%s", show(got), show(c.want))
+			}
+		})
+	}
+}
+
+func show(cs []Child) string {
+	var b strings.Builder
+	for _, c := range cs {
+		b.WriteString("  " + c.Name + ": " + strings.Join(c.Args, " ") + "  env " + strings.Join(c.Env, " ") + "\n")
+	}
+	return b.String()
+}
+
+// Every child gets an equal share of the cores, at least one.
+func TestGOMAXPROCS(t *testing.T) {
+	cases := []struct{ cpus, procs, want int }{
+		{2, 2, 1}, {2, 4, 1}, {1, 4, 1}, {8, 4, 2}, {8, 3, 2}, {16, 2, 8}, {64, 8, 8},
+	}
+	for _, c := range cases {
+		if got := GOMAXPROCS(c.cpus, c.procs); got != c.want {
+			t.Errorf("GOMAXPROCS(%d cores, %d processes) = %d, want %d", c.cpus, c.procs, got, c.want)
+		}
+	}
+}
+
+func TestShardFilesOnlyWithSaveAndTables(t *testing.T) {
+	o := PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Tables: true}
+	if got := ShardFiles(o); got != nil {
+		t.Errorf("without Save: %v, want none", got)
+	}
+	o.Save, o.Tables = "out.safetensors", false
+	if got := ShardFiles(o); got != nil {
+		t.Errorf("without tables: %v, want none", got)
+	}
+	o.Tables = true
+	if got, want := ShardFiles(o), []string{"plan/shards-pserver-0.safetensors", "plan/shards-pserver-1.safetensors"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ShardFiles = %v, want %v", got, want)
+	}
+}
+
+func TestMetricsFile(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		i    int
+		want string
+	}{
+		{"run.jsonl", 0, "run.jsonl"}, {"run.jsonl", 3, "run.trainer-3.jsonl"}, {"out/m", 1, "out/m.trainer-1"},
+	} {
+		if got := MetricsFile(c.path, c.i); got != c.want {
+			t.Errorf("MetricsFile(%q, %d) = %q, want %q", c.path, c.i, got, c.want)
+		}
+	}
+}
+
+func TestResultLastLineAndPeakRSS(t *testing.T) {
+	r := &Result{
+		Stdout:  map[string][]byte{"trainer-0": []byte("progress\n{\"role\":\"trainer-0\"}\n\n")},
+		PeakRSS: map[string]int64{"pserver-0": 12 << 20, "trainer-0": 3 << 19},
+	}
+	if got := string(r.LastLine("trainer-0")); got != `{"role":"trainer-0"}` {
+		t.Errorf("LastLine = %q", got)
+	}
+	children := []Child{{Name: "pserver-0"}, {Name: "trainer-0"}}
+	if got, want := r.PeakRSSLine(children), "pserver-0 12.0 MiB, trainer-0 1.5 MiB"; got != want {
+		t.Errorf("PeakRSSLine = %q, want %q", got, want)
+	}
+}
+
+// A rerun resumes at the newest step every pserver has a checkpoint of.
+func TestResume(t *testing.T) {
+	save := func(dir, node string, steps ...int64) {
+		t.Helper()
+		ck := &exec.Checkpointer{Dir: dir, Node: node, Model: "m"}
+		for _, s := range steps {
+			if err := ck.Save(s, map[string]*tensor.Tensor{"W": tensor.FromF32(tensor.Shape{1}, []float32{1})}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got, err := Resume("", 2); got != 0 || err != nil {
+		t.Errorf("without a checkpoint dir: %d, %v; want 0, nil", got, err)
+	}
+	dir := t.TempDir()
+	if got, err := Resume(dir, 2); got != 0 || err != nil {
+		t.Errorf("an empty checkpoint dir: %d, %v; want 0, nil", got, err)
+	}
+	save(dir, "pserver-0", 50, 100)
+	if _, err := Resume(dir, 2); err == nil || !strings.Contains(err.Error(), "some pservers but not all") {
+		t.Errorf("pserver-1 has no checkpoint: %v, want an error saying so", err)
+	}
+	save(dir, "pserver-1", 50)
+	if got, err := Resume(dir, 2); got != 50 || err != nil {
+		t.Errorf("pserver-0 at 50 and 100, pserver-1 at 50: %d, %v; want 50", got, err)
+	}
+}
