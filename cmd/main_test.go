@@ -255,7 +255,9 @@ func TestCheckShowsRowGradients(t *testing.T) {
 func TestCheckRefusesNothingToTrain(t *testing.T) {
 	const why = "the model has no train.optimizer, so there is nothing to train"
 	badInput{"", "cmd/testdata/no-optimizer.yaml:12:3: " + why}.check(t, psgraph(t, "check", "cmd/testdata/no-optimizer.yaml"))
-	badInput{"", why}.check(t, psgraph(t, "run", "--role", "local", "cmd/testdata/no-optimizer.yaml"))
+	for _, args := range [][]string{{"run", "--role", "local"}, {"train"}} {
+		badInput{"", "cmd/testdata/no-optimizer.yaml:12:3: " + why}.check(t, psgraph(t, append(args, "cmd/testdata/no-optimizer.yaml")...))
+	}
 
 	dir := t.TempDir()
 	if r := psgraph(t, "split", "examples/iris.yaml", "--trainers", "1", "--pservers", "6", "-o", dir); r.code != 0 {

@@ -196,8 +196,8 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 	if err != nil {
 		return err
 	}
-	if g.Train == nil || g.Train.Optimizer == nil && !g.Expanded() {
-		return fmt.Errorf("%s: the model has no train.optimizer, so there is nothing to train", file)
+	if err := g.Trainable(); err != nil {
+		return err
 	}
 	if o.batch > 0 && o.batch != g.Train.Batch {
 		// Re-check shapes and sizes at the batch this run uses.

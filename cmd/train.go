@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/partition"
 )
@@ -76,8 +77,11 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
-	if g.Train == nil || g.Train.Optimizer == nil {
-		return fmt.Errorf("%s: the model has no train.optimizer, so there is nothing to train", model)
+	if err := g.Trainable(); err != nil {
+		return err
+	}
+	if g.Train.Optimizer == nil { // generated backward ops, no optimizer
+		return dsl.Errorf(g.Train.Pos, "train splits the model, and split needs its train.optimizer; this model holds generated backward ops instead (a subgraph?): run it with psgraph run")
 	}
 	addrs, err := launch.FreePorts(opt.PServers)
 	if err != nil {
