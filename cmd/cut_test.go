@@ -112,7 +112,7 @@ func runCutJob(t *testing.T, model, mode string, trainerArgs ...string) (int, st
 	ps := start(t, "pserver-0", env, append([]string{"run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr}, psArgs...)...)
 	var trs []*proc
 	for i := 0; i < 2; i++ {
-		args := append([]string{"run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pservers", px.ln.Addr().String()}, trainerArgs...)
+		args := append([]string{"run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pserver-endpoints", px.ln.Addr().String()}, trainerArgs...)
 		trs = append(trs, start(t, fmt.Sprintf("trainer-%d", i), env, args...))
 	}
 	done := make(chan struct{})

@@ -119,7 +119,7 @@ func TestNodeSummariesCountTraffic(t *testing.T) {
 		procs = append(procs, start(t, fmt.Sprintf("pserver-%d", i), env, "run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", a))
 	}
 	for i := 0; i < 2; i++ {
-		procs = append(procs, start(t, fmt.Sprintf("trainer-%d", i), env, "run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pservers", addrs, "--steps", fmt.Sprint(steps)))
+		procs = append(procs, start(t, fmt.Sprintf("trainer-%d", i), env, "run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pserver-endpoints", addrs, "--steps", fmt.Sprint(steps)))
 	}
 	want := planTraffic(t, plan, steps)
 	sent, recv := map[string]int64{}, map[string]int64{} // by role
@@ -248,7 +248,7 @@ func TestRolesByHandReverseOrderEqualLocal(t *testing.T) {
 			addrs := []string{freeAddr(t), freeAddr(t)}
 			env := []string{"PSGRAPH_TOKEN=test-token"}
 			dist := filepath.Join(dir, "dist.safetensors")
-			t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", strings.Join(addrs, ","), "--steps", "40", "--batch", "10", "--save", dist)
+			t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", strings.Join(addrs, ","), "--steps", "40", "--batch", "10", "--save", dist)
 			// trainer 1 and the pservers configured through the environment
 			t1 := start(t, "trainer-1", append(env, "PSGRAPH_ROLE=trainer", "PSGRAPH_INDEX=1", "PSGRAPH_PLAN="+plan, "PSGRAPH_PSERVERS="+strings.Join(addrs, ",")), "run", "--steps", "40", "--batch", "10")
 			var ps []*proc

@@ -277,3 +277,25 @@ func TestCheckRefusesNothingToTrain(t *testing.T) {
 	}
 	badInput{"", moved + ":5:3: " + why}.check(t, psgraph(t, "check", moved))
 }
+
+// In split and train --pservers is the pserver count; run names the
+// pservers' addresses --pserver-endpoints, as split does, and still takes
+// --pservers for them with a warning.
+func TestRunPServerEndpointsFlag(t *testing.T) {
+	dir := t.TempDir()
+	if r := psgraph(t, "split", "examples/iris.yaml", "--trainers", "1", "--pservers", "2", "-o", dir); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, flag := range []string{"--pserver-endpoints", "--pservers"} {
+		r := psgraph(t, "run", "--role", "trainer", "--index", "0", "--plan", dir, flag, "127.0.0.1:1")
+		if r.code != 2 || !strings.Contains(r.stderr, "needs --pserver-endpoints with 2 host:port entries") {
+			t.Errorf("%s with one address for two pservers: exit %d, want 2 naming --pserver-endpoints:\n%s", flag, r.code, r.stderr)
+		}
+		if deprecated := strings.Contains(r.stderr, "warning: --pservers is the pserver count in split and train; give run the pservers' addresses as --pserver-endpoints"); deprecated != (flag == "--pservers") {
+			t.Errorf("%s: deprecation warning shown %v:\n%s", flag, deprecated, r.stderr)
+		}
+	}
+	if r := psgraph(t, "run", "--help"); !strings.Contains(r.stdout, "--pserver-endpoints") || strings.Contains(r.stdout, "      --pservers ") {
+		t.Errorf("run --help should list --pserver-endpoints and hide --pservers:\n%s", r.stdout)
+	}
+}

@@ -56,7 +56,7 @@ func TestLinkCutBetweenNamespaces(t *testing.T) {
 		return append([]string{"netns", "exec", ns, binary}, args...)
 	}
 	ps := startCmd(t, "pserver-0", env, "ip", inNS(psNS, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", "10.231.0.1:7000")...)
-	tr := startCmd(t, "trainer-0", env, "ip", inNS(trNS, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", "10.231.0.1:7000", "--steps", "20000", "--log-every", "100")...)
+	tr := startCmd(t, "trainer-0", env, "ip", inNS(trNS, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", "10.231.0.1:7000", "--steps", "20000", "--log-every", "100")...)
 	waitForLine(t, tr, "step=500")
 	ipCmd(t, "-n", trNS, "link", "set", vtr, "down")
 	time.Sleep(3 * time.Second) // the outage itself: the thing under test is its length

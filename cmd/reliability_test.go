@@ -35,7 +35,7 @@ func TestWrongTokenRefused(t *testing.T) {
 	plan := splitDigits(t, 1)
 	addr := freeAddr(t)
 	ps := start(t, "pserver-0", []string{"PSGRAPH_TOKEN=the-right-secret"}, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr)
-	tr := start(t, "trainer-0", []string{"PSGRAPH_TOKEN=a-wrong-secret"}, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--connect-timeout", "10s")
+	tr := start(t, "trainer-0", []string{"PSGRAPH_TOKEN=a-wrong-secret"}, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--connect-timeout", "10s")
 	r := tr.wait(t, 30*time.Second)
 	if r.code == 0 || !strings.Contains(r.stderr, "authentication failed") {
 		t.Fatalf("trainer with a wrong token: exit %d, stderr:\n%s", r.code, r.stderr)
@@ -93,7 +93,7 @@ func TestGarbageAtLivePserver(t *testing.T) {
 		}
 		c.Close()
 	}
-	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "200")
+	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "200")
 	if r := tr.wait(t, 60*time.Second); r.code != 0 {
 		t.Fatalf("trainer after garbage: exit %d\n%s", r.code, r.stderr)
 	}
@@ -111,8 +111,8 @@ func TestKilledTrainerStopsTheJob(t *testing.T) {
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
 	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--trainer-timeout", "3s")
-	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "100000000", "--log-every", "100", "--connect-timeout", "3s")
-	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", "100000000", "--log-every", "100")
+	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "100000000", "--log-every", "100", "--connect-timeout", "3s")
+	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pserver-endpoints", addr, "--steps", "100000000", "--log-every", "100")
 	waitForLine(t, t1, "step=100")
 	t1.cmd.Process.Kill()
 	r := ps.wait(t, 60*time.Second)
@@ -176,13 +176,13 @@ func TestRestartedTrainerRejoins(t *testing.T) {
 	env := []string{"PSGRAPH_TOKEN=secret"}
 	const steps = "1500"
 	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--trainer-timeout", "30s")
-	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", steps, "--log-every", "50")
-	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", steps, "--log-every", "50")
+	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", steps, "--log-every", "50")
+	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pserver-endpoints", addr, "--steps", steps, "--log-every", "50")
 	waitForLine(t, t1, "step=200")
 	t1.cmd.Process.Kill()
 	t1.wait(t, 10*time.Second)
 	waitForLine(t, ps, "lost a trainer")
-	t1b := start(t, "trainer-1 (restarted)", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pservers", addr, "--steps", steps, "--log-every", "50")
+	t1b := start(t, "trainer-1 (restarted)", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pserver-endpoints", addr, "--steps", steps, "--log-every", "50")
 	t.Cleanup(func() {
 		if t.Failed() {
 			if os.Getenv("PSGRAPH_TEST_DUMP") != "" {
@@ -241,11 +241,11 @@ func TestJobOverTLS(t *testing.T) {
 	env := []string{"PSGRAPH_TOKEN=secret"}
 	addr := freeAddr(t)
 	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--tls-cert", cert, "--tls-key", key)
-	plain := start(t, "plain trainer", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "10", "--connect-timeout", "5s")
+	plain := start(t, "plain trainer", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "10", "--connect-timeout", "5s")
 	if r := plain.wait(t, 30*time.Second); r.code == 0 {
 		t.Fatal("a trainer without TLS trained against a TLS pserver")
 	}
-	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pservers", addr, "--steps", "100", "--tls-ca", ca)
+	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "100", "--tls-ca", ca)
 	if r := tr.wait(t, 60*time.Second); r.code != 0 {
 		t.Fatalf("TLS trainer: exit %d\n%s", r.code, r.stderr)
 	}

@@ -73,7 +73,11 @@ func (n *netFlags) add(c *cobra.Command) {
 	f.IntVar(&n.index, "index", -1, "this node's index among its role (env PSGRAPH_INDEX)")
 	f.StringVar(&n.plan, "plan", "", "the directory 'psgraph split' wrote (env PSGRAPH_PLAN)")
 	f.StringVar(&n.listen, "listen", "", "pserver: host:port to listen on (env PSGRAPH_LISTEN; default: the plan's endpoint)")
-	f.StringVar(&n.pservers, "pservers", "", "trainer: host:port of every pserver, comma-separated (env PSGRAPH_PSERVERS; default: the plan's endpoints)")
+	f.StringVar(&n.pservers, "pserver-endpoints", "", "trainer: host:port of every pserver, comma-separated (env PSGRAPH_PSERVERS; default: the plan's endpoints)")
+	// --pservers is the pserver count in split and train; run took it as
+	// the address list before, and still does, with a warning.
+	f.StringVar(&n.pservers, "pservers", "", "")
+	_ = f.MarkHidden("pservers")
 	f.DurationVar(&n.connectTimeout, "connect-timeout", 60*time.Second, "trainer: keep retrying to reach the pservers this long, at the start and whenever a pserver's connection is lost (a restarted pserver must be back within it)")
 	f.StringVar(&n.tokenFile, "token-file", "", "file holding the job's shared secret (or env PSGRAPH_TOKEN)")
 	f.BoolVar(&n.insecure, "insecure", false, "pserver: allow listening on a non-loopback address without a token")
@@ -86,6 +90,9 @@ func (n *netFlags) add(c *cobra.Command) {
 // fromEnv fills flags the user did not set from the environment.
 func (n *netFlags) fromEnv(c *cobra.Command, role *string) error {
 	f := c.Flags()
+	if f.Changed("pservers") {
+		fmt.Fprintln(c.ErrOrStderr(), "psgraph: warning: --pservers is the pserver count in split and train; give run the pservers' addresses as --pserver-endpoints")
+	}
 	env := func(flag, key string, set func(string) error) error {
 		if f.Changed(flag) {
 			return nil
@@ -102,7 +109,12 @@ func (n *netFlags) fromEnv(c *cobra.Command, role *string) error {
 		env("index", "PSGRAPH_INDEX", func(v string) (err error) { n.index, err = strconv.Atoi(v); return }),
 		env("plan", "PSGRAPH_PLAN", func(v string) error { n.plan = v; return nil }),
 		env("listen", "PSGRAPH_LISTEN", func(v string) error { n.listen = v; return nil }),
-		env("pservers", "PSGRAPH_PSERVERS", func(v string) error { n.pservers = v; return nil }),
+		env("pserver-endpoints", "PSGRAPH_PSERVERS", func(v string) error {
+			if !f.Changed("pservers") {
+				n.pservers = v
+			}
+			return nil
+		}),
 	)
 }
 
@@ -133,8 +145,8 @@ and received, docs/runtime.md).`,
   psgraph run --role local examples/digits-mlp.yaml --steps 200 --save digits.safetensors --metrics run.jsonl
   psgraph split examples/digits-mlp.yaml --trainers 2 --pservers 1 -o job/
   psgraph run --role pserver --index 0 --plan job/ --listen 127.0.0.1:7000
-  psgraph run --role trainer --index 0 --plan job/ --pservers 127.0.0.1:7000
-  psgraph run --role trainer --index 1 --plan job/ --pservers 127.0.0.1:7000`,
+  psgraph run --role trainer --index 0 --plan job/ --pserver-endpoints 127.0.0.1:7000
+  psgraph run --role trainer --index 1 --plan job/ --pserver-endpoints 127.0.0.1:7000`,
 		RunE: func(c *cobra.Command, args []string) error { return o.run(c, args) },
 	}
 	f := c.Flags()

@@ -73,7 +73,7 @@ func Plan(o PlanOptions) []Child {
 		children = append(children, Child{Name: fmt.Sprintf("pserver-%d", i), Args: args, Env: env})
 	}
 	for i := 0; i < o.Trainers; i++ {
-		args := append([]string{"run", "--role", "trainer", "--index", strconv.Itoa(i), "--pservers", strings.Join(o.Endpoints, ",")}, common...)
+		args := append([]string{"run", "--role", "trainer", "--index", strconv.Itoa(i), "--pserver-endpoints", strings.Join(o.Endpoints, ",")}, common...)
 		if o.Steps > 0 {
 			args = append(args, "--steps", strconv.Itoa(o.Steps))
 		}

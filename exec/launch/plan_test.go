@@ -23,7 +23,7 @@ func TestPlan(t *testing.T) {
 			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"127.0.0.1:7000"}, Trainers: 1, Token: "t0k3n", NumCPU: 2, LogFormat: "console"},
 			want: []Child{
 				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
 			},
 		},
 		{
@@ -33,8 +33,8 @@ func TestPlan(t *testing.T) {
 			want: []Child{
 				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
 				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--steps", "300", "--batch", "32", "--save", "out.safetensors", "--metrics", "run.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
-				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pservers", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--steps", "300", "--batch", "32", "--metrics", "run.trainer-1.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--steps", "300", "--batch", "32", "--save", "out.safetensors", "--metrics", "run.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-every", "50", "--steps", "300", "--batch", "32", "--metrics", "run.trainer-1.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
 			},
 		},
 		{
@@ -43,8 +43,8 @@ func TestPlan(t *testing.T) {
 			want: []Child{
 				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1"}},
 				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
 			},
 		},
 		{
@@ -54,8 +54,8 @@ func TestPlan(t *testing.T) {
 			want: []Child{
 				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token}},
 				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
-				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
 			},
 		},
 		{
@@ -64,7 +64,7 @@ func TestPlan(t *testing.T) {
 			want: []Child{
 				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--save", "plan/shards-pserver-0.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
 				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--save", "plan/shards-pserver-1.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pservers", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--save", "out.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--save", "out.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
 			},
 		},
 	}

@@ -137,7 +137,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Sum
 		addrs = o.PServers
 	}
 	if len(addrs) != plan.Info.PServers {
-		return nil, usagef("run --role trainer needs --pservers with %d host:port entries (one per pserver of the plan), got %d", plan.Info.PServers, len(addrs))
+		return nil, usagef("run --role trainer needs --pserver-endpoints with %d host:port entries (one per pserver of the plan), got %d", plan.Info.PServers, len(addrs))
 	}
 	batch := o.Batch
 	if batch == 0 {

@@ -232,8 +232,8 @@ func TestOptionMistakesAreUsageErrors(t *testing.T) {
 		{"pserver checkpoint-every without dir", ps(func(o *Options) { o.CheckpointEvery = 5 }), "--checkpoint-every needs --checkpoint-dir"},
 		{"trainer init-from", tr(func(o *Options) { o.InitFrom = "x.safetensors" }), "--init-from is a pserver flag"},
 		{"trainer checkpoint-dir", tr(func(o *Options) { o.CheckpointDir = t.TempDir() }), "--checkpoint-dir is a pserver flag"},
-		{"trainer pserver count", tr(func(o *Options) { o.PServers = []string{"127.0.0.1:1", "127.0.0.1:2"} }), "run --role trainer needs --pservers with 1 host:port entries (one per pserver of the plan), got 2"},
-		{"trainer no pservers", tr(func(o *Options) { o.PServers = nil }), "needs --pservers with 1 host:port entries"},
+		{"trainer pserver count", tr(func(o *Options) { o.PServers = []string{"127.0.0.1:1", "127.0.0.1:2"} }), "run --role trainer needs --pserver-endpoints with 1 host:port entries (one per pserver of the plan), got 2"},
+		{"trainer no pservers", tr(func(o *Options) { o.PServers = nil }), "needs --pserver-endpoints with 1 host:port entries"},
 		{"trainer key without cert", tr(func(o *Options) { o.TLSKey = "key.pem" }), "--tls-cert and --tls-key go together"},
 	}
 	for _, c := range cases {
