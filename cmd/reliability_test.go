@@ -461,3 +461,113 @@ func TestTrainChildrenRequireTheGeneratedToken(t *testing.T) {
 		t.Errorf("pserver-0 logged %d authentication failures, want one per refused peer:\n%s", n, r.stderr)
 	}
 }
+
+// A pserver killed and never started again: the trainer waits for it up
+// to --connect-timeout, then exits 1 naming the pserver, its address and
+// the way out; it does not hang.
+func TestKilledPserverThatNeverReturns(t *testing.T) {
+	plan := splitDigits(t, 1)
+	addr := freeAddr(t)
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr)
+	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "100000000", "--log-every", "100", "--connect-timeout", "2s")
+	waitForLine(t, tr, "step=100")
+	ps.cmd.Process.Kill()
+	ps.wait(t, 30*time.Second)
+	r := tr.wait(t, 60*time.Second)
+	for _, want := range []string{"lost pserver-0 and it did not come back within 2s", addr, "raise --connect-timeout"} {
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Fatalf("trainer-0: exit %d, want 1 saying %q:\n%s", r.code, want, r.stderr)
+		}
+	}
+}
+
+// writeDigitsVariant writes examples/digits-mlp.yaml with the edits
+// (old, new pairs) into a temporary directory, its data path absolute.
+func writeDigitsVariant(t *testing.T, edits ...string) string {
+	t.Helper()
+	src, err := os.ReadFile("../examples/digits-mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := filepath.Abs("../examples/data")
+	out := strings.ReplaceAll(string(src), "csv: data/", "csv: "+data+"/")
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(out, edits[i]) {
+			t.Fatalf("examples/digits-mlp.yaml changed: it lacks %q", edits[i])
+		}
+		out = strings.Replace(out, edits[i], edits[i+1], 1)
+	}
+	model := filepath.Join(t.TempDir(), "digits-variant.yaml")
+	if err := os.WriteFile(model, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return model
+}
+
+func splitModel(t *testing.T, model string, trainers int) string {
+	t.Helper()
+	plan := filepath.Join(t.TempDir(), "plan")
+	if r := psgraph(t, "split", model, "--trainers", fmt.Sprint(trainers), "--pservers", "1", "-o", plan); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	return plan
+}
+
+// A trainer whose loss turns NaN exits 1 saying so and why it may, and
+// tells the pserver, which exits 1 with that cause instead of waiting for
+// the trainer to come back.
+func TestNaNLossStopsTheJob(t *testing.T) {
+	plan := splitModel(t, writeDigitsVariant(t, "{type: sgd, lr: 0.1}", "{type: sgd, lr: 1e30}"), 1)
+	addr := freeAddr(t)
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr)
+	tr := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "1000")
+	const why = "the loss is NaN; lower the learning rate"
+	for _, p := range []*proc{tr, ps} {
+		if r := p.wait(t, 60*time.Second); r.code != 1 || !strings.Contains(r.stderr, why) {
+			t.Errorf("%s: exit %d, want 1 saying %q:\n%s", p.name, r.code, why, r.stderr)
+		}
+	}
+}
+
+// A bad batch: trainer-1's rows of step 2 hold a malformed line of a
+// streamed file. trainer-1 exits 1 naming the file and line; the pserver
+// passes its reason on, so trainer-0, whose own rows are fine, exits 1
+// with that first cause too, and nothing waits for a timeout.
+func TestBadBatchStopsTheJob(t *testing.T) {
+	lines, err := os.ReadFile("../examples/data/digits.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.SplitAfter(string(lines), "\n")
+	// batch 64, 2 trainers: step 2 (k=1) is rows [128, 256), trainer-1's
+	// half [192, 256); row 199 is line 200.
+	rows[199] = "0,0,oops" + rows[199][len("0,0,0"):]
+	csv := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(csv, []byte(strings.Join(rows, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := writeDigitsVariant(t, "normalize: standard", "stream: true")
+	src, _ := os.ReadFile(model)
+	abs, _ := filepath.Abs("../examples/data/digits.csv")
+	if err := os.WriteFile(model, []byte(strings.Replace(string(src), abs, csv, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan := splitModel(t, model, 2)
+	addr := freeAddr(t)
+	env := []string{"PSGRAPH_TOKEN=secret"}
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--trainer-timeout", "60s")
+	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "1000", "--connect-timeout", "60s")
+	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pserver-endpoints", addr, "--steps", "1000")
+	why := csv + ":200:"
+	r1 := t1.wait(t, 30*time.Second)
+	if r1.code != 1 || !strings.Contains(r1.stderr, why) {
+		t.Fatalf("trainer-1: exit %d, want 1 naming %s:\n%s", r1.code, why, r1.stderr)
+	}
+	for _, p := range []*proc{t0, ps} {
+		if r := p.wait(t, 30*time.Second); r.code != 1 || !strings.Contains(r.stderr, why) || !strings.Contains(r.stderr, "trainer-1") {
+			t.Errorf("%s: exit %d, want 1 with trainer-1's reason (%s...):\n%s", p.name, r.code, why, r.stderr)
+		}
+	}
+}
