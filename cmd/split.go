@@ -84,7 +84,9 @@ func (o *splitOptions) run(c *cobra.Command, model string) error {
 	// split is a batch job whose heap only grows until it writes the
 	// files: collecting at 4x its live size instead of 2x does less GC
 	// work on large models (docs/split.md, Cost).
-	debug.SetGCPercent(300)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(300)
+	}
 	opt, err := o.options(model)
 	if err != nil {
 		return err
