@@ -46,7 +46,7 @@ The -o extension picks the format: .dot (Graphviz text), .svg or .png
 	}
 	f := c.Flags()
 	f.StringVarP(&o.out, "output", "o", "", "file to write: .dot, .svg or .png (required)")
-	f.BoolVar(&o.collapseBackward, "collapse-backward", false, "model, plan: draw each backward section as one box")
+	f.BoolVar(&o.collapseBackward, "collapse-backward", false, "model, plan: draw each backward section as one box, and each parameter's optimizer ops as one box")
 	f.BoolVar(&o.commOnly, "comm-only", false, "plan: draw only parameters, blocks and the send/recv skeleton")
 	return c
 }

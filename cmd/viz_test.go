@@ -5,8 +5,11 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/cmd/internal/viz"
 )
 
 func TestVizCommand(t *testing.T) {
@@ -18,6 +21,14 @@ func TestVizCommand(t *testing.T) {
 	metrics := filepath.Join(dir, "run.jsonl")
 	if r := psgraph(t, "run", "--role", "local", "examples/digits-mlp.yaml", "--steps", "30", "--log-every", "10", "--metrics", metrics); r.code != 0 {
 		t.Fatalf("run: %s", r.stderr)
+	}
+	// The curve starts at step 1: logged besides every --log-every steps.
+	run, err := viz.ReadRun(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []float64{1, 10, 20, 30}; !slices.Equal(run.Steps, want) {
+		t.Errorf("metrics logged at steps %v, want %v", run.Steps, want)
 	}
 	cases := []struct {
 		args []string

@@ -233,7 +233,8 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 				return nil, err
 			}
 		}
-		if (k+1)%logEvery == 0 || k == steps-1 {
+		// Step 1 is logged too, so a loss curve starts where training does.
+		if (k+1)%logEvery == 0 || k == steps-1 || k == 0 {
 			now := time.Now()
 			sps := float64(k+1-lastStep) / now.Sub(last).Seconds()
 			last, lastStep = now, k+1

@@ -202,7 +202,7 @@ train:
 			t.Errorf("metrics line %s: auc must be a fraction", sc.Text())
 		}
 	}
-	if lines != 4 {
-		t.Errorf("%d metrics lines, want 4 (every 50 of 200 steps)", lines)
+	if lines != 5 {
+		t.Errorf("%d metrics lines, want 5 (step 1, then every 50 of 200 steps)", lines)
 	}
 }

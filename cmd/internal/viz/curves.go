@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -180,6 +181,11 @@ func Curves(runs []*Run, format string, w io.Writer) error {
 		p.X.Label.Text = "step"
 		p.Y.Label.Text = n
 		p.Legend.Top = n == "loss"
+		p.X.Tick.Marker = evenTicks{}
+		p.Y.Tick.Marker = evenTicks{}
+		if bounded(n) { // accuracy and AUC live in [0, 1]: show all of it
+			p.Y.Min, p.Y.Max = 0, 1
+		}
 		p.Add(plotter.NewGrid())
 		for i, r := range runs {
 			vals, ok := r.Values[n]
@@ -231,4 +237,67 @@ func Curves(runs []*Run, format string, w io.Writer) error {
 	}
 	_, err := out.WriteTo(w)
 	return err
+}
+
+// bounded reports whether a quantity is a fraction in [0, 1] (accuracy,
+// AUC, also as eval_*), whose axis then spans exactly that.
+func bounded(name string) bool {
+	switch strings.TrimPrefix(name, "eval_") {
+	case "acc", "accuracy", "binary_accuracy", "bacc", "auc":
+		return true
+	}
+	return false
+}
+
+// evenTicks labels an axis at evenly spaced round values: a step of 1, 2
+// or 5 times a power of ten giving at most 7 labels, unlabeled minor ticks
+// between them.
+type evenTicks struct{}
+
+func (evenTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) || math.IsInf(hi-lo, 0) {
+		return []plot.Tick{{Value: lo, Label: formatTick(lo, 1)}}
+	}
+	step := niceStep(hi - lo)
+	var ticks []plot.Tick
+	first := math.Ceil(lo/step-1e-9) * step
+	for v := first; v <= hi+step*1e-9; v += step {
+		v = math.Round(v/step) * step // no drift from repeated addition
+		ticks = append(ticks, plot.Tick{Value: v, Label: formatTick(v, step)})
+		if m := v + step/2; m < hi {
+			ticks = append(ticks, plot.Tick{Value: m})
+		}
+	}
+	return ticks
+}
+
+// niceStep is the smallest 1, 2 or 5 x 10^k step that cuts span into at
+// most 6 parts.
+func niceStep(span float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(span)))
+	for _, m := range []float64{0.1, 0.2, 0.5, 1, 2, 5, 10} {
+		if span/(m*p) <= 6 {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// formatTick writes v with as many decimals as the step needs.
+func formatTick(v, step float64) string {
+	if v == 0 {
+		return "0"
+	}
+	d := 0
+	if step < 1 {
+		d = int(math.Ceil(-math.Log10(step) - 1e-9))
+	}
+	return strconvFormat(v, d)
+}
+
+func strconvFormat(v float64, decimals int) string {
+	if a := math.Abs(v); a >= 1e6 {
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64)
 }

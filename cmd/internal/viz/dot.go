@@ -9,7 +9,9 @@ import (
 
 // Options select how much of a graph is drawn.
 type Options struct {
-	// CollapseBackward draws each node's backward section as one box.
+	// CollapseBackward draws each node's backward section as one box, and
+	// each parameter's optimizer ops (Adam's dozens per parameter) as one
+	// box per parameter.
 	CollapseBackward bool
 	// CommOnly draws only the communication skeleton of a plan: per node
 	// its parameter blocks, compute and one box per peer it talks to.
@@ -106,6 +108,8 @@ func newDrawing(g *dsl.Graph, prefix string, opt Options) *drawing {
 		switch {
 		case opt.CollapseBackward && op.Section == dsl.Backward && !isComm(op):
 			fold(i, "backward", "backward", dsl.Backward)
+		case opt.CollapseBackward && op.Section == dsl.Optimize && !isComm(op) && op.Param != "":
+			fold(i, "optimize:"+op.Param, "update of "+op.Param, dsl.Optimize)
 		}
 	}
 	for _, id := range order {

@@ -238,6 +238,27 @@ func TestDeepPlanFitsOnAScreen(t *testing.T) {
 	if n := strings.Count(body, " [label="); n != 1 || !strings.Contains(body, fmt.Sprintf("(%d ops)", nBackward)) {
 		t.Errorf("collapsed backward cluster has %d nodes, want one box of %d ops:\n%s", n, nBackward, body)
 	}
+	// ... and each parameter's optimizer ops are one box in the optimize
+	// cluster, counting that parameter's ops.
+	perParam := map[string]int{}
+	for _, op := range g.Ops {
+		if op.Section == dsl.Optimize {
+			perParam[op.Param]++
+		}
+	}
+	i = strings.Index(dot, `subgraph "cluster_optimize" {`)
+	if i < 0 {
+		t.Fatal("no optimize cluster")
+	}
+	body = dot[i : i+strings.Index(dot[i:], "\n  }\n")]
+	for p, n := range perParam {
+		if want := fmt.Sprintf(`update of %s\n(%d ops)`, p, n); !strings.Contains(body, want) {
+			t.Errorf("collapsed optimize cluster lacks the box %q:\n%.2000s", want, body)
+		}
+	}
+	if n := strings.Count(body, "shape=box3d"); n != len(perParam) {
+		t.Errorf("collapsed optimize cluster has %d boxes for %d parameters", n, len(perParam))
+	}
 }
 
 // checkPNG renders the PNG and checks it decodes, has the SVG's size at
