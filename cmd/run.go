@@ -27,6 +27,7 @@ type runOptions struct {
 	net      netFlags
 	ck       checkpointFlags
 	cpuProf  string
+	prom     string // --metrics-addr
 }
 
 // checkpointFlags are shared by local runs, pservers and train.
@@ -157,6 +158,7 @@ and received, docs/runtime.md).`,
 	o.net.add(c)
 	o.ck.add(c, true)
 	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	addMetricsFlag(c, &o.prom)
 	return c
 }
 
@@ -219,9 +221,14 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 	if err != nil {
 		return err
 	}
+	prom, err := startMetrics(o.prom, "local", log)
+	if err != nil {
+		return err
+	}
+	defer prom.Close()
 	sum, err := exec.Train(c.Context(), g, exec.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
-		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck,
+		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck, Prom: prom.Node(),
 	})
 	if err != nil {
 		return err
@@ -269,6 +276,11 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	prom, err := startMetrics(o.prom, name, log)
+	if err != nil {
+		return err
+	}
+	defer prom.Close()
 	job := jobOf(plan)
 	ctx := c.Context()
 	if o.role == "pserver" {
@@ -298,7 +310,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		if err != nil {
 			return err
 		}
-		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep, TrainerTimeout: n.trainerTimeout, Save: o.save})
+		sum, err := job.RunPServer(ctx, n.index, ep, exec.ServeOptions{InitFrom: o.initFrom, Log: log, LogEvery: o.log.every, Checkpoint: ck, ResumeStep: o.ck.resumeStep, TrainerTimeout: n.trainerTimeout, Save: o.save, Prom: prom.Node()})
 		if err != nil {
 			return err
 		}
@@ -337,7 +349,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	defer ep.Close()
 	sum, err := job.RunTrainer(ctx, n.index, ep, exec.RunOptions{
 		Steps: o.steps, Batch: batch, Save: o.save, Metrics: o.metrics, LogEvery: o.log.every, Log: log, StartStep: o.ck.startStep,
-		PServerTimeout: n.connectTimeout,
+		PServerTimeout: n.connectTimeout, Prom: prom.Node(),
 	})
 	if err != nil {
 		return err
