@@ -374,7 +374,18 @@ func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests
 			t.Errorf("trainer %d (tables: %v): restart %s, backoff %d", i, in.HasTables(), tmpl.Spec.RestartPolicy, *job.Spec.BackoffLimit)
 		}
 	}
+	users := map[string][]string{} // claim -> the Jobs mounting it
+	for _, j := range m.jobs {
+		for _, v := range j.Spec.Template.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				users[v.PersistentVolumeClaim.ClaimName] = append(users[v.PersistentVolumeClaim.ClaimName], j.Name)
+			}
+		}
+	}
 	for name, c := range m.pvc {
+		if len(users[name]) != 1 {
+			t.Errorf("claim %s is mounted by %v; a ReadWriteOnce claim must belong to one pod", name, users[name])
+		}
 		if len(c.Spec.AccessModes) != 1 || c.Spec.AccessModes[0] != corev1.ReadWriteOnce || c.Namespace != o.Namespace {
 			t.Errorf("claim %s: %v in %q; want one ReadWriteOnce claim per pod, in %q", name, c.Spec.AccessModes, c.Namespace, o.Namespace)
 		}
