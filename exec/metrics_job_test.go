@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -101,6 +102,7 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 	rej := &rejections{}
 	eps := jobEndpoints(t, "tcp", j, batch, rej)
 
+	began := time.Now() // before any node's metrics start
 	servers := map[transport.NodeID]*metrics.Server{}
 	for id := range eps {
 		s, err := metrics.Listen("127.0.0.1:0", metrics.New(string(id)))
@@ -117,6 +119,7 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 		}
 	}
 
+	ckDir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	g0 := &gateEP{Endpoint: eps[transport.Trainer(0)], at: gate, reached: make(chan struct{}), release: make(chan struct{})}
@@ -128,7 +131,11 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := j.RunPServer(ctx, i, eps[id], ServeOptions{Log: zerolog.Nop(), ResumeStep: -1, Prom: servers[id].Node()})
+			so := ServeOptions{Log: zerolog.Nop(), ResumeStep: -1, Prom: servers[id].Node()}
+			if i == 0 { // pserver-0 checkpoints, pserver-1 does not
+				so.Checkpoint = &Checkpointer{Dir: ckDir, Every: 20, Node: string(id), Model: j.PServers[i].Name}
+			}
+			s, err := j.RunPServer(ctx, i, eps[id], so)
 			if err != nil {
 				errs <- fmt.Errorf("%s: %w", id, err)
 				cancel()
@@ -199,8 +206,14 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 		if got := pm[fmt.Sprintf(`psgraph_peer_recv_bytes_total{node="%s",peer="trainer-1"}`, ps)]; got < float64(gate*plan.Info.Load[i].Bytes) {
 			t.Errorf("%s received %v bytes from trainer-1 by step %d, want at least %d", ps, got, gate, gate*plan.Info.Load[i].Bytes)
 		}
-		if got := pm[fmt.Sprintf(`psgraph_checkpoint_step{node="%s"}`, ps)]; got != -1 {
-			t.Errorf("%s without checkpoints reports checkpoint step %v, want -1", ps, got)
+		// pserver-0 wrote its checkpoint of step 40 before it served step
+		// 41; pserver-1 writes none
+		wantCk := map[int]float64{0: 40, 1: -1}[i]
+		if got := pm[fmt.Sprintf(`psgraph_checkpoint_step{node="%s"}`, ps)]; got != wantCk {
+			t.Errorf("%s reports checkpoint step %v at step %d, want %v", ps, got, gate, wantCk)
+		}
+		if age := pm[fmt.Sprintf(`psgraph_checkpoint_age_seconds{node="%s"}`, ps)]; age < 0 || age > time.Since(began).Seconds() {
+			t.Errorf("%s reports a checkpoint age of %vs, %v after the job began", ps, age, time.Since(began))
 		}
 		for path, want := range map[string]string{metrics.LivePath: "ok", metrics.ReadyPath: "ready"} {
 			if code, body := probe(t, addr(ps), path); code != http.StatusOK || body != want {
@@ -243,6 +256,9 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 		m := scrape(t, addr(id))
 		if got := m[fmt.Sprintf(`psgraph_steps_total{node="%s"}`, id)]; got != steps {
 			t.Errorf("%s finished with %v steps counted, want %d", id, got, steps)
+		}
+		if got, want := m[fmt.Sprintf(`psgraph_checkpoint_step{node="%s"}`, id)], map[int]float64{0: steps, 1: -1}[i]; got != want {
+			t.Errorf("%s ended with checkpoint step %v, want %v", id, got, want)
 		}
 		var sent, recv float64
 		for tr := range 2 {
