@@ -4,8 +4,8 @@
 // serves the liveness and readiness endpoints Kubernetes probes.
 //
 // Every method of a nil *Node does nothing, so the executor calls them
-// unconditionally; a step costs two atomic counter updates, one histogram
-// observation and no allocation (BenchmarkStep).
+// unconditionally; a step costs a counter increment and a histogram
+// observation, atomics only, and no allocation (BenchmarkStep).
 package metrics
 
 import (
@@ -71,7 +71,7 @@ func New(node string) *Node {
 	n.updateTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "psgraph_pserver_update_seconds", ConstLabels: c, Buckets: stepBuckets,
 		Help: "Wall time of one step of one pserver part (a parameter block's loop): waiting for the step's gradients from every trainer (one, async), the optimizer update and sending the new values."})
 	n.sent = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "psgraph_peer_sent_bytes_total", ConstLabels: c,
-		Help: "Payload bytes this node queued to a peer (tensors and psgraph's position and resume messages; a message written again after a reconnect counts once)."}, []string{"peer"})
+		Help: "Payload bytes this node queued to a peer (tensors and psgraph's position and resume messages; counted once per Send: the transport writing it again after a reconnect does not count, psgraph re-sending it to a restarted peer does)."}, []string{"peer"})
 	n.recv = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "psgraph_peer_recv_bytes_total", ConstLabels: c,
 		Help: "Payload bytes of the messages from a peer that this node's program took (a trainer of a fresh job leaves the pserver's 8-byte resume message untaken)."}, []string{"peer"})
 	n.reconnects = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "psgraph_peer_reconnects_total", ConstLabels: c,
