@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/psgraph/psgraph/cmd/internal/k8s"
@@ -374,6 +375,36 @@ func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests
 			t.Errorf("trainer %d (tables: %v): restart %s, backoff %d", i, in.HasTables(), tmpl.Spec.RestartPolicy, *job.Spec.BackoffLimit)
 		}
 	}
+	// names and labels the API server accepts: a Job's name becomes its
+	// pods' job-name label (63 characters at most), a hostname a DNS label
+	valid := func(what string, errs []string) {
+		if len(errs) > 0 {
+			t.Errorf("%s: %s", what, strings.Join(errs, "; "))
+		}
+	}
+	labels := func(what string, l map[string]string) {
+		for k, v := range l {
+			valid(what+" label key "+k, validation.IsQualifiedName(k))
+			valid(what+" label "+k+"="+v, validation.IsValidLabelValue(v))
+		}
+	}
+	for name, j := range m.jobs {
+		valid("Job "+name, validation.IsDNS1123Label(name))
+		labels("Job "+name, j.Labels)
+		labels("Job "+name+" pods", j.Spec.Template.Labels)
+		if h := j.Spec.Template.Spec.Hostname; h != "" {
+			valid("hostname "+h, validation.IsDNS1123Label(h))
+		}
+	}
+	for name, c := range m.pvc {
+		valid("claim "+name, validation.IsDNS1123Subdomain(name))
+		labels("claim "+name, c.Labels)
+	}
+	valid("Service "+svc.Name, validation.IsDNS1035Label(svc.Name))
+	valid("ConfigMap "+cm.Name, validation.IsDNS1123Subdomain(cm.Name))
+	for k := range cm.Data {
+		valid("ConfigMap key "+k, validation.IsConfigMapKey(k))
+	}
 	users := map[string][]string{} // claim -> the Jobs mounting it
 	for _, j := range m.jobs {
 		for _, v := range j.Spec.Template.Spec.Volumes {
@@ -400,12 +431,15 @@ func opts() k8s.Options {
 }
 
 // TestManifests decodes the manifests of 1x1, 2x2 and 4x8 plans of digits
-// strictly into their API types and checks that they make one job.
+// strictly into their API types and checks that they make one job, with
+// names and labels the API server accepts at the longest --name.
 func TestManifests(t *testing.T) {
 	for _, c := range []struct{ n, m, minBlock int }{{1, 1, partition.DefaultMinBlockSize}, {2, 2, partition.DefaultMinBlockSize}, {4, 8, 1024}} {
 		t.Run(fmt.Sprintf("%dx%d", c.n, c.m), func(t *testing.T) {
 			dir, p := writePlan(t, "../../../examples/digits-mlp.yaml", c.n, c.m, c.minBlock)
 			o := opts()
+			o.Name = "a-forty-character-job-name-of-the-limit0" // the longest --name
+			o.TokenSecret = o.Name + "-token"
 			src, warnings, err := k8s.Manifests(dir, o)
 			if err != nil {
 				t.Fatal(err)
