@@ -8,8 +8,9 @@ COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/psgraph/psgraph/cmd.Version=${VERSION}" -o /out/psgraph .
 
-# busybox provides the sh the manifests use to derive PSGRAPH_INDEX from the
-# pod's hostname ordinal or JOB_COMPLETION_INDEX.
+# The manifests run `psgraph run` itself (command: [psgraph, run], found on
+# the PATH in /usr/local/bin) as user 65534 with a read-only root; busybox
+# only adds a shell for `kubectl exec` when debugging a pod.
 FROM busybox:1.36
 COPY --from=build /out/psgraph /usr/local/bin/psgraph
 # The examples' data, at the path a plan split from the repository root

@@ -27,6 +27,7 @@ type runOptions struct {
 	net      netFlags
 	ck       checkpointFlags
 	cpuProf  string
+	prom     string // --metrics-addr
 }
 
 // checkpointFlags are shared by local runs, pservers and train.
@@ -160,6 +161,7 @@ and received, docs/runtime.md).`,
 	o.net.add(c)
 	o.ck.add(c, true)
 	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	addMetricsFlag(c, &o.prom)
 	return c
 }
 
@@ -222,9 +224,14 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 	if err != nil {
 		return err
 	}
+	prom, err := startMetrics(o.prom, "local", log)
+	if err != nil {
+		return err
+	}
+	defer prom.Close()
 	sum, err := exec.Train(c.Context(), g, exec.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
-		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck,
+		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck, Prom: prom.Node(),
 	})
 	if err != nil {
 		return err
@@ -247,10 +254,16 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	log, err := o.log.logger(c.ErrOrStderr(), fmt.Sprintf("%s-%d", o.role, n.index))
+	name := fmt.Sprintf("%s-%d", o.role, n.index)
+	log, err := o.log.logger(c.ErrOrStderr(), name)
 	if err != nil {
 		return err
 	}
+	prom, err := startMetrics(o.prom, name, log)
+	if err != nil {
+		return err
+	}
+	defer prom.Close()
 	var pservers []string
 	if n.pservers != "" {
 		pservers = strings.Split(n.pservers, ",")
@@ -261,7 +274,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		TLSCert: n.tlsCert, TLSKey: n.tlsKey, TLSCA: n.tlsCA,
 		ConnectTimeout: n.connectTimeout, TrainerTimeout: n.trainerTimeout,
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
-		LogEvery: o.log.every, Log: log,
+		LogEvery: o.log.every, Log: log, Prom: prom.Node(),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, ResumeStep: o.ck.resumeStep, StartStep: o.ck.startStep,
 	})
 	if err != nil {

@@ -95,7 +95,7 @@ func TestK8sCommand(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("k8s: exit %d: %s", r.code, r.stderr)
 	}
-	for _, want := range []string{"kind: ConfigMap", "kind: Service", "kind: StatefulSet", "kind: Job", "digits-pserver-0.digits:7000,digits-pserver-1.digits:7000", "name: digits-token"} {
+	for _, want := range []string{"kind: ConfigMap", "kind: Service", "kind: PersistentVolumeClaim", "kind: Job", "name: digits-pserver-1", "name: digits-trainer-1", "digits-pserver-0.digits:7000,digits-pserver-1.digits:7000", "name: digits-token", "claimName: digits-model"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("manifests lack %q", want)
 		}

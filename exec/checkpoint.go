@@ -8,9 +8,11 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -34,6 +36,9 @@ type Checkpointer struct {
 	Node  string // "local", "pserver-1"
 	Model string
 	Keep  int // checkpoints kept (0: 2)
+	// Prom, when set, learns of every checkpoint saved or restored
+	// (psgraph_checkpoint_age_seconds).
+	Prom *metrics.Node
 }
 
 // Manifest lists a node's checkpoints.
@@ -106,6 +111,7 @@ func (c *Checkpointer) Save(step int64, tensors map[string]*tensor.Tensor) error
 	for _, s := range drop {
 		os.Remove(c.file(s))
 	}
+	c.Prom.Checkpointed(step, time.Now())
 	return nil
 }
 
@@ -137,6 +143,9 @@ func (c *Checkpointer) Restore(step int64, persistent Scope) error {
 			return fmt.Errorf("checkpoint %s: %q is %s%v, the model has %s%v", c.file(step), name, src.DType, src.Shape, t.DType, t.Shape)
 		}
 		t.CopyFrom(src)
+	}
+	if fi, err := os.Stat(c.file(step)); err == nil {
+		c.Prom.Checkpointed(step, fi.ModTime())
 	}
 	return nil
 }

@@ -70,6 +70,11 @@ func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
 
 // RunPServer serves pserver i's subgraph over ep until every trainer is done.
 func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt ServeOptions) (*ServeSummary, error) {
+	if opt.Prom != nil {
+		specs, _ := j.Specs(transport.PServer(i), 1)
+		ep = opt.Prom.Endpoint(ep, j.TrainerIDs(), specs)
+		opt.Prom.SetReady(true) // listening: the trainers can reach it
+	}
 	opt.Comm = NewNetComm(ep, j.Trainers, j.Async, j.TrainerIDs())
 	return Serve(ctx, j.PServers[i], opt)
 }
@@ -81,6 +86,10 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = string(transport.Trainer(i)), i, j.Trainers, j.Params
 	if err := j.tablesFit(opt.Batch); err != nil {
 		return nil, err
+	}
+	if opt.Prom != nil {
+		specs, _ := j.Specs(transport.Trainer(i), opt.Batch)
+		ep = opt.Prom.Endpoint(ep, j.PServerIDs(), specs)
 	}
 	c := NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
 	c.PServerTimeout, c.Log = opt.PServerTimeout, opt.Log

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -38,6 +39,10 @@ type ServeOptions struct {
 	// where a Streamer could apply it as the gradient arrives (streamed
 	// and whole steps give bitwise the same result).
 	NoStream bool
+	// Prom, when set, times each part's steps and records checkpoints for
+	// Prometheus (--metrics-addr); RunPServer also counts its traffic per
+	// trainer.
+	Prom *metrics.Node
 }
 
 // ServeSummary is a pserver's result.
@@ -98,6 +103,9 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 			}
 		}
 	}
+	if opt.Checkpoint != nil {
+		opt.Checkpoint.Prom = opt.Prom
+	}
 	restored, err := opt.Checkpoint.resumeStep(opt.ResumeStep)
 	if err != nil {
 		return nil, err
@@ -133,7 +141,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			steps[i], errs[i] = serveLoop(ctx, prog, c, opt, first, snap, &streamed)
+			steps[i], errs[i] = serveLoop(ctx, prog, c, opt, first, snap, &streamed, i == 0)
 			if errs[i] != nil && !finished(errs[i]) {
 				cancel()
 			}
@@ -177,7 +185,8 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 
 // serveLoop runs one part of a pserver's graph step after step until the
 // trainers are done (a finished error) or something fails.
-func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64) (int64, error) {
+// The first part (counts) also counts the pserver's steps for Prometheus.
+func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64, counts bool) (int64, error) {
 	rt := &NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers, AsyncJob: c.Async}
 	if c.TrainerTimeout > 0 && !c.Async {
 		rt.Ctx = withPart(ctx, &part{known: map[transport.NodeID]int64{}, resend: func(ctx context.Context, to transport.NodeID, step int64) error {
@@ -210,6 +219,7 @@ func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions,
 	if sp != nil {
 		streamed.Add(1)
 	}
+	stepStart := time.Now()
 	for k := first; ; k++ {
 		// The previous step's sends carry the parameter's own memory,
 		// which this step updates in place: they must be written first.
@@ -225,6 +235,14 @@ func serveLoop(ctx context.Context, prog *Program, c *NetComm, opt ServeOptions,
 		}
 		if err != nil {
 			return k, err
+		}
+		if opt.Prom != nil {
+			now := time.Now()
+			opt.Prom.Update(now.Sub(stepStart))
+			stepStart = now
+			if counts {
+				opt.Prom.ServedStep()
+			}
 		}
 		if snap != nil && (k+1)%int64(snap.ck.Every) == 0 {
 			if err := snap.add(k+1, vars); err != nil {

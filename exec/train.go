@@ -16,6 +16,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -50,6 +51,9 @@ type RunOptions struct {
 	// pserver to come back, the same process or a restarted one, before
 	// it fails (0: fail at once).
 	PServerTimeout time.Duration
+	// Prom, when set, counts the steps and their time for Prometheus
+	// (--metrics-addr); RunTrainer also counts its traffic per pserver.
+	Prom *metrics.Node
 }
 
 // Summary is the result of a run, printed as the last line of stdout.
@@ -184,6 +188,7 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		}
 	}
 	if ck := opt.Checkpoint; ck != nil && opt.Comm == nil {
+		ck.Prom = opt.Prom
 		c, err := ck.resumeStep(-1)
 		if err != nil {
 			return nil, err
@@ -209,6 +214,8 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	}
 	start := time.Now()
 	last, lastStep := start, first
+	opt.Prom.SetReady(true)
+	stepStart := start
 	for k := first; k < steps; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -224,6 +231,11 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		}
 		if err := prog.Run(rt); err != nil {
 			return nil, err
+		}
+		if opt.Prom != nil {
+			now := time.Now()
+			opt.Prom.Step(now.Sub(stepStart))
+			stepStart = now
 		}
 		if tail != nil && k >= steps-tailSteps {
 			tail.add(prog.Scope)

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -39,6 +40,8 @@ type Options struct {
 	Metrics  string // trainer: JSON-lines progress file
 	LogEvery int
 	Log      zerolog.Logger
+	// Prom receives the node's metrics (nil: none; exec/metrics).
+	Prom *metrics.Node
 
 	CheckpointDir   string // pserver
 	CheckpointEvery int    // pserver: 0: never
@@ -122,7 +125,7 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Ser
 	if err != nil {
 		return nil, err
 	}
-	return job.RunPServer(ctx, o.Index, ep, exec.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save})
+	return job.RunPServer(ctx, o.Index, ep, exec.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom})
 }
 
 func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Summary, error) {
@@ -159,7 +162,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Sum
 	}
 	defer ep.Close()
 	return job.RunTrainer(ctx, o.Index, ep, exec.RunOptions{
-		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep,
+		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom,
 		PServerTimeout: o.ConnectTimeout,
 	})
 }

@@ -1,25 +1,36 @@
-// Package k8s renders Kubernetes manifests for a plan written by
-// psgraph split: a ConfigMap with the plan files, a headless Service and a
-// StatefulSet of pservers, and an Indexed Job of trainers, all configured
-// through the PSGRAPH_* environment variables (docs/runtime.md).
+// Package k8s renders Kubernetes manifests for a plan written by psgraph
+// split, built from the Kubernetes API types: a ConfigMap with the plan
+// files, a headless Service for the pservers, and for every node of the
+// job its own Job (pservers with a checkpoint PersistentVolumeClaim each,
+// trainer 0 with the claim its model is saved to), all configured through
+// the PSGRAPH_* environment variables (docs/runtime.md). docs/deploy.md
+// says why each object is what it is.
 package k8s
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
+	"time"
 
-	"gopkg.in/yaml.v3"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/psgraph/psgraph/partition"
 )
 
-// Options configure the manifests.
+// Options configure the manifests. Zero values of the optional fields
+// take the defaults that Defaults fills in.
 type Options struct {
 	Image     string
 	Namespace string // "" leaves it to kubectl's context
@@ -28,18 +39,93 @@ type Options struct {
 	// TokenSecret names an existing Secret holding the job's shared token
 	// under the key TokenKey; the manifests reference it, never create it.
 	TokenSecret, TokenKey string
+
+	// MetricsPort is where every node serves /metrics, /healthz, /readyz.
+	MetricsPort int
+	// CPU is every node's CPU request (no CPU limit: a throttled pserver
+	// stalls every trainer). Memory, when set, is every node's memory
+	// request and limit; empty derives one per node from the plan's bytes.
+	CPU, Memory string
+	// CheckpointSize is each pserver's claim ("" derives it from its
+	// bytes); CheckpointEvery its --checkpoint-every.
+	CheckpointSize  string
+	CheckpointEvery int
+	// ModelSize is the claim trainer 0 saves the model to ("" derives it).
+	ModelSize string
+	// StorageClass of the claims ("" : the cluster's default class).
+	StorageClass string
+	// ConnectTimeout is the trainers' --connect-timeout: how long they wait
+	// for pservers that are still being scheduled, or restarting.
+	// TrainerTimeout is the pservers' --trainer-timeout: how long they wait
+	// for a lost trainer to come back.
+	ConnectTimeout, TrainerTimeout time.Duration
+	// BackoffLimit is every Job's retries (container restarts in place
+	// and replaced pods).
+	BackoffLimit int
 }
 
-// PlanMount is where the ConfigMap with the plan files is mounted.
-const PlanMount = "/psgraph/plan"
+// Defaults of the optional options.
+const (
+	DefaultMetricsPort     = 9090
+	DefaultCPU             = "1"
+	DefaultCheckpointEvery = 500
+	DefaultConnectTimeout  = 10 * time.Minute
+	DefaultTrainerTimeout  = 5 * time.Minute
+	DefaultBackoffLimit    = 6
+)
+
+// Mount points in every container.
+const (
+	PlanMount       = "/psgraph/plan"
+	CheckpointMount = "/psgraph/checkpoint"
+	ModelMount      = "/psgraph/model"
+	TmpMount        = "/tmp"
+)
+
+// IndexLabel carries a node's index on its pod; the node reads it as
+// PSGRAPH_INDEX through the downward API.
+const IndexLabel = "psgraph.dev/index"
+
+// uid is the unprivileged user the image runs as (the Dockerfile's USER).
+const uid = 65534
 
 // configMapLimit is Kubernetes' size limit of a ConfigMap's data.
 const configMapLimit = 1 << 20
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
+// Defaults fills the optional options left zero.
+func (o *Options) Defaults() {
+	if o.MetricsPort == 0 {
+		o.MetricsPort = DefaultMetricsPort
+	}
+	if o.CPU == "" {
+		o.CPU = DefaultCPU
+	}
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.TrainerTimeout == 0 {
+		o.TrainerTimeout = DefaultTrainerTimeout
+	}
+}
+
 // Validate checks the options, naming the flag at fault.
 func (o Options) Validate() error {
+	o.Defaults()
+	quantity := func(flag, v string) error {
+		if v == "" {
+			return nil
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() <= 0 {
+			return fmt.Errorf("%s %q is not a positive Kubernetes quantity (e.g. 500m, 2, 512Mi, 10Gi)", flag, v)
+		}
+		return nil
+	}
 	switch {
 	case o.Image == "":
 		return fmt.Errorf("--image is required: the container image holding psgraph (see the Dockerfile)")
@@ -49,15 +135,41 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--namespace %q is not a valid namespace name", o.Namespace)
 	case o.Port < 1 || o.Port > 65535:
 		return fmt.Errorf("--port %d is not a TCP port", o.Port)
+	case o.MetricsPort < 1 || o.MetricsPort > 65535 || o.MetricsPort == o.Port:
+		return fmt.Errorf("--metrics-port %d must be a TCP port other than --port %d", o.MetricsPort, o.Port)
 	case o.TokenSecret == "" || o.TokenKey == "":
 		return fmt.Errorf("--token-secret and --token-key must name the Secret holding the job's token")
+	case o.CheckpointEvery < 0:
+		return fmt.Errorf("--checkpoint-every %d must be positive", o.CheckpointEvery)
+	case o.BackoffLimit < 0:
+		return fmt.Errorf("--backoff-limit %d must be 0 or more", o.BackoffLimit)
+	case o.ConnectTimeout < 0 || o.TrainerTimeout < 0:
+		return fmt.Errorf("--connect-timeout and --trainer-timeout must be positive")
+	case o.StorageClass != "" && !dnsLabel.MatchString(o.StorageClass) && !regexp.MustCompile(`^[a-z0-9.-]+$`).MatchString(o.StorageClass):
+		return fmt.Errorf("--storage-class %q is not a StorageClass name", o.StorageClass)
+	}
+	return firstErr(quantity("--cpu", o.CPU), quantity("--memory", o.Memory),
+		quantity("--checkpoint-size", o.CheckpointSize), quantity("--model-size", o.ModelSize))
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
 	}
 	return nil
 }
 
-// PServerHost is the stable DNS name of pserver i: its pod's hostname under
-// the headless Service.
-func PServerHost(job string, i int) string { return fmt.Sprintf("%s-pserver-%d.%s", job, i, job) }
+// PServerJob names pserver i's Job; its pod's hostname is the same.
+func PServerJob(job string, i int) string { return fmt.Sprintf("%s-pserver-%d", job, i) }
+
+// TrainerJob names trainer i's Job.
+func TrainerJob(job string, i int) string { return fmt.Sprintf("%s-trainer-%d", job, i) }
+
+// PServerHost is the stable DNS name of pserver i: its pod's hostname
+// under the headless Service (named after the job).
+func PServerHost(job string, i int) string { return PServerJob(job, i) + "." + job }
 
 // PServerEndpoints lists host:port of every pserver, as trainers get them.
 func PServerEndpoints(o Options, pservers int) []string {
@@ -68,15 +180,75 @@ func PServerEndpoints(o Options, pservers int) []string {
 	return eps
 }
 
+// CheckpointClaim names pserver i's checkpoint claim; ModelClaim the
+// claim trainer 0 saves to; ModelFile the file in it.
+func CheckpointClaim(job string, i int) string { return PServerJob(job, i) + "-checkpoint" }
+func ModelClaim(job string) string             { return job + "-model" }
+func ModelFile(job string) string              { return ModelMount + "/" + job + ".safetensors" }
+
 // absoluteCSV finds a data path the trainer reads from the machine that split.
 var absoluteCSV = regexp.MustCompile(`(?m)^\s*csv:\s*"?(/[^"\n]*)`)
 
-// Manifests reads the plan in dir and returns the multi-document YAML, and
-// warnings about what the image must provide.
-func Manifests(dir string, o Options) ([]byte, []string, error) {
+// Memory a node needs beyond its tensors: the Go runtime, the binary, the
+// transport's buffers (64 KiB read-ahead per transfer, 4 MiB windows).
+const (
+	pserverBase = 96 << 20
+	trainerBase = 256 << 20
+	claimMin    = 1 << 30 // many provisioners round smaller claims up to 1 GiB
+)
+
+// PServerMemory is the default memory of pserver p of the plan: its
+// blocks B_p held as the parameters, up to two optimizer moments, the
+// gradient sum and the streamed update's chunks, and one gradient piece per
+// trainer in flight, twice for headroom: 2*(4+N)*B_p, plus pserverBase.
+func PServerMemory(in partition.PlanInfo, p int) int64 {
+	return roundMi(pserverBase + 2*int64(4+in.Trainers)*int64(in.Load[p].Bytes))
+}
+
+// TrainerMemory is the default memory of a trainer: every parameter it
+// receives, its gradient, and the model's activations (bounded here by
+// the parameters again), twice: 6*B, plus trainerBase (the data set of a
+// non-streamed model is in memory too: raise --memory for a large one).
+func TrainerMemory(in partition.PlanInfo) int64 {
+	return roundMi(trainerBase + 6*int64(totalBytes(in)))
+}
+
+// CheckpointBytes is the default claim of pserver p: the two checkpoints
+// kept, each the blocks and up to two optimizer moments (3*B_p), twice
+// for the temporary file a save writes before it renames: 12*B_p, at
+// least 1 GiB.
+func CheckpointBytes(in partition.PlanInfo, p int) int64 {
+	return roundMi(max(claimMin, 12*int64(in.Load[p].Bytes)))
+}
+
+// ModelBytes is the default model claim: the model twice, at least 1 GiB.
+func ModelBytes(in partition.PlanInfo) int64 { return roundMi(max(claimMin, 2*int64(totalBytes(in)))) }
+
+func totalBytes(in partition.PlanInfo) int {
+	b := 0
+	for _, l := range in.Load {
+		b += l.Bytes
+	}
+	return b
+}
+
+func roundMi(b int64) int64 { return (b + 1<<20 - 1) &^ (1<<20 - 1) }
+
+func quantity(s string, def int64) resource.Quantity {
+	if s != "" {
+		return resource.MustParse(s)
+	}
+	return *resource.NewQuantity(def, resource.BinarySI)
+}
+
+// Objects reads the plan in dir and returns the job's objects, in the
+// order kubectl should create them, and warnings about what the image
+// must provide.
+func Objects(dir string, o Options) ([]runtime.Object, []string, error) {
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
 	}
+	o.Defaults()
 	p, err := partition.ReadPlan(dir)
 	if err != nil {
 		return nil, nil, err
@@ -98,148 +270,258 @@ func Manifests(dir string, o Options) ([]byte, []string, error) {
 	if mt := absoluteCSV.FindStringSubmatch(files[p.Info.Files.Trainer]); mt != nil {
 		warnings = append(warnings, fmt.Sprintf("%s reads its data from the absolute path %s, which must exist in the image; split with a relative -o (e.g. from the repository root: -o plan/) so the path is relative to %s", filepath.Join(dir, p.Info.Files.Trainer), mt[1], PlanMount))
 	}
-	objs := []m{
-		configMap(o, files),
-		service(o),
-		statefulSet(o, p.Info.PServers),
-		trainerJob(o, p.Info),
+	objs := []runtime.Object{configMap(o, files), service(o)}
+	for i := range p.Info.PServers {
+		objs = append(objs, claim(o, CheckpointClaim(o.Name, i), "pserver", quantity(o.CheckpointSize, CheckpointBytes(p.Info, i))), pserverJob(o, p.Info, i))
+	}
+	objs = append(objs, claim(o, ModelClaim(o.Name), "trainer", quantity(o.ModelSize, ModelBytes(p.Info))))
+	for i := range p.Info.Trainers {
+		objs = append(objs, trainerJob(o, p.Info, i))
+	}
+	return objs, warnings, nil
+}
+
+// Manifests returns Objects as multi-document YAML for kubectl apply.
+func Manifests(dir string, o Options) ([]byte, []string, error) {
+	objs, warnings, err := Objects(dir, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.Defaults()
+	p, err := partition.ReadPlan(dir)
+	if err != nil {
+		return nil, nil, err
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# psgraph job %q from %s: %d pservers, %d trainers (%s).\n", o.Name, dir, p.Info.PServers, p.Info.Trainers, p.Info.Mode)
+	fmt.Fprintf(&b, "# psgraph job %q from %s: %d pservers, %d trainers (%s); docs/deploy.md.\n", o.Name, dir, p.Info.PServers, p.Info.Trainers, p.Info.Mode)
 	fmt.Fprintf(&b, "# Needs the Secret %q with key %q: kubectl create secret generic %s --from-literal=%s=$(head -c 32 /dev/urandom | base64)\n", o.TokenSecret, o.TokenKey, o.TokenSecret, o.TokenKey)
+	fmt.Fprintf(&b, "# Watch: kubectl get jobs,pods -l app.kubernetes.io/instance=%s; the model: %s on the claim %s.\n", o.Name, ModelFile(o.Name), ModelClaim(o.Name))
 	for _, obj := range objs {
-		b.WriteString("---\n")
-		enc := yaml.NewEncoder(&b)
-		enc.SetIndent(2)
-		if err := enc.Encode(obj); err != nil {
+		y, err := marshal(obj)
+		if err != nil {
 			return nil, nil, err
 		}
-		enc.Close()
+		b.WriteString("---\n")
+		b.Write(y)
 	}
 	return b.Bytes(), warnings, nil
 }
 
-// m is a YAML mapping that keeps its key order: key, value, key, value...
-type m []any
-
-func (x m) MarshalYAML() (any, error) {
-	n := &yaml.Node{Kind: yaml.MappingNode}
-	for i := 0; i+1 < len(x); i += 2 {
-		var k, v yaml.Node
-		if err := k.Encode(x[i]); err != nil {
-			return nil, err
-		}
-		if err := v.Encode(x[i+1]); err != nil {
-			return nil, err
-		}
-		n.Content = append(n.Content, &k, &v)
+// marshal writes obj as YAML without what only the API server fills in
+// (status, creationTimestamp), which the Go types always carry.
+func marshal(obj runtime.Object) ([]byte, error) {
+	js, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
 	}
-	return n, nil
+	var m map[string]any
+	if err := json.Unmarshal(js, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	for _, md := range []any{m["metadata"], dig(m, "spec", "template", "metadata")} {
+		if md, ok := md.(map[string]any); ok {
+			delete(md, "creationTimestamp")
+		}
+	}
+	return yaml.Marshal(m)
 }
 
-func (o Options) meta(name, component string) m {
-	md := m{"name", name}
-	if o.Namespace != "" {
-		md = append(md, "namespace", o.Namespace)
+func dig(m map[string]any, keys ...string) any {
+	var v any = m
+	for _, k := range keys {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[k]
 	}
-	return append(md, "labels", o.labels(component))
+	return v
 }
 
-func (o Options) labels(component string) m {
-	l := m{"app.kubernetes.io/name", "psgraph", "app.kubernetes.io/instance", o.Name}
+func (o Options) meta(name, component string, index int) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: o.Namespace, Labels: o.labels(component, index)}
+}
+
+// labels of an object; index < 0 for an object of no one node.
+func (o Options) labels(component string, index int) map[string]string {
+	l := map[string]string{"app.kubernetes.io/name": "psgraph", "app.kubernetes.io/instance": o.Name}
 	if component != "" {
-		l = append(l, "app.kubernetes.io/component", component)
+		l["app.kubernetes.io/component"] = component
+	}
+	if index >= 0 {
+		l[IndexLabel] = strconv.Itoa(index)
 	}
 	return l
 }
 
-func configMap(o Options, files map[string]string) m {
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	data := m{}
-	for _, n := range names {
-		data = append(data, n, files[n])
-	}
-	return m{"apiVersion", "v1", "kind", "ConfigMap", "metadata", o.meta(o.Name+"-plan", ""), "data", data}
+func configMap(o Options, files map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: o.meta(o.Name+"-plan", "", -1), Data: files}
 }
 
-func service(o Options) m {
-	return m{"apiVersion", "v1", "kind", "Service", "metadata", o.meta(o.Name, "pserver"),
-		"spec", m{
-			"clusterIP", "None",
-			// trainers must resolve a pserver before it is ready: it only
-			// becomes ready by serving them
-			"publishNotReadyAddresses", true,
-			"selector", o.labels("pserver"),
-			"ports", []m{{"name", "psgraph", "port", o.Port}},
+func service(o Options) *corev1.Service {
+	return &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: o.meta(o.Name, "pserver", -1),
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			// A trainer must resolve a pserver before it is ready: a
+			// restarted pserver's DNS name should come back at once.
+			PublishNotReadyAddresses: true,
+			Selector:                 o.labels("pserver", -1),
+			Ports: []corev1.ServicePort{
+				{Name: "psgraph", Port: int32(o.Port), TargetPort: intstr.FromString("psgraph")},
+				{Name: "metrics", Port: int32(o.MetricsPort), TargetPort: intstr.FromString("metrics")},
+			},
 		}}
 }
 
-func (o Options) env(role string, extra ...m) []m {
-	e := []m{
-		{"name", "PSGRAPH_ROLE", "value", role},
-		{"name", "PSGRAPH_PLAN", "value", PlanMount},
-		{"name", "PSGRAPH_TOKEN", "valueFrom", m{"secretKeyRef", m{"name", o.TokenSecret, "key", o.TokenKey}}},
+func claim(o Options, name, component string, size resource.Quantity) *corev1.PersistentVolumeClaim {
+	c := &corev1.PersistentVolumeClaim{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: o.meta(name, component, -1),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		}}
+	if o.StorageClass != "" {
+		c.Spec.StorageClassName = &o.StorageClass
+	}
+	return c
+}
+
+func envValue(name, v string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: v} }
+
+// env is what every node reads (docs/runtime.md); the index comes from the
+// pod's own IndexLabel through the downward API.
+func (o Options) env(role string, extra ...corev1.EnvVar) []corev1.EnvVar {
+	e := []corev1.EnvVar{
+		envValue("PSGRAPH_ROLE", role),
+		{Name: "PSGRAPH_INDEX", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels['" + IndexLabel + "']"}}},
+		envValue("PSGRAPH_PLAN", PlanMount),
+		{Name: "PSGRAPH_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.TokenSecret}, Key: o.TokenKey}}},
+		envValue("PSGRAPH_METRICS_ADDR", "0.0.0.0:"+strconv.Itoa(o.MetricsPort)),
 	}
 	return append(e, extra...)
 }
 
-// container runs psgraph under sh, which sets PSGRAPH_INDEX from indexVar:
-// Kubernetes gives a pod its index only in the hostname (StatefulSet) or
-// JOB_COMPLETION_INDEX (Indexed Job), not in a variable of our choosing.
-func (o Options) container(role, indexExpr string, env []m, ports []m) m {
-	c := m{"name", role, "image", o.Image,
-		"command", []string{"sh", "-c", fmt.Sprintf(`PSGRAPH_INDEX="%s" exec psgraph run`, indexExpr)},
-		"env", env,
+func probe(path string, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("metrics")}},
+		PeriodSeconds: period, TimeoutSeconds: 2, FailureThreshold: failures}
+}
+
+// pod is the pod template of one node.
+func (o Options) pod(component string, index int, c corev1.Container, restart corev1.RestartPolicy, volumes ...corev1.Volume) corev1.PodTemplateSpec {
+	c.Image = o.Image
+	c.Command = []string{"psgraph", "run"}
+	c.Ports = append(c.Ports, corev1.ContainerPort{Name: "metrics", ContainerPort: int32(o.MetricsPort)})
+	c.ReadinessProbe = probe("/readyz", 5, 1)
+	// A node's HTTP server answers from its start to its end, whatever it
+	// waits for; failing a minute means the process is wedged.
+	c.LivenessProbe = probe("/healthz", 10, 6)
+	no, yes := false, true
+	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	c.VolumeMounts = append([]corev1.VolumeMount{
+		{Name: "plan", MountPath: PlanMount, ReadOnly: true},
+		{Name: "tmp", MountPath: TmpMount},
+	}, c.VolumeMounts...)
+	user := int64(uid)
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: o.labels(component, index), Annotations: map[string]string{
+			"prometheus.io/scrape": "true",
+			"prometheus.io/port":   strconv.Itoa(o.MetricsPort),
+			"prometheus.io/path":   "/metrics",
+		}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: restart,
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &user, RunAsGroup: &user,
+				// the claims are writable by the image's user
+				FSGroup: &user, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{c},
+			Volumes: append([]corev1.Volume{
+				{Name: "plan", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: o.Name + "-plan"}}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			}, volumes...),
+		},
 	}
-	if ports != nil {
-		c = append(c, "ports", ports)
+}
+
+func resources(cpu string, memory resource.Quantity) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: memory},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: memory},
 	}
-	return append(c, "volumeMounts", []m{{"name", "plan", "mountPath", PlanMount, "readOnly", true}})
 }
 
-func (o Options) volumes() []m {
-	return []m{{"name", "plan", "configMap", m{"name", o.Name + "-plan"}}}
+func claimVolume(name, claim string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
 }
 
-func statefulSet(o Options, pservers int) m {
-	env := o.env("pserver", m{"name", "PSGRAPH_LISTEN", "value", "0.0.0.0:" + strconv.Itoa(o.Port)})
-	return m{"apiVersion", "apps/v1", "kind", "StatefulSet", "metadata", o.meta(o.Name+"-pserver", "pserver"),
-		"spec", m{
-			"serviceName", o.Name,
-			"replicas", pservers,
-			// every pserver must be up before any trainer can take a step
-			"podManagementPolicy", "Parallel",
-			"selector", m{"matchLabels", o.labels("pserver")},
-			"template", m{
-				"metadata", m{"labels", o.labels("pserver")},
-				"spec", m{
-					"containers", []m{o.container("pserver", "${HOSTNAME##*-}", env, []m{{"name", "psgraph", "containerPort", o.Port}})},
-					"volumes", o.volumes(),
-				},
-			},
-		}}
+func (o Options) job(name, component string, index int, backoff int32, tmpl corev1.PodTemplateSpec) *batchv1.Job {
+	one := int32(1)
+	return &batchv1.Job{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: o.meta(name, component, index),
+		Spec:       batchv1.JobSpec{Completions: &one, Parallelism: &one, BackoffLimit: &backoff, Template: tmpl}}
 }
 
-func trainerJob(o Options, in partition.PlanInfo) m {
-	env := o.env("trainer", m{"name", "PSGRAPH_PSERVERS", "value", strings.Join(PServerEndpoints(o, in.PServers), ",")})
-	return m{"apiVersion", "batch/v1", "kind", "Job", "metadata", o.meta(o.Name+"-trainer", "trainer"),
-		"spec", m{
-			"completionMode", "Indexed",
-			"completions", in.Trainers,
-			"parallelism", in.Trainers,
-			// a restarted trainer cannot rejoin a synchronous step
-			"backoffLimit", 0,
-			"template", m{
-				"metadata", m{"labels", o.labels("trainer")},
-				"spec", m{
-					"restartPolicy", "Never",
-					"containers", []m{o.container("trainer", "$JOB_COMPLETION_INDEX", env, nil)},
-					"volumes", o.volumes(),
-				},
-			},
-		}}
+// pserverJob runs pserver i until every trainer is done: it exits 0 then,
+// and its Job completes. A crash restarts the container in its pod
+// (OnFailure); a lost pod is replaced with the same hostname and claim.
+// Either way the pserver restores its newest checkpoint and rejoins the
+// running trainers (docs/runtime.md, "A restarted pserver").
+func pserverJob(o Options, in partition.PlanInfo, i int) *batchv1.Job {
+	args := []string{
+		"--checkpoint-dir=" + CheckpointMount,
+		"--checkpoint-every=" + strconv.Itoa(o.CheckpointEvery),
+		"--trainer-timeout=" + o.TrainerTimeout.String(),
+		"--log-format=json",
+	}
+	if in.HasTables() {
+		args = append(args, "--save="+CheckpointMount+"/"+PServerJob(o.Name, i)+".shards.safetensors")
+	}
+	c := corev1.Container{Name: "pserver", Args: args,
+		Env:          o.env("pserver", envValue("PSGRAPH_LISTEN", "0.0.0.0:"+strconv.Itoa(o.Port))),
+		Ports:        []corev1.ContainerPort{{Name: "psgraph", ContainerPort: int32(o.Port)}},
+		Resources:    resources(o.CPU, quantity(o.Memory, PServerMemory(in, i))),
+		VolumeMounts: []corev1.VolumeMount{{Name: "checkpoint", MountPath: CheckpointMount}},
+	}
+	tmpl := o.pod("pserver", i, c, corev1.RestartPolicyOnFailure, claimVolume("checkpoint", CheckpointClaim(o.Name, i)))
+	// DNS: PServerHost, through the headless Service
+	tmpl.Spec.Hostname, tmpl.Spec.Subdomain = PServerJob(o.Name, i), o.Name
+	return o.job(PServerJob(o.Name, i), "pserver", i, int32(o.BackoffLimit), tmpl)
+}
+
+// trainerJob runs trainer i; trainer 0 saves the model to the model claim.
+// A restarted trainer rejoins a dense job (it learns the running step from
+// the pservers), so trainers restart in place (OnFailure); a sync job with
+// lookup tables cannot take one back (the pservers stop the job), so its
+// trainers get no retries.
+func trainerJob(o Options, in partition.PlanInfo, i int) *batchv1.Job {
+	args := []string{"--connect-timeout=" + o.ConnectTimeout.String(), "--log-format=json"}
+	var vols []corev1.Volume
+	c := corev1.Container{Name: "trainer",
+		Env:       o.env("trainer", envValue("PSGRAPH_PSERVERS", strings.Join(PServerEndpoints(o, in.PServers), ","))),
+		Resources: resources(o.CPU, quantity(o.Memory, TrainerMemory(in))),
+	}
+	if i == 0 {
+		args = append(args, "--save="+ModelFile(o.Name))
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "model", MountPath: ModelMount}}
+		vols = append(vols, claimVolume("model", ModelClaim(o.Name)))
+	}
+	c.Args = args
+	restart, backoff := corev1.RestartPolicyOnFailure, int32(o.BackoffLimit)
+	if TrainersRestart(in) == "" {
+		restart, backoff = corev1.RestartPolicyNever, 0
+	}
+	return o.job(TrainerJob(o.Name, i), "trainer", i, backoff, o.pod("trainer", i, c, restart, vols...))
+}
+
+// TrainersRestart says why the plan's trainers may be restarted, or ""
+// when a restarted trainer cannot rejoin (a sync job with lookup tables).
+func TrainersRestart(in partition.PlanInfo) string {
+	if in.HasTables() && in.Mode == partition.Sync {
+		return ""
+	}
+	return "a restarted trainer rejoins the running job"
 }

@@ -2,26 +2,36 @@ package k8s_test
 
 import (
 	"bytes"
-	"errors"
-	"io"
+	"fmt"
+	"net"
+	"os"
 	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
-	"gopkg.in/yaml.v3"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
 
 	"github.com/psgraph/psgraph/cmd/internal/k8s"
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/partition"
 )
 
-func writePlan(t *testing.T, trainers, pservers int) string {
+func writePlan(t *testing.T, model string, trainers, pservers, minBlock int) (string, *partition.Plan) {
 	t.Helper()
-	g, err := dsl.Load("../../../examples/digits-mlp.yaml")
+	g, err := dsl.Load(model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := partition.Split(g, partition.Options{Trainers: trainers, PServers: pservers, Mode: partition.Sync, MinBlockSize: partition.DefaultMinBlockSize})
+	p, err := partition.Split(g, partition.Options{Trainers: trainers, PServers: pservers, Mode: partition.Sync, MinBlockSize: minBlock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,197 +39,533 @@ func writePlan(t *testing.T, trainers, pservers int) string {
 	if err := p.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	if p, err = partition.ReadPlan(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir, p
 }
 
-type object struct {
-	APIVersion string `yaml:"apiVersion"`
-	Kind       string
-	Metadata   struct {
-		Name, Namespace string
-		Labels          map[string]string
-	}
-	Data map[string]string
-	Spec struct {
-		ClusterIP           string `yaml:"clusterIP"`
-		ServiceName         string `yaml:"serviceName"`
-		Replicas            int
-		PodManagementPolicy string `yaml:"podManagementPolicy"`
-		CompletionMode      string `yaml:"completionMode"`
-		Completions         int
-		Parallelism         int
-		Selector            map[string]any
-		Template            struct {
-			Metadata struct{ Labels map[string]string }
-			Spec     struct {
-				RestartPolicy string `yaml:"restartPolicy"`
-				Containers    []struct {
-					Image   string
-					Command []string
-					Env     []struct {
-						Name      string
-						Value     string
-						ValueFrom struct {
-							SecretKeyRef struct{ Name, Key string } `yaml:"secretKeyRef"`
-						} `yaml:"valueFrom"`
-					}
-					VolumeMounts []struct {
-						Name      string
-						MountPath string `yaml:"mountPath"`
-					} `yaml:"volumeMounts"`
-				}
-				Volumes []struct {
-					Name      string
-					ConfigMap struct{ Name string } `yaml:"configMap"`
-				}
-			}
-		}
-	}
+// manifests are the decoded objects, by kind and name.
+type manifests struct {
+	cm     map[string]*corev1.ConfigMap
+	svc    map[string]*corev1.Service
+	pvc    map[string]*corev1.PersistentVolumeClaim
+	jobs   map[string]*batchv1.Job
+	kinds  []string
+	header string
 }
 
-func parse(t *testing.T, src []byte) map[string]object {
+// decode splits the YAML stream and decodes each document strictly into
+// its API type: an unknown or misspelt field fails the test.
+func decode(t *testing.T, src []byte) manifests {
 	t.Helper()
-	dec := yaml.NewDecoder(bytes.NewReader(src))
-	out := map[string]object{}
-	for {
-		var o object
-		err := dec.Decode(&o)
-		if errors.Is(err, io.EOF) {
-			break
+	m := manifests{cm: map[string]*corev1.ConfigMap{}, svc: map[string]*corev1.Service{}, pvc: map[string]*corev1.PersistentVolumeClaim{}, jobs: map[string]*batchv1.Job{}}
+	docs := strings.Split(string(src), "---\n")
+	m.header = docs[0]
+	for i, doc := range docs[1:] {
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, doc)
 		}
+		var obj any
+		var store func()
+		switch tm.APIVersion + " " + tm.Kind {
+		case "v1 ConfigMap":
+			o := &corev1.ConfigMap{}
+			obj, store = o, func() { m.cm[o.Name] = o }
+		case "v1 Service":
+			o := &corev1.Service{}
+			obj, store = o, func() { m.svc[o.Name] = o }
+		case "v1 PersistentVolumeClaim":
+			o := &corev1.PersistentVolumeClaim{}
+			obj, store = o, func() { m.pvc[o.Name] = o }
+		case "batch/v1 Job":
+			o := &batchv1.Job{}
+			obj, store = o, func() { m.jobs[o.Name] = o }
+		default:
+			t.Fatalf("document %d is a %s %s, which psgraph k8s should not write", i, tm.APIVersion, tm.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			t.Fatalf("document %d (%s) does not decode strictly: %v\n%s", i, tm.Kind, err, doc)
+		}
+		store()
+		m.kinds = append(m.kinds, tm.Kind)
+	}
+	return m
+}
+
+// nodeEnv lists the PSGRAPH_* variables psgraph's own code reads or sets
+// for its nodes (cmd/*.go, tests aside): the manifests must set each.
+func nodeEnv(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("../../*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no cmd sources: %v", err)
+	}
+	seen := map[string]bool{}
+	re := regexp.MustCompile(`"(PSGRAPH_[A-Z_]+)[="]`)
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
 		if err != nil {
-			t.Fatalf("manifests do not parse: %v\n%s", err, src)
+			t.Fatal(err)
 		}
-		if _, dup := out[o.Kind]; dup {
-			t.Fatalf("two objects of kind %s", o.Kind)
+		for _, mt := range re.FindAllSubmatch(b, -1) {
+			seen[string(mt[1])] = true
 		}
-		out[o.Kind] = o
+	}
+	var out []string
+	for v := range seen {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	if len(out) < 6 {
+		t.Fatalf("found only %v in cmd/*.go; the pattern missed the node's variables", out)
 	}
 	return out
 }
 
-func env(t *testing.T, o object) map[string]string {
-	t.Helper()
-	cs := o.Spec.Template.Spec.Containers
-	if len(cs) != 1 {
-		t.Fatalf("%s has %d containers, want 1", o.Kind, len(cs))
-	}
-	e := map[string]string{}
-	for _, v := range cs[0].Env {
-		e[v.Name] = v.Value
-		if r := v.ValueFrom.SecretKeyRef; r.Name != "" {
-			e[v.Name] = "secret:" + r.Name + "/" + r.Key
+func selects(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
 		}
 	}
-	return e
+	return len(sel) > 0
 }
 
-func TestManifests(t *testing.T) {
-	dir := writePlan(t, 3, 2)
-	opt := k8s.Options{Image: "example.com/psgraph:1", Namespace: "ml", Name: "digits", Port: 7000, TokenSecret: "digits-token", TokenKey: "token"}
-	src, warnings, err := k8s.Manifests(dir, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "absolute path") {
-		t.Errorf("a plan in an absolute directory reads absolute data paths; warnings: %q", warnings)
-	}
-	objs := parse(t, src)
-	if len(objs) != 4 {
-		t.Fatalf("got kinds %v, want ConfigMap, Service, StatefulSet, Job", objs)
-	}
-	for kind, o := range objs {
-		if o.Metadata.Namespace != "ml" {
-			t.Errorf("%s namespace %q, want ml", kind, o.Metadata.Namespace)
-		}
-		if kind == "Secret" {
-			t.Error("the manifests must not create the Secret")
+func portOf(c corev1.Container, name string) (int32, bool) {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort, true
 		}
 	}
-	cm := objs["ConfigMap"]
-	for _, f := range []string{"plan.yaml", "trainer.yaml", "pserver-0.yaml", "pserver-1.yaml"} {
-		if !strings.Contains(cm.Data[f], "psgraph") {
+	return 0, false
+}
+
+func argOf(c corev1.Container, flag string) (string, bool) {
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// checkInvariants is what makes the manifests one working job.
+func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests) {
+	t.Helper()
+	in := p.Info
+	M, N := in.PServers, in.Trainers
+	if len(m.cm) != 1 || len(m.svc) != 1 || len(m.jobs) != M+N || len(m.pvc) != M+1 {
+		t.Fatalf("%dx%d: %d ConfigMaps, %d Services, %d Jobs, %d claims; want 1, 1, %d, %d", N, M, len(m.cm), len(m.svc), len(m.jobs), len(m.pvc), M+N, M+1)
+	}
+	cm := m.cm[o.Name+"-plan"]
+	svc := m.svc[o.Name]
+	if cm == nil || svc == nil {
+		t.Fatalf("want ConfigMap %s-plan and Service %s", o.Name, o.Name)
+	}
+	for _, f := range append([]string{partition.PlanFileName, in.Files.Trainer}, in.Files.PServers...) {
+		if cm.Data[f] == "" {
 			t.Errorf("ConfigMap lacks %s", f)
 		}
 	}
-	svc := objs["Service"]
-	if svc.Spec.ClusterIP != "None" || svc.Metadata.Name != "digits" {
-		t.Errorf("Service %s clusterIP %q, want the headless Service digits", svc.Metadata.Name, svc.Spec.ClusterIP)
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("Service %s: clusterIP %q, publishNotReadyAddresses %v; want a headless Service publishing pservers before they are ready", svc.Name, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
 	}
-	ss := objs["StatefulSet"]
-	if ss.Spec.Replicas != 2 || ss.Spec.ServiceName != svc.Metadata.Name || ss.Metadata.Name != "digits-pserver" {
-		t.Errorf("StatefulSet %s: %d replicas under %q, want digits-pserver, 2 under digits", ss.Metadata.Name, ss.Spec.Replicas, ss.Spec.ServiceName)
+	env := nodeEnv(t)
+	indexes := map[string]map[string]bool{"pserver": {}, "trainer": {}}
+	endpoints := make([]string, M) // the pservers' DNS names, in index order
+	checkPod := func(job *batchv1.Job, role string) (corev1.Container, map[string]corev1.EnvVar) {
+		t.Helper()
+		ps := job.Spec.Template.Spec
+		if job.Namespace != o.Namespace {
+			t.Errorf("Job %s namespace %q, want %q", job.Name, job.Namespace, o.Namespace)
+		}
+		if job.Spec.Selector != nil || job.Spec.ManualSelector != nil {
+			t.Errorf("Job %s sets its own selector; the Job controller generates one that matches its pods", job.Name)
+		}
+		if job.Spec.Completions == nil || *job.Spec.Completions != 1 || *job.Spec.Parallelism != 1 {
+			t.Errorf("Job %s must run its one node once", job.Name)
+		}
+		if len(ps.Containers) != 1 {
+			t.Fatalf("Job %s has %d containers, want 1", job.Name, len(ps.Containers))
+		}
+		c := ps.Containers[0]
+		if c.Image != o.Image || strings.Join(c.Command, " ") != "psgraph run" {
+			t.Errorf("Job %s runs %q %q, want %q psgraph run", job.Name, c.Image, c.Command, o.Image)
+		}
+		e := map[string]corev1.EnvVar{}
+		for _, v := range c.Env {
+			if _, dup := e[v.Name]; dup {
+				t.Errorf("Job %s sets %s twice", job.Name, v.Name)
+			}
+			e[v.Name] = v
+		}
+		for _, v := range env {
+			skip := v == "PSGRAPH_LISTEN" && role == "trainer" || v == "PSGRAPH_PSERVERS" && role == "pserver"
+			if _, ok := e[v]; !ok && !skip {
+				t.Errorf("Job %s does not set %s, which the node reads", job.Name, v)
+			}
+		}
+		if e["PSGRAPH_ROLE"].Value != role || e["PSGRAPH_PLAN"].Value != k8s.PlanMount {
+			t.Errorf("Job %s: PSGRAPH_ROLE %q, PSGRAPH_PLAN %q", job.Name, e["PSGRAPH_ROLE"].Value, e["PSGRAPH_PLAN"].Value)
+		}
+		if r := e["PSGRAPH_TOKEN"].ValueFrom; r == nil || r.SecretKeyRef == nil || r.SecretKeyRef.Name != o.TokenSecret || r.SecretKeyRef.Key != o.TokenKey {
+			t.Errorf("Job %s does not take PSGRAPH_TOKEN from Secret %s key %s", job.Name, o.TokenSecret, o.TokenKey)
+		}
+		// the index: the pod's own label, through the downward API
+		idx := e["PSGRAPH_INDEX"].ValueFrom
+		if idx == nil || idx.FieldRef == nil || idx.FieldRef.FieldPath != "metadata.labels['"+k8s.IndexLabel+"']" {
+			t.Fatalf("Job %s: PSGRAPH_INDEX must come from the pod label %s (downward API), got %+v", job.Name, k8s.IndexLabel, e["PSGRAPH_INDEX"])
+		}
+		label := job.Spec.Template.Labels[k8s.IndexLabel]
+		if n, err := strconv.Atoi(label); err != nil || n < 0 || indexes[role][label] {
+			t.Errorf("Job %s: pod index label %q is not a fresh index", job.Name, label)
+		}
+		indexes[role][label] = true
+		// metrics: the address the node serves, the named port, the
+		// scrape annotations and the probes agree
+		mport, ok := portOf(c, "metrics")
+		_, addrPort, _ := net.SplitHostPort(e["PSGRAPH_METRICS_ADDR"].Value)
+		an := job.Spec.Template.Annotations
+		if !ok || addrPort != strconv.Itoa(int(mport)) || an["prometheus.io/scrape"] != "true" || an["prometheus.io/port"] != addrPort || an["prometheus.io/path"] != "/metrics" {
+			t.Errorf("Job %s: metrics port %d, PSGRAPH_METRICS_ADDR %q, annotations %v disagree", job.Name, mport, e["PSGRAPH_METRICS_ADDR"].Value, an)
+		}
+		for name, pr := range map[string]*corev1.Probe{"/readyz": c.ReadinessProbe, "/healthz": c.LivenessProbe} {
+			if pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != name || pr.HTTPGet.Port.StrVal != "metrics" {
+				t.Errorf("Job %s: probe %s is %+v, want an HTTP GET of %s on the metrics port", job.Name, name, pr, name)
+			}
+		}
+		// every mount has its volume; every claim exists
+		vols := map[string]corev1.Volume{}
+		for _, v := range ps.Volumes {
+			vols[v.Name] = v
+			if v.PersistentVolumeClaim != nil && m.pvc[v.PersistentVolumeClaim.ClaimName] == nil {
+				t.Errorf("Job %s mounts claim %s, which the manifests do not create", job.Name, v.PersistentVolumeClaim.ClaimName)
+			}
+			if v.ConfigMap != nil && v.ConfigMap.Name != cm.Name {
+				t.Errorf("Job %s mounts ConfigMap %s, not %s", job.Name, v.ConfigMap.Name, cm.Name)
+			}
+		}
+		for _, vm := range c.VolumeMounts {
+			if _, ok := vols[vm.Name]; !ok {
+				t.Errorf("Job %s mounts volume %s, which its pod lacks", job.Name, vm.Name)
+			}
+			if vm.MountPath == k8s.PlanMount && vols[vm.Name].ConfigMap == nil {
+				t.Errorf("Job %s: %s is not the plan ConfigMap", job.Name, k8s.PlanMount)
+			}
+		}
+		// resources: requested, memory limited at its request
+		req, lim := c.Resources.Requests, c.Resources.Limits
+		if req.Cpu().IsZero() || req.Memory().IsZero() || req.Memory().Cmp(*lim.Memory()) != 0 {
+			t.Errorf("Job %s: requests %v, limits %v; want CPU and memory requested, memory limited at its request", job.Name, req, lim)
+		}
+		sc := ps.SecurityContext
+		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.FSGroup == nil || *sc.FSGroup != *sc.RunAsUser {
+			t.Errorf("Job %s: pod security context %+v; want non-root with fsGroup its user, so the claims are writable", job.Name, sc)
+		}
+		return c, e
 	}
-	for k, v := range svc.Spec.Selector {
-		if ss.Spec.Template.Metadata.Labels[k] != v {
-			t.Errorf("the Service selects %s=%v, which the pserver pods lack", k, v)
+
+	for i := range M {
+		job := m.jobs[k8s.PServerJob(o.Name, i)]
+		if job == nil {
+			t.Fatalf("no Job %s", k8s.PServerJob(o.Name, i))
+		}
+		c, e := checkPod(job, "pserver")
+		tmpl := job.Spec.Template
+		if got := tmpl.Labels[k8s.IndexLabel]; got != strconv.Itoa(i) {
+			t.Errorf("Job %s runs pserver %s", job.Name, got)
+		}
+		if !selects(svc.Spec.Selector, tmpl.Labels) {
+			t.Errorf("the Service selects %v, which pserver %d's pods (%v) lack", svc.Spec.Selector, i, tmpl.Labels)
+		}
+		if tmpl.Spec.Subdomain != svc.Name || tmpl.Spec.Hostname == "" {
+			t.Errorf("pserver %d: hostname %q under subdomain %q, want a hostname under the Service %s", i, tmpl.Spec.Hostname, tmpl.Spec.Subdomain, svc.Name)
+		}
+		port, ok := portOf(c, "psgraph")
+		if _, lp, _ := net.SplitHostPort(e["PSGRAPH_LISTEN"].Value); !ok || lp != strconv.Itoa(int(port)) {
+			t.Errorf("pserver %d listens on %q, its container port psgraph is %d", i, e["PSGRAPH_LISTEN"].Value, port)
+		}
+		for _, sp := range svc.Spec.Ports {
+			if _, ok := portOf(c, sp.TargetPort.StrVal); !ok || sp.TargetPort.StrVal == "" {
+				t.Errorf("the Service's port %s targets %q, which pserver %d does not name", sp.Name, sp.TargetPort.String(), i)
+			}
+			if sp.Name == "psgraph" && sp.Port != port {
+				t.Errorf("the Service's psgraph port %d is not the pservers' %d", sp.Port, port)
+			}
+		}
+		endpoints[i] = tmpl.Spec.Hostname + "." + tmpl.Spec.Subdomain + ":" + strconv.Itoa(int(port))
+		// its checkpoints: on its own claim, sized for its bytes
+		dir, ok := argOf(c, "--checkpoint-dir")
+		var claim string
+		for _, vm := range c.VolumeMounts {
+			if vm.MountPath == dir {
+				for _, v := range tmpl.Spec.Volumes {
+					if v.Name == vm.Name && v.PersistentVolumeClaim != nil {
+						claim = v.PersistentVolumeClaim.ClaimName
+					}
+				}
+			}
+		}
+		if !ok || claim != k8s.CheckpointClaim(o.Name, i) {
+			t.Errorf("pserver %d checkpoints to %q on claim %q, want its own claim %s", i, dir, claim, k8s.CheckpointClaim(o.Name, i))
+		}
+		if every, _ := argOf(c, "--checkpoint-every"); every == "" || every == "0" {
+			t.Errorf("pserver %d never checkpoints", i)
+		}
+		size := m.pvc[claim].Spec.Resources.Requests[corev1.ResourceStorage]
+		if size.Value() < int64(3*in.Load[i].Bytes) {
+			t.Errorf("pserver %d's claim of %s cannot hold a checkpoint of its %d bytes", i, size.String(), in.Load[i].Bytes)
+		}
+		if mem := c.Resources.Requests[corev1.ResourceMemory]; o.Memory == "" && mem.Value() < int64((4+N)*in.Load[i].Bytes) {
+			t.Errorf("pserver %d requests %s for %d bytes of blocks and %d trainers", i, mem.String(), in.Load[i].Bytes, N)
+		}
+		if tmpl.Spec.RestartPolicy != corev1.RestartPolicyOnFailure || *job.Spec.BackoffLimit != int32(o.BackoffLimit) {
+			t.Errorf("pserver %d: restart %s, backoff %d; a pserver restarts from its checkpoint (OnFailure, %d)", i, tmpl.Spec.RestartPolicy, *job.Spec.BackoffLimit, o.BackoffLimit)
+		}
+		if tt, _ := argOf(c, "--trainer-timeout"); tt == "" {
+			t.Errorf("pserver %d keeps the 30s --trainer-timeout, shorter than a replaced trainer pod takes", i)
 		}
 	}
-	job := objs["Job"]
-	if job.Spec.CompletionMode != "Indexed" || job.Spec.Completions != 3 || job.Spec.Parallelism != 3 {
-		t.Errorf("Job: %s, completions %d, parallelism %d; want Indexed, 3, 3", job.Spec.CompletionMode, job.Spec.Completions, job.Spec.Parallelism)
-	}
-	pe, te := env(t, ss), env(t, job)
-	for role, e := range map[string]map[string]string{"pserver": pe, "trainer": te} {
-		if e["PSGRAPH_ROLE"] != role || e["PSGRAPH_PLAN"] != k8s.PlanMount || e["PSGRAPH_TOKEN"] != "secret:digits-token/token" {
-			t.Errorf("%s env %v", role, e)
+	for i := range N {
+		job := m.jobs[k8s.TrainerJob(o.Name, i)]
+		if job == nil {
+			t.Fatalf("no Job %s", k8s.TrainerJob(o.Name, i))
+		}
+		c, e := checkPod(job, "trainer")
+		tmpl := job.Spec.Template
+		if got := tmpl.Labels[k8s.IndexLabel]; got != strconv.Itoa(i) {
+			t.Errorf("Job %s runs trainer %s", job.Name, got)
+		}
+		if selects(svc.Spec.Selector, tmpl.Labels) {
+			t.Errorf("the pservers' Service selects trainer %d", i)
+		}
+		if got := e["PSGRAPH_PSERVERS"].Value; got != strings.Join(endpoints, ",") {
+			t.Errorf("trainer %d: PSGRAPH_PSERVERS %q, want the pservers' DNS names %q", i, got, strings.Join(endpoints, ","))
+		}
+		ct, _ := argOf(c, "--connect-timeout")
+		if d, err := time.ParseDuration(ct); err != nil || d < 5*time.Minute {
+			t.Errorf("trainer %d: --connect-timeout %q; pservers Pending for minutes (image pull, autoscaling) would fail the job", i, ct)
+		}
+		save, saves := argOf(c, "--save")
+		if i == 0 {
+			var claim string
+			for _, vm := range c.VolumeMounts {
+				if strings.HasPrefix(save, vm.MountPath+"/") {
+					for _, v := range tmpl.Spec.Volumes {
+						if v.Name == vm.Name && v.PersistentVolumeClaim != nil {
+							claim = v.PersistentVolumeClaim.ClaimName
+						}
+					}
+				}
+			}
+			if !saves || claim != k8s.ModelClaim(o.Name) {
+				t.Errorf("trainer 0 saves to %q on claim %q, want a file on the claim %s", save, claim, k8s.ModelClaim(o.Name))
+			}
+		} else if saves {
+			t.Errorf("trainer %d saves the model too (%s)", i, save)
+		}
+		dense := k8s.TrainersRestart(in) != ""
+		if dense && (tmpl.Spec.RestartPolicy != corev1.RestartPolicyOnFailure || *job.Spec.BackoffLimit != int32(o.BackoffLimit)) ||
+			!dense && (tmpl.Spec.RestartPolicy != corev1.RestartPolicyNever || *job.Spec.BackoffLimit != 0) {
+			t.Errorf("trainer %d (tables: %v): restart %s, backoff %d", i, in.HasTables(), tmpl.Spec.RestartPolicy, *job.Spec.BackoffLimit)
 		}
 	}
-	if pe["PSGRAPH_LISTEN"] != "0.0.0.0:7000" {
-		t.Errorf("pserver listens on %q", pe["PSGRAPH_LISTEN"])
-	}
-	// the trainers' endpoint list is the pods' DNS names under the Service
-	var want []string
-	for i := range ss.Spec.Replicas {
-		want = append(want, ss.Metadata.Name+"-"+string(rune('0'+i))+"."+svc.Metadata.Name+":7000")
-	}
-	if got := te["PSGRAPH_PSERVERS"]; got != strings.Join(want, ",") {
-		t.Errorf("PSGRAPH_PSERVERS = %q, want %q", got, strings.Join(want, ","))
-	}
-	for kind, o := range map[string]object{"StatefulSet": ss, "Job": job} {
-		c := o.Spec.Template.Spec.Containers[0]
-		if c.Image != opt.Image {
-			t.Errorf("%s image %q", kind, c.Image)
-		}
-		if len(c.Command) != 3 || c.Command[0] != "sh" || !strings.Contains(c.Command[2], "PSGRAPH_INDEX=") || !strings.HasSuffix(c.Command[2], "exec psgraph run") {
-			t.Errorf("%s command %q does not set PSGRAPH_INDEX and exec psgraph run", kind, c.Command)
-		}
-		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != k8s.PlanMount || o.Spec.Template.Spec.Volumes[0].ConfigMap.Name != cm.Metadata.Name {
-			t.Errorf("%s does not mount the plan ConfigMap at %s", kind, k8s.PlanMount)
+	// names and labels the API server accepts: a Job's name becomes its
+	// pods' job-name label (63 characters at most), a hostname a DNS label
+	valid := func(what string, errs []string) {
+		if len(errs) > 0 {
+			t.Errorf("%s: %s", what, strings.Join(errs, "; "))
 		}
 	}
-	if !strings.Contains(ss.Spec.Template.Spec.Containers[0].Command[2], "${HOSTNAME##*-}") ||
-		!strings.Contains(job.Spec.Template.Spec.Containers[0].Command[2], "$JOB_COMPLETION_INDEX") {
-		t.Error("pserver index must come from the hostname ordinal, trainer index from JOB_COMPLETION_INDEX")
+	labels := func(what string, l map[string]string) {
+		for k, v := range l {
+			valid(what+" label key "+k, validation.IsQualifiedName(k))
+			valid(what+" label "+k+"="+v, validation.IsValidLabelValue(v))
+		}
 	}
-	if job.Spec.Template.Spec.RestartPolicy != "Never" {
-		t.Errorf("trainer restartPolicy %q, want Never", job.Spec.Template.Spec.RestartPolicy)
+	for name, j := range m.jobs {
+		valid("Job "+name, validation.IsDNS1123Label(name))
+		labels("Job "+name, j.Labels)
+		labels("Job "+name+" pods", j.Spec.Template.Labels)
+		if h := j.Spec.Template.Spec.Hostname; h != "" {
+			valid("hostname "+h, validation.IsDNS1123Label(h))
+		}
+	}
+	for name, c := range m.pvc {
+		valid("claim "+name, validation.IsDNS1123Subdomain(name))
+		labels("claim "+name, c.Labels)
+	}
+	valid("Service "+svc.Name, validation.IsDNS1035Label(svc.Name))
+	valid("ConfigMap "+cm.Name, validation.IsDNS1123Subdomain(cm.Name))
+	for k := range cm.Data {
+		valid("ConfigMap key "+k, validation.IsConfigMapKey(k))
+	}
+	users := map[string][]string{} // claim -> the Jobs mounting it
+	for _, j := range m.jobs {
+		for _, v := range j.Spec.Template.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				users[v.PersistentVolumeClaim.ClaimName] = append(users[v.PersistentVolumeClaim.ClaimName], j.Name)
+			}
+		}
+	}
+	for name, c := range m.pvc {
+		if len(users[name]) != 1 {
+			t.Errorf("claim %s is mounted by %v; a ReadWriteOnce claim must belong to one pod", name, users[name])
+		}
+		if len(c.Spec.AccessModes) != 1 || c.Spec.AccessModes[0] != corev1.ReadWriteOnce || c.Namespace != o.Namespace {
+			t.Errorf("claim %s: %v in %q; want one ReadWriteOnce claim per pod, in %q", name, c.Spec.AccessModes, c.Namespace, o.Namespace)
+		}
+	}
+	if strings.Contains(m.header, "kind: Secret") {
+		t.Error("the manifests must not create the Secret")
+	}
+}
+
+func opts() k8s.Options {
+	return k8s.Options{Image: "example.com/psgraph:1", Namespace: "ml", Name: "digits", Port: 7000, TokenSecret: "digits-token", TokenKey: "token", BackoffLimit: 6}
+}
+
+// TestManifests decodes the manifests of 1x1, 2x2 and 4x8 plans of digits
+// strictly into their API types and checks that they make one job, with
+// names and labels the API server accepts at the longest --name.
+func TestManifests(t *testing.T) {
+	for _, c := range []struct{ n, m, minBlock int }{{1, 1, partition.DefaultMinBlockSize}, {2, 2, partition.DefaultMinBlockSize}, {4, 8, 1024}} {
+		t.Run(fmt.Sprintf("%dx%d", c.n, c.m), func(t *testing.T) {
+			dir, p := writePlan(t, "../../../examples/digits-mlp.yaml", c.n, c.m, c.minBlock)
+			o := opts()
+			o.Name = "a-forty-character-job-name-of-the-limit0" // the longest --name
+			o.TokenSecret = o.Name + "-token"
+			src, warnings, err := k8s.Manifests(dir, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(warnings) != 1 || !strings.Contains(warnings[0], "absolute path") {
+				t.Errorf("a plan in an absolute directory reads absolute data paths; warnings: %q", warnings)
+			}
+			checkInvariants(t, o, p, decode(t, src))
+		})
+	}
+}
+
+// TestManifestsTableJob: a sync job with lookup tables cannot take a
+// restarted trainer back, so its trainers get no retries; its pservers
+// save their shards on their claims.
+func TestManifestsTableJob(t *testing.T) {
+	dir, p := writePlan(t, "../../../testdata/sparse/emb-sgd.yaml", 2, 2, partition.DefaultMinBlockSize)
+	if !p.Info.HasTables() {
+		t.Fatal("emb-sgd has no table")
+	}
+	o := opts()
+	src, _, err := k8s.Manifests(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decode(t, src)
+	checkInvariants(t, o, p, m)
+	for i := range 2 {
+		c := m.jobs[k8s.PServerJob(o.Name, i)].Spec.Template.Spec.Containers[0]
+		if save, _ := argOf(c, "--save"); !strings.HasPrefix(save, k8s.CheckpointMount+"/") {
+			t.Errorf("pserver %d saves its shards to %q, not on its claim", i, save)
+		}
+	}
+}
+
+// TestManifestFlags: the flags reach the objects.
+func TestManifestFlags(t *testing.T) {
+	dir, p := writePlan(t, "../../../examples/digits-mlp.yaml", 2, 2, partition.DefaultMinBlockSize)
+	o := opts()
+	o.CPU, o.Memory, o.CheckpointSize, o.ModelSize, o.StorageClass = "500m", "3Gi", "20Gi", "5Gi", "fast-ssd"
+	o.MetricsPort, o.ConnectTimeout, o.BackoffLimit = 9400, 20*time.Minute, 2
+	src, _, err := k8s.Manifests(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decode(t, src)
+	checkInvariants(t, o, p, m)
+	for name, j := range m.jobs {
+		c := j.Spec.Template.Spec.Containers[0]
+		if c.Resources.Requests.Cpu().String() != "500m" || c.Resources.Limits.Memory().String() != "3Gi" {
+			t.Errorf("%s: resources %v", name, c.Resources)
+		}
+		if port, _ := portOf(c, "metrics"); port != 9400 {
+			t.Errorf("%s: metrics port %d", name, port)
+		}
+	}
+	for name, c := range m.pvc {
+		want := "20Gi"
+		if name == k8s.ModelClaim(o.Name) {
+			want = "5Gi"
+		}
+		if q := c.Spec.Resources.Requests[corev1.ResourceStorage]; q.Cmp(resource.MustParse(want)) != 0 || c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != "fast-ssd" {
+			t.Errorf("claim %s: %s of class %v, want %s of fast-ssd", name, q.String(), c.Spec.StorageClassName, want)
+		}
+	}
+	if ct, _ := argOf(m.jobs[k8s.TrainerJob(o.Name, 1)].Spec.Template.Spec.Containers[0], "--connect-timeout"); ct != "20m0s" {
+		t.Errorf("--connect-timeout %q", ct)
 	}
 }
 
 func TestManifestErrors(t *testing.T) {
 	ok := k8s.Options{Image: "img", Name: "job", Port: 7000, TokenSecret: "s", TokenKey: "token"}
+	dir, _ := writePlan(t, "../../../examples/digits-mlp.yaml", 1, 1, partition.DefaultMinBlockSize)
 	cases := []struct {
 		name string
 		edit func(*k8s.Options)
 		dir  string
 		want string
 	}{
-		{"no image", func(o *k8s.Options) { o.Image = "" }, "", "--image is required"},
-		{"bad name", func(o *k8s.Options) { o.Name = "My_Job" }, "", `--name "My_Job" must be a DNS label`},
-		{"bad port", func(o *k8s.Options) { o.Port = 0 }, "", "--port 0"},
+		{"no image", func(o *k8s.Options) { o.Image = "" }, dir, "--image is required"},
+		{"bad name", func(o *k8s.Options) { o.Name = "My_Job" }, dir, `--name "My_Job" must be a DNS label`},
+		{"bad port", func(o *k8s.Options) { o.Port = 0 }, dir, "--port 0"},
+		{"metrics on the pserver port", func(o *k8s.Options) { o.MetricsPort = 7000 }, dir, "--metrics-port 7000 must be a TCP port other than --port 7000"},
+		{"bad memory", func(o *k8s.Options) { o.Memory = "lots" }, dir, `--memory "lots" is not a positive Kubernetes quantity`},
+		{"bad claim size", func(o *k8s.Options) { o.CheckpointSize = "-1Gi" }, dir, `--checkpoint-size "-1Gi"`},
 		{"no plan", func(o *k8s.Options) {}, t.TempDir(), "plan.yaml: cannot read the plan"},
 	}
 	for _, c := range cases {
 		o := ok
 		c.edit(&o)
-		dir := c.dir
-		if dir == "" {
-			dir = writePlan(t, 1, 1)
-		}
-		_, _, err := k8s.Manifests(dir, o)
+		_, _, err := k8s.Manifests(c.dir, o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestDockerfileShipsWhatManifestsRun: the image's binary is built from
+// this module's main package, lands on the PATH the manifests' command
+// "psgraph run" resolves in, and runs as the user the pods run as.
+// (Building the image itself needs a container engine: docs/deploy.md
+// says how it was checked.)
+func TestDockerfileShipsWhatManifestsRun(t *testing.T) {
+	b, err := os.ReadFile("../../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	for _, want := range []string{
+		"CGO_ENABLED=0 go build", "-o /out/psgraph .",
+		"COPY --from=build /out/psgraph /usr/local/bin/psgraph",
+		"USER 65534:65534",
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	dir, _ := writePlan(t, "../../../examples/digits-mlp.yaml", 1, 1, partition.DefaultMinBlockSize)
+	src, _, err := k8s.Manifests(dir, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range decode(t, src).jobs {
+		sc := j.Spec.Template.Spec.SecurityContext
+		if *sc.RunAsUser != 65534 || !bytes.Contains(b, []byte("USER "+strconv.Itoa(int(*sc.RunAsUser)))) {
+			t.Errorf("Job %s runs as %d, the image as the Dockerfile's USER", j.Name, *sc.RunAsUser)
 		}
 	}
 }
