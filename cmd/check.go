@@ -15,13 +15,17 @@ import (
 )
 
 func newCheckCmd() *cobra.Command {
-	return &cobra.Command{
+	var showOps bool
+	c := &cobra.Command{
 		Use:   "check MODEL.yaml",
 		Short: "Parse, validate and shape-check a model",
 		Long: `Check loads a model as run would (generating the backward pass and the
 optimizer ops) and prints a summary: variables, parameters with sizes and
-the ops of each section. Errors name file:line:col.`,
-		Example: "  psgraph check examples/digits-mlp.yaml",
+the ops of each section. With --ops it prints the model as run executes
+it instead: a model file holding every op, the generated backward and
+optimizer ops included, with absolute data paths.
+Errors name file:line:col.`,
+		Example: "  psgraph check examples/digits-mlp.yaml\n  psgraph check examples/digits-mlp.yaml --ops",
 		Args:    exactArgs(1, "one model file"),
 		RunE: func(c *cobra.Command, args []string) error {
 			g, err := dsl.Load(args[0])
@@ -46,10 +50,23 @@ the ops of each section. Errors name file:line:col.`,
 			if err := g.Trainable(); err != nil && !partition.WrittenBySplit(args[0]) {
 				return err
 			}
+			if showOps {
+				// absolute data paths: the output may be saved anywhere
+				e := *g
+				e.File = "/expanded.yaml"
+				src, err := dsl.Marshal(&e)
+				if err != nil {
+					return err
+				}
+				_, err = c.OutOrStdout().Write(src)
+				return err
+			}
 			printSummary(c.OutOrStdout(), g, rows)
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&showOps, "ops", false, "print the expanded model (every op, the generated ones included) as a model file")
+	return c
 }
 
 func printSummary(w io.Writer, g *dsl.Graph, rows int64) {

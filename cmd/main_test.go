@@ -299,3 +299,36 @@ func TestRunPServerEndpointsFlag(t *testing.T) {
 		t.Errorf("run --help should list --pserver-endpoints and hide --pservers:\n%s", r.stdout)
 	}
 }
+
+// check --ops prints the model as run executes it: a model file holding
+// the generated backward and optimizer ops, which loads as it is (no
+// optimizer to expand again) and trains to the same parameters as the
+// original.
+func TestCheckOpsPrintsTheExpandedModel(t *testing.T) {
+	r := psgraph(t, "check", "examples/iris.yaml", "--ops")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"section: backward", "section: optimize", "W1@m:"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the expanded model lacks %q:\n%.1500s", want, r.stdout)
+		}
+	}
+	dir := t.TempDir()
+	expanded := filepath.Join(dir, "expanded.yaml")
+	if err := os.WriteFile(expanded, []byte(r.stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "b.safetensors")
+	for _, run := range [][2]string{{"examples/iris.yaml", a}, {expanded, b}} {
+		if r := psgraph(t, "run", "--role", "local", run[0], "--steps", "50", "--save", run[1]); r.code != 0 {
+			t.Fatalf("run %s: exit %d\n%s", run[0], r.code, r.stderr)
+		}
+	}
+	x, y := readTensors(t, a), readTensors(t, b)
+	for name, v := range x {
+		if d := rel(v, y[name]); d != 0 {
+			t.Errorf("%s: the expanded model trains to other values (relative %.2g)", name, d)
+		}
+	}
+}
