@@ -52,8 +52,8 @@ func TestWrongTokenRefused(t *testing.T) {
 func TestNonLoopbackListenNeedsToken(t *testing.T) {
 	plan := splitDigits(t, 1)
 	r := psgraph(t, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", "0.0.0.0:0")
-	if r.code != 1 || !strings.Contains(r.stderr, "token") {
-		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, "refusing to listen on 0.0.0.0:0 without a token") || !strings.Contains(r.stderr, "--insecure") || !strings.Contains(r.stderr, "--token-file") {
+		t.Fatalf("exit %d, want 1 naming the address, --token-file and --insecure; stderr:\n%s", r.code, r.stderr)
 	}
 }
 

@@ -3,6 +3,7 @@ package dsl
 import (
 	"container/heap"
 	"fmt"
+	"strconv"
 
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -28,17 +29,24 @@ func (g *Graph) checkStructure() ([]int, error) {
 		def, _ := ops.Lookup(op.Type)
 		lo, hi := def.NumInputs()
 		if len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) {
-			want := fmt.Sprint(lo)
+			want := plural(lo, "input")
 			if hi != lo {
-				want = fmt.Sprintf("%d to %d", lo, hi)
+				want = fmt.Sprintf("%d to %d inputs", lo, hi)
 				if hi < 0 {
-					want = fmt.Sprintf("at least %d", lo)
+					want = fmt.Sprintf("at least %s", plural(lo, "input"))
 				}
 			}
-			errs = append(errs, Errorf(op.Pos, "op %s takes %s inputs %v, got %d", op.Type, want, def.Inputs, len(op.Inputs)))
+			hint := ""
+			for _, in := range op.Inputs {
+				if h := inputHint(def, in, nil); h != "" {
+					hint = h
+					break
+				}
+			}
+			errs = append(errs, Errorf(op.Pos, "op %s takes %s %v, got %d%s", op.Type, want, def.Inputs, len(op.Inputs), hint))
 		}
 		if len(op.Outputs) != len(def.Outputs) {
-			errs = append(errs, Errorf(op.Pos, "op %s has %d outputs %v, got %d", op.Type, len(def.Outputs), def.Outputs, len(op.Outputs)))
+			errs = append(errs, Errorf(op.Pos, "op %s has %s %v, got %d", op.Type, plural(len(def.Outputs), "output"), def.Outputs, len(op.Outputs)))
 		}
 		for _, o := range op.Outputs {
 			if v, ok := g.Vars[o]; ok {
@@ -60,7 +68,7 @@ func (g *Graph) checkStructure() ([]int, error) {
 				continue
 			}
 			if _, ok := prod[in]; !ok {
-				errs = append(errs, Errorf(op.Pos, "op %s input %q is not defined%s", op.Type, in, suggest(in, known)))
+				errs = append(errs, Errorf(op.Pos, "op %s input %q is not defined%s", op.Type, in, inputHint(def(op.Type), in, known)))
 			}
 		}
 	}
@@ -427,4 +435,34 @@ func (g *Graph) checkSizes(types map[string]ops.Type, batch int) ErrorList {
 		}
 	}
 	return errs
+}
+
+func def(typ string) *ops.Def {
+	d, _ := ops.Lookup(typ)
+	return d
+}
+
+// inputHint explains an undefined input: a number or the name of one of
+// the op's attributes is a hyper-parameter, which goes under attrs; else
+// the closest defined name.
+func inputHint(d *ops.Def, in string, known []string) string {
+	if _, err := strconv.ParseFloat(in, 64); err == nil {
+		return fmt.Sprintf("; inputs name variables, and %s is a number: a hyper-parameter goes under attrs (psgraph ops lists each op's)", in)
+	}
+	if d != nil {
+		for _, a := range d.Attrs {
+			if a.Name == in {
+				return fmt.Sprintf("; %s is an attribute of %s, not an input: write attrs: {%s: ...}", in, d.Name, in)
+			}
+		}
+	}
+	return suggest(in, known)
+}
+
+// plural writes n and the noun, singular for 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -40,6 +40,27 @@ func (l ErrorList) Err() error {
 	return l
 }
 
+// attrAliases are other frameworks' names of psgraph's attributes.
+var attrAliases = map[string]string{
+	"learning_rate": "lr", "learningrate": "lr", "alpha": "lr",
+	"epsilon": "eps", "weightdecay": "weight_decay", "wd": "weight_decay",
+	"betas": "beta1", "beta_1": "beta1", "beta_2": "beta2",
+	"rho": "decay", "keepdims": "keepdim",
+}
+
+// suggestAttr is suggest for an attribute name: an alias from another
+// framework (learning_rate for lr) first, when the op has that attribute.
+func suggestAttr(name string, candidates []string) string {
+	if a, ok := attrAliases[strings.ToLower(name)]; ok {
+		for _, c := range candidates {
+			if c == a {
+				return fmt.Sprintf(" (did you mean %q?)", a)
+			}
+		}
+	}
+	return suggest(name, candidates)
+}
+
 // suggest returns ` (did you mean "x"?)` for the closest candidate, or "".
 func suggest(name string, candidates []string) string {
 	best, bestD := "", 1<<30

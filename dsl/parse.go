@@ -628,7 +628,7 @@ func (d *decoder) attrs(at *yaml.Node, raw map[string]*yaml.Node, specs []ops.At
 			if len(names) == 0 {
 				d.errorf(v, "%s takes no attributes, got %q", what, key)
 			} else {
-				d.errorf(v, "unknown attribute %q for %s%s; allowed: %s", key, what, suggest(key, names), strings.Join(names, ", "))
+				d.errorf(v, "unknown attribute %q for %s%s; allowed: %s", key, what, suggestAttr(key, names), strings.Join(names, ", "))
 			}
 			continue
 		}

@@ -65,7 +65,7 @@ func (d *decoder) fields(n *yaml.Node, what string, allowed []string, f func(key
 		if allowed != nil && !contains(allowed, key) {
 			sorted := append([]string{}, allowed...)
 			sort.Strings(sorted)
-			d.errorf(k, "unknown key %q in %s%s; allowed keys: %s", key, what, suggest(key, allowed), strings.Join(sorted, ", "))
+			d.errorf(k, "unknown key %q in %s%s; allowed keys: %s", key, what, suggestAttr(key, allowed), strings.Join(sorted, ", "))
 			continue
 		}
 		f(key, k, v)

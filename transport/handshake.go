@@ -38,6 +38,9 @@ var (
 	ErrJobMismatch = errors.New("transport: peer belongs to another job")
 	// ErrRefused: the peer refused this node (unknown id, already connected, version).
 	ErrRefused = errors.New("transport: connection refused by peer")
+	// ErrNoToken: Listen on a non-loopback address without a token and
+	// without Config.Insecure.
+	ErrNoToken = errors.New("transport: refusing to listen beyond loopback without a token")
 )
 
 // errDuplicate: the listener holds a live connection of this node.

@@ -214,7 +214,7 @@ func Listen(ctx context.Context, cfg Config) (*TCP, error) {
 		return nil, err
 	}
 	if len(t.cfg.Token) == 0 && !t.cfg.Insecure && !loopback(t.cfg.Listen) {
-		return nil, fmt.Errorf("transport: refusing to listen on %s without a token (set the job token, or Insecure)", t.cfg.Listen)
+		return nil, fmt.Errorf("%w: %s (set Config.Token, or Config.Insecure)", ErrNoToken, t.cfg.Listen)
 	}
 	var lc net.ListenConfig
 	t.ln, err = lc.Listen(ctx, "tcp", t.cfg.Listen)

@@ -91,6 +91,9 @@ func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int,
 		cfg.Peers[id] = ""
 	}
 	ep, err := transport.Listen(ctx, cfg)
+	if errors.Is(err, transport.ErrNoToken) {
+		return nil, fmt.Errorf("refusing to listen on %s without a token: anyone who can reach it could join the job; give every node of the job the same token (PSGRAPH_TOKEN or --token-file), or pass --insecure to accept that", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
