@@ -51,14 +51,20 @@ func (b *gradBuilder) Type(name string) ops.Type { return b.types[name] }
 // gradient of x is named x@GRAD; contributions from several consumers are
 // summed.
 func (g *Graph) Differentiate() error {
-	t := g.Train
-	if t == nil || t.Loss == "" {
+	if g.Train == nil || g.Train.Loss == "" {
 		return nil
 	}
 	types, err := g.Infer(g.Batch())
 	if err != nil {
 		return err
 	}
+	return g.differentiate(types)
+}
+
+// differentiate is Differentiate given the forward graph's types at the
+// training batch, which it extends with the backward ops'.
+func (g *Graph) differentiate(types map[string]ops.Type) error {
+	t := g.Train
 	order, _ := g.checkStructure()
 	forward := append([]*Op{}, g.Ops...)
 	prod := g.Producers()

@@ -231,13 +231,17 @@ type Graph struct {
 // the same op; attrs override the defaults. Autodiff, the optimizer
 // expansion and split build their ops with it.
 func NewOp(typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
-	full := ops.Attrs{}
+	var full ops.Attrs
 	if def, ok := ops.Lookup(typ); ok {
+		full = make(ops.Attrs, len(def.Attrs)+len(attrs))
 		for _, a := range def.Attrs {
 			if a.Default != nil {
 				full[a.Name] = a.Default
 			}
 		}
+	}
+	if full == nil {
+		full = make(ops.Attrs, len(attrs))
 	}
 	for k, v := range attrs {
 		full[k] = v

@@ -51,7 +51,8 @@ func (g *Graph) Expand() error {
 		}
 		return g.Check()
 	}
-	types, err := g.Infer(max(g.Batch(), 1))
+	batch := max(g.Batch(), 1)
+	types, err := g.Infer(batch)
 	if err != nil {
 		return err
 	}
@@ -62,7 +63,11 @@ func (g *Graph) Expand() error {
 		if t.Loss == "" {
 			return Errorf(t.Optimizer.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
 		}
-		if err := g.Differentiate(); err != nil {
+		diff := g.Differentiate
+		if batch == g.Batch() { // the types Differentiate would infer again
+			diff = func() error { return g.differentiate(types) }
+		}
+		if err := diff(); err != nil {
 			return err
 		}
 		if err := g.ExpandOptimizer(); err != nil {

@@ -23,8 +23,15 @@ import (
 // backward or optimize ops) is written without train.optimizer, since its
 // update ops are already in the file.
 func Marshal(g *Graph) ([]byte, error) {
+	return MarshalAfter(nil, g)
+}
+
+// MarshalAfter is Marshal appending to head (a comment, say) in one buffer
+// sized for the model, so a large model is not copied again.
+func MarshalAfter(head []byte, g *Graph) ([]byte, error) {
 	var b bytes.Buffer
-	b.Grow(128*len(g.Ops) + 64*len(g.Vars) + 1024) // about a line each
+	b.Grow(len(head) + 192*len(g.Ops) + 96*len(g.Vars) + 1024) // about a line each
+	b.Write(head)
 	fmt.Fprintf(&b, "psgraph: %d\n", SchemaVersion)
 	if g.Name != "" {
 		fmt.Fprintf(&b, "name: %s\n", YAMLString(g.Name))

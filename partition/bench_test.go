@@ -3,6 +3,7 @@ package partition
 import (
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -61,6 +62,7 @@ func BenchmarkSplitEndToEnd(b *testing.B) {
 	}
 	src := mixedModel(widths, "{type: momentum, lr: 0.01}")
 	dir := b.TempDir()
+	defer debug.SetGCPercent(debug.SetGCPercent(300)) // as cmd/split.go sets it
 	for b.Loop() {
 		g, err := dsl.LoadBytes("deep.yaml", src)
 		if err != nil {

@@ -247,9 +247,8 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 			for f := range work {
 				c := *f.g
 				c.File = filepath.Join(dir, f.name)
-				src, err := dsl.Marshal(&c)
 				head := fmt.Sprintf("# %s subgraph of %s, written by psgraph split (see %s).\n", f.role, info.Model, PlanFileName)
-				f.src, f.err = append([]byte(head), src...), err
+				f.src, f.err = dsl.MarshalAfter([]byte(head), &c)
 			}
 		}()
 	}
@@ -269,6 +268,7 @@ func (p *Plan) Files(dir string) (map[string][]byte, error) {
 		info.Files.SHA256[name] = HashSource(b)
 	}
 	var b bytes.Buffer
+	b.Grow(4096 + 160*(len(info.Params)+len(info.Placement)+len(info.Transfers))) // a line each
 	fmt.Fprintf(&b, "# Written by psgraph split from %s; read by psgraph run. Do not edit: split again.\n", info.Source)
 	info.write(&b)
 	out[PlanFileName] = b.Bytes()
