@@ -332,3 +332,31 @@ func TestCheckOpsPrintsTheExpandedModel(t *testing.T) {
 		}
 	}
 }
+
+// Connection retries are debug detail: a trainer started before its
+// pserver retries quietly by default and says so with --log-level debug.
+func TestLogLevel(t *testing.T) {
+	dir := t.TempDir()
+	if r := psgraph(t, "split", "examples/iris.yaml", "--trainers", "1", "--pservers", "1", "-o", dir); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, c := range []struct {
+		level   string
+		retries bool
+	}{{"", false}, {"debug", true}} {
+		args := []string{"run", "--role", "trainer", "--index", "0", "--plan", dir, "--pserver-endpoints", freeAddr(t), "--connect-timeout", "300ms"}
+		if c.level != "" {
+			args = append(args, "--log-level", c.level)
+		}
+		r := psgraph(t, args...)
+		if r.code != 1 {
+			t.Fatalf("--log-level %q: exit %d, want 1 (no pserver):\n%s", c.level, r.code, r.stderr)
+		}
+		if got := strings.Contains(r.stderr, "connect failed, retrying"); got != c.retries {
+			t.Errorf("--log-level %q: retries logged %v, want %v:\n%s", c.level, got, c.retries, r.stderr)
+		}
+	}
+	if r := psgraph(t, "run", "--role", "local", "examples/iris.yaml", "--log-level", "loud"); r.code != 2 || !strings.Contains(r.stderr, "--log-level must be debug, info, warn or error") {
+		t.Errorf("--log-level loud: exit %d\n%s", r.code, r.stderr)
+	}
+}

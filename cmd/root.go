@@ -122,11 +122,13 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 // logFlags are the logging flags every running command takes.
 type logFlags struct {
 	format string
+	level  string
 	every  int
 }
 
 func (l *logFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&l.format, "log-format", "console", "log format on stderr: console or json")
+	c.Flags().StringVar(&l.level, "log-level", "info", "least severe log lines shown: debug (connection retries and other detail), info, warn or error")
 	c.Flags().IntVar(&l.every, "log-every", 0, "log progress every N steps (0: about ten lines per run)")
 }
 
@@ -143,7 +145,11 @@ func (l *logFlags) logger(w io.Writer, role string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Logger{}, usagef("--log-format must be console or json, got %q", l.format)
 	}
-	return zerolog.New(out).With().Timestamp().Str("role", role).Logger(), nil
+	level, err := zerolog.ParseLevel(l.level)
+	if err != nil || l.level == "" || level > zerolog.ErrorLevel || level < zerolog.DebugLevel {
+		return zerolog.Logger{}, usagef("--log-level must be debug, info, warn or error, got %q", l.level)
+	}
+	return zerolog.New(out).Level(level).With().Timestamp().Str("role", role).Logger(), nil
 }
 
 // closest returns the candidate nearest to s by edit distance (cobra lists

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 
@@ -73,6 +74,9 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if o.log.format != "console" && o.log.format != "json" {
 		return usagef("--log-format must be console or json, got %q", o.log.format)
 	}
+	if _, err := o.log.logger(io.Discard, "train"); err != nil { // --log-level, before any child starts
+		return err
+	}
 	g, sum, err := loadForSplit(model)
 	if err != nil {
 		return err
@@ -115,7 +119,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		Dir: dir, Endpoints: addrs, Trainers: opt.Trainers, Tables: plan.Info.HasTables(), Token: token,
 		NumCPU: runtime.NumCPU(), GOMAXPROCSSet: maxprocsSet,
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
-		LogFormat: o.log.format, LogEvery: o.log.every,
+		LogFormat: o.log.format, LogLevel: o.log.level, LogEvery: o.log.every,
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, Resume: resume,
 	}
 	children := launch.Plan(lo)

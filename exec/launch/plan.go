@@ -35,6 +35,7 @@ type PlanOptions struct {
 	Save         string // trainer 0's file, merged with the pservers' table shards
 	Metrics      string // trainer 0's file; MetricsFile names the others'
 	LogFormat    string
+	LogLevel     string // "" or "info": the children's default
 	LogEvery     int
 
 	CheckpointDir   string
@@ -51,6 +52,9 @@ func Plan(o PlanOptions) []Child {
 		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", GOMAXPROCS(o.NumCPU, o.Trainers+len(o.Endpoints))))
 	}
 	common := []string{"--plan", o.Dir, "--log-format", o.LogFormat}
+	if o.LogLevel != "" && o.LogLevel != "info" {
+		common = append(common, "--log-level", o.LogLevel)
+	}
 	if o.LogEvery > 0 {
 		common = append(common, "--log-every", strconv.Itoa(o.LogEvery))
 	}
