@@ -181,6 +181,34 @@ func (g *Graph) Infer(batch int) (map[string]ops.Type, error) {
 	return types, nil
 }
 
+// inferKnown is Infer for a graph that only grew since known was inferred
+// at this batch (autodiff and the optimizer append ops and state): the
+// structure is checked whole, but only the ops whose outputs known lacks
+// are inferred. known is extended and returned.
+func (g *Graph) inferKnown(batch int, known map[string]ops.Type) (map[string]ops.Type, error) {
+	order, err := g.checkStructure()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range g.Order {
+		if _, ok := known[name]; !ok {
+			known[name] = g.varType(g.Vars[name], batch)
+		}
+	}
+	for _, i := range order {
+		op := g.Ops[i]
+		if len(op.Outputs) > 0 {
+			if _, ok := known[op.Outputs[0]]; ok {
+				continue
+			}
+		}
+		if err := inferOp(op, known, batch); err != nil {
+			return nil, err
+		}
+	}
+	return known, nil
+}
+
 func (g *Graph) varType(v *Var, batch int) ops.Type {
 	s := v.Shape.Clone()
 	for i, d := range s {
@@ -312,6 +340,11 @@ func (g *Graph) Check() error {
 	if err != nil {
 		return err
 	}
+	return g.checkTypes(types, batch)
+}
+
+// checkTypes is Check given the graph's types at batch.
+func (g *Graph) checkTypes(types map[string]ops.Type, batch int) error {
 	g.Types = types
 	errs := g.checkTrain(types)
 	errs = append(errs, g.checkSizes(types, batch)...)

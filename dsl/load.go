@@ -73,6 +73,24 @@ func (g *Graph) Expand() error {
 		if err := g.ExpandOptimizer(); err != nil {
 			return err
 		}
+		// The graph only grew: infer just the new ops (a row gradient's
+		// rewrite changes types, so a model with tables is inferred anew).
+		if batch == g.Batch() && !hasOp(g, "lookup_table_grad") {
+			all, err := g.inferKnown(batch, types)
+			if err != nil {
+				return err
+			}
+			return g.checkTypes(all, batch)
+		}
 	}
 	return g.Check()
+}
+
+func hasOp(g *Graph, typ string) bool {
+	for _, op := range g.Ops {
+		if op.Type == typ {
+			return true
+		}
+	}
+	return false
 }

@@ -1,7 +1,9 @@
 package dsl_test
 
 import (
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -33,5 +35,36 @@ func TestTopoOrder(t *testing.T) {
 				t.Fatalf("order %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// Load infers only the ops autodiff and the optimizer appended (the rest
+// are typed already); the types it ends with equal a full inference of
+// the expanded graph, for every shipped model.
+func TestExpandTypesEqualFullInference(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	more, _ := filepath.Glob("../testdata/*/*.yaml")
+	plans, _ := filepath.Glob("../partition/testdata/split/*/model.yaml")
+	for _, f := range append(append(files, more...), plans...) {
+		g, err := dsl.Load(f)
+		if err != nil && strings.Contains(err.Error(), "cannot be read") {
+			t.Logf("%s: skipped, its data is generated (examples/README.md): %v", f, err)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		full, err := g.Infer(max(g.Batch(), 1))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(full) != len(g.Types) {
+			t.Errorf("%s: %d types after Load, %d from a full inference", f, len(g.Types), len(full))
+		}
+		for name, want := range full {
+			if got, ok := g.Types[name]; !ok || !got.Same(want) {
+				t.Errorf("%s: %s is %v after Load, %v from a full inference", f, name, got, want)
+			}
+		}
 	}
 }
