@@ -299,3 +299,29 @@ func TestRunPServerEndpointsFlag(t *testing.T) {
 		t.Errorf("run --help should list --pserver-endpoints and hide --pservers:\n%s", r.stdout)
 	}
 }
+
+// --steps 0 is refused before anything trains: the flag's default 0 means
+// the model's train.steps, and a typed 0 used to train those steps.
+func TestStepsZeroIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	save := filepath.Join(dir, "out.safetensors")
+	for _, args := range [][]string{
+		{"run", "--role", "local", "examples/digits-mlp.yaml", "--steps", "0", "--save", save},
+		{"run", "--role", "trainer", "--index", "0", "--plan", dir, "--steps", "0"},
+		{"train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "1", "--steps", "0", "--save", save},
+	} {
+		r := psgraph(t, args...)
+		if r.code != 2 {
+			t.Errorf("psgraph %v: exit %d, want 2; stderr:\n%s", args, r.code, r.stderr)
+		}
+		if want := "--steps 0 trains nothing; to evaluate a saved model use psgraph eval"; !strings.Contains(r.stderr, want) {
+			t.Errorf("psgraph %v: stderr lacks %q:\n%s", args, want, r.stderr)
+		}
+		if r.stdout != "" || strings.Contains(r.stderr, "step=") {
+			t.Errorf("psgraph %v trained or printed a summary:\n%s%s", args, r.stdout, r.stderr)
+		}
+		if _, err := os.Stat(save); err == nil {
+			t.Errorf("psgraph %v wrote %s", args, save)
+		}
+	}
+}
