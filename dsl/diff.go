@@ -55,7 +55,7 @@ func Diff(a, b *Graph) string {
 		for _, c := range []**Column{&da.Features, &da.Label, &da.IDs, &db.Features, &db.Label, &db.IDs} {
 			if *c != nil {
 				cc := **c
-				cc.Pos, cc.rangePos, cc.fillPos = Pos{}, Pos{}, Pos{}
+				cc.Pos, cc.rangePos, cc.fillPos, cc.names, cc.rangeKey = Pos{}, Pos{}, Pos{}, nil, ""
 				*c = &cc
 			}
 		}
