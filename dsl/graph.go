@@ -215,6 +215,9 @@ type Train struct {
 	MetricPos []Pos
 	Batch     int
 	Steps     int
+	// Epochs, instead of Steps: passes over the data set; a run's steps are
+	// ceil(Epochs x rows / (batch x trainers)) (exec.StepsOf).
+	Epochs    int
 	Optimizer *Optimizer
 	Pos       Pos
 }

@@ -173,3 +173,32 @@ func TestHeaderErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestEpochsOrSteps(t *testing.T) {
+	base := regressionModel("{name: y, column: 3, dtype: float32}", "{type: mse, inputs: [pred, y], outputs: [loss]}")
+	for _, c := range []struct{ train, want string }{
+		{"train: {loss: loss, batch: 2, steps: 1, epochs: 3, optimizer: {type: sgd, lr: 0.1}}", "m.yaml:11:41: train has both steps (line 11) and epochs; keep one of them"},
+		{"train: {loss: loss, batch: 2, epochs: 0, optimizer: {type: sgd, lr: 0.1}}", "m.yaml:11:39: train.epochs must be positive, got 0"},
+		{"train: {loss: loss, batch: 2, epochs: 1.5, optimizer: {type: sgd, lr: 0.1}}", `m.yaml:11:39: train.epochs must be an integer, got "1.5"`},
+	} {
+		m := strings.Replace(base, "train: {loss: loss, batch: 2, steps: 1, optimizer: {type: sgd, lr: 0.1}}", c.train, 1)
+		_, err := Load(writeModel(t, m, regressionCSV))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.train, err, c.want)
+		}
+	}
+	m := strings.Replace(base, "steps: 1", "epochs: 4", 1)
+	path := writeModel(t, m, regressionCSV)
+	g, err := Load(path)
+	if err != nil || g.Train.Epochs != 4 || g.Train.Steps != 0 {
+		t.Fatalf("epochs: 4 read as %+v, %v", g.Train, err)
+	}
+	src, err := Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadBytes(path, src)
+	if err != nil || Diff(g, back) != "" {
+		t.Errorf("epochs written and read back: %v %s\n%s", err, Diff(g, back), src)
+	}
+}

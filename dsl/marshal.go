@@ -79,6 +79,9 @@ func Marshal(g *Graph) ([]byte, error) {
 		if t.Steps > 0 {
 			fmt.Fprintf(&b, "  steps: %d\n", t.Steps)
 		}
+		if t.Epochs > 0 {
+			fmt.Fprintf(&b, "  epochs: %d\n", t.Epochs)
+		}
 		if o := t.Optimizer; o != nil && !g.Expanded() {
 			if o.Type == "" {
 				return nil, Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")

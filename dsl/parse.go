@@ -889,11 +889,12 @@ func (d *decoder) assigns(n *yaml.Node) []Assign {
 	return out
 }
 
-var trainKeys = []string{"loss", "metrics", "batch", "steps", "optimizer"}
+var trainKeys = []string{"loss", "metrics", "batch", "steps", "epochs", "optimizer"}
 
 func (d *decoder) train(n *yaml.Node) *Train {
 	t := &Train{Pos: d.pos(n)}
 	hasBatch := false
+	var stepsNode, epochsNode *yaml.Node
 	d.fields(n, "train", trainKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "loss":
@@ -914,7 +915,16 @@ func (d *decoder) train(n *yaml.Node) *Train {
 				}
 				t.Batch = x
 			}
+		case "epochs":
+			epochsNode = k
+			if x, ok := d.integer(v, "train.epochs"); ok {
+				if x <= 0 {
+					d.errorf(v, "train.epochs must be positive, got %d", x)
+				}
+				t.Epochs = x
+			}
 		case "steps":
+			stepsNode = k
 			if x, ok := d.integer(v, "train.steps"); ok {
 				if x <= 0 {
 					d.errorf(v, "train.steps must be positive, got %d", x)
@@ -927,6 +937,9 @@ func (d *decoder) train(n *yaml.Node) *Train {
 	})
 	if !hasBatch && n.Kind == yaml.MappingNode {
 		d.errorf(n, "train needs batch (the per-trainer batch size)")
+	}
+	if stepsNode != nil && epochsNode != nil {
+		d.errorf(epochsNode, "train has both steps (line %d) and epochs; keep one of them: epochs sets steps = ceil(epochs x rows / (batch x trainers))", stepsNode.Line)
 	}
 	return t
 }

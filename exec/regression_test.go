@@ -82,3 +82,50 @@ func TestLinearRegressionRecoversCoefficients(t *testing.T) {
 		t.Errorf("final mse %g, want about 0.01 (the noise variance)", sum.Loss)
 	}
 }
+
+// train.epochs sets the steps: ceil(epochs x rows / (batch x trainers)),
+// counted from the file (its header is not a row), in memory or streamed;
+// --steps still wins.
+func TestEpochsSetSteps(t *testing.T) {
+	src, err := os.ReadFile("../testdata/regression/linear.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	csv, _ := os.ReadFile("../testdata/regression/linear.csv")
+	if err := os.WriteFile(dir+"/linear.csv", csv, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		edit       string
+		steps, run int
+	}{
+		{"  epochs: 2\n", 0, 5},             // ceil(2 x 240 / 100)
+		{"  epochs: 2\n", 3, 3},             // --steps wins
+		{"  epochs: 5\n", 0, 12},            // 1200 / 100
+		{"  epochs: 3\n  # stream\n", 0, 8}, // ceil(720 / 100), rows counted on disk
+		{"  epochs: 2\n  # stream\n", 1, 1}, // --steps wins streamed
+	} {
+		m := strings.Replace(string(src), "  steps: 300\n", c.edit, 1)
+		m = strings.Replace(m, "  batch: 240\n", "  batch: 100\n", 1)
+		if strings.Contains(c.edit, "stream") {
+			m = strings.Replace(m, "  header: true\n", "  header: true\n  stream: true\n", 1)
+		}
+		path := dir + "/m.yaml"
+		if err := os.WriteFile(path, []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum, _ := train(t, path, RunOptions{Role: "local", Steps: c.steps})
+		if sum.Steps != c.run {
+			t.Errorf("%q --steps %d: ran %d steps, want %d", strings.TrimSpace(c.edit), c.steps, sum.Steps, c.run)
+		}
+	}
+	g := load(t, "../testdata/regression/linear.yaml")
+	g.Train.Steps, g.Train.Epochs = 0, 3
+	rows := func() (int64, error) { return 240, nil }
+	for _, c := range []struct{ batch, trainers, want int }{{50, 2, 8}, {60, 2, 6}, {7, 3, 35}, {240, 1, 3}, {1000, 4, 1}} {
+		if got, err := StepsOf(g, 0, c.batch, c.trainers, rows); err != nil || got != c.want {
+			t.Errorf("3 epochs of 240 rows, batch %d, %d trainers: %d steps (%v), want %d", c.batch, c.trainers, got, err, c.want)
+		}
+	}
+}
