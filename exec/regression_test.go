@@ -2,11 +2,14 @@ package exec
 
 import (
 	"bufio"
+	"context"
 	"math"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/exec/data"
 )
 
 // leastSquares reads testdata/regression/linear.csv without psgraph's
@@ -126,6 +129,51 @@ func TestEpochsSetSteps(t *testing.T) {
 	for _, c := range []struct{ batch, trainers, want int }{{50, 2, 8}, {60, 2, 6}, {7, 3, 35}, {240, 1, 3}, {1000, 4, 1}} {
 		if got, err := StepsOf(g, 0, c.batch, c.trainers, rows); err != nil || got != c.want {
 			t.Errorf("3 epochs of 240 rows, batch %d, %d trainers: %d steps (%v), want %d", c.batch, c.trainers, got, err, c.want)
+		}
+	}
+}
+
+// A step of a model with a float label, fed from memory or streamed from
+// a file with a header (rewound past its header at every pass), allocates
+// nothing.
+func TestFloatLabelStepDoesNotAllocate(t *testing.T) {
+	g := load(t, "../testdata/regression/linear.yaml")
+	p, err := Compile(g, CompileOptions{Batch: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := InitPersistent(p, ""); err != nil {
+		t.Fatal(err)
+	}
+	set, err := data.Load(g.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := data.OpenStream(g.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	f := newFeeder(g, p.Scope)
+	rt := &NodeRuntime{Ctx: context.Background()}
+	for name, st := range map[string]data.Batches{"memory": data.NewStream(set), "file": file} {
+		k := int64(0)
+		step := func() {
+			if err := f.fill(st, k*60); err != nil {
+				t.Fatal(err)
+			}
+			rt.StepNum = k
+			if err := p.Run(rt); err != nil {
+				t.Fatal(err)
+			}
+			k++
+		}
+		for range 8 { // two passes: the file's row count is known
+			step()
+		}
+		if allocs := testing.AllocsPerRun(50, step); allocs != 0 {
+			t.Errorf("%s: %.1f allocations per step, want 0", name, allocs)
 		}
 	}
 }

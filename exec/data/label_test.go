@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/dsl"
 )
 
 // targetsCSV: a header, three feature columns, and two float target
@@ -115,3 +117,33 @@ func TestHeaderAndFloatLabelLineErrors(t *testing.T) {
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+// A synthetic label with dtype: float32 is the class as a float target
+// [rows, 1]: the same rows as the int32 class ids.
+func TestSyntheticFloatLabel(t *testing.T) {
+	load := func(label string) *Set {
+		g, err := dsl.LoadBytes("m.yaml", []byte("psgraph: 1\ndata:\n  synthetic: {rows: 50, features: 3, classes: 2, seed: 4}\n  features: {name: x}\n  label: "+label+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Load(g.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ids, tgt := load("{name: y}"), load("{name: y, dtype: float32}")
+	if tgt.NT != 1 || len(tgt.Targets) != 50 || tgt.Labels != nil {
+		t.Fatalf("float synthetic label: NT %d, %d targets, %d class ids", tgt.NT, len(tgt.Targets), len(tgt.Labels))
+	}
+	ones := 0
+	for i, l := range ids.Labels {
+		if tgt.Targets[i] != float32(l) {
+			t.Fatalf("row %d: target %g, class %d", i, tgt.Targets[i], l)
+		}
+		ones += int(l)
+	}
+	if ones == 0 || ones == 50 {
+		t.Fatalf("the synthetic task has one class only (%d ones)", ones)
+	}
+}
