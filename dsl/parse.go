@@ -271,9 +271,9 @@ func (d *decoder) labelShape(c *Column) {
 	d.errs = append(d.errs, Errorf(c.rangePos, "data.label reads int32 class ids from one column; give column: N, or add dtype: float32 to read float targets from a columns range (regression with several outputs)"))
 }
 
-// HeaderNames reads the column names of a data file with header: true,
+// headerNames reads the column names of a data file with header: true,
 // its first non-blank line, and that line's number.
-func HeaderNames(file string, delim byte) ([]string, int, error) {
+func headerNames(file string, delim byte) ([]string, int, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, 0, err
@@ -319,7 +319,7 @@ func (d *decoder) resolveNames(data *Data) {
 		}
 		if header == nil {
 			var err error
-			if header, line, err = HeaderNames(data.CSV, data.Delimiter); err != nil {
+			if header, line, err = headerNames(data.CSV, data.Delimiter); err != nil {
 				d.errs = append(d.errs, Errorf(data.Pos, "%s: %v", data.CSV, errText(err)))
 				return
 			}
