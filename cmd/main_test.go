@@ -76,6 +76,7 @@ func TestCheckBadModelExits1WithPosition(t *testing.T) {
 		{"dsl/testdata/errors/yaml_syntax.yaml", "dsl/testdata/errors/yaml_syntax.yaml:2:1: invalid YAML"},
 		{"dsl/testdata/errors/csv_label_not_integer.yaml", `dsl/testdata/errors/data/fraclabel.csv:2: column 4: "0.5" must be a non-negative integer`},
 		{"does/not/exist.yaml", "does/not/exist.yaml: cannot read model: no such file or directory"},
+		{"dsl/testdata/errors/loss_label_int_for_mse.yaml", "dsl/testdata/errors/loss_label_int_for_mse.yaml:10:5: op mse reads \"target\", the data label, as its target, but the label is int32 class ids"},
 	}
 	for _, c := range cases {
 		t.Run(filepath.Base(c.file), func(t *testing.T) {
