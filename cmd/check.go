@@ -123,7 +123,11 @@ func printSummary(w io.Writer, g *dsl.Graph, rows int64) {
 		if len(t.Metrics) > 0 {
 			fmt.Fprintf(w, ", metrics %s", strings.Join(t.Metrics, ", "))
 		}
-		fmt.Fprintf(w, ", batch %d, steps %d\n", t.Batch, t.Steps)
+		if t.Epochs > 0 {
+			fmt.Fprintf(w, ", batch %d, epochs %d\n", t.Batch, t.Epochs)
+		} else {
+			fmt.Fprintf(w, ", batch %d, steps %d\n", t.Batch, t.Steps)
+		}
 	}
 }
 

@@ -69,7 +69,7 @@ type plannedTraffic struct {
 
 func planTraffic(t *testing.T, dir string, steps int64) plannedTraffic {
 	t.Helper()
-	const position, resume = 24, 8 // the control messages' sizes (docs/runtime.md)
+	const position, resume = 40, 8 // the control messages' sizes (docs/runtime.md)
 	p, err := partition.ReadPlan(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -75,6 +75,7 @@ func TestCheckBadModelExits1WithPosition(t *testing.T) {
 		{"dsl/testdata/errors/matmul_mismatch.yaml", "dsl/testdata/errors/matmul_mismatch.yaml:9:5: op matmul (x float32[1, 4], W float32[5, 3])"},
 		{"dsl/testdata/errors/yaml_syntax.yaml", "dsl/testdata/errors/yaml_syntax.yaml:2:1: invalid YAML"},
 		{"dsl/testdata/errors/csv_label_not_integer.yaml", `dsl/testdata/errors/data/fraclabel.csv:2: column 4: "0.5" must be a non-negative integer`},
+		{"dsl/testdata/errors/loss_label_int_for_mse.yaml", "dsl/testdata/errors/loss_label_int_for_mse.yaml:10:5: op mse reads \"target\", the data label, as its target, but the label is int32 class ids"},
 		{"does/not/exist.yaml", "does/not/exist.yaml: cannot read model: no such file or directory"},
 	}
 	for _, c := range cases {
@@ -358,5 +359,31 @@ func TestLogLevel(t *testing.T) {
 	}
 	if r := psgraph(t, "run", "--role", "local", "examples/iris.yaml", "--log-level", "loud"); r.code != 2 || !strings.Contains(r.stderr, "--log-level must be debug, info, warn or error") {
 		t.Errorf("--log-level loud: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// --steps 0 is refused before anything trains: the flag's default 0 means
+// the model's train.steps, and a typed 0 used to train those steps.
+func TestStepsZeroIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	save := filepath.Join(dir, "out.safetensors")
+	for _, args := range [][]string{
+		{"run", "--role", "local", "examples/digits-mlp.yaml", "--steps", "0", "--save", save},
+		{"run", "--role", "trainer", "--index", "0", "--plan", dir, "--steps", "0"},
+		{"train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "1", "--steps", "0", "--save", save},
+	} {
+		r := psgraph(t, args...)
+		if r.code != 2 {
+			t.Errorf("psgraph %v: exit %d, want 2; stderr:\n%s", args, r.code, r.stderr)
+		}
+		if want := "--steps 0 trains nothing; to evaluate a saved model use psgraph eval"; !strings.Contains(r.stderr, want) {
+			t.Errorf("psgraph %v: stderr lacks %q:\n%s", args, want, r.stderr)
+		}
+		if r.stdout != "" || strings.Contains(r.stderr, "step=") {
+			t.Errorf("psgraph %v trained or printed a summary:\n%s%s", args, r.stdout, r.stderr)
+		}
+		if _, err := os.Stat(save); err == nil {
+			t.Errorf("psgraph %v wrote %s", args, save)
+		}
 	}
 }

@@ -119,6 +119,22 @@ func (n *netFlags) fromEnv(c *cobra.Command, role *string) error {
 	)
 }
 
+// checkStepsBatch refuses a negative --steps or --batch, and --steps 0:
+// the default 0 means the model's train.steps, so a 0 the user typed would
+// silently train those steps (TestStepsZeroIsRefused).
+func checkStepsBatch(c *cobra.Command, steps, batch int) error {
+	if steps < 0 || batch < 0 {
+		return usagef("--steps and --batch must be positive")
+	}
+	if steps == 0 && c.Flags().Changed("steps") {
+		return usagef("--steps 0 trains nothing; to evaluate a saved model use psgraph eval (leave --steps out to train the model's train.steps)")
+	}
+	if batch == 0 && c.Flags().Changed("batch") {
+		return usagef("--batch 0 is not a batch size; give a positive --batch, or leave it out to use the model's train.batch")
+	}
+	return nil
+}
+
 func firstErr(errs ...error) error {
 	for _, e := range errs {
 		if e != nil {
@@ -152,7 +168,7 @@ and received, docs/runtime.md).`,
 	}
 	f := c.Flags()
 	f.StringVar(&o.role, "role", "", "required: local (the whole model on this node), trainer or pserver (env PSGRAPH_ROLE)")
-	f.IntVar(&o.steps, "steps", 0, "training steps (default: the model's train.steps)")
+	f.IntVar(&o.steps, "steps", 0, "training steps, at least 1 (default: the model's train.steps or train.epochs)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
 	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file")
 	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file; pserver: write its shards of the lookup tables (psgraph train merges them into trainer 0's file)")
@@ -169,8 +185,8 @@ func (o *runOptions) run(c *cobra.Command, args []string) error {
 	if err := o.net.fromEnv(c, &o.role); err != nil {
 		return err
 	}
-	if o.steps < 0 || o.batch < 0 {
-		return usagef("--steps and --batch must be positive")
+	if err := checkStepsBatch(c, o.steps, o.batch); err != nil {
+		return err
 	}
 	if o.cpuProf != "" {
 		f, err := os.Create(o.cpuProf)

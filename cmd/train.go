@@ -42,7 +42,7 @@ Ctrl-C stops them all. The children share a freshly generated token.`,
 	}
 	f := c.Flags()
 	o.split.addPlacement(c)
-	f.IntVar(&o.steps, "steps", 0, "training steps (default: the model's train.steps)")
+	f.IntVar(&o.steps, "steps", 0, "training steps, at least 1 (default: the model's train.steps or train.epochs)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
 	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file (read by the pservers)")
 	f.StringVar(&o.save, "save", "", "write the final parameters to a safetensors file (trainer 0)")
@@ -68,8 +68,8 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
-	if o.steps < 0 || o.batch < 0 {
-		return usagef("--steps and --batch must be positive")
+	if err := checkStepsBatch(c, o.steps, o.batch); err != nil {
+		return err
 	}
 	if o.log.format != "console" && o.log.format != "json" {
 		return usagef("--log-format must be console or json, got %q", o.log.format)

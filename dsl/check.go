@@ -174,6 +174,9 @@ func (g *Graph) Infer(batch int) (map[string]ops.Type, error) {
 		types[name] = g.varType(g.Vars[name], batch)
 	}
 	for _, i := range order {
+		if err := g.labelFits(g.Ops[i]); err != nil {
+			return nil, err
+		}
 		if err := inferOp(g.Ops[i], types, batch); err != nil {
 			return nil, err
 		}
@@ -207,6 +210,43 @@ func (g *Graph) inferKnown(batch int, known map[string]ops.Type) (map[string]ops
 		}
 	}
 	return known, nil
+}
+
+// labelOps are the ops that read the data label, by the label dtype they
+// take: class ids (int32) or float targets (float32).
+var labelOps = map[string]bool{
+	"softmax_cross_entropy": false, "accuracy": false, "auc": false,
+	"sigmoid_cross_entropy": true, "mse": true,
+}
+
+// labelFits refuses a loss or metric that reads the data label with the
+// wrong dtype, saying which label spec to write (TestLossRefusesLabelDType).
+func (g *Graph) labelFits(op *Op) error {
+	wantFloat, ok := labelOps[op.Type]
+	if !ok || g.Data == nil || g.Data.Label == nil || len(op.Inputs) < 2 || op.Inputs[1] != g.Data.Label.Name {
+		return nil
+	}
+	c := g.Data.Label
+	if c.Float == wantFloat {
+		return nil
+	}
+	col := fmt.Sprintf("column: %d", c.Lo)
+	one := col
+	if len(c.names) > 0 {
+		one = "column: " + YAMLString(c.names[0])
+	}
+	switch {
+	case len(c.names) == 1:
+		col = "column: " + YAMLString(c.names[0])
+	case len(c.names) > 1:
+		col = "columns: " + stringList(c.names)
+	case c.Hi-c.Lo > 1:
+		col = fmt.Sprintf("columns: [%d, %d]", c.Lo, c.Hi)
+	}
+	if wantFloat {
+		return Errorf(op.Pos, "op %s reads %q, the data label, as its target, but the label is int32 class ids (data.label at %s); %s needs float32 targets: write label: {name: %s, %s, dtype: float32} in data", op.Type, c.Name, c.Pos, op.Type, YAMLString(c.Name), col)
+	}
+	return Errorf(op.Pos, "op %s reads %q, the data label, as class ids, but the label is float32 targets (data.label at %s has dtype: float32); %s needs int32 class ids [batch]: write label: {name: %s, %s} in data (without dtype), or use sigmoid_cross_entropy or mse for float targets", op.Type, c.Name, c.Pos, op.Type, YAMLString(c.Name), one)
 }
 
 func (g *Graph) varType(v *Var, batch int) ops.Type {

@@ -55,7 +55,7 @@ func Diff(a, b *Graph) string {
 		for _, c := range []**Column{&da.Features, &da.Label, &da.IDs, &db.Features, &db.Label, &db.IDs} {
 			if *c != nil {
 				cc := **c
-				cc.Pos, cc.rangePos, cc.fillPos = Pos{}, Pos{}, Pos{}
+				cc.Pos, cc.rangePos, cc.fillPos, cc.names, cc.rangeKey = Pos{}, Pos{}, Pos{}, nil, ""
 				*c = &cc
 			}
 		}
@@ -67,8 +67,8 @@ func Diff(a, b *Graph) string {
 		return "one graph has train, the other not"
 	}
 	if ta, tb := a.Train, b.Train; ta != nil {
-		if ta.Loss != tb.Loss || !reflect.DeepEqual(ta.Metrics, tb.Metrics) || ta.Batch != tb.Batch || ta.Steps != tb.Steps {
-			return fmt.Sprintf("train %s %v %d %d vs %s %v %d %d", ta.Loss, ta.Metrics, ta.Batch, ta.Steps, tb.Loss, tb.Metrics, tb.Batch, tb.Steps)
+		if ta.Loss != tb.Loss || !reflect.DeepEqual(ta.Metrics, tb.Metrics) || ta.Batch != tb.Batch || ta.Steps != tb.Steps || ta.Epochs != tb.Epochs {
+			return fmt.Sprintf("train %s %v batch %d steps %d epochs %d vs %s %v batch %d steps %d epochs %d", ta.Loss, ta.Metrics, ta.Batch, ta.Steps, ta.Epochs, tb.Loss, tb.Metrics, tb.Batch, tb.Steps, tb.Epochs)
 		}
 	}
 	return ""

@@ -160,9 +160,15 @@ type Column struct {
 	// HashBuckets > 0 hashes each id field's bytes into [0, HashBuckets)
 	// (see HashID); 0 reads the ids as integers.
 	HashBuckets int
+	// Float, for a label: its values are float32 targets [batch, Hi-Lo]
+	// (dtype: float32; regression, binary cross entropy) instead of int32
+	// class ids [batch].
+	Float bool
 
-	rangePos Pos // of the column/columns value
-	fillPos  Pos // of the fill key
+	rangePos Pos      // of the column/columns value
+	fillPos  Pos      // of the fill key
+	names    []string // columns given by header name, resolved into Lo, Hi
+	rangeKey string   // "column" or "columns"
 }
 
 // Data describes the data source.
@@ -180,6 +186,9 @@ type Data struct {
 	// Stream reads the file from disk as training goes instead of loading
 	// it into memory.
 	Stream bool
+	// Header: the file's first non-blank line names the columns; it is not
+	// a row. Columns may then be given by name.
+	Header bool
 	Pos    Pos
 }
 
@@ -206,6 +215,9 @@ type Train struct {
 	MetricPos []Pos
 	Batch     int
 	Steps     int
+	// Epochs, instead of Steps: passes over the data set; a run's steps are
+	// ceil(Epochs x rows / (batch x trainers)) (exec.StepsOf).
+	Epochs    int
 	Optimizer *Optimizer
 	Pos       Pos
 }

@@ -86,6 +86,9 @@ func MarshalAfter(head []byte, g *Graph) ([]byte, error) {
 		if t.Steps > 0 {
 			fmt.Fprintf(&b, "  steps: %d\n", t.Steps)
 		}
+		if t.Epochs > 0 {
+			fmt.Fprintf(&b, "  epochs: %d\n", t.Epochs)
+		}
 		if o := t.Optimizer; o != nil && !g.Expanded() {
 			if o.Type == "" {
 				return nil, Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
@@ -133,6 +136,9 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		if c.HashBuckets > 0 {
 			fmt.Fprintf(b, ", hash_buckets: %d", c.HashBuckets)
 		}
+		if c.Float {
+			b.WriteString(", dtype: float32")
+		}
 		b.WriteString("}\n")
 	}
 	switch d.Delimiter {
@@ -143,7 +149,10 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		fmt.Fprintf(b, "  delimiter: %s\n", strconv.Quote(string(d.Delimiter)))
 	}
 	col("features", d.Features, true)
-	col("label", d.Label, false)
+	if d.Header {
+		b.WriteString("  header: true\n")
+	}
+	col("label", d.Label, d.Label != nil && d.Label.Hi-d.Label.Lo > 1)
 	col("ids", d.IDs, true)
 	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
 	if d.Stream {

@@ -3,10 +3,12 @@ package dsl
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -94,11 +96,11 @@ func yamlError(file string, err error) error {
 	return Errorf(Pos{File: file, Line: 1, Col: 1}, "invalid YAML: %s", msg)
 }
 
-var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream"}
+var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream", "header"}
 
 func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1, Delimiter: ','}
-	var csvNode, synNode, idsNode, delimNode, streamNode, shuffleNode *yaml.Node
+	var csvNode, synNode, idsNode, delimNode, streamNode, shuffleNode, headerNode *yaml.Node
 	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "csv":
@@ -142,6 +144,9 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		case "stream":
 			streamNode = k
 			data.Stream, _ = d.boolean(v, "data.stream")
+		case "header":
+			headerNode = k
+			data.Header, _ = d.boolean(v, "data.header")
 		case "seed":
 			if s, ok := d.integer(v, "data.seed"); ok {
 				data.Seed = uint64(s)
@@ -161,7 +166,7 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		for _, c := range []struct {
 			node *yaml.Node
 			what string
-		}{{delimNode, "data.delimiter"}, {streamNode, "data.stream"}} {
+		}{{delimNode, "data.delimiter"}, {streamNode, "data.stream"}, {headerNode, "data.header"}} {
 			if c.node != nil {
 				d.errorf(c.node, "%s needs a csv source (synthetic data is generated in memory); remove it or use csv", c.what)
 			}
@@ -175,6 +180,10 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		if data.Label != nil {
 			data.Label.Lo, data.Label.Hi = data.Synthetic.Features, data.Synthetic.Features+1
 		}
+	}
+	d.labelShape(data.Label)
+	if data.CSV != "" && len(d.errs) == 0 {
+		d.resolveNames(data)
 	}
 	if data.Stream && data.Shuffle {
 		d.errorf(shuffleNode, "data.shuffle cannot be used with stream: true: a streamed file is read in file order, and a shuffle over all rows needs them all in memory; shuffle the file once beforehand (e.g. `shuf -o shuffled.tsv train.tsv`) and set shuffle: false, or remove stream to load the file into memory")
@@ -195,6 +204,9 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 			v.DType, v.Shape = ir.F32, ir.Shape{-1, c.Hi - c.Lo}
 		case data.Label:
 			v.Shape = ir.Shape{-1}
+			if c.Float {
+				v.DType, v.Shape = ir.F32, ir.Shape{-1, c.Hi - c.Lo}
+			}
 		default:
 			v.Shape = ir.Shape{-1, c.Hi - c.Lo}
 		}
@@ -214,11 +226,15 @@ func (d *decoder) checkCSVWidth(data *Data) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<16), 1<<26)
-	row := 0
+	row, header := 0, data.Header
 	for sc.Scan() {
 		row++
 		line := TrimField(sc.Text(), data.Delimiter)
 		if line == "" {
+			continue
+		}
+		if header { // the names; resolveNames checked them
+			header = false
 			continue
 		}
 		width := strings.Count(line, string(data.Delimiter)) + 1
@@ -229,13 +245,100 @@ func (d *decoder) checkCSVWidth(data *Data) {
 		for _, c := range []struct {
 			col  *Column
 			what string
-		}{{data.Features, "data.features.columns"}, {data.Label, "data.label.column"}, {data.IDs, "data.ids.columns"}} {
+		}{{data.Features, "data.features.columns"}, {data.Label, "data.label." + labelRangeKey(data.Label)}, {data.IDs, "data.ids.columns"}} {
 			if c.col == nil || c.col.Hi <= width {
 				continue
 			}
 			d.errs = append(d.errs, Errorf(c.col.rangePos, "%s reads column %d, but %s has %d columns (0 to %d) in row %d%s; columns count from 0 and ranges are [first, end)", c.what, c.col.Hi-1, data.CSV, width, width-1, row, hint))
 		}
 		return
+	}
+}
+
+func labelRangeKey(c *Column) string {
+	if c != nil && c.rangeKey != "" {
+		return c.rangeKey
+	}
+	return "column"
+}
+
+// labelShape checks the label's column spec against its dtype: class ids
+// are one column, float targets one column or a range.
+func (d *decoder) labelShape(c *Column) {
+	if c == nil || c.Float || c.rangeKey != "columns" {
+		return
+	}
+	d.errs = append(d.errs, Errorf(c.rangePos, "data.label reads int32 class ids from one column; give column: N, or add dtype: float32 to read float targets from a columns range (regression with several outputs)"))
+}
+
+// headerNames reads the column names of a data file with header: true,
+// its first non-blank line, and that line's number.
+func headerNames(file string, delim byte) ([]string, int, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<16), 1<<26)
+	for row := 1; sc.Scan(); row++ {
+		line := TrimField(sc.Text(), delim)
+		if line == "" {
+			continue
+		}
+		names := strings.Split(line, string(delim))
+		for i, n := range names {
+			names[i] = strings.Trim(TrimField(n, delim), `"`)
+		}
+		return names, row, nil
+	}
+	if err := sc.Err(); err != nil {
+		return nil, 0, err
+	}
+	return nil, 0, fmt.Errorf("the file is empty, but data.header says its first line names the columns")
+}
+
+// resolveNames turns the column names of features, label and ids into
+// column ranges, from the header line of the CSV. A range by names lists
+// consecutive columns, in file order.
+func (d *decoder) resolveNames(data *Data) {
+	cols := []struct {
+		c    *Column
+		what string
+	}{{data.Features, "data.features"}, {data.Label, "data.label"}, {data.IDs, "data.ids"}}
+	var header []string
+	var line int
+	for _, x := range cols {
+		c := x.c
+		if c == nil || c.names == nil {
+			continue
+		}
+		if !data.Header {
+			d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s names columns, but the file has no header line to find them in; add header: true to data (the first line then names the columns), or give column numbers (counting from 0)", x.what, c.rangeKey))
+			continue
+		}
+		if header == nil {
+			var err error
+			if header, line, err = headerNames(data.CSV, data.Delimiter); err != nil {
+				d.errs = append(d.errs, Errorf(data.Pos, "%s: %v", data.CSV, errText(err)))
+				return
+			}
+		}
+		at := make([]int, len(c.names))
+		ok := true
+		for i, name := range c.names {
+			at[i] = slices.Index(header, name)
+			if at[i] < 0 {
+				d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: %s has no column %q in its header (line %d)%s; its columns are %s", x.what, c.rangeKey, data.CSV, name, line, suggest(name, header), strings.Join(header, ", ")))
+				ok = false
+			} else if i > 0 && ok && at[i] != at[i-1]+1 {
+				d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: %q (column %d) does not follow %q (column %d) in the header of %s; a data variable reads consecutive columns: list them in file order, or reorder the file", x.what, c.rangeKey, name, at[i], c.names[i-1], at[i-1], data.CSV))
+				ok = false
+			}
+		}
+		if ok {
+			c.Lo, c.Hi = at[0], at[len(at)-1]+1
+		}
 	}
 }
 
@@ -304,7 +407,7 @@ func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
 
 var (
 	featureKeys = []string{"name", "columns", "fill", "transform"}
-	labelKeys   = []string{"name", "column"}
+	labelKeys   = []string{"name", "column", "columns", "dtype"}
 	idKeys      = []string{"name", "columns", "fill", "hash_buckets"}
 )
 
@@ -318,20 +421,34 @@ func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 		case "name":
 			c.Name, _ = d.str(v, what+".name")
 		case "column":
-			c.rangePos = d.pos(v)
-			if x, ok := d.integer(v, what+".column"); ok {
+			c.rangePos, c.rangeKey = d.pos(v), key
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!str" { // a header name
+				c.names = []string{v.Value}
+			} else if x, ok := d.integer(v, what+".column"); ok {
 				if x < 0 {
 					d.errorf(v, "%s.column must be >= 0, got %d", what, x)
 				}
 				c.Lo, c.Hi = x, x+1
 			}
 		case "columns":
-			c.rangePos = d.pos(v)
-			if r, ok := d.ints(v, what+".columns"); ok {
+			c.rangePos, c.rangeKey = d.pos(v), key
+			if names := stringItems(v); names != nil { // header names
+				c.names = names
+			} else if r, ok := d.ints(v, what+".columns"); ok {
 				if len(r) != 2 || r[0] < 0 || r[1] <= r[0] {
 					d.errorf(v, "%s.columns must be a half-open range [first, end) with 0 <= first < end, e.g. [0, 64], got %s", what, intList(r))
 				} else {
 					c.Lo, c.Hi = r[0], r[1]
+				}
+			}
+		case "dtype":
+			if s, ok := d.str(v, what+".dtype"); ok {
+				switch s {
+				case "float32":
+					c.Float = true
+				case "int32":
+				default:
+					d.errorf(v, "%s.dtype %q is not int32 (class ids, the default) or float32 (targets of a regression or a binary cross entropy)", what, s)
 				}
 			}
 		case "fill":
@@ -376,6 +493,22 @@ func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 }
 
 var transformNames = []string{"none", "log"}
+
+// stringItems returns the entries of a list of strings (column names),
+// nil when n is not a non-empty list of YAML strings.
+func stringItems(n *yaml.Node) []string {
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(n.Content))
+	for _, it := range n.Content {
+		if it.Kind != yaml.ScalarNode || it.Tag != "!!str" {
+			return nil
+		}
+		out = append(out, it.Value)
+	}
+	return out
+}
 
 // delimiter decodes data.delimiter: one character, or the words tab and
 // comma. A YAML plain scalar \t (backslash, t) also means tab, since YAML
@@ -756,11 +889,12 @@ func (d *decoder) assigns(n *yaml.Node) []Assign {
 	return out
 }
 
-var trainKeys = []string{"loss", "metrics", "batch", "steps", "optimizer"}
+var trainKeys = []string{"loss", "metrics", "batch", "steps", "epochs", "optimizer"}
 
 func (d *decoder) train(n *yaml.Node) *Train {
 	t := &Train{Pos: d.pos(n)}
 	hasBatch := false
+	var stepsNode, epochsNode *yaml.Node
 	d.fields(n, "train", trainKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "loss":
@@ -781,7 +915,16 @@ func (d *decoder) train(n *yaml.Node) *Train {
 				}
 				t.Batch = x
 			}
+		case "epochs":
+			epochsNode = k
+			if x, ok := d.integer(v, "train.epochs"); ok {
+				if x <= 0 {
+					d.errorf(v, "train.epochs must be positive, got %d", x)
+				}
+				t.Epochs = x
+			}
 		case "steps":
+			stepsNode = k
 			if x, ok := d.integer(v, "train.steps"); ok {
 				if x <= 0 {
 					d.errorf(v, "train.steps must be positive, got %d", x)
@@ -794,6 +937,9 @@ func (d *decoder) train(n *yaml.Node) *Train {
 	})
 	if !hasBatch && n.Kind == yaml.MappingNode {
 		d.errorf(n, "train needs batch (the per-trainer batch size)")
+	}
+	if stepsNode != nil && epochsNode != nil {
+		d.errorf(epochsNode, "train has both steps (line %d) and epochs; keep one of them: epochs sets steps = ceil(epochs x rows / (batch x trainers))", stepsNode.Line)
 	}
 	return t
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -87,13 +88,26 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	if err := j.tablesFit(opt.Batch); err != nil {
 		return nil, err
 	}
+	// The steps and batch of this trainer's run go into its position: the
+	// pservers refuse a job whose trainers disagree on them.
+	if opt.Batch <= 0 {
+		opt.Batch = j.Trainer.Batch()
+	}
+	if j.Trainer.Train == nil {
+		return nil, dsl.Errorf(dsl.Pos{File: j.Trainer.File}, "the trainer's graph has no train section")
+	}
+	steps, err := StepsOf(j.Trainer, opt.Steps, opt.Batch, j.Trainers, func() (int64, error) { return data.Rows(j.Trainer.Data) })
+	if err != nil {
+		return nil, err
+	}
+	opt.Steps = steps
 	if opt.Prom != nil {
 		specs, _ := j.Specs(transport.Trainer(i), opt.Batch)
 		ep = opt.Prom.Endpoint(ep, j.PServerIDs(), specs)
 	}
 	c := NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
 	c.PServerTimeout, c.Log = opt.PServerTimeout, opt.Log
-	if err := c.join(ctx, j.Trainer, int64(opt.StartStep)); err != nil {
+	if err := c.join(ctx, j.Trainer, int64(opt.StartStep), opt.Steps, opt.Batch); err != nil {
 		return nil, err
 	}
 	opt.Comm = c

@@ -177,10 +177,10 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 	for p, load := range plan.Info.Load {
 		ps := transport.PServer(p)
 		peer := fmt.Sprintf(`{node="trainer-0",peer="%s"}`, ps)
-		// gate gradients and a 24-byte position up; gate+1 values down
+		// gate gradients and a position up (positionSpec.Bytes); gate+1 values down
 		// (the pserver's 8-byte resume message arrives too, but a trainer
 		// of a fresh job never takes it: it is read only on a rejoin)
-		if got, want := m["psgraph_peer_sent_bytes_total"+peer], float64(gate*load.Bytes+24); got != want {
+		if got, want := m["psgraph_peer_sent_bytes_total"+peer], float64(gate*load.Bytes+positionSpec.Bytes); got != want {
 			t.Errorf("at step %d trainer-0 sent %v bytes to %s, want %v", gate, got, ps, want)
 		}
 		if got, want := m["psgraph_peer_recv_bytes_total"+peer], float64((gate+1)*load.Bytes); got != want {
@@ -264,9 +264,9 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 		for tr := range 2 {
 			peer := fmt.Sprintf(`{node="%s",peer="%s"}`, id, transport.Trainer(tr))
 			s, r := m["psgraph_peer_sent_bytes_total"+peer], m["psgraph_peer_recv_bytes_total"+peer]
-			// (S+1)·B_p + 8 down to each trainer, S·B_p + 24 up from it
-			if b := plan.Info.Load[i].Bytes; s != float64((steps+1)*b+8) || r != float64(steps*b+24) {
-				t.Errorf("%s moved %v bytes to and %v from trainer-%d, want %d and %d", id, s, r, tr, (steps+1)*b+8, steps*b+24)
+			// (S+1)·B_p + 8 down to each trainer, S·B_p + the position up from it
+			if b := plan.Info.Load[i].Bytes; s != float64((steps+1)*b+8) || r != float64(steps*b+positionSpec.Bytes) {
+				t.Errorf("%s moved %v bytes to and %v from trainer-%d, want %d and %d", id, s, r, tr, (steps+1)*b+8, steps*b+positionSpec.Bytes)
 			}
 			sent, recv = sent+s, recv+r
 		}

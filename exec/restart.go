@@ -6,6 +6,7 @@ package exec
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 
 	"github.com/psgraph/psgraph/transport"
@@ -38,7 +39,7 @@ const (
 )
 
 var (
-	positionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: 24}
+	positionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: 40}
 	resumeSpec   = transport.Spec{Var: ResumeVar, DType: transport.I32, Bytes: 8}
 )
 
@@ -50,26 +51,52 @@ const ctrlStep = math.MaxInt64
 const learning = math.MinInt64
 
 // position is what a trainer tells a pserver incarnation about itself.
+// Steps and Batch are the trainer's run (--steps, --batch, as resolved
+// from the model): every trainer of a job must have the same, and a
+// pserver that hears two different stops the job (checkRun).
 type position struct {
 	Sent   int64 // step of the last gradients sent to this pserver; start-1 before any
 	Need   int64 // oldest step of this pserver's parameters not received yet
 	Rejoin bool  // the trainer talked to an earlier incarnation of it
+	Steps  int64 // the trainer's last step (its run's steps)
+	Batch  int64 // the trainer's batch
 }
 
 func (p position) known() bool { return p.Sent != learning }
 
+// bytes: Sent, Need (int64), Rejoin (1 byte, then 7 zero bytes), Steps,
+// Batch (int64), little-endian: 40 bytes.
 func (p position) bytes() []byte {
-	b := make([]byte, 24)
+	b := make([]byte, 40)
 	binary.LittleEndian.PutUint64(b, uint64(p.Sent))
 	binary.LittleEndian.PutUint64(b[8:], uint64(p.Need))
 	if p.Rejoin {
 		b[16] = 1
 	}
+	binary.LittleEndian.PutUint64(b[24:], uint64(p.Steps))
+	binary.LittleEndian.PutUint64(b[32:], uint64(p.Batch))
 	return b
 }
 
 func positionOf(b []byte) position {
-	return position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:])), Rejoin: b[16] == 1}
+	return position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:])), Rejoin: b[16] == 1,
+		Steps: int64(binary.LittleEndian.Uint64(b[24:])), Batch: int64(binary.LittleEndian.Uint64(b[32:]))}
+}
+
+// checkRun compares trainer i's run with trainer j's, heard before it: the
+// trainers of a job read the data stream at (step x trainers + index) x
+// batch, so their batches must be equal, and a sync pserver waits for every
+// trainer's gradients at every step, so their steps must be equal too
+// (TestMismatchedTrainerRefused).
+func checkRun(i int, p position, j int, q position, async bool) error {
+	const fix = "give every trainer the same %s (or leave it out on all of them, to use the model's)"
+	if p.Batch != q.Batch {
+		return fmt.Errorf("trainer-%d was started with --batch %d but trainer-%d with --batch %d: every trainer reads its own batch at (step x trainers + index) x batch of the data stream, so the batches of a job must be equal; "+fix, i, p.Batch, j, q.Batch, "--batch")
+	}
+	if !async && p.Steps != q.Steps {
+		return fmt.Errorf("trainer-%d was started with --steps %d but trainer-%d with --steps %d (the flag, or the model's train.steps or train.epochs when it is left out): in a sync job every pserver step waits for the gradients of every trainer, so one trainer stopping early would hang the others; "+fix, i, p.Steps, j, q.Steps, "--steps")
+	}
+	return nil
 }
 
 func stepBytes(s int64) []byte {

@@ -98,12 +98,14 @@ func (c *NetComm) startServing(ctx context.Context, progs []*Program, restored i
 	return plan.start, nil
 }
 
-// awaitPositions receives every trainer's position. A fresh job waits for
+// awaitPositions receives every trainer's position (start is the step the
+// pserver restored, 0 for none), refusing at once a trainer whose run
+// differs from the first one's (checkRun). A fresh job waits for
 // its trainers as long as they take to start; once a trainer shows that
 // this pserver restarted into a running job (it rejoins, or it is past the
 // restored step), the others get TrainerTimeout to report. A trainer lost
 // meanwhile gets TrainerTimeout to come back.
-func (c *NetComm) awaitPositions(ctx context.Context, first int64) ([]position, error) {
+func (c *NetComm) awaitPositions(ctx context.Context, start int64) ([]position, error) {
 	type result struct {
 		i   int
 		pos position
@@ -122,6 +124,7 @@ func (c *NetComm) awaitPositions(ctx context.Context, first int64) ([]position, 
 	heard := make([]bool, c.Trainers)
 	var timeout <-chan time.Time
 	var ahead string
+	first := -1 // the trainer heard first: the others' runs must equal its run
 	for left := c.Trainers; left > 0; left-- {
 		select {
 		case r := <-ch:
@@ -132,10 +135,15 @@ func (c *NetComm) awaitPositions(ctx context.Context, first int64) ([]position, 
 				return nil, fmt.Errorf("waiting for trainer-%d's position: %w", r.i, r.err)
 			}
 			pos[r.i], heard[r.i] = r.pos, true
-			if (r.pos.Rejoin || r.pos.known() && r.pos.Sent >= first) && timeout == nil && c.TrainerTimeout > 0 {
+			if first < 0 {
+				first = r.i
+			} else if err := checkRun(r.i, r.pos, first, pos[first], c.Async); err != nil {
+				return nil, err
+			}
+			if (r.pos.Rejoin || r.pos.known() && r.pos.Sent >= start) && timeout == nil && c.TrainerTimeout > 0 {
 				ahead = fmt.Sprintf("trainer-%d rejoins, having sent gradients of step %d", r.i, r.pos.Sent)
 				timeout = time.After(c.TrainerTimeout)
-				c.Log.Warn().Int("trainer", r.i).Int64("sent", r.pos.Sent).Int64("restored", first).Dur("timeout", c.TrainerTimeout).
+				c.Log.Warn().Int("trainer", r.i).Int64("sent", r.pos.Sent).Int64("restored", start).Dur("timeout", c.TrainerTimeout).
 					Msg("a restart into a running job; waiting for every trainer's position")
 			}
 		case <-timeout:

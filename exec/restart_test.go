@@ -388,7 +388,7 @@ func TestPServerRestartAsyncInmem(t *testing.T) {
 }
 
 func TestPositionBytes(t *testing.T) {
-	for _, p := range []position{{Sent: learning, Need: learning}, {Sent: -1, Need: 0}, {Sent: 129, Need: 131, Rejoin: true}} {
+	for _, p := range []position{{Sent: learning, Need: learning}, {Sent: -1, Need: 0}, {Sent: 129, Need: 131, Rejoin: true, Steps: 400, Batch: 32}, {Sent: -1, Need: 0, Steps: 1 << 40, Batch: 7}} {
 		b := p.bytes()
 		if len(b) != positionSpec.Bytes || positionOf(b) != p {
 			t.Errorf("%+v: %d bytes, back %+v", p, len(b), positionOf(b))

@@ -24,7 +24,9 @@ import (
 // once (join); the maps are read-only after.
 type links struct {
 	start atomic.Int64 // the trainer's first step (learning until known)
-	by    map[transport.NodeID]*link
+	// steps and batch of the trainer's run, in every position it sends
+	steps, batch int64
+	by           map[transport.NodeID]*link
 	// checked is NetComm.restarted as of the last rejoinRestarted
 	checked atomic.Int64
 
@@ -72,8 +74,8 @@ type sentMsg struct {
 
 // join sets up a trainer's links from its graph and sends every pserver
 // its position: start-1, or learning when start < 0.
-func (c *NetComm) join(ctx context.Context, g *dsl.Graph, start int64) error {
-	ls := &links{by: map[transport.NodeID]*link{}}
+func (c *NetComm) join(ctx context.Context, g *dsl.Graph, start int64, steps, batch int) error {
+	ls := &links{by: map[transport.NodeID]*link{}, steps: int64(steps), batch: int64(batch)}
 	if start < 0 {
 		start = learning
 	}
@@ -214,9 +216,9 @@ func (m *sentMsg) note(step int64, dt transport.DType, payload []byte) {
 func (ls *links) position(l *link) position {
 	start := ls.start.Load()
 	if start == learning {
-		return position{Sent: learning, Need: learning}
+		return position{Sent: learning, Need: learning, Steps: ls.steps, Batch: ls.batch}
 	}
-	pos := position{Sent: start - 1, Need: math.MaxInt64}
+	pos := position{Sent: start - 1, Need: math.MaxInt64, Steps: ls.steps, Batch: ls.batch}
 	for _, m := range l.sent {
 		m.mu.Lock()
 		if m.has && !m.request && m.step > pos.Sent {

@@ -339,7 +339,7 @@ func TestTableHostileTrainerStopsTheJob(t *testing.T) {
 	// local row 99 of pserver-0's 20-row shard.
 	bad := eps[transport.Trainer(1)]
 	for _, p := range j.PServerIDs() {
-		if err := bad.Send(ctx, p, ctrlStep, PositionVar, positionSpec.DType, position{Sent: -1, Need: 0}.bytes()); err != nil {
+		if err := bad.Send(ctx, p, ctrlStep, PositionVar, positionSpec.DType, position{Sent: -1, Need: 0, Steps: 20, Batch: 8}.bytes()); err != nil {
 			t.Fatal(err)
 		}
 	}

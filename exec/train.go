@@ -111,15 +111,13 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	if g.Data == nil {
 		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has no data section: training needs data")
 	}
-	steps, batch := opt.Steps, opt.Batch
-	if steps <= 0 {
-		steps = g.Train.Steps
-	}
+	batch := opt.Batch
 	if batch <= 0 {
 		batch = g.Train.Batch
 	}
-	if steps <= 0 {
-		return nil, dsl.Errorf(g.Train.Pos, "train.steps is not set; give it in the model or with --steps")
+	n := max(opt.TrainerCount, 1)
+	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
+		return nil, stepsMissing(g)
 	}
 	// The data: in memory, or streamed from its file (data.stream).
 	var set *data.Set
@@ -138,6 +136,14 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 			return nil, err
 		}
 		set, stream = s, data.NewStream(s)
+	}
+	rows := func() (int64, error) { return data.Rows(g.Data) }
+	if set != nil {
+		rows = func() (int64, error) { return int64(set.Rows), nil }
+	}
+	steps, err := StepsOf(g, opt.Steps, batch, n, rows)
+	if err != nil {
+		return nil, err
 	}
 	prog, err := Compile(g, CompileOptions{Batch: batch})
 	if err != nil {
@@ -169,7 +175,6 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	if logEvery <= 0 {
 		logEvery = max(1, steps/10)
 	}
-	n := max(opt.TrainerCount, 1)
 	rt := &NodeRuntime{Ctx: ctx, Comm: opt.Comm, TrainerIndex: opt.TrainerIndex, TrainerCount: n}
 	first := opt.StartStep
 	if first < 0 { // learn it from the pservers' first parameter messages
@@ -315,6 +320,37 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		return nil, err
 	}
 	return sum, nil
+}
+
+// StepsOf is the number of steps a run trains: steps (--steps) when
+// positive, else the model's train.steps, else train.epochs passes over
+// the data set's rows by all trainers: ceil(epochs x rows / (batch x
+// trainers)), so that every row is read epochs times and the last step
+// may run into the next pass (TestEpochsSetSteps). rows is called only
+// for epochs.
+func StepsOf(g *dsl.Graph, steps, batch, trainers int, rows func() (int64, error)) (int, error) {
+	switch {
+	case steps > 0:
+		return steps, nil
+	case g.Train.Steps > 0:
+		return g.Train.Steps, nil
+	case g.Train.Epochs <= 0:
+		return 0, stepsMissing(g)
+	}
+	r, err := rows()
+	if err != nil {
+		return 0, err
+	}
+	per := int64(batch) * int64(max(trainers, 1))
+	k := (int64(g.Train.Epochs)*r + per - 1) / per
+	if k > math.MaxInt32 {
+		return 0, dsl.Errorf(g.Train.Pos, "train.epochs %d over %d rows at %d rows per step is %d steps, too many; lower epochs or raise train.batch", g.Train.Epochs, r, per, k)
+	}
+	return int(k), nil
+}
+
+func stepsMissing(g *dsl.Graph) error {
+	return dsl.Errorf(g.Train.Pos, "train.steps is not set; give train.steps or train.epochs in the model, or --steps")
 }
 
 // tailSteps is how many final steps a trainer with lookup tables averages

@@ -25,7 +25,9 @@ type Set struct {
 	Rows     int
 	Features []float32 // Rows x NF, normalized
 	NF       int
-	Labels   []int32
+	Labels   []int32   // class ids (a label without dtype: float32)
+	Targets  []float32 // Rows x NT: a float label (dtype: float32), never normalized
+	NT       int
 	IDs      []int32 // Rows x NI
 	NI       int
 	spec     *dsl.Data
@@ -62,9 +64,10 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 	}
 	defer f.Close()
 	p := newRowParser(spec)
-	s := &Set{NF: p.nf, NI: p.ni}
+	s := &Set{NF: p.nf, NI: p.ni, NT: p.nt}
 	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
 	var label int32
+	header := spec.Header
 	for {
 		line, err := lr.next()
 		if err == io.EOF {
@@ -77,12 +80,18 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 		if len(line) == 0 {
 			continue
 		}
+		if header {
+			header = false
+			p.header(line, lr.line)
+			continue
+		}
 		s.Features = slices.Grow(s.Features, p.nf)[:len(s.Features)+p.nf]
 		s.IDs = slices.Grow(s.IDs, p.ni)[:len(s.IDs)+p.ni]
-		if err := p.parse(line, lr.line, s.Features[len(s.Features)-p.nf:], &label, s.IDs[len(s.IDs)-p.ni:]); err != nil {
+		s.Targets = slices.Grow(s.Targets, p.nt)[:len(s.Targets)+p.nt]
+		if err := p.parse(line, lr.line, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:]); err != nil {
 			return nil, err
 		}
-		if spec.Label != nil {
+		if spec.Label != nil && p.nt == 0 {
 			s.Labels = append(s.Labels, label)
 		}
 		s.Rows++
@@ -91,6 +100,41 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 		return nil, fmt.Errorf("%s: the data file has no rows", spec.CSV)
 	}
 	return s, nil
+}
+
+// Rows is the number of rows of a model's data without parsing them: the
+// synthetic rows, or the non-blank lines of the file less its header.
+// train.epochs turns into steps with it; the loader checks the rows.
+func Rows(spec *dsl.Data) (int64, error) {
+	if spec.Synthetic != nil {
+		return int64(spec.Synthetic.Rows), nil
+	}
+	f, err := os.Open(spec.CSV)
+	if err != nil {
+		return 0, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
+	}
+	defer f.Close()
+	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
+	var n int64
+	for {
+		row, err := lr.skip(spec.Delimiter)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s:%d: %w", spec.CSV, lr.line+1, err)
+		}
+		if row {
+			n++
+		}
+	}
+	if spec.Header && n > 0 {
+		n--
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%s: the data file has no rows", spec.CSV)
+	}
+	return n, nil
 }
 
 // synthetic builds a learnable classification task: one random centre per
@@ -112,6 +156,13 @@ func synthetic(spec *dsl.Data) *Set {
 	}
 	if spec.Features == nil {
 		s.Features, s.NF = nil, 0
+	}
+	if c := spec.Label; c != nil && c.Float { // the class as a float target
+		s.NT, s.Targets = 1, make([]float32, sy.Rows)
+		for i, l := range s.Labels {
+			s.Targets[i] = float32(l)
+		}
+		s.Labels = nil
 	}
 	return s
 }
@@ -241,7 +292,9 @@ func (st *Stream) Fill(start int64, features, labels, ids *tensor.Tensor) error 
 		if features != nil {
 			copy(features.F[b*s.NF:(b+1)*s.NF], s.Features[r*s.NF:(r+1)*s.NF])
 		}
-		if labels != nil {
+		if labels != nil && s.NT > 0 {
+			copy(labels.F[b*s.NT:(b+1)*s.NT], s.Targets[r*s.NT:(r+1)*s.NT])
+		} else if labels != nil {
 			labels.I[b] = s.Labels[r]
 		}
 		if ids != nil {

@@ -127,6 +127,7 @@ type rowParser struct {
 	widthLine int // the first row's line
 	fields    [][]byte
 	nf, ni    int
+	nt        int      // float label (target) columns; 0 for class ids
 	colHash   []uint64 // columnHash of each hashed id column
 }
 
@@ -152,6 +153,9 @@ func newRowParser(spec *dsl.Data) *rowParser {
 	if c := spec.Features; c != nil {
 		p.nf = c.Hi - c.Lo
 	}
+	if c := spec.Label; c != nil && c.Float {
+		p.nt = c.Hi - c.Lo
+	}
 	if c := spec.IDs; c != nil {
 		p.ni = c.Hi - c.Lo
 		if c.HashBuckets > 0 {
@@ -175,9 +179,16 @@ func (p *rowParser) delimName() string {
 	return strconv.Quote(string(p.delim))
 }
 
+// header reads the header line (data.header): the width every row must
+// have. The names were checked against the model when it was loaded.
+func (p *rowParser) header(line []byte, lineNo int) {
+	p.width, p.widthLine = bytes.Count(line, []byte{p.delim})+1, lineNo
+}
+
 // parse reads the row in line (trimmed, not blank) into feat (nf values),
-// label and ids (ni values), whichever the model declares.
-func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32, ids []int32) error {
+// the label (a class id, or nt float targets into tgt) and ids (ni
+// values), whichever the model declares.
+func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32, tgt []float32, ids []int32) error {
 	p.fields = p.fields[:0]
 	for more := true; more; {
 		f := line
@@ -201,7 +212,11 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 			return p.errAt(lineNo, "the model reads column %d but rows have %d columns (0 to %d) separated by %s%s; check the column ranges in data (%s)", p.need-1, p.width, p.width-1, p.delimName(), hint, p.spec.Pos)
 		}
 	} else if len(p.fields) != p.width {
-		return p.errAt(lineNo, "line has %d fields separated by %s, but the first row (line %d) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), p.widthLine, p.width, p.spec.Pos)
+		first := "the first row"
+		if p.spec.Header {
+			first = "the header"
+		}
+		return p.errAt(lineNo, "line has %d fields separated by %s, but %s (line %d) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), first, p.widthLine, p.width, p.spec.Pos)
 	}
 	if c := p.spec.Features; c != nil {
 		for col := c.Lo; col < c.Hi; col++ {
@@ -219,7 +234,11 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 				}
 				v = float64(n)
 			} else if v, ok = parseNumber(f); !ok {
-				return p.errAt(lineNo, "column %d: %q is not a number (the file must have no header and numeric fields; data at %s)", col, f, p.spec.Pos)
+				hint := "fields must be numbers"
+				if lineNo == 1 && !p.spec.Header {
+					hint = "is it a header line? add header: true to data"
+				}
+				return p.errAt(lineNo, "column %d: %q is not a number (%s; data at %s)", col, f, hint, p.spec.Pos)
 			}
 			if c.Transform == "log" && v > 0 {
 				v = math.Log1p(v)
@@ -227,7 +246,19 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 			feat[col-c.Lo] = float32(v)
 		}
 	}
-	if c := p.spec.Label; c != nil {
+	if c := p.spec.Label; c != nil && c.Float {
+		for col := c.Lo; col < c.Hi; col++ {
+			f := p.fields[col]
+			if len(f) == 0 {
+				return p.errAt(lineNo, "column %d is empty, but it is the label %q (%s); every row needs its target: fix or drop the line", col, c.Name, c.Pos)
+			}
+			v, ok := parseNumber(f)
+			if !ok {
+				return p.errAt(lineNo, "column %d: %q is not a number, but it is the label %q (%s), a float32 target; fix the row or choose another column", col, f, c.Name, c.Pos)
+			}
+			tgt[col-c.Lo] = float32(v)
+		}
+	} else if c != nil {
 		v, err := p.integer(c, c.Lo, lineNo, "label")
 		if err != nil {
 			return err
@@ -268,6 +299,9 @@ func (p *rowParser) integer(c *dsl.Column, col, lineNo int, what string) (int32,
 	v, ok := parseNumber(f)
 	if !ok || v != math.Trunc(v) || v < 0 || v > math.MaxInt32 {
 		hint := "fix the row or choose another column"
+		if what == "label" {
+			hint = "fix the row, or add dtype: float32 to data.label to read float targets (regression)"
+		}
 		if what == "ids" && !ok {
 			hint = "add hash_buckets: N to data.ids to hash strings into ids, or fix the row"
 		}

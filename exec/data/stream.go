@@ -36,6 +36,7 @@ type FileStream struct {
 	label int32
 	row   []float32 // scratch for a first pass
 	ids   []int32
+	tgt   []float32 // float label (dtype: float32) scratch
 }
 
 // OpenStream opens a model's data file as a stream. It reads the first
@@ -55,8 +56,12 @@ func openStream(spec *dsl.Data, buffer int) (*FileStream, error) {
 	}
 	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1}
 	s.lr.r = bufio.NewReaderSize(f, buffer)
-	s.row, s.ids = make([]float32, s.p.nf), make([]int32, s.p.ni)
-	if err := s.readRow(s.row, &s.label, s.ids); err != nil { // the width of the rows
+	s.row, s.ids, s.tgt = make([]float32, s.p.nf), make([]int32, s.p.ni), make([]float32, s.p.nt)
+	if err := s.rewind(); err != nil { // past the header
+		f.Close()
+		return nil, err
+	}
+	if err := s.readRow(s.row, &s.label, s.tgt, s.ids); err != nil { // the width of the rows
 		f.Close()
 		return nil, err
 	}
@@ -89,7 +94,7 @@ func (s *FileStream) pass(fn func()) (int64, error) {
 		return 0, err
 	}
 	for {
-		ok, err := s.nextRow(s.row, &s.label, s.ids)
+		ok, err := s.nextRow(s.row, &s.label, s.tgt, s.ids)
 		if err != nil {
 			return 0, err
 		}
@@ -106,12 +111,27 @@ func (s *FileStream) rewind() error {
 	}
 	s.lr.r.Reset(s.f)
 	s.lr.line, s.cur = 0, 0
-	return nil
+	if !s.spec.Header {
+		return nil
+	}
+	for { // the header line names the columns; rows start after it
+		line, err := s.lr.next()
+		if err == io.EOF {
+			return fmt.Errorf("%s: the data file has no rows", s.spec.CSV)
+		}
+		if err != nil {
+			return fmt.Errorf("%s:%d: %w", s.spec.CSV, s.lr.line+1, err)
+		}
+		if line = dsl.TrimField(line, s.p.delim); len(line) > 0 {
+			s.p.header(line, s.lr.line)
+			return nil
+		}
+	}
 }
 
 // nextRow parses the next row of the file; false at the file's end, which
 // also settles the row count.
-func (s *FileStream) nextRow(feat []float32, label *int32, ids []int32) (bool, error) {
+func (s *FileStream) nextRow(feat []float32, label *int32, tgt []float32, ids []int32) (bool, error) {
 	for {
 		line, err := s.lr.next()
 		if err == io.EOF {
@@ -132,7 +152,7 @@ func (s *FileStream) nextRow(feat []float32, label *int32, ids []int32) (bool, e
 		if len(line) == 0 {
 			continue
 		}
-		if err := s.p.parse(line, s.lr.line, feat, label, ids); err != nil {
+		if err := s.p.parse(line, s.lr.line, feat, label, tgt, ids); err != nil {
 			return false, err
 		}
 		s.cur++
@@ -146,16 +166,16 @@ func (s *FileStream) changed() error {
 
 // readRow parses the next row of the stream: the file's next row, or its
 // first when the file is at its end.
-func (s *FileStream) readRow(feat []float32, label *int32, ids []int32) error {
+func (s *FileStream) readRow(feat []float32, label *int32, tgt []float32, ids []int32) error {
 	if s.rows >= 0 && s.cur == s.rows {
 		if err := s.rewind(); err != nil {
 			return err
 		}
 	}
-	ok, err := s.nextRow(feat, label, ids)
+	ok, err := s.nextRow(feat, label, tgt, ids)
 	if err == nil && !ok {
 		if err = s.rewind(); err == nil {
-			if ok, err = s.nextRow(feat, label, ids); err == nil && !ok {
+			if ok, err = s.nextRow(feat, label, tgt, ids); err == nil && !ok {
 				err = s.changed()
 			}
 		}
@@ -226,19 +246,21 @@ func (s *FileStream) Fill(start int64, features, labels, ids *tensor.Tensor) err
 		return err
 	}
 	batch := batchOf(features, labels, ids)
-	nf, ni := s.p.nf, s.p.ni
+	nf, ni, nt := s.p.nf, s.p.ni, s.p.nt
 	for b := 0; b < batch; b++ {
-		feat, label, id := s.row, &s.label, s.ids
+		feat, label, tgt, id := s.row, &s.label, s.tgt, s.ids
 		if features != nil {
 			feat = features.F[b*nf : (b+1)*nf]
 		}
-		if labels != nil {
+		if labels != nil && nt > 0 {
+			tgt = labels.F[b*nt : (b+1)*nt]
+		} else if labels != nil {
 			label = &labels.I[b]
 		}
 		if ids != nil {
 			id = ids.I[b*ni : (b+1)*ni]
 		}
-		if err := s.readRow(feat, label, id); err != nil {
+		if err := s.readRow(feat, label, tgt, id); err != nil {
 			return err
 		}
 		if s.scale != nil {
@@ -256,21 +278,23 @@ func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) 
 		return err
 	}
 	batch := batchOf(features, labels, ids)
-	nf, ni := s.p.nf, s.p.ni
+	nf, ni, nt := s.p.nf, s.p.ni, s.p.nt
 	for {
 		n := 0
 		for ; n < batch; n++ {
-			feat, label, id := s.row, &s.label, s.ids
+			feat, label, tgt, id := s.row, &s.label, s.tgt, s.ids
 			if features != nil {
 				feat = features.F[n*nf : (n+1)*nf]
 			}
-			if labels != nil {
+			if labels != nil && nt > 0 {
+				tgt = labels.F[n*nt : (n+1)*nt]
+			} else if labels != nil {
 				label = &labels.I[n]
 			}
 			if ids != nil {
 				id = ids.I[n*ni : (n+1)*ni]
 			}
-			ok, err := s.nextRow(feat, label, id)
+			ok, err := s.nextRow(feat, label, tgt, id)
 			if err != nil {
 				return err
 			}

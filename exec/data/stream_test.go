@@ -23,7 +23,9 @@ func newBatch(spec *dsl.Data, rows int) batch {
 	if c := spec.Features; c != nil {
 		b.features = tensor.New(tensor.F32, tensor.Shape{rows, c.Hi - c.Lo})
 	}
-	if spec.Label != nil {
+	if c := spec.Label; c != nil && c.Float {
+		b.labels = tensor.New(tensor.F32, tensor.Shape{rows, c.Hi - c.Lo})
+	} else if c != nil {
 		b.labels = tensor.New(tensor.I32, tensor.Shape{rows})
 	}
 	if c := spec.IDs; c != nil {
@@ -37,7 +39,9 @@ func (b batch) set(rows int) *Set {
 	if b.features != nil {
 		s.Features, s.NF = b.features.F, b.features.Shape[1]
 	}
-	if b.labels != nil {
+	if b.labels != nil && b.labels.DType == tensor.F32 {
+		s.Targets, s.NT = b.labels.F, b.labels.Shape[1]
+	} else if b.labels != nil {
 		s.Labels = b.labels.I
 	}
 	if b.ids != nil {
