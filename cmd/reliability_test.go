@@ -2,6 +2,7 @@ package cmd_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -568,6 +569,45 @@ func TestBadBatchStopsTheJob(t *testing.T) {
 	for _, p := range []*proc{t0, ps} {
 		if r := p.wait(t, 30*time.Second); r.code != 1 || !strings.Contains(r.stderr, why) || !strings.Contains(r.stderr, "trainer-1") {
 			t.Errorf("%s: exit %d, want 1 with trainer-1's reason (%s...):\n%s", p.name, r.code, why, r.stderr)
+		}
+	}
+}
+
+// A checkpoint is also written at the last step, locally and on the
+// pservers, so a finished run can be continued from where it ended; and
+// the last checkpoint equals the saved model.
+func TestCheckpointAtTheLastStep(t *testing.T) {
+	dir := t.TempDir()
+	steps := func(manifest string) []any {
+		b, err := os.ReadFile(manifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Steps []any }
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Steps
+	}
+	for _, c := range []struct {
+		args     []string
+		manifest string
+	}{
+		{[]string{"run", "--role", "local", "examples/iris.yaml"}, "local.json"},
+		{[]string{"train", "examples/digits-mlp.yaml", "--trainers", "1", "--pservers", "1"}, "pserver-0.json"},
+	} {
+		ck, save := filepath.Join(dir, c.manifest+".ck"), filepath.Join(dir, c.manifest+".safetensors")
+		if r := psgraph(t, append(c.args, "--steps", "50", "--checkpoint-dir", ck, "--checkpoint-every", "30", "--save", save)...); r.code != 0 {
+			t.Fatalf("%v: exit %d\n%s", c.args, r.code, r.stderr)
+		}
+		if got := fmt.Sprint(steps(filepath.Join(ck, c.manifest))); got != "[30 50]" {
+			t.Errorf("%v: checkpoints of steps %s, want [30 50]", c.args, got)
+		}
+		last, saved := readTensors(t, filepath.Join(ck, strings.TrimSuffix(c.manifest, ".json")+".step-50.safetensors")), readTensors(t, save)
+		for name, v := range saved {
+			if w, ok := last[name]; !ok || rel(v, w) != 0 {
+				t.Errorf("%v: %s in the step-50 checkpoint differs from the saved model", c.args, name)
+			}
 		}
 	}
 }

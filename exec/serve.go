@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +168,17 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	if err := awaitTrainers(parent, g, c, last); err != nil {
 		return nil, c.StopJob(err)
 	}
+	// A checkpoint of the last step too (every part is there, idle), so a
+	// finished job can be continued from where it ended.
+	if snap != nil && last > first && last%int64(snap.ck.Every) != 0 && allEqual(steps, last) {
+		vars := Scope{}
+		for _, p := range progs {
+			maps.Copy(vars, persistentOf(p))
+		}
+		if err := snap.ck.Save(last, vars); err != nil {
+			return nil, c.StopJob(err)
+		}
+	}
 	if err := c.Finish(parent); err != nil {
 		return nil, err
 	}
@@ -299,4 +311,13 @@ func saveShards(path string, g *dsl.Graph, progs []*Program) error {
 		}
 	}
 	return SaveTensors(path, g.Name, tableShards(g), all)
+}
+
+func allEqual(xs []int64, v int64) bool {
+	for _, x := range xs {
+		if x != v {
+			return false
+		}
+	}
+	return true
 }

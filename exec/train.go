@@ -245,7 +245,9 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		if tail != nil && k >= steps-tailSteps {
 			tail.add(prog.Scope)
 		}
-		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && (k+1)%ck.Every == 0 {
+		// Every ck.Every steps, and at the last step: a finished run can be
+		// continued from where it ended.
+		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && ((k+1)%ck.Every == 0 || k == steps-1) {
 			if err := ck.Save(int64(k+1), persistentOf(prog)); err != nil {
 				return nil, err
 			}
