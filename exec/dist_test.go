@@ -273,12 +273,12 @@ func TestLocalCheckpointResume(t *testing.T) {
 	}
 	run(50, whole, nil)
 	ck := &Checkpointer{Dir: filepath.Join(dir, "ck"), Every: 10, Node: "local", Model: g.Name}
-	run(35, "", ck) // checkpoints at 10, 20, 30; the last two kept
+	run(35, "", ck) // checkpoints at 10, 20, 30 and the last step, 35; the last two kept
 	m, ok, err := ck.Manifest()
-	if err != nil || !ok || fmt.Sprint(m.Steps) != "[20 30]" {
-		t.Fatalf("manifest %+v ok=%v err=%v, want steps [20 30]", m, ok, err)
+	if err != nil || !ok || fmt.Sprint(m.Steps) != "[30 35]" {
+		t.Fatalf("manifest %+v ok=%v err=%v, want steps [30 35]", m, ok, err)
 	}
-	run(50, resumed, ck) // resumes at 30
+	run(50, resumed, ck) // resumes at 35
 	compareParams(t, whole, resumed, 0)
 }
 
