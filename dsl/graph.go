@@ -180,7 +180,9 @@ type Data struct {
 	// Stream reads the file from disk as training goes instead of loading
 	// it into memory.
 	Stream bool
-	Pos    Pos
+	// Eval is the held-out data (data.eval); nil: none.
+	Eval *Eval
+	Pos  Pos
 }
 
 // Synthetic describes a generated, learnable classification task.
@@ -207,7 +209,11 @@ type Train struct {
 	Batch     int
 	Steps     int
 	Optimizer *Optimizer
-	Pos       Pos
+	// EvalEvery > 0 evaluates data.eval every EvalEvery steps (and at the
+	// end, as always when data.eval is set).
+	EvalEvery    int
+	Pos          Pos
+	evalEveryPos Pos
 }
 
 // Graph is a model: declared variables, ops and training configuration.
