@@ -77,3 +77,6 @@ func (d *decoder) checkEvalEvery(g *Graph) {
 		d.errs = append(d.errs, Errorf(t.evalEveryPos, "train.eval_every needs held-out data to evaluate: add eval: {fraction: 0.2} or eval: {csv: FILE} to data"))
 	}
 }
+
+// Suggest is " (did you mean X?)" for the candidate nearest to name, or "".
+func Suggest(name string, candidates []string) string { return suggest(name, candidates) }
