@@ -31,11 +31,17 @@ type evaluator struct {
 	full, last  *Program // last: the file's shorter last chunk (nil: none)
 	ffull, flst *feeder
 	sums        []float64
+	// Made once, so that a run allocates nothing.
+	ordered *data.Stream
+	rt      *NodeRuntime
+	onChunk func(n int) error
 }
 
 func newEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params Scope, chunk int) (*evaluator, error) {
 	e := &evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
 	e.sums = make([]float64, len(e.targets))
+	e.rt = &NodeRuntime{Ctx: context.Background()}
+	e.onChunk = e.chunk
 	compile := func(batch int) (*Program, *feeder, error) {
 		p, err := Compile(g, CompileOptions{Batch: batch, Targets: e.targets, Shared: params, Workers: 1})
 		if err != nil {
@@ -45,7 +51,7 @@ func newEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params Sco
 	}
 	var err error
 	if set != nil {
-		e.rows = set.Rows
+		e.rows, e.ordered = set.Rows, data.NewOrderedStream(set)
 		e.full, e.ffull, err = compile(set.Rows)
 		return e, err
 	}
@@ -75,14 +81,14 @@ func (e *evaluator) Close() {
 }
 
 // run evaluates the set with the current values of the shared parameters:
-// out[0] the loss, then the metrics in model order.
+// out[0] the loss, then the metrics in model order. It allocates nothing.
 func (e *evaluator) run(ctx context.Context) ([]float64, error) {
-	rt := &NodeRuntime{Ctx: ctx}
+	e.rt.Ctx = ctx
 	if e.set != nil {
-		if err := e.ffull.fill(data.NewOrderedStream(e.set), 0); err != nil {
+		if err := e.ffull.fill(e.ordered, 0); err != nil {
 			return nil, err
 		}
-		if err := e.full.Run(rt); err != nil {
+		if err := e.full.Run(e.rt); err != nil {
 			return nil, err
 		}
 		for i, name := range e.targets {
@@ -92,36 +98,47 @@ func (e *evaluator) run(ctx context.Context) ([]float64, error) {
 	}
 	clear(e.sums)
 	f := e.ffull
-	err := e.file.Epoch(f.features, f.labels, f.ids, func(n int) error {
-		p := e.full
-		if n < e.full.batch() {
-			if e.last == nil || n != e.last.batch() {
-				return fmt.Errorf("the data file changed while it was evaluated; do not write a data file during a run")
-			}
-			lf := e.flst
-			for _, t := range [][2]*tensor.Tensor{{lf.features, f.features}, {lf.labels, f.labels}, {lf.ids, f.ids}} {
-				if t[0] != nil { // row-major: the first n rows are a prefix
-					copy(t[0].F, t[1].F)
-					copy(t[0].I, t[1].I)
-				}
-			}
-			p = e.last
-		}
-		if err := p.Run(rt); err != nil {
-			return err
-		}
-		for i, name := range e.targets {
-			e.sums[i] += float64(n) * float64(p.Scope[name].F[0])
-		}
-		return nil
-	})
-	if err != nil {
+	if err := e.file.Epoch(f.features, f.labels, f.ids, e.onChunk); err != nil {
 		return nil, err
 	}
 	for i := range e.sums {
 		e.sums[i] /= float64(e.rows)
 	}
 	return e.sums, nil
+}
+
+// chunk evaluates one chunk of a streamed file, n rows in the full
+// program's tensors, and adds its row-weighted values to the sums.
+func (e *evaluator) chunk(n int) error {
+	p, f := e.full, e.ffull
+	if n < e.full.batch() {
+		if e.last == nil || n != e.last.batch() {
+			return errFileChanged
+		}
+		lf := e.flst
+		copyPrefix(lf.features, f.features)
+		copyPrefix(lf.labels, f.labels)
+		copyPrefix(lf.ids, f.ids)
+		p = e.last
+	}
+	if err := p.Run(e.rt); err != nil {
+		return err
+	}
+	for i, name := range e.targets {
+		e.sums[i] += float64(n) * float64(p.Scope[name].F[0])
+	}
+	return nil
+}
+
+var errFileChanged = fmt.Errorf("the data file changed while it was read; do not write a data file during a run")
+
+// copyPrefix copies the first rows of a chunk's tensor into a smaller
+// one (row-major: the first n rows are a prefix); dst nil: nothing.
+func copyPrefix(dst, src *tensor.Tensor) {
+	if dst != nil {
+		copy(dst.F, src.F)
+		copy(dst.I, src.I)
+	}
 }
 
 // batch is the batch size the program was compiled at.
