@@ -275,3 +275,68 @@ func TestEvalEveryWritesMetrics(t *testing.T) {
 		t.Fatalf("%.1f allocations per held-out evaluation, want 0", a)
 	}
 }
+
+// A streamed training file with a held-out file (data.eval: {csv}): the
+// held-out rows are normalized with the training file's mean and std, and
+// eval_loss and eval_acc equal a hand computation; the same files loaded
+// into memory give the same numbers.
+func TestHeldOutFileUsesTrainingStatistics(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("../examples/data/digits.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSpace(string(src)), "\n")
+	const cut = 1400
+	if err := os.WriteFile(filepath.Join(dir, "train.csv"), []byte(strings.Join(lines[:cut], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "held.csv"), []byte(strings.Join(lines[cut:], "")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model, err := os.ReadFile("../examples/digits-mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, ys := readDigits(t)
+	mean, std := meanStd(xs, func(i int) bool { return i < cut })
+	isHeld := func(i int) bool { return i >= cut }
+	var evals [2]map[string]float64
+	for k, stream := range []string{"true", "false"} {
+		y := strings.Replace(string(model), "csv: data/digits.csv", "csv: train.csv\n  eval: {csv: held.csv}", 1)
+		y = strings.Replace(y, "shuffle: false", "shuffle: false\n  stream: "+stream, 1)
+		y = strings.Replace(y, "steps: 1000", "steps: 1000\n  eval_every: 50", 1)
+		path := filepath.Join(dir, "model-"+stream+".yaml")
+		if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		save := filepath.Join(dir, "params-"+stream+".safetensors")
+		sum, err := Train(context.Background(), load(t, path), RunOptions{Role: "local", Steps: 120, Save: save, Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		params, _, err := LoadSafetensors(save)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss, acc, n := mlpLossAcc(params, xs, ys, isHeld, mean, std)
+		if sum.EvalRows != n || math.Abs(sum.Eval["eval_loss"]-loss) > 1e-4*loss || math.Abs(sum.Eval["eval_acc"]-acc) > 1.01/float64(n) {
+			t.Fatalf("stream: %s: %d rows, eval_loss %v eval_acc %v; by hand with the training file's statistics: %d rows, %v %v", stream, sum.EvalRows, sum.Eval["eval_loss"], sum.Eval["eval_acc"], n, loss, acc)
+		}
+		evals[k] = sum.Eval
+		// psgraph eval --data of all 1797 rows: chunks of 1024 and 773
+		// when streamed.
+		res, err := EvalModel(context.Background(), load(t, path), EvalOptions{InitFrom: save, Data: "../examples/data/digits.csv", Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := func(int) bool { return true }
+		loss, acc, n = mlpLossAcc(params, xs, ys, all, mean, std)
+		if res.Rows != n || math.Abs(res.Loss-loss) > 1e-4*loss || math.Abs(res.Metrics["acc"]-acc) > 1.01/float64(n) {
+			t.Fatalf("stream: %s: eval --data of every row: %+v; by hand %d rows, %v %v", stream, res, n, loss, acc)
+		}
+	}
+	if math.Abs(evals[0]["eval_loss"]-evals[1]["eval_loss"]) > 1e-6 || evals[0]["eval_acc"] != evals[1]["eval_acc"] {
+		t.Fatalf("streamed %v, in memory %v", evals[0], evals[1])
+	}
+}
