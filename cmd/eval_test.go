@@ -2,6 +2,7 @@ package cmd_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -111,6 +112,26 @@ func TestEvalEqualsAccuracyFromPredict(t *testing.T) {
 	if got["acc"] != s["acc"] || got["loss"] != s["loss"] {
 		t.Fatalf("eval %v, the run's summary %v: same parameters and data, different numbers", got, s)
 	}
+	// New rows come without the label column: the same predictions.
+	raw, err := os.ReadFile("../examples/data/digits.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nolabel strings.Builder
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		nolabel.WriteString(l[:strings.LastIndexByte(l, ',')] + "\n")
+	}
+	unlabelled := filepath.Join(dir, "new.csv")
+	if err := os.WriteFile(unlabelled, []byte(nolabel.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out2 := filepath.Join(dir, "pred2.csv")
+	ok(t, psgraph(t, "predict", "examples/digits-mlp.yaml", "--init-from", model, "--data", unlabelled, "-o", out2))
+	a, _ := os.ReadFile(out)
+	b, _ := os.ReadFile(out2)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("predict of the rows without their label column wrote other predictions")
+	}
 }
 
 // predict's probabilities are the softmax of the logits a forward pass in
@@ -213,6 +234,9 @@ func TestEvalPredictAfterTrain2x2(t *testing.T) {
 	if len(evalSteps) != 2 || evalSteps[0] != 100 || evalSteps[1] != 200 {
 		t.Fatalf("trainer 0's metrics have eval lines at steps %v, want [100 200]", evalSteps)
 	}
+	if raw, err := os.ReadFile(filepath.Join(dir, "run.trainer-1.jsonl")); err != nil || bytes.Contains(raw, []byte("eval_")) || !bytes.Contains(raw, []byte(`"loss"`)) {
+		t.Fatalf("trainer 1's metrics file (%v) should have loss lines and no eval lines:\n%s", err, raw)
+	}
 	out := filepath.Join(dir, "pred.csv")
 	ok(t, psgraph(t, "predict", "testdata/eval/digits-heldout.yaml", "--init-from", model, "--data", "examples/data/digits.csv", "-o", out))
 	_, rows := readPredictions(t, out)
@@ -223,6 +247,46 @@ func TestEvalPredictAfterTrain2x2(t *testing.T) {
 	}
 	if acc := accuracyOf(rows, ys, func(i int) bool { return held[i] }); math.Abs(acc-e["acc"].(float64)) > 1e-5 {
 		t.Fatalf("accuracy over the held-out rows from predict's output %v, eval says %v", acc, e["acc"])
+	}
+}
+
+// In a 2x2 job with an embedding table the trainers do not evaluate the
+// held-out rows (each holds only the table rows it fetched): trainer 0
+// warns and its summary has no eval_*; psgraph eval of the saved file,
+// whose table train merged from the pservers' shards, evaluates them, and
+// predict's pred column gives its accuracy.
+func TestTableJobLeavesHeldOutToEval(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "ids.safetensors")
+	tr := psgraph(t, "train", "testdata/eval/ids-heldout.yaml", "--trainers", "2", "--pservers", "2", "--save", model)
+	ok(t, tr)
+	if !strings.Contains(tr.stderr, "does not evaluate the held-out data; evaluate the saved model with psgraph eval") {
+		t.Errorf("no warning that the trainers do not evaluate:\n%s", tr.stderr)
+	}
+	if s := summary(t, tr); s["eval_loss"] != nil || s["loss"] == nil {
+		t.Errorf("trainer 0's summary %v: want a loss and no eval_loss", s)
+	}
+	ev := psgraph(t, "eval", "testdata/eval/ids-heldout.yaml", "--init-from", model)
+	ok(t, ev)
+	e := summary(t, ev)
+	if e["data"] != "held-out" || e["rows"] != 50.0 {
+		t.Fatalf("eval %v: want the 50 held-out rows of 200", e)
+	}
+	out := filepath.Join(dir, "pred.csv")
+	ok(t, psgraph(t, "predict", "testdata/eval/ids-heldout.yaml", "--init-from", model, "--data", "testdata/sparse/ids.csv", "-o", out))
+	_, rows := readPredictions(t, out)
+	raw, err := os.ReadFile("../testdata/sparse/ids.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ys []int
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		y, _ := strconv.Atoi(l[strings.LastIndexByte(l, ',')+1:])
+		ys = append(ys, y)
+	}
+	held, _ := data.HeldOut(len(ys), 0.25, 1)
+	if acc := accuracyOf(rows, ys, func(i int) bool { return held[i] }); math.Abs(acc-e["acc"].(float64)) > 1e-5 {
+		t.Fatalf("held-out accuracy from predict's output %v, eval says %v", acc, e["acc"])
 	}
 }
 
