@@ -33,7 +33,7 @@ metrics.`,
 	f := c.Flags()
 	f.StringVar(&o.initFrom, "init-from", "", "required: the model's parameters, a safetensors file (--save of run or train)")
 	f.StringVar(&o.data, "data", "", "evaluate this file (the model's columns) instead of data.eval or the model's data")
-	o.log.add(c)
+	o.log.addFormat(c)
 	return c
 }
 

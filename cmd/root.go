@@ -126,8 +126,13 @@ type logFlags struct {
 }
 
 func (l *logFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&l.format, "log-format", "console", "log format on stderr: console or json")
+	l.addFormat(c)
 	c.Flags().IntVar(&l.every, "log-every", 0, "log progress every N steps (0: about ten lines per run)")
+}
+
+// addFormat adds --log-format only, for commands that take no steps.
+func (l *logFlags) addFormat(c *cobra.Command) {
+	c.Flags().StringVar(&l.format, "log-format", "console", "log format on stderr: console or json")
 }
 
 func (l *logFlags) logger(w io.Writer, role string) (zerolog.Logger, error) {
