@@ -323,3 +323,13 @@ func TestEvalPredictRefuseBadInput(t *testing.T) {
 		t.Errorf("a refused predict wrote %s", out)
 	}
 }
+
+// check counts the training and held-out rows: 1797 digits, round(0.2 x
+// 1797) = 359 held out.
+func TestCheckCountsHeldOutRows(t *testing.T) {
+	r := psgraph(t, "check", "testdata/eval/digits-heldout.yaml")
+	ok(t, r)
+	if !strings.Contains(r.stdout, "data (1438 rows, 359 held out):") {
+		t.Fatalf("check output:\n%s", r.stdout)
+	}
+}
