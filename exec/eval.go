@@ -110,6 +110,9 @@ func (e *evaluator) run(ctx context.Context) ([]float64, error) {
 // chunk evaluates one chunk of a streamed file, n rows in the full
 // program's tensors, and adds its row-weighted values to the sums.
 func (e *evaluator) chunk(n int) error {
+	if err := e.rt.Ctx.Err(); err != nil {
+		return err
+	}
 	p, f := e.full, e.ffull
 	if n < e.full.batch() {
 		if e.last == nil || n != e.last.batch() {

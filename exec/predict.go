@@ -185,6 +185,9 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 	var line []byte
 	rt := &NodeRuntime{Ctx: ctx}
 	err = file.Epoch(ff.features, nil, ff.ids, func(n int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		p := full
 		if n < chunk {
 			if n != last.batch() {
