@@ -457,22 +457,18 @@ func logEval(ctx context.Context, ev *evaluator, step int, g *dsl.Graph, opt Run
 // Evaluate computes loss and metrics over the whole data set, in file
 // order, with the given parameter values.
 func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
-	targets := append([]string{g.Train.Loss}, g.Train.Metrics...)
-	ev, err := Compile(g, CompileOptions{Batch: set.Rows, Targets: targets, Shared: params, Workers: 1})
+	ev, err := newEvaluator(g, set, nil, params, 0)
 	if err != nil {
 		return err
 	}
 	defer ev.Close()
-	f := newFeeder(g, ev.Scope)
-	if err := f.fill(data.NewOrderedStream(set), 0); err != nil {
+	vals, err := ev.run(context.Background())
+	if err != nil {
 		return err
 	}
-	if err := ev.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
-		return err
-	}
-	sum.Loss = float64(ev.Scope[g.Train.Loss].F[0])
-	for _, m := range g.Train.Metrics {
-		sum.Metrics[m] = float64(ev.Scope[m].F[0])
+	sum.Loss = vals[0]
+	for i, m := range g.Train.Metrics {
+		sum.Metrics[m] = vals[i+1]
 	}
 	return nil
 }
@@ -510,12 +506,9 @@ func EvaluateStream(g *dsl.Graph, file *data.FileStream, params Scope, sum *Summ
 				return err
 			}
 			defer last.Close()
-			for _, t := range [][2]*tensor.Tensor{{lf.features, f.features}, {lf.labels, f.labels}, {lf.ids, f.ids}} {
-				if t[0] != nil { // row-major: the first n rows are a prefix
-					copy(t[0].F, t[1].F)
-					copy(t[0].I, t[1].I)
-				}
-			}
+			copyPrefix(lf.features, f.features)
+			copyPrefix(lf.labels, f.labels)
+			copyPrefix(lf.ids, f.ids)
 			p = last
 		}
 		if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
