@@ -32,18 +32,26 @@ Errors name file:line:col.`,
 			if err != nil {
 				return err
 			}
-			var rows int64
+			var rows, held int64
 			switch {
 			case g.Data != nil && g.Data.Stream: // check every row without loading the file
 				if rows, err = data.Count(g.Data); err != nil {
 					return err
 				}
+				if e := g.Data.Eval; e != nil {
+					if held, err = data.Count(data.WithFile(g.Data, e.CSV)); err != nil {
+						return err
+					}
+				}
 			case g.Data != nil:
-				set, err := data.Load(g.Data)
+				sp, err := data.LoadSplit(g.Data, nil)
 				if err != nil {
 					return err
 				}
-				rows = int64(set.Rows)
+				rows = int64(sp.Train.Rows)
+				if sp.Eval != nil {
+					held = int64(sp.Eval.Rows)
+				}
 			}
 			// A pserver subgraph of split may hold nothing (more pservers
 			// than blocks); it is valid as written.
@@ -61,7 +69,7 @@ Errors name file:line:col.`,
 				_, err = c.OutOrStdout().Write(src)
 				return err
 			}
-			printSummary(c.OutOrStdout(), g, rows)
+			printSummary(c.OutOrStdout(), g, rows, held)
 			return nil
 		},
 	}
@@ -69,7 +77,7 @@ Errors name file:line:col.`,
 	return c
 }
 
-func printSummary(w io.Writer, g *dsl.Graph, rows int64) {
+func printSummary(w io.Writer, g *dsl.Graph, rows, held int64) {
 	fmt.Fprintf(w, "model %s (%s): ok\n", g.Name, g.File)
 	byKind := map[dsl.VarKind][]string{}
 	for _, n := range g.Order {
@@ -92,7 +100,11 @@ func printSummary(w io.Writer, g *dsl.Graph, rows int64) {
 	}
 	fmt.Fprintf(w, "  total %d elements, %s\n", total, partition.ByteSize(4*total))
 	if d := byKind[dsl.KindData]; len(d) > 0 {
-		fmt.Fprintf(w, "data (%d rows): %s\n", rows, describeDeclared(g, d))
+		if g.Data.Eval != nil {
+			fmt.Fprintf(w, "data (%d rows, %d held out): %s\n", rows, held, describeDeclared(g, d))
+		} else {
+			fmt.Fprintf(w, "data (%d rows): %s\n", rows, describeDeclared(g, d))
+		}
 	}
 	if s := byKind[dsl.KindState]; len(s) > 0 {
 		fmt.Fprintf(w, "optimizer state (%d): %s\n", len(s), describeVars(g, s))

@@ -90,7 +90,7 @@ and pserver subgraphs of a distributed job.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newTrainCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd(), newVizCmd(), newK8sCmd(), newGenCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newTrainCmd(), newEvalCmd(), newPredictCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd(), newVizCmd(), newK8sCmd(), newGenCmd(), newVersionCmd())
 	// Cobra adds help and completion when it runs; add them now so they
 	// get examples like every other command.
 	root.InitDefaultHelpCmd()
@@ -127,9 +127,14 @@ type logFlags struct {
 }
 
 func (l *logFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&l.format, "log-format", "console", "log format on stderr: console or json")
+	l.addFormat(c)
 	c.Flags().StringVar(&l.level, "log-level", "info", "least severe log lines shown: debug (connection retries and other detail), info, warn or error")
 	c.Flags().IntVar(&l.every, "log-every", 0, "log progress every N steps (0: about ten lines per run)")
+}
+
+// addFormat adds --log-format only, for commands that take no steps.
+func (l *logFlags) addFormat(c *cobra.Command) {
+	c.Flags().StringVar(&l.format, "log-format", "console", "log format on stderr: console or json")
 }
 
 func (l *logFlags) logger(w io.Writer, role string) (zerolog.Logger, error) {
@@ -145,8 +150,11 @@ func (l *logFlags) logger(w io.Writer, role string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Logger{}, usagef("--log-format must be console or json, got %q", l.format)
 	}
+	if l.level == "" { // a command without --log-level
+		l.level = "info"
+	}
 	level, err := zerolog.ParseLevel(l.level)
-	if err != nil || l.level == "" || level > zerolog.ErrorLevel || level < zerolog.DebugLevel {
+	if err != nil || level > zerolog.ErrorLevel || level < zerolog.DebugLevel {
 		return zerolog.Logger{}, usagef("--log-level must be debug, info, warn or error, got %q", l.level)
 	}
 	return zerolog.New(out).Level(level).With().Timestamp().Str("role", role).Logger(), nil

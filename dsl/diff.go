@@ -59,6 +59,13 @@ func Diff(a, b *Graph) string {
 				*c = &cc
 			}
 		}
+		for _, e := range []**Eval{&da.Eval, &db.Eval} {
+			if *e != nil {
+				ee := **e
+				ee.Pos = Pos{}
+				*e = &ee
+			}
+		}
 		if !reflect.DeepEqual(da, db) {
 			return fmt.Sprintf("data %+v vs %+v", da, db)
 		}
@@ -69,6 +76,9 @@ func Diff(a, b *Graph) string {
 	if ta, tb := a.Train, b.Train; ta != nil {
 		if ta.Loss != tb.Loss || !reflect.DeepEqual(ta.Metrics, tb.Metrics) || ta.Batch != tb.Batch || ta.Steps != tb.Steps || ta.Epochs != tb.Epochs {
 			return fmt.Sprintf("train %s %v batch %d steps %d epochs %d vs %s %v batch %d steps %d epochs %d", ta.Loss, ta.Metrics, ta.Batch, ta.Steps, ta.Epochs, tb.Loss, tb.Metrics, tb.Batch, tb.Steps, tb.Epochs)
+		}
+		if ta.EvalEvery != tb.EvalEvery {
+			return fmt.Sprintf("train.eval_every %d vs %d", ta.EvalEvery, tb.EvalEvery)
 		}
 	}
 	return ""

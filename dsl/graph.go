@@ -189,7 +189,9 @@ type Data struct {
 	// Header: the file's first non-blank line names the columns; it is not
 	// a row. Columns may then be given by name.
 	Header bool
-	Pos    Pos
+	// Eval is the held-out data (data.eval); nil: none.
+	Eval *Eval
+	Pos  Pos
 }
 
 // Synthetic describes a generated, learnable classification task.
@@ -219,7 +221,11 @@ type Train struct {
 	// ceil(Epochs x rows / (batch x trainers)) (exec.StepsOf).
 	Epochs    int
 	Optimizer *Optimizer
-	Pos       Pos
+	// EvalEvery > 0 evaluates data.eval every EvalEvery steps (and at the
+	// end, as always when data.eval is set).
+	EvalEvery    int
+	Pos          Pos
+	evalEveryPos Pos
 }
 
 // Graph is a model: declared variables, ops and training configuration.

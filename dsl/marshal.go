@@ -89,6 +89,9 @@ func MarshalAfter(head []byte, g *Graph) ([]byte, error) {
 		if t.Epochs > 0 {
 			fmt.Fprintf(&b, "  epochs: %d\n", t.Epochs)
 		}
+		if t.EvalEvery > 0 {
+			fmt.Fprintf(&b, "  eval_every: %d\n", t.EvalEvery)
+		}
 		if o := t.Optimizer; o != nil && !g.Expanded() {
 			if o.Type == "" {
 				return nil, Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
@@ -157,6 +160,13 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
 	if d.Stream {
 		b.WriteString("  stream: true\n")
+	}
+	switch e := d.Eval; {
+	case e == nil:
+	case e.CSV != "":
+		fmt.Fprintf(b, "  eval: {csv: %s}\n", YAMLString(RelPath(filepath.Dir(g.File), e.CSV)))
+	default:
+		fmt.Fprintf(b, "  eval: {fraction: %s}\n", formatFloat(e.Fraction))
 	}
 	return nil
 }

@@ -142,7 +142,8 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 // The data options of CTR files (delimiter, fill, transform, hash_buckets,
-// stream) survive Marshal and Load, as a split plan's trainer.yaml needs.
+// stream) and the held-out data (data.eval, train.eval_every) survive
+// Marshal and Load, as a split plan's trainer.yaml needs.
 func TestMarshalRoundTripDataOptions(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "train.tsv"), []byte("1\t2\t\tab\n"), 0o644); err != nil {
@@ -152,6 +153,8 @@ func TestMarshalRoundTripDataOptions(t *testing.T) {
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  features: {name: x, columns: [1, 3], fill: -1.5, transform: log}\n  ids: {name: c, columns: [3, 4], hash_buckets: 1000}\n  normalize: standard\n  stream: true\n",
 		"  delimiter: \"\\t\"\n  ids: {name: c, columns: [1, 3], fill: 7}\n",
 		"  delimiter: \";\"\n  features: {name: x, columns: [0, 1]}\n",
+		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {fraction: 0.25}\ntrain: {batch: 4, eval_every: 5}\n",
+		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {csv: train.tsv}\n  stream: true\n",
 	} {
 		path := filepath.Join(dir, "m.yaml")
 		g, err := LoadBytes(path, []byte("psgraph: 1\ndata:\n  csv: train.tsv\n"+data))

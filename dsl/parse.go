@@ -66,6 +66,7 @@ func Parse(file string, src []byte) (*Graph, error) {
 			g.Train = d.train(v)
 		}
 	})
+	d.checkEvalEvery(g)
 	if root.Kind == yaml.MappingNode && version == nil {
 		d.errorf(root, "missing `psgraph: %d` (the schema version) at the top of the model", SchemaVersion)
 	}
@@ -96,11 +97,11 @@ func yamlError(file string, err error) error {
 	return Errorf(Pos{File: file, Line: 1, Col: 1}, "invalid YAML: %s", msg)
 }
 
-var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream", "header"}
+var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream", "header", "eval"}
 
 func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1, Delimiter: ','}
-	var csvNode, synNode, idsNode, delimNode, streamNode, shuffleNode, headerNode *yaml.Node
+	var csvNode, synNode, idsNode, delimNode, streamNode, shuffleNode, headerNode, evalNode *yaml.Node
 	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "csv":
@@ -151,8 +152,12 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 			if s, ok := d.integer(v, "data.seed"); ok {
 				data.Seed = uint64(s)
 			}
+		case "eval":
+			evalNode = k
+			data.Eval = d.eval(v, dir)
 		}
 	})
+	d.checkEval(data, evalNode)
 	switch {
 	case data.CSV == "" && data.Synthetic == nil && csvNode == nil:
 		d.errorf(n, "data needs a source: `csv: FILE` or `synthetic: {rows, features, classes}`")
@@ -889,7 +894,7 @@ func (d *decoder) assigns(n *yaml.Node) []Assign {
 	return out
 }
 
-var trainKeys = []string{"loss", "metrics", "batch", "steps", "epochs", "optimizer"}
+var trainKeys = []string{"loss", "metrics", "batch", "steps", "epochs", "optimizer", "eval_every"}
 
 func (d *decoder) train(n *yaml.Node) *Train {
 	t := &Train{Pos: d.pos(n)}
@@ -933,6 +938,14 @@ func (d *decoder) train(n *yaml.Node) *Train {
 			}
 		case "optimizer":
 			t.Optimizer = d.optimizer(v)
+		case "eval_every":
+			t.evalEveryPos = d.pos(v)
+			if x, ok := d.integer(v, "train.eval_every"); ok {
+				if x <= 0 {
+					d.errorf(v, "train.eval_every must be positive (evaluate the held-out data every N steps), got %d", x)
+				}
+				t.EvalEvery = x
+			}
 		}
 	})
 	if !hasBatch && n.Kind == yaml.MappingNode {

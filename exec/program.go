@@ -29,6 +29,10 @@ type CompileOptions struct {
 	// training program reused by an evaluation program). With Targets, a
 	// shared variable is an input: the ops producing it are not run.
 	Shared Scope
+	// Pin keeps these variables' tensors their own: no op writes its
+	// output into them in place, so they hold their values after a run
+	// (a trainer's received parameters, which evaluation reads).
+	Pin []string
 	// Workers bounds concurrent compute; 0 means GOMAXPROCS.
 	Workers int
 	// Sequential runs the ops one after another on the caller's goroutine,
@@ -228,6 +232,9 @@ func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOp
 		pinned[a.Target], pinned[a.Value] = true, true
 	}
 	for _, t := range opt.Targets {
+		pinned[t] = true
+	}
+	for _, t := range opt.Pin {
 		pinned[t] = true
 	}
 	if g.Train != nil {

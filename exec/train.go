@@ -69,6 +69,11 @@ type Summary struct {
 	Loss                         float64
 	Metrics                      map[string]float64
 	order                        []string
+	// Eval holds eval_loss and eval_<metric> over the held-out data
+	// (data.eval) with the final parameters, EvalRows its rows; nil when
+	// the node did not evaluate.
+	Eval     map[string]float64
+	EvalRows int
 }
 
 // MarshalJSON writes the fixed keys first, then the metrics in model order.
@@ -79,6 +84,13 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 	for _, m := range s.order {
 		k, _ := json.Marshal(m)
 		fmt.Fprintf(&b, ",%s:%s", k, jsonNum(s.Metrics[m]))
+	}
+	if s.Eval != nil {
+		fmt.Fprintf(&b, `,"eval_rows":%d,"eval_loss":%s`, s.EvalRows, jsonNum(s.Eval["eval_loss"]))
+		for _, m := range s.order {
+			k, _ := json.Marshal("eval_" + m)
+			fmt.Fprintf(&b, ",%s:%s", k, jsonNum(s.Eval["eval_"+m]))
+		}
 	}
 	b.WriteString("}")
 	return []byte(b.String()), nil
@@ -120,22 +132,26 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		return nil, stepsMissing(g)
 	}
 	// The data: in memory, or streamed from its file (data.stream).
+	// The held-out data (data.eval) is normalized with the training
+	// data's statistics, which are saved with the parameters.
 	var set *data.Set
 	var file *data.FileStream
 	var stream data.Batches
+	var held heldOut
+	var norm *data.Scaling
 	if g.Data.Stream {
 		f, err := data.OpenStream(g.Data)
 		if err != nil {
 			return nil, err
 		}
 		defer f.Close()
-		file, stream = f, f
+		file, stream, norm = f, f, f.Scaling()
 	} else {
-		s, err := data.Load(g.Data)
+		sp, err := data.LoadSplit(g.Data, nil)
 		if err != nil {
 			return nil, err
 		}
-		set, stream = s, data.NewStream(s)
+		set, stream, norm, held.set = sp.Train, data.NewStream(sp.Train), sp.Norm, sp.Eval
 	}
 	rows := func() (int64, error) { return data.Rows(g.Data) }
 	if set != nil {
@@ -145,7 +161,27 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	if err != nil {
 		return nil, err
 	}
-	prog, err := Compile(g, CompileOptions{Batch: batch})
+	// Who evaluates the held-out data: a local run, and trainer 0 of a
+	// split job, with the parameters it received. A trainer of a job with
+	// lookup tables holds only the rows it fetched, so it does not.
+	tables := opt.Comm != nil && hasOp(g, "fetch_rows")
+	evaluates := g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0 && !tables)
+	if g.Data.Eval != nil && tables && opt.TrainerIndex == 0 {
+		opt.Log.Warn().Msg("data.eval: a trainer of a job with lookup tables holds only the table rows it fetched, so it does not evaluate the held-out data; evaluate the saved model with psgraph eval")
+	}
+	if evaluates && g.Data.Stream {
+		f, err := openHeldOut(g, norm)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		held.file = f
+	}
+	var pin []string
+	if evaluates && opt.Comm != nil {
+		pin = opt.Params // the received parameters, which evaluation reads
+	}
+	prog, err := Compile(g, CompileOptions{Batch: batch, Pin: pin})
 	if err != nil {
 		return nil, err
 	}
@@ -214,9 +250,30 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	// so it cannot evaluate the whole data set at the end: its summary has
 	// the mean loss and metrics of the last steps it trained instead.
 	var tail *tailMean
-	if opt.Comm != nil && hasOp(g, "fetch_rows") {
+	if tables {
 		tail = &tailMean{names: append([]string{g.Train.Loss}, g.Train.Metrics...)}
 	}
+	// The held-out evaluator shares the parameters of the training program:
+	// a local run's own, a trainer's received ones (the values it computed
+	// its last step with, one update behind the pservers).
+	var ev *evaluator
+	if evaluates {
+		shared := Scope{}
+		names := g.Params()
+		if opt.Comm != nil {
+			names = opt.Params
+		}
+		for _, name := range names {
+			if t := prog.Scope[name]; t != nil {
+				shared[name] = t
+			}
+		}
+		if ev, err = newEvaluator(g, held.set, held.file, shared, max(batch, EvalChunk)); err != nil {
+			return nil, err
+		}
+		defer ev.Close()
+	}
+	evalEvery := g.Train.EvalEvery
 	start := time.Now()
 	last, lastStep := start, first
 	opt.Prom.SetReady(true)
@@ -269,6 +326,11 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 				return nil, fmt.Errorf("step %d: the loss is NaN; lower the learning rate or check the data normalization", k+1)
 			}
 		}
+		if ev != nil && evalEvery > 0 && (k+1)%evalEvery == 0 && k < steps-1 {
+			if _, err := logEval(ctx, ev, k+1, g, opt, metricsOut); err != nil {
+				return nil, err
+			}
+		}
 	}
 	elapsed := time.Since(start).Seconds()
 	params, names := Scope{}, g.Params()
@@ -295,11 +357,14 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		}
 		for _, name := range opt.Params {
 			params[name] = fin.Scope[name]
+			if t := prog.Scope[name]; ev != nil && t != nil {
+				t.CopyFrom(fin.Scope[name]) // the evaluator reads these
+			}
 		}
 		names = append(names, opt.Params...)
 	}
 	if opt.Save != "" {
-		if err := SaveTensors(opt.Save, g.Name, names, params); err != nil {
+		if err := SaveModel(opt.Save, g.Name, names, params, norm); err != nil {
 			return nil, err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
@@ -308,6 +373,17 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	if c, ok := opt.Comm.(interface{ Traffic() transport.Traffic }); ok {
 		tr := c.Traffic() // the pservers are done: nothing more arrives
 		sum.SentBytes, sum.RecvBytes, sum.WireSentBytes, sum.WireRecvBytes = tr.Sent, tr.Recv, tr.WireSent, tr.WireRecv
+	}
+	if ev != nil {
+		vals, err := logEval(ctx, ev, steps, g, opt, metricsOut)
+		if err != nil {
+			return nil, err
+		}
+		sum.EvalRows = ev.rows
+		sum.Eval = map[string]float64{"eval_loss": vals[0]}
+		for i, m := range g.Train.Metrics {
+			sum.Eval["eval_"+m] = vals[i+1]
+		}
 	}
 	if tail != nil {
 		tail.fill(sum)
@@ -405,25 +481,45 @@ func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s Scope, sps float64,
 	fmt.Fprintf(w, `,"steps_per_s":%s}`+"\n", jsonNum(sps))
 }
 
+// logEval evaluates the held-out data after step, logs the result and
+// writes it to the metrics file as eval_loss and eval_<metric>. The
+// values it returns are valid until the next evaluation.
+func logEval(ctx context.Context, ev *evaluator, step int, g *dsl.Graph, opt RunOptions, w *bufio.Writer) ([]float64, error) {
+	vals, err := ev.run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating the held-out data after step %d: %w", step, err)
+	}
+	e := opt.Log.Info().Int("step", step).Float64("eval_loss", vals[0])
+	for i, m := range g.Train.Metrics {
+		e = e.Float64("eval_"+m, vals[i+1])
+	}
+	e.Int("rows", ev.rows).Msg("eval")
+	if w != nil {
+		fmt.Fprintf(w, `{"step":%d,"role":%q,"eval_loss":%s`, step, opt.Role, jsonNum(vals[0]))
+		for i, m := range g.Train.Metrics {
+			k, _ := json.Marshal("eval_" + m)
+			fmt.Fprintf(w, ",%s:%s", k, jsonNum(vals[i+1]))
+		}
+		w.WriteString("}\n")
+	}
+	return vals, nil
+}
+
 // Evaluate computes loss and metrics over the whole data set, in file
 // order, with the given parameter values.
 func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
-	targets := append([]string{g.Train.Loss}, g.Train.Metrics...)
-	ev, err := Compile(g, CompileOptions{Batch: set.Rows, Targets: targets, Shared: params, Workers: 1})
+	ev, err := newEvaluator(g, set, nil, params, 0)
 	if err != nil {
 		return err
 	}
 	defer ev.Close()
-	f := newFeeder(g, ev.Scope)
-	if err := f.fill(data.NewOrderedStream(set), 0); err != nil {
+	vals, err := ev.run(context.Background())
+	if err != nil {
 		return err
 	}
-	if err := ev.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
-		return err
-	}
-	sum.Loss = float64(ev.Scope[g.Train.Loss].F[0])
-	for _, m := range g.Train.Metrics {
-		sum.Metrics[m] = float64(ev.Scope[m].F[0])
+	sum.Loss = vals[0]
+	for i, m := range g.Train.Metrics {
+		sum.Metrics[m] = vals[i+1]
 	}
 	return nil
 }
@@ -461,12 +557,9 @@ func EvaluateStream(g *dsl.Graph, file *data.FileStream, params Scope, sum *Summ
 				return err
 			}
 			defer last.Close()
-			for _, t := range [][2]*tensor.Tensor{{lf.features, f.features}, {lf.labels, f.labels}, {lf.ids, f.ids}} {
-				if t[0] != nil { // row-major: the first n rows are a prefix
-					copy(t[0].F, t[1].F)
-					copy(t[0].I, t[1].I)
-				}
-			}
+			copyPrefix(lf.features, f.features)
+			copyPrefix(lf.labels, f.labels)
+			copyPrefix(lf.ids, f.ids)
 			p = last
 		}
 		if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {

@@ -553,7 +553,7 @@ func (s *splitter) build() *Plan {
 	g, opt := s.g, s.opt
 	p := &Plan{Trainer: &dsl.Graph{Name: g.Name, File: "trainer.yaml", Vars: map[string]*dsl.Var{}, Data: g.Data}}
 	t := p.Trainer
-	t.Train = &dsl.Train{Loss: g.Train.Loss, Metrics: g.Train.Metrics, Batch: g.Train.Batch, Steps: g.Train.Steps, Epochs: g.Train.Epochs, Pos: g.Train.Pos}
+	t.Train = &dsl.Train{Loss: g.Train.Loss, Metrics: g.Train.Metrics, Batch: g.Train.Batch, Steps: g.Train.Steps, Epochs: g.Train.Epochs, EvalEvery: g.Train.EvalEvery, Pos: g.Train.Pos}
 	for i := range opt.PServers {
 		p.PServers = append(p.PServers, &dsl.Graph{Name: g.Name, File: PServerFile(i), Vars: map[string]*dsl.Var{},
 			Train: &dsl.Train{Batch: g.Train.Batch, Steps: g.Train.Steps, Epochs: g.Train.Epochs, Pos: g.Train.Pos}})

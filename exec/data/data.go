@@ -33,8 +33,21 @@ type Set struct {
 	spec     *dsl.Data
 }
 
-// Load reads the data source of a model. Errors name the file and row.
+// Load reads the data source of a model: its training rows, normalized
+// with their own statistics. With data.eval: {fraction: F} the held-out
+// rows are not among them (LoadSplit has both). Errors name the file and
+// row.
 func Load(spec *dsl.Data) (*Set, error) {
+	sp, err := LoadSplit(spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	return sp.Train, nil
+}
+
+// raw reads a model's data source (its csv, or generated rows) with the
+// features transformed but not normalized.
+func raw(spec *dsl.Data) (*Set, error) {
 	var s *Set
 	var err error
 	if spec.Synthetic != nil {
@@ -53,7 +66,6 @@ func Load(spec *dsl.Data) (*Set, error) {
 		}
 	}
 	s.spec = spec
-	normalize(s, spec.Normalize)
 	return s, nil
 }
 
@@ -167,17 +179,25 @@ func synthetic(spec *dsl.Data) *Set {
 	return s
 }
 
-func normalize(s *Set, mode string) {
+// stats computes the normalization of a set's features: nil for none.
+func stats(s *Set, mode string) *Scaling {
 	if s.NF == 0 || mode == "" || mode == "none" {
-		return
+		return nil
 	}
 	st := newFeatureStats(s.NF)
 	for i := 0; i < s.Rows; i++ {
 		st.add(s.Features[i*s.NF : (i+1)*s.NF])
 	}
-	sc := st.scaling(mode)
+	return st.scaling(mode)
+}
+
+// normalize applies sc (nil: none) to every row of s.
+func normalize(s *Set, sc *Scaling) {
+	if sc == nil || s.NF == 0 {
+		return
+	}
 	for i := 0; i < s.Rows; i++ {
-		sc.apply(s.Features[i*s.NF : (i+1)*s.NF])
+		sc.Apply(s.Features[i*s.NF : (i+1)*s.NF])
 	}
 }
 
@@ -207,14 +227,18 @@ func (st *featureStats) add(row []float32) {
 	}
 }
 
-// scaling maps each column v to (v - shift) / scale.
-type scaling struct{ shift, scale []float64 }
+// Scaling is the normalization of the feature columns: each column v maps
+// to (v - Shift) / Scale, with the statistics of the training rows.
+type Scaling struct {
+	Mode         string // standard or minmax
+	Shift, Scale []float64
+}
 
 // scaling gives standard: (v - mean) / std, minmax: (v - min) / (max -
 // min); a std or range of 0 counts as 1.
-func (st *featureStats) scaling(mode string) *scaling {
+func (st *featureStats) scaling(mode string) *Scaling {
 	nf := len(st.sum)
-	sc := &scaling{shift: make([]float64, nf), scale: make([]float64, nf)}
+	sc := &Scaling{Mode: mode, Shift: make([]float64, nf), Scale: make([]float64, nf)}
 	n := float64(st.rows)
 	for j := 0; j < nf; j++ {
 		var a, b float64
@@ -228,14 +252,15 @@ func (st *featureStats) scaling(mode string) *scaling {
 		if b < 1e-12 {
 			b = 1
 		}
-		sc.shift[j], sc.scale[j] = a, b
+		sc.Shift[j], sc.Scale[j] = a, b
 	}
 	return sc
 }
 
-func (sc *scaling) apply(row []float32) {
+// Apply normalizes one row of features in place.
+func (sc *Scaling) Apply(row []float32) {
 	for j := range row {
-		row[j] = float32((float64(row[j]) - sc.shift[j]) / sc.scale[j])
+		row[j] = float32((float64(row[j]) - sc.Shift[j]) / sc.Scale[j])
 	}
 }
 

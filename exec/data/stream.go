@@ -30,7 +30,7 @@ type FileStream struct {
 	f     *os.File
 	lr    lineReader
 	p     *rowParser
-	scale *scaling // nil: no normalization
+	scale *Scaling // nil: no normalization
 	cur   int64    // file row (counting non-blank lines from 0) read next
 	rows  int64    // rows in the file; -1 until the first pass reaches its end
 	label int32
@@ -43,10 +43,28 @@ type FileStream struct {
 // row, to check the column ranges against it, and with normalize the whole
 // file (the statistics of every feature column).
 func OpenStream(spec *dsl.Data) (*FileStream, error) {
-	return openStream(spec, StreamBuffer)
+	return openStream(spec, StreamBuffer, nil)
 }
 
-func openStream(spec *dsl.Data, buffer int) (*FileStream, error) {
+// OpenStreamScaled opens a data file as a stream normalized with given
+// statistics (nil: none) instead of its own: held-out and prediction data
+// use the training rows' statistics.
+func OpenStreamScaled(spec *dsl.Data, norm *Scaling) (*FileStream, error) {
+	if norm == nil {
+		norm = &Scaling{} // none; do not compute the file's own
+	}
+	return openStream(spec, StreamBuffer, norm)
+}
+
+// Scaling is the normalization the stream applies (nil: none).
+func (s *FileStream) Scaling() *Scaling {
+	if s.scale == nil || s.scale.Shift == nil {
+		return nil
+	}
+	return s.scale
+}
+
+func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) {
 	if spec.CSV == "" {
 		return nil, fmt.Errorf("data (%s): stream needs a csv source", spec.Pos)
 	}
@@ -65,7 +83,15 @@ func openStream(spec *dsl.Data, buffer int) (*FileStream, error) {
 		f.Close()
 		return nil, err
 	}
-	if spec.Normalize != "" && spec.Normalize != "none" && s.p.nf > 0 {
+	if norm != nil {
+		if norm.Shift != nil {
+			if err := norm.fits(s.p.nf); err != nil {
+				f.Close()
+				return nil, err
+			}
+			s.scale = norm
+		}
+	} else if spec.Normalize != "" && spec.Normalize != "none" && s.p.nf > 0 {
 		st := newFeatureStats(s.p.nf)
 		if _, err := s.pass(func() { st.add(s.row) }); err != nil {
 			f.Close()
@@ -264,7 +290,7 @@ func (s *FileStream) Fill(start int64, features, labels, ids *tensor.Tensor) err
 			return err
 		}
 		if s.scale != nil {
-			s.scale.apply(feat)
+			s.scale.Apply(feat)
 		}
 	}
 	return nil
@@ -302,7 +328,7 @@ func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) 
 				break
 			}
 			if s.scale != nil {
-				s.scale.apply(feat)
+				s.scale.Apply(feat)
 			}
 		}
 		if n > 0 {
@@ -320,11 +346,20 @@ func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) 
 // the number of rows: what `psgraph check` reports for a streamed file,
 // without loading it.
 func Count(spec *dsl.Data) (int64, error) {
-	s, err := openStream(spec, StreamBuffer)
+	s, err := openStream(spec, StreamBuffer, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer s.Close()
+	if s.rows >= 0 {
+		return s.rows, nil
+	}
+	return s.pass(func() {})
+}
+
+// CountRows is the number of rows in the file, reading it once if the
+// stream has not yet reached its end.
+func (s *FileStream) CountRows() (int64, error) {
 	if s.rows >= 0 {
 		return s.rows, nil
 	}

@@ -34,7 +34,8 @@ type Run struct {
 	Values map[string][]float64
 }
 
-// ReadRun reads a --metrics JSONL file ({"step","role","loss",<metrics>,"steps_per_s"} per line).
+// ReadRun reads a --metrics JSONL file ({"step","role","loss",<metrics>,"steps_per_s"}
+// per line, and {"step","role","eval_loss",<eval_metrics>} at each held-out evaluation).
 func ReadRun(path string) (*Run, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -65,18 +66,22 @@ func ReadRun(path string) (*Run, error) {
 		if s, ok := obj["role"].(string); ok {
 			role = s
 		}
-		if r.Names == nil {
-			for _, k := range keys {
-				if k == "step" || k == "role" || k == "steps_per_s" {
-					continue
-				}
-				if _, ok := number(obj[k]); ok {
-					r.Names = append(r.Names, k)
+		// A name first seen on a later line (eval_* lines come at
+		// train.eval_every) gets NaN, no point, at the steps before.
+		for _, k := range keys {
+			if k == "step" || k == "role" || k == "steps_per_s" || r.Values[k] != nil {
+				continue
+			}
+			if _, ok := number(obj[k]); ok {
+				r.Names = append(r.Names, k)
+				r.Values[k] = make([]float64, len(r.Steps), len(r.Steps)+1)
+				for i := range r.Values[k] {
+					r.Values[k][i] = math.NaN()
 				}
 			}
-			if len(r.Names) == 0 {
-				return nil, fmt.Errorf("%s:%d: the line holds no loss or metric values", path, line)
-			}
+		}
+		if len(r.Names) == 0 {
+			return nil, fmt.Errorf("%s:%d: the line holds no loss or metric values", path, line)
 		}
 		r.Steps = append(r.Steps, step)
 		for _, n := range r.Names {

@@ -3,6 +3,7 @@ package viz_test
 import (
 	"bytes"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -92,3 +93,33 @@ func TestReadRunErrors(t *testing.T) {
 
 func itoa(i int) string     { return strconv.Itoa(i) }
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// The eval_* lines of train.eval_every become their own quantities: a
+// value at each evaluated step, NaN (no point) at the others, and the
+// train lines' loss NaN at an evaluation-only step.
+func TestReadRunEvalLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "run.jsonl")
+	lines := `{"step":10,"role":"local","loss":1.5,"acc":0.5,"steps_per_s":100}
+{"step":20,"role":"local","loss":1.0,"acc":0.7,"steps_per_s":100}
+{"step":20,"role":"local","eval_loss":1.2,"eval_acc":0.6}
+{"step":30,"role":"local","loss":0.8,"acc":0.8,"steps_per_s":100}
+`
+	if err := os.WriteFile(p, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := viz.ReadRun(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(r.Names, ",") != "loss,acc,eval_loss,eval_acc" || len(r.Steps) != 4 {
+		t.Fatalf("names %v, %d steps", r.Names, len(r.Steps))
+	}
+	ev, loss := r.Values["eval_loss"], r.Values["loss"]
+	if !math.IsNaN(ev[0]) || !math.IsNaN(ev[1]) || ev[2] != 1.2 || !math.IsNaN(ev[3]) || !math.IsNaN(loss[2]) || loss[3] != 0.8 {
+		t.Fatalf("eval_loss %v, loss %v", ev, loss)
+	}
+	var svg bytes.Buffer
+	if err := viz.Curves([]*viz.Run{r}, "svg", &svg); err != nil || !strings.Contains(svg.String(), "eval_acc") {
+		t.Fatalf("curves: %v", err)
+	}
+}

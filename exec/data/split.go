@@ -1,0 +1,119 @@
+package data
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/psgraph/psgraph/dsl"
+)
+
+// Split is a model's data: the training rows and the held-out rows of
+// data.eval (nil without it), both normalized with Norm, the statistics of
+// the training rows (nil: normalize none).
+type Split struct {
+	Train, Eval *Set
+	Norm        *Scaling
+}
+
+// LoadSplit reads a model's data and its held-out data (data.eval). The
+// normalization statistics are those of the training rows only, unless
+// norm is given (the statistics saved with a model), which then applies to
+// both.
+func LoadSplit(spec *dsl.Data, norm *Scaling) (*Split, error) {
+	all, err := raw(spec)
+	if err != nil {
+		return nil, err
+	}
+	sp := &Split{Train: all}
+	if e := spec.Eval; e != nil && e.Fraction > 0 {
+		held, err := HeldOut(all.Rows, e.Fraction, spec.Seed)
+		if err != nil {
+			return nil, fmt.Errorf("data.eval (%s): %w", e.Pos, err)
+		}
+		sp.Train, sp.Eval = subset(all, held, false), subset(all, held, true)
+	}
+	if norm == nil {
+		norm = stats(sp.Train, spec.Normalize)
+	} else if err := norm.fits(all.NF); err != nil {
+		return nil, err
+	}
+	sp.Norm = norm
+	if e := spec.Eval; e != nil && e.CSV != "" {
+		if sp.Eval, err = raw(WithFile(spec, e.CSV)); err != nil {
+			return nil, err
+		}
+	}
+	normalize(sp.Train, norm)
+	if sp.Eval != nil {
+		normalize(sp.Eval, norm)
+	}
+	return sp, nil
+}
+
+// LoadFile reads a data file with the columns of a model's data section
+// (without its label when spec says none), normalized with norm (nil:
+// none).
+func LoadFile(spec *dsl.Data, path string, norm *Scaling) (*Set, error) {
+	s, err := raw(WithFile(spec, path))
+	if err != nil {
+		return nil, err
+	}
+	if err := norm.fits(s.NF); err != nil {
+		return nil, err
+	}
+	normalize(s, norm)
+	return s, nil
+}
+
+// WithFile is spec reading another file with the same columns, in file
+// order, without held-out rows: evaluation and prediction data.
+func WithFile(spec *dsl.Data, path string) *dsl.Data {
+	c := *spec
+	c.CSV, c.Synthetic, c.Eval, c.Shuffle = path, nil, nil, false
+	return &c
+}
+
+func (sc *Scaling) fits(nf int) error {
+	if sc != nil && len(sc.Shift) != nf {
+		return fmt.Errorf("the saved normalization statistics cover %d feature columns, but the data has %d; the model file and the parameter file do not belong together", len(sc.Shift), nf)
+	}
+	return nil
+}
+
+// HeldOut says which of rows rows data.eval's fraction holds out: round(
+// fraction x rows) of them (at least 1, leaving at least 1 to train on),
+// drawn by seed (PCG(seed, 0xe7a1) permutes the rows; the first ones in
+// the permutation are held out). It depends only on its arguments, so
+// every trainer of a job, and eval afterwards, hold out the same rows.
+func HeldOut(rows int, fraction float64, seed uint64) ([]bool, error) {
+	if rows < 2 {
+		return nil, fmt.Errorf("holding out a fraction of the rows needs at least 2 rows, the data has %d", rows)
+	}
+	k := min(max(int(math.Round(fraction*float64(rows))), 1), rows-1)
+	held := make([]bool, rows)
+	for _, i := range rand.New(rand.NewPCG(seed, 0xe7a1)).Perm(rows)[:k] {
+		held[i] = true
+	}
+	return held, nil
+}
+
+// subset is the rows of s whose held value is want, in file order.
+func subset(s *Set, held []bool, want bool) *Set {
+	out := &Set{NF: s.NF, NI: s.NI, NT: s.NT, spec: s.spec}
+	for r := 0; r < s.Rows; r++ {
+		if held[r] != want {
+			continue
+		}
+		out.Features = append(out.Features, s.Features[r*s.NF:(r+1)*s.NF]...)
+		out.IDs = append(out.IDs, s.IDs[r*s.NI:(r+1)*s.NI]...)
+		if s.Labels != nil {
+			out.Labels = append(out.Labels, s.Labels[r])
+		}
+		if s.Targets != nil {
+			out.Targets = append(out.Targets, s.Targets[r*s.NT:(r+1)*s.NT]...)
+		}
+		out.Rows++
+	}
+	return out
+}

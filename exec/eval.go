@@ -1,0 +1,365 @@
+package exec
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// evaluator computes a model's loss and metrics over one data set with
+// the parameters it shares. Its programs are compiled once, so evaluating
+// every N steps of a run allocates nothing after setup.
+//
+// An in-memory set is evaluated in one batch of all its rows, so every
+// metric (AUC too) is its value over the set. A streamed file is
+// evaluated in chunks: each value is the row-weighted mean over the
+// chunks, which is its value over the file for means over rows (mean,
+// softmax_cross_entropy, accuracy, sigmoid_cross_entropy, mse).
+type evaluator struct {
+	targets     []string
+	set         *data.Set
+	file        *data.FileStream
+	rows        int
+	full, last  *Program // last: the file's shorter last chunk (nil: none)
+	ffull, flst *feeder
+	sums        []float64
+	// Made once, so that a run allocates nothing.
+	ordered *data.Stream
+	rt      *NodeRuntime
+	onChunk func(n int) error
+}
+
+func newEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params Scope, chunk int) (*evaluator, error) {
+	e := &evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
+	e.sums = make([]float64, len(e.targets))
+	e.rt = &NodeRuntime{Ctx: context.Background()}
+	e.onChunk = e.chunk
+	compile := func(batch int) (*Program, *feeder, error) {
+		p, err := Compile(g, CompileOptions{Batch: batch, Targets: e.targets, Shared: params, Workers: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, newFeeder(g, p.Scope), nil
+	}
+	var err error
+	if set != nil {
+		e.rows, e.ordered = set.Rows, data.NewOrderedStream(set)
+		e.full, e.ffull, err = compile(set.Rows)
+		return e, err
+	}
+	n, err := file.CountRows()
+	if err != nil {
+		return nil, err
+	}
+	e.rows = int(n)
+	chunk = min(chunk, e.rows)
+	if e.full, e.ffull, err = compile(chunk); err != nil {
+		return nil, err
+	}
+	if r := e.rows % chunk; r > 0 {
+		if e.last, e.flst, err = compile(r); err != nil {
+			e.full.Close()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *evaluator) Close() {
+	e.full.Close()
+	if e.last != nil {
+		e.last.Close()
+	}
+}
+
+// run evaluates the set with the current values of the shared parameters:
+// out[0] the loss, then the metrics in model order. It allocates nothing.
+func (e *evaluator) run(ctx context.Context) ([]float64, error) {
+	e.rt.Ctx = ctx
+	if e.set != nil {
+		if err := e.ffull.fill(e.ordered, 0); err != nil {
+			return nil, err
+		}
+		if err := e.full.Run(e.rt); err != nil {
+			return nil, err
+		}
+		for i, name := range e.targets {
+			e.sums[i] = float64(e.full.Scope[name].F[0])
+		}
+		return e.sums, nil
+	}
+	clear(e.sums)
+	f := e.ffull
+	if err := e.file.Epoch(f.features, f.labels, f.ids, e.onChunk); err != nil {
+		return nil, err
+	}
+	for i := range e.sums {
+		e.sums[i] /= float64(e.rows)
+	}
+	return e.sums, nil
+}
+
+// chunk evaluates one chunk of a streamed file, n rows in the full
+// program's tensors, and adds its row-weighted values to the sums.
+func (e *evaluator) chunk(n int) error {
+	if err := e.rt.Ctx.Err(); err != nil {
+		return err
+	}
+	p, f := e.full, e.ffull
+	if n < e.full.batch() {
+		if e.last == nil || n != e.last.batch() {
+			return errFileChanged
+		}
+		lf := e.flst
+		copyPrefix(lf.features, f.features)
+		copyPrefix(lf.labels, f.labels)
+		copyPrefix(lf.ids, f.ids)
+		p = e.last
+	}
+	if err := p.Run(e.rt); err != nil {
+		return err
+	}
+	for i, name := range e.targets {
+		e.sums[i] += float64(n) * float64(p.Scope[name].F[0])
+	}
+	return nil
+}
+
+var errFileChanged = fmt.Errorf("the data file changed while it was read; do not write a data file during a run")
+
+// copyPrefix copies the first rows of a chunk's tensor into a smaller
+// one (row-major: the first n rows are a prefix); dst nil: nothing.
+func copyPrefix(dst, src *tensor.Tensor) {
+	if dst != nil {
+		copy(dst.F, src.F)
+		copy(dst.I, src.I)
+	}
+}
+
+// batch is the batch size the program was compiled at.
+func (p *Program) batch() int {
+	if p.Graph.Data != nil {
+		for _, c := range []*dsl.Column{p.Graph.Data.Features, p.Graph.Data.Label, p.Graph.Data.IDs} {
+			if c != nil {
+				if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
+					return t.Shape[0]
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// heldOut is a run's held-out data: an in-memory set or a streamed file.
+type heldOut struct {
+	set  *data.Set
+	file *data.FileStream
+}
+
+// openHeldOut opens the held-out file of a streamed model (data.eval.csv),
+// normalized with the training file's statistics.
+func openHeldOut(g *dsl.Graph, norm *data.Scaling) (*data.FileStream, error) {
+	return data.OpenStreamScaled(data.WithFile(g.Data, g.Data.Eval.CSV), norm)
+}
+
+// Normalization statistics travel with a model's parameters in the
+// safetensors metadata: normalize (the mode), normalize_shift and
+// normalize_scale (JSON arrays, one number per feature column, exact to
+// the bit: float64 written with the shortest round-trip form).
+const (
+	metaNormalize = "normalize"
+	metaShift     = "normalize_shift"
+	metaScale     = "normalize_scale"
+)
+
+func normMeta(meta map[string]string, sc *data.Scaling) {
+	if sc == nil {
+		return
+	}
+	list := func(xs []float64) string {
+		parts := make([]string, len(xs))
+		for i, x := range xs {
+			parts[i] = strconv.FormatFloat(x, 'g', -1, 64)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	meta[metaNormalize], meta[metaShift], meta[metaScale] = sc.Mode, list(sc.Shift), list(sc.Scale)
+}
+
+// NormFromMeta reads the normalization statistics saved with a model (nil
+// when the file has none).
+func NormFromMeta(file string, meta map[string]string) (*data.Scaling, error) {
+	mode, ok := meta[metaNormalize]
+	if !ok {
+		return nil, nil
+	}
+	sc := &data.Scaling{Mode: mode}
+	if json.Unmarshal([]byte(meta[metaShift]), &sc.Shift) != nil || json.Unmarshal([]byte(meta[metaScale]), &sc.Scale) != nil || len(sc.Shift) != len(sc.Scale) {
+		return nil, fmt.Errorf("%s: the normalization statistics in the file's metadata are malformed; save the model again", file)
+	}
+	return sc, nil
+}
+
+// SaveModel writes the named tensors of a scope and the normalization
+// statistics of the training data (nil: none) to a safetensors file.
+func SaveModel(path, model string, names []string, s Scope, norm *data.Scaling) error {
+	out := map[string]*tensor.Tensor{}
+	for _, name := range names {
+		if t, ok := s[name]; ok {
+			out[name] = t
+		}
+	}
+	meta := map[string]string{"model": model, "format": "pt"}
+	normMeta(meta, norm)
+	return SaveSafetensors(path, out, meta)
+}
+
+// LoadModel reads a model's parameters from a safetensors file, checking
+// that each parameter is there with the model's shape, and the
+// normalization statistics saved with them. A file without statistics
+// (written by a pserver checkpoint, or before psgraph saved them) gets
+// those of the model's training data, computed again, and a warning.
+func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (Scope, *data.Scaling, error) {
+	ts, meta, err := LoadSafetensors(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	types, err := g.Infer(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	params := Scope{}
+	for _, name := range g.Params() {
+		t, ok := ts[name]
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: parameter %q of %s is missing from the file; give the file psgraph saved for this model (--save)", file, name, g.File)
+		}
+		ty := types[name]
+		if !t.Shape.Equal(ty.Shape) || t.DType != ty.DType {
+			return nil, nil, fmt.Errorf("%s: %q is %s%v in the file but %s%v in %s; the file belongs to another model", file, name, t.DType, t.Shape, ty.DType, ty.Shape, g.File)
+		}
+		params[name] = t
+	}
+	norm, err := NormFromMeta(file, meta)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d := g.Data; norm == nil && d != nil && d.Normalize != "none" && d.Features != nil {
+		log.Warn().Str("file", file).Msg("the file has no normalization statistics; using those of the model's training data, computed again")
+		if d.Stream {
+			f, err := data.OpenStream(d)
+			if err != nil {
+				return nil, nil, err
+			}
+			norm = f.Scaling()
+			f.Close()
+		} else {
+			sp, err := data.LoadSplit(d, nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			norm = sp.Norm
+		}
+	}
+	return params, norm, nil
+}
+
+// EvalOptions configures EvalModel.
+type EvalOptions struct {
+	InitFrom string // the parameters (required)
+	Data     string // a data file with the model's columns; "": data.eval, or the model's data
+	Log      zerolog.Logger
+}
+
+// EvalResult is the loss and metrics of a saved model over a data set,
+// printed as JSON.
+type EvalResult struct {
+	Data    string // the file, or "held-out" for data.eval's fraction
+	Rows    int
+	Loss    float64
+	Metrics map[string]float64
+	order   []string
+}
+
+// MarshalJSON writes data, rows and loss, then the metrics in model order.
+func (r *EvalResult) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	d, _ := json.Marshal(r.Data)
+	fmt.Fprintf(&b, `{"data":%s,"rows":%d,"loss":%s`, d, r.Rows, jsonNum(r.Loss))
+	for _, m := range r.order {
+		k, _ := json.Marshal(m)
+		fmt.Fprintf(&b, ",%s:%s", k, jsonNum(r.Metrics[m]))
+	}
+	b.WriteString("}")
+	return []byte(b.String()), nil
+}
+
+// EvalModel computes the loss and metrics of a model's saved parameters
+// over a data set, with the normalization statistics saved with them:
+// --data FILE, else the model's held-out data (data.eval), else its data.
+func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult, error) {
+	if g.Train == nil || g.Data == nil {
+		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "eval needs the model's data and train sections (train.loss and train.metrics are what it computes)")
+	}
+	if g.Data.Label == nil {
+		return nil, dsl.Errorf(g.Data.Pos, "eval needs labels: data has no label column; use psgraph predict to compute outputs without labels")
+	}
+	params, norm, err := LoadModel(g, opt.InitFrom, opt.Log)
+	if err != nil {
+		return nil, err
+	}
+	d := g.Data
+	res := &EvalResult{Metrics: map[string]float64{}, order: g.Train.Metrics}
+	var set *data.Set
+	var file *data.FileStream
+	path := opt.Data
+	if path == "" && d.Eval != nil {
+		path = d.Eval.CSV
+	}
+	if path == "" && d.Synthetic == nil && (d.Eval == nil || d.Stream) {
+		path = d.CSV
+	}
+	switch {
+	case path != "" && d.Stream:
+		if file, err = data.OpenStreamScaled(data.WithFile(d, path), norm); err != nil {
+			return nil, err
+		}
+		defer file.Close()
+	case path != "":
+		if set, err = data.LoadFile(d, path, norm); err != nil {
+			return nil, err
+		}
+	default: // data.eval's fraction, or synthetic data
+		sp, err := data.LoadSplit(d, norm)
+		if err != nil {
+			return nil, err
+		}
+		set, path = sp.Train, "synthetic"
+		if sp.Eval != nil {
+			set, path = sp.Eval, "held-out"
+		}
+	}
+	res.Data = path
+	ev, err := newEvaluator(g, set, file, params, EvalChunk)
+	if err != nil {
+		return nil, err
+	}
+	defer ev.Close()
+	vals, err := ev.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Rows, res.Loss = ev.rows, vals[0]
+	for i, m := range g.Train.Metrics {
+		res.Metrics[m] = vals[i+1]
+	}
+	return res, nil
+}

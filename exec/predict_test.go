@@ -1,0 +1,122 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// TestPredictDefaultOutputs: a sigmoid_cross_entropy model's default
+// output is prob, sigmoid(x W + b); an mse model's is its prediction,
+// x W + b, with x normalized by the mean and std of the data, computed by
+// hand. The mse model's parameter file has no statistics (as an older
+// psgraph wrote it): predict says so and computes them again.
+func TestPredictDefaultOutputs(t *testing.T) {
+	dir := t.TempDir()
+	var csv strings.Builder
+	var rows [][3]float64
+	for i := 0; i < 50; i++ {
+		a, b := float64(i%7)-3, float64(i%5)*0.5
+		y := 0.0
+		if a+b > 0 {
+			y = 1
+		}
+		rows = append(rows, [3]float64{a, b, y})
+		fmt.Fprintf(&csv, "%g,%g,%g\n", a, b, y)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "d.csv"), []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := func(name, normalize, loss, out string) string {
+		y := fmt.Sprintf(`psgraph: 1
+data:
+  csv: d.csv
+  features: {name: xt, columns: [0, 3]}
+  normalize: %s
+params:
+  W: {shape: [2, 1], init: {type: normal, std: 0.5, seed: 3}}
+  b: {shape: [1]}
+ops:
+  - {type: slice_rows, inputs: [xt], outputs: [x], attrs: {start: 0, end: 2, axis: 1}}
+  - {type: slice_rows, inputs: [xt], outputs: [t], attrs: {start: 2, end: 3, axis: 1}}
+  - {type: matmul, inputs: [x, W], outputs: [z]}
+  - {type: add, inputs: [z, b], outputs: [%s]}
+  - {type: %s, inputs: [%s, t], outputs: [loss]}
+train: {loss: loss, batch: 10, steps: 20, optimizer: {type: sgd, lr: 0.1}}
+`, normalize, out, loss, out)
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, c := range []struct {
+		loss, out, normalize, column string
+		f                            func(float64) float64
+	}{
+		{"sigmoid_cross_entropy", "logits", "none", "prob", func(z float64) float64 { return 1 / (1 + math.Exp(-z)) }},
+		{"mse", "yhat", "standard", "yhat", func(z float64) float64 { return z }},
+	} {
+		g := load(t, model(c.out, c.normalize, c.loss, c.out))
+		save := filepath.Join(dir, c.out+".safetensors")
+		if _, err := Train(context.Background(), g, RunOptions{Role: "local", Save: save, Log: zerolog.Nop()}); err != nil {
+			t.Fatal(err)
+		}
+		p, _, err := LoadSafetensors(save)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mean, std := []float64{0, 0, 0}, []float64{1, 1, 1}
+		var log bytes.Buffer
+		if c.normalize == "standard" {
+			if err := SaveSafetensors(save, p, nil); err != nil { // no statistics
+				t.Fatal(err)
+			}
+			for j := range 3 {
+				mean[j], std[j] = 0, 0
+				for _, r := range rows {
+					mean[j] += r[j] / float64(len(rows))
+				}
+				for _, r := range rows {
+					std[j] += (r[j] - mean[j]) * (r[j] - mean[j]) / float64(len(rows))
+				}
+				std[j] = math.Sqrt(std[j])
+			}
+		}
+		out := filepath.Join(dir, c.out+".csv")
+		res, err := Predict(context.Background(), g, PredictOptions{InitFrom: save, Data: filepath.Join(dir, "d.csv"), Out: out, Log: zerolog.New(&log)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warned := strings.Contains(log.String(), "no normalization statistics"); warned != (c.normalize == "standard") {
+			t.Errorf("%s: warned about missing statistics: %v; log %q", c.loss, warned, log.String())
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+		if lines[0] != c.column || len(res.Columns) != 1 || res.Rows != len(rows) || len(lines) != len(rows)+1 {
+			t.Fatalf("%s: header %q, %d lines, result %+v; want column %q and %d rows", c.loss, lines[0], len(lines), res, c.column, len(rows))
+		}
+		W, b := p["W"].F, p["b"].F
+		for i, r := range rows {
+			z := float64(b[0])
+			for j := range 2 {
+				z += float64(float32((r[j]-mean[j])/std[j])) * float64(W[j])
+			}
+			got, _ := strconv.ParseFloat(lines[i+1], 64)
+			if want := c.f(z); math.Abs(got-want) > 1e-5*math.Max(1, math.Abs(want)) {
+				t.Fatalf("%s row %d: %s %v, by hand %v", c.loss, i, c.column, got, want)
+			}
+		}
+	}
+}
