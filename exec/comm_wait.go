@@ -37,6 +37,12 @@ func (c *NetComm) awaitPeer(ctx context.Context, who transport.NodeID, step int6
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// The peer stopped the job and said why (its abort frame can
+		// arrive just after its data stream closed): that is the reason.
+		var ab *transport.Aborted
+		if errors.As(err, &ab) {
+			return err
+		}
 		at := ""
 		if step >= 0 {
 			at = fmt.Sprintf(" at step %d", step)

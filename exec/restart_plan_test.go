@@ -1,10 +1,14 @@
 package exec
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/transport"
 )
@@ -119,5 +123,25 @@ func TestResumeConflict(t *testing.T) {
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), "pserver-1 restarted at step 10") || !strings.Contains(err.Error(), "--checkpoint-dir")):
 			t.Errorf("%+v at %d: %v, want one saying %q, the pserver and the way out", c.pos, c.s, err, c.err)
 		}
+	}
+}
+
+// A trainer that stopped the job is not "lost": when its abort frame
+// arrives just after its data stream closed, the pserver waiting for it
+// reports the trainer's reason, not a timeout (TestBadBatchStopsTheJob
+// hit this under load).
+func TestAwaitPeerReportsTheAbortReason(t *testing.T) {
+	t0, p0 := transport.Trainer(0), transport.PServer(0)
+	hub := transport.NewHub(nil, t0, p0)
+	ctx := context.Background()
+	if err := hub.Endpoint(t0).Abort(ctx, p0, "bad.csv:200: column 2: \"oops\" is not a number"); err != nil {
+		t.Fatal(err)
+	}
+	hub.Endpoint(t0).Close()
+	c := NewNetComm(hub.Endpoint(p0), 1, false, []transport.NodeID{t0})
+	c.TrainerTimeout, c.Log = time.Minute, zerolog.Nop()
+	err := c.awaitPeer(ctx, t0, 1, fmt.Errorf("%s: connection lost", t0))
+	if err == nil || !strings.Contains(err.Error(), "bad.csv:200") || strings.Contains(err.Error(), "did not come back") {
+		t.Fatalf("awaitPeer: %v, want the trainer's reason", err)
 	}
 }
