@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -385,5 +387,32 @@ func TestStepsZeroIsRefused(t *testing.T) {
 		if _, err := os.Stat(save); err == nil {
 			t.Errorf("psgraph %v wrote %s", args, save)
 		}
+	}
+}
+
+// Each progress line says the step, the run's total, the percentage done,
+// the rate and the time left.
+func TestProgressFields(t *testing.T) {
+	r := psgraph(t, "run", "--role", "local", "examples/iris.yaml", "--steps", "100", "--log-every", "50", "--log-format", "json")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["message"] != "train" {
+			continue
+		}
+		eta, err := time.ParseDuration(fmt.Sprint(m["eta"]))
+		if err != nil || eta < 0 {
+			t.Errorf("eta %v in %s", m["eta"], line)
+		}
+		if sps, ok := m["steps_per_s"].(float64); !ok || sps <= 0 {
+			t.Errorf("no rate in %s", line)
+		}
+		got = append(got, fmt.Sprintf("%v/%v %v%%", m["step"], m["of"], m["pct"]))
+	}
+	if want := []string{"1/100 1%", "50/100 50%", "100/100 100%"}; !slices.Equal(got, want) {
+		t.Errorf("progress %q, want %q", got, want)
 	}
 }

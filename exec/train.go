@@ -318,7 +318,11 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 			for _, m := range g.Train.Metrics {
 				ev = ev.Float64(m, float64(prog.Scope[m].F[0]))
 			}
-			ev.Float64("steps_per_s", math.Round(sps)).Msg("train")
+			// Progress: of the run's steps, done, and the time left at the
+			// run's rate so far.
+			eta := time.Duration(float64(now.Sub(start)) / float64(k+1-first) * float64(steps-k-1))
+			ev.Float64("steps_per_s", math.Round(sps)).Int("of", steps).Int("pct", 100*(k+1)/steps).
+				Str("eta", eta.Round(time.Second).String()).Msg("train")
 			if metricsOut != nil {
 				writeMetrics(metricsOut, k+1, g, prog.Scope, sps, opt.Role)
 			}
