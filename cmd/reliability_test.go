@@ -157,8 +157,8 @@ func TestTrainResumesFromCheckpointDir(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("resumed: exit %d\n%s", r.code, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "resuming from the checkpoints of step 100") {
-		t.Errorf("the rerun does not say it resumes at step 100:\n%s", r.stderr)
+	if !strings.Contains(r.stderr, "resuming from the checkpoints of step 120") {
+		t.Errorf("the rerun does not say it resumes at step 120 (the first part's last checkpoint):\n%s", r.stderr)
 	}
 	a, b := readTensors(t, whole), readTensors(t, resumed)
 	for name, x := range a {
