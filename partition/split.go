@@ -94,6 +94,9 @@ func Split(g *dsl.Graph, opt Options) (*Plan, error) {
 			return nil, err
 		}
 	}
+	if c := g.Train.Clip; c != nil && c.Norm > 0 {
+		return nil, dsl.Errorf(c.Pos, "train.clip.norm cannot be split yet: the global norm spans the gradients of every parameter, which live on different pservers, and split has no transfer between pservers to add up their partial sums; clip by value (train.clip: {value: V}) or train locally")
+	}
 	s := &splitter{g: g, opt: opt, groups: map[string]*group{}}
 	steps := []func() error{s.collectGroups, s.checkEdges, s.applyPlaces, s.cutBlocks}
 	for _, f := range steps {
