@@ -291,10 +291,10 @@ func (g *Graph) ExpandOptimizer() error {
 			bind["$grad"] = decayed
 		}
 		placeholders := make([]string, 0, len(bind))
+		if _, ok := bind["$step"]; !ok {
+			placeholders = append(placeholders, "$step")
+		}
 		for k := range bind {
-			if k == "$step" && !o.Tmpl.usesStep() {
-				continue
-			}
 			placeholders = append(placeholders, k)
 		}
 		sort.Strings(placeholders)

@@ -120,6 +120,9 @@ func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
 			}
 			if key == "lr" && v.Kind == yaml.MappingNode {
 				t.schedule, t.Hyper["lr"] = d.schedule(v, math.NaN())
+				if math.IsNaN(t.Hyper["lr"]) {
+					t.Hyper["lr"] = 1 // reported: the schedule needs value
+				}
 				return
 			}
 			if v.Kind != yaml.ScalarNode || v.Tag == "!!str" || v.Tag == "!!null" {

@@ -399,3 +399,29 @@ func TestLocalSummaryHasNoTraffic(t *testing.T) {
 		t.Fatalf("local summary %s: want zero traffic", js)
 	}
 }
+
+// A 2x2 sync job (and a 2x3 one with row blocks) with a learning-rate
+// schedule, weight decay, AdamW or clipping by value computes what local
+// training with batch 2x computes: the step op, the schedule and the clip
+// run on the pservers with the optimizer, on the trainers' mean gradient.
+func TestSyncScheduleClipEqualsLocalInmem(t *testing.T) {
+	for _, model := range []string{"adam-warmup-cosine", "sgd-cosine", "momentum-step", "adagrad-exponential", "sgd-clip-value", "adamw", "momentum-wd"} {
+		for _, c := range []struct{ n, m, minBlock int }{{2, 2, 0}, {2, 3, 20}} {
+			t.Run(fmt.Sprintf("%s/%dx%d/block%d", model, c.n, c.m, c.minBlock), func(t *testing.T) {
+				dir := t.TempDir()
+				g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-"+model+".yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				init := filepath.Join("..", "testdata", "optim", "init.safetensors")
+				local := filepath.Join(dir, "local.safetensors")
+				if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 40, Batch: 10 * c.n, InitFrom: init, Save: local, Log: zerolog.Nop()}); err != nil {
+					t.Fatal(err)
+				}
+				dist := filepath.Join(dir, "dist.safetensors")
+				runInmemJob(t, g, c.n, c.m, false, RunOptions{Steps: 40, Batch: 10, InitFrom: init, Save: dist, Log: zerolog.Nop()}, c.minBlock)
+				compareParams(t, local, dist, 1e-4)
+			})
+		}
+	}
+}

@@ -136,6 +136,22 @@ func TestUserDefinedMomentumEqualsBuiltin(t *testing.T) {
 	}
 }
 
+// A warmup written by hand with $step in a user-defined optimizer is the
+// built-in sgd with lr: {schedule: constant, warmup: 10}, bit for bit (and
+// that one matches torch's LinearLR: TestSchedulesMatchTorch).
+func TestStepInTemplateEqualsScheduleSugar(t *testing.T) {
+	opt := RunOptions{Role: "local", InitFrom: "../testdata/optim/init.safetensors"}
+	_, custom := train(t, "../testdata/optim/mlp-custom-warmup.yaml", opt)
+	_, sugar := train(t, "../testdata/optim/mlp-sgd-warmup.yaml", opt)
+	for p, b := range sugar {
+		for i := range b.F {
+			if custom[p].F[i] != b.F[i] {
+				t.Fatalf("%s[%d]: by hand %v, schedule %v", p, i, custom[p].F[i], b.F[i])
+			}
+		}
+	}
+}
+
 func TestDigitsReachesAccuracy(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "digits.safetensors")
 	sum, params := train(t, "../examples/digits-mlp.yaml", RunOptions{Role: "local", Save: save})
