@@ -101,11 +101,17 @@ func Marshal(g *Graph) ([]byte, error) {
 					fmt.Fprintf(&b, ", lr: {value: %s, schedule: %s", formatFloat(o.Hyper[k]), sc.Kind)
 					for _, f := range []struct {
 						key string
-						v   float64
-					}{{"warmup", float64(sc.Warmup)}, {"steps", float64(sc.Steps)}, {"min_lr", sc.MinLR}, {"gamma", sc.Gamma}, {"every", float64(sc.Every)}} {
+						v   int
+					}{{"warmup", sc.Warmup}, {"steps", sc.Steps}, {"every", sc.Every}} {
 						if f.v != 0 {
-							fmt.Fprintf(&b, ", %s: %s", f.key, formatFloat(f.v))
+							fmt.Fprintf(&b, ", %s: %d", f.key, f.v)
 						}
+					}
+					if sc.MinLR != 0 {
+						fmt.Fprintf(&b, ", min_lr: %s", formatFloat(sc.MinLR))
+					}
+					if sc.Gamma != 0 {
+						fmt.Fprintf(&b, ", gamma: %s", formatFloat(sc.Gamma))
 					}
 					b.WriteString("}")
 					continue

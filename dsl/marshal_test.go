@@ -110,7 +110,7 @@ func TestMarshalUnexpandedScheduleAndClip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"clip: {value: 2, norm: 3}", "lr: {value: 0.01, schedule: cosine, warmup: 10, steps: 40, min_lr: 0.001}", "weight_decay: 0.1"} {
+	for _, want := range []string{"clip: {value: 2.0, norm: 3.0}", "lr: {value: 0.01, schedule: cosine, warmup: 10, steps: 40, min_lr: 0.001}", "weight_decay: 0.1"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("%q not written:\n%s", want, out)
 		}
