@@ -23,7 +23,8 @@ type CompileOptions struct {
 	// Batch is the batch size the data variables take.
 	Batch int
 	// Targets, when set, keeps only the ops needed to compute these
-	// variables (e.g. loss and metrics for evaluation) and no assigns.
+	// variables (e.g. loss and metrics for evaluation) and no assigns. Such
+	// a program evaluates or predicts: dropout is the identity in it.
 	Targets []string
 	// Shared binds variables to existing tensors (e.g. the parameters of a
 	// training program reused by an evaluation program). With Targets, a
@@ -141,7 +142,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			continue
 		}
 		op := g.Ops[i]
-		args := kernels.Args{Attrs: op.Attrs}
+		args := kernels.Args{Attrs: op.Attrs, Inference: opt.Targets != nil}
 		for _, in := range op.Inputs {
 			args.In = append(args.In, tensorOf(in))
 		}

@@ -87,6 +87,8 @@ var gradCases = []gradCase{
 	// clip: the negative values pass, the positive ones are clipped, all 0.05 away from a bound
 	{op: "clip", in: []in{away(0.35, 0.75, 3, 4)}, attrs: "{min: -0.8, max: 0.3}"},
 	{op: "clip", in: []in{f32(-1, 1, 3, 4)}, attrs: "{min: -2}"},
+	// dropout: the mask of the step (the same in every run of the check) is fixed, so y is linear in x
+	{op: "dropout", in: []in{std(4, 5)}, attrs: "{rate: 0.3, seed: 7}"},
 	{op: "min", in: []in{std(2, 3), std(2, 3)}},
 	{op: "min", in: []in{std(2, 3), std()}},
 	{op: "max", in: []in{std(2, 3), std(2, 3)}},
