@@ -135,13 +135,39 @@ func scheduleOps(sc *Schedule, lr float64, steps int, p, s, out string, mark fun
 	return list, nil
 }
 
+// ClipFactor is the variable holding train.clip.norm's factor, min(1,
+// norm / (||g|| + 1e-6)), which every parameter's gradient is multiplied by.
+const ClipFactor = "clip@factor"
+
+// ClipNormOps returns the ops computing ClipFactor from the partial sums
+// of squares named parts: their sum is ||g||². Optimizer expansion adds
+// them with one part per parameter; split puts them on the trainers with
+// one part per pserver.
+func ClipNormOps(norm float64, parts []string, pos Pos) []*Op {
+	var list []*Op
+	total := parts[0]
+	for i, x := range parts[1:] {
+		next := "clip@sumsq." + strconv.Itoa(i+1)
+		list = append(list, NewOp("add", []string{total, x}, []string{next}, nil, Backward, pos))
+		total = next
+	}
+	// factor = min(1, norm / (sqrt(total) + 1e-6)), as clip_grad_norm_
+	return append(list,
+		NewOp("sqrt", []string{total}, []string{"clip@norm"}, nil, Backward, pos),
+		NewOp("scale", []string{"clip@norm"}, []string{"clip@norm.eps"}, ops.Attrs{"bias": 1e-6}, Backward, pos),
+		NewOp("fill", nil, []string{"clip@max_norm"}, ops.Attrs{"value": norm, "shape": []int{}}, Backward, pos),
+		NewOp("div", []string{"clip@max_norm", "clip@norm.eps"}, []string{"clip@ratio"}, nil, Backward, pos),
+		NewOp("clip", []string{"clip@ratio"}, []string{ClipFactor}, ops.Attrs{"max": 1.0}, Backward, pos))
+}
+
 // clipGradients adds train.clip's ops and returns, per parameter, the name
 // of its clipped gradient. Clipping by value is element-wise, part of each
 // parameter's update (section optimize: on a pserver it runs on the
 // trainers' mean gradient, as a local run clips its batch's). Clipping by
-// the global norm reads every parameter's gradient at once, so its ops are
-// in no parameter's update (section backward) and a split job refuses it
-// (partition.Split).
+// the global norm has a part in each parameter's update (its sum of
+// squares, and the multiplication by ClipFactor) and ops that read every
+// parameter's part (ClipNormOps, section backward, in no update); split
+// moves those to the trainers and exchanges one partial sum per pserver.
 func (g *Graph) clipGradients(prod map[string]int, sparse map[string]bool) (map[string]string, error) {
 	c := g.Train.Clip
 	if c == nil {
@@ -161,29 +187,18 @@ func (g *Graph) clipGradients(prod map[string]int, sparse map[string]bool) (map[
 			if sparse[p] {
 				return nil, Errorf(c.Pos, "train.clip.norm is not supported yet for a lookup table's row gradient (%s); clip by value instead", p)
 			}
-			g2 := p + "@$clip.g2"
 			ss := p + "@$clip.sumsq"
-			g.Ops = append(g.Ops,
-				NewOp("mul", []string{out[p], out[p]}, []string{g2}, nil, Backward, c.Pos),
-				NewOp("sum", []string{g2}, []string{ss}, nil, Backward, c.Pos))
+			op := NewOp("sum_squares", []string{out[p]}, []string{ss}, nil, Optimize, c.Pos)
+			op.Param, op.Place = p, g.Vars[p].Place
+			g.Ops = append(g.Ops, op)
 			sq = append(sq, ss)
 		}
-		total := sq[0]
-		for i, x := range sq[1:] {
-			next := "clip@sumsq." + strconv.Itoa(i+1)
-			g.Ops = append(g.Ops, NewOp("add", []string{total, x}, []string{next}, nil, Backward, c.Pos))
-			total = next
-		}
-		// factor = min(1, norm / (sqrt(total) + 1e-6)), as clip_grad_norm_
-		g.Ops = append(g.Ops,
-			NewOp("sqrt", []string{total}, []string{"clip@norm"}, nil, Backward, c.Pos),
-			NewOp("scale", []string{"clip@norm"}, []string{"clip@norm.eps"}, ops.Attrs{"bias": 1e-6}, Backward, c.Pos),
-			NewOp("fill", nil, []string{"clip@max_norm"}, ops.Attrs{"value": c.Norm, "shape": []int{}}, Backward, c.Pos),
-			NewOp("div", []string{"clip@max_norm", "clip@norm.eps"}, []string{"clip@ratio"}, nil, Backward, c.Pos),
-			NewOp("clip", []string{"clip@ratio"}, []string{"clip@factor"}, ops.Attrs{"max": 1.0}, Backward, c.Pos))
+		g.Ops = append(g.Ops, ClipNormOps(c.Norm, sq, c.Pos)...)
 		for _, p := range params {
 			name := p + "@$grad.norm_clipped"
-			g.Ops = append(g.Ops, NewOp("mul", []string{out[p], "clip@factor"}, []string{name}, nil, Backward, c.Pos))
+			op := NewOp("mul", []string{out[p], ClipFactor}, []string{name}, nil, Optimize, c.Pos)
+			op.Param, op.Place = p, g.Vars[p].Place
+			g.Ops = append(g.Ops, op)
 			out[p] = name
 		}
 	}

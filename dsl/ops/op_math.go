@@ -7,7 +7,8 @@ import (
 )
 
 // Element-wise math for schedules and clipping (cos, sin, exp, log, floor,
-// clip, min, max, less, greater) and the training step as a value (step).
+// clip, min, max, less, greater), sum_squares for clipping by norm and the
+// training step as a value (step).
 
 func init() {
 	register(
@@ -67,6 +68,20 @@ func init() {
 			ElementWise: true,
 		})
 	}
+	register(&Def{
+		Name: "sum_squares", Doc: "y = the sum of x², a scalar (over a row block: the block's part of the whole's)",
+		Inputs: []string{"x"}, Outputs: []string{"y"},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if in[0].DType != ir.F32 {
+				return nil, Errorf("input must be float32, got %v", in[0])
+			}
+			return []Type{F32()}, nil
+		},
+		Grad: func(b GradBuilder, g GradArgs) []string {
+			// dx = 2 x dy
+			return []string{b.Emit("mul", []string{b.Emit("scale", []string{g.Inputs[0]}, Attrs{"factor": 2.0}), g.OutGrads[0]}, nil)}
+		},
+	})
 	register(&Def{
 		Name: "step", Doc: "y = the number of the training step being run, from 1 (float32 scalar); optimizer templates read it as $step",
 		Outputs: []string{"y"},

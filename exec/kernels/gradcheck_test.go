@@ -89,6 +89,7 @@ var gradCases = []gradCase{
 	{op: "clip", in: []in{f32(-1, 1, 3, 4)}, attrs: "{min: -2}"},
 	// dropout: the mask of the step (the same in every run of the check) is fixed, so y is linear in x
 	{op: "dropout", in: []in{std(4, 5)}, attrs: "{rate: 0.3, seed: 7}"},
+	{op: "sum_squares", in: []in{std(2, 3)}},
 	{op: "min", in: []in{std(2, 3), std(2, 3)}},
 	{op: "min", in: []in{std(2, 3), std()}},
 	{op: "max", in: []in{std(2, 3), std(2, 3)}},

@@ -29,6 +29,7 @@ ops:
   - {type: less, inputs: [x, y], outputs: [less]}
   - {type: greater, inputs: [x, y], outputs: [greater]}
   - {type: step, outputs: [step]}
+  - {type: sum_squares, inputs: [x], outputs: [ss]}
 `, 1)
 	x := []float64{-2.5, -1, -0.25, 0.3, 1, 2.7}
 	for i, v := range x {
@@ -70,6 +71,13 @@ ops:
 				t.Errorf("%s(%g) = %g, want %g", name, v, got, w)
 			}
 		}
+	}
+	var ss float64
+	for _, v := range x {
+		ss += v * v
+	}
+	if got := float64(p.Scope["ss"].F[0]); !near(got, ss, 1e-6) {
+		t.Errorf("sum_squares = %g, want %g", got, ss)
 	}
 	if got := p.Scope["step"].F[0]; got != 42 {
 		t.Errorf("step at StepNum 41 = %g, want 42 (steps count from 1)", got)

@@ -58,6 +58,17 @@ func init() {
 			return nil
 		}, nil
 	})
+	register("sum_squares", func(k Args) (Kernel, error) {
+		x, y := k.In[0], k.Out[0]
+		return func(Runtime) error {
+			var s float64
+			for _, v := range x.F {
+				s += float64(v) * float64(v)
+			}
+			y.F[0] = float32(s)
+			return nil
+		}, nil
+	})
 	register("step", func(k Args) (Kernel, error) {
 		y := k.Out[0]
 		return func(rt Runtime) error {
