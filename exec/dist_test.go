@@ -401,12 +401,14 @@ func TestLocalSummaryHasNoTraffic(t *testing.T) {
 }
 
 // A 2x2 sync job (and a 2x3 one with row blocks) with a learning-rate
-// schedule, weight decay, AdamW, clipping by value or dropout computes
+// schedule, weight decay, AdamW, clipping by value or by the global norm
+// (the pservers' partial sums of squares exchanged through the trainers)
+// or dropout computes
 // what local training with batch 2x computes: the step op, the schedule
 // and the clip run on the pservers with the optimizer, on the trainers'
 // mean gradient; each trainer's dropout draws its rows of the local mask.
 func TestSyncScheduleClipEqualsLocalInmem(t *testing.T) {
-	for _, model := range []string{"adam-warmup-cosine", "sgd-cosine", "momentum-step", "adagrad-exponential", "sgd-clip-value", "adamw", "momentum-wd", "dropout"} {
+	for _, model := range []string{"adam-warmup-cosine", "sgd-cosine", "momentum-step", "adagrad-exponential", "sgd-clip-value", "adamw", "momentum-wd", "dropout", "adam-clip-norm"} {
 		for _, c := range []struct{ n, m, minBlock int }{{2, 2, 0}, {2, 3, 20}} {
 			t.Run(fmt.Sprintf("%s/%dx%d/block%d", model, c.n, c.m, c.minBlock), func(t *testing.T) {
 				dir := t.TempDir()

@@ -425,7 +425,12 @@ func (s *scheduler) helper() {
 	defer s.wg.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := s.gen
+	// Generation 0 is before the first step: a helper that starts after
+	// the first run began still joins it. (Reading s.gen here would skip
+	// that step, leaving it to the caller alone, which deadlocks when a
+	// blocking op waits on a later op of the same step: a trainer's recv
+	// of the pservers' partial norms waits on its own gradient sends.)
+	var seen uint64
 	for {
 		for s.gen == seen && !s.closed {
 			s.cond.Wait()
