@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -43,6 +44,41 @@ func TestStepDoesNotAllocate(t *testing.T) {
 				t.Fatal(err)
 			}
 			k++
+		})
+		p.Close()
+		if allocs != 0 {
+			t.Errorf("workers=%d: %.1f allocations per step, want 0", workers, allocs)
+		}
+	}
+}
+
+// A step with a learning-rate schedule, weight decay, clipping by value
+// and by norm, and dropout allocates nothing either.
+func TestTrainingControlStepDoesNotAllocate(t *testing.T) {
+	src, err := os.ReadFile("../testdata/optim/mlp-dropout.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := strings.Replace(string(src), "  optimizer: {type: momentum, lr: 0.05, momentum: 0.9}",
+		"  clip: {value: 1, norm: 1}\n  optimizer: {type: adam, weight_decay: 0.01, lr: {value: 0.01, schedule: cosine, warmup: 5}}", 1)
+	g, err := dsl.LoadBytes("../testdata/optim/m.yaml", []byte(model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, workers := range []int{1, 2} {
+		p, err := Compile(g, CompileOptions{Batch: 30, Workers: workers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InitPersistent(p, ""); err != nil {
+			t.Fatal(err)
+		}
+		rt := &NodeRuntime{Ctx: context.Background()}
+		allocs := testing.AllocsPerRun(20, func() {
+			if err := p.Run(rt); err != nil {
+				t.Fatal(err)
+			}
+			rt.StepNum++
 		})
 		p.Close()
 		if allocs != 0 {
