@@ -428,3 +428,22 @@ func TestSyncScheduleClipEqualsLocalInmem(t *testing.T) {
 		}
 	}
 }
+
+// In an async job the step op counts the updates the pserver applied: with
+// one trainer those are the trainer's steps, so a 1x2 async job with a
+// step schedule equals local training.
+func TestAsyncScheduleOneTrainerEqualsLocalInmem(t *testing.T) {
+	dir := t.TempDir()
+	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-momentum-step.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := filepath.Join("..", "testdata", "optim", "init.safetensors")
+	local := filepath.Join(dir, "local.safetensors")
+	if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 30, Batch: 10, InitFrom: init, Save: local, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	dist := filepath.Join(dir, "dist.safetensors")
+	runInmemJob(t, g, 1, 2, true, RunOptions{Steps: 30, Batch: 10, InitFrom: init, Save: dist, Log: zerolog.Nop()}, 0)
+	compareParams(t, local, dist, 1e-4)
+}
