@@ -256,46 +256,56 @@ func compareParams(t *testing.T, a, b string, tol float64) {
 }
 
 // A local run stopped after a checkpoint and resumed ends exactly where an
-// uninterrupted run ends: parameters, optimizer state and the data stream
-// position all come back.
+// uninterrupted run ends: parameters, optimizer state, the data stream
+// position and the step a schedule reads all come back (momentum-step
+// halves its rate every 10 steps: a count restarted at 0 would not).
 func TestLocalCheckpointResume(t *testing.T) {
-	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-adam.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	for _, model := range []string{"adam", "momentum-step"} {
+		t.Run(model, func(t *testing.T) {
+			g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-"+model+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
+			run := func(steps int, save string, ck *Checkpointer) {
+				t.Helper()
+				if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: steps, Save: save, Checkpoint: ck, Log: zerolog.Nop()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run(50, whole, nil)
+			ck := &Checkpointer{Dir: filepath.Join(dir, "ck"), Every: 10, Node: "local", Model: g.Name}
+			run(35, "", ck) // checkpoints at 10, 20, 30; the last two kept
+			m, ok, err := ck.Manifest()
+			if err != nil || !ok || fmt.Sprint(m.Steps) != "[20 30]" {
+				t.Fatalf("manifest %+v ok=%v err=%v, want steps [20 30]", m, ok, err)
+			}
+			run(50, resumed, ck) // resumes at 30
+			compareParams(t, whole, resumed, 0)
+		})
 	}
-	dir := t.TempDir()
-	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
-	run := func(steps int, save string, ck *Checkpointer) {
-		t.Helper()
-		if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: steps, Save: save, Checkpoint: ck, Log: zerolog.Nop()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run(50, whole, nil)
-	ck := &Checkpointer{Dir: filepath.Join(dir, "ck"), Every: 10, Node: "local", Model: g.Name}
-	run(35, "", ck) // checkpoints at 10, 20, 30; the last two kept
-	m, ok, err := ck.Manifest()
-	if err != nil || !ok || fmt.Sprint(m.Steps) != "[20 30]" {
-		t.Fatalf("manifest %+v ok=%v err=%v, want steps [20 30]", m, ok, err)
-	}
-	run(50, resumed, ck) // resumes at 30
-	compareParams(t, whole, resumed, 0)
 }
 
 // The same for a distributed job: pservers resume from their checkpoints
-// and the trainers start at that step.
+// and the trainers start at that step (with a step schedule on the
+// pservers too, and with clip.norm's exchange).
 func TestJobCheckpointResumeInmem(t *testing.T) {
-	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-adam.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	for _, model := range []string{"adam", "momentum-step", "adam-clip-norm"} {
+		t.Run(model, func(t *testing.T) {
+			g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-"+model+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
+			runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: whole, Log: zerolog.Nop()}, 20)
+			ckDir := filepath.Join(dir, "ck")
+			runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 25, Batch: 10, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}}, 20)
+			runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: resumed, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}, StartStep: -1}, 20)
+			compareParams(t, whole, resumed, 0)
+		})
 	}
-	dir := t.TempDir()
-	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
-	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: whole, Log: zerolog.Nop()}, 20)
-	ckDir := filepath.Join(dir, "ck")
-	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 25, Batch: 10, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}}, 20)
-	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: resumed, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}, StartStep: -1}, 20)
-	compareParams(t, whole, resumed, 0)
 }
 
 func resumeStepOf(t *testing.T, dir string, nodes []transport.NodeID) int64 {
