@@ -136,10 +136,21 @@ func printSummary(w io.Writer, g *dsl.Graph, rows, held int64) {
 			fmt.Fprintf(w, ", metrics %s", strings.Join(t.Metrics, ", "))
 		}
 		if t.Epochs > 0 {
-			fmt.Fprintf(w, ", batch %d, epochs %d\n", t.Batch, t.Epochs)
+			fmt.Fprintf(w, ", batch %d, epochs %d", t.Batch, t.Epochs)
 		} else {
-			fmt.Fprintf(w, ", batch %d, steps %d\n", t.Batch, t.Steps)
+			fmt.Fprintf(w, ", batch %d, steps %d", t.Batch, t.Steps)
 		}
+		if c := t.Clip; c != nil {
+			var parts []string
+			if c.Value > 0 {
+				parts = append(parts, fmt.Sprintf("each element to ±%g", c.Value))
+			}
+			if c.Norm > 0 {
+				parts = append(parts, fmt.Sprintf("global norm to %g", c.Norm))
+			}
+			fmt.Fprintf(w, ", gradients clipped: %s", strings.Join(parts, ", "))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -169,10 +180,20 @@ func optName(o *dsl.Optimizer) string {
 	}
 	var hs []string
 	for k, v := range o.Hyper {
+		if k == "weight_decay" && v == 0 {
+			continue // none
+		}
 		hs = append(hs, fmt.Sprintf("%s=%g", k, v))
 	}
 	sort.Strings(hs)
-	return name + " (" + strings.Join(hs, ", ") + ")"
+	out := name + " (" + strings.Join(hs, ", ") + ")"
+	if sc := o.Schedule; sc != nil {
+		out += ", lr schedule " + sc.Kind
+		if sc.Warmup > 0 {
+			out += fmt.Sprintf(" with %d warmup steps", sc.Warmup)
+		}
+	}
+	return out
 }
 
 // describeDeclared shows declared shapes, with the batch dimension as "batch".

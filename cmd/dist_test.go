@@ -232,7 +232,9 @@ func (p *proc) wait(t *testing.T, within time.Duration) result {
 // and N trainers with batch b end where one local node with batch N*b
 // ends (same --init-from).
 func TestRolesByHandReverseOrderEqualLocal(t *testing.T) {
-	for _, opt := range []string{"sgd", "adam"} {
+	// adam-warmup-cosine: a schedule run on the pservers; adam-clip-norm:
+	// the pservers' partial norms exchanged through the trainers over TCP.
+	for _, opt := range []string{"sgd", "adam", "adam-warmup-cosine", "adam-clip-norm"} {
 		t.Run(opt, func(t *testing.T) {
 			dir := t.TempDir()
 			model := filepath.Join("testdata", "optim", "mlp-"+opt+".yaml")

@@ -228,6 +228,10 @@ func (g *Graph) ExpandOptimizer() error {
 		return err
 	}
 	var errs ErrorList
+	clipped, err := g.clipGradients(prod, sparse)
+	if err != nil {
+		return err
+	}
 	first := true // template errors are reported for the first parameter only
 	for _, p := range g.Params() {
 		grad := GradName(p)
@@ -236,6 +240,9 @@ func (g *Graph) ExpandOptimizer() error {
 		}
 		pv := g.Vars[p]
 		bind := map[string]string{"$param": p, "$grad": grad}
+		if c, ok := clipped[p]; ok {
+			bind["$grad"] = c
+		}
 		// target binds assign targets: the variables themselves. For a row
 		// gradient the update ops read the touched rows instead (gathered
 		// from the parameter and each parameter-shaped state), and the
@@ -264,7 +271,35 @@ func (g *Graph) ExpandOptimizer() error {
 			g.Ops = append(g.Ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], grad}, Outputs: []string{gr[1]},
 				Attrs: ops.Attrs{}, Section: Optimize, Param: p, Place: pv.Place, Pos: o.Pos})
 		}
+		mark := func(op *Op) *Op {
+			op.Param, op.Place = p, pv.Place
+			return op
+		}
+		if o.Tmpl.usesStep() || o.Schedule != nil {
+			bind["$step"] = p + "@$step"
+			g.Ops = append(g.Ops, mark(NewOp("step", nil, []string{bind["$step"]}, nil, Optimize, o.Pos)))
+		}
+		lr := ""
+		if o.Schedule != nil {
+			lr = p + "@$lr"
+			list, err := scheduleOps(o.Schedule, o.Hyper["lr"], g.Train.Steps, p, bind["$step"], lr, mark)
+			if err != nil {
+				return err
+			}
+			g.Ops = append(g.Ops, list...)
+		}
+		if wd := o.Hyper["weight_decay"]; wd != 0 && !o.Tmpl.readsHyper("weight_decay") {
+			// torch's coupled weight decay: g = g + weight_decay * p
+			term, decayed := p+"@$weight_decay.term", p+"@$grad.decayed"
+			g.Ops = append(g.Ops,
+				mark(NewOp("scale", []string{bind["$param"]}, []string{term}, ops.Attrs{"factor": wd}, Optimize, o.Pos)),
+				mark(NewOp("add", []string{bind["$grad"], term}, []string{decayed}, nil, Optimize, o.Pos)))
+			bind["$grad"] = decayed
+		}
 		placeholders := make([]string, 0, len(bind))
+		if _, ok := bind["$step"]; !ok {
+			placeholders = append(placeholders, "$step")
+		}
 		for k := range bind {
 			placeholders = append(placeholders, k)
 		}
@@ -275,13 +310,14 @@ func (g *Graph) ExpandOptimizer() error {
 			}
 			if strings.HasPrefix(n, "$") {
 				if first {
-					errs = append(errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
+					errs = append(errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad, $step or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
 				}
 				return n
 			}
 			return p + "@" + n
 		}
 		d := &decoder{}
+		scaled := false
 		for _, top := range o.Tmpl.Update {
 			def, _ := ops.Lookup(top.Type)
 			op := &Op{Type: top.Type, Section: Optimize, Param: p, Place: pv.Place, Pos: top.Pos}
@@ -291,12 +327,29 @@ func (g *Graph) ExpandOptimizer() error {
 			for _, out := range top.Outputs {
 				op.Outputs = append(op.Outputs, local(out, top.Pos))
 			}
+			if lr != "" && isLRFactor(top) {
+				// the scheduled rate: a multiplication by this step's lr
+				op.Type, op.Inputs, op.Attrs = "mul", append(op.Inputs, lr), ops.Attrs{}
+				scaled = true
+				g.Ops = append(g.Ops, op)
+				continue
+			}
+			if lr != "" && first {
+				for key, v := range top.raw {
+					if refersTo(v.Value, "lr") {
+						errs = append(errs, Errorf(Pos{File: top.Pos.File, Line: v.Line, Col: v.Column}, "lr: {schedule: ...} makes the learning rate a value of the step, which attribute %s = %q cannot read; scale by $lr alone (attrs: {factor: $lr}) or write the schedule in the update with $step", key, v.Value))
+					}
+				}
+			}
 			d.file = top.Pos.File
 			op.Attrs = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
 			g.Ops = append(g.Ops, op)
 		}
 		if first {
 			errs = append(errs, d.errs...)
+			if lr != "" && !scaled {
+				errs = append(errs, Errorf(o.Schedule.Pos, "lr: {schedule: ...} needs an update op that scales by the learning rate alone ({type: scale, attrs: {factor: $lr}}); this optimizer has none"))
+			}
 		}
 		for _, a := range o.Tmpl.Assign {
 			to, ok := target[a.Target]

@@ -205,7 +205,22 @@ type Optimizer struct {
 	Type  string             // built-in name, or "" for a user-defined template
 	Hyper map[string]float64 // lr and the other hyper-parameters
 	Tmpl  *Template          // user-defined update subgraph
-	Pos   Pos
+	// Schedule, when set, makes the learning rate a function of the step
+	// (lr: {schedule: ...}); Hyper["lr"] is the rate it scales.
+	Schedule *Schedule
+	Pos      Pos
+}
+
+// Schedule is a built-in learning-rate schedule (lr: {schedule: KIND, ...}),
+// expanded into ops over the step (docs/dsl.md, "Learning-rate schedules").
+type Schedule struct {
+	Kind   string // constant, cosine, step or exponential
+	Warmup int    // linear warmup steps (0: none)
+	Steps  int    // cosine: the step at which the rate reaches MinLR
+	MinLR  float64
+	Gamma  float64 // step and exponential: the factor
+	Every  int     // step: the rate is multiplied by Gamma every Every steps
+	Pos    Pos
 }
 
 // Train holds the training configuration.
@@ -223,9 +238,22 @@ type Train struct {
 	Optimizer *Optimizer
 	// EvalEvery > 0 evaluates data.eval every EvalEvery steps (and at the
 	// end, as always when data.eval is set).
-	EvalEvery    int
+	EvalEvery int
+	// Clip clips the gradients before the optimizer sees them (nil: no clipping).
+	Clip         *Clip
 	Pos          Pos
 	evalEveryPos Pos
+}
+
+// Clip is train.clip: gradient clipping as torch.nn.utils does it, before
+// the optimizer's update (and its weight decay).
+type Clip struct {
+	// Value > 0 clips every gradient element to [-Value, Value] (clip_grad_value_).
+	Value float64
+	// Norm > 0 scales all gradients by min(1, Norm / (||g|| + 1e-6)), ||g||
+	// the 2-norm over every parameter's gradient (clip_grad_norm_).
+	Norm float64
+	Pos  Pos
 }
 
 // Graph is a model: declared variables, ops and training configuration.

@@ -49,6 +49,9 @@ func (g *Graph) Expand() error {
 		if g.Train != nil && g.Train.Optimizer != nil {
 			return Errorf(g.Train.Optimizer.Pos, "this model already holds backward/optimize ops, so it must not name an optimizer")
 		}
+		if g.Train != nil && g.Train.Clip != nil {
+			return Errorf(g.Train.Clip.Pos, "this model already holds backward/optimize ops, so it must not name train.clip (clip them in the model it was generated from)")
+		}
 		return g.Check()
 	}
 	batch := max(g.Batch(), 1)

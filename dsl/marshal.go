@@ -96,8 +96,42 @@ func MarshalAfter(head []byte, g *Graph) ([]byte, error) {
 			if o.Type == "" {
 				return nil, Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
 			}
+			if c := t.Clip; c != nil {
+				b.WriteString("  clip: {")
+				sep := ""
+				if c.Value > 0 {
+					fmt.Fprintf(&b, "value: %s", formatFloat(c.Value))
+					sep = ", "
+				}
+				if c.Norm > 0 {
+					fmt.Fprintf(&b, "%snorm: %s", sep, formatFloat(c.Norm))
+				}
+				b.WriteString("}\n")
+			}
 			fmt.Fprintf(&b, "  optimizer: {type: %s", YAMLString(o.Type))
 			for _, k := range sortedKeys(o.Hyper) {
+				if sc := o.Schedule; k == "lr" && sc != nil {
+					fmt.Fprintf(&b, ", lr: {value: %s, schedule: %s", formatFloat(o.Hyper[k]), sc.Kind)
+					for _, f := range []struct {
+						key string
+						v   int
+					}{{"warmup", sc.Warmup}, {"steps", sc.Steps}, {"every", sc.Every}} {
+						if f.v != 0 {
+							fmt.Fprintf(&b, ", %s: %d", f.key, f.v)
+						}
+					}
+					if sc.MinLR != 0 {
+						fmt.Fprintf(&b, ", min_lr: %s", formatFloat(sc.MinLR))
+					}
+					if sc.Gamma != 0 {
+						fmt.Fprintf(&b, ", gamma: %s", formatFloat(sc.Gamma))
+					}
+					b.WriteString("}")
+					continue
+				}
+				if def, ok := o.Tmpl.Hyper[k]; ok && k != "lr" && def == o.Hyper[k] {
+					continue // the built-in's default
+				}
 				fmt.Fprintf(&b, ", %s: %s", YAMLString(k), formatFloat(o.Hyper[k]))
 			}
 			b.WriteString("}\n")

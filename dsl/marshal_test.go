@@ -96,6 +96,38 @@ func TestMarshalUnexpanded(t *testing.T) {
 	}
 }
 
+// TestMarshalUnexpandedScheduleAndClip: an lr schedule, weight decay and
+// train.clip are written back and read into the same expanded model.
+func TestMarshalUnexpandedScheduleAndClip(t *testing.T) {
+	src := strings.Replace(string(mustRead(t, "../testdata/optim/mlp-adam-warmup-cosine.yaml")),
+		"  optimizer: {type: adam, lr: {value: 0.01, schedule: cosine, warmup: 10}}",
+		"  clip: {value: 2, norm: 3}\n  optimizer: {type: adam, weight_decay: 0.1, lr: {value: 0.01, schedule: cosine, warmup: 10, steps: 40, min_lr: 0.001}}", 1)
+	g, err := Parse("../testdata/optim/m.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"clip: {value: 2.0, norm: 3.0}", "lr: {value: 0.01, schedule: cosine, warmup: 10, steps: 40, min_lr: 0.001}", "weight_decay: 0.1"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("%q not written:\n%s", want, out)
+		}
+	}
+	back, err := LoadBytes("../testdata/optim/m.yaml", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := LoadBytes("../testdata/optim/m.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Diff(want, back); d != "" {
+		t.Fatal(d)
+	}
+}
+
 func TestBlockVarRoundTripAndErrors(t *testing.T) {
 	src := `psgraph: 1
 params:

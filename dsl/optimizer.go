@@ -21,6 +21,8 @@ type Template struct {
 	Update []*Op
 	Assign []Assign
 	Pos    Pos
+
+	schedule *Schedule // a user template's lr: {schedule: ...}
 }
 
 // TemplateState is one optimizer state variable per parameter.
@@ -116,6 +118,13 @@ func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
 				d.errorf(k, "unknown key %q in optimizer template", key)
 				return
 			}
+			if key == "lr" && v.Kind == yaml.MappingNode {
+				t.schedule, t.Hyper["lr"] = d.schedule(v, math.NaN())
+				if math.IsNaN(t.Hyper["lr"]) {
+					t.Hyper["lr"] = 1 // reported: the schedule needs value
+				}
+				return
+			}
 			if v.Kind != yaml.ScalarNode || v.Tag == "!!str" || v.Tag == "!!null" {
 				d.errorf(k, "unknown key %q in a user-defined optimizer%s; its keys are state, update, assign and hyper-parameters with numeric values such as lr: 0.1", key, suggest(key, []string{"type", "state", "update", "assign"}))
 				return
@@ -170,6 +179,10 @@ func (d *decoder) optimizer(n *yaml.Node) *Optimizer {
 					if key == "type" {
 						return
 					}
+					if key == "lr" && v.Kind == yaml.MappingNode {
+						o.Schedule, o.Hyper["lr"] = d.schedule(v, tmpl.Hyper["lr"])
+						return
+					}
 					if f, ok := d.number(v, "optimizer."+key); ok {
 						o.Hyper[key] = f
 					}
@@ -181,6 +194,7 @@ func (d *decoder) optimizer(n *yaml.Node) *Optimizer {
 		}
 	}
 	o.Tmpl = d.template(n, "custom", false)
+	o.Schedule = o.Tmpl.schedule
 	if _, ok := o.Tmpl.Hyper["lr"]; !ok {
 		d.errorf(n, "optimizer needs lr (the learning rate)")
 	}
@@ -208,4 +222,109 @@ func (d *decoder) checkHyper(o *Optimizer, n *yaml.Node) {
 		}
 		d.errorf(at, "optimizer lr must be positive, got %g", lr)
 	}
+}
+
+// ScheduleKinds are the built-in learning-rate schedules.
+var ScheduleKinds = []string{"constant", "cosine", "exponential", "step"}
+
+// schedule parses lr: {schedule: KIND, value: LR, warmup: W, ...} and
+// returns the schedule and the rate it scales (value, else def; NaN def:
+// value is required).
+func (d *decoder) schedule(n *yaml.Node, def float64) (*Schedule, float64) {
+	s := &Schedule{Pos: d.pos(n)}
+	lr := def
+	var gammaSet, everySet, minSet bool
+	keys := []string{"schedule", "value", "warmup", "steps", "min_lr", "gamma", "every"}
+	d.fields(n, "optimizer.lr", keys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "schedule":
+			if kind, ok := d.str(v, "optimizer.lr.schedule"); ok {
+				if !contains(ScheduleKinds, kind) {
+					d.errorf(v, "unknown schedule %q%s; built-in: %s (or write your own with $step in an optimizer template)", kind, suggest(kind, ScheduleKinds), strings.Join(ScheduleKinds, ", "))
+				}
+				s.Kind = kind
+			}
+		case "value":
+			if f, ok := d.number(v, "optimizer.lr.value"); ok {
+				lr = f
+			}
+		case "warmup":
+			if x, ok := d.integer(v, "optimizer.lr.warmup"); ok {
+				if x < 0 {
+					d.errorf(v, "optimizer.lr.warmup must be 0 or more steps, got %d", x)
+				}
+				s.Warmup = x
+			}
+		case "steps":
+			if x, ok := d.integer(v, "optimizer.lr.steps"); ok {
+				if x <= 0 {
+					d.errorf(v, "optimizer.lr.steps must be positive, got %d", x)
+				}
+				s.Steps = x
+			}
+		case "min_lr":
+			if f, ok := d.number(v, "optimizer.lr.min_lr"); ok {
+				if f < 0 {
+					d.errorf(v, "optimizer.lr.min_lr must be 0 or more, got %g", f)
+				}
+				s.MinLR, minSet = f, true
+			}
+		case "gamma":
+			if f, ok := d.number(v, "optimizer.lr.gamma"); ok {
+				if f <= 0 {
+					d.errorf(v, "optimizer.lr.gamma must be positive, got %g", f)
+				}
+				s.Gamma, gammaSet = f, true
+			}
+		case "every":
+			if x, ok := d.integer(v, "optimizer.lr.every"); ok {
+				if x <= 0 {
+					d.errorf(v, "optimizer.lr.every must be positive, got %d", x)
+				}
+				s.Every, everySet = x, true
+			}
+		}
+	})
+	if n.Kind != yaml.MappingNode {
+		return s, lr
+	}
+	if math.IsNaN(lr) {
+		d.errorf(n, "optimizer.lr needs value: the learning rate the schedule scales, e.g. lr: {value: 0.1, schedule: cosine}")
+	}
+	only := func(set bool, key string, kinds string) {
+		if set {
+			d.errorf(n, "optimizer.lr.%s applies to the %s schedule only, not %s", key, kinds, s.Kind)
+		}
+	}
+	switch s.Kind {
+	case "":
+		d.errorf(n, "optimizer.lr needs schedule: one of %s", strings.Join(ScheduleKinds, ", "))
+	case "constant":
+		if s.Warmup == 0 {
+			d.errorf(n, "a constant schedule without warmup is lr: <number>; add warmup: <steps> or write the number")
+		}
+		only(gammaSet, "gamma", "step and exponential")
+		only(everySet, "every", "step")
+		only(minSet, "min_lr", "cosine")
+		only(s.Steps > 0, "steps", "cosine")
+	case "cosine":
+		only(gammaSet, "gamma", "step and exponential")
+		only(everySet, "every", "step")
+		if minSet && !math.IsNaN(lr) && s.MinLR >= lr {
+			d.errorf(n, "optimizer.lr.min_lr %g must be below the rate %g it anneals from", s.MinLR, lr)
+		}
+	case "exponential", "step":
+		if !gammaSet {
+			d.errorf(n, "the %s schedule needs gamma: the factor the rate is multiplied by", s.Kind)
+		}
+		if s.Kind == "step" && !everySet {
+			d.errorf(n, "the step schedule needs every: the number of steps between two multiplications by gamma")
+		}
+		if s.Kind == "exponential" {
+			only(everySet, "every", "step")
+		}
+		only(minSet, "min_lr", "cosine")
+		only(s.Steps > 0, "steps", "cosine")
+	}
+	return s, lr
 }

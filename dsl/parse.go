@@ -894,7 +894,7 @@ func (d *decoder) assigns(n *yaml.Node) []Assign {
 	return out
 }
 
-var trainKeys = []string{"loss", "metrics", "batch", "steps", "epochs", "optimizer", "eval_every"}
+var trainKeys = []string{"loss", "metrics", "batch", "steps", "epochs", "optimizer", "eval_every", "clip"}
 
 func (d *decoder) train(n *yaml.Node) *Train {
 	t := &Train{Pos: d.pos(n)}
@@ -946,6 +946,8 @@ func (d *decoder) train(n *yaml.Node) *Train {
 				}
 				t.EvalEvery = x
 			}
+		case "clip":
+			t.Clip = d.clip(v)
 		}
 	})
 	if !hasBatch && n.Kind == yaml.MappingNode {
@@ -955,4 +957,27 @@ func (d *decoder) train(n *yaml.Node) *Train {
 		d.errorf(epochsNode, "train has both steps (line %d) and epochs; keep one of them: epochs sets steps = ceil(epochs x rows / (batch x trainers))", stepsNode.Line)
 	}
 	return t
+}
+
+// clip parses train.clip: {value: V} and/or {norm: N}.
+func (d *decoder) clip(n *yaml.Node) *Clip {
+	c := &Clip{Pos: d.pos(n)}
+	d.fields(n, "train.clip", []string{"value", "norm"}, func(key string, k, v *yaml.Node) {
+		f, ok := d.number(v, "train.clip."+key)
+		if !ok {
+			return
+		}
+		if f <= 0 {
+			d.errorf(v, "train.clip.%s must be positive, got %g", key, f)
+		}
+		if key == "value" {
+			c.Value = f
+		} else {
+			c.Norm = f
+		}
+	})
+	if n.Kind == yaml.MappingNode && c.Value == 0 && c.Norm == 0 && len(n.Content) == 0 {
+		d.errorf(n, "train.clip needs value: <V> (each gradient element into [-V, V]) or norm: <N> (the global gradient norm at most N)")
+	}
+	return c
 }

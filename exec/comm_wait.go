@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/transport"
@@ -190,8 +191,8 @@ func (c *NetComm) peek(ctx context.Context, p transport.NodeID, v string) (int64
 func (c *NetComm) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
 	step, any := int64(0), false
 	for _, op := range g.Ops {
-		if op.Type != "recv" {
-			continue
+		if op.Type != "recv" || strings.HasPrefix(op.Attrs.String("var"), "clip@") {
+			continue // clip@part.<j>: a pserver's partial norm, sent after the gradients arrive
 		}
 		r, err := c.routeOf(op.Attrs, "from")
 		if err != nil {

@@ -256,46 +256,56 @@ func compareParams(t *testing.T, a, b string, tol float64) {
 }
 
 // A local run stopped after a checkpoint and resumed ends exactly where an
-// uninterrupted run ends: parameters, optimizer state and the data stream
-// position all come back.
+// uninterrupted run ends: parameters, optimizer state, the data stream
+// position and the step a schedule reads all come back (momentum-step
+// halves its rate every 10 steps: a count restarted at 0 would not).
 func TestLocalCheckpointResume(t *testing.T) {
-	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-adam.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	for _, model := range []string{"adam", "momentum-step"} {
+		t.Run(model, func(t *testing.T) {
+			g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-"+model+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
+			run := func(steps int, save string, ck *Checkpointer) {
+				t.Helper()
+				if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: steps, Save: save, Checkpoint: ck, Log: zerolog.Nop()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run(50, whole, nil)
+			ck := &Checkpointer{Dir: filepath.Join(dir, "ck"), Every: 10, Node: "local", Model: g.Name}
+			run(35, "", ck) // checkpoints at 10, 20, 30 and the last step, 35; the last two kept
+			m, ok, err := ck.Manifest()
+			if err != nil || !ok || fmt.Sprint(m.Steps) != "[30 35]" {
+				t.Fatalf("manifest %+v ok=%v err=%v, want steps [30 35]", m, ok, err)
+			}
+			run(50, resumed, ck) // resumes at 35
+			compareParams(t, whole, resumed, 0)
+		})
 	}
-	dir := t.TempDir()
-	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
-	run := func(steps int, save string, ck *Checkpointer) {
-		t.Helper()
-		if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: steps, Save: save, Checkpoint: ck, Log: zerolog.Nop()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run(50, whole, nil)
-	ck := &Checkpointer{Dir: filepath.Join(dir, "ck"), Every: 10, Node: "local", Model: g.Name}
-	run(35, "", ck) // checkpoints at 10, 20, 30 and the last step, 35; the last two kept
-	m, ok, err := ck.Manifest()
-	if err != nil || !ok || fmt.Sprint(m.Steps) != "[30 35]" {
-		t.Fatalf("manifest %+v ok=%v err=%v, want steps [30 35]", m, ok, err)
-	}
-	run(50, resumed, ck) // resumes at 35
-	compareParams(t, whole, resumed, 0)
 }
 
 // The same for a distributed job: pservers resume from their checkpoints
-// and the trainers start at that step.
+// and the trainers start at that step (with a step schedule on the
+// pservers too, and with clip.norm's exchange).
 func TestJobCheckpointResumeInmem(t *testing.T) {
-	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-adam.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	for _, model := range []string{"adam", "momentum-step", "adam-clip-norm"} {
+		t.Run(model, func(t *testing.T) {
+			g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-"+model+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
+			runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: whole, Log: zerolog.Nop()}, 20)
+			ckDir := filepath.Join(dir, "ck")
+			runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 25, Batch: 10, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}}, 20)
+			runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: resumed, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}, StartStep: -1}, 20)
+			compareParams(t, whole, resumed, 0)
+		})
 	}
-	dir := t.TempDir()
-	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
-	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: whole, Log: zerolog.Nop()}, 20)
-	ckDir := filepath.Join(dir, "ck")
-	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 25, Batch: 10, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}}, 20)
-	runInmemJob(t, g, 2, 2, false, RunOptions{Steps: 40, Batch: 10, Save: resumed, Log: zerolog.Nop(), Checkpoint: &Checkpointer{Dir: ckDir, Every: 10}, StartStep: -1}, 20)
-	compareParams(t, whole, resumed, 0)
 }
 
 func resumeStepOf(t *testing.T, dir string, nodes []transport.NodeID) int64 {
@@ -398,4 +408,52 @@ func TestLocalSummaryHasNoTraffic(t *testing.T) {
 	if !strings.Contains(string(js), `"sent_bytes":0,"recv_bytes":0,"wire_sent_bytes":0,"wire_recv_bytes":0,`) {
 		t.Fatalf("local summary %s: want zero traffic", js)
 	}
+}
+
+// A 2x2 sync job (and a 2x3 one with row blocks) with a learning-rate
+// schedule, weight decay, AdamW, clipping by value or by the global norm
+// (the pservers' partial sums of squares exchanged through the trainers)
+// or dropout computes
+// what local training with batch 2x computes: the step op, the schedule
+// and the clip run on the pservers with the optimizer, on the trainers'
+// mean gradient; each trainer's dropout draws its rows of the local mask.
+func TestSyncScheduleClipEqualsLocalInmem(t *testing.T) {
+	for _, model := range []string{"adam-warmup-cosine", "sgd-cosine", "momentum-step", "adagrad-exponential", "sgd-clip-value", "adamw", "momentum-wd", "dropout", "adam-clip-norm"} {
+		for _, c := range []struct{ n, m, minBlock int }{{2, 2, 0}, {2, 3, 20}} {
+			t.Run(fmt.Sprintf("%s/%dx%d/block%d", model, c.n, c.m, c.minBlock), func(t *testing.T) {
+				dir := t.TempDir()
+				g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-"+model+".yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				init := filepath.Join("..", "testdata", "optim", "init.safetensors")
+				local := filepath.Join(dir, "local.safetensors")
+				if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 40, Batch: 10 * c.n, InitFrom: init, Save: local, Log: zerolog.Nop()}); err != nil {
+					t.Fatal(err)
+				}
+				dist := filepath.Join(dir, "dist.safetensors")
+				runInmemJob(t, g, c.n, c.m, false, RunOptions{Steps: 40, Batch: 10, InitFrom: init, Save: dist, Log: zerolog.Nop()}, c.minBlock)
+				compareParams(t, local, dist, 1e-4)
+			})
+		}
+	}
+}
+
+// In an async job the step op counts the updates the pserver applied: with
+// one trainer those are the trainer's steps, so a 1x2 async job with a
+// step schedule equals local training.
+func TestAsyncScheduleOneTrainerEqualsLocalInmem(t *testing.T) {
+	dir := t.TempDir()
+	g, err := dsl.Load(filepath.Join("..", "testdata", "optim", "mlp-momentum-step.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := filepath.Join("..", "testdata", "optim", "init.safetensors")
+	local := filepath.Join(dir, "local.safetensors")
+	if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 30, Batch: 10, InitFrom: init, Save: local, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	dist := filepath.Join(dir, "dist.safetensors")
+	runInmemJob(t, g, 1, 2, true, RunOptions{Steps: 30, Batch: 10, InitFrom: init, Save: dist, Log: zerolog.Nop()}, 0)
+	compareParams(t, local, dist, 1e-4)
 }

@@ -23,7 +23,8 @@ type CompileOptions struct {
 	// Batch is the batch size the data variables take.
 	Batch int
 	// Targets, when set, keeps only the ops needed to compute these
-	// variables (e.g. loss and metrics for evaluation) and no assigns.
+	// variables (e.g. loss and metrics for evaluation) and no assigns. Such
+	// a program evaluates or predicts: dropout is the identity in it.
 	Targets []string
 	// Shared binds variables to existing tensors (e.g. the parameters of a
 	// training program reused by an evaluation program). With Targets, a
@@ -145,7 +146,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			continue
 		}
 		op := g.Ops[i]
-		args := kernels.Args{Attrs: op.Attrs}
+		args := kernels.Args{Attrs: op.Attrs, Inference: opt.Targets != nil}
 		for _, in := range op.Inputs {
 			args.In = append(args.In, tensorOf(in))
 		}
@@ -431,7 +432,12 @@ func (s *scheduler) helper() {
 	defer s.wg.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := s.gen
+	// Generation 0 is before the first step: a helper that starts after
+	// the first run began still joins it. (Reading s.gen here would skip
+	// that step, leaving it to the caller alone, which deadlocks when a
+	// blocking op waits on a later op of the same step: a trainer's recv
+	// of the pservers' partial norms waits on its own gradient sends.)
+	var seen uint64
 	for {
 		for s.gen == seen && !s.closed {
 			s.cond.Wait()

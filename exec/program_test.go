@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -43,6 +45,41 @@ func TestStepDoesNotAllocate(t *testing.T) {
 				t.Fatal(err)
 			}
 			k++
+		})
+		p.Close()
+		if allocs != 0 {
+			t.Errorf("workers=%d: %.1f allocations per step, want 0", workers, allocs)
+		}
+	}
+}
+
+// A step with a learning-rate schedule, weight decay, clipping by value
+// and by norm, and dropout allocates nothing either.
+func TestTrainingControlStepDoesNotAllocate(t *testing.T) {
+	src, err := os.ReadFile("../testdata/optim/mlp-dropout.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := strings.Replace(string(src), "  optimizer: {type: momentum, lr: 0.05, momentum: 0.9}",
+		"  clip: {value: 1, norm: 1}\n  optimizer: {type: adam, weight_decay: 0.01, lr: {value: 0.01, schedule: cosine, warmup: 5}}", 1)
+	g, err := dsl.LoadBytes("../testdata/optim/m.yaml", []byte(model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, workers := range []int{1, 2} {
+		p, err := Compile(g, CompileOptions{Batch: 30, Workers: workers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InitPersistent(p, ""); err != nil {
+			t.Fatal(err)
+		}
+		rt := &NodeRuntime{Ctx: context.Background()}
+		allocs := testing.AllocsPerRun(20, func() {
+			if err := p.Run(rt); err != nil {
+				t.Fatal(err)
+			}
+			rt.StepNum++
 		})
 		p.Close()
 		if allocs != 0 {
@@ -203,6 +240,45 @@ ops:
 	for i, v := range d.Scope["y"].F {
 		if v != 1.5 {
 			t.Fatalf("y[%d] = %v, want the mean 1.5 of the two queued tensors", i, v)
+		}
+	}
+}
+
+// A blocking op that waits on a later op of the same step (a dequeue the
+// caller runs first, fed by an enqueue in the same graph) is run beside it
+// from the first step on: every helper joins the first step, even one
+// that started after it began. A trainer with train.clip.norm depends on
+// this (its recv of the pservers' partial norms waits on its own
+// gradient sends). The context's deadline turns a deadlock into a failure.
+func TestFirstStepUsesEveryHelper(t *testing.T) {
+	g, err := dsl.LoadBytes("q.yaml", []byte(`psgraph: 1
+name: q
+state:
+  x: {shape: [3], init: {type: constant, value: 2}}
+ops:
+  - {type: enqueue, inputs: [x], outputs: [], attrs: {queue: q, capacity: 1}}
+  - {type: dequeue, outputs: [y], attrs: {queue: q, capacity: 1, min_count: 1, shape: [3]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		p, err := Compile(g, CompileOptions{Workers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InitPersistent(p, ""); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = p.Run(&NodeRuntime{Ctx: ctx})
+		cancel()
+		p.Close()
+		if err != nil {
+			t.Fatalf("first step: %v (the dequeue waited for an enqueue no goroutine ran)", err)
+		}
+		if y := p.Scope["y"].F[0]; y != 2 {
+			t.Fatalf("y = %v, want 2", y)
 		}
 	}
 }

@@ -128,6 +128,29 @@ func TestTwoTablesEqualLocalInmem(t *testing.T) {
 	compareParams(t, local, dist, 1e-4)
 }
 
+// The same job with a cosine schedule, weight decay and clipping by value
+// on the tables' row gradients (which apply to the rows a step touched)
+// equals local training too.
+func TestTablesWithScheduleAndClipEqualLocalInmem(t *testing.T) {
+	path := "../partition/testdata/split/tables-2x3/model.yaml"
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src = []byte(strings.Replace(string(src), "  optimizer: {type: adagrad, lr: 0.1}",
+		"  clip: {value: 0.05}\n  optimizer: {type: adagrad, weight_decay: 0.1, lr: {value: 0.1, schedule: cosine, warmup: 5, steps: 25}}", 1))
+	g, err := dsl.LoadBytes(path, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(t.TempDir(), "local.safetensors")
+	if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 25, Batch: 16, Save: local, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	dist := runTableJob(t, g, 2, 3, false, RunOptions{Steps: 25, Batch: 8, Log: zerolog.Nop()})
+	compareParams(t, local, dist, 1e-4)
+}
+
 // A 2x1 sync job of the sparse-table models (2 trainers x batch 8 = the
 // references' batch 16) ends where torch's sparse path ends after 50 steps
 // (testdata/sparse/gen_reference.py), as local training does.

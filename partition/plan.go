@@ -205,6 +205,16 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 			TransferInfo{Var: b.name, From: pserverNode(b.pserver), To: trainerNode, Shape: b.shape.Clone(), DType: dt},
 			TransferInfo{Var: dsl.GradName(b.name), From: trainerNode, To: pserverNode(b.pserver), Shape: b.shape.Clone(), DType: dt})
 	}
+	if s.clipNorm > 0 {
+		for _, op := range p.Trainer.Ops {
+			if v := op.Attrs.String("var"); op.Type == "recv" && strings.HasPrefix(v, "clip@part.") {
+				from := op.Attrs.String("from")
+				info.Transfers = append(info.Transfers,
+					TransferInfo{Var: v, From: from, To: trainerNode, Shape: []int{}, DType: "f32"},
+					TransferInfo{Var: "clip@factor." + strings.TrimPrefix(v, "clip@part."), From: trainerNode, To: from, Shape: []int{}, DType: "f32"})
+			}
+		}
+	}
 	sort.Slice(info.Transfers, func(i, j int) bool { return info.Transfers[i].Var < info.Transfers[j].Var })
 	var idle []string
 	for _, l := range info.Load {
@@ -493,15 +503,21 @@ func (p *Plan) Summary() string {
 		}
 		fmt.Fprintf(&b, "pserver:%d%s: %s in %d blocks\n", l.PServer, ep, ByteSize(l.Bytes), len(l.Blocks))
 	}
-	dense := 0
+	dense, clip := 0, 0
 	for _, t := range in.Transfers {
-		if !t.AtMost {
+		switch {
+		case strings.HasPrefix(t.Var, "clip@"):
+			clip++
+		case !t.AtMost:
 			dense++
 		}
 	}
 	fmt.Fprintf(&b, "send/recv pairs: %d (%d parameter blocks to the trainers, %d gradient blocks to the pservers", len(in.Transfers), dense/2, dense/2)
-	if rows := len(in.Transfers) - dense; rows > 0 {
+	if rows := len(in.Transfers) - dense - clip; rows > 0 {
 		fmt.Fprintf(&b, "; %d for lookup tables: ids up, rows down, row gradients up", rows)
+	}
+	if clip > 0 {
+		fmt.Fprintf(&b, "; %d for clip.norm: each pserver's sum of squares to the trainers, the factor back", clip)
 	}
 	b.WriteString(")\n")
 	for _, w := range p.Warnings {

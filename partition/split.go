@@ -3,6 +3,7 @@ package partition
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,7 +96,13 @@ func Split(g *dsl.Graph, opt Options) (*Plan, error) {
 		}
 	}
 	s := &splitter{g: g, opt: opt, groups: map[string]*group{}}
-	steps := []func() error{s.collectGroups, s.checkEdges, s.applyPlaces, s.cutBlocks}
+	if c := g.Train.Clip; c != nil && c.Norm > 0 {
+		if opt.Mode == Async {
+			return nil, dsl.Errorf(c.Pos, "train.clip.norm needs a sync job: it clips the norm of the trainers' mean gradient, and an async pserver applies each trainer's gradient alone; clip by value (train.clip: {value: V}) or split with --mode sync")
+		}
+		s.clipNorm, s.clipPos = c.Norm, c.Pos
+	}
+	steps := []func() error{s.collectGroups, s.checkEdges, s.applyPlaces, s.checkClipNorm, s.cutBlocks}
 	for _, f := range steps {
 		if err := f(); err != nil {
 			return nil, err
@@ -139,6 +146,37 @@ type splitter struct {
 	trainerOps []*dsl.Op
 	trainerAsg []dsl.Assign
 	warnings   []string
+	// clipNorm > 0: train.clip.norm. Each pserver sends the trainers its
+	// blocks' sum of squares; every trainer adds them up into the clip
+	// factor (dsl.ClipNormOps) and sends it back to every pserver, which
+	// multiplies its blocks' mean gradients by it.
+	clipNorm float64
+	clipPos  dsl.Pos
+}
+
+// isClipNormOp reports whether op is one of dsl.ClipNormOps: the ops that
+// read every parameter's sum of squares, rebuilt on the trainers by split.
+func isClipNormOp(op *dsl.Op) bool {
+	return op.Section != dsl.Optimize && len(op.Outputs) == 1 && strings.HasPrefix(op.Outputs[0], "clip@")
+}
+
+// checkClipNorm refuses train.clip.norm where a parameter's mean gradient
+// is not on a pserver: a parameter placed on the trainer (each trainer
+// would add its own gradient's part) and a lookup table (a row gradient).
+func (s *splitter) checkClipNorm() error {
+	if s.clipNorm == 0 {
+		return nil
+	}
+	for _, n := range s.names {
+		gr := s.groups[n]
+		switch {
+		case gr.pin == trainerNode:
+			return dsl.Errorf(s.clipPos, "train.clip.norm in a split job needs every parameter's update on a pserver, but %s is placed on the trainer (%s); drop its place: trainer or clip by value", n, gr.pinPos)
+		case gr.table:
+			return dsl.Errorf(s.clipPos, "train.clip.norm is not supported for lookup table %s (a row gradient) yet; clip by value", n)
+		}
+	}
+	return nil
 }
 
 // collectGroups finds each parameter's optimizer subgraph through the
@@ -245,7 +283,7 @@ func (s *splitter) collectGroups() error {
 		}
 	}
 	for _, op := range g.Ops {
-		if op.Section != dsl.Optimize {
+		if op.Section != dsl.Optimize && !(s.clipNorm > 0 && isClipNormOp(op)) {
 			s.trainerOps = append(s.trainerOps, op)
 		}
 	}
@@ -271,7 +309,7 @@ func (s *splitter) checkEdges() error {
 		grad := dsl.GradName(n)
 		for _, op := range gr.ops {
 			for _, in := range op.Inputs {
-				if gr.local[in] || in == grad {
+				if gr.local[in] || in == grad || s.clipNorm > 0 && in == dsl.ClipFactor {
 					continue
 				}
 				return dsl.Errorf(op.Pos, "op %s in the optimizer of %s reads %q, which is not %s, its gradient, its state or a value its optimizer computes; pserver-side ops cannot read trainer values, so compute %q inside the optimizer", op.Type, n, in, n, in)
@@ -459,6 +497,9 @@ func (s *splitter) notElementWise(gr *group) string {
 	}
 	for _, op := range gr.ops {
 		def, _ := ops.Lookup(op.Type)
+		if op.Type == "sum_squares" && s.clipNorm > 0 {
+			continue // a block's part of the norm, added up with the others
+		}
 		if !def.ElementWise {
 			return fmt.Sprintf("optimizer op %s at %s is not element-wise", op.Type, op.Pos)
 		}
@@ -707,6 +748,9 @@ func (s *splitter) build() *Plan {
 			op.Section = dsl.Forward
 		}
 	}
+	if s.clipNorm > 0 {
+		s.buildClipNorm(p, blocks, count)
+	}
 	s.describe(p, blocks)
 	return p
 }
@@ -822,4 +866,64 @@ func canonicalOrder(list []*dsl.Op) []*dsl.Op {
 		}
 	}
 	return out
+}
+
+// buildClipNorm adds train.clip.norm's exchange: pserver j adds up its
+// blocks' sums of squares and sends the sum to every trainer (clip@part.j);
+// each trainer receives every pserver's, computes the factor
+// (dsl.ClipNormOps) and sends it to every pserver (clip@factor.j), which
+// takes the mean of the trainers' identical factors (accumulate) as
+// dsl.ClipFactor. A pserver's ops are ordered so that their file order is
+// a dependency order with the exchange between the gradients' arrival and
+// the updates: a pserver runs its ops in that order, one after another.
+func (s *splitter) buildClipNorm(p *Plan, blocks []*block, count int) {
+	t, pos := p.Trainer, s.clipPos
+	var parts []string
+	for j, ps := range p.PServers {
+		var sums []string
+		for _, b := range blocks {
+			if b.pserver == j {
+				sums = append(sums, rename(b.g.param.Name, b.name, b.g.param.Name+"@$clip.sumsq"))
+			}
+		}
+		if len(sums) == 0 {
+			continue
+		}
+		part := "clip@part." + strconv.Itoa(j)
+		factor := "clip@factor." + strconv.Itoa(j)
+		var exchange []*dsl.Op
+		total := sums[0]
+		for i, x := range sums[1:] {
+			next := "clip@part.sum" + strconv.Itoa(i+1)
+			exchange = append(exchange, newOp("add", []string{total, x}, []string{next}, nil, pos))
+			total = next
+		}
+		exchange = append(exchange,
+			newOp("send", []string{total}, nil, ops.Attrs{"var": part, "to": trainerNode}, pos),
+			newOp("accumulate", nil, []string{dsl.ClipFactor}, ops.Attrs{"var": factor, "count": count, "shape": []int{}, "dtype": "f32"}, pos))
+		for _, op := range exchange {
+			op.Section = dsl.Optimize
+		}
+		var first, rest []*dsl.Op
+		for _, op := range ps.Ops {
+			if op.Type == "accumulate" || op.Type == "sum_squares" {
+				first = append(first, op)
+			} else {
+				rest = append(rest, op)
+			}
+		}
+		ps.Ops = append(append(first, exchange...), rest...)
+
+		recv := newOp("recv", nil, []string{part}, ops.Attrs{"var": part, "from": pserverNode(j), "shape": []int{}, "dtype": "f32"}, pos)
+		recv.Section = dsl.Forward
+		t.Ops = append(t.Ops, recv)
+		parts = append(parts, part)
+	}
+	t.Ops = append(t.Ops, dsl.ClipNormOps(s.clipNorm, parts, pos)...)
+	for j := range p.PServers {
+		if !slices.Contains(parts, "clip@part."+strconv.Itoa(j)) {
+			continue
+		}
+		t.Ops = append(t.Ops, newOp("send", []string{dsl.ClipFactor}, nil, ops.Attrs{"var": "clip@factor." + strconv.Itoa(j), "to": pserverNode(j)}, pos))
+	}
 }

@@ -110,6 +110,10 @@ type Kernel func(rt Runtime) error
 type Args struct {
 	In, Out []*tensor.Tensor
 	Attrs   ops.Attrs
+	// Inference is set when the program evaluates or predicts rather than
+	// trains (exec.CompileOptions.Targets): random ops such as dropout are
+	// then the identity.
+	Inference bool
 }
 
 // Builder builds an op's kernel for concrete tensors.

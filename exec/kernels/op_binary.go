@@ -13,10 +13,15 @@ const (
 	opSub
 	opMul
 	opDiv
+	opMin
+	opMax
+	opLess
+	opGreater
 )
 
 func init() {
-	for name, op := range map[string]binOp{"add": opAdd, "sub": opSub, "mul": opMul, "div": opDiv} {
+	for name, op := range map[string]binOp{"add": opAdd, "sub": opSub, "mul": opMul, "div": opDiv,
+		"min": opMin, "max": opMax, "less": opLess, "greater": opGreater} {
 		register(name, func(k Args) (Kernel, error) { return binaryKernel(op, k), nil })
 	}
 }
@@ -52,8 +57,22 @@ func apply(op binOp, a, b float32) float32 {
 		return a - b
 	case opMul:
 		return a * b
+	case opDiv:
+		return a / b
+	case opMin:
+		return min(a, b)
+	case opMax:
+		return max(a, b)
+	case opLess:
+		if a < b {
+			return 1
+		}
+		return 0
 	}
-	return a / b
+	if a > b { // opGreater
+		return 1
+	}
+	return 0
 }
 
 func binSame(op binOp, x, y, z []float32) {
@@ -69,6 +88,10 @@ func binSame(op binOp, x, y, z []float32) {
 	case opDiv:
 		for i := range z {
 			z[i] = x[i] / y[i]
+		}
+	default:
+		for i := range z {
+			z[i] = apply(op, x[i], y[i])
 		}
 	}
 }
@@ -95,6 +118,10 @@ func binRowsY(op binOp, x, y, z []float32) {
 			for i := range z {
 				z[i] = x[i] / s
 			}
+		default:
+			for i := range z {
+				z[i] = apply(op, x[i], s)
+			}
 		}
 		return
 	}
@@ -110,6 +137,10 @@ func binRowsY(op binOp, x, y, z []float32) {
 		case opDiv:
 			for j := range zr {
 				zr[j] = xr[j] / y[j]
+			}
+		default:
+			for j := range zr {
+				zr[j] = apply(op, xr[j], y[j])
 			}
 		}
 	}

@@ -4,11 +4,14 @@
 Run from the repository root with Debian's python3-torch:
     /usr/bin/python3 testdata/optim/gen_reference.py
 It writes testdata/optim/init.safetensors (the shared initial parameters) and
-testdata/optim/<optimizer>.safetensors (parameters after STEPS steps of
-torch.optim on the model of mlp-<optimizer>.yaml, fed by psgraph's data
+testdata/optim/<config>.safetensors (parameters after STEPS steps of
+torch.optim, with the config's torch.optim.lr_scheduler and
+torch.nn.utils.clip_grad_* where it has them, on the model of
+mlp-<config>.yaml, fed by psgraph's data
 stream rule: batch 30, no shuffle, iris standardized per column).
 """
 import json
+import math
 import os
 import struct
 
@@ -61,10 +64,43 @@ def main():
         "momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
         "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
         "adam": lambda p: torch.optim.Adam(p, lr=0.01),
+        # weight decay (coupled, torch's weight_decay) and AdamW (decoupled)
+        "sgd-wd": lambda p: torch.optim.SGD(p, lr=0.1, weight_decay=0.05),
+        "momentum-wd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.05),
+        "adagrad-wd": lambda p: torch.optim.Adagrad(p, lr=0.1, weight_decay=0.05),
+        "adam-wd": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.05),
+        "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+        # learning-rate schedules, stepped after every optimizer step
+        "sgd-cosine": lambda p: torch.optim.SGD(p, lr=0.1),
+        "momentum-step": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+        "adagrad-exponential": lambda p: torch.optim.Adagrad(p, lr=0.1),
+        "adam-warmup-cosine": lambda p: torch.optim.Adam(p, lr=0.01),
+        "sgd-warmup": lambda p: torch.optim.SGD(p, lr=0.1),
+        # gradient clipping before the step (and its weight decay)
+        "sgd-clip-value": lambda p: torch.optim.SGD(p, lr=0.1),
+        "adam-clip-norm": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.05),
+    }
+    warmup, span = 10, STEPS - 10
+
+    def warmup_cosine(t):  # t: steps done (torch's last_epoch)
+        return min(1.0, (t + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(max(t - warmup, 0), span) / span))
+
+    schedules = {
+        "sgd-cosine": lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=STEPS, eta_min=0.01),
+        "momentum-step": lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=10, gamma=0.5),
+        "adagrad-exponential": lambda o: torch.optim.lr_scheduler.ExponentialLR(o, gamma=0.95),
+        "adam-warmup-cosine": lambda o: torch.optim.lr_scheduler.LambdaLR(o, warmup_cosine),
+        # LinearLR from 1/warmup over warmup-1 steps is min(1, (t+1)/warmup)
+        "sgd-warmup": lambda o: torch.optim.lr_scheduler.LinearLR(o, start_factor=1 / warmup, total_iters=warmup - 1),
+    }
+    clips = {
+        "sgd-clip-value": lambda ps: torch.nn.utils.clip_grad_value_(ps, 0.05),
+        "adam-clip-norm": lambda ps: torch.nn.utils.clip_grad_norm_(ps, 0.5),
     }
     for name, make in configs.items():
         params = {n: torch.tensor(init[n], requires_grad=True) for n in NAMES}
         opt = make([params[n] for n in NAMES])
+        sched = schedules[name](opt) if name in schedules else None
         for k in range(STEPS):
             rows = [(k * BATCH + i) % len(x) for i in range(BATCH)]
             xb, yb = torch.tensor(x[rows]), torch.tensor(y[rows])
@@ -72,7 +108,11 @@ def main():
             loss = torch.nn.functional.cross_entropy(h @ params["W2"] + params["b2"], yb)
             opt.zero_grad()
             loss.backward()
+            if name in clips:
+                clips[name]([params[n] for n in NAMES])
             opt.step()
+            if sched is not None:
+                sched.step()
         write_safetensors(os.path.join(HERE, name + ".safetensors"), {n: params[n].detach().numpy() for n in NAMES})
         print(name, "final batch loss", float(loss))
 

@@ -1,0 +1,83 @@
+package kernels
+
+import (
+	"math"
+)
+
+// Element-wise math for schedules and clipping, and the step as a value.
+// min, max, less and greater are binary ops (op_binary.go).
+
+func init() {
+	unary("cos", func(x, y []float32) {
+		for i, v := range x[:len(y)] {
+			y[i] = float32(math.Cos(float64(v)))
+		}
+	})
+	unary("sin", func(x, y []float32) {
+		for i, v := range x[:len(y)] {
+			y[i] = float32(math.Sin(float64(v)))
+		}
+	})
+	unary("exp", func(x, y []float32) {
+		for i, v := range x[:len(y)] {
+			y[i] = float32(math.Exp(float64(v)))
+		}
+	})
+	unary("log", func(x, y []float32) {
+		for i, v := range x[:len(y)] {
+			y[i] = float32(math.Log(float64(v)))
+		}
+	})
+	unary("floor", func(x, y []float32) {
+		for i, v := range x[:len(y)] {
+			y[i] = float32(math.Floor(float64(v)))
+		}
+	})
+	register("clip", func(k Args) (Kernel, error) {
+		x, y := k.In[0], k.Out[0]
+		lo, hi := clipBounds(k)
+		return func(Runtime) error {
+			for i, v := range x.F[:len(y.F)] {
+				y.F[i] = min(max(v, lo), hi)
+			}
+			return nil
+		}, nil
+	})
+	register("clip_grad", func(k Args) (Kernel, error) {
+		dy, x, dx := k.In[0], k.In[1], k.Out[0]
+		lo, hi := clipBounds(k)
+		return func(Runtime) error {
+			xs := x.F[:len(dx.F)]
+			for i, g := range dy.F[:len(dx.F)] {
+				if v := xs[i]; v >= lo && v <= hi {
+					dx.F[i] = g
+				} else {
+					dx.F[i] = 0
+				}
+			}
+			return nil
+		}, nil
+	})
+	register("sum_squares", func(k Args) (Kernel, error) {
+		x, y := k.In[0], k.Out[0]
+		return func(Runtime) error {
+			var s float64
+			for _, v := range x.F {
+				s += float64(v) * float64(v)
+			}
+			y.F[0] = float32(s)
+			return nil
+		}, nil
+	})
+	register("step", func(k Args) (Kernel, error) {
+		y := k.Out[0]
+		return func(rt Runtime) error {
+			y.F[0] = float32(rt.Step() + 1)
+			return nil
+		}, nil
+	})
+}
+
+func clipBounds(k Args) (lo, hi float32) {
+	return float32(k.Attrs.Float("min")), float32(k.Attrs.Float("max"))
+}
