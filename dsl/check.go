@@ -215,7 +215,7 @@ func (g *Graph) inferKnown(batch int, known map[string]ops.Type) (map[string]ops
 // labelOps are the ops that read the data label, by the label dtype they
 // take: class ids (int32) or float targets (float32).
 var labelOps = map[string]bool{
-	"softmax_cross_entropy": false, "accuracy": false, "auc": false,
+	"softmax_cross_entropy": false, "accuracy": false,
 	"sigmoid_cross_entropy": true, "mse": true,
 }
 

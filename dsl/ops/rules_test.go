@@ -37,7 +37,7 @@ func TestAUCShapeErrors(t *testing.T) {
 	for _, c := range []struct{ state, want string }{
 		{"  s: {shape: [4, 3]}\n  y: {shape: [4], dtype: int32}", "scores must be float32 [batch], [batch, 1]"},
 		{"  s: {shape: [4], dtype: int32}\n  y: {shape: [4], dtype: int32}", "scores must be float32"},
-		{"  s: {shape: [4]}\n  y: {shape: [4]}", "label must be int32 [batch]"},
+		{"  s: {shape: [4]}\n  y: {shape: [4, 2]}", "label must be 0 and 1, as int32 [batch] or float32 [batch] or [batch, 1]"},
 		{"  s: {shape: [4]}\n  y: {shape: [5], dtype: int32}", "differ in batch size"},
 	} {
 		src := "psgraph: 1\nstate:\n" + c.state + "\nops:\n  - {type: auc, inputs: [s, y], outputs: [a]}\n"

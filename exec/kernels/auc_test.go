@@ -206,3 +206,36 @@ train:
 		t.Errorf("%d metrics lines, want 5 (step 1, then every 50 of 200 steps)", lines)
 	}
 }
+
+// Float targets of 0 and 1 (a label with dtype: float32, [B] or [B, 1],
+// as sigmoid_cross_entropy reads it) give the AUC of the same labels as
+// class ids; another value is refused naming the row.
+func TestAUCTakesFloatLabels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	const rows = 64
+	ids := compileModel(t, aucModel(fmt.Sprintf("[%d, 1]", rows), rows), 1)
+	for _, yshape := range []string{fmt.Sprintf("[%d]", rows), fmt.Sprintf("[%d, 1]", rows)} {
+		src := strings.Replace(aucModel(fmt.Sprintf("[%d, 1]", rows), rows), fmt.Sprintf("y: {shape: [%d], dtype: int32}", rows), "y: {shape: "+yshape+"}", 1)
+		fl := compileModel(t, src, 1)
+		for trial := 0; trial < 10; trial++ {
+			for r := range rows {
+				v, c := float32(rng.NormFloat64()), int32(rng.IntN(2))
+				ids.Scope["s"].F[r], fl.Scope["s"].F[r] = v, v
+				ids.Scope["y"].I[r], fl.Scope["y"].F[r] = c, float32(c)
+			}
+			if err := runOnce(t, ids); err != nil {
+				t.Fatal(err)
+			}
+			if err := runOnce(t, fl); err != nil {
+				t.Fatal(err)
+			}
+			if a, b := ids.Scope["a"].F[0], fl.Scope["a"].F[0]; a != b {
+				t.Fatalf("label %s, trial %d: auc %v with float labels, %v with class ids", yshape, trial, b, a)
+			}
+		}
+		fl.Scope["y"].F[5] = 0.5
+		if err := runOnce(t, fl); err == nil || !strings.Contains(err.Error(), "label 0.5 in batch row 5 is not 0 or 1") {
+			t.Errorf("label %s: a target of 0.5: %v, want it refused naming the row", yshape, err)
+		}
+	}
+}

@@ -22,9 +22,14 @@ func init() {
 				if two { // softmax logits: log(p1/p0), monotone in p1
 					s = scores.F[2*r+1] - scores.F[2*r]
 				}
-				y := label.I[r]
-				if y != 0 && y != 1 {
-					return fmt.Errorf("label %d in batch row %d is not 0 or 1: auc is a binary metric (for C classes, use accuracy)", y, r)
+				var y float32
+				if label.I != nil {
+					if id := label.I[r]; id != 0 && id != 1 {
+						return fmt.Errorf("label %d in batch row %d is not 0 or 1: auc is a binary metric (for C classes, use accuracy)", id, r)
+					}
+					y = float32(label.I[r])
+				} else if y = label.F[r]; y != 0 && y != 1 {
+					return fmt.Errorf("label %v in batch row %d is not 0 or 1: auc is a binary metric (for C classes, use accuracy)", y, r)
 				}
 				nan = nan || math.IsNaN(float64(s))
 				rs[r] = ranked{score: s, pos: y == 1}
