@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -362,4 +363,104 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 		res.Metrics[m] = vals[i+1]
 	}
 	return res, nil
+}
+
+// logEval evaluates the held-out data after step, logs the result and
+// writes it to the metrics file as eval_loss and eval_<metric>. The
+// values it returns are valid until the next evaluation.
+func logEval(ctx context.Context, ev *evaluator, step int, g *dsl.Graph, opt RunOptions, w *bufio.Writer) ([]float64, error) {
+	vals, err := ev.run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating the held-out data after step %d: %w", step, err)
+	}
+	e := opt.Log.Info().Int("step", step).Float64("eval_loss", vals[0])
+	for i, m := range g.Train.Metrics {
+		e = e.Float64("eval_"+m, vals[i+1])
+	}
+	e.Int("rows", ev.rows).Msg("eval")
+	if w != nil {
+		fmt.Fprintf(w, `{"step":%d,"role":%q,"eval_loss":%s`, step, opt.Role, jsonNum(vals[0]))
+		for i, m := range g.Train.Metrics {
+			k, _ := json.Marshal("eval_" + m)
+			fmt.Fprintf(w, ",%s:%s", k, jsonNum(vals[i+1]))
+		}
+		w.WriteString("}\n")
+	}
+	return vals, nil
+}
+
+// Evaluate computes loss and metrics over the whole data set, in file
+// order, with the given parameter values.
+func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
+	ev, err := newEvaluator(g, set, nil, params, 0)
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	vals, err := ev.run(context.Background())
+	if err != nil {
+		return err
+	}
+	sum.Loss = vals[0]
+	for i, m := range g.Train.Metrics {
+		sum.Metrics[m] = vals[i+1]
+	}
+	return nil
+}
+
+// EvalChunk is the number of rows EvaluateStream evaluates at once (the
+// training batch when that is larger).
+const EvalChunk = 1024
+
+// EvaluateStream computes loss and metrics over a streamed data file, in
+// file order and in chunks of chunk rows: each result is the row-weighted
+// mean of its values over the chunks, which is its value over the whole
+// file when it is a mean over rows (mean, softmax_cross_entropy, accuracy,
+// sigmoid_cross_entropy, mse), as Evaluate computes it in one batch.
+func EvaluateStream(g *dsl.Graph, file *data.FileStream, params Scope, sum *Summary, chunk int) error {
+	targets := append([]string{g.Train.Loss}, g.Train.Metrics...)
+	compile := func(batch int) (*Program, *feeder, error) {
+		p, err := Compile(g, CompileOptions{Batch: batch, Targets: targets, Shared: params, Workers: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, newFeeder(g, p.Scope), nil
+	}
+	ev, f, err := compile(chunk)
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	total := make([]float64, len(targets))
+	rows := 0
+	err = file.Epoch(f.features, f.labels, f.ids, func(n int) error {
+		p := ev
+		if n < chunk { // the last chunk: a program at its size, fed the chunk's first n rows
+			last, lf, err := compile(n)
+			if err != nil {
+				return err
+			}
+			defer last.Close()
+			copyPrefix(lf.features, f.features)
+			copyPrefix(lf.labels, f.labels)
+			copyPrefix(lf.ids, f.ids)
+			p = last
+		}
+		if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
+			return err
+		}
+		for i, name := range targets {
+			total[i] += float64(n) * float64(p.Scope[name].F[0])
+		}
+		rows += n
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sum.Loss = total[0] / float64(rows)
+	for i, m := range g.Train.Metrics {
+		sum.Metrics[m] = total[i+1] / float64(rows)
+	}
+	return nil
 }
