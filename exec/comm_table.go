@@ -72,14 +72,9 @@ func (c *NetComm) recvUntilRestart(ctx context.Context, p kernels.Peer, step int
 	if p.Role != "trainer" || c.Async || c.started == nil {
 		return false, c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
 	}
-	rc := c.restartCtx(ctx)
-	rctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(rc, cancel)
-	err = c.EP.RecvSink(rctx, nodeOf(p), step, v, sink)
-	restarted = err != nil && rc.Err() != nil && ctx.Err() == nil
-	stop()
-	cancel()
-	return restarted, err
+	return untilRestart(ctx, c.restartCtx(ctx), func(rctx context.Context) error {
+		return c.EP.RecvSink(rctx, nodeOf(p), step, v, sink)
+	})
 }
 
 // tableTrainerRestarted fails a sync pserver's receive of a table's

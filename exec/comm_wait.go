@@ -122,17 +122,12 @@ func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport
 				}
 			}
 		}
-		rctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(rc, cancel)
-		var err error
-		if sink != nil {
-			err = c.EP.RecvSink(rctx, who, step, v, sink)
-		} else {
-			err = c.EP.Recv(rctx, who, step, v, into)
-		}
-		restarted := err != nil && rc.Err() != nil
-		stop()
-		cancel()
+		restarted, err := untilRestart(ctx, rc, func(rctx context.Context) error {
+			if sink != nil {
+				return c.EP.RecvSink(rctx, who, step, v, sink)
+			}
+			return c.EP.Recv(rctx, who, step, v, into)
+		})
 		switch {
 		case err == nil:
 			return nil
@@ -213,4 +208,17 @@ func (c *NetComm) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
 		c.links.learned(step)
 	}
 	return step, nil
+}
+
+// untilRestart runs recv with a context that also ends when rc does (the
+// next restart of any peer, restartCtx). restarted reports that recv
+// failed because of that restart, not because ctx ended.
+func untilRestart(ctx, rc context.Context, recv func(context.Context) error) (restarted bool, err error) {
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(rc, cancel)
+	err = recv(rctx)
+	restarted = err != nil && rc.Err() != nil && ctx.Err() == nil
+	stop()
+	cancel()
+	return restarted, err
 }

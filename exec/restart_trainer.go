@@ -425,12 +425,10 @@ func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bo
 	defer cancel()
 	buf := make([]byte, resumeSpec.Bytes)
 	for {
-		rctx, stopRecv := context.WithCancel(wctx)
-		stop := context.AfterFunc(rc, stopRecv)
-		err = c.EP.Recv(rctx, l.id, ctrlStep, ResumeVar, buf)
-		woken := err != nil && rc.Err() != nil && wctx.Err() == nil
-		stop()
-		stopRecv()
+		var woken bool
+		woken, err = untilRestart(wctx, rc, func(rctx context.Context) error {
+			return c.EP.Recv(rctx, l.id, ctrlStep, ResumeVar, buf)
+		})
 		if !woken {
 			break
 		}
