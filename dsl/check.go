@@ -63,12 +63,13 @@ func (g *Graph) checkStructure() ([]int, error) {
 	}
 	known := g.knownNames(prod)
 	for _, op := range g.Ops {
+		def, _ := ops.Lookup(op.Type)
 		for _, in := range op.Inputs {
 			if _, ok := g.Vars[in]; ok {
 				continue
 			}
 			if _, ok := prod[in]; !ok {
-				errs = append(errs, Errorf(op.Pos, "op %s input %q is not defined%s", op.Type, in, inputHint(def(op.Type), in, known)))
+				errs = append(errs, Errorf(op.Pos, "op %s input %q is not defined%s", op.Type, in, inputHint(def, in, known)))
 			}
 		}
 	}
@@ -508,11 +509,6 @@ func (g *Graph) checkSizes(types map[string]ops.Type, batch int) ErrorList {
 		}
 	}
 	return errs
-}
-
-func def(typ string) *ops.Def {
-	d, _ := ops.Lookup(typ)
-	return d
 }
 
 // inputHint explains an undefined input: a number or the name of one of

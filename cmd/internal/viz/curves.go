@@ -297,12 +297,8 @@ func formatTick(v, step float64) string {
 	if step < 1 {
 		d = int(math.Ceil(-math.Log10(step) - 1e-9))
 	}
-	return strconvFormat(v, d)
-}
-
-func strconvFormat(v float64, decimals int) string {
-	if a := math.Abs(v); a >= 1e6 {
+	if math.Abs(v) >= 1e6 {
 		return strconv.FormatFloat(v, 'g', 4, 64)
 	}
-	return strconv.FormatFloat(v, 'f', decimals, 64)
+	return strconv.FormatFloat(v, 'f', d, 64)
 }
