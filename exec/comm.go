@@ -49,6 +49,10 @@ type NetComm struct {
 	// restarted counts the restarts the watchers saw (any peer), bumped
 	// before the restart context is cancelled.
 	restarted atomic.Int64
+	// the receive contexts of the current restart epoch, by their
+	// parent (watched)
+	wmu     sync.Mutex
+	watches map[context.Context]watch
 	// started: a pserver's count of each trainer's restarts when it
 	// started serving (startServing), read-only after.
 	started []int64

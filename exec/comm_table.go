@@ -72,9 +72,9 @@ func (c *NetComm) recvUntilRestart(ctx context.Context, p kernels.Peer, step int
 	if p.Role != "trainer" || c.Async || c.started == nil {
 		return false, c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
 	}
-	return untilRestart(ctx, c.restartCtx(ctx), func(rctx context.Context) error {
-		return c.EP.RecvSink(rctx, nodeOf(p), step, v, sink)
-	})
+	w, rc := c.watched(ctx)
+	err = c.EP.RecvSink(w, nodeOf(p), step, v, sink)
+	return err != nil && rc.Err() != nil && ctx.Err() == nil, err
 }
 
 // tableTrainerRestarted fails a sync pserver's receive of a table's

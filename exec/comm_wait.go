@@ -112,7 +112,7 @@ func (c *NetComm) restartCtx(ctx context.Context) context.Context {
 // for a surviving trainer, which waits for the parts behind.
 func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport.NodeID, who transport.NodeID, step int64, v string, into []byte, sink transport.Sink) error {
 	for {
-		rc := c.restartCtx(ctx)
+		w, rc := c.watched(ctx) // before the checks: a restart after them cancels w
 		for _, tr := range trainers {
 			if n, _ := c.EP.Restarts(tr); n != pt.known[tr] {
 				pt.known[tr] = n
@@ -122,12 +122,13 @@ func (c *NetComm) recvRejoin(ctx context.Context, pt *part, trainers []transport
 				}
 			}
 		}
-		restarted, err := untilRestart(ctx, rc, func(rctx context.Context) error {
-			if sink != nil {
-				return c.EP.RecvSink(rctx, who, step, v, sink)
-			}
-			return c.EP.Recv(rctx, who, step, v, into)
-		})
+		var err error
+		if sink != nil {
+			err = c.EP.RecvSink(w, who, step, v, sink)
+		} else {
+			err = c.EP.Recv(w, who, step, v, into)
+		}
+		restarted := err != nil && rc.Err() != nil
 		switch {
 		case err == nil:
 			return nil

@@ -28,9 +28,11 @@ type evaluator struct {
 	targets     []string
 	set         *data.Set
 	file        *data.FileStream
-	rows        int
-	full, last  *Program // last: the file's shorter last chunk (nil: none)
+	rows        int      // of the last run
+	size, lastN int      // the rows of a chunk (full's batch), of the last chunk (last's)
+	full, last  *Program // last: the file's shorter last chunk (nil: none yet)
 	ffull, flst *feeder
+	compile     func(batch int) (*Program, *feeder, error)
 	sums        []float64
 	// Made once, so that a run allocates nothing.
 	ordered *data.Stream
@@ -43,7 +45,7 @@ func newEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params Sco
 	e.sums = make([]float64, len(e.targets))
 	e.rt = &NodeRuntime{Ctx: context.Background()}
 	e.onChunk = e.chunk
-	compile := func(batch int) (*Program, *feeder, error) {
+	e.compile = func(batch int) (*Program, *feeder, error) {
 		p, err := Compile(g, CompileOptions{Batch: batch, Targets: e.targets, Shared: params, Workers: 1})
 		if err != nil {
 			return nil, nil, err
@@ -52,26 +54,16 @@ func newEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params Sco
 	}
 	var err error
 	if set != nil {
-		e.rows, e.ordered = set.Rows, data.NewOrderedStream(set)
-		e.full, e.ffull, err = compile(set.Rows)
+		e.rows, e.size, e.ordered = set.Rows, set.Rows, data.NewOrderedStream(set)
+		e.full, e.ffull, err = e.compile(set.Rows)
 		return e, err
 	}
-	n, err := file.CountRows()
-	if err != nil {
-		return nil, err
-	}
-	e.rows = int(n)
-	chunk = min(chunk, e.rows)
-	if e.full, e.ffull, err = compile(chunk); err != nil {
-		return nil, err
-	}
-	if r := e.rows % chunk; r > 0 {
-		if e.last, e.flst, err = compile(r); err != nil {
-			e.full.Close()
-			return nil, err
-		}
-	}
-	return e, nil
+	// A streamed file is read once per run, in chunks; the program of its
+	// shorter last chunk is compiled when the first run meets it, so no
+	// pass counts the rows first.
+	e.size = chunk
+	e.full, e.ffull, err = e.compile(chunk)
+	return e, err
 }
 
 func (e *evaluator) Close() {
@@ -98,6 +90,7 @@ func (e *evaluator) run(ctx context.Context) ([]float64, error) {
 		return e.sums, nil
 	}
 	clear(e.sums)
+	e.rows = 0
 	f := e.ffull
 	if err := e.file.Epoch(f.features, f.labels, f.ids, e.onChunk); err != nil {
 		return nil, err
@@ -115,8 +108,14 @@ func (e *evaluator) chunk(n int) error {
 		return err
 	}
 	p, f := e.full, e.ffull
-	if n < e.full.batch() {
-		if e.last == nil || n != e.last.batch() {
+	if n < e.size {
+		if e.last == nil {
+			var err error
+			if e.last, e.flst, err = e.compile(n); err != nil {
+				return err
+			}
+			e.lastN = n
+		} else if n != e.lastN {
 			return errFileChanged
 		}
 		lf := e.flst
@@ -131,6 +130,7 @@ func (e *evaluator) chunk(n int) error {
 	for i, name := range e.targets {
 		e.sums[i] += float64(n) * float64(p.Scope[name].F[0])
 	}
+	e.rows += n
 	return nil
 }
 
@@ -325,7 +325,7 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 	if path == "" && d.Eval != nil {
 		path = d.Eval.CSV
 	}
-	if path == "" && d.Synthetic == nil && (d.Eval == nil || d.Stream) {
+	if path == "" && d.Synthetic == nil && d.Eval == nil {
 		path = d.CSV
 	}
 	switch {
@@ -397,15 +397,7 @@ func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
 		return err
 	}
 	defer ev.Close()
-	vals, err := ev.run(context.Background())
-	if err != nil {
-		return err
-	}
-	sum.Loss = vals[0]
-	for i, m := range g.Train.Metrics {
-		sum.Metrics[m] = vals[i+1]
-	}
-	return nil
+	return ev.into(g, sum)
 }
 
 // EvalChunk is the number of rows EvaluateStream evaluates at once (the
@@ -418,49 +410,23 @@ const EvalChunk = 1024
 // file when it is a mean over rows (mean, softmax_cross_entropy, accuracy,
 // sigmoid_cross_entropy, mse), as Evaluate computes it in one batch.
 func EvaluateStream(g *dsl.Graph, file *data.FileStream, params Scope, sum *Summary, chunk int) error {
-	targets := append([]string{g.Train.Loss}, g.Train.Metrics...)
-	compile := func(batch int) (*Program, *feeder, error) {
-		p, err := Compile(g, CompileOptions{Batch: batch, Targets: targets, Shared: params, Workers: 1})
-		if err != nil {
-			return nil, nil, err
-		}
-		return p, newFeeder(g, p.Scope), nil
-	}
-	ev, f, err := compile(chunk)
+	ev, err := newEvaluator(g, nil, file, params, chunk)
 	if err != nil {
 		return err
 	}
 	defer ev.Close()
-	total := make([]float64, len(targets))
-	rows := 0
-	err = file.Epoch(f.features, f.labels, f.ids, func(n int) error {
-		p := ev
-		if n < chunk { // the last chunk: a program at its size, fed the chunk's first n rows
-			last, lf, err := compile(n)
-			if err != nil {
-				return err
-			}
-			defer last.Close()
-			copyPrefix(lf.features, f.features)
-			copyPrefix(lf.labels, f.labels)
-			copyPrefix(lf.ids, f.ids)
-			p = last
-		}
-		if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
-			return err
-		}
-		for i, name := range targets {
-			total[i] += float64(n) * float64(p.Scope[name].F[0])
-		}
-		rows += n
-		return nil
-	})
+	return ev.into(g, sum)
+}
+
+// into runs the evaluator once and writes its loss and metrics into sum.
+func (e *evaluator) into(g *dsl.Graph, sum *Summary) error {
+	vals, err := e.run(context.Background())
 	if err != nil {
 		return err
 	}
-	sum.Loss = total[0] / float64(rows)
+	sum.Loss = vals[0]
 	for i, m := range g.Train.Metrics {
-		sum.Metrics[m] = total[i+1] / float64(rows)
+		sum.Metrics[m] = vals[i+1]
 	}
 	return nil
 }

@@ -29,12 +29,6 @@ type links struct {
 	by           map[transport.NodeID]*link
 	// checked is NetComm.restarted as of the last rejoinRestarted
 	checked atomic.Int64
-
-	// the receive context of the current restart epoch (watched)
-	wmu   sync.Mutex
-	wbase context.Context
-	wrc   context.Context
-	wctx  context.Context
 }
 
 type link struct {
@@ -241,19 +235,27 @@ func (ls *links) position(l *link) position {
 
 // watched returns a child of ctx cancelled at the next restart of any
 // peer, with the restart context it follows. It is made once per restart
-// (and per ctx), so a steady-state receive allocates nothing.
+// and per ctx (a trainer's, each pserver part's), so a steady-state
+// receive allocates nothing.
 func (c *NetComm) watched(ctx context.Context) (w, rc context.Context) {
 	rc = c.restartCtx(ctx)
-	ls := c.links
-	ls.wmu.Lock()
-	defer ls.wmu.Unlock()
-	if ls.wbase != ctx || ls.wrc != rc {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	e, ok := c.watches[ctx]
+	if !ok || e.rc != rc {
 		wc, cancel := context.WithCancel(ctx)
 		context.AfterFunc(rc, cancel)
-		ls.wbase, ls.wrc, ls.wctx = ctx, rc, wc
+		e = watch{rc: rc, w: wc}
+		if c.watches == nil {
+			c.watches = map[context.Context]watch{}
+		}
+		c.watches[ctx] = e
 	}
-	return ls.wctx, rc
+	return e.w, rc
 }
+
+// watch is a receive context of one restart epoch (watched).
+type watch struct{ rc, w context.Context }
 
 // recvFromPServer receives v@step from pserver p into dst (or, for a
 // payload of varying length, into sink) so that it rides out a lost

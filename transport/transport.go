@@ -21,10 +21,31 @@ import (
 type NodeID string
 
 // Trainer returns the id of trainer i.
-func Trainer(i int) NodeID { return NodeID("trainer-" + strconv.Itoa(i)) }
+func Trainer(i int) NodeID {
+	if i >= 0 && i < len(trainerIDs) {
+		return trainerIDs[i]
+	}
+	return NodeID("trainer-" + strconv.Itoa(i))
+}
 
 // PServer returns the id of pserver i.
-func PServer(i int) NodeID { return NodeID("pserver-" + strconv.Itoa(i)) }
+func PServer(i int) NodeID {
+	if i >= 0 && i < len(pserverIDs) {
+		return pserverIDs[i]
+	}
+	return NodeID("pserver-" + strconv.Itoa(i))
+}
+
+// The ids of the first nodes, made once: a receive that names its peer by
+// index (exec's table transfers) builds no string per message.
+var trainerIDs, pserverIDs = nodeIDs("trainer-"), nodeIDs("pserver-")
+
+func nodeIDs(prefix string) (ids [256]NodeID) {
+	for i := range ids {
+		ids[i] = NodeID(prefix + strconv.Itoa(i))
+	}
+	return ids
+}
 
 // Role splits an id into its role and index.
 func (n NodeID) Role() (role string, index int, ok bool) {
