@@ -85,16 +85,16 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 // first step.
 func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt RunOptions) (*Summary, error) {
 	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = string(transport.Trainer(i)), i, j.Trainers, j.Params
-	if err := j.tablesFit(opt.Batch); err != nil {
-		return nil, err
+	if j.Trainer.Train == nil {
+		return nil, dsl.Errorf(dsl.Pos{File: j.Trainer.File}, "the trainer's graph has no train section: split a model with train: {loss, batch, steps, optimizer}")
 	}
 	// The steps and batch of this trainer's run go into its position: the
 	// pservers refuse a job whose trainers disagree on them.
 	if opt.Batch <= 0 {
 		opt.Batch = j.Trainer.Batch()
 	}
-	if j.Trainer.Train == nil {
-		return nil, dsl.Errorf(dsl.Pos{File: j.Trainer.File}, "the trainer's graph has no train section")
+	if err := j.tablesFit(opt.Batch); err != nil {
+		return nil, err
 	}
 	steps, err := StepsOf(j.Trainer, opt.Steps, opt.Batch, j.Trainers, func() (int64, error) { return data.Rows(j.Trainer.Data) })
 	if err != nil {
@@ -119,7 +119,7 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 // they were sized at split's batch, and a larger trainer batch would have
 // its requests rejected.
 func (j *Job) tablesFit(batch int) error {
-	if batch <= 0 {
+	if batch <= 0 { // the model's
 		batch = j.Trainer.Batch()
 	}
 	var types map[string]ops.Type

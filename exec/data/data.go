@@ -114,10 +114,19 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 	return s, nil
 }
 
-// Rows is the number of rows of a model's data without parsing them: the
-// synthetic rows, or the non-blank lines of the file less its header.
+// Rows is the number of rows training reads, without parsing them: the
+// synthetic rows, or the non-blank lines of the file less its header,
+// less the rows data.eval: {fraction} holds out (as LoadSplit does).
 // train.epochs turns into steps with it; the loader checks the rows.
 func Rows(spec *dsl.Data) (int64, error) {
+	n, err := allRows(spec)
+	if err != nil || spec.Eval == nil || spec.Eval.Fraction == 0 || n < 2 {
+		return n, err
+	}
+	return n - int64(heldCount(int(n), spec.Eval.Fraction)), nil
+}
+
+func allRows(spec *dsl.Data) (int64, error) {
 	if spec.Synthetic != nil {
 		return int64(spec.Synthetic.Rows), nil
 	}

@@ -90,7 +90,7 @@ func HeldOut(rows int, fraction float64, seed uint64) ([]bool, error) {
 	if rows < 2 {
 		return nil, fmt.Errorf("holding out a fraction of the rows needs at least 2 rows, the data has %d", rows)
 	}
-	k := min(max(int(math.Round(fraction*float64(rows))), 1), rows-1)
+	k := heldCount(rows, fraction)
 	held := make([]bool, rows)
 	for _, i := range rand.New(rand.NewPCG(seed, 0xe7a1)).Perm(rows)[:k] {
 		held[i] = true
@@ -116,4 +116,10 @@ func subset(s *Set, held []bool, want bool) *Set {
 		out.Rows++
 	}
 	return out
+}
+
+// heldCount is how many of rows a held-out fraction takes: round(fraction
+// x rows), at least 1, leaving at least 1.
+func heldCount(rows int, fraction float64) int {
+	return min(max(int(math.Round(fraction*float64(rows))), 1), rows-1)
 }
