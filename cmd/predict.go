@@ -41,7 +41,7 @@ is JSON: out, rows and columns.`,
 	f.StringVar(&o.initFrom, "init-from", "", "required: the model's parameters, a safetensors file (--save of run or train)")
 	f.StringVar(&o.data, "data", "", "required: the rows to predict, a file with the model's columns")
 	f.StringVarP(&o.out, "output", "o", "", "required: the CSV file to write")
-	f.StringSliceVar(&o.outputs, "outputs", nil, "what to write, comma-separated: pred, prob, or variables of the model (default: pred,prob for a classifier)")
+	f.StringSliceVar(&o.outputs, "outputs", nil, "what to write, comma-separated: pred, prob, or variables of the model (default: pred,prob for softmax, prob for sigmoid, the prediction for mse)")
 	o.log.addFormat(c)
 	return c
 }

@@ -71,10 +71,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if err := checkStepsBatch(c, o.steps, o.batch); err != nil {
 		return err
 	}
-	if o.log.format != "console" && o.log.format != "json" {
-		return usagef("--log-format must be console or json, got %q", o.log.format)
-	}
-	if _, err := o.log.logger(io.Discard, "train"); err != nil { // --log-level, before any child starts
+	if _, err := o.log.logger(io.Discard, "train"); err != nil { // --log-format and --log-level, before any child starts
 		return err
 	}
 	g, sum, err := loadForSplit(model)

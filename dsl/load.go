@@ -27,8 +27,6 @@ func LoadBytes(path string, src []byte) (*Graph, error) {
 	return g, nil
 }
 
-// Expand generates the backward pass and optimizer ops (when the graph is
-// not expanded yet) and checks the result.
 // Trainable reports why a model gives run nothing to train: it names no
 // optimizer (and holds no generated backward or optimizer ops, as a
 // subgraph written by split does). run, train and check refuse such a
@@ -44,6 +42,8 @@ func (g *Graph) Trainable() error {
 	return Errorf(pos, "the model has no train.optimizer, so there is nothing to train; add one, e.g. train: {loss: loss, batch: 32, optimizer: {type: sgd, lr: 0.1}} (docs/dsl.md)")
 }
 
+// Expand generates the backward pass and optimizer ops (when the graph is
+// not expanded yet) and checks the result.
 func (g *Graph) Expand() error {
 	if g.Expanded() {
 		if g.Train != nil && g.Train.Optimizer != nil {

@@ -22,9 +22,9 @@ import (
 // PredictOptions configures Predict.
 type PredictOptions struct {
 	InitFrom string   // the parameters (required)
-	Data     string   // the input rows: a file with the model's feature (and ids) columns; the label column may be absent
+	Data     string   // the input rows: a file with the model's columns at their positions; a last label column may be absent
 	Out      string   // the CSV file to write, one row per input row
-	Outputs  []string // pred, prob, or variables of the model; nil: the model's default (classification: pred, prob)
+	Outputs  []string // pred, prob, or variables of the model; nil: the model's default (softmax: pred, prob; sigmoid: prob; mse: the prediction)
 	Chunk    int      // rows computed at once (0: EvalChunk)
 	Log      zerolog.Logger
 }
