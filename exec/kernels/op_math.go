@@ -8,31 +8,11 @@ import (
 // min, max, less and greater are binary ops (op_binary.go).
 
 func init() {
-	unary("cos", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = float32(math.Cos(float64(v)))
-		}
-	})
-	unary("sin", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = float32(math.Sin(float64(v)))
-		}
-	})
-	unary("exp", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = float32(math.Exp(float64(v)))
-		}
-	})
-	unary("log", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = float32(math.Log(float64(v)))
-		}
-	})
-	unary("floor", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = float32(math.Floor(float64(v)))
-		}
-	})
+	unaryF64("cos", math.Cos)
+	unaryF64("sin", math.Sin)
+	unaryF64("exp", math.Exp)
+	unaryF64("log", math.Log)
+	unaryF64("floor", math.Floor)
 	register("clip", func(k Args) (Kernel, error) {
 		x, y := k.In[0], k.Out[0]
 		lo, hi := clipBounds(k)

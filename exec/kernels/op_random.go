@@ -29,7 +29,7 @@ func init() {
 					case 1:
 						one = true
 					default:
-						return fmt.Errorf("row %d: label %d is not 0 or 1", i, y.I[i])
+						return fmt.Errorf("row %d: label %d is not 0 or 1: binary_accuracy is a binary metric (for C classes, use accuracy)", i, y.I[i])
 					}
 				} else {
 					one = y.F[i] > 0.5

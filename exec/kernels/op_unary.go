@@ -15,6 +15,9 @@ func init() {
 			y[i] = sigmoid(v)
 		}
 	})
+	// tanh and sqrt run per element of activations and of adam's
+	// updates: direct calls (math.Sqrt is an instruction), not through
+	// unaryF64's func value
 	unary("tanh", func(x, y []float32) {
 		for i, v := range x[:len(y)] {
 			y[i] = float32(math.Tanh(float64(v)))
@@ -65,5 +68,14 @@ func binaryHelper(name string, f func(a, b, out []float32)) {
 	register(name, func(k Args) (Kernel, error) {
 		a, b, out := k.In[0], k.In[1], k.Out[0]
 		return func(Runtime) error { f(a.F, b.F[:len(out.F)], out.F[:len(a.F)]); return nil }, nil
+	})
+}
+
+// unaryF64 registers an element-wise op computed in float64 by f.
+func unaryF64(name string, f func(float64) float64) {
+	unary(name, func(x, y []float32) {
+		for i, v := range x[:len(y)] {
+			y[i] = float32(f(float64(v)))
+		}
 	})
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -415,10 +416,10 @@ func (o Options) pod(component string, index int, c corev1.Container, restart co
 	c.Image = o.Image
 	c.Command = []string{"psgraph", "run"}
 	c.Ports = append(c.Ports, corev1.ContainerPort{Name: "metrics", ContainerPort: int32(o.MetricsPort)})
-	c.ReadinessProbe = probe("/readyz", 5, 1)
+	c.ReadinessProbe = probe(metrics.ReadyPath, 5, 1)
 	// A node's HTTP server answers from its start to its end, whatever it
 	// waits for; failing a minute means the process is wedged.
-	c.LivenessProbe = probe("/healthz", 10, 6)
+	c.LivenessProbe = probe(metrics.LivePath, 10, 6)
 	no, yes := false, true
 	c.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
@@ -431,7 +432,7 @@ func (o Options) pod(component string, index int, c corev1.Container, restart co
 		ObjectMeta: metav1.ObjectMeta{Labels: o.labels(component, index), Annotations: map[string]string{
 			"prometheus.io/scrape": "true",
 			"prometheus.io/port":   strconv.Itoa(o.MetricsPort),
-			"prometheus.io/path":   "/metrics",
+			"prometheus.io/path":   metrics.MetricsPath,
 		}},
 		Spec: corev1.PodSpec{
 			RestartPolicy: restart,
