@@ -298,6 +298,9 @@ func TestRunPServerEndpointsFlag(t *testing.T) {
 			t.Errorf("%s: deprecation warning shown %v:\n%s", flag, deprecated, r.stderr)
 		}
 	}
+	if r := psgraph(t, "run", "--role", "trainer", "--index", "0", "--plan", dir, "--pservers", "127.0.0.1:1", "--pserver-endpoints", "127.0.0.1:2"); r.code != 2 || !strings.Contains(r.stderr, "give only --pserver-endpoints") {
+		t.Errorf("both spellings at once: exit %d, want 2 refusing them:\n%s", r.code, r.stderr)
+	}
 	if r := psgraph(t, "run", "--help"); !strings.Contains(r.stdout, "--pserver-endpoints") || strings.Contains(r.stdout, "      --pservers ") {
 		t.Errorf("run --help should list --pserver-endpoints and hide --pservers:\n%s", r.stdout)
 	}

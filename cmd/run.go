@@ -91,6 +91,9 @@ func (n *netFlags) add(c *cobra.Command) {
 // fromEnv fills flags the user did not set from the environment.
 func (n *netFlags) fromEnv(c *cobra.Command, role *string) error {
 	f := c.Flags()
+	if f.Changed("pservers") && f.Changed("pserver-endpoints") {
+		return usagef("--pservers and --pserver-endpoints both give the pservers' addresses; give only --pserver-endpoints")
+	}
 	if f.Changed("pservers") {
 		fmt.Fprintln(c.ErrOrStderr(), "psgraph: warning: --pservers is the pserver count in split and train; give run the pservers' addresses as --pserver-endpoints")
 	}
