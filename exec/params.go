@@ -74,11 +74,5 @@ func initPersistent(p *Program, initFrom string, partial bool) error {
 
 // SaveTensors writes the named tensors of a scope to a safetensors file.
 func SaveTensors(path, model string, names []string, s Scope) error {
-	out := map[string]*tensor.Tensor{}
-	for _, name := range names {
-		if t, ok := s[name]; ok {
-			out[name] = t
-		}
-	}
-	return SaveSafetensors(path, out, map[string]string{"model": model, "format": "pt"})
+	return SaveModel(path, model, names, s, nil)
 }

@@ -191,14 +191,10 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		p := full
 		if n < chunk {
 			if n != last.batch() {
-				return fmt.Errorf("%s: the file changed while it was read; do not write a data file during a run", opt.Data)
+				return fmt.Errorf("%s: %w", opt.Data, errFileChanged)
 			}
-			for _, t := range [][2]*tensor.Tensor{{lf.features, ff.features}, {lf.ids, ff.ids}} {
-				if t[0] != nil { // row-major: the first n rows are a prefix
-					copy(t[0].F, t[1].F)
-					copy(t[0].I, t[1].I)
-				}
-			}
+			copyPrefix(lf.features, ff.features)
+			copyPrefix(lf.ids, ff.ids)
 			p = last
 		}
 		if err := p.Run(rt); err != nil {

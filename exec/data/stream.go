@@ -351,10 +351,7 @@ func Count(spec *dsl.Data) (int64, error) {
 		return 0, err
 	}
 	defer s.Close()
-	if s.rows >= 0 {
-		return s.rows, nil
-	}
-	return s.pass(func() {})
+	return s.CountRows()
 }
 
 // CountRows is the number of rows in the file, reading it once if the
