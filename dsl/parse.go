@@ -2,7 +2,6 @@ package dsl
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -27,9 +26,8 @@ var topKeys = []string{"psgraph", "name", "data", "params", "state", "ops", "ass
 // Parse reads a model's YAML into a Graph without expanding or checking it.
 // Relative data paths are resolved against the directory of file.
 func Parse(file string, src []byte) (*Graph, error) {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(src))
-	if err := dec.Decode(&doc); err != nil {
+	doc, err := parseYAML(src)
+	if err != nil {
 		if err == io.EOF {
 			return nil, Errorf(Pos{File: file, Line: 1, Col: 1}, "the file is empty; a model starts with `psgraph: %d`", SchemaVersion)
 		}
