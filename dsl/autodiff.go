@@ -54,20 +54,19 @@ func (g *Graph) Differentiate() error {
 	if g.Train == nil || g.Train.Loss == "" {
 		return nil
 	}
-	types, err := g.Infer(g.Batch())
+	types, order, err := g.infer(g.Batch(), 0)
 	if err != nil {
 		return err
 	}
-	return g.differentiate(types)
+	return g.differentiate(types, order)
 }
 
 // differentiate is Differentiate given the forward graph's types at the
-// training batch, which it extends with the backward ops'.
-func (g *Graph) differentiate(types map[string]ops.Type) error {
+// training batch, which it extends with the backward ops', and its ops'
+// dependency order.
+func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 	t := g.Train
-	order, _ := g.checkStructure()
 	forward := append([]*Op{}, g.Ops...)
-	prod := g.Producers()
 
 	// Which variables lie on a path from a parameter to the loss?
 	fromParam := map[string]bool{}
@@ -155,7 +154,6 @@ func (g *Graph) differentiate(types map[string]ops.Type) error {
 			b.emitNamed("identity", []string{final}, nil, GradName(p))
 		}
 	}
-	_ = prod
 	return b.err
 }
 
@@ -221,23 +219,52 @@ func (g *Graph) ExpandOptimizer() error {
 	if g.Train == nil || g.Train.Optimizer == nil {
 		return nil
 	}
-	o := g.Train.Optimizer
 	prod := g.Producers()
 	sparse, err := g.rowGradients(prod)
 	if err != nil {
 		return err
 	}
+	var params []string // those with a gradient
+	for _, p := range g.Params() {
+		if _, ok := prod[GradName(p)]; ok {
+			params = append(params, p)
+		}
+	}
+	x, err := g.optimizerOps(params, sparse)
+	x.apply(g)
+	return err
+}
+
+// expansion is what the optimizer expansion adds to a graph, in order.
+type expansion struct {
+	ops     []*Op
+	vars    []*Var
+	assigns []Assign
+}
+
+func (x *expansion) apply(g *Graph) {
+	g.Ops = append(g.Ops, x.ops...)
+	for _, v := range x.vars {
+		g.AddVar(v)
+	}
+	g.Assigns = append(g.Assigns, x.assigns...)
+}
+
+// optimizerOps builds the optimizer's ops, state and assigns for params
+// (each has a gradient; sparse marks row gradients) without changing g,
+// whose variables it only reads: Expand runs it while autodiff appends
+// the backward pass (speculateOptimizer).
+func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansion, error) {
+	o := g.Train.Optimizer
+	x := &expansion{}
 	var errs ErrorList
-	clipped, err := g.clipGradients(prod, sparse)
+	clipped, err := g.clipGradients(params, sparse, x)
 	if err != nil {
-		return err
+		return x, err
 	}
 	first := true // template errors are reported for the first parameter only
-	for _, p := range g.Params() {
+	for _, p := range params {
 		grad := GradName(p)
-		if _, ok := prod[grad]; !ok {
-			continue
-		}
 		pv := g.Vars[p]
 		bind := map[string]string{"$param": p, "$grad": grad}
 		if c, ok := clipped[p]; ok {
@@ -265,10 +292,10 @@ func (g *Graph) ExpandOptimizer() error {
 				gather = append(gather, [2]string{name, bind["$"+st.Name]})
 			}
 			init := *st.Init
-			g.AddVar(&Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
+			x.vars = append(x.vars, &Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
 		}
 		for _, gr := range gather {
-			g.Ops = append(g.Ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], grad}, Outputs: []string{gr[1]},
+			x.ops = append(x.ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], grad}, Outputs: []string{gr[1]},
 				Attrs: ops.Attrs{}, Section: Optimize, Param: p, Place: pv.Place, Pos: o.Pos})
 		}
 		mark := func(op *Op) *Op {
@@ -277,21 +304,21 @@ func (g *Graph) ExpandOptimizer() error {
 		}
 		if o.Tmpl.usesStep() || o.Schedule != nil {
 			bind["$step"] = p + "@$step"
-			g.Ops = append(g.Ops, mark(NewOp("step", nil, []string{bind["$step"]}, nil, Optimize, o.Pos)))
+			x.ops = append(x.ops, mark(NewOp("step", nil, []string{bind["$step"]}, nil, Optimize, o.Pos)))
 		}
 		lr := ""
 		if o.Schedule != nil {
 			lr = p + "@$lr"
 			list, err := scheduleOps(o.Schedule, o.Hyper["lr"], g.Train.Steps, p, bind["$step"], lr, mark)
 			if err != nil {
-				return err
+				return x, err
 			}
-			g.Ops = append(g.Ops, list...)
+			x.ops = append(x.ops, list...)
 		}
 		if wd := o.Hyper["weight_decay"]; wd != 0 && !o.Tmpl.readsHyper("weight_decay") {
 			// torch's coupled weight decay: g = g + weight_decay * p
 			term, decayed := p+"@$weight_decay.term", p+"@$grad.decayed"
-			g.Ops = append(g.Ops,
+			x.ops = append(x.ops,
 				mark(NewOp("scale", []string{bind["$param"]}, []string{term}, ops.Attrs{"factor": wd}, Optimize, o.Pos)),
 				mark(NewOp("add", []string{bind["$grad"], term}, []string{decayed}, nil, Optimize, o.Pos)))
 			bind["$grad"] = decayed
@@ -331,11 +358,17 @@ func (g *Graph) ExpandOptimizer() error {
 				// the scheduled rate: a multiplication by this step's lr
 				op.Type, op.Inputs, op.Attrs = "mul", append(op.Inputs, lr), ops.Attrs{}
 				scaled = true
-				g.Ops = append(g.Ops, op)
+				x.ops = append(x.ops, op)
 				continue
 			}
 			if lr != "" && first {
-				for key, v := range top.raw {
+				keys := sortedKeys(top.raw)
+				sort.SliceStable(keys, func(i, j int) bool { // errors in file order
+					a, b := top.raw[keys[i]], top.raw[keys[j]]
+					return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+				})
+				for _, key := range keys {
+					v := top.raw[key]
 					if refersTo(v.Value, "lr") {
 						errs = append(errs, Errorf(Pos{File: top.Pos.File, Line: v.Line, Col: v.Column}, "lr: {schedule: ...} makes the learning rate a value of the step, which attribute %s = %q cannot read; scale by $lr alone (attrs: {factor: $lr}) or write the schedule in the update with $step", key, v.Value))
 					}
@@ -343,7 +376,7 @@ func (g *Graph) ExpandOptimizer() error {
 			}
 			d.file = top.Pos.File
 			op.Attrs = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
-			g.Ops = append(g.Ops, op)
+			x.ops = append(x.ops, op)
 		}
 		if first {
 			errs = append(errs, d.errs...)
@@ -356,11 +389,11 @@ func (g *Graph) ExpandOptimizer() error {
 			if !ok {
 				to = local(a.Target, a.Pos)
 			}
-			g.Assigns = append(g.Assigns, Assign{Target: to, Value: local(a.Value, a.Pos), Pos: a.Pos})
+			x.assigns = append(x.assigns, Assign{Target: to, Value: local(a.Value, a.Pos), Pos: a.Pos})
 		}
 		first = false
 	}
-	return errs.Err()
+	return x, errs.Err()
 }
 
 // rowGradients reports which parameters have a row-sparse gradient (a

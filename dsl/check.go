@@ -166,23 +166,30 @@ func (g *Graph) TopoOrder() ([]int, error) { return g.checkStructure() }
 
 // Infer computes the type of every variable for a batch size.
 func (g *Graph) Infer(batch int) (map[string]ops.Type, error) {
+	types, _, err := g.infer(batch, 0)
+	return types, err
+}
+
+// infer is Infer that also returns the ops' dependency order; room
+// presizes the map for that many more names (the expansion's).
+func (g *Graph) infer(batch, room int) (map[string]ops.Type, []int, error) {
 	order, err := g.checkStructure()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	types := make(map[string]ops.Type, len(g.Vars)+len(g.Ops))
+	types := make(map[string]ops.Type, len(g.Vars)+len(g.Ops)+room)
 	for _, name := range g.Order {
 		types[name] = g.varType(g.Vars[name], batch)
 	}
 	for _, i := range order {
 		if err := g.labelFits(g.Ops[i]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := inferOp(g.Ops[i], types, batch); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return types, nil
+	return types, order, nil
 }
 
 // inferKnown is Infer for a graph that only grew since known was inferred

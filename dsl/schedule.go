@@ -160,26 +160,23 @@ func ClipNormOps(norm float64, parts []string, pos Pos) []*Op {
 		NewOp("clip", []string{"clip@ratio"}, []string{ClipFactor}, ops.Attrs{"max": 1.0}, Backward, pos))
 }
 
-// clipGradients adds train.clip's ops and returns, per parameter, the name
-// of its clipped gradient. Clipping by value is element-wise, part of each
+// clipGradients adds train.clip's ops to x for params (those with a
+// gradient) and returns, per parameter, the name of its clipped gradient.
+// Clipping by value is element-wise, part of each
 // parameter's update (section optimize: on a pserver it runs on the
 // trainers' mean gradient, as a local run clips its batch's). Clipping by
 // the global norm has a part in each parameter's update (its sum of
 // squares, and the multiplication by ClipFactor) and ops that read every
 // parameter's part (ClipNormOps, section backward, in no update); split
 // moves those to the trainers and exchanges one partial sum per pserver.
-func (g *Graph) clipGradients(prod map[string]int, sparse map[string]bool) (map[string]string, error) {
+func (g *Graph) clipGradients(params []string, sparse map[string]bool, x *expansion) (map[string]string, error) {
 	c := g.Train.Clip
 	if c == nil {
 		return nil, nil
 	}
-	out := map[string]string{}
-	var params []string
-	for _, p := range g.Params() {
-		if _, ok := prod[GradName(p)]; ok {
-			params = append(params, p)
-			out[p] = GradName(p)
-		}
+	out := make(map[string]string, len(params))
+	for _, p := range params {
+		out[p] = GradName(p)
 	}
 	if c.Norm > 0 {
 		var sq []string
@@ -190,15 +187,15 @@ func (g *Graph) clipGradients(prod map[string]int, sparse map[string]bool) (map[
 			ss := p + "@$clip.sumsq"
 			op := NewOp("sum_squares", []string{out[p]}, []string{ss}, nil, Optimize, c.Pos)
 			op.Param, op.Place = p, g.Vars[p].Place
-			g.Ops = append(g.Ops, op)
+			x.ops = append(x.ops, op)
 			sq = append(sq, ss)
 		}
-		g.Ops = append(g.Ops, ClipNormOps(c.Norm, sq, c.Pos)...)
+		x.ops = append(x.ops, ClipNormOps(c.Norm, sq, c.Pos)...)
 		for _, p := range params {
 			name := p + "@$grad.norm_clipped"
 			op := NewOp("mul", []string{out[p], ClipFactor}, []string{name}, nil, Optimize, c.Pos)
 			op.Param, op.Place = p, g.Vars[p].Place
-			g.Ops = append(g.Ops, op)
+			x.ops = append(x.ops, op)
 			out[p] = name
 		}
 	}
@@ -207,7 +204,7 @@ func (g *Graph) clipGradients(prod map[string]int, sparse map[string]bool) (map[
 			name := p + "@$grad.clipped"
 			op := NewOp("clip", []string{out[p]}, []string{name}, ops.Attrs{"min": -c.Value, "max": c.Value}, Optimize, c.Pos)
 			op.Param, op.Place = p, g.Vars[p].Place
-			g.Ops = append(g.Ops, op)
+			x.ops = append(x.ops, op)
 			out[p] = name
 		}
 	}

@@ -1,0 +1,170 @@
+package dsl
+
+import (
+	"runtime"
+
+	"github.com/psgraph/psgraph/dsl/ops"
+)
+
+// speculate lets Expand build the optimizer's ops while autodiff runs
+// (tests turn it off to compare with the sequential expansion).
+var speculate = true
+
+// speculationKept, when set (by tests), hears whether Expand kept a
+// speculative expansion.
+var speculationKept func(bool)
+
+// Expand generates the backward pass and optimizer ops (when the graph is
+// not expanded yet) and checks the result.
+//
+// On a large model most of the work is autodiff, the optimizer's ops (a
+// few per parameter) and their types. The second does not depend on the
+// first when every parameter gets a dense gradient of its own type, as in
+// any model without lookup tables: so Expand builds and types the
+// optimizer's ops on another core while autodiff runs, assuming that, and
+// keeps them only when autodiff's gradients bear the assumption out; else
+// it expands the optimizer again after autodiff (TestExpandSpeculationEqualsSequential).
+func (g *Graph) Expand() error {
+	if g.Expanded() {
+		if g.Train != nil && g.Train.Optimizer != nil {
+			return Errorf(g.Train.Optimizer.Pos, "this model already holds backward/optimize ops, so it must not name an optimizer")
+		}
+		if g.Train != nil && g.Train.Clip != nil {
+			return Errorf(g.Train.Clip.Pos, "this model already holds backward/optimize ops, so it must not name train.clip (clip them in the model it was generated from)")
+		}
+		return g.Check()
+	}
+	batch := max(g.Batch(), 1)
+	t := g.Train
+	room := 0
+	if t != nil && t.Optimizer != nil {
+		room = 5 * len(g.Ops) // backward and optimizer ops, about
+	}
+	types, order, err := g.infer(batch, room)
+	if err != nil {
+		return err
+	}
+	if errs := g.checkTrain(types); len(errs) > 0 {
+		return errs
+	}
+	if t == nil || t.Optimizer == nil {
+		return g.Check()
+	}
+	if t.Loss == "" {
+		return Errorf(t.Optimizer.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
+	}
+	known := batch == g.Batch() // types are those Differentiate would infer again
+	var spec chan *speculated
+	if known && speculate && runtime.GOMAXPROCS(0) > 1 && !hasOp(g, "lookup_table") && (t.Clip == nil || t.Clip.Norm == 0) {
+		spec = make(chan *speculated, 1)
+		params := g.Params()
+		go func() { spec <- g.speculateOptimizer(params, batch) }()
+	}
+	if known {
+		err = g.differentiate(types, order)
+	} else {
+		err = g.Differentiate()
+	}
+	var sx *speculated
+	if spec != nil {
+		sx = <-spec
+	}
+	if err != nil {
+		return err
+	}
+	kept := sx.fits(g, types)
+	if spec != nil && speculationKept != nil {
+		speculationKept(kept)
+	}
+	if kept {
+		sx.x.apply(g)
+		for k, v := range sx.types {
+			types[k] = v
+		}
+		if _, err := g.checkStructure(); err != nil {
+			return err
+		}
+		return g.checkTypes(types, batch)
+	}
+	if err := g.ExpandOptimizer(); err != nil {
+		return err
+	}
+	// The graph only grew: infer just the new ops (a row gradient's
+	// rewrite changes types, so a model with tables is inferred anew).
+	if known && !hasOp(g, "lookup_table_grad") {
+		all, err := g.inferKnown(batch, types)
+		if err != nil {
+			return err
+		}
+		return g.checkTypes(all, batch)
+	}
+	return g.Check()
+}
+
+// speculated is the optimizer's expansion built before autodiff, for
+// params, assuming each gets a dense gradient of its own type, and the
+// types of the names it adds.
+type speculated struct {
+	x      *expansion
+	params []string
+	types  map[string]ops.Type
+}
+
+// speculateOptimizer builds and types the optimizer's ops for params; nil
+// when it meets an error (the sequential expansion reports it) or an op
+// reading a name outside its parameter's.
+func (g *Graph) speculateOptimizer(params []string, batch int) *speculated {
+	x, err := g.optimizerOps(params, nil)
+	if err != nil {
+		return nil
+	}
+	types := make(map[string]ops.Type, 2*len(params)+len(x.vars)+len(x.ops))
+	for _, p := range params {
+		t := g.varType(g.Vars[p], batch)
+		types[p], types[GradName(p)] = t, t
+	}
+	for _, v := range x.vars {
+		types[v.Name] = g.varType(v, batch)
+	}
+	for _, op := range x.ops {
+		for _, in := range op.Inputs {
+			if _, ok := types[in]; !ok {
+				return nil
+			}
+		}
+		if inferOp(op, types, batch) != nil {
+			return nil
+		}
+	}
+	for _, p := range params { // known before: types holds them
+		delete(types, p)
+		delete(types, GradName(p))
+	}
+	return &speculated{x: x, params: params, types: types}
+}
+
+// fits reports whether s is what the sequential expansion builds after
+// autodiff: every parameter has a gradient (a declared variable of that
+// name is refused by the structure check either way), dense and of the
+// parameter's type, no row gradient appeared, and no state
+// variable it declares is declared already. Then its types are those
+// inferKnown would give, so Expand merges them without looking.
+func (s *speculated) fits(g *Graph, types map[string]ops.Type) bool {
+	if s == nil {
+		return false
+	}
+	for _, p := range s.params {
+		grad := GradName(p)
+		gt, ok := types[grad]
+		pt := types[p]
+		if !ok || gt.Sparse() || gt.RowSet != "" || gt.DType != pt.DType || !gt.Shape.Equal(pt.Shape) {
+			return false
+		}
+	}
+	for _, v := range s.x.vars {
+		if _, declared := g.Vars[v.Name]; declared {
+			return false // a clash the sequential expansion resolves as it does
+		}
+	}
+	return !hasOp(g, "lookup_table_grad")
+}

@@ -1,0 +1,95 @@
+package dsl
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestExpandSpeculationEqualsSequential loads every model in the
+// repository, the error cases and generated models with each optimizer
+// feature, with the optimizer built while autodiff runs and without: the
+// graphs, their types and their errors must be the same, and the
+// speculation must be kept where every parameter gets a dense gradient.
+func TestExpandSpeculationEqualsSequential(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	}
+	models := map[string][]byte{}
+	for _, pat := range []string{"../examples/*.yaml", "../testdata/*/*.yaml", "testdata/errors/*.yaml"} {
+		files, _ := filepath.Glob(pat)
+		for _, f := range files {
+			f = withGeneratedData(t, f)
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			models[f] = b
+		}
+	}
+	deep := deepModel(40)
+	for name, opt := range map[string]string{
+		"sgd":            "{type: sgd, lr: 0.1}",
+		"momentum-wd":    "{type: momentum, lr: 0.1, weight_decay: 0.01}",
+		"adam-schedule":  "{type: adam, lr: {schedule: cosine, steps: 10, warmup: 2}}",
+		"adamw":          "{type: adamw, lr: 0.01}",
+		"adagrad-clip":   "{type: adagrad, lr: 0.1}\n  clip: {value: 0.5}",
+		"clip-norm":      "{type: sgd, lr: 0.1}\n  clip: {norm: 1.0}",
+		"template-error": "{update: [{type: scale, inputs: [$nope], outputs: [x]}], assign: [{$param: x}]}",
+	} {
+		models["deep-"+name] = []byte(strings.Replace(deep, "optimizer: {type: sgd, lr: 0.1}", "optimizer: "+opt, 1))
+	}
+	// A parameter without a gradient, and a user variable with a state's
+	// name: the speculation must be dropped.
+	models["unused-param"] = []byte(strings.Replace(deep, "params:\n", "params:\n  unused: {shape: [4]}\n", 1))
+	models["state-clash"] = []byte(strings.Replace(strings.Replace(deep, "optimizer: {type: sgd, lr: 0.1}", "optimizer: {type: momentum, lr: 0.1}", 1),
+		"params:\n", "state:\n  W3@velocity: {shape: [4, 4]}\nparams:\n", 1))
+
+	kept, dropped := 0, 0
+	speculationKept = func(k bool) {
+		if k {
+			kept++
+		} else {
+			dropped++
+		}
+	}
+	defer func() { speculationKept, speculate = nil, true }()
+	for name, src := range models {
+		speculate = true
+		k0, d0 := kept, dropped
+		gs, errs := LoadBytes(name, src)
+		k1, d1 := kept, dropped
+		speculate = false
+		gq, errq := LoadBytes(name, src)
+		if fmt.Sprint(errs) != fmt.Sprint(errq) {
+			t.Fatalf("%s: errors differ:\n  speculating: %v\n  sequential:  %v", name, errs, errq)
+		}
+		if errs != nil {
+			continue
+		}
+		ms, err1 := Marshal(gs)
+		mq, err2 := Marshal(gq)
+		if err1 != nil || err2 != nil || string(ms) != string(mq) {
+			t.Fatalf("%s: expanded graphs differ (%v, %v)", name, err1, err2)
+		}
+		if !reflect.DeepEqual(gs.Types, gq.Types) {
+			t.Fatalf("%s: types differ", name)
+		}
+		switch {
+		case name == "unused-param" || name == "state-clash":
+			if d1 == d0 {
+				t.Fatalf("%s: the speculation was not dropped", name)
+			}
+		case strings.HasPrefix(name, "deep-") && name != "deep-clip-norm" && k1 == k0:
+			t.Fatalf("%s: the speculation was not kept", name)
+		}
+	}
+	t.Logf("kept %d, dropped %d of %d models", kept, dropped, len(models))
+	if kept < 20 {
+		t.Fatalf("the speculation was kept for only %d models", kept)
+	}
+}
