@@ -78,13 +78,22 @@ func (g *Graph) Expand() error {
 	}
 	if kept {
 		sx.x.apply(g)
+		// The structure check only reads the graph: it runs beside the
+		// type merge and checks, and its errors come first, as they do in
+		// inferKnown.
+		structure := make(chan error, 1)
+		go func() {
+			_, err := g.checkStructure()
+			structure <- err
+		}()
 		for k, v := range sx.types {
 			types[k] = v
 		}
-		if _, err := g.checkStructure(); err != nil {
-			return err
+		err := g.checkTypes(types, batch)
+		if serr := <-structure; serr != nil {
+			return serr
 		}
-		return g.checkTypes(types, batch)
+		return err
 	}
 	if err := g.ExpandOptimizer(); err != nil {
 		return err
@@ -127,6 +136,15 @@ func (g *Graph) speculateOptimizer(params []string, batch int) *speculated {
 		types[v.Name] = g.varType(v, batch)
 	}
 	for _, op := range x.ops {
+		// inferOp relies on the arity checkStructure checks; the
+		// sequential expansion reports a template op of the wrong arity.
+		def, ok := ops.Lookup(op.Type)
+		if !ok {
+			return nil
+		}
+		if lo, hi := def.NumInputs(); len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) || len(op.Outputs) != len(def.Outputs) {
+			return nil
+		}
 		for _, in := range op.Inputs {
 			if _, ok := types[in]; !ok {
 				return nil

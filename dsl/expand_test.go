@@ -33,13 +33,15 @@ func TestExpandSpeculationEqualsSequential(t *testing.T) {
 	}
 	deep := deepModel(40)
 	for name, opt := range map[string]string{
-		"sgd":            "{type: sgd, lr: 0.1}",
-		"momentum-wd":    "{type: momentum, lr: 0.1, weight_decay: 0.01}",
-		"adam-schedule":  "{type: adam, lr: {schedule: cosine, steps: 10, warmup: 2}}",
-		"adamw":          "{type: adamw, lr: 0.01}",
-		"adagrad-clip":   "{type: adagrad, lr: 0.1}\n  clip: {value: 0.5}",
-		"clip-norm":      "{type: sgd, lr: 0.1}\n  clip: {norm: 1.0}",
-		"template-error": "{update: [{type: scale, inputs: [$nope], outputs: [x]}], assign: [{$param: x}]}",
+		"sgd":             "{type: sgd, lr: 0.1}",
+		"momentum-wd":     "{type: momentum, lr: 0.1, weight_decay: 0.01}",
+		"adam-schedule":   "{type: adam, lr: {schedule: cosine, steps: 10, warmup: 2}}",
+		"adamw":           "{type: adamw, lr: 0.01}",
+		"adagrad-clip":    "{type: adagrad, lr: 0.1}\n  clip: {value: 0.5}",
+		"clip-norm":       "{type: sgd, lr: 0.1}\n  clip: {norm: 1.0}",
+		"template-error":  "{update: [{type: scale, inputs: [$nope], outputs: [x]}], assign: [{$param: x}]}",
+		"template-arity":  "{update: [{type: add, inputs: [$param], outputs: [x]}], assign: [{$param: x}]}",
+		"template-arity2": "{update: [{type: sub, inputs: [$param, $grad, $grad], outputs: [x]}], assign: [{$param: x}]}",
 	} {
 		models["deep-"+name] = []byte(strings.Replace(deep, "optimizer: {type: sgd, lr: 0.1}", "optimizer: "+opt, 1))
 	}
