@@ -3,6 +3,7 @@ package dsl
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -17,15 +18,19 @@ type gradBuilder struct {
 	n     int
 	pos   Pos
 	err   error
-	// read holds every name some op reads and producer the backward op
-	// producing each name, so renameFresh needs no scan of the whole graph.
+	// read holds every backward temporary (bw.*) some op reads and
+	// producer the backward op producing each, so renameFresh (which
+	// renames only those) needs no scan of the whole graph.
 	read     map[string]bool
 	producer map[string]*Op
 }
 
+// bwPrefix starts the names of backward temporaries (Emit's).
+const bwPrefix = "bw."
+
 func (b *gradBuilder) Emit(typ string, inputs []string, attrs ops.Attrs) string {
 	b.n++
-	out := fmt.Sprintf("bw.%s.%d", typ, b.n)
+	out := bwPrefix + typ + "." + strconv.Itoa(b.n)
 	b.emitNamed(typ, inputs, attrs, out)
 	return out
 }
@@ -37,9 +42,13 @@ func (b *gradBuilder) emitNamed(typ string, inputs []string, attrs ops.Attrs, ou
 	op := NewOp(typ, inputs, []string{out}, attrs, Backward, b.pos)
 	b.g.Ops = append(b.g.Ops, op)
 	for _, in := range inputs {
-		b.read[in] = true
+		if strings.HasPrefix(in, bwPrefix) {
+			b.read[in] = true
+		}
 	}
-	b.producer[out] = op
+	if strings.HasPrefix(out, bwPrefix) {
+		b.producer[out] = op
+	}
 	if err := inferOp(op, b.types, b.batch); err != nil && b.err == nil {
 		b.err = err
 	}
@@ -69,7 +78,7 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 	forward := append([]*Op{}, g.Ops...)
 
 	// Which variables lie on a path from a parameter to the loss?
-	fromParam := map[string]bool{}
+	fromParam := make(map[string]bool, len(g.Ops))
 	for _, p := range g.Params() {
 		fromParam[p] = true
 	}
@@ -92,13 +101,15 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 		return Errorf(t.Pos, "train.loss %q does not depend on any parameter: nothing to train", t.Loss)
 	}
 
-	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}, read: map[string]bool{}, producer: map[string]*Op{}}
+	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}, read: map[string]bool{}, producer: make(map[string]*Op, len(g.Ops))}
 	for _, op := range g.Ops {
 		for _, in := range op.Inputs {
-			b.read[in] = true
+			if strings.HasPrefix(in, bwPrefix) {
+				b.read[in] = true
+			}
 		}
 	}
-	contrib := map[string][]string{}
+	contrib := make(map[string][]string, len(g.Ops))
 	b.pos = t.Pos
 	b.emitNamed("fill", nil, ops.Attrs{"value": 1.0, "shape": []int{}}, GradName(t.Loss))
 	contrib[t.Loss] = []string{GradName(t.Loss)}
@@ -166,7 +177,7 @@ func (b *gradBuilder) finish(x string, parts []string) string {
 		if p == want {
 			return p
 		}
-		if strings.HasPrefix(p, "bw.") && b.renameFresh(p, want) {
+		if strings.HasPrefix(p, bwPrefix) && b.renameFresh(p, want) {
 			return want
 		}
 		return p
