@@ -40,6 +40,19 @@ func (g *Graph) Expand() error {
 	if t != nil && t.Optimizer != nil {
 		room = 5 * len(g.Ops) // backward and optimizer ops, about
 	}
+	known := t != nil && batch == g.Batch() // Infer's types are those Differentiate would infer again
+	var spec chan *speculated
+	if known && t.Optimizer != nil && t.Loss != "" && speculate && runtime.GOMAXPROCS(0) > 1 &&
+		!hasOp(g, "lookup_table") && (t.Clip == nil || t.Clip.Norm == 0) {
+		spec = make(chan *speculated, 1)
+		params := g.Params()
+		go func() { spec <- g.speculateOptimizer(params, batch) }()
+		defer func() { // an error before autodiff's end: it only reads g
+			if spec != nil {
+				<-spec
+			}
+		}()
+	}
 	types, order, err := g.infer(batch, room)
 	if err != nil {
 		return err
@@ -53,13 +66,6 @@ func (g *Graph) Expand() error {
 	if t.Loss == "" {
 		return Errorf(t.Optimizer.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
 	}
-	known := batch == g.Batch() // types are those Differentiate would infer again
-	var spec chan *speculated
-	if known && speculate && runtime.GOMAXPROCS(0) > 1 && !hasOp(g, "lookup_table") && (t.Clip == nil || t.Clip.Norm == 0) {
-		spec = make(chan *speculated, 1)
-		params := g.Params()
-		go func() { spec <- g.speculateOptimizer(params, batch) }()
-	}
 	if known {
 		err = g.differentiate(types, order)
 	} else {
@@ -68,12 +74,13 @@ func (g *Graph) Expand() error {
 	var sx *speculated
 	if spec != nil {
 		sx = <-spec
+		spec = nil
 	}
 	if err != nil {
 		return err
 	}
 	kept := sx.fits(g, types)
-	if spec != nil && speculationKept != nil {
+	if sx != nil && speculationKept != nil {
 		speculationKept(kept)
 	}
 	if kept {
