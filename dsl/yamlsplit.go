@@ -25,7 +25,7 @@ const parallelParseMin = 1 << 20
 // so errors are exactly those of one parse.
 func parseYAML(src []byte) (*yaml.Node, error) {
 	if n := runtime.GOMAXPROCS(0); n > 1 && len(src) >= parallelParseMin {
-		if doc := parsePieces(src, 4*n, n); doc != nil {
+		if doc := parsePieces(src, 4*n, n, true); doc != nil {
 			return doc, nil
 		}
 	}
@@ -48,12 +48,14 @@ type piece struct {
 	key    int
 	lo, hi int
 	cont   bool
+	indent int  // of the section's entries
+	seq    bool // the entries are list items
 	doc    *yaml.Node
 }
 
 // parsePieces is parseYAML's concurrent path: nil when src does not cut
 // cleanly into about want pieces or a piece fails to parse.
-func parsePieces(src []byte, want, workers int) *yaml.Node {
+func parsePieces(src []byte, want, workers int, fast bool) *yaml.Node {
 	if bytes.HasPrefix(src, []byte("\xef\xbb\xbf")) {
 		return nil // a byte order mark: leave encodings to yaml.v3
 	}
@@ -116,11 +118,11 @@ func parsePieces(src []byte, want, workers int) *yaml.Node {
 				continue
 			}
 			if l := line(i); startsEntry(l, indent, seq) {
-				pieces = append(pieces, piece{key: k, lo: from, hi: i, cont: from != first})
+				pieces = append(pieces, piece{key: k, lo: from, hi: i, cont: from != first, indent: indent, seq: seq})
 				from = i
 			}
 		}
-		pieces = append(pieces, piece{key: k, lo: from, hi: end, cont: from != first})
+		pieces = append(pieces, piece{key: k, lo: from, hi: end, cont: from != first, indent: indent, seq: seq})
 		lo = end
 	}
 	flush(nl)
@@ -137,6 +139,11 @@ func parsePieces(src []byte, want, workers int) *yaml.Node {
 			defer wg.Done()
 			var buf []byte
 			for p := range next {
+				if p.key >= 0 && fast {
+					if p.doc = fastPiece(p, src, starts, p.seq, p.indent); p.doc != nil {
+						continue
+					}
+				}
 				buf = p.text(buf[:0], src, starts)
 				doc, err := parseWhole(buf)
 				if err != nil || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {

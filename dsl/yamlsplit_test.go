@@ -80,7 +80,7 @@ func TestParseYAMLPiecesEqualWhole(t *testing.T) {
 	for name, src := range piecesCorpus(t) {
 		whole, err := parseWhole(src)
 		for _, want := range []int{2, 7, 64} {
-			got := parsePieces(src, want, 3)
+			got := parsePieces(src, want, 3, want != 7)
 			if got == nil {
 				continue
 			}
@@ -119,7 +119,7 @@ func TestParseYAMLPiecesRefuseBadCuts(t *testing.T) {
 	for name, src := range docs {
 		whole, err := parseWhole([]byte(src))
 		for _, want := range []int{2, 5, 40} {
-			got := parsePieces([]byte(src), want, 2)
+			got := parsePieces([]byte(src), want, 2, true)
 			if got == nil {
 				continue
 			}
@@ -149,7 +149,7 @@ func TestParseLargeModelErrorsAsWhole(t *testing.T) {
 		t.Fatalf("errors differ:\n  on 2 cores: %v\n  on 1 core:  %v", errPieces, errWhole)
 	}
 	runtime.GOMAXPROCS(2)
-	if parsePieces([]byte(src), 8, 2) == nil {
+	if parsePieces([]byte(src), 8, 2, true) == nil {
 		t.Fatal("the valid model is not cut into pieces")
 	}
 	g2, err := Parse("deep.yaml", []byte(src))
@@ -168,5 +168,47 @@ func TestParseLargeModelErrorsAsWhole(t *testing.T) {
 	}
 	if op := g2.Ops[len(g2.Ops)-1]; op.Pos.Line != strings.Count(src[:strings.Index(src, "softmax_cross_entropy")], "\n")+1 {
 		t.Fatalf("last op at line %d", op.Pos.Line)
+	}
+}
+
+// TestFastEntriesEqualYAML puts entries at the edge of the fast path's
+// subset in a cut section: each tree must equal yaml.v3's, and a document
+// yaml.v3 refuses must not come back from the pieces.
+func TestFastEntriesEqualYAML(t *testing.T) {
+	entries := []string{
+		"{type: matmul, inputs: [x, W0], outputs: [m0], attrs: {transpose_a: false, transpose_b: true}}",
+		"{a: 1, b: -2, c: 0.5, d: -0.25, e: 0, f: -0, g: 10.0, h: [], i: {}}",
+		"{a: yes, b: no}", "{a: True}", "{a: null}", "{a: ~}", "{a: 1e5}", "{a: 0x10}", "{a: 010}", "{a: 1_000}",
+		"{a: .inf}", "{a: -.inf}", "{a: .nan}", "{a: +1}", "{a: 00.5}", "{a: 1.}", "{a: .5}", "{a: 2026-12-03}",
+		"{a: pserver:4}", "{a: \"pserver:4\"}", "{a: \"\"}", "{a: \"x\\\"y\"}", "{a: \"x\\ny\"}", "{a: \"x}", "{a: \"#\"}", "{\"a\": b}", "{a: 'x'}", "{a: @x}", "{a: b} # note", "{a: b,c}", "{a:b}",
+		"[a,b]", "[a, , b]", "[a, b, ]", "{a: {b: [1, 2.5, -3, true, $lr, x@GRAD, bw.add.3, /p/q]}}",
+		"{a: [1,  2]}", "{ a: b }", "{a: b}  ", "{a: &x b}", "{a: !!str 1}", "{a: <<}", "{<<: b}",
+		"{a: é}", "{a: b\t}", "{a: -x}", "{a: -}", "{a: on}", "{a: Off}", "{a: y}", "{a: n}",
+		"x", "1", "[x]", "{}", "[]", "- x", "{a: b}, c", "key: value",
+	}
+	for _, e := range entries {
+		for _, section := range []string{"ops:\n", "ops:\n\n# entries\n"} {
+			var b strings.Builder
+			b.WriteString("psgraph: 1\n" + section)
+			for range 40 {
+				b.WriteString("  - {type: tanh, inputs: [a], outputs: [b]}\n  - " + e + "\n")
+			}
+			b.WriteString("params:\n")
+			for i := range 40 {
+				fmt.Fprintf(&b, "  p%d: %s\n", i, e)
+			}
+			src := []byte(b.String())
+			whole, err := parseWhole(src)
+			got := parsePieces(src, 8, 2, true)
+			switch {
+			case got == nil:
+			case err != nil:
+				t.Fatalf("entry %q: the pieces parsed, but yaml.v3 refuses the document: %v", e, err)
+			default:
+				if d := sameNodes(got, whole, e); d != nil {
+					t.Fatalf("entry %q: %v", e, d)
+				}
+			}
+		}
 	}
 }
