@@ -1,7 +1,6 @@
 package partition
 
 import (
-	"container/heap"
 	"fmt"
 	"slices"
 	"sort"
@@ -52,16 +51,17 @@ func BlockName(p string, j int) string { return p + ".b" + strconv.Itoa(j) }
 // group is one parameter with everything that lives beside it: its
 // optimizer state, its optimize ops and its assigns.
 type group struct {
-	param   *dsl.Var
-	state   []*dsl.Var
-	ops     []*dsl.Op
-	assigns []dsl.Assign
-	local   map[string]bool // names computed or held by the group
-	pin     string          // "", "trainer" or "pserver:<i>"
-	pinPos  dsl.Pos
-	pinBy   string
-	blocks  []*block
-	whole   string // why the parameter was not cut
+	param    *dsl.Var
+	state    []*dsl.Var
+	ops      []*dsl.Op
+	assigns  []dsl.Assign
+	grad     string // the parameter's gradient
+	computed bool   // some op computes grad
+	pin      string // "", "trainer" or "pserver:<i>"
+	pinPos   dsl.Pos
+	pinBy    string
+	blocks   []*block
+	whole    string // why the parameter was not cut
 	// table: read only through lookup_table (a row gradient), so it is
 	// sharded by row id mod M across every pserver and fetched by id.
 	table   bool
@@ -76,6 +76,7 @@ type block struct {
 	shape      ir.Shape
 	bytes      int
 	pserver    int
+	grad       string // the block's gradient
 }
 
 func (b *block) cut() bool { return len(b.g.blocks) > 1 }
@@ -140,7 +141,13 @@ type splitter struct {
 	opt    Options
 	groups map[string]*group
 	names  []string // parameters with a group, sorted
+	sorted []string // every variable's name, sorted
+	// owner is the group that holds a name (see collectGroups); shared
+	// the other groups holding it, if any.
 	owner  map[string]*group
+	shared map[string][]*group
+	nodes  []string // pserverNode(i)
+	count  int      // the gradients an accumulate waits for
 	// trainerOps are the forward and backward ops (and the ops of groups
 	// placed on the trainer), in the source's order.
 	trainerOps []*dsl.Op
@@ -181,9 +188,28 @@ func (s *splitter) checkClipNorm() error {
 
 // collectGroups finds each parameter's optimizer subgraph through the
 // section and param marks of optimizer expansion.
+//
+// A group's names (its parameter, the outputs of its ops and its state)
+// are recorded in s.owner, one map for every group: after Check no name
+// is held by two groups, and where one is (a graph changed after its
+// check) s.shared keeps the others, so isLocal and owner answer as
+// per-group sets would.
 func (s *splitter) collectGroups() error {
 	g := s.g
+	// The sorted variable names are needed below and by build; sort them
+	// while the ops are grouped.
+	sorted := make(chan []string, 1)
+	go func() { sorted <- sortedVarNames(g) }()
 	var errs dsl.ErrorList
+	nOpt, nOut := 0, 0
+	for _, op := range g.Ops {
+		if op.Section == dsl.Optimize {
+			nOpt++
+			nOut += len(op.Outputs)
+		}
+	}
+	s.groups = make(map[string]*group, min(nOpt, len(g.Vars)))
+	s.owner = make(map[string]*group, nOut+len(g.Vars))
 	for _, op := range g.Ops {
 		if op.Section != dsl.Optimize {
 			continue
@@ -199,12 +225,13 @@ func (s *splitter) collectGroups() error {
 		}
 		gr := s.groups[op.Param]
 		if gr == nil {
-			gr = &group{param: v, local: map[string]bool{v.Name: true}}
+			gr = &group{param: v, grad: dsl.GradName(op.Param)}
 			s.groups[op.Param] = gr
+			s.addLocal(v.Name, gr, false)
 		}
 		gr.ops = append(gr.ops, op)
 		for _, o := range op.Outputs {
-			gr.local[o] = true
+			s.addLocal(o, gr, false)
 		}
 	}
 	if len(errs) > 0 {
@@ -213,17 +240,11 @@ func (s *splitter) collectGroups() error {
 	if len(s.groups) == 0 {
 		return dsl.Errorf(g.Train.Pos, "the model has no optimizer ops, so nothing would run on the pservers; add train.optimizer")
 	}
+	s.names = make([]string, 0, len(s.groups))
 	for n := range s.groups {
 		s.names = append(s.names, n)
 	}
 	sort.Strings(s.names)
-	s.owner = map[string]*group{}
-	for _, n := range s.names {
-		gr := s.groups[n]
-		for k := range gr.local {
-			s.owner[k] = gr
-		}
-	}
 	// State belongs to the parameter named by `of`, or to the group whose
 	// ops read it.
 	readers := map[string]*group{}
@@ -239,7 +260,8 @@ func (s *splitter) collectGroups() error {
 			}
 		}
 	}
-	for _, name := range sortedVarNames(g) {
+	s.sorted = <-sorted
+	for _, name := range s.sorted {
 		v := g.Vars[name]
 		if v.Kind != dsl.KindState {
 			continue
@@ -257,8 +279,7 @@ func (s *splitter) collectGroups() error {
 			continue // trainer-side state
 		}
 		gr.state = append(gr.state, v)
-		gr.local[name] = true
-		s.owner[name] = gr
+		s.addLocal(name, gr, true)
 	}
 	for _, a := range g.Assigns {
 		if gr := s.owner[a.Target]; gr != nil {
@@ -271,23 +292,53 @@ func (s *splitter) collectGroups() error {
 		}
 	}
 	for _, n := range s.names {
-		if t := g.Types[dsl.GradName(n)]; t.Sparse() {
-			gr := s.groups[n]
+		gr := s.groups[n]
+		if t := g.Types[gr.grad]; t.Sparse() {
 			gr.table, gr.maxRows = true, t.MaxRows
 		}
-	}
-	for _, n := range s.names {
-		gr := s.groups[n]
 		if gr.assignValue() == "" {
 			return dsl.Errorf(gr.param.Pos, "param %s has optimizer ops but no assign %s = <new value>; the pserver would never update it", n, n)
 		}
 	}
+	s.trainerOps = make([]*dsl.Op, 0, len(g.Ops)-nOpt)
 	for _, op := range g.Ops {
 		if op.Section != dsl.Optimize && !(s.clipNorm > 0 && isClipNormOp(op)) {
 			s.trainerOps = append(s.trainerOps, op)
 		}
 	}
 	return nil
+}
+
+// addLocal records that gr holds name (computes it or keeps it beside its
+// parameter). The owner of a name held by several groups is the last
+// group in name order that holds it, or with state the group it belongs
+// to (state: true); the others are kept in s.shared.
+func (s *splitter) addLocal(name string, gr *group, state bool) {
+	old := s.owner[name]
+	switch {
+	case old == nil:
+		s.owner[name] = gr
+	case old == gr:
+	case state || old.param.Name < gr.param.Name:
+		s.share(name, old)
+		s.owner[name] = gr
+	default:
+		s.share(name, gr)
+	}
+}
+
+func (s *splitter) share(name string, gr *group) {
+	if s.shared == nil {
+		s.shared = map[string][]*group{}
+	}
+	if !slices.Contains(s.shared[name], gr) {
+		s.shared[name] = append(s.shared[name], gr)
+	}
+}
+
+// isLocal reports whether gr holds name.
+func (s *splitter) isLocal(gr *group, name string) bool {
+	return s.owner[name] == gr || s.shared != nil && slices.Contains(s.shared[name], gr)
 }
 
 func (gr *group) assignValue() string {
@@ -303,19 +354,29 @@ func (gr *group) assignValue() string {
 // the parameter going down and its gradient going up: those are the only
 // transfers the runtime serves.
 func (s *splitter) checkEdges() error {
-	prod := s.g.Producers()
+	// Which parameters' gradients some op computes (names ending in @GRAD
+	// are the only candidates).
+	for _, op := range s.g.Ops {
+		for _, o := range op.Outputs {
+			if p, ok := strings.CutSuffix(o, "@GRAD"); ok {
+				if gr := s.groups[p]; gr != nil && gr.grad == o {
+					gr.computed = true
+				}
+			}
+		}
+	}
 	for _, n := range s.names {
 		gr := s.groups[n]
-		grad := dsl.GradName(n)
+		grad := gr.grad
 		for _, op := range gr.ops {
 			for _, in := range op.Inputs {
-				if gr.local[in] || in == grad || s.clipNorm > 0 && in == dsl.ClipFactor {
+				if in == grad || s.isLocal(gr, in) || s.clipNorm > 0 && in == dsl.ClipFactor {
 					continue
 				}
 				return dsl.Errorf(op.Pos, "op %s in the optimizer of %s reads %q, which is not %s, its gradient, its state or a value its optimizer computes; pserver-side ops cannot read trainer values, so compute %q inside the optimizer", op.Type, n, in, n, in)
 			}
 		}
-		if _, ok := prod[grad]; !ok {
+		if !gr.computed {
 			return dsl.Errorf(gr.param.Pos, "the optimizer of %s reads %s, which no op computes", n, grad)
 		}
 	}
@@ -577,10 +638,31 @@ func rename(p, blk, name string) string {
 	return name
 }
 
+// attr is one attribute of an op built by split.
+type attr struct {
+	k string
+	v any
+}
+
 // newOp builds an op with every default attribute filled in, as Parse
-// would, so the written file reads back into the same op.
-func newOp(typ string, inputs, outputs []string, attrs ops.Attrs, pos dsl.Pos) *dsl.Op {
-	return dsl.NewOp(typ, inputs, outputs, attrs, dsl.Backward, pos)
+// would, so the written file reads back into the same op: dsl.NewOp
+// without the map of the given attributes.
+func newOp(typ string, inputs, outputs []string, pos dsl.Pos, attrs ...attr) *dsl.Op {
+	var full ops.Attrs
+	if def, ok := ops.Lookup(typ); ok {
+		full = make(ops.Attrs, len(def.Attrs)+len(attrs))
+		for _, a := range def.Attrs {
+			if a.Default != nil {
+				full[a.Name] = a.Default
+			}
+		}
+	} else {
+		full = make(ops.Attrs, len(attrs))
+	}
+	for _, a := range attrs {
+		full[a.k] = a.v
+	}
+	return &dsl.Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: full, Section: dsl.Backward, Pos: pos}
 }
 
 func dtypeAttr(d ir.DType) string {
@@ -590,30 +672,114 @@ func dtypeAttr(d ir.DType) string {
 	return "f32"
 }
 
+// slab hands out slices of one larger allocation: split copies hundreds
+// of thousands of ops, variables and name lists.
+type slab[T any] struct{ buf []T }
+
+// take returns a new slice of n zero elements whose capacity is n.
+func (a *slab[T]) take(n int) []T {
+	if a.buf == nil || len(a.buf) < n {
+		a.buf = make([]T, max(1024, n))
+	}
+	c := a.buf[:n:n]
+	a.buf = a.buf[n:]
+	return c
+}
+
+func (a *slab[T]) one() *T { return &a.take(1)[0] }
+
+// clone is append([]T{}, s...) (never nil) in the slab.
+func (a *slab[T]) clone(s []T) []T {
+	c := a.take(len(s))
+	copy(c, s)
+	return c
+}
+
 func (s *splitter) build() *Plan {
+	p, blocks := s.newPlan()
+	s.buildTrainer(p.Trainer)
+	s.buildPServers(p, blocks)
+	if s.clipNorm > 0 {
+		s.buildClipNorm(p, blocks)
+	}
+	s.describe(p, blocks)
+	return p
+}
+
+// newPlan returns the plan's empty subgraphs and the blocks on pservers
+// in name order.
+func (s *splitter) newPlan() (*Plan, []*block) {
 	g, opt := s.g, s.opt
-	p := &Plan{Trainer: &dsl.Graph{Name: g.Name, File: "trainer.yaml", Vars: map[string]*dsl.Var{}, Data: g.Data}}
-	t := p.Trainer
-	t.Train = &dsl.Train{Loss: g.Train.Loss, Metrics: g.Train.Metrics, Batch: g.Train.Batch, Steps: g.Train.Steps, Epochs: g.Train.Epochs, EvalEvery: g.Train.EvalEvery, Pos: g.Train.Pos}
+	p := &Plan{Trainer: &dsl.Graph{Name: g.Name, File: "trainer.yaml", Data: g.Data}}
+	p.Trainer.Train = &dsl.Train{Loss: g.Train.Loss, Metrics: g.Train.Metrics, Batch: g.Train.Batch, Steps: g.Train.Steps, Epochs: g.Train.Epochs, EvalEvery: g.Train.EvalEvery, Pos: g.Train.Pos}
 	for i := range opt.PServers {
 		p.PServers = append(p.PServers, &dsl.Graph{Name: g.Name, File: PServerFile(i), Vars: map[string]*dsl.Var{},
 			Train: &dsl.Train{Batch: g.Train.Batch, Steps: g.Train.Steps, Epochs: g.Train.Epochs, Pos: g.Train.Pos}})
 	}
+	s.nodes = make([]string, opt.PServers)
+	for i := range s.nodes {
+		s.nodes[i] = pserverNode(i)
+	}
+	s.count = opt.Trainers
+	if opt.Mode == Async {
+		s.count = 1
+	}
+	var blocks []*block
+	for _, n := range s.names {
+		for _, b := range s.groups[n].blocks {
+			b.grad = dsl.GradName(b.name)
+			if b.pserver >= 0 {
+				blocks = append(blocks, b)
+			}
+		}
+	}
+	if !slices.IsSortedFunc(blocks, func(a, b *block) int { return cmpStrict(a.name, b.name) }) {
+		sort.Slice(blocks, func(i, j int) bool { return blocks[i].name < blocks[j].name })
+	}
+	return p, blocks
+}
+
+// cmpStrict is strings.Compare with equal strings out of order, so that
+// slices.IsSortedFunc(x, cmpStrict) holds only for strictly increasing x:
+// sort.Slice would leave such a slice as it is.
+func cmpStrict(a, b string) int {
+	if a < b {
+		return -1
+	}
+	return 1
+}
+
+// buildTrainer fills the trainer's subgraph.
+func (s *splitter) buildTrainer(t *dsl.Graph) {
+	g, opt := s.g, s.opt
 	// Trainer variables: data, and every param or state not owned by a
 	// group placed on a pserver.
 	onTrainer := func(gr *group) bool { return gr == nil || gr.pin == trainerNode }
-	for _, name := range sortedVarNames(g) {
+	t.Vars = make(map[string]*dsl.Var, len(g.Vars))
+	t.Order = make([]string, 0, len(g.Vars))
+	var vars slab[dsl.Var]
+	for _, name := range s.sorted {
 		v := g.Vars[name]
 		if v.Kind == dsl.KindData || onTrainer(s.owner[name]) {
-			c := *v
+			c := vars.one()
+			*c = *v
 			c.Place = ""
-			t.AddVar(&c)
+			t.AddVar(c)
 		}
 	}
 	trainerOps := s.trainerOps
+	extra := 0 // the ops split adds to the trainer
 	for _, n := range s.names {
-		if gr := s.groups[n]; gr.pin == trainerNode {
+		switch gr := s.groups[n]; {
+		case gr.pin == trainerNode:
 			trainerOps = append(trainerOps, gr.ops...)
+		case gr.table:
+			extra += 2
+		default:
+			extra += 2 * len(gr.blocks)
+			if len(gr.blocks) > 1 {
+				extra += 1 + len(gr.blocks)
+			}
 		}
 	}
 	for _, a := range g.Assigns {
@@ -624,11 +790,30 @@ func (s *splitter) build() *Plan {
 
 	// Trainer ops in a canonical order, with recvs before the first reader
 	// of a parameter and sends right after its gradient is computed.
-	received := map[string]bool{}
+	t.Ops = make([]*dsl.Op, 0, len(trainerOps)+extra)
+	nin := 0
+	for _, op := range trainerOps {
+		nin += len(op.Inputs)
+	}
+	names := slab[string]{buf: make([]string, nin)}
+	var copies slab[dsl.Op]
+	var shapes slab[int]
+	received := make(map[string]bool, len(s.names))
 	for _, op := range canonicalOrder(trainerOps) {
-		for _, in := range op.Inputs {
+		var inputs []string
+		if op.Inputs != nil {
+			inputs = names.take(len(op.Inputs))
+		}
+		for i, in := range op.Inputs {
+			inputs[i] = in
 			gr := s.owner[in]
-			if gr == nil || gr.pin == trainerNode || in != gr.param.Name || received[in] {
+			if gr == nil || in != gr.param.Name {
+				continue
+			}
+			if gr.table {
+				inputs[i] = FetchedName(in) // lookups read the rows the trainer fetched
+			}
+			if gr.pin == trainerNode || received[in] {
 				continue
 			}
 			received[in] = true
@@ -636,100 +821,134 @@ func (s *splitter) build() *Plan {
 				t.Ops = append(t.Ops, s.fetchOp(gr, trainerOps))
 				continue
 			}
-			var parts []string
+			dt := dtypeAttr(gr.param.DType)
 			for _, b := range gr.blocks {
-				t.Ops = append(t.Ops, newOp("recv", nil, []string{b.name}, ops.Attrs{
-					"var": b.name, "from": pserverNode(b.pserver), "shape": []int(b.shape.Clone()), "dtype": dtypeAttr(gr.param.DType)}, gr.param.Pos))
-				parts = append(parts, b.name)
+				t.Ops = append(t.Ops, newOp("recv", nil, []string{b.name}, gr.param.Pos,
+					attr{"var", b.name}, attr{"from", s.nodes[b.pserver]}, attr{"shape", shapes.clone(b.shape)}, attr{"dtype", dt}))
 			}
-			if len(parts) > 1 {
-				t.Ops = append(t.Ops, newOp("concat", parts, []string{in}, ops.Attrs{"axis": 0}, gr.param.Pos))
+			if len(gr.blocks) > 1 {
+				parts := make([]string, len(gr.blocks))
+				for j, b := range gr.blocks {
+					parts[j] = b.name
+				}
+				t.Ops = append(t.Ops, newOp("concat", parts, []string{in}, gr.param.Pos, attr{"axis", 0}))
 			}
 		}
-		c := *op
+		c := copies.one()
+		*c = *op
 		c.Place = ""
-		c.Inputs = mapNames(op.Inputs, func(x string) string {
-			if gr := s.owner[x]; gr != nil && gr.table && x == gr.param.Name {
-				return FetchedName(x) // lookups read the rows the trainer fetched
-			}
-			return x
-		})
-		t.Ops = append(t.Ops, &c)
+		c.Inputs = inputs
+		t.Ops = append(t.Ops, c)
 		for _, out := range op.Outputs {
-			gr := s.groups[strings.TrimSuffix(out, "@GRAD")]
+			pn, ok := strings.CutSuffix(out, "@GRAD")
+			if !ok {
+				continue // not a gradient
+			}
+			gr := s.groups[pn]
 			if gr == nil || gr.pin == trainerNode || out != dsl.GradName(gr.param.Name) {
 				continue
 			}
 			if gr.table {
-				t.Ops = append(t.Ops, newOp("send_rows", []string{out}, nil, ops.Attrs{"var": out, "shards": opt.PServers}, gr.param.Pos))
+				t.Ops = append(t.Ops, newOp("send_rows", []string{out}, nil, gr.param.Pos, attr{"var", out}, attr{"shards", opt.PServers}))
 				continue
 			}
 			for _, b := range gr.blocks {
-				grad := dsl.GradName(b.name)
 				if b.cut() {
-					t.Ops = append(t.Ops, newOp("slice_rows", []string{out}, []string{grad}, ops.Attrs{"start": b.start, "end": b.end, "axis": 0}, gr.param.Pos))
+					t.Ops = append(t.Ops, newOp("slice_rows", []string{out}, []string{b.grad}, gr.param.Pos, attr{"start", b.start}, attr{"end", b.end}, attr{"axis", 0}))
 				}
-				t.Ops = append(t.Ops, newOp("send", []string{grad}, nil, ops.Attrs{"var": grad, "to": pserverNode(b.pserver)}, gr.param.Pos))
+				t.Ops = append(t.Ops, newOp("send", []string{b.grad}, nil, gr.param.Pos, attr{"var", b.grad}, attr{"to", s.nodes[b.pserver]}))
 			}
 		}
 	}
+	for _, op := range t.Ops {
+		if op.Type == "recv" || op.Type == "concat" {
+			op.Section = dsl.Forward
+		}
+	}
+}
 
-	// Pserver subgraphs, one block after another in name order.
-	count := opt.Trainers
-	if opt.Mode == Async {
-		count = 1
-	}
-	var blocks []*block
-	for _, n := range s.names {
-		for _, b := range s.groups[n].blocks {
-			if b.pserver >= 0 {
-				blocks = append(blocks, b)
-			}
+// buildPServers fills the pservers' subgraphs, one block after another in
+// name order.
+func (s *splitter) buildPServers(p *Plan, blocks []*block) {
+	count := s.count
+	nops := make([]int, len(p.PServers))
+	nvars := make([]int, len(p.PServers))
+	copied, nnames := 0, 0
+	for _, b := range blocks {
+		nops[b.pserver] += len(b.g.ops) + 2
+		nvars[b.pserver] += 1 + len(b.g.state)
+		copied += len(b.g.ops)
+		for _, op := range b.g.ops {
+			nnames += len(op.Inputs) + len(op.Outputs)
 		}
 	}
-	sort.Slice(blocks, func(i, j int) bool { return blocks[i].name < blocks[j].name })
+	for i, ps := range p.PServers {
+		ps.Vars = make(map[string]*dsl.Var, nvars[i])
+		ps.Order = make([]string, 0, nvars[i])
+		ps.Ops = make([]*dsl.Op, 0, nops[i])
+	}
+	copies := slab[dsl.Op]{buf: make([]dsl.Op, copied)}
+	names := slab[string]{buf: make([]string, nnames)}
+	var vars slab[dsl.Var]
+	var shapes slab[int]
 	for _, b := range blocks {
 		ps := p.PServers[b.pserver]
 		gr := b.g
 		pn := gr.param.Name
 		ren := func(x string) string { return rename(pn, b.name, x) }
+		rens := func(in []string) []string {
+			if in == nil {
+				return nil
+			}
+			out := names.take(len(in))
+			for i, x := range in {
+				out[i] = ren(x)
+			}
+			return out
+		}
 		sliced := func(v *dsl.Var) *dsl.Var {
-			c := *v
+			c := vars.one()
+			*c = *v
 			c.Name, c.Place, c.Pos = ren(v.Name), "", v.Pos
 			if c.Of != "" {
 				c.Of = ren(c.Of)
 			}
 			if (b.cut() || gr.table) && v.Shape.Equal(gr.param.Shape) {
-				c.Shape = b.shape.Clone()
-				c.Block = &dsl.Block{Of: v.Name, Start: b.start, End: b.end, Stride: b.stride, Shape: v.Shape.Clone(), Pos: v.Pos}
+				c.Shape = shapes.clone(b.shape)
+				c.Block = &dsl.Block{Of: v.Name, Start: b.start, End: b.end, Stride: b.stride, Shape: shapes.clone(v.Shape), Pos: v.Pos}
 			}
-			return &c
+			return c
 		}
 		ps.AddVar(sliced(gr.param))
-		for _, st := range sortedVars(gr.state) {
+		state := gr.state
+		if len(state) > 1 {
+			state = sortedVars(state)
+		}
+		for _, st := range state {
 			ps.AddVar(sliced(st))
 		}
-		grad := dsl.GradName(b.name)
+		grad := b.grad
 		if gr.table {
 			// Answer the trainers' fetches, then merge their row gradients.
-			serve := newOp("serve_rows", []string{b.name}, nil, ops.Attrs{"var": pn, "count": count, "max_rows": gr.maxRows}, gr.param.Pos)
-			acc := newOp("accumulate_rows", nil, []string{grad}, ops.Attrs{
-				"var": dsl.GradName(pn), "count": count, "shape": []int(b.shape.Clone()), "max_rows": gr.maxRows}, gr.param.Pos)
+			serve := newOp("serve_rows", []string{b.name}, nil, gr.param.Pos, attr{"var", pn}, attr{"count", count}, attr{"max_rows", gr.maxRows})
+			acc := newOp("accumulate_rows", nil, []string{grad}, gr.param.Pos,
+				attr{"var", gr.grad}, attr{"count", count}, attr{"shape", shapes.clone(b.shape)}, attr{"max_rows", gr.maxRows})
 			for _, op := range []*dsl.Op{serve, acc} {
 				op.Section, op.Param = dsl.Optimize, b.name
 			}
 			ps.Ops = append(ps.Ops, serve, acc)
 		} else {
-			ps.Ops = append(ps.Ops, newOp("accumulate", nil, []string{grad}, ops.Attrs{
-				"var": grad, "count": count, "shape": []int(b.shape.Clone()), "dtype": dtypeAttr(gr.param.DType)}, gr.param.Pos))
-			acc := ps.Ops[len(ps.Ops)-1]
+			acc := newOp("accumulate", nil, []string{grad}, gr.param.Pos,
+				attr{"var", grad}, attr{"count", count}, attr{"shape", shapes.clone(b.shape)}, attr{"dtype", dtypeAttr(gr.param.DType)})
 			acc.Section, acc.Param = dsl.Optimize, b.name
+			ps.Ops = append(ps.Ops, acc)
 		}
 		for _, op := range gr.ops { // template order: the same for every parameter
-			c := *op
-			c.Inputs, c.Outputs = mapNames(op.Inputs, ren), mapNames(op.Outputs, ren)
+			c := copies.one()
+			*c = *op
+			c.Inputs, c.Outputs = rens(op.Inputs), rens(op.Outputs)
 			c.Param, c.Place = b.name, ""
-			ps.Ops = append(ps.Ops, &c)
+			ps.Ops = append(ps.Ops, c)
 		}
 		for _, a := range gr.assigns {
 			ps.Assigns = append(ps.Assigns, dsl.Assign{Target: ren(a.Target), Value: ren(a.Value), Pos: a.Pos})
@@ -737,22 +956,12 @@ func (s *splitter) build() *Plan {
 		if gr.table {
 			continue // its rows go out by serve_rows
 		}
-		send := newOp("send", []string{ren(gr.assignValue())}, nil, ops.Attrs{
-			"var": b.name, "to": trainerNode, "step_offset": 1, "reply_to": grad, "initial": b.name}, gr.param.Pos)
+		send := newOp("send", []string{ren(gr.assignValue())}, nil, gr.param.Pos,
+			attr{"var", b.name}, attr{"to", trainerNode}, attr{"step_offset", 1}, attr{"reply_to", grad}, attr{"initial", b.name})
 		send.Section = dsl.Optimize
 		send.Param = b.name
 		ps.Ops = append(ps.Ops, send)
 	}
-	for _, op := range t.Ops {
-		if op.Type == "recv" || op.Type == "concat" {
-			op.Section = dsl.Forward
-		}
-	}
-	if s.clipNorm > 0 {
-		s.buildClipNorm(p, blocks, count)
-	}
-	s.describe(p, blocks)
-	return p
 }
 
 // FetchedName is the trainer's variable holding the rows of lookup table
@@ -771,21 +980,10 @@ func (s *splitter) fetchOp(gr *group, trainerOps []*dsl.Op) *dsl.Op {
 		}
 	}
 	sort.Strings(ids)
-	op := newOp("fetch_rows", ids, []string{FetchedName(gr.param.Name)}, ops.Attrs{
-		"var": gr.param.Name, "shards": s.opt.PServers, "shape": []int(gr.param.Shape.Clone())}, gr.param.Pos)
+	op := newOp("fetch_rows", ids, []string{FetchedName(gr.param.Name)}, gr.param.Pos,
+		attr{"var", gr.param.Name}, attr{"shards", s.opt.PServers}, attr{"shape", []int(gr.param.Shape.Clone())})
 	op.Section = dsl.Forward
 	return op
-}
-
-func mapNames(in []string, f func(string) string) []string {
-	if in == nil {
-		return nil
-	}
-	out := make([]string, len(in))
-	for i, x := range in {
-		out[i] = f(x)
-	}
-	return out
 }
 
 func sortedVarNames(g *dsl.Graph) []string {
@@ -803,65 +1001,144 @@ func sortedVars(vs []*dsl.Var) []*dsl.Var {
 	return out
 }
 
-// opKey orders ready ops canonically: forward before backward, then by
-// first output, so the order never depends on the order ops were declared in.
-func opKey(op *dsl.Op) string {
-	sec := string(rune('0' + op.Section))
-	if len(op.Outputs) > 0 {
-		return sec + op.Outputs[0]
+// Ready ops are ordered canonically by a key: forward before backward,
+// then by first output, so the order never depends on the order ops were
+// declared in. The key is string(rune('0'+op.Section)) followed by the
+// first output, or for an op without outputs "\xff", the type, "|" and the
+// inputs joined by ",". The two parts are compared one after the other,
+// which orders as the concatenation does (UTF-8 is prefix-free).
+var sectionKeys = func() (k [256]string) {
+	for i := range k {
+		k[i] = string(rune('0' + dsl.Section(i)))
 	}
-	return sec + "\xff" + op.Type + "|" + strings.Join(op.Inputs, ",")
+	return k
+}()
+
+func opKeyRest(op *dsl.Op) string {
+	if len(op.Outputs) > 0 {
+		return op.Outputs[0]
+	}
+	return "\xff" + op.Type + "|" + strings.Join(op.Inputs, ",")
 }
 
+// opHeap is container/heap's algorithm over op indices, without the
+// interface calls.
 type opHeap struct {
-	ops  []*dsl.Op
-	keys []string
-	idx  []int
+	sec  []string
+	rest []string
+	idx  []int32
 }
 
-func (h *opHeap) Len() int           { return len(h.idx) }
-func (h *opHeap) Less(i, j int) bool { return h.keys[h.idx[i]] < h.keys[h.idx[j]] }
-func (h *opHeap) Swap(i, j int)      { h.idx[i], h.idx[j] = h.idx[j], h.idx[i] }
-func (h *opHeap) Push(x any)         { h.idx = append(h.idx, x.(int)) }
-func (h *opHeap) Pop() any {
-	x := h.idx[len(h.idx)-1]
-	h.idx = h.idx[:len(h.idx)-1]
+func (h *opHeap) less(i, j int) bool {
+	a, b := h.idx[i], h.idx[j]
+	if h.sec[a] != h.sec[b] {
+		return h.sec[a] < h.sec[b]
+	}
+	return h.rest[a] < h.rest[b]
+}
+
+func (h *opHeap) init() {
+	n := len(h.idx)
+	for i := n/2 - 1; i >= 0; i-- {
+		h.down(i, n)
+	}
+}
+
+func (h *opHeap) push(x int32) {
+	h.idx = append(h.idx, x)
+	h.up(len(h.idx) - 1)
+}
+
+func (h *opHeap) pop() int32 {
+	n := len(h.idx) - 1
+	h.idx[0], h.idx[n] = h.idx[n], h.idx[0]
+	h.down(0, n)
+	x := h.idx[n]
+	h.idx = h.idx[:n]
 	return x
 }
 
-// canonicalOrder sorts ops topologically, ready ops by opKey.
+func (h *opHeap) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !h.less(j, i) {
+			break
+		}
+		h.idx[i], h.idx[j] = h.idx[j], h.idx[i]
+		j = i
+	}
+}
+
+func (h *opHeap) down(i0, n int) {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2 // = 2*i + 2  // right child
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.idx[i], h.idx[j] = h.idx[j], h.idx[i]
+		i = j
+	}
+}
+
+// canonicalOrder sorts ops topologically, ready ops by their key.
 func canonicalOrder(list []*dsl.Op) []*dsl.Op {
-	prod := make(map[string]int, len(list))
+	prod := make(map[string]int32, len(list))
 	for i, op := range list {
 		for _, o := range op.Outputs {
-			prod[o] = i
+			prod[o] = int32(i)
 		}
 	}
-	indeg := make([]int, len(list))
-	users := make([][]int, len(list))
+	// users[start[j]:start[j+1]] are the ops reading op j's outputs, in
+	// op order (once per input).
+	indeg := make([]int32, len(list))
+	start := make([]int32, len(list)+1)
+	var edges []int32 // the producer of each input read, in op order
 	for i, op := range list {
 		for _, in := range op.Inputs {
 			if j, ok := prod[in]; ok {
 				indeg[i]++
-				users[j] = append(users[j], i)
+				start[j+1]++
+				edges = append(edges, j)
 			}
 		}
 	}
-	h := &opHeap{ops: list, keys: make([]string, len(list))}
-	for i, op := range list {
-		h.keys[i] = opKey(op)
-		if indeg[i] == 0 {
-			h.idx = append(h.idx, i)
+	for j := range list {
+		start[j+1] += start[j]
+	}
+	users := make([]int32, len(edges))
+	next := slices.Clone(start[:len(list)])
+	k := 0
+	for i := range list {
+		for range indeg[i] {
+			j := edges[k]
+			k++
+			users[next[j]] = int32(i)
+			next[j]++
 		}
 	}
-	heap.Init(h)
+	h := &opHeap{sec: make([]string, len(list)), rest: make([]string, len(list))}
+	for i, op := range list {
+		h.sec[i], h.rest[i] = sectionKeys[op.Section], opKeyRest(op)
+		if indeg[i] == 0 {
+			h.idx = append(h.idx, int32(i))
+		}
+	}
+	h.init()
 	out := make([]*dsl.Op, 0, len(list))
-	for h.Len() > 0 {
-		i := heap.Pop(h).(int)
+	for len(h.idx) > 0 {
+		i := h.pop()
 		out = append(out, list[i])
-		for _, u := range users[i] {
+		for _, u := range users[start[i]:start[i+1]] {
 			if indeg[u]--; indeg[u] == 0 {
-				heap.Push(h, u)
+				h.push(u)
 			}
 		}
 	}
@@ -876,7 +1153,8 @@ func canonicalOrder(list []*dsl.Op) []*dsl.Op {
 // dsl.ClipFactor. A pserver's ops are ordered so that their file order is
 // a dependency order with the exchange between the gradients' arrival and
 // the updates: a pserver runs its ops in that order, one after another.
-func (s *splitter) buildClipNorm(p *Plan, blocks []*block, count int) {
+func (s *splitter) buildClipNorm(p *Plan, blocks []*block) {
+	count := s.count
 	t, pos := p.Trainer, s.clipPos
 	var parts []string
 	for j, ps := range p.PServers {
@@ -895,12 +1173,12 @@ func (s *splitter) buildClipNorm(p *Plan, blocks []*block, count int) {
 		total := sums[0]
 		for i, x := range sums[1:] {
 			next := "clip@part.sum" + strconv.Itoa(i+1)
-			exchange = append(exchange, newOp("add", []string{total, x}, []string{next}, nil, pos))
+			exchange = append(exchange, newOp("add", []string{total, x}, []string{next}, pos))
 			total = next
 		}
 		exchange = append(exchange,
-			newOp("send", []string{total}, nil, ops.Attrs{"var": part, "to": trainerNode}, pos),
-			newOp("accumulate", nil, []string{dsl.ClipFactor}, ops.Attrs{"var": factor, "count": count, "shape": []int{}, "dtype": "f32"}, pos))
+			newOp("send", []string{total}, nil, pos, attr{"var", part}, attr{"to", trainerNode}),
+			newOp("accumulate", nil, []string{dsl.ClipFactor}, pos, attr{"var", factor}, attr{"count", count}, attr{"shape", []int{}}, attr{"dtype", "f32"}))
 		for _, op := range exchange {
 			op.Section = dsl.Optimize
 		}
@@ -914,7 +1192,7 @@ func (s *splitter) buildClipNorm(p *Plan, blocks []*block, count int) {
 		}
 		ps.Ops = append(append(first, exchange...), rest...)
 
-		recv := newOp("recv", nil, []string{part}, ops.Attrs{"var": part, "from": pserverNode(j), "shape": []int{}, "dtype": "f32"}, pos)
+		recv := newOp("recv", nil, []string{part}, pos, attr{"var", part}, attr{"from", pserverNode(j)}, attr{"shape", []int{}}, attr{"dtype", "f32"})
 		recv.Section = dsl.Forward
 		t.Ops = append(t.Ops, recv)
 		parts = append(parts, part)
@@ -924,6 +1202,6 @@ func (s *splitter) buildClipNorm(p *Plan, blocks []*block, count int) {
 		if !slices.Contains(parts, "clip@part."+strconv.Itoa(j)) {
 			continue
 		}
-		t.Ops = append(t.Ops, newOp("send", []string{dsl.ClipFactor}, nil, ops.Attrs{"var": "clip@factor." + strconv.Itoa(j), "to": pserverNode(j)}, pos))
+		t.Ops = append(t.Ops, newOp("send", []string{dsl.ClipFactor}, nil, pos, attr{"var", "clip@factor." + strconv.Itoa(j)}, attr{"to", pserverNode(j)}))
 	}
 }

@@ -792,3 +792,14 @@ func (p *Plan) isBlockGrad(name string) bool {
 	}
 	return false
 }
+
+func mapNames(in []string, f func(string) string) []string {
+	if in == nil {
+		return nil
+	}
+	out := make([]string, len(in))
+	for i, x := range in {
+		out[i] = f(x)
+	}
+	return out
+}
