@@ -277,22 +277,27 @@ type Graph struct {
 // the same op; attrs override the defaults. Autodiff, the optimizer
 // expansion and split build their ops with it.
 func NewOp(typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
-	var full ops.Attrs
-	if def, ok := ops.Lookup(typ); ok {
-		full = make(ops.Attrs, len(def.Attrs)+len(attrs))
-		for _, a := range def.Attrs {
-			if a.Default != nil {
-				full[a.Name] = a.Default
-			}
-		}
-	}
-	if full == nil {
-		full = make(ops.Attrs, len(attrs))
-	}
+	full := DefaultAttrs(typ, len(attrs))
 	for k, v := range attrs {
 		full[k] = v
 	}
 	return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: full, Section: section, Pos: pos}
+}
+
+// DefaultAttrs returns a new attribute map holding op type typ's default
+// attributes, with room for extra more; NewOp and split's ops start from it.
+func DefaultAttrs(typ string, extra int) ops.Attrs {
+	def, ok := ops.Lookup(typ)
+	if !ok {
+		return make(ops.Attrs, extra)
+	}
+	full := make(ops.Attrs, len(def.Attrs)+extra)
+	for _, a := range def.Attrs {
+		if a.Default != nil {
+			full[a.Name] = a.Default
+		}
+	}
+	return full
 }
 
 // AddVar declares a variable.

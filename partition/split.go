@@ -648,17 +648,7 @@ type attr struct {
 // would, so the written file reads back into the same op: dsl.NewOp
 // without the map of the given attributes.
 func newOp(typ string, inputs, outputs []string, pos dsl.Pos, attrs ...attr) *dsl.Op {
-	var full ops.Attrs
-	if def, ok := ops.Lookup(typ); ok {
-		full = make(ops.Attrs, len(def.Attrs)+len(attrs))
-		for _, a := range def.Attrs {
-			if a.Default != nil {
-				full[a.Name] = a.Default
-			}
-		}
-	} else {
-		full = make(ops.Attrs, len(attrs))
-	}
+	full := dsl.DefaultAttrs(typ, len(attrs))
 	for _, a := range attrs {
 		full[a.k] = a.v
 	}
