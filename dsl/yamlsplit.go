@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"gopkg.in/yaml.v3"
 )
@@ -130,8 +131,7 @@ func parsePieces(src []byte, want, workers int, fast bool) *yaml.Node {
 		return nil
 	}
 	var wg sync.WaitGroup
-	var failed sync.Once
-	ok := true
+	var failed atomic.Bool
 	next := make(chan *piece)
 	for range workers {
 		wg.Add(1)
@@ -147,7 +147,7 @@ func parsePieces(src []byte, want, workers int, fast bool) *yaml.Node {
 				buf = p.text(buf[:0], src, starts)
 				doc, err := parseWhole(buf)
 				if err != nil || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-					failed.Do(func() { ok = false })
+					failed.Store(true)
 					continue
 				}
 				p.doc = doc
@@ -159,7 +159,7 @@ func parsePieces(src []byte, want, workers int, fast bool) *yaml.Node {
 	}
 	close(next)
 	wg.Wait()
-	if !ok {
+	if failed.Load() {
 		return nil
 	}
 	return joinPieces(pieces)
