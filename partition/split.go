@@ -685,14 +685,28 @@ func (a *slab[T]) clone(s []T) []T {
 	return c
 }
 
+// build fills the plan. The trainer's subgraph is built beside the
+// pservers' subgraphs and the plan's description: each only reads the
+// groups and blocks and writes its own graphs, and on a model of many
+// thousand layers the two halves take about as long (docs/split.md,
+// Cost). The clip-norm exchange joins both sides and describe lists its
+// transfers, so with clip.norm they follow.
 func (s *splitter) build() *Plan {
 	p, blocks := s.newPlan()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.buildPServers(p, blocks)
+		if s.clipNorm == 0 {
+			s.describe(p, blocks)
+		}
+	}()
 	s.buildTrainer(p.Trainer)
-	s.buildPServers(p, blocks)
+	<-done
 	if s.clipNorm > 0 {
 		s.buildClipNorm(p, blocks)
+		s.describe(p, blocks)
 	}
-	s.describe(p, blocks)
 	return p
 }
 
