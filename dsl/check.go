@@ -24,7 +24,12 @@ func (g *Graph) Producers() map[string]int {
 // the ops in a dependency order.
 func (g *Graph) checkStructure() ([]int, error) {
 	var errs ErrorList
-	prod := make(map[string]int, len(g.Ops))
+	// prod maps each name a step defines to the op computing it, or to -1
+	// for a declared variable: one lookup answers for every input.
+	prod := make(map[string]int, len(g.Vars)+len(g.Ops))
+	for n := range g.Vars {
+		prod[n] = -1
+	}
 	for i, op := range g.Ops {
 		def, _ := ops.Lookup(op.Type)
 		lo, hi := def.NumInputs()
@@ -49,47 +54,43 @@ func (g *Graph) checkStructure() ([]int, error) {
 			errs = append(errs, Errorf(op.Pos, "op %s has %s %v, got %d", op.Type, plural(len(def.Outputs), "output"), def.Outputs, len(op.Outputs)))
 		}
 		for _, o := range op.Outputs {
-			if v, ok := g.Vars[o]; ok {
-				errs = append(errs, Errorf(op.Pos, "op %s output %q is already declared as a %s at %s; a step assigns each name once (use assign: for the next step's value)", op.Type, o, v.Kind, v.Pos))
-			} else if j, ok := prod[o]; ok {
-				errs = append(errs, Errorf(op.Pos, "op %s output %q is already produced by op %s at %s; each name is assigned once per step", op.Type, o, g.Ops[j].Type, g.Ops[j].Pos))
-			} else {
+			switch j, ok := prod[o]; {
+			case !ok:
 				prod[o] = i
+			case j < 0:
+				v := g.Vars[o]
+				errs = append(errs, Errorf(op.Pos, "op %s output %q is already declared as a %s at %s; a step assigns each name once (use assign: for the next step's value)", op.Type, o, v.Kind, v.Pos))
+			default:
+				errs = append(errs, Errorf(op.Pos, "op %s output %q is already produced by op %s at %s; each name is assigned once per step", op.Type, o, g.Ops[j].Type, g.Ops[j].Pos))
 			}
 		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	known := g.knownNames(prod)
-	for _, op := range g.Ops {
-		def, _ := ops.Lookup(op.Type)
-		for _, in := range op.Inputs {
-			if _, ok := g.Vars[in]; ok {
-				continue
-			}
-			if _, ok := prod[in]; !ok {
-				errs = append(errs, Errorf(op.Pos, "op %s input %q is not defined%s", op.Type, in, inputHint(def, in, known)))
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	// Ops written in dependency order (as Marshal writes them, and most
-	// models are) keep file order: Kahn's algorithm below, with ties
-	// resolved by file order, yields exactly that order for them.
+	// Every input is defined; ops written in dependency order (as Marshal
+	// writes them, and most models are) keep file order: Kahn's algorithm
+	// below, with ties resolved by file order, yields exactly that order
+	// for them.
+	var known []string // the names for "did you mean", on the first error
 	inOrder := true
 	for i, op := range g.Ops {
 		for _, in := range op.Inputs {
-			if j, ok := prod[in]; ok && j >= i {
+			j, ok := prod[in]
+			switch {
+			case !ok:
+				if known == nil {
+					known = keys(prod)
+				}
+				def, _ := ops.Lookup(op.Type)
+				errs = append(errs, Errorf(op.Pos, "op %s input %q is not defined%s", op.Type, in, inputHint(def, in, known)))
+			case j >= i:
 				inOrder = false
-				break
 			}
 		}
-		if !inOrder {
-			break
-		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	if inOrder {
 		order := make([]int, len(g.Ops))
@@ -103,7 +104,7 @@ func (g *Graph) checkStructure() ([]int, error) {
 	users := make([][]int, len(g.Ops))
 	for i, op := range g.Ops {
 		for _, in := range op.Inputs {
-			if j, ok := prod[in]; ok {
+			if j := prod[in]; j >= 0 {
 				indeg[i]++
 				users[j] = append(users[j], i)
 			}
@@ -148,17 +149,6 @@ func (h *intHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
-}
-
-func (g *Graph) knownNames(prod map[string]int) []string {
-	out := make([]string, 0, len(g.Vars)+len(prod))
-	for n := range g.Vars {
-		out = append(out, n)
-	}
-	for n := range prod {
-		out = append(out, n)
-	}
-	return out
 }
 
 // Order returns the ops in dependency order (ties by file order).
