@@ -3,8 +3,10 @@ package dsl
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,22 +25,50 @@ import (
 // backward or optimize ops) is written without train.optimizer, since its
 // update ops are already in the file.
 func Marshal(g *Graph) ([]byte, error) {
-	return MarshalAfter(nil, g)
+	var b bytes.Buffer
+	b.Grow(192*len(g.Ops) + 96*len(g.Vars) + 1024) // about a line each
+	if err := encode(&b, g, nil); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
-// MarshalAfter is Marshal appending to head (a comment, say) in one buffer
-// sized for the model, so a large model is not copied again.
-func MarshalAfter(head []byte, g *Graph) ([]byte, error) {
+// encodeChunk is the size of the pieces Encode hands its writer.
+const encodeChunk = 256 << 10
+
+// Encode writes g to w as Marshal does, a piece of about 256 KiB at a
+// time: its memory does not grow with the model (split writes subgraphs
+// of a million ops this way).
+func Encode(w io.Writer, g *Graph) error {
 	var b bytes.Buffer
-	b.Grow(len(head) + 192*len(g.Ops) + 96*len(g.Vars) + 1024) // about a line each
-	b.Write(head)
-	fmt.Fprintf(&b, "psgraph: %d\n", SchemaVersion)
+	b.Grow(encodeChunk + 4096)
+	flush := func() error {
+		_, err := w.Write(b.Bytes())
+		b.Reset()
+		return err
+	}
+	if err := encode(&b, g, flush); err != nil {
+		return err
+	}
+	return flush()
+}
+
+// encode writes g into b, calling flush (when not nil) whenever b holds
+// encodeChunk bytes or more after a line.
+func encode(b *bytes.Buffer, g *Graph, flush func() error) error {
+	spill := func() error {
+		if flush != nil && b.Len() >= encodeChunk {
+			return flush()
+		}
+		return nil
+	}
+	fmt.Fprintf(b, "psgraph: %d\n", SchemaVersion)
 	if g.Name != "" {
-		fmt.Fprintf(&b, "name: %s\n", YAMLString(g.Name))
+		fmt.Fprintf(b, "name: %s\n", YAMLString(g.Name))
 	}
 	if g.Data != nil {
-		if err := writeData(&b, g); err != nil {
-			return nil, err
+		if err := writeData(b, g); err != nil {
+			return err
 		}
 	}
 	for _, sec := range []struct {
@@ -55,76 +85,93 @@ func MarshalAfter(head []byte, g *Graph) ([]byte, error) {
 				b.WriteString(sec.key + ":\n")
 				first = false
 			}
-			fmt.Fprintf(&b, "  %s: %s\n", YAMLString(name), varFlow(v))
+			b.WriteString("  ")
+			writeString(b, name)
+			b.WriteString(": ")
+			writeVar(b, v)
+			b.WriteByte('\n')
+			if err := spill(); err != nil {
+				return err
+			}
 		}
 	}
 	if len(g.Ops) > 0 {
 		b.WriteString("ops:\n")
 		for _, op := range g.Ops {
 			b.WriteString("  - ")
-			if err := writeOp(&b, op); err != nil {
-				return nil, err
+			if err := writeOp(b, op); err != nil {
+				return err
 			}
 			b.WriteByte('\n')
+			if err := spill(); err != nil {
+				return err
+			}
 		}
 	}
 	if len(g.Assigns) > 0 {
 		b.WriteString("assign:\n")
 		for _, a := range g.Assigns {
-			fmt.Fprintf(&b, "  %s: %s\n", YAMLString(a.Target), YAMLString(a.Value))
+			b.WriteString("  ")
+			writeString(b, a.Target)
+			b.WriteString(": ")
+			writeString(b, a.Value)
+			b.WriteByte('\n')
+			if err := spill(); err != nil {
+				return err
+			}
 		}
 	}
 	if t := g.Train; t != nil {
 		b.WriteString("train:\n")
 		if t.Loss != "" {
-			fmt.Fprintf(&b, "  loss: %s\n", YAMLString(t.Loss))
+			fmt.Fprintf(b, "  loss: %s\n", YAMLString(t.Loss))
 		}
 		if len(t.Metrics) > 0 {
-			fmt.Fprintf(&b, "  metrics: %s\n", stringList(t.Metrics))
+			fmt.Fprintf(b, "  metrics: %s\n", stringList(t.Metrics))
 		}
-		fmt.Fprintf(&b, "  batch: %d\n", t.Batch)
+		fmt.Fprintf(b, "  batch: %d\n", t.Batch)
 		if t.Steps > 0 {
-			fmt.Fprintf(&b, "  steps: %d\n", t.Steps)
+			fmt.Fprintf(b, "  steps: %d\n", t.Steps)
 		}
 		if t.Epochs > 0 {
-			fmt.Fprintf(&b, "  epochs: %d\n", t.Epochs)
+			fmt.Fprintf(b, "  epochs: %d\n", t.Epochs)
 		}
 		if t.EvalEvery > 0 {
-			fmt.Fprintf(&b, "  eval_every: %d\n", t.EvalEvery)
+			fmt.Fprintf(b, "  eval_every: %d\n", t.EvalEvery)
 		}
 		if o := t.Optimizer; o != nil && !g.Expanded() {
 			if o.Type == "" {
-				return nil, Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
+				return Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
 			}
 			if c := t.Clip; c != nil {
 				b.WriteString("  clip: {")
 				sep := ""
 				if c.Value > 0 {
-					fmt.Fprintf(&b, "value: %s", formatFloat(c.Value))
+					fmt.Fprintf(b, "value: %s", formatFloat(c.Value))
 					sep = ", "
 				}
 				if c.Norm > 0 {
-					fmt.Fprintf(&b, "%snorm: %s", sep, formatFloat(c.Norm))
+					fmt.Fprintf(b, "%snorm: %s", sep, formatFloat(c.Norm))
 				}
 				b.WriteString("}\n")
 			}
-			fmt.Fprintf(&b, "  optimizer: {type: %s", YAMLString(o.Type))
+			fmt.Fprintf(b, "  optimizer: {type: %s", YAMLString(o.Type))
 			for _, k := range sortedKeys(o.Hyper) {
 				if sc := o.Schedule; k == "lr" && sc != nil {
-					fmt.Fprintf(&b, ", lr: {value: %s, schedule: %s", formatFloat(o.Hyper[k]), sc.Kind)
+					fmt.Fprintf(b, ", lr: {value: %s, schedule: %s", formatFloat(o.Hyper[k]), sc.Kind)
 					for _, f := range []struct {
 						key string
 						v   int
 					}{{"warmup", sc.Warmup}, {"steps", sc.Steps}, {"every", sc.Every}} {
 						if f.v != 0 {
-							fmt.Fprintf(&b, ", %s: %d", f.key, f.v)
+							fmt.Fprintf(b, ", %s: %d", f.key, f.v)
 						}
 					}
 					if sc.MinLR != 0 {
-						fmt.Fprintf(&b, ", min_lr: %s", formatFloat(sc.MinLR))
+						fmt.Fprintf(b, ", min_lr: %s", formatFloat(sc.MinLR))
 					}
 					if sc.Gamma != 0 {
-						fmt.Fprintf(&b, ", gamma: %s", formatFloat(sc.Gamma))
+						fmt.Fprintf(b, ", gamma: %s", formatFloat(sc.Gamma))
 					}
 					b.WriteString("}")
 					continue
@@ -132,12 +179,12 @@ func MarshalAfter(head []byte, g *Graph) ([]byte, error) {
 				if def, ok := o.Tmpl.Hyper[k]; ok && k != "lr" && def == o.Hyper[k] {
 					continue // the built-in's default
 				}
-				fmt.Fprintf(&b, ", %s: %s", YAMLString(k), formatFloat(o.Hyper[k]))
+				fmt.Fprintf(b, ", %s: %s", YAMLString(k), formatFloat(o.Hyper[k]))
 			}
 			b.WriteString("}\n")
 		}
 	}
-	return b.Bytes(), nil
+	return nil
 }
 
 func writeData(b *bytes.Buffer, g *Graph) error {
@@ -219,39 +266,59 @@ func RelPath(dir, path string) string {
 	return path
 }
 
-func varFlow(v *Var) string {
-	parts := []string{"shape: " + intList(v.Shape)}
+// writeVar writes a variable's flow mapping: {shape: [..], dtype: ..,
+// init: {..}, place: .., of: .., block: {..}}.
+func writeVar(b *bytes.Buffer, v *Var) {
+	b.WriteString("{shape: ")
+	writeIntList(b, v.Shape)
 	if v.DType != ir.F32 {
-		parts = append(parts, "dtype: "+v.DType.String())
+		b.WriteString(", dtype: ")
+		b.WriteString(v.DType.String())
 	}
-	if v.Init != nil {
-		in := []string{"type: " + YAMLString(v.Init.Type)}
-		for _, k := range sortedKeys(v.Init.Attrs) {
-			in = append(in, YAMLString(k)+": "+attrValue(v.Init.Attrs[k]))
+	if in := v.Init; in != nil {
+		b.WriteString(", init: {type: ")
+		writeString(b, in.Type)
+		var keys [8]string
+		for _, k := range sortedAttrKeys(keys[:0], in.Attrs) {
+			b.WriteString(", ")
+			writeString(b, k)
+			b.WriteString(": ")
+			writeValue(b, in.Attrs[k])
 		}
-		parts = append(parts, "init: {"+strings.Join(in, ", ")+"}")
+		b.WriteByte('}')
 	}
 	if v.Place != "" {
-		parts = append(parts, "place: "+YAMLString(v.Place))
+		b.WriteString(", place: ")
+		writeString(b, v.Place)
 	}
 	if v.Of != "" {
-		parts = append(parts, "of: "+YAMLString(v.Of))
+		b.WriteString(", of: ")
+		writeString(b, v.Of)
 	}
 	if bl := v.Block; bl != nil {
-		stride := ""
+		b.WriteString(", block: {of: ")
+		writeString(b, bl.Of)
+		b.WriteString(", rows: [")
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(bl.Start), 10))
+		b.WriteString(", ")
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(bl.End), 10))
+		b.WriteByte(']')
 		if bl.Stride > 1 {
-			stride = fmt.Sprintf(", stride: %d", bl.Stride)
+			b.WriteString(", stride: ")
+			b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(bl.Stride), 10))
 		}
-		parts = append(parts, fmt.Sprintf("block: {of: %s, rows: [%d, %d]%s, shape: %s}", YAMLString(bl.Of), bl.Start, bl.End, stride, intList(bl.Shape)))
+		b.WriteString(", shape: ")
+		writeIntList(b, bl.Shape)
+		b.WriteByte('}')
 	}
-	return "{" + strings.Join(parts, ", ") + "}"
+	b.WriteByte('}')
 }
 
 // writeOp writes op as a flow mapping. It writes into b directly: split
 // writes hundreds of thousands of ops.
 func writeOp(b *bytes.Buffer, op *Op) error {
 	b.WriteString("{type: ")
-	b.WriteString(YAMLString(op.Type))
+	writeString(b, op.Type)
 	if len(op.Inputs) > 0 {
 		b.WriteString(", inputs: ")
 		writeStringList(b, op.Inputs)
@@ -262,7 +329,8 @@ func writeOp(b *bytes.Buffer, op *Op) error {
 	}
 	if len(op.Attrs) > 0 {
 		b.WriteString(", attrs: {")
-		for i, k := range sortedKeys(op.Attrs) {
+		var keys [8]string
+		for i, k := range sortedAttrKeys(keys[:0], op.Attrs) {
 			v := op.Attrs[k]
 			if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
 				return Errorf(op.Pos, "op %s attribute %s is %v, which a model file cannot hold", op.Type, k, f)
@@ -270,9 +338,9 @@ func writeOp(b *bytes.Buffer, op *Op) error {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(YAMLString(k))
+			writeString(b, k)
 			b.WriteString(": ")
-			b.WriteString(attrValue(v))
+			writeValue(b, v)
 		}
 		b.WriteByte('}')
 	}
@@ -282,42 +350,63 @@ func writeOp(b *bytes.Buffer, op *Op) error {
 	}
 	if op.Param != "" {
 		b.WriteString(", param: ")
-		b.WriteString(YAMLString(op.Param))
+		writeString(b, op.Param)
 	}
 	if op.Place != "" {
 		b.WriteString(", place: ")
-		b.WriteString(YAMLString(op.Place))
+		writeString(b, op.Place)
 	}
 	b.WriteByte('}')
 	return nil
 }
 
-func attrValue(v any) string {
+// writeValue writes an attribute value.
+func writeValue(b *bytes.Buffer, v any) {
 	switch x := v.(type) {
 	case float64:
-		return formatFloat(x)
+		b.Write(appendFloat(b.AvailableBuffer(), x))
 	case int:
-		return strconv.Itoa(x)
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(x), 10))
 	case bool:
-		return strconv.FormatBool(x)
+		b.Write(strconv.AppendBool(b.AvailableBuffer(), x))
 	case string:
-		return YAMLString(x)
+		writeString(b, x)
 	case []int:
-		return intList(x)
+		writeIntList(b, x)
+	default:
+		writeString(b, fmt.Sprint(v))
 	}
-	return YAMLString(fmt.Sprint(v))
 }
 
 // formatFloat writes the shortest decimal that parses back to f, always
 // recognizable as a YAML float.
-func formatFloat(f float64) string {
-	s := strconv.FormatFloat(f, 'g', -1, 64)
-	if !strings.ContainsAny(s, ".eE") {
-		s += ".0"
-	} else if i := strings.IndexAny(s, "eE"); i >= 0 && !strings.Contains(s[:i], ".") {
-		s = s[:i] + ".0" + s[i:]
+func formatFloat(f float64) string { return string(appendFloat(nil, f)) }
+
+// appendFloat appends formatFloat(f) to dst.
+func appendFloat(dst []byte, f float64) []byte {
+	start := len(dst)
+	dst = strconv.AppendFloat(dst, f, 'g', -1, 64)
+	s := dst[start:]
+	e := bytes.IndexAny(s, "eE")
+	switch {
+	case e < 0 && bytes.IndexByte(s, '.') < 0:
+		return append(dst, ".0"...)
+	case e >= 0 && bytes.IndexByte(s[:e], '.') < 0:
+		exp := string(s[e:])
+		return append(append(dst[:start+e], ".0"...), exp...)
 	}
-	return s
+	return dst
+}
+
+func writeIntList(b *bytes.Buffer, v []int) {
+	b.WriteByte('[')
+	for i, x := range v {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(x), 10))
+	}
+	b.WriteByte(']')
 }
 
 func writeStringList(b *bytes.Buffer, s []string) {
@@ -326,7 +415,7 @@ func writeStringList(b *bytes.Buffer, s []string) {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(YAMLString(x))
+		writeString(b, x)
 	}
 	b.WriteByte(']')
 }
@@ -359,17 +448,50 @@ func plainSafe(s string) bool {
 	return true
 }
 
-var yamlReserved = map[string]bool{
-	"true": true, "false": true, "null": true, "yes": true, "no": true, "on": true, "off": true,
-	"y": true, "n": true, "nan": true, "inf": true,
+// yamlReserved are the words YAML reads as something other than a
+// string, in any case.
+var yamlReserved = []string{"true", "false", "null", "yes", "no", "on", "off", "y", "n", "nan", "inf"}
+
+// plain reports whether s is written unquoted (see YAMLString).
+func plain(s string) bool {
+	if !plainSafe(s) {
+		return false
+	}
+	if len(s) <= 5 {
+		for _, w := range yamlReserved {
+			if strings.EqualFold(s, w) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // YAMLString writes s plain when that is unambiguous, double-quoted otherwise.
 func YAMLString(s string) string {
-	if plainSafe(s) && (len(s) > 5 || !yamlReserved[strings.ToLower(s)]) {
+	if plain(s) {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// writeString writes YAMLString(s) into b.
+func writeString(b *bytes.Buffer, s string) {
+	if plain(s) {
+		b.WriteString(s)
+		return
+	}
+	b.Write(strconv.AppendQuote(b.AvailableBuffer(), s))
+}
+
+// sortedAttrKeys appends m's keys to buf, sorted: with buf on the
+// caller's stack, an op's few attributes are sorted without allocating.
+func sortedAttrKeys(buf []string, m map[string]any) []string {
+	for k := range m {
+		buf = append(buf, k)
+	}
+	slices.Sort(buf)
+	return buf
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -209,3 +209,77 @@ func TestMarshalRoundTripDataOptions(t *testing.T) {
 		}
 	}
 }
+
+// chunkWriter records the sizes of the writes it gets.
+type chunkWriter struct {
+	bytes.Buffer
+	sizes []int
+	fail  error
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	if w.fail != nil {
+		return 0, w.fail
+	}
+	w.sizes = append(w.sizes, len(p))
+	return w.Buffer.Write(p)
+}
+
+// Encode writes what Marshal returns, in pieces of about encodeChunk
+// bytes (so split's memory does not grow with a subgraph's size), and
+// stops at its writer's first error.
+func TestEncodeEqualsMarshal(t *testing.T) {
+	g, err := LoadBytes("deep.yaml", []byte(deepModel(3000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Marshal(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 4*encodeChunk {
+		t.Fatalf("the model is %d bytes, too small to be written in pieces", len(want))
+	}
+	var w chunkWriter
+	if err := Encode(&w, g); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.Bytes(), want) {
+		t.Fatalf("Encode differs from Marshal:\n%s", firstLineDiff(string(w.Bytes()), string(want)))
+	}
+	if len(w.sizes) < len(want)/encodeChunk {
+		t.Errorf("%d writes for %d bytes, want one about every %d bytes", len(w.sizes), len(want), encodeChunk)
+	}
+	for _, n := range w.sizes {
+		if n > encodeChunk+4096 {
+			t.Errorf("a write of %d bytes; Encode should hand over about %d at a time", n, encodeChunk)
+		}
+	}
+	bad := &chunkWriter{fail: os.ErrClosed}
+	if err := Encode(bad, g); err != os.ErrClosed {
+		t.Errorf("Encode to a failing writer returned %v, want its error", err)
+	}
+}
+
+func firstLineDiff(a, b string) string {
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range min(len(la), len(lb)) {
+		if la[i] != lb[i] {
+			return "line " + la[i] + "\nwant " + lb[i]
+		}
+	}
+	return "one is a prefix of the other"
+}
+
+// Numbers are written as the shortest decimal that reads back the same,
+// always recognizable as a float.
+func TestFormatFloat(t *testing.T) {
+	for f, want := range map[float64]string{
+		1: "1.0", -3: "-3.0", 0: "0.0", 0.5: "0.5", 0.001: "0.001", 1e21: "1.0e+21",
+		1.5e-07: "1.5e-07", 1e-7: "1.0e-07", 123456789: "1.23456789e+08", 2.5e+30: "2.5e+30",
+	} {
+		if got := formatFloat(f); got != want {
+			t.Errorf("formatFloat(%v) = %q, want %q", f, got, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -228,67 +229,134 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 	p.Info = info
 }
 
-// Files renders the plan directory: plan.yaml and every subgraph, with data
-// paths written relative to dir.
+// Files renders the plan directory in memory: plan.yaml and every
+// subgraph, with data paths written relative to dir, as Write writes them.
 func (p *Plan) Files(dir string) (map[string][]byte, error) {
 	out := map[string][]byte{}
+	var mu sync.Mutex
+	err := p.render(dir, func(name string) (io.WriteCloser, error) {
+		return &memFile{done: func(b []byte) {
+			mu.Lock()
+			out[name] = b
+			mu.Unlock()
+		}}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// memFile is a file of Files: its bytes are handed over on Close.
+type memFile struct {
+	bytes.Buffer
+	done func([]byte)
+}
+
+func (f *memFile) Close() error {
+	f.done(f.Bytes())
+	return nil
+}
+
+// render writes the plan's files through create, which opens one for
+// writing. The subgraphs are encoded on every core as a stream (a
+// subgraph of a large model is hundreds of MB as YAML), each hashed as it
+// is written, and plan.yaml's body beside them; its head lists the
+// hashes, so it is written last.
+func (p *Plan) render(dir string, create func(name string) (io.WriteCloser, error)) error {
 	info := p.Info
 	if info.Source != "" {
 		info.Source = dsl.RelPath(dir, info.Source)
 	}
-	// The subgraphs are marshalled in parallel (they are only read): the
-	// trainer's file of a large model takes as long as all pservers'.
 	type file struct {
 		name, role string
 		g          *dsl.Graph
-		src        []byte
-		err        error
+		sum        string
 	}
 	files := []*file{{name: TrainerFileName, role: "Trainer", g: p.Trainer}}
 	for i, g := range p.PServers {
 		files = append(files, &file{name: PServerFile(i), role: fmt.Sprintf("Pserver %d", i), g: g})
 	}
-	work := make(chan *file)
+	var body bytes.Buffer
+	jobs := []func() error{func() error { // the longest file first
+		return writeSubgraph(create, dir, info.Model, files[0].name, files[0].role, files[0].g, &files[0].sum)
+	}, func() error {
+		body.Grow(160 * (len(info.Params) + len(info.Placement) + len(info.Transfers))) // a line each
+		info.writeBody(&body)
+		return nil
+	}}
+	for _, f := range files[1:] {
+		jobs = append(jobs, func() error { return writeSubgraph(create, dir, info.Model, f.name, f.role, f.g, &f.sum) })
+	}
+	errs := make([]error, len(jobs))
+	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(files)) {
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for f := range work {
-				c := *f.g
-				c.File = filepath.Join(dir, f.name)
-				head := fmt.Sprintf("# %s subgraph of %s, written by psgraph split (see %s).\n", f.role, info.Model, PlanFileName)
-				f.src, f.err = dsl.MarshalAfter([]byte(head), &c)
+			for i := range next {
+				errs[i] = jobs[i]()
 			}
 		}()
 	}
-	for _, f := range files {
-		work <- f
+	for i := range jobs {
+		next <- i
 	}
-	close(work)
+	close(next)
 	wg.Wait()
-	for _, f := range files {
-		if f.err != nil {
-			return nil, f.err
-		}
-		out[f.name] = f.src
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	info.Files.SHA256 = map[string]string{}
-	for name, b := range out {
-		info.Files.SHA256[name] = HashSource(b)
+	for _, f := range files {
+		info.Files.SHA256[f.name] = f.sum
 	}
-	var b bytes.Buffer
-	b.Grow(4096 + 160*(len(info.Params)+len(info.Placement)+len(info.Transfers))) // a line each
-	fmt.Fprintf(&b, "# Written by psgraph split from %s; read by psgraph run. Do not edit: split again.\n", info.Source)
-	info.write(&b)
-	out[PlanFileName] = b.Bytes()
-	return out, nil
+	w, err := create(PlanFileName)
+	if err != nil {
+		return err
+	}
+	var head bytes.Buffer
+	fmt.Fprintf(&head, "# Written by psgraph split from %s; read by psgraph run. Do not edit: split again.\n", info.Source)
+	info.writeHead(&head)
+	if _, err := w.Write(head.Bytes()); err != nil {
+		w.Close()
+		return err
+	}
+	if _, err := w.Write(body.Bytes()); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
-// write renders plan.yaml: block style for the sections, one flow-style
-// line per block, pserver and transfer (yaml.v3's encoder is slow on plans
-// of many thousand blocks, and this is easier to read).
-func (in *PlanInfo) write(b *bytes.Buffer) {
+// writeSubgraph writes subgraph g as file name of dir through create and
+// stores the hash of its bytes in sum.
+func writeSubgraph(create func(string) (io.WriteCloser, error), dir, model, name, role string, g *dsl.Graph, sum *string) error {
+	w, err := create(name)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	out := io.MultiWriter(w, h)
+	c := *g
+	c.File = filepath.Join(dir, name)
+	_, err = fmt.Fprintf(out, "# %s subgraph of %s, written by psgraph split (see %s).\n", role, model, PlanFileName)
+	if err == nil {
+		err = dsl.Encode(out, &c)
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	*sum = hex.EncodeToString(h.Sum(nil))
+	return err
+}
+
+// writeHead and writeBody render plan.yaml: block style for the
+// sections, one flow-style line per block, pserver and transfer (yaml.v3's
+// encoder is slow on plans of many thousand blocks, and this is easier to
+// read). The head ends with the files' hashes.
+func (in *PlanInfo) writeHead(b *bytes.Buffer) {
 	q := dsl.YAMLString
 	fmt.Fprintf(b, "psgraph-plan: %d\nmodel: %s\n", in.Version, q(in.Model))
 	if in.Source != "" {
@@ -310,6 +378,10 @@ func (in *PlanInfo) write(b *bytes.Buffer) {
 	for _, n := range names {
 		fmt.Fprintf(b, "    %s: %s\n", q(n), q(in.Files.SHA256[n]))
 	}
+}
+
+func (in *PlanInfo) writeBody(b *bytes.Buffer) {
+	q := dsl.YAMLString
 	b.WriteString("params:\n")
 	for _, p := range in.Params {
 		fmt.Fprintf(b, "  - name: %s\n    shape: %s\n    bytes: %d\n    node: %s\n", q(p.Name), flowInts(p.Shape), p.Bytes, q(p.Node))
@@ -369,30 +441,46 @@ func flowInts(s []int) string {
 }
 
 // Write creates dir and writes the plan's files into it, removing
-// pserver files of an earlier plan with more pservers.
+// pserver files of an earlier plan with more pservers. Each file is
+// written beside its final name and renamed into place once all are
+// written, so a failed write leaves an earlier plan as it was.
 func (p *Plan) Write(dir string) error {
-	files, err := p.Files(dir)
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	var mu sync.Mutex
+	var temps []string
+	tempName := func(name string) string { return filepath.Join(dir, "."+name+".tmp") }
+	err := p.render(dir, func(name string) (io.WriteCloser, error) {
+		f, err := os.OpenFile(tempName(name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err == nil {
+			mu.Lock()
+			temps = append(temps, name)
+			mu.Unlock()
+		}
+		return f, err
+	})
+	if err != nil {
+		for _, n := range temps {
+			os.Remove(tempName(n))
+		}
+		return err
+	}
+	keep := map[string]bool{}
+	for _, n := range temps {
+		keep[n] = true
+	}
 	stale, _ := filepath.Glob(filepath.Join(dir, "pserver-*.yaml"))
 	for _, f := range stale {
-		if _, keep := files[filepath.Base(f)]; !keep {
+		if !keep[filepath.Base(f)] {
 			if err := os.Remove(f); err != nil {
 				return err
 			}
 		}
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := os.WriteFile(filepath.Join(dir, n), files[n], 0o644); err != nil {
+	sort.Strings(temps)
+	for _, n := range temps {
+		if err := os.Rename(tempName(n), filepath.Join(dir, n)); err != nil {
 			return err
 		}
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -802,4 +804,73 @@ func mapNames(in []string, f func(string) string) []string {
 		out[i] = f(x)
 	}
 	return out
+}
+
+// Write writes exactly the files Files renders (which the golden files
+// check), removes pserver files of an earlier plan with more pservers, and
+// a write that fails leaves the earlier plan as it was.
+func TestWriteMatchesFiles(t *testing.T) {
+	g, err := dsl.Load("../examples/digits-mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	split := func(pservers int) (*Plan, map[string][]byte) {
+		p, err := Split(g, Options{Trainers: 2, PServers: pservers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := p.Files(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, files
+	}
+	written := func() map[string][]byte {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]byte{}
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[e.Name()] = b
+		}
+		return out
+	}
+	same := func(got, want map[string][]byte) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("the directory holds %d files, want %d: %v", len(got), len(want), slices.Sorted(maps.Keys(got)))
+		}
+		for name, b := range want {
+			if !bytes.Equal(got[name], b) {
+				t.Fatalf("%s differs from Files:\n%s", name, firstDiff(string(got[name]), string(b)))
+			}
+		}
+	}
+	p3, files3 := split(3)
+	if err := p3.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	same(written(), files3)
+	p2, files2 := split(2)
+	if err := p2.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	same(written(), files2) // pserver-2.yaml is gone
+
+	// A directory where a file's temporary copy goes makes the write fail.
+	block := filepath.Join(dir, ".pserver-0.yaml.tmp")
+	if err := os.Mkdir(block, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := p3.Write(dir); err == nil {
+		t.Fatal("Write succeeded although it could not create a file")
+	}
+	os.Remove(block)
+	same(written(), files2)
 }
