@@ -2,10 +2,12 @@ package partition
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
@@ -210,8 +212,16 @@ func (s *splitter) collectGroups() error {
 	}
 	s.groups = make(map[string]*group, min(nOpt, len(g.Vars)))
 	s.owner = make(map[string]*group, nOut+len(g.Vars))
+	var last *group // an optimizer's ops come one parameter after another
 	for _, op := range g.Ops {
 		if op.Section != dsl.Optimize {
+			continue
+		}
+		if last != nil && op.Param == last.param.Name {
+			last.ops = append(last.ops, op)
+			for _, o := range op.Outputs {
+				s.addLocal(o, last, false)
+			}
 			continue
 		}
 		v := g.Vars[op.Param]
@@ -233,6 +243,7 @@ func (s *splitter) collectGroups() error {
 		for _, o := range op.Outputs {
 			s.addLocal(o, gr, false)
 		}
+		last = gr
 	}
 	if len(errs) > 0 {
 		return errs
@@ -246,26 +257,44 @@ func (s *splitter) collectGroups() error {
 	}
 	sort.Strings(s.names)
 	// State belongs to the parameter named by `of`, or to the group whose
-	// ops read it.
-	readers := map[string]*group{}
-	for _, n := range s.names {
-		for _, op := range s.groups[n].ops {
-			for _, in := range op.Inputs {
-				if v := g.Vars[in]; v != nil && v.Kind == dsl.KindState {
-					if other := readers[in]; other != nil && other != s.groups[n] {
-						return dsl.Errorf(op.Pos, "state %q is read by the optimizers of both %s and %s; each optimizer state belongs to one parameter", in, other.param.Name, n)
+	// ops read it. The lookups run in parts (they only read); what they
+	// find is taken in name order.
+	type read struct {
+		state string
+		gr    *group
+		op    *dsl.Op
+	}
+	reads := inParts(len(s.names), func(lo, hi int) (out []read) {
+		for _, n := range s.names[lo:hi] {
+			gr := s.groups[n]
+			for _, op := range gr.ops {
+				for _, in := range op.Inputs {
+					if v := g.Vars[in]; v != nil && v.Kind == dsl.KindState {
+						out = append(out, read{in, gr, op})
 					}
-					readers[in] = s.groups[n]
 				}
 			}
 		}
+		return out
+	})
+	readers := map[string]*group{}
+	for _, r := range reads {
+		if other := readers[r.state]; other != nil && other != r.gr {
+			return dsl.Errorf(r.op.Pos, "state %q is read by the optimizers of both %s and %s; each optimizer state belongs to one parameter", r.state, other.param.Name, r.gr.param.Name)
+		}
+		readers[r.state] = r.gr
 	}
 	s.sorted = <-sorted
-	for _, name := range s.sorted {
-		v := g.Vars[name]
-		if v.Kind != dsl.KindState {
-			continue
+	states := inParts(len(s.sorted), func(lo, hi int) (out []*dsl.Var) {
+		for _, name := range s.sorted[lo:hi] {
+			if v := g.Vars[name]; v.Kind == dsl.KindState {
+				out = append(out, v)
+			}
 		}
+		return out
+	})
+	for _, v := range states {
+		name := v.Name
 		gr := readers[name]
 		if v.Of != "" {
 			if og := s.groups[v.Of]; og != nil {
@@ -281,9 +310,15 @@ func (s *splitter) collectGroups() error {
 		gr.state = append(gr.state, v)
 		s.addLocal(name, gr, true)
 	}
-	for _, a := range g.Assigns {
-		if gr := s.owner[a.Target]; gr != nil {
-			if s.owner[a.Value] != gr {
+	owners := inParts(len(g.Assigns), func(lo, hi int) (out [][2]*group) {
+		for _, a := range g.Assigns[lo:hi] {
+			out = append(out, [2]*group{s.owner[a.Target], s.owner[a.Value]})
+		}
+		return out
+	})
+	for i, a := range g.Assigns {
+		if gr := owners[i][0]; gr != nil {
+			if owners[i][1] != gr {
 				return dsl.Errorf(a.Pos, "assign %s = %s: the new value of %s must be computed by its optimizer (section optimize, param %s)", a.Target, a.Value, a.Target, gr.param.Name)
 			}
 			gr.assigns = append(gr.assigns, a)
@@ -355,37 +390,55 @@ func (gr *group) assignValue() string {
 // transfers the runtime serves.
 func (s *splitter) checkEdges() error {
 	// Which parameters' gradients some op computes (names ending in @GRAD
-	// are the only candidates).
-	for _, op := range s.g.Ops {
-		for _, o := range op.Outputs {
-			if p, ok := strings.CutSuffix(o, "@GRAD"); ok {
-				if gr := s.groups[p]; gr != nil && gr.grad == o {
-					gr.computed = true
+	// are the only candidates). The loops below only read, and run in
+	// parts; the first error in order is reported.
+	for _, gr := range inParts(len(s.g.Ops), func(lo, hi int) (out []*group) {
+		for _, op := range s.g.Ops[lo:hi] {
+			for _, o := range op.Outputs {
+				if p, ok := strings.CutSuffix(o, "@GRAD"); ok {
+					if gr := s.groups[p]; gr != nil && gr.grad == o {
+						out = append(out, gr)
+					}
 				}
 			}
 		}
+		return out
+	}) {
+		gr.computed = true
 	}
-	for _, n := range s.names {
-		gr := s.groups[n]
-		grad := gr.grad
-		for _, op := range gr.ops {
+	errs := inParts(len(s.names), func(lo, hi int) []error {
+		for _, n := range s.names[lo:hi] {
+			gr := s.groups[n]
+			grad := gr.grad
+			for _, op := range gr.ops {
+				for _, in := range op.Inputs {
+					if in == grad || s.isLocal(gr, in) || s.clipNorm > 0 && in == dsl.ClipFactor {
+						continue
+					}
+					return []error{dsl.Errorf(op.Pos, "op %s in the optimizer of %s reads %q, which is not %s, its gradient, its state or a value its optimizer computes; pserver-side ops cannot read trainer values, so compute %q inside the optimizer", op.Type, n, in, n, in)}
+				}
+			}
+			if !gr.computed {
+				return []error{dsl.Errorf(gr.param.Pos, "the optimizer of %s reads %s, which no op computes", n, grad)}
+			}
+		}
+		return nil
+	})
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	errs = inParts(len(s.trainerOps), func(lo, hi int) []error {
+		for _, op := range s.trainerOps[lo:hi] {
 			for _, in := range op.Inputs {
-				if in == grad || s.isLocal(gr, in) || s.clipNorm > 0 && in == dsl.ClipFactor {
-					continue
+				if gr := s.owner[in]; gr != nil && in != gr.param.Name {
+					return []error{dsl.Errorf(op.Pos, "op %s reads %q, optimizer state of %s that lives on a pserver; trainer ops may read the parameter itself but not its optimizer's values", op.Type, in, gr.param.Name)}
 				}
-				return dsl.Errorf(op.Pos, "op %s in the optimizer of %s reads %q, which is not %s, its gradient, its state or a value its optimizer computes; pserver-side ops cannot read trainer values, so compute %q inside the optimizer", op.Type, n, in, n, in)
 			}
 		}
-		if !gr.computed {
-			return dsl.Errorf(gr.param.Pos, "the optimizer of %s reads %s, which no op computes", n, grad)
-		}
-	}
-	for _, op := range s.trainerOps {
-		for _, in := range op.Inputs {
-			if gr := s.owner[in]; gr != nil && in != gr.param.Name {
-				return dsl.Errorf(op.Pos, "op %s reads %q, optimizer state of %s that lives on a pserver; trainer ops may read the parameter itself but not its optimizer's values", op.Type, in, gr.param.Name)
-			}
-		}
+		return nil
+	})
+	if len(errs) > 0 {
+		return errs[0]
 	}
 	if t := s.g.Train; t != nil {
 		for _, m := range append([]string{t.Loss}, t.Metrics...) {
@@ -396,6 +449,30 @@ func (s *splitter) checkEdges() error {
 	}
 	return nil
 }
+
+// inParts runs f on the parts [lo, hi) of [0, n), one per core (a part
+// for a short loop), and returns their results joined in order. f must
+// only read what other parts use.
+func inParts[T any](n int, f func(lo, hi int) []T) []T {
+	parts := min(runtime.GOMAXPROCS(0), n/minPart)
+	if parts <= 1 {
+		return f(0, n)
+	}
+	out := make([][]T, parts)
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = f(i*n/parts, (i+1)*n/parts)
+		}()
+	}
+	wg.Wait()
+	return slices.Concat(out...)
+}
+
+// minPart is the shortest part inParts hands a core of its own.
+const minPart = 4096
 
 // applyPlaces resolves `place:` overrides into one pin per group.
 func (s *splitter) applyPlaces() error {
@@ -421,10 +498,9 @@ func (s *splitter) applyPlaces() error {
 	}
 	for _, n := range s.names {
 		gr := s.groups[n]
+		// merge takes a place other than "" and "pserver" (where nothing
+		// is pinned); what names its holder, built only then.
 		merge := func(place string, pos dsl.Pos, what string) error {
-			if place == "" || place == "pserver" {
-				return nil
-			}
 			if err := check(place, pos, what); err != nil {
 				return err
 			}
@@ -436,17 +512,24 @@ func (s *splitter) applyPlaces() error {
 			}
 			return nil
 		}
-		if err := merge(gr.param.Place, gr.param.Pos, "param "+n); err != nil {
-			return err
-		}
-		for _, st := range gr.state {
-			if err := merge(st.Place, st.Pos, "state "+st.Name); err != nil {
+		pinned := func(place string) bool { return place != "" && place != "pserver" }
+		if pinned(gr.param.Place) {
+			if err := merge(gr.param.Place, gr.param.Pos, "param "+n); err != nil {
 				return err
 			}
 		}
+		for _, st := range gr.state {
+			if pinned(st.Place) {
+				if err := merge(st.Place, st.Pos, "state "+st.Name); err != nil {
+					return err
+				}
+			}
+		}
 		for _, op := range gr.ops {
-			if err := merge(op.Place, op.Pos, "op "+op.Type+" (optimizer of "+n+")"); err != nil {
-				return err
+			if pinned(op.Place) {
+				if err := merge(op.Place, op.Pos, "op "+op.Type+" (optimizer of "+n+")"); err != nil {
+					return err
+				}
 			}
 		}
 		if gr.table && gr.pin != "" {
