@@ -457,7 +457,8 @@ func plain(s string) bool {
 	if !plainSafe(s) {
 		return false
 	}
-	if len(s) <= 5 {
+	// Every reserved word starts with one of these letters.
+	if c := s[0] | 0x20; len(s) <= 5 && (c == 't' || c == 'f' || c == 'n' || c == 'y' || c == 'o' || c == 'i') {
 		for _, w := range yamlReserved {
 			if strings.EqualFold(s, w) {
 				return false

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/psgraph/psgraph/exec/data/criteo"
 )
@@ -280,6 +283,28 @@ func TestFormatFloat(t *testing.T) {
 	} {
 		if got := formatFloat(f); got != want {
 			t.Errorf("formatFloat(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
+
+// YAMLString writes names plain and quotes what YAML would read as
+// something else: reserved words in any case, numbers, punctuation.
+func TestYAMLStringReadsBack(t *testing.T) {
+	plainWords := []string{"W1", "m3", "lr", "fc1.w@GRAD", "bw.x/y-z", "Trainer", "yesterday", "ON_", "n1", "info"}
+	quoted := []string{"", "true", "False", "NULL", "yes", "No", "on", "OFF", "y", "N", "nan", "Inf", "1", "1e3", "-x", "a b", "a:b", "#c", "[x]"}
+	for _, s := range append(plainWords, quoted...) {
+		out := YAMLString(s)
+		var back map[string]any
+		if err := yaml.Unmarshal([]byte("k: "+out+"\nl: ["+out+"]\n"), &back); err != nil {
+			t.Fatalf("%q written as %s: %v", s, out, err)
+		}
+		if back["k"] != s || !reflect.DeepEqual(back["l"], []any{s}) {
+			t.Errorf("%q written as %s reads back as %#v and %#v", s, out, back["k"], back["l"])
+		}
+	}
+	for _, s := range plainWords {
+		if out := YAMLString(s); out != s {
+			t.Errorf("YAMLString(%q) = %s, want it plain", s, out)
 		}
 	}
 }

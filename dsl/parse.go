@@ -7,10 +7,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
@@ -749,10 +751,6 @@ func (d *decoder) fillDefaults(n *yaml.Node, a ops.Attrs, specs []ops.AttrSpec, 
 // expressions over hyper-parameters ("$lr", "1 - $beta1") when hyper is set.
 func (d *decoder) attrs(at *yaml.Node, raw map[string]*yaml.Node, specs []ops.AttrSpec, what string, hyper map[string]float64) ops.Attrs {
 	a := ops.Attrs{}
-	names := make([]string, len(specs))
-	for i, s := range specs {
-		names[i] = s.Name
-	}
 	for key, v := range raw {
 		var spec *ops.AttrSpec
 		for i := range specs {
@@ -761,6 +759,10 @@ func (d *decoder) attrs(at *yaml.Node, raw map[string]*yaml.Node, specs []ops.At
 			}
 		}
 		if spec == nil {
+			names := make([]string, len(specs))
+			for i, s := range specs {
+				names[i] = s.Name
+			}
 			if len(names) == 0 {
 				d.errorf(v, "%s takes no attributes, got %q", what, key)
 			} else {
@@ -821,10 +823,41 @@ func (d *decoder) ops(n *yaml.Node, what string, template bool) []*Op {
 	if !ok {
 		return nil
 	}
-	var out []*Op
+	// The entries are decoded in parts on every core, each part with a
+	// decoder of its own; the ops and errors are joined in file order.
+	parts := min(runtime.GOMAXPROCS(0), len(items)/minOpsPart)
+	if parts <= 1 {
+		return d.opItems(items, 0, what, template)
+	}
+	outs := make([][]*Op, parts)
+	decs := make([]decoder, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := p*len(items)/parts, (p+1)*len(items)/parts
+		decs[p].file = d.file
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[p] = decs[p].opItems(items[lo:hi], lo, what, template)
+		}()
+	}
+	wg.Wait()
+	for p := range parts {
+		d.errs = append(d.errs, decs[p].errs...)
+	}
+	return slices.Concat(outs...)
+}
+
+// minOpsPart is the fewest op entries decoded on a core of their own.
+const minOpsPart = 2048
+
+// opItems decodes the op entries items, the first being entry first of
+// what.
+func (d *decoder) opItems(items []*yaml.Node, first int, what string, template bool) []*Op {
+	out := make([]*Op, 0, len(items))
 	for i, it := range items {
 		op := &Op{Pos: d.pos(it)}
-		ow := what + "[" + strconv.Itoa(i) + "]"
+		ow := what + "[" + strconv.Itoa(first+i) + "]"
 		raw := map[string]*yaml.Node{}
 		var attrNode, typeNode *yaml.Node
 		if !d.fields(it, "op "+ow, opKeys, func(key string, k, v *yaml.Node) {

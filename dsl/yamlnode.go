@@ -43,6 +43,9 @@ func kindName(n *yaml.Node) string {
 	return "a document"
 }
 
+// smallMapping is the most keys fields checks for duplicates by a scan.
+const smallMapping = 16
+
 // fields iterates a mapping, rejecting keys not in allowed (nil: any key).
 // It returns false if n is not a mapping.
 func (d *decoder) fields(n *yaml.Node, what string, allowed []string, f func(key string, k, v *yaml.Node)) bool {
@@ -53,15 +56,28 @@ func (d *decoder) fields(n *yaml.Node, what string, allowed []string, f func(key
 		d.errorf(n, "%s must be a mapping, got %s", what, kindName(n))
 		return false
 	}
-	seen := map[string]bool{}
+	// A duplicate key is found by a scan of the keys before it in a small
+	// mapping (an op, a variable) and a set in a large one (params:).
+	var seen map[string]bool
+	if len(n.Content) > 2*smallMapping {
+		seen = make(map[string]bool, len(n.Content)/2)
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		key := k.Value
-		if seen[key] {
+		dup := false
+		if seen != nil {
+			dup = seen[key]
+			seen[key] = true
+		} else {
+			for j := 0; j < i && !dup; j += 2 {
+				dup = n.Content[j].Value == key
+			}
+		}
+		if dup {
 			d.errorf(k, "duplicate key %q in %s", key, what)
 			continue
 		}
-		seen[key] = true
 		if allowed != nil && !contains(allowed, key) {
 			sorted := append([]string{}, allowed...)
 			sort.Strings(sorted)

@@ -1,6 +1,7 @@
 package dsl
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -209,6 +210,38 @@ func TestFastEntriesEqualYAML(t *testing.T) {
 					t.Fatalf("entry %q: %v", e, d)
 				}
 			}
+		}
+	}
+}
+
+// The op entries of a long list are decoded in parts on every core: the
+// errors come in file order and are the same as on one core.
+func TestOpsDecodedInPartsAsInOrder(t *testing.T) {
+	src := deepModel(3000)
+	for _, r := range [][2]string{
+		{"{type: tanh, inputs: [a10], outputs: [h10]}", "{type: tanhh, inputs: [a10], outputs: [h10]}"},
+		{"{type: matmul, inputs: [h1999, W2000], outputs: [m2000]}", "{type: matmul, inputs: [h1999, W2000], outputs: [m2000], outputs: [z]}"},
+		{"{type: tanh, inputs: [a2900], outputs: [h2900]}", "{type: tanh, inputs: [a2900], outputs: [h2900], attrs: {bogus: 1}}"},
+	} {
+		if !strings.Contains(src, r[0]) {
+			t.Fatalf("the model has no %s", r[0])
+		}
+		src = strings.Replace(src, r[0], r[1], 1)
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	_, errParts := Parse("deep.yaml", []byte(src))
+	runtime.GOMAXPROCS(1)
+	_, errOne := Parse("deep.yaml", []byte(src))
+	if errParts == nil || errOne == nil || errParts.Error() != errOne.Error() {
+		t.Fatalf("errors differ:\n  on 2 cores: %v\n  on 1 core:  %v", errParts, errOne)
+	}
+	var list ErrorList
+	if !errors.As(errParts, &list) || len(list) != 3 {
+		t.Fatalf("want the 3 errors, got %v", errParts)
+	}
+	for i, want := range []string{`unknown op "tanhh"`, `duplicate key "outputs"`, `takes no attributes, got "bogus"`} {
+		if !strings.Contains(list[i].Msg, want) {
+			t.Errorf("error %d is %q, want %s", i, list[i].Msg, want)
 		}
 	}
 }
