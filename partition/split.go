@@ -143,6 +143,7 @@ type splitter struct {
 	opt    Options
 	groups map[string]*group
 	names  []string // parameters with a group, sorted
+	byName []*group // their groups, in that order
 	sorted []string // every variable's name, sorted
 	// owner is the group that holds a name (see collectGroups); shared
 	// the other groups holding it, if any.
@@ -176,8 +177,8 @@ func (s *splitter) checkClipNorm() error {
 	if s.clipNorm == 0 {
 		return nil
 	}
-	for _, n := range s.names {
-		gr := s.groups[n]
+	for _, gr := range s.byName {
+		n := gr.param.Name
 		switch {
 		case gr.pin == trainerNode:
 			return dsl.Errorf(s.clipPos, "train.clip.norm in a split job needs every parameter's update on a pserver, but %s is placed on the trainer (%s); drop its place: trainer or clip by value", n, gr.pinPos)
@@ -256,6 +257,10 @@ func (s *splitter) collectGroups() error {
 		s.names = append(s.names, n)
 	}
 	sort.Strings(s.names)
+	s.byName = make([]*group, len(s.names))
+	for i, n := range s.names {
+		s.byName[i] = s.groups[n]
+	}
 	// State belongs to the parameter named by `of`, or to the group whose
 	// ops read it. The lookups run in parts (they only read); what they
 	// find is taken in name order.
@@ -265,8 +270,7 @@ func (s *splitter) collectGroups() error {
 		op    *dsl.Op
 	}
 	reads := inParts(len(s.names), func(lo, hi int) (out []read) {
-		for _, n := range s.names[lo:hi] {
-			gr := s.groups[n]
+		for _, gr := range s.byName[lo:hi] {
 			for _, op := range gr.ops {
 				for _, in := range op.Inputs {
 					if v := g.Vars[in]; v != nil && v.Kind == dsl.KindState {
@@ -326,8 +330,8 @@ func (s *splitter) collectGroups() error {
 			s.trainerAsg = append(s.trainerAsg, a)
 		}
 	}
-	for _, n := range s.names {
-		gr := s.groups[n]
+	for _, gr := range s.byName {
+		n := gr.param.Name
 		if t := g.Types[gr.grad]; t.Sparse() {
 			gr.table, gr.maxRows = true, t.MaxRows
 		}
@@ -407,8 +411,8 @@ func (s *splitter) checkEdges() error {
 		gr.computed = true
 	}
 	errs := inParts(len(s.names), func(lo, hi int) []error {
-		for _, n := range s.names[lo:hi] {
-			gr := s.groups[n]
+		for _, gr := range s.byName[lo:hi] {
+			n := gr.param.Name
 			grad := gr.grad
 			for _, op := range gr.ops {
 				for _, in := range op.Inputs {
@@ -496,8 +500,8 @@ func (s *splitter) applyPlaces() error {
 			return dsl.Errorf(v.Pos, "param %s has place: %s, but no optimizer updates it (it has no gradient), so it stays on the trainer; remove place", name, v.Place)
 		}
 	}
-	for _, n := range s.names {
-		gr := s.groups[n]
+	for _, gr := range s.byName {
+		n := gr.param.Name
 		// merge takes a place other than "" and "pserver" (where nothing
 		// is pinned); what names its holder, built only then.
 		merge := func(place string, pos dsl.Pos, what string) error {
@@ -544,8 +548,8 @@ func (s *splitter) applyPlaces() error {
 
 // cutBlocks decides, per parameter, whether it is cut into row blocks.
 func (s *splitter) cutBlocks() error {
-	for _, n := range s.names {
-		gr := s.groups[n]
+	for _, gr := range s.byName {
+		n := gr.param.Name
 		shape := gr.param.Shape
 		if gr.table {
 			if err := s.shardTable(gr); err != nil {
@@ -561,7 +565,7 @@ func (s *splitter) cutBlocks() error {
 		case gr.pin != "":
 			gr.whole = "place: " + gr.pin + " (" + gr.pinBy + ")"
 		case numel <= s.opt.MinBlockSize:
-			gr.whole = fmt.Sprintf("%d elements <= min_block_size %d", numel, s.opt.MinBlockSize)
+			gr.whole = strconv.Itoa(numel) + " elements <= min_block_size " + strconv.Itoa(s.opt.MinBlockSize)
 		case s.opt.PServers == 1:
 			gr.whole = "one pserver"
 		case len(shape) == 0 || shape[0] < 2:
@@ -662,8 +666,7 @@ func (s *splitter) notElementWise(gr *group) string {
 func (s *splitter) assignPServers() {
 	load := make([]int, s.opt.PServers)
 	var free []*block
-	for _, n := range s.names {
-		gr := s.groups[n]
+	for _, gr := range s.byName {
 		for _, b := range gr.blocks {
 			switch {
 			case gr.pin == trainerNode:
@@ -812,8 +815,8 @@ func (s *splitter) newPlan() (*Plan, []*block) {
 		s.count = 1
 	}
 	var blocks []*block
-	for _, n := range s.names {
-		for _, b := range s.groups[n].blocks {
+	for _, gr := range s.byName {
+		for _, b := range gr.blocks {
 			b.grad = dsl.GradName(b.name)
 			if b.pserver >= 0 {
 				blocks = append(blocks, b)
@@ -856,8 +859,8 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 	}
 	trainerOps := s.trainerOps
 	extra := 0 // the ops split adds to the trainer
-	for _, n := range s.names {
-		switch gr := s.groups[n]; {
+	for _, gr := range s.byName {
+		switch {
 		case gr.pin == trainerNode:
 			trainerOps = append(trainerOps, gr.ops...)
 		case gr.table:
