@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -216,7 +217,7 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 			}
 		}
 	}
-	sort.Slice(info.Transfers, func(i, j int) bool { return info.Transfers[i].Var < info.Transfers[j].Var })
+	slices.SortStableFunc(info.Transfers, func(a, b TransferInfo) int { return strings.Compare(a.Var, b.Var) })
 	var idle []string
 	for _, l := range info.Load {
 		if len(l.Blocks) == 0 {
