@@ -896,8 +896,10 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 		}
 		for i, in := range op.Inputs {
 			inputs[i] = in
-			gr := s.owner[in]
-			if gr == nil || in != gr.param.Name {
+			// Trainer ops read no other name a group holds (checkEdges), so
+			// the small map of groups by parameter answers.
+			gr := s.groups[in]
+			if gr == nil {
 				continue
 			}
 			if gr.table {
