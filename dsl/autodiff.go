@@ -274,6 +274,9 @@ func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansio
 		return x, err
 	}
 	first := true // template errors are reported for the first parameter only
+	// An update op's attributes depend on the optimizer's hyper-parameters
+	// alone; no op's attributes change after it is built.
+	tmplAttrs := make([]ops.Attrs, len(o.Tmpl.Update))
 	for _, p := range params {
 		grad := GradName(p)
 		pv := g.Vars[p]
@@ -334,20 +337,20 @@ func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansio
 				mark(NewOp("add", []string{bind["$grad"], term}, []string{decayed}, nil, Optimize, o.Pos)))
 			bind["$grad"] = decayed
 		}
-		placeholders := make([]string, 0, len(bind))
-		if _, ok := bind["$step"]; !ok {
-			placeholders = append(placeholders, "$step")
-		}
-		for k := range bind {
-			placeholders = append(placeholders, k)
-		}
-		sort.Strings(placeholders)
 		local := func(n string, pos Pos) string {
 			if v, ok := bind[n]; ok {
 				return v
 			}
 			if strings.HasPrefix(n, "$") {
 				if first {
+					placeholders := make([]string, 0, len(bind)+1)
+					if _, ok := bind["$step"]; !ok {
+						placeholders = append(placeholders, "$step")
+					}
+					for k := range bind {
+						placeholders = append(placeholders, k)
+					}
+					sort.Strings(placeholders)
 					errs = append(errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad, $step or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
 				}
 				return n
@@ -356,7 +359,7 @@ func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansio
 		}
 		d := &decoder{}
 		scaled := false
-		for _, top := range o.Tmpl.Update {
+		for ti, top := range o.Tmpl.Update {
 			def, _ := ops.Lookup(top.Type)
 			op := &Op{Type: top.Type, Section: Optimize, Param: p, Place: pv.Place, Pos: top.Pos}
 			for _, in := range top.Inputs {
@@ -385,8 +388,11 @@ func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansio
 					}
 				}
 			}
-			d.file = top.Pos.File
-			op.Attrs = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
+			if tmplAttrs[ti] == nil { // the same for every parameter: decoded once, shared as split's copies share them
+				d.file = top.Pos.File
+				tmplAttrs[ti] = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
+			}
+			op.Attrs = tmplAttrs[ti]
 			x.ops = append(x.ops, op)
 		}
 		if first {
