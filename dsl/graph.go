@@ -277,12 +277,28 @@ type Graph struct {
 // the same op; attrs override the defaults. Autodiff, the optimizer
 // expansion and split build their ops with it.
 func NewOp(typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
+	if len(attrs) == 0 {
+		if shared, ok := sharedDefaults[typ]; ok {
+			return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: shared, Section: section, Pos: pos}
+		}
+	}
 	full := DefaultAttrs(typ, len(attrs))
 	for k, v := range attrs {
 		full[k] = v
 	}
 	return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: full, Section: section, Pos: pos}
 }
+
+// sharedDefaults holds each op type's default attributes, for the ops
+// NewOp builds without attributes of their own (most of autodiff's): no
+// op's attribute map is changed after it is built, so they share one.
+var sharedDefaults = func() map[string]ops.Attrs {
+	m := map[string]ops.Attrs{}
+	for _, n := range ops.Names() {
+		m[n] = DefaultAttrs(n, 0)
+	}
+	return m
+}()
 
 // DefaultAttrs returns a new attribute map holding op type typ's default
 // attributes, with room for extra more; NewOp and split's ops start from it.

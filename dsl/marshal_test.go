@@ -308,3 +308,27 @@ func TestYAMLStringReadsBack(t *testing.T) {
 		}
 	}
 }
+
+// The default attributes NewOp shares among ops without attributes of
+// their own stay as the catalog gives them after every example is
+// expanded and written.
+func TestSharedDefaultsUnchanged(t *testing.T) {
+	files, _ := filepath.Glob("../examples/*.yaml")
+	for _, f := range files {
+		g, err := Load(withGeneratedData(t, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Marshal(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for typ, shared := range sharedDefaults {
+		if !reflect.DeepEqual(shared, DefaultAttrs(typ, 0)) {
+			t.Errorf("the shared defaults of %s changed: %v", typ, shared)
+		}
+	}
+	if op := NewOp("matmul", []string{"a", "b"}, []string{"c"}, nil, Backward, Pos{}); !reflect.DeepEqual(op.Attrs, DefaultAttrs("matmul", 0)) {
+		t.Errorf("NewOp without attributes has %v, want matmul's defaults", op.Attrs)
+	}
+}
