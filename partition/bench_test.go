@@ -54,7 +54,7 @@ func TestDeepModelSplits(t *testing.T) {
 // BenchmarkSplitEndToEnd is what `psgraph split` does on a deep model of
 // 33,333 layers (100k forward ops, about 500k with backward and optimizer),
 // from the YAML bytes to the written files, for 4 trainers and 8 pservers.
-// docs/split.md, Cost, gives its time (the target, under 5 s, is not reached).
+// docs/split.md, Cost, gives its time (the target is under 5 s).
 func BenchmarkSplitEndToEnd(b *testing.B) {
 	widths := make([]int, 33333+1)
 	for i := range widths {
