@@ -5,4 +5,9 @@
 // ops, and the send/recv/accumulate ops that join them. It reads no files
 // and opens no sockets; Plan.Write and ReadPlan do the I/O for the command
 // line and the runtime. docs/split.md describes the rules and file formats.
+//
+// The files follow Split's steps: groups.go finds each parameter's
+// optimizer subgraph and checks its edges, blocks.go cuts parameters into
+// row blocks and places them on pservers, build.go writes the subgraphs,
+// order.go orders their ops canonically, plan.go renders the plan's files.
 package partition
