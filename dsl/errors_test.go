@@ -1,6 +1,7 @@
 package dsl_test
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -109,6 +110,24 @@ func TestErrorsNeverPanic(t *testing.T) {
 				}()
 				dsl.LoadBytes(file, []byte(cut))
 			}()
+		}
+	}
+}
+
+// Several attribute errors of one op come in file order, every time (the
+// attributes are held in a map).
+func TestAttrErrorsInFileOrder(t *testing.T) {
+	file := filepath.Join("testdata", "errors", "attrs_file_order.yaml")
+	for range 20 {
+		_, err := dsl.Load(file)
+		var list dsl.ErrorList
+		if !errors.As(err, &list) || len(list) != 4 {
+			t.Fatalf("want 4 errors, got %v", err)
+		}
+		for i := 1; i < len(list); i++ {
+			if a, b := list[i-1].Pos, list[i].Pos; a.Line > b.Line || a.Line == b.Line && a.Col >= b.Col {
+				t.Fatalf("errors out of file order:\n%v", err)
+			}
 		}
 	}
 }

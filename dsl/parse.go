@@ -751,7 +751,24 @@ func (d *decoder) fillDefaults(n *yaml.Node, a ops.Attrs, specs []ops.AttrSpec, 
 // expressions over hyper-parameters ("$lr", "1 - $beta1") when hyper is set.
 func (d *decoder) attrs(at *yaml.Node, raw map[string]*yaml.Node, specs []ops.AttrSpec, what string, hyper map[string]float64) ops.Attrs {
 	a := ops.Attrs{}
-	for key, v := range raw {
+	// In file order, so that several errors come in the same order every
+	// time (TestAttrErrorsInFileOrder).
+	var buf [8]string
+	keys := buf[:0]
+	for key := range raw {
+		keys = append(keys, key)
+	}
+	if len(keys) > 1 {
+		slices.SortFunc(keys, func(x, y string) int {
+			a, b := raw[x], raw[y]
+			if a.Line != b.Line {
+				return a.Line - b.Line
+			}
+			return a.Column - b.Column
+		})
+	}
+	for _, key := range keys {
+		v := raw[key]
 		var spec *ops.AttrSpec
 		for i := range specs {
 			if specs[i].Name == key {
