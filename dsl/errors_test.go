@@ -131,3 +131,18 @@ func TestAttrErrorsInFileOrder(t *testing.T) {
 		}
 	}
 }
+
+// Errors that come from walking a map (an optimizer's required
+// hyper-parameters) read the same on every load.
+func TestMapErrorsStable(t *testing.T) {
+	file := filepath.Join("testdata", "errors", "hyper_required_order.yaml")
+	_, first := dsl.Load(file)
+	if first == nil || strings.Count(first.Error(), "needs") != 4 {
+		t.Fatalf("want the 4 missing hyper-parameters, got %v", first)
+	}
+	for range 20 {
+		if _, err := dsl.Load(file); err == nil || err.Error() != first.Error() {
+			t.Fatalf("errors differ between loads:\n%v\n---\n%v", first, err)
+		}
+	}
+}

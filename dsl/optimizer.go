@@ -203,7 +203,8 @@ func (d *decoder) optimizer(n *yaml.Node) *Optimizer {
 }
 
 func (d *decoder) checkHyper(o *Optimizer, n *yaml.Node) {
-	for h, def := range o.Tmpl.Hyper {
+	for _, h := range sortedKeys(o.Tmpl.Hyper) { // errors in one order
+		def := o.Tmpl.Hyper[h]
 		if _, set := o.Hyper[h]; !set {
 			if math.IsNaN(def) {
 				d.errorf(n, "optimizer %s needs %s: add %s: <number>", o.Tmpl.Name, h, h)
