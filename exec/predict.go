@@ -141,10 +141,6 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		return nil, err
 	}
 	defer file.Close()
-	rows, err := file.CountRows()
-	if err != nil {
-		return nil, err
-	}
 	compile := func(batch int) (*Program, *feeder, error) {
 		p, err := Compile(g, CompileOptions{Batch: batch, Targets: targets, Shared: params, Workers: 1})
 		if err != nil {
@@ -158,19 +154,20 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		}
 		return p, f, nil
 	}
-	chunk = int(min(int64(chunk), rows))
+	// The file is read once, in chunks: the program of its shorter last
+	// chunk is compiled when the pass meets it, as the evaluator does.
 	full, ff, err := compile(chunk)
 	if err != nil {
 		return nil, err
 	}
 	defer full.Close()
-	last, lf := full, ff
-	if r := int(rows) % chunk; r > 0 {
-		if last, lf, err = compile(r); err != nil {
-			return nil, err
+	var last *Program
+	var lf *feeder
+	defer func() {
+		if last != nil {
+			last.Close()
 		}
-		defer last.Close()
-	}
+	}()
 	res := &PredictResult{Out: opt.Out}
 	for _, o := range outs {
 		res.Columns = append(res.Columns, o.columns(h.kind)...)
@@ -190,7 +187,12 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		}
 		p := full
 		if n < chunk {
-			if n != last.batch() {
+			if last == nil {
+				var err error
+				if last, lf, err = compile(n); err != nil {
+					return err
+				}
+			} else if n != last.batch() {
 				return fmt.Errorf("%s: %w", opt.Data, errFileChanged)
 			}
 			copyPrefix(lf.features, ff.features)

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/exec/data"
 )
 
 // TestPredictDefaultOutputs: a sigmoid_cross_entropy model's default
@@ -118,5 +120,86 @@ train: {loss: loss, batch: 10, steps: 20, optimizer: {type: sgd, lr: 0.1}}
 				t.Fatalf("%s row %d: %s %v, by hand %v", c.loss, i, c.column, got, want)
 			}
 		}
+	}
+}
+
+// readBytes is the bytes this process has read through read system calls
+// (Linux's /proc/self/io rchar).
+func readBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no /proc/self/io: %v", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "rchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no rchar in /proc/self/io")
+	return 0
+}
+
+// Predict reads its input once, in chunks, with a shorter last chunk: the
+// bytes the process reads while it predicts are about the file's size, not
+// twice it (opening the stream reads one buffer more), and every row gets
+// its line.
+func TestPredictReadsTheFileOnce(t *testing.T) {
+	dir := t.TempDir()
+	var small, big strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&small, "%d,%g,%d\n", i%7-3, float64(i%5)*0.5, (i%7+i%5)%2)
+	}
+	const rows = 500_003 // 3.6 MB, not a multiple of the chunk
+	for i := range rows {
+		fmt.Fprintf(&big, "%d,%g,%d\n", i%7-3, float64(i%5)*0.5, (i%7+i%5)%2)
+	}
+	for name, s := range map[string]string{"d.csv": small.String(), "big.csv": big.String()} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "m.yaml")
+	if err := os.WriteFile(path, []byte(`psgraph: 1
+data:
+  csv: d.csv
+  features: {name: x, columns: [0, 2]}
+  label: {name: y, column: 2, dtype: float32}
+params:
+  W: {shape: [2, 1], init: {type: normal, std: 0.5, seed: 3}}
+ops:
+  - {type: matmul, inputs: [x, W], outputs: [z]}
+  - {type: sigmoid_cross_entropy, inputs: [z, y], outputs: [loss]}
+train: {loss: loss, batch: 10, steps: 5, optimizer: {type: sgd, lr: 0.1}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := load(t, path)
+	save := filepath.Join(dir, "m.safetensors")
+	if _, err := Train(context.Background(), g, RunOptions{Role: "local", Save: save, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "p.csv")
+	before := readBytes(t)
+	res, err := Predict(context.Background(), g, PredictOptions{InitFrom: save, Data: filepath.Join(dir, "big.csv"), Out: out, Log: zerolog.Nop()})
+	read := readBytes(t) - before
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(big.Len())
+	// Opening the stream reads its first buffer to learn the row width.
+	if read < size || read > size+data.StreamBuffer+1<<20 {
+		t.Errorf("predicting a %d-byte file read %d bytes; want it read once", size, read)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rows != rows || strings.Count(string(raw), "\n") != rows+1 {
+		t.Errorf("%d rows predicted, %d lines written; want %d and a header", res.Rows, strings.Count(string(raw), "\n"), rows)
 	}
 }
