@@ -171,7 +171,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Sum
 // --checkpoint-every for the named node (nil: no checkpoints).
 func Checkpointer(dir string, every int, node, model string) (*exec.Checkpointer, error) {
 	if every < 0 {
-		return nil, usagef("--checkpoint-every must be positive")
+		return nil, usagef("--checkpoint-every must be 0 (never) or a number of steps, got %d", every)
 	}
 	if dir == "" {
 		if every > 0 {

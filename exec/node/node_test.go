@@ -228,7 +228,7 @@ func TestOptionMistakesAreUsageErrors(t *testing.T) {
 		{"pserver without address", ps(func(o *Options) { o.Listen = "" }), "run --role pserver needs --listen HOST:PORT"},
 		{"pserver cert without key", ps(func(o *Options) { o.TLSCert = "cert.pem" }), "--tls-cert and --tls-key go together"},
 		{"pserver CA without cert", ps(func(o *Options) { o.TLSCA = "ca.pem" }), "a pserver with TLS needs --tls-cert and --tls-key"},
-		{"pserver negative checkpoint-every", ps(func(o *Options) { o.CheckpointEvery = -1 }), "--checkpoint-every must be positive"},
+		{"pserver negative checkpoint-every", ps(func(o *Options) { o.CheckpointEvery = -1 }), "--checkpoint-every must be 0 (never) or a number of steps, got -1"},
 		{"pserver checkpoint-every without dir", ps(func(o *Options) { o.CheckpointEvery = 5 }), "--checkpoint-every needs --checkpoint-dir"},
 		{"trainer init-from", tr(func(o *Options) { o.InitFrom = "x.safetensors" }), "--init-from is a pserver flag"},
 		{"trainer checkpoint-dir", tr(func(o *Options) { o.CheckpointDir = t.TempDir() }), "--checkpoint-dir is a pserver flag"},
