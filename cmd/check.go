@@ -39,7 +39,11 @@ Errors name file:line:col.`,
 					return err
 				}
 				if e := g.Data.Eval; e != nil {
-					if held, err = data.Count(data.WithFile(g.Data, e.CSV)); err != nil {
+					spec, err := data.Other(g.Data, e.CSV)
+					if err != nil {
+						return err
+					}
+					if held, err = data.Count(spec); err != nil {
 						return err
 					}
 				}

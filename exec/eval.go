@@ -168,7 +168,11 @@ type heldOut struct {
 // openHeldOut opens the held-out file of a streamed model (data.eval.csv),
 // normalized with the training file's statistics.
 func openHeldOut(g *dsl.Graph, norm *data.Scaling) (*data.FileStream, error) {
-	return data.OpenStreamScaled(data.WithFile(g.Data, g.Data.Eval.CSV), norm)
+	spec, err := data.Other(g.Data, g.Data.Eval.CSV)
+	if err != nil {
+		return nil, err
+	}
+	return data.OpenStreamScaled(spec, norm)
 }
 
 // Normalization statistics travel with a model's parameters in the
@@ -330,7 +334,11 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 	}
 	switch {
 	case path != "" && d.Stream:
-		if file, err = data.OpenStreamScaled(data.WithFile(d, path), norm); err != nil {
+		spec, err := data.Other(d, path)
+		if err != nil {
+			return nil, err
+		}
+		if file, err = data.OpenStreamScaled(spec, norm); err != nil {
 			return nil, err
 		}
 		defer file.Close()

@@ -134,7 +134,10 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		outs = append(outs, o)
 		targets = append(targets, o.v)
 	}
-	spec := data.WithFile(g.Data, opt.Data)
+	spec, err := data.Other(g.Data, opt.Data)
+	if err != nil {
+		return nil, err
+	}
 	spec.Label = nil // new rows need no label
 	file, err := data.OpenStreamScaled(spec, norm)
 	if err != nil {

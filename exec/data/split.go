@@ -40,7 +40,11 @@ func LoadSplit(spec *dsl.Data, norm *Scaling) (*Split, error) {
 	}
 	sp.Norm = norm
 	if e := spec.Eval; e != nil && e.CSV != "" {
-		if sp.Eval, err = raw(WithFile(spec, e.CSV)); err != nil {
+		held, err := Other(spec, e.CSV)
+		if err != nil {
+			return nil, err
+		}
+		if sp.Eval, err = raw(held); err != nil {
 			return nil, err
 		}
 	}
@@ -55,7 +59,11 @@ func LoadSplit(spec *dsl.Data, norm *Scaling) (*Split, error) {
 // (without its label when spec says none), normalized with norm (nil:
 // none).
 func LoadFile(spec *dsl.Data, path string, norm *Scaling) (*Set, error) {
-	s, err := raw(WithFile(spec, path))
+	o, err := Other(spec, path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := raw(o)
 	if err != nil {
 		return nil, err
 	}
