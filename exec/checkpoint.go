@@ -7,10 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -129,7 +126,7 @@ func (c *Checkpointer) Load(step int64) (map[string]*tensor.Tensor, error) {
 
 // Restore fills the persistent variables of a scope from the checkpoint of
 // step; every one of them must be in it, with its shape.
-func (c *Checkpointer) Restore(step int64, persistent Scope) error {
+func (c *Checkpointer) Restore(step int64, persistent map[string]*tensor.Tensor) error {
 	ts, err := c.Load(step)
 	if err != nil {
 		return err
@@ -173,65 +170,6 @@ func writeAtomic(path string, b []byte) error {
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		d.Sync()
 		d.Close()
-	}
-	return nil
-}
-
-// persistentOf returns the persistent variables of a program's scope.
-func persistentOf(p *Program) Scope {
-	s := Scope{}
-	for _, name := range p.Graph.Order {
-		if v := p.Graph.Vars[name]; v.Kind.Persistent() {
-			if t, ok := p.Scope[name]; ok {
-				s[name] = t
-			}
-		}
-	}
-	return s
-}
-
-// snapshot gathers the persistent variables of a pserver's parts for one
-// step: each part copies its own when it finished that step, and the last
-// one writes the checkpoint. Parts never wait for each other.
-type snapshot struct {
-	write   sync.Mutex // one Save at a time: they share the manifest
-	mu      sync.Mutex
-	ck      *Checkpointer
-	log     zerolog.Logger
-	parts   int
-	pending map[int64]*pendingCk
-}
-
-type pendingCk struct {
-	left    int
-	tensors map[string]*tensor.Tensor
-}
-
-func (s *snapshot) add(step int64, vars Scope) error {
-	s.mu.Lock()
-	p, ok := s.pending[step]
-	if !ok {
-		p = &pendingCk{left: s.parts, tensors: map[string]*tensor.Tensor{}}
-		s.pending[step] = p
-	}
-	for name, t := range vars {
-		c := tensor.New(t.DType, t.Shape)
-		c.CopyFrom(t)
-		p.tensors[name] = c
-	}
-	p.left--
-	done := p.left == 0
-	if done {
-		delete(s.pending, step)
-	}
-	s.mu.Unlock()
-	if done {
-		s.write.Lock()
-		defer s.write.Unlock()
-		if err := s.ck.Save(step, p.tensors); err != nil {
-			return err
-		}
-		s.log.Info().Int64("step", step).Str("dir", s.ck.Dir).Msg("checkpoint saved")
 	}
 	return nil
 }

@@ -127,8 +127,8 @@ func TestEvaluateStreamInChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := &Summary{Metrics: map[string]float64{}}
-	if err := Evaluate(mem, set, params, whole); err != nil {
+	whole := &Summary{}
+	if whole.Loss, whole.Metrics, err = Evaluate(mem, set, params); err != nil {
 		t.Fatal(err)
 	}
 	fs, err := data.OpenStream(stream.Data)
@@ -137,8 +137,8 @@ func TestEvaluateStreamInChunks(t *testing.T) {
 	}
 	defer fs.Close()
 	for _, chunk := range []int{40, 150, 1024} {
-		got := &Summary{Metrics: map[string]float64{}}
-		if err := EvaluateStream(stream, fs, params, got, chunk); err != nil {
+		got := &Summary{}
+		if got.Loss, got.Metrics, err = EvaluateStream(stream, fs, params, chunk); err != nil {
 			t.Fatal(err)
 		}
 		if math.Abs(got.Loss-whole.Loss) > 1e-5*whole.Loss || math.Abs(got.Metrics["acc"]-whole.Metrics["acc"]) > 1e-6 {

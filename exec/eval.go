@@ -1,10 +1,10 @@
 package exec
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -145,20 +145,6 @@ func copyPrefix(dst, src *tensor.Tensor) {
 	}
 }
 
-// batch is the batch size the program was compiled at.
-func (p *Program) batch() int {
-	if p.Graph.Data != nil {
-		for _, c := range []*dsl.Column{p.Graph.Data.Features, p.Graph.Data.Label, p.Graph.Data.IDs} {
-			if c != nil {
-				if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
-					return t.Shape[0]
-				}
-			}
-		}
-	}
-	return 0
-}
-
 // heldOut is a run's held-out data: an in-memory set or a streamed file.
 type heldOut struct {
 	set  *data.Set
@@ -173,108 +159,6 @@ func openHeldOut(g *dsl.Graph, norm *data.Scaling) (*data.FileStream, error) {
 		return nil, err
 	}
 	return data.OpenStreamScaled(spec, norm)
-}
-
-// Normalization statistics travel with a model's parameters in the
-// safetensors metadata: normalize (the mode), normalize_shift and
-// normalize_scale (JSON arrays, one number per feature column, exact to
-// the bit: float64 written with the shortest round-trip form).
-const (
-	metaNormalize = "normalize"
-	metaShift     = "normalize_shift"
-	metaScale     = "normalize_scale"
-)
-
-func normMeta(meta map[string]string, sc *data.Scaling) {
-	if sc == nil {
-		return
-	}
-	list := func(xs []float64) string {
-		parts := make([]string, len(xs))
-		for i, x := range xs {
-			parts[i] = strconv.FormatFloat(x, 'g', -1, 64)
-		}
-		return "[" + strings.Join(parts, ",") + "]"
-	}
-	meta[metaNormalize], meta[metaShift], meta[metaScale] = sc.Mode, list(sc.Shift), list(sc.Scale)
-}
-
-// NormFromMeta reads the normalization statistics saved with a model (nil
-// when the file has none).
-func NormFromMeta(file string, meta map[string]string) (*data.Scaling, error) {
-	mode, ok := meta[metaNormalize]
-	if !ok {
-		return nil, nil
-	}
-	sc := &data.Scaling{Mode: mode}
-	if json.Unmarshal([]byte(meta[metaShift]), &sc.Shift) != nil || json.Unmarshal([]byte(meta[metaScale]), &sc.Scale) != nil || len(sc.Shift) != len(sc.Scale) {
-		return nil, fmt.Errorf("%s: the normalization statistics in the file's metadata are malformed; save the model again", file)
-	}
-	return sc, nil
-}
-
-// SaveModel writes the named tensors of a scope and the normalization
-// statistics of the training data (nil: none) to a safetensors file.
-func SaveModel(path, model string, names []string, s Scope, norm *data.Scaling) error {
-	out := map[string]*tensor.Tensor{}
-	for _, name := range names {
-		if t, ok := s[name]; ok {
-			out[name] = t
-		}
-	}
-	meta := map[string]string{"model": model, "format": "pt"}
-	normMeta(meta, norm)
-	return SaveSafetensors(path, out, meta)
-}
-
-// LoadModel reads a model's parameters from a safetensors file, checking
-// that each parameter is there with the model's shape, and the
-// normalization statistics saved with them. A file without statistics
-// (written by a pserver checkpoint, or before psgraph saved them) gets
-// those of the model's training data, computed again, and a warning.
-func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (Scope, *data.Scaling, error) {
-	ts, meta, err := LoadSafetensors(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	types, err := g.Infer(1)
-	if err != nil {
-		return nil, nil, err
-	}
-	params := Scope{}
-	for _, name := range g.Params() {
-		t, ok := ts[name]
-		if !ok {
-			return nil, nil, fmt.Errorf("%s: parameter %q of %s is missing from the file; give the file psgraph saved for this model (--save)", file, name, g.File)
-		}
-		ty := types[name]
-		if !t.Shape.Equal(ty.Shape) || t.DType != ty.DType {
-			return nil, nil, fmt.Errorf("%s: %q is %s%v in the file but %s%v in %s; the file belongs to another model", file, name, t.DType, t.Shape, ty.DType, ty.Shape, g.File)
-		}
-		params[name] = t
-	}
-	norm, err := NormFromMeta(file, meta)
-	if err != nil {
-		return nil, nil, err
-	}
-	if d := g.Data; norm == nil && d != nil && d.Normalize != "none" && d.Features != nil {
-		log.Warn().Str("file", file).Msg("the file has no normalization statistics; using those of the model's training data, computed again")
-		if d.Stream {
-			f, err := data.OpenStream(d)
-			if err != nil {
-				return nil, nil, err
-			}
-			norm = f.Scaling()
-			f.Close()
-		} else {
-			sp, err := data.LoadSplit(d, nil)
-			if err != nil {
-				return nil, nil, err
-			}
-			norm = sp.Norm
-		}
-	}
-	return params, norm, nil
 }
 
 // EvalOptions configures EvalModel.
@@ -373,39 +257,15 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 	return res, nil
 }
 
-// logEval evaluates the held-out data after step, logs the result and
-// writes it to the metrics file as eval_loss and eval_<metric>. The
-// values it returns are valid until the next evaluation.
-func logEval(ctx context.Context, ev *evaluator, step int, g *dsl.Graph, opt RunOptions, w *bufio.Writer) ([]float64, error) {
-	vals, err := ev.run(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("evaluating the held-out data after step %d: %w", step, err)
-	}
-	e := opt.Log.Info().Int("step", step).Float64("eval_loss", vals[0])
-	for i, m := range g.Train.Metrics {
-		e = e.Float64("eval_"+m, vals[i+1])
-	}
-	e.Int("rows", ev.rows).Msg("eval")
-	if w != nil {
-		fmt.Fprintf(w, `{"step":%d,"role":%q,"eval_loss":%s`, step, opt.Role, jsonNum(vals[0]))
-		for i, m := range g.Train.Metrics {
-			k, _ := json.Marshal("eval_" + m)
-			fmt.Fprintf(w, ",%s:%s", k, jsonNum(vals[i+1]))
-		}
-		w.WriteString("}\n")
-	}
-	return vals, nil
-}
-
 // Evaluate computes loss and metrics over the whole data set, in file
 // order, with the given parameter values.
-func Evaluate(g *dsl.Graph, set *data.Set, params Scope, sum *Summary) error {
+func Evaluate(g *dsl.Graph, set *data.Set, params Scope) (loss float64, metrics map[string]float64, err error) {
 	ev, err := newEvaluator(g, set, nil, params, 0)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer ev.Close()
-	return ev.into(g, sum)
+	return ev.once(g)
 }
 
 // EvalChunk is the number of rows EvaluateStream evaluates at once (the
@@ -417,24 +277,31 @@ const EvalChunk = 1024
 // mean of its values over the chunks, which is its value over the whole
 // file when it is a mean over rows (mean, softmax_cross_entropy, accuracy,
 // sigmoid_cross_entropy, mse), as Evaluate computes it in one batch.
-func EvaluateStream(g *dsl.Graph, file *data.FileStream, params Scope, sum *Summary, chunk int) error {
+func EvaluateStream(g *dsl.Graph, file *data.FileStream, params Scope, chunk int) (loss float64, metrics map[string]float64, err error) {
 	ev, err := newEvaluator(g, nil, file, params, chunk)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer ev.Close()
-	return ev.into(g, sum)
+	return ev.once(g)
 }
 
-// into runs the evaluator once and writes its loss and metrics into sum.
-func (e *evaluator) into(g *dsl.Graph, sum *Summary) error {
+// once runs the evaluator once: the loss, and the metrics by name.
+func (e *evaluator) once(g *dsl.Graph) (float64, map[string]float64, error) {
 	vals, err := e.run(context.Background())
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
-	sum.Loss = vals[0]
+	metrics := map[string]float64{}
 	for i, m := range g.Train.Metrics {
-		sum.Metrics[m] = vals[i+1]
+		metrics[m] = vals[i+1]
 	}
-	return nil
+	return vals[0], metrics, nil
+}
+
+func jsonNum(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "null"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
 }

@@ -71,8 +71,3 @@ func initPersistent(p *Program, initFrom string, partial bool) error {
 	}
 	return nil
 }
-
-// SaveTensors writes the named tensors of a scope to a safetensors file.
-func SaveTensors(path, model string, names []string, s Scope) error {
-	return SaveModel(path, model, names, s, nil)
-}

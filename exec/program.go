@@ -460,3 +460,30 @@ func (s *scheduler) close() {
 	s.mu.Unlock()
 	s.wg.Wait()
 }
+
+// batch is the batch size the program was compiled at.
+func (p *Program) batch() int {
+	if p.Graph.Data != nil {
+		for _, c := range []*dsl.Column{p.Graph.Data.Features, p.Graph.Data.Label, p.Graph.Data.IDs} {
+			if c != nil {
+				if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
+					return t.Shape[0]
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// persistentOf returns the persistent variables of a program's scope.
+func persistentOf(p *Program) Scope {
+	s := Scope{}
+	for _, name := range p.Graph.Order {
+		if v := p.Graph.Vars[name]; v.Kind.Persistent() {
+			if t, ok := p.Scope[name]; ok {
+				s[name] = t
+			}
+		}
+	}
+	return s
+}

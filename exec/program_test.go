@@ -11,13 +11,14 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/internal/testfix"
 
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *feeder, *data.Stream) {
-	g := load(t, "../examples/digits-mlp.yaml")
+	g := testfix.Model(t, "../examples/digits-mlp.yaml")
 	p, err := Compile(g, CompileOptions{Batch: 64, Workers: workers, KeepTemps: len(keepTemps) > 0 && keepTemps[0]})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestAssignAppliesUpdate(t *testing.T) {
 
 // A block of a parameter gets exactly its rows of the whole parameter's values.
 func TestInitializeBlockEqualsRowsOfWhole(t *testing.T) {
-	g := load(t, "../examples/digits-mlp.yaml")
+	g := testfix.Model(t, "../examples/digits-mlp.yaml")
 	in := g.Vars["W1"].Init
 	whole := tensor.New(tensor.F32, tensor.Shape{64, 128})
 	if err := Initialize(whole, in, "W1", nil, 0, 1); err != nil {
@@ -355,7 +356,7 @@ func BenchmarkSchedulerPerOp(b *testing.B) {
 // the one every pserver part runs), and a cancelled step is reported as
 // context.Canceled itself, not as a failure of the op that was waiting.
 func TestOnErrorAndCancelOnEveryPath(t *testing.T) {
-	g := load(t, "../testdata/sparse/emb-sgd.yaml")
+	g := testfix.Model(t, "../testdata/sparse/emb-sgd.yaml")
 	for _, seq := range []bool{false, true} {
 		p, err := Compile(g, CompileOptions{Sequential: seq, Workers: 2})
 		if err != nil {

@@ -8,8 +8,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-
-	"github.com/psgraph/psgraph/transport"
 )
 
 // A restarted pserver and the running trainers meet again through two
@@ -31,21 +29,6 @@ import (
 // The trainer then re-sends its last gradients of each transfer whose
 // step the pserver has not applied (the transport dropped what was queued
 // for the old process), and carries on. See docs/runtime.md.
-const (
-	// PositionVar and ResumeVar are reserved transfer names; a plan may
-	// not use them for its own transfers.
-	PositionVar = "psgraph/position"
-	ResumeVar   = "psgraph/resume"
-)
-
-var (
-	positionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: 40}
-	resumeSpec   = transport.Spec{Var: ResumeVar, DType: transport.I32, Bytes: 8}
-)
-
-// ctrlStep keys every control message: never below a pserver's DropBefore
-// floor, and every incarnation sends at most one to each peer.
-const ctrlStep = math.MaxInt64
 
 // learning marks a position of a trainer that learns its start step.
 const learning = math.MinInt64

@@ -3,8 +3,6 @@ package exec
 import (
 	"fmt"
 	"math"
-
-	"github.com/psgraph/psgraph/transport"
 )
 
 // The restart protocol's decisions, as pure functions of what each side
@@ -73,7 +71,7 @@ func planStart(pos []position, first int64, async bool) startPlan {
 // restarted, resumes at step s it cannot continue from: it already sent
 // gradients past s, or needs parameters older than s. The steps between
 // are lost (nil when none are, or async).
-func resumeConflict(p transport.NodeID, pos position, s int64, async bool) error {
+func resumeConflict(p string, pos position, s int64, async bool) error {
 	if async || !pos.known() || (pos.Need >= s && pos.Sent <= s) {
 		return nil
 	}

@@ -453,7 +453,7 @@ func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bo
 		return false, fmt.Errorf("waiting for the restarted %s: %w", l.id, err)
 	}
 	s := int64(binary.LittleEndian.Uint64(buf))
-	if err := resumeConflict(l.id, pos, s, c.Async); err != nil {
+	if err := resumeConflict(string(l.id), pos, s, c.Async); err != nil {
 		return false, err
 	}
 	resent := 0

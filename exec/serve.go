@@ -13,6 +13,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/metrics"
+	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -320,4 +321,50 @@ func allEqual(xs []int64, v int64) bool {
 		}
 	}
 	return true
+}
+
+// snapshot gathers the persistent variables of a pserver's parts for one
+// step: each part copies its own when it finished that step, and the last
+// one writes the checkpoint. Parts never wait for each other.
+type snapshot struct {
+	write   sync.Mutex // one Save at a time: they share the manifest
+	mu      sync.Mutex
+	ck      *Checkpointer
+	log     zerolog.Logger
+	parts   int
+	pending map[int64]*pendingCk
+}
+
+type pendingCk struct {
+	left    int
+	tensors map[string]*tensor.Tensor
+}
+
+func (s *snapshot) add(step int64, vars Scope) error {
+	s.mu.Lock()
+	p, ok := s.pending[step]
+	if !ok {
+		p = &pendingCk{left: s.parts, tensors: map[string]*tensor.Tensor{}}
+		s.pending[step] = p
+	}
+	for name, t := range vars {
+		c := tensor.New(t.DType, t.Shape)
+		c.CopyFrom(t)
+		p.tensors[name] = c
+	}
+	p.left--
+	done := p.left == 0
+	if done {
+		delete(s.pending, step)
+	}
+	s.mu.Unlock()
+	if done {
+		s.write.Lock()
+		defer s.write.Unlock()
+		if err := s.ck.Save(step, p.tensors); err != nil {
+			return err
+		}
+		s.log.Info().Int64("step", step).Str("dir", s.ck.Dir).Msg("checkpoint saved")
+	}
+	return nil
 }

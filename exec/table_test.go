@@ -229,11 +229,11 @@ func evalModel(t *testing.T, g *dsl.Graph, file string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := &Summary{Metrics: map[string]float64{}}
-	if err := Evaluate(g, set, Scope(ts), sum); err != nil {
+	loss, _, err := Evaluate(g, set, Scope(ts))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return sum.Loss
+	return loss
 }
 
 // An async job on a sharded table trains and ends: every pserver serves

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/metrics"
-	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -93,13 +91,6 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 	}
 	b.WriteString("}")
 	return []byte(b.String()), nil
-}
-
-func jsonNum(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "null"
-	}
-	return strconv.FormatFloat(v, 'g', 6, 64)
 }
 
 // Train runs the training loop of a model on this node: feed the step's
@@ -393,9 +384,9 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		return sum, nil
 	}
 	if set != nil {
-		err = Evaluate(g, set, params, sum)
+		sum.Loss, sum.Metrics, err = Evaluate(g, set, params)
 	} else {
-		err = EvaluateStream(g, file, params, sum, max(batch, EvalChunk))
+		sum.Loss, sum.Metrics, err = EvaluateStream(g, file, params, max(batch, EvalChunk))
 	}
 	if err != nil {
 		return nil, err
@@ -484,25 +475,26 @@ func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s Scope, sps float64,
 	fmt.Fprintf(w, `,"steps_per_s":%s}`+"\n", jsonNum(sps))
 }
 
-// feeder writes batches into the data variables of a scope.
-type feeder struct{ features, labels, ids *tensor.Tensor }
-
-func newFeeder(g *dsl.Graph, s Scope) *feeder {
-	f := &feeder{}
-	if d := g.Data; d != nil {
-		if d.Features != nil {
-			f.features = s[d.Features.Name]
-		}
-		if d.Label != nil {
-			f.labels = s[d.Label.Name]
-		}
-		if d.IDs != nil {
-			f.ids = s[d.IDs.Name]
-		}
+// logEval evaluates the held-out data after step, logs the result and
+// writes it to the metrics file as eval_loss and eval_<metric>. The
+// values it returns are valid until the next evaluation.
+func logEval(ctx context.Context, ev *evaluator, step int, g *dsl.Graph, opt RunOptions, w *bufio.Writer) ([]float64, error) {
+	vals, err := ev.run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating the held-out data after step %d: %w", step, err)
 	}
-	return f
-}
-
-func (f *feeder) fill(st data.Batches, start int64) error {
-	return st.Fill(start, f.features, f.labels, f.ids)
+	e := opt.Log.Info().Int("step", step).Float64("eval_loss", vals[0])
+	for i, m := range g.Train.Metrics {
+		e = e.Float64("eval_"+m, vals[i+1])
+	}
+	e.Int("rows", ev.rows).Msg("eval")
+	if w != nil {
+		fmt.Fprintf(w, `{"step":%d,"role":%q,"eval_loss":%s`, step, opt.Role, jsonNum(vals[0]))
+		for i, m := range g.Train.Metrics {
+			k, _ := json.Marshal("eval_" + m)
+			fmt.Fprintf(w, ",%s:%s", k, jsonNum(vals[i+1]))
+		}
+		w.WriteString("}\n")
+	}
+	return vals, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // BenchmarkWideStep is the wide MLP 64-2048-10 at batch 256 (issue 7): the
@@ -27,7 +28,7 @@ func BenchmarkWideStep(b *testing.B) {
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	g := load(b, path)
+	g := testfix.Model(b, path)
 	p, err := Compile(g, CompileOptions{Batch: 256})
 	if err != nil {
 		b.Fatal(err)
