@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/kernels"
@@ -85,16 +86,13 @@ func (c *NetComm) routeOf(a ops.Attrs, key string) (*route, error) {
 	}
 	r := &route{offset: int64(a.Int("step_offset")), replyTo: a.String("reply_to")}
 	if key != "accumulate" {
-		p, err := kernels.ParsePeer(a.String(key))
+		p, err := ir.ParseAttr(a.String(key))
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case p.Index >= 0 && p.Role == "trainer":
-			r.peers = []transport.NodeID{transport.Trainer(p.Index)}
-		case p.Index >= 0:
-			r.peers = []transport.NodeID{transport.PServer(p.Index)}
-		default:
+		if p.Index >= 0 {
+			r.peers = []transport.NodeID{p}
+		} else {
 			r.all = true
 		}
 	}
@@ -276,10 +274,10 @@ func (c *NetComm) Flush(ctx context.Context) error {
 		if !lostPeer(err) || !errors.As(err, &pe) {
 			return err
 		}
-		switch r, _, _ := pe.Peer.Role(); {
-		case r == "trainer" && c.TrainerTimeout > 0:
+		switch r := pe.Peer.Role; {
+		case r == ir.TrainerRole && c.TrainerTimeout > 0:
 			err = c.awaitPeer(ctx, pe.Peer, -1, err)
-		case r == "pserver" && c.PServerTimeout > 0 && c.links != nil:
+		case r == ir.PServerRole && c.PServerTimeout > 0 && c.links != nil:
 			err = c.flushLostPServer(ctx, pe.Peer, err)
 		}
 		if err != nil {
@@ -310,7 +308,7 @@ func (c *NetComm) StopJob(err error) error {
 	reason := err.Error()
 	for _, p := range c.Peers {
 		if aerr := c.EP.Abort(ctx, p, reason); aerr != nil {
-			c.Log.Debug().Str("peer", string(p)).Err(aerr).Msg("could not tell the peer the job stops")
+			c.Log.Debug().Str("peer", p.String()).Err(aerr).Msg("could not tell the peer the job stops")
 		}
 	}
 	return err

@@ -9,22 +9,15 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/psgraph/psgraph/exec/kernels"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/transport"
 )
-
-func nodeOf(p kernels.Peer) transport.NodeID {
-	if p.Role == "trainer" {
-		return transport.Trainer(p.Index)
-	}
-	return transport.PServer(p.Index)
-}
 
 // SendBytes queues a payload of varying length (a sharded table's ids,
 // rows or row gradient) for peer. A trainer remembers what it sent each
 // pserver, as for a gradient, to re-send it to a restarted one.
-func (c *NetComm) SendBytes(ctx context.Context, step int64, p kernels.Peer, v string, wt kernels.WireType, payload []byte) error {
-	return c.send(ctx, nodeOf(p), step, v, transport.DType(wt), payload)
+func (c *NetComm) SendBytes(ctx context.Context, step int64, p ir.Node, v string, wt ir.DType, payload []byte) error {
+	return c.send(ctx, p, step, v, wt, payload)
 }
 
 // RecvBytes receives a payload of varying length from peer into the front
@@ -32,12 +25,12 @@ func (c *NetComm) SendBytes(ctx context.Context, step int64, p kernels.Peer, v s
 // meanwhile gets TrainerTimeout to come back, as for a gradient; a
 // pserver lost or restarted is waited for and brought up to date, as for
 // a parameter (recvFromPServer).
-func (c *NetComm) RecvBytes(ctx context.Context, step int64, p kernels.Peer, v string, dst []byte) (int, error) {
+func (c *NetComm) RecvBytes(ctx context.Context, step int64, p ir.Node, v string, dst []byte) (int, error) {
 	sink := prefixPool.Get().(*transport.Prefix)
 	defer prefixPool.Put(sink)
 	sink.Buf, sink.N = dst, 0
-	if p.Role == "pserver" && c.links != nil && c.PServerTimeout > 0 {
-		if err := c.recvFromPServer(ctx, nodeOf(p), step, v, nil, sink); err != nil {
+	if p.Role == ir.PServerRole && c.links != nil && c.PServerTimeout > 0 {
+		if err := c.recvFromPServer(ctx, p, step, v, nil, sink); err != nil {
 			return 0, err
 		}
 		return sink.N, nil
@@ -55,7 +48,7 @@ func (c *NetComm) RecvBytes(ctx context.Context, step int64, p kernels.Peer, v s
 			continue
 		}
 		var pe *transport.PeerError
-		if p.Role != "trainer" || c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
+		if p.Role != ir.TrainerRole || c.TrainerTimeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
 			return 0, err
 		}
 		if werr := c.awaitPeer(ctx, pe.Peer, step, err); werr != nil {
@@ -68,12 +61,12 @@ func (c *NetComm) RecvBytes(ctx context.Context, step int64, p kernels.Peer, v s
 // table (c.started set) also ends when any peer restarts (restarted
 // true): a restart does not fail a receive waiting for the old process,
 // and the shard must notice that p came back (tableTrainerRestarted).
-func (c *NetComm) recvUntilRestart(ctx context.Context, p kernels.Peer, step int64, v string, sink transport.Sink) (restarted bool, err error) {
-	if p.Role != "trainer" || c.Async || c.started == nil {
-		return false, c.EP.RecvSink(ctx, nodeOf(p), step, v, sink)
+func (c *NetComm) recvUntilRestart(ctx context.Context, p ir.Node, step int64, v string, sink transport.Sink) (restarted bool, err error) {
+	if p.Role != ir.TrainerRole || c.Async || c.started == nil {
+		return false, c.EP.RecvSink(ctx, p, step, v, sink)
 	}
 	w, rc := c.watched(ctx)
-	err = c.EP.RecvSink(w, nodeOf(p), step, v, sink)
+	err = c.EP.RecvSink(w, p, step, v, sink)
 	return err != nil && rc.Err() != nil && ctx.Err() == nil, err
 }
 
@@ -83,11 +76,11 @@ func (c *NetComm) recvUntilRestart(ctx context.Context, p kernels.Peer, step int
 // and a restarted trainer joins at a step its dense parameters say, which
 // the shard's step need not be, so it would wait forever (async shards
 // take whatever comes, from any trainer).
-func (c *NetComm) tableTrainerRestarted(p kernels.Peer, step int64, v string) error {
-	if p.Role != "trainer" || c.Async || c.started == nil || p.Index >= len(c.started) {
+func (c *NetComm) tableTrainerRestarted(p ir.Node, step int64, v string) error {
+	if p.Role != ir.TrainerRole || c.Async || c.started == nil || p.Index >= len(c.started) {
 		return nil
 	}
-	if n, _ := c.EP.Restarts(nodeOf(p)); n != c.started[p.Index] {
+	if n, _ := c.EP.Restarts(p); n != c.started[p.Index] {
 		return fmt.Errorf("trainer-%d restarted (a new process) while this pserver waited for its %s of step %d; a sync job with lookup tables cannot take a restarted trainer yet: stop the job and rerun it from its checkpoints (psgraph train --checkpoint-dir)", p.Index, v, step)
 	}
 	return nil
@@ -102,8 +95,7 @@ func (c *NetComm) RecvAnyBytes(ctx context.Context, v string, dst []byte) (int, 
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	_, t, _ := k.Src.Role()
-	return sink.N, t, k.Step, nil
+	return sink.N, k.Src.Index, k.Step, nil
 }
 
 // Pending waits until one of the transfers vs has a message from any

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -27,7 +28,7 @@ func lostPeer(err error) bool {
 // process after a network fault, or one restarted with the same index),
 // then fails naming it.
 func (c *NetComm) awaitPeer(ctx context.Context, who transport.NodeID, step int64, cause error) error {
-	ev := c.Log.Warn().Str("trainer", string(who)).Dur("timeout", c.TrainerTimeout)
+	ev := c.Log.Warn().Str("trainer", who.String()).Dur("timeout", c.TrainerTimeout)
 	if step >= 0 {
 		ev = ev.Int64("step", step)
 	}
@@ -50,7 +51,7 @@ func (c *NetComm) awaitPeer(ctx context.Context, who transport.NodeID, step int6
 		}
 		return fmt.Errorf("%s was lost%s and did not come back within %v; the job stops: %w", who, at, c.TrainerTimeout, cause)
 	}
-	c.Log.Info().Str("trainer", string(who)).Msg("trainer is back")
+	c.Log.Info().Str("trainer", who.String()).Msg("trainer is back")
 	return nil
 }
 
@@ -116,7 +117,7 @@ func (c *NetComm) recvRejoin(ctx context.Context, pt *Part, trainers []transport
 		for _, tr := range trainers {
 			if n, _ := c.EP.Restarts(tr); n != pt.Known[tr] {
 				pt.Known[tr] = n
-				c.Log.Warn().Str("trainer", string(tr)).Int64("step", step).Msg("trainer restarted; sending it the current parameters")
+				c.Log.Warn().Str("trainer", tr.String()).Int64("step", step).Msg("trainer restarted; sending it the current parameters")
 				if err := pt.Resend(ctx, tr, step); err != nil {
 					return err
 				}
@@ -151,7 +152,7 @@ func (c *NetComm) recvRejoin(ctx context.Context, pt *Part, trainers []transport
 // for a pserver. It fails at once when that is 0 or ctx ended.
 func (c *NetComm) waitBack(ctx context.Context, p transport.NodeID) error {
 	timeout := c.TrainerTimeout
-	if r, _, _ := p.Role(); r == "pserver" {
+	if p.Role == ir.PServerRole {
 		timeout = c.PServerTimeout
 	}
 	if timeout <= 0 || ctx.Err() != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/psgraph/psgraph/exec/kernels"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/transport"
 	"github.com/rs/zerolog"
 )
@@ -62,7 +62,7 @@ func TestTableReceiveDoesNotAllocate(t *testing.T) {
 	})
 	watched := testing.AllocsPerRun(100, func() {
 		send()
-		if _, err := c.RecvBytes(ctx, step, kernels.Peer{Role: "trainer", Index: 0}, "T@ids", dst); err != nil {
+		if _, err := c.RecvBytes(ctx, step, ir.Trainer(0), "T@ids", dst); err != nil {
 			t.Fatal(err)
 		}
 	})

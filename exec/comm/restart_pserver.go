@@ -153,7 +153,7 @@ func (c *NetComm) awaitPositions(ctx context.Context, start int64) ([]rejoin.Pos
 			var missing []string
 			for i, h := range heard {
 				if !h {
-					missing = append(missing, string(transport.Trainer(i)))
+					missing = append(missing, transport.Trainer(i).String())
 				}
 			}
 			return nil, fmt.Errorf("restarted into a running job (%s) but %v sent no position within %v; the job stops", ahead, missing, c.TrainerTimeout)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/rejoin"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -90,11 +91,11 @@ func (c *NetComm) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 		default:
 			continue
 		}
-		peer, err := kernels.ParsePeer(op.Attrs.String(key))
-		if err != nil || peer.Role != "pserver" || peer.Index < 0 {
+		peer, err := ir.ParseAttr(op.Attrs.String(key))
+		if err != nil || peer.Role != ir.PServerRole || peer.Index < 0 {
 			continue
 		}
-		l := ls.by[transport.PServer(peer.Index)]
+		l := ls.by[peer]
 		if l == nil {
 			return dsl.Errorf(op.Pos, "%s: pserver:%d is not a pserver of this job", op.Type, peer.Index)
 		}
@@ -126,7 +127,7 @@ func (c *NetComm) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 				l.got[kernels.RowsTransfer(v)] = got
 				l.sent[kernels.IDsTransfer(v)] = &sentMsg{request: true, answer: got}
 			} else {
-				l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], kernels.Peer{Role: "pserver", Index: i}.String())}
+				l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], ir.PServer(i).Attr())}
 			}
 		}
 	}
@@ -370,7 +371,7 @@ func (c *NetComm) recoverPServer(ctx context.Context, l *link, gen int64, cause 
 	}
 	if cause != nil && !l.down {
 		l.down, l.since = true, time.Now()
-		c.Log.Warn().Str("pserver", string(l.id)).Dur("timeout", c.PServerTimeout).Err(cause).Msg("lost a pserver; waiting for it to come back")
+		c.Log.Warn().Str("pserver", l.id.String()).Dur("timeout", c.PServerTimeout).Err(cause).Msg("lost a pserver; waiting for it to come back")
 	}
 	for {
 		// A second beyond the timeout: by then the TCP transport, which
@@ -389,7 +390,7 @@ func (c *NetComm) recoverPServer(ctx context.Context, l *link, gen int64, cause 
 		if n == l.inc {
 			if l.down {
 				l.down = false
-				c.Log.Info().Str("pserver", string(l.id)).Dur("after", time.Since(l.since).Round(time.Millisecond)).Msg("pserver is back (the same process)")
+				c.Log.Info().Str("pserver", l.id.String()).Dur("after", time.Since(l.since).Round(time.Millisecond)).Msg("pserver is back (the same process)")
 			}
 			return true, nil
 		}
@@ -417,7 +418,7 @@ func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bo
 	}
 	pos := c.links.position(l)
 	pos.Rejoin = true
-	ev := c.Log.Warn().Str("pserver", string(l.id))
+	ev := c.Log.Warn().Str("pserver", l.id.String())
 	if pos.Known() {
 		ev = ev.Int64("sent", pos.Sent).Int64("need", pos.Need)
 	}
@@ -455,7 +456,7 @@ func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bo
 		return false, fmt.Errorf("waiting for the restarted %s: %w", l.id, err)
 	}
 	s := int64(binary.LittleEndian.Uint64(buf))
-	if err := rejoin.ResumeConflict(string(l.id), pos, s, c.Async); err != nil {
+	if err := rejoin.ResumeConflict(l.id.String(), pos, s, c.Async); err != nil {
 		return false, err
 	}
 	resent := 0
@@ -466,7 +467,7 @@ func (c *NetComm) rejoinPServer(ctx context.Context, l *link, n int64) (again bo
 		}
 		resent += n
 	}
-	c.Log.Warn().Str("pserver", string(l.id)).Int64("step", s).Int("resent", resent).Msg("the restarted pserver resumes; carrying on")
+	c.Log.Warn().Str("pserver", l.id.String()).Int64("step", s).Int("resent", resent).Msg("the restarted pserver resumes; carrying on")
 	return false, nil
 }
 

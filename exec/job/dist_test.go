@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/pserver"
@@ -84,10 +85,10 @@ func runJobInmem(t *testing.T, j *Job, opt trainer.RunOptions) []*trainer.Summar
 			defer wg.Done()
 			so := pserver.ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop(), ResumeStep: -1, NoStream: serveWhole}
 			if shardDir != "" {
-				so.Save = filepath.Join(shardDir, string(id)+".safetensors")
+				so.Save = filepath.Join(shardDir, id.String()+".safetensors")
 			}
 			if ck := opt.Checkpoint; ck != nil {
-				so.Checkpoint = &modelfile.Checkpointer{Dir: ck.Dir, Every: ck.Every, Node: string(id), Model: j.PServers[i].Name}
+				so.Checkpoint = &modelfile.Checkpointer{Dir: ck.Dir, Every: ck.Every, Node: id.String(), Model: j.PServers[i].Name}
 			}
 			sum, err := j.RunPServer(ctx, i, hub.Endpoint(id), so)
 			if err != nil {
@@ -383,7 +384,8 @@ func TestJobSummariesCountTrafficInmem(t *testing.T) {
 				t.Fatalf("%d pserver summaries, want %d", len(served), c.m)
 			}
 			for _, s := range served {
-				_, i, _ := transport.NodeID(s.Role).Role()
+				n, _ := ir.ParseNode(s.Role)
+				i := n.Index
 				if s.SentBytes != want.pserverSent[i] || s.RecvBytes != want.pserverRecv[i] {
 					t.Errorf("%s: sent %d, received %d; the plan says %d and %d", s.Role, s.SentBytes, s.RecvBytes, want.pserverSent[i], want.pserverRecv[i])
 				}

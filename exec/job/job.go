@@ -9,6 +9,7 @@ import (
 	"github.com/psgraph/psgraph/exec/trainer"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/transport"
@@ -48,15 +49,15 @@ func (j *Job) PServerIDs() []transport.NodeID {
 // connects: its graph's transfers and the control transfer of its role
 // (a pserver hears trainers' positions, a trainer a pserver's resume step).
 func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
-	role, i, ok := id.Role()
+	i := id.Index
 	var g *dsl.Graph
 	var ctrl transport.Spec
 	switch {
-	case !ok:
+	case !id.Valid() || i < 0:
 		return nil, fmt.Errorf("%q is not a node of the job", id)
-	case role == "pserver" && i < len(j.PServers):
+	case id.Role == ir.PServerRole && i < len(j.PServers):
 		g, ctrl, batch = j.PServers[i], comm.PositionSpec, 1
-	case role == "trainer" && i < j.Trainers:
+	case id.Role == ir.TrainerRole && i < j.Trainers:
 		g, ctrl = j.Trainer, comm.ResumeSpec
 	default:
 		return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
@@ -88,7 +89,7 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 // where it starts (its position), which a pserver waits for before its
 // first step.
 func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt trainer.RunOptions) (*trainer.Summary, error) {
-	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = string(transport.Trainer(i)), i, j.Trainers, j.Params
+	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = transport.Trainer(i).String(), i, j.Trainers, j.Params
 	if j.Trainer.Train == nil {
 		return nil, dsl.Errorf(dsl.Pos{File: j.Trainer.File}, "the trainer's graph has no train section: split a model with train: {loss, batch, steps, optimizer}")
 	}

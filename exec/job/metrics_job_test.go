@@ -110,7 +110,7 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 	began := time.Now() // before any node's metrics start
 	servers := map[transport.NodeID]*metrics.Server{}
 	for id := range eps {
-		s, err := metrics.Listen("127.0.0.1:0", metrics.New(string(id)))
+		s, err := metrics.Listen("127.0.0.1:0", metrics.New(id.String()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestMetricsOfRunning2x2Job(t *testing.T) {
 			defer wg.Done()
 			so := pserver.ServeOptions{Log: zerolog.Nop(), ResumeStep: -1, Prom: servers[id].Node()}
 			if i == 0 { // pserver-0 checkpoints, pserver-1 does not
-				so.Checkpoint = &modelfile.Checkpointer{Dir: ckDir, Every: 20, Node: string(id), Model: j.PServers[i].Name}
+				so.Checkpoint = &modelfile.Checkpointer{Dir: ckDir, Every: 20, Node: id.String(), Model: j.PServers[i].Name}
 			}
 			s, err := j.RunPServer(ctx, i, eps[id], so)
 			if err != nil {

@@ -218,7 +218,7 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 	}
 	serveOpt := func(i int, log zerolog.Logger) pserver.ServeOptions {
 		o := pserver.ServeOptions{Log: log, ResumeStep: -1, TrainerTimeout: 20 * time.Second, InitFrom: rc.initFrom,
-			Checkpoint: &modelfile.Checkpointer{Dir: ckDir, Every: int(rc.every), Node: string(pservers[i]), Model: j.PServers[i].Name}}
+			Checkpoint: &modelfile.Checkpointer{Dir: ckDir, Every: int(rc.every), Node: pservers[i].String(), Model: j.PServers[i].Name}}
 		if res.shards != nil {
 			o.Save = res.shards[i]
 		}
@@ -239,7 +239,7 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 		}()
 	}
 	v, other := rc.victim, 1-rc.victim
-	run(string(pservers[other]), func() error {
+	run(pservers[other].String(), func() error {
 		_, err := j.RunPServer(ctx, other, hub.Endpoint(pservers[other]), serveOpt(other, zerolog.Nop()))
 		return err
 	})
@@ -268,7 +268,7 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 		if rc.wrap != nil {
 			ep = rc.wrap(i, ep)
 		}
-		run(string(trainers[i]), func() error {
+		run(trainers[i].String(), func() error {
 			s, err := j.RunTrainer(ctx, i, ep, trainer.RunOptions{Steps: steps, Batch: rc.batch, Save: res.saved[i],
 				Log: zerolog.New(tlogs[i]), LogEvery: steps, PServerTimeout: 20 * time.Second})
 			res.sums[i] = s
@@ -281,7 +281,7 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 			resumedOnce.Do(rc.resumed)
 		}
 	}}
-	run(string(pservers[v])+" (restarted)", func() error {
+	run(pservers[v].String()+" (restarted)", func() error {
 		select {
 		case <-checkpointed:
 		case <-ctx.Done():
@@ -298,7 +298,7 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 		if err := <-stopped; !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("the first incarnation ended with %v, want it stopped", err)
 		}
-		m, _, err := (&modelfile.Checkpointer{Dir: ckDir, Node: string(pservers[v])}).Manifest()
+		m, _, err := (&modelfile.Checkpointer{Dir: ckDir, Node: pservers[v].String()}).Manifest()
 		if err != nil {
 			return err
 		}
@@ -328,7 +328,7 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 	if t.Failed() {
 		t.FailNow()
 	}
-	m, _, err := (&modelfile.Checkpointer{Dir: ckDir, Node: string(pservers[v])}).Manifest()
+	m, _, err := (&modelfile.Checkpointer{Dir: ckDir, Node: pservers[v].String()}).Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +565,7 @@ func TestPServerRestartTableInmem(t *testing.T) {
 				t.Errorf("the restarted pserver did not say it joined a running job:\n%s", r.log)
 			}
 			// The checkpoint it restored holds its shard and the shard's state.
-			ck := &modelfile.Checkpointer{Dir: r.ckDir, Node: string(transport.PServer(c.victim))}
+			ck := &modelfile.Checkpointer{Dir: r.ckDir, Node: transport.PServer(c.victim).String()}
 			saved, err := ck.Load(r.manifest.Steps[len(r.manifest.Steps)-1])
 			if err != nil {
 				t.Fatal(err)

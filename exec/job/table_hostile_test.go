@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/pserver"
@@ -355,7 +356,7 @@ func TestTableHostileTrainerStopsTheJob(t *testing.T) {
 	// It then waits for its rows like a trainer, and when pserver-0 stops
 	// the job, stops too, as Train does (the other pserver waits for it).
 	var abort *transport.Aborted
-	_, err := comm.NewNetComm(bad, 2, false, nil).RecvBytes(ctx, 0, kernels.Peer{Role: "pserver", Index: 0}, kernels.RowsTransfer("emb"), make([]byte, 4*40*4))
+	_, err := comm.NewNetComm(bad, 2, false, nil).RecvBytes(ctx, 0, ir.PServer(0), kernels.RowsTransfer("emb"), make([]byte, 4*40*4))
 	if !errors.As(err, &abort) || !strings.Contains(err.Error(), "trainer-1 asked for local row 99") {
 		t.Errorf("trainer-1's request: %v; want pserver-0 to stop the job naming it", err)
 	}
@@ -439,7 +440,7 @@ func TestTableTrainerRestartStopsSyncJob(t *testing.T) {
 		}()
 	}
 	for i := range 2 {
-		run(string(pservers[i]), func() error {
+		run(pservers[i].String(), func() error {
 			_, err := j.RunPServer(ctx, i, hub.Endpoint(pservers[i]), pserver.ServeOptions{Log: zerolog.Nop(), ResumeStep: -1, TrainerTimeout: 20 * time.Second})
 			return err
 		})

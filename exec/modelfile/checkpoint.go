@@ -208,7 +208,7 @@ func CommonCheckpoint(dir string, nodes []transport.NodeID) (int64, error) {
 	var common map[int64]int
 	none := 0
 	for _, n := range nodes {
-		m, ok, err := (&Checkpointer{Dir: dir, Node: string(n)}).Manifest()
+		m, ok, err := (&Checkpointer{Dir: dir, Node: n.String()}).Manifest()
 		if err != nil {
 			return 0, err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/kernels"
@@ -30,8 +31,8 @@ type Comm interface {
 	StopJob(err error) error
 	// SendBytes, RecvBytes and RecvAnyBytes move payloads of varying
 	// length (a sharded table's ids, rows and row gradients; kernels.Runtime).
-	SendBytes(ctx context.Context, step int64, peer kernels.Peer, v string, wt kernels.WireType, payload []byte) error
-	RecvBytes(ctx context.Context, step int64, peer kernels.Peer, v string, dst []byte) (int, error)
+	SendBytes(ctx context.Context, step int64, peer ir.Node, v string, wt ir.DType, payload []byte) error
+	RecvBytes(ctx context.Context, step int64, peer ir.Node, v string, dst []byte) (int, error)
 	RecvAnyBytes(ctx context.Context, v string, dst []byte) (n, trainer int, step int64, err error)
 	// Pending waits until one of the transfers vs has a message from any
 	// trainer (kernels.Runtime).
@@ -80,14 +81,14 @@ func (r *NodeRuntime) Accumulate(a ops.Attrs, n int, t *tensor.Tensor) error {
 	return r.Comm.Accumulate(r.Ctx, r.StepNum, a, n, t)
 }
 
-func (r *NodeRuntime) SendBytes(p kernels.Peer, step int64, v string, wt kernels.WireType, payload []byte) error {
+func (r *NodeRuntime) SendBytes(p ir.Node, step int64, v string, wt ir.DType, payload []byte) error {
 	if r.Comm == nil {
 		return errNoComm
 	}
 	return r.Comm.SendBytes(r.Ctx, step, p, v, wt, payload)
 }
 
-func (r *NodeRuntime) RecvBytes(p kernels.Peer, v string, dst []byte) (int, error) {
+func (r *NodeRuntime) RecvBytes(p ir.Node, v string, dst []byte) (int, error) {
 	if r.Comm == nil {
 		return 0, errNoComm
 	}

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/blas"
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/partition"
 )
@@ -150,10 +150,10 @@ func (c *streamComm) Flush(context.Context) error            { return nil }
 func (c *streamComm) Finish(context.Context) error           { return nil }
 func (c *streamComm) AwaitPeers(ctx context.Context) []error { return nil }
 func (c *streamComm) StopJob(err error) error                { return err }
-func (c *streamComm) SendBytes(context.Context, int64, kernels.Peer, string, kernels.WireType, []byte) error {
+func (c *streamComm) SendBytes(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
 	return errNoComm
 }
-func (c *streamComm) RecvBytes(context.Context, int64, kernels.Peer, string, []byte) (int, error) {
+func (c *streamComm) RecvBytes(context.Context, int64, ir.Node, string, []byte) (int, error) {
 	return 0, errNoComm
 }
 func (c *streamComm) RecvAnyBytes(context.Context, string, []byte) (int, int, int64, error) {

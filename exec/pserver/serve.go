@@ -195,7 +195,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	}
 	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
 	tr := c.Traffic()
-	return &ServeSummary{Role: string(c.EP.Self()), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
+	return &ServeSummary{Role: c.EP.Self().String(), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
 		Streamed: int(streamed.Load()), Parts: len(progs),
 		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv}, nil
 }
