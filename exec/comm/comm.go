@@ -14,7 +14,6 @@ import (
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/blas"
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -314,29 +313,16 @@ func (c *NetComm) StopJob(err error) error {
 	return err
 }
 
-// Transfers lists what a node's graph receives: one spec per recv and
-// accumulate op and per lookup-table transfer, for transport.Endpoint.Accept.
-func Transfers(g *dsl.Graph, batch int) ([]transport.Spec, error) {
-	types, err := g.Infer(batch)
+// Specs lists what a node's graph receives (its transfer table's
+// receiving ends, one per name), for transport.Endpoint.Accept.
+func Specs(g *dsl.Graph, batch int) ([]transport.Spec, error) {
+	ts, err := g.Transfers(batch, nil)
 	if err != nil {
 		return nil, err
 	}
 	var specs []transport.Spec
-	for _, op := range g.Ops {
-		v := op.Attrs.String("var")
-		switch op.Type {
-		case "recv", "accumulate":
-			t := types[op.Outputs[0]]
-			specs = append(specs, transport.Spec{Var: v, DType: transport.DType(t.DType), Bytes: 4 * t.Shape.Numel()})
-		case "fetch_rows": // the rows the shards answer: at most every id fetched
-			t := types[op.Outputs[0]]
-			specs = append(specs, transport.Spec{Var: kernels.RowsTransfer(v), DType: transport.F32, Bytes: 4 * t.MaxRows * t.Shape[1], AtMost: true})
-		case "serve_rows": // a trainer's ids
-			specs = append(specs, transport.Spec{Var: kernels.IDsTransfer(v), DType: transport.I32, Bytes: 4 * op.Attrs.Int("max_rows"), AtMost: true})
-		case "accumulate_rows": // a trainer's row gradient: ids, then values
-			t := types[op.Outputs[0]]
-			specs = append(specs, transport.Spec{Var: v, DType: transport.Rows, Bytes: 4 * op.Attrs.Int("max_rows") * (1 + t.Shape[1]), AtMost: true})
-		}
+	for _, t := range dsl.Received(ts) {
+		specs = append(specs, transport.Spec{Var: t.Var, DType: t.DType, Bytes: t.Bytes, AtMost: t.AtMost})
 	}
 	return specs, nil
 }

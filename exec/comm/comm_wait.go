@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
@@ -186,21 +185,20 @@ func (c *NetComm) peek(ctx context.Context, p transport.NodeID, v string) (int64
 // the step they are at (and the one before, when their parts may differ by
 // one), so at that step every recv finds its message.
 func (c *NetComm) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
+	ts, err := g.Transfers(g.Batch(), nil)
+	if err != nil {
+		return 0, err
+	}
 	step, any := int64(0), false
-	for _, op := range g.Ops {
-		if op.Type != "recv" || strings.HasPrefix(op.Attrs.String("var"), "clip@") {
-			continue // clip@part.<j>: a pserver's partial norm, sent after the gradients arrive
-		}
-		r, err := c.routeOf(op.Attrs, "from")
-		if err != nil {
-			return 0, err
-		}
-		if r.all {
+	for _, t := range ts {
+		// Parameters only: a pserver's partial norm (clip) is sent after
+		// the gradients arrive, not with the parameters.
+		if !t.Recv || t.Kind != dsl.ParamTransfer || t.Peer.Index < 0 {
 			continue
 		}
-		k, err := c.peek(ctx, r.peers[0], op.Attrs.String("var"))
+		k, err := c.peek(ctx, t.Peer, t.Var)
 		if err != nil {
-			return 0, fmt.Errorf("learning the start step from %s: %w", r.peers[0], err)
+			return 0, fmt.Errorf("learning the start step from %s: %w", t.Peer, err)
 		}
 		if !any || k > step {
 			step, any = k, true

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/rejoin"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -80,56 +80,38 @@ func (c *NetComm) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 	for _, p := range c.Peers {
 		ls.by[p] = &link{id: p, sent: map[string]*sentMsg{}, got: map[string]*atomic.Int64{}}
 	}
-	prod := g.Producers()
-	for _, op := range g.Ops {
-		var key string
-		switch op.Type {
-		case "recv":
-			key = "from"
-		case "send":
-			key = "to"
-		default:
-			continue
-		}
-		peer, err := ir.ParseAttr(op.Attrs.String(key))
-		if err != nil || peer.Role != ir.PServerRole || peer.Index < 0 {
-			continue
-		}
-		l := ls.by[peer]
-		if l == nil {
-			return dsl.Errorf(op.Pos, "%s: pserver:%d is not a pserver of this job", op.Type, peer.Index)
-		}
-		v := op.Attrs.String("var")
-		if op.Type == "recv" {
-			got := &atomic.Int64{}
-			got.Store(rejoin.Learning)
-			l.got[v] = got
-		} else {
-			l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], op.Attrs.String("to"))}
-		}
+	ts, err := g.Transfers(batch, nil)
+	if err != nil {
+		return err
 	}
-	// A sharded table talks to every pserver: the trainer sends each its
-	// request (ids) and row gradient, and receives its rows.
-	for _, op := range g.Ops {
-		if op.Type != "fetch_rows" && op.Type != "send_rows" {
+	// What the trainer receives from each pserver first: a request's
+	// record points at the step of its reply.
+	for _, t := range ts {
+		if !t.Recv || t.Peer.Role != ir.PServerRole {
 			continue
 		}
-		v, shards := op.Attrs.String("var"), op.Attrs.Int("shards")
-		if shards != len(c.Peers) {
-			return dsl.Errorf(op.Pos, "%s: table %s is sharded over %d pservers, but this job has %d", op.Type, v, shards, len(c.Peers))
+		l, err := ls.link(t, len(c.Peers))
+		if err != nil {
+			return err
 		}
-		for i := range shards {
-			p := transport.PServer(i)
-			l := ls.by[p]
-			if op.Type == "fetch_rows" {
-				got := &atomic.Int64{}
-				got.Store(rejoin.Learning)
-				l.got[kernels.RowsTransfer(v)] = got
-				l.sent[kernels.IDsTransfer(v)] = &sentMsg{request: true, answer: got}
-			} else {
-				l.sent[v] = &sentMsg{own: !fedBy(g, prod, op.Inputs[0], ir.PServer(i).Attr())}
-			}
+		got := &atomic.Int64{}
+		got.Store(rejoin.Learning)
+		l.got[t.Var] = got
+	}
+	prod := g.Producers()
+	for _, t := range ts {
+		if t.Recv || t.Peer.Role != ir.PServerRole {
+			continue
 		}
+		l, err := ls.link(t, len(c.Peers))
+		if err != nil {
+			return err
+		}
+		if t.Kind.Request() { // a table's ids: answered by its rows
+			l.sent[t.Var] = &sentMsg{request: true, answer: l.got[ops.TableRows(t.Table)]}
+			continue
+		}
+		l.sent[t.Var] = &sentMsg{own: !fedBy(g, prod, t.Op.Inputs[0], t.Peer.Attr())}
 	}
 	c.links = ls
 	for _, p := range c.Peers {
@@ -141,6 +123,18 @@ func (c *NetComm) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 		l.inc = n
 	}
 	return nil
+}
+
+// link is the link to the pserver of transfer t.
+func (ls *links) link(t dsl.Transfer, pservers int) (*link, error) {
+	if t.Kind.Table() && t.Op.Attrs.Int("shards") != pservers {
+		return nil, dsl.Errorf(t.Op.Pos, "%s: table %s is sharded over %d pservers, but this job has %d", t.Op.Type, t.Table, t.Op.Attrs.Int("shards"), pservers)
+	}
+	l := ls.by[t.Peer]
+	if l == nil {
+		return nil, dsl.Errorf(t.Op.Pos, "%s: %s is not a pserver of this job", t.Op.Type, t.Peer.Attr())
+	}
+	return l, nil
 }
 
 // fedBy reports whether variable v is computed from a parameter received

@@ -62,7 +62,7 @@ func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
 	default:
 		return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
 	}
-	specs, err := comm.Transfers(g, batch)
+	specs, err := comm.Specs(g, batch)
 	if err != nil {
 		return nil, err
 	}

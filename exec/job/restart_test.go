@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/pserver"
@@ -22,7 +23,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -463,7 +463,7 @@ func resentBy(t *testing.T, logs []string) []int {
 func TestPServerRestartTableInmem(t *testing.T) {
 	const init = "../../testdata/sparse/init.safetensors"
 	g := load(t, "../../testdata/sparse/emb-adagrad.yaml")
-	ids, rows := kernels.IDsTransfer("emb"), kernels.RowsTransfer("emb")
+	ids, rows := ops.TableIDs("emb"), ops.TableRows("emb")
 	// The undisturbed job's model.
 	plain := runTableJob(t, g, 2, 2, false, trainer.RunOptions{Steps: 400, Batch: 8, InitFrom: init, Log: zerolog.Nop()})
 	plan, err := partition.Split(g, partition.Options{Trainers: 2, PServers: 2})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/pserver"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -177,7 +177,7 @@ func TestTableHostileTrainerInput(t *testing.T) {
 	// local rows 0..19; a request holds at most 40 ids (160 bytes), a row
 	// gradient at most 40 rows (40 * 20 bytes).
 	const d, shardRows, maxRows = 4, 20, 40
-	ids, grads := kernels.IDsTransfer("emb"), kernels.GradTransfer("emb")
+	ids, grads := ops.TableIDs("emb"), ops.GradName("emb")
 	type msg struct {
 		from    int
 		v       string
@@ -298,8 +298,8 @@ func TestTableHostilePServerReply(t *testing.T) {
 					}
 				}
 				must(ps0.Send(ctx, transport.Trainer(0), 0, "W", transport.F32, w))
-				must(ps0.Send(ctx, transport.Trainer(0), 0, kernels.RowsTransfer("emb"), transport.F32, nil)) // no ids of pserver-0
-				must(ps1.Send(ctx, transport.Trainer(0), 0, kernels.RowsTransfer("emb"), transport.F32, c.reply))
+				must(ps0.Send(ctx, transport.Trainer(0), 0, ops.TableRows("emb"), transport.F32, nil)) // no ids of pserver-0
+				must(ps1.Send(ctx, transport.Trainer(0), 0, ops.TableRows("emb"), transport.F32, c.reply))
 				must(ps0.Flush(ctx))
 				must(ps1.Flush(ctx))
 				stop := hangWatch(t, 30*time.Second, "the trainer's step on a bad reply")
@@ -350,13 +350,13 @@ func TestTableHostileTrainerStopsTheJob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := bad.Send(ctx, transport.PServer(0), 0, kernels.IDsTransfer("emb"), transport.I32, i32s(99)); err != nil {
+	if err := bad.Send(ctx, transport.PServer(0), 0, ops.TableIDs("emb"), transport.I32, i32s(99)); err != nil {
 		t.Fatal(err)
 	}
 	// It then waits for its rows like a trainer, and when pserver-0 stops
 	// the job, stops too, as Train does (the other pserver waits for it).
 	var abort *transport.Aborted
-	_, err := comm.NewNetComm(bad, 2, false, nil).RecvBytes(ctx, 0, ir.PServer(0), kernels.RowsTransfer("emb"), make([]byte, 4*40*4))
+	_, err := comm.NewNetComm(bad, 2, false, nil).RecvBytes(ctx, 0, ir.PServer(0), ops.TableRows("emb"), make([]byte, 4*40*4))
 	if !errors.As(err, &abort) || !strings.Contains(err.Error(), "trainer-1 asked for local row 99") {
 		t.Errorf("trainer-1's request: %v; want pserver-0 to stop the job naming it", err)
 	}

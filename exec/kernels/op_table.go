@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -41,12 +42,6 @@ func f32Bytes(x []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
 
-// IDsTransfer and RowsTransfer name the fetch transfers of table v,
-// GradTransfer its row gradient (the gradient's name, as autodiff names it).
-func IDsTransfer(v string) string  { return v + "@ids" }
-func RowsTransfer(v string) string { return v + "@rows" }
-func GradTransfer(v string) string { return v + "@GRAD" }
-
 func fetchRowsKernel(k Args) (Kernel, error) {
 	out, v := k.Out[0], k.Attrs.String("var")
 	m := k.Attrs.Int("shards")
@@ -60,7 +55,7 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 		slots[s] = make([]int32, 0, maxRows)
 		got[s] = make([]float32, maxRows*d)
 	}
-	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
+	idsVar, rowsVar := ops.TableIDs(v), ops.TableRows(v)
 	return func(rt Runtime) error {
 		rows := out.Rows
 		rows.Reset()
@@ -143,8 +138,8 @@ func serveRowsKernel(k Args) (Kernel, error) {
 	table, v := k.In[0], k.Attrs.String("var")
 	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
 	height, d := table.Shape[0], table.RowWidth()
-	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
-	gradVar := GradTransfer(v)
+	idsVar, rowsVar := ops.TableIDs(v), ops.TableRows(v)
+	gradVar := ops.GradName(v)
 	either := []string{gradVar, idsVar} // a pending gradient first: requests read the newest rows
 	ids := make([]int32, maxRows)
 	// One reply per trainer, kept until it was written: in sync mode until

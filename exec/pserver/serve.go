@@ -275,18 +275,17 @@ func serveLoop(ctx context.Context, prog *program.Program, c *comm.NetComm, opt 
 // awaitTrainers checks, once one trainer finished at step k, that every
 // trainer finished there too: in sync mode they run the same steps.
 func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.NetComm, k int64) error {
-	types, err := g.Infer(max(g.Batch(), 1))
+	ts, err := g.Transfers(max(g.Batch(), 1), nil)
 	if err != nil {
 		return err
 	}
-	for _, op := range g.Ops {
-		if op.Type != "accumulate" {
+	for _, t := range ts {
+		if !t.Recv || t.Kind != dsl.GradTransfer && t.Kind != dsl.ClipFactorTransfer {
 			continue
 		}
-		v := op.Attrs.String("var")
-		buf := make([]byte, 4*types[op.Outputs[0]].Shape.Numel())
-		if c.Async || op.Attrs.Int("count") != c.Trainers {
-			if key, err := c.EP.RecvAny(ctx, v, buf); !errors.Is(err, transport.ErrAllDone) {
+		buf := make([]byte, t.Bytes)
+		if c.Async || t.Count != c.Trainers {
+			if key, err := c.EP.RecvAny(ctx, t.Var, buf); !errors.Is(err, transport.ErrAllDone) {
 				if err == nil {
 					return fmt.Errorf("%s arrived after the trainers finished", key)
 				}
@@ -295,10 +294,10 @@ func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.NetComm, k int64) 
 			continue
 		}
 		for i := 0; i < c.Trainers; i++ {
-			err := c.EP.Recv(ctx, transport.Trainer(i), k, v, buf)
+			err := c.EP.Recv(ctx, transport.Trainer(i), k, t.Var, buf)
 			switch {
 			case err == nil:
-				return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, v, k)
+				return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, t.Var, k)
 			case !errors.Is(err, transport.ErrPeerDone):
 				return err
 			}
