@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/transport"
 	"github.com/rs/zerolog"
@@ -24,9 +25,9 @@ func TestAwaitPeerReportsTheAbortReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	hub.Endpoint(t0).Close()
-	c := NewNetComm(hub.Endpoint(p0), 1, false, []transport.NodeID{t0})
-	c.TrainerTimeout, c.Log = time.Minute, zerolog.Nop()
-	err := c.awaitPeer(ctx, t0, 1, fmt.Errorf("%s: connection lost", t0))
+	c := NewPServer(Config{EP: hub.Endpoint(p0), Trainers: 1, Timeout: time.Minute, Log: zerolog.Nop()})
+	defer c.Close()
+	err := c.awaitTrainer(ctx, t0, 1, fmt.Errorf("%s: connection lost", t0))
 	if err == nil || !strings.Contains(err.Error(), "bad.csv:200") || strings.Contains(err.Error(), "did not come back") {
 		t.Fatalf("awaitPeer: %v, want the trainer's reason", err)
 	}
@@ -41,8 +42,10 @@ func TestTableReceiveDoesNotAllocate(t *testing.T) {
 	hub := transport.NewHub(nil, t0, p0)
 	ps, tr := hub.Endpoint(p0), hub.Endpoint(t0)
 	ps.Accept(transport.Spec{Var: "T@ids", DType: transport.I32, Bytes: 64, AtMost: true})
-	c := NewNetComm(ps, 1, false, []transport.NodeID{t0})
+	c := NewPServer(Config{EP: ps, Trainers: 1, Transfers: []dsl.Transfer{{Var: "T@ids", Recv: true, AtMost: true}}})
+	defer c.Close()
 	c.started = []int64{0}
+	part := c.Part(nil, 0)
 	ctx := context.Background()
 	payload, dst := make([]byte, 32), make([]byte, 64)
 	sink := &transport.Prefix{Buf: dst}
@@ -62,7 +65,7 @@ func TestTableReceiveDoesNotAllocate(t *testing.T) {
 	})
 	watched := testing.AllocsPerRun(100, func() {
 		send()
-		if _, err := c.RecvBytes(ctx, step, ir.Trainer(0), "T@ids", dst); err != nil {
+		if _, err := part.Recv(ctx, step, ir.Trainer(0), "T@ids", dst); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -3,6 +3,8 @@ package comm
 import (
 	"math"
 
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/rejoin"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -13,11 +15,27 @@ const (
 	ResumeVar   = "psgraph/resume"
 )
 
+// PositionSpec and ResumeSpec declare them: a trainer's position
+// (rejoin.Position) and a pserver's resume step.
 var (
-	PositionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: 40}
+	PositionSpec = transport.Spec{Var: PositionVar, DType: transport.I32, Bytes: rejoin.PositionBytes}
 	ResumeSpec   = transport.Spec{Var: ResumeVar, DType: transport.I32, Bytes: 8}
 )
 
-// ctrlStep keys every control message: never below a pserver's DropBefore
+// CtrlStep keys every control message: never below a pserver's DropBefore
 // floor, and every incarnation sends at most one to each peer.
 const CtrlStep = math.MaxInt64
+
+// Specs lists what a node's graph receives (its transfer table's
+// receiving ends, one per name), for transport.Endpoint.Accept.
+func Specs(g *dsl.Graph, batch int) ([]transport.Spec, error) {
+	ts, err := g.Transfers(batch, nil)
+	if err != nil {
+		return nil, err
+	}
+	var specs []transport.Spec
+	for _, t := range dsl.Received(ts) {
+		specs = append(specs, transport.Spec{Var: t.Var, DType: t.DType, Bytes: t.Bytes, AtMost: t.AtMost})
+	}
+	return specs, nil
+}

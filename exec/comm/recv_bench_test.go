@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/psgraph/psgraph/dsl/ops"
-	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -18,11 +16,10 @@ func benchRecv(b *testing.B, timeout time.Duration) {
 	t0, p0 := transport.Trainer(0), transport.PServer(0)
 	hub := transport.NewHub(nil, t0, p0)
 	hub.Endpoint(t0).Accept(transport.Spec{Var: "W", DType: transport.F32, Bytes: 64})
-	c := NewNetComm(hub.Endpoint(t0), 1, false, []transport.NodeID{p0})
-	c.PServerTimeout = timeout
-	c.links = &links{by: map[transport.NodeID]*link{p0: {id: p0, got: map[string]*atomic.Int64{"W": {}}}}}
-	a := ops.Attrs{"from": "pserver:0", "var": "W"}
-	x := tensor.New(tensor.F32, tensor.Shape{16})
+	c := NewTrainer(Config{EP: hub.Endpoint(t0), Trainers: 1, Timeout: timeout}, []transport.NodeID{p0})
+	defer c.Close()
+	c.links = map[transport.NodeID]*link{p0: {id: p0, got: map[string]*atomic.Int64{"W": {}}}}
+	x := make([]byte, 64)
 	ctx := context.Background()
 	ps := hub.Endpoint(p0)
 	payload := make([]byte, 64)
@@ -30,7 +27,7 @@ func benchRecv(b *testing.B, timeout time.Duration) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ps.Send(ctx, t0, int64(i), "W", transport.F32, payload)
-		if err := c.Recv(ctx, int64(i), a, x); err != nil {
+		if _, err := c.Recv(ctx, int64(i), p0, "W", x); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -39,14 +39,14 @@ type Evaluator struct {
 	sums        []float64
 	// Made once, so that a run allocates nothing.
 	ordered *data.Stream
-	rt      *program.NodeRuntime
+	rt      *program.Runtime
 	onChunk func(n int) error
 }
 
 func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, chunk int) (*Evaluator, error) {
 	e := &Evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
 	e.sums = make([]float64, len(e.targets))
-	e.rt = &program.NodeRuntime{Ctx: context.Background()}
+	e.rt = &program.Runtime{Ctx: context.Background()}
 	e.onChunk = e.chunk
 	e.compile = func(batch int) (*program.Program, *program.Feeder, error) {
 		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: e.targets, Shared: params, Workers: 1})

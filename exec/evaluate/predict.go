@@ -186,7 +186,7 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 	w := bufio.NewWriterSize(f, 1<<20)
 	w.WriteString(strings.Join(res.Columns, ",") + "\n")
 	var line []byte
-	rt := &program.NodeRuntime{Ctx: ctx}
+	rt := &program.Runtime{Ctx: ctx}
 	err = file.Epoch(ff.Features, nil, ff.IDs, func(n int) error {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -81,8 +81,15 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 		ep = opt.Prom.Endpoint(ep, j.TrainerIDs(), specs)
 		opt.Prom.SetReady(true) // listening: the trainers can reach it
 	}
-	opt.Comm = comm.NewNetComm(ep, j.Trainers, j.Async, j.TrainerIDs())
-	return pserver.Serve(ctx, j.PServers[i], opt)
+	g := j.PServers[i]
+	ts, err := g.Transfers(max(g.Batch(), 1), nil)
+	if err != nil {
+		return nil, err
+	}
+	c := comm.NewPServer(comm.Config{EP: ep, Trainers: j.Trainers, Async: j.Async, Transfers: ts, Timeout: opt.TrainerTimeout, Log: opt.Log})
+	defer c.Close()
+	opt.Comm = c
+	return pserver.Serve(ctx, g, opt)
 }
 
 // RunTrainer trains as trainer i over ep. It first tells every pserver
@@ -110,8 +117,12 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 		specs, _ := j.Specs(transport.Trainer(i), opt.Batch)
 		ep = opt.Prom.Endpoint(ep, j.PServerIDs(), specs)
 	}
-	c := comm.NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
-	c.PServerTimeout, c.Log = opt.PServerTimeout, opt.Log
+	ts, err := j.Trainer.Transfers(opt.Batch, nil)
+	if err != nil {
+		return nil, err
+	}
+	c := comm.NewTrainer(comm.Config{EP: ep, Trainers: j.Trainers, Async: j.Async, Transfers: ts, Timeout: opt.PServerTimeout, Log: opt.Log}, j.PServerIDs())
+	defer c.Close()
 	if err := c.Join(ctx, j.Trainer, int64(opt.StartStep), opt.Steps, opt.Batch); err != nil {
 		return nil, err
 	}

@@ -159,7 +159,7 @@ func TestFloatLabelStepDoesNotAllocate(t *testing.T) {
 	}
 	defer file.Close()
 	f := program.NewFeeder(g, p.Scope)
-	rt := &program.NodeRuntime{Ctx: context.Background()}
+	rt := &program.Runtime{Ctx: context.Background()}
 	for name, st := range map[string]data.Batches{"memory": data.NewStream(set), "file": file} {
 		k := int64(0)
 		step := func() {

@@ -396,8 +396,8 @@ func TestPServerRestartAsyncInmem(t *testing.T) {
 func TestPositionBytes(t *testing.T) {
 	for _, p := range []rejoin.Position{{Sent: rejoin.Learning, Need: rejoin.Learning}, {Sent: -1, Need: 0}, {Sent: 129, Need: 131, Rejoin: true, Steps: 400, Batch: 32}, {Sent: -1, Need: 0, Steps: 1 << 40, Batch: 7}} {
 		b := p.Bytes()
-		if len(b) != comm.PositionSpec.Bytes || rejoin.PositionOf(b) != p {
-			t.Errorf("%+v: %d bytes, back %+v", p, len(b), rejoin.PositionOf(b))
+		if len(b) != comm.PositionSpec.Bytes || rejoin.DecodePosition(b) != p {
+			t.Errorf("%+v: %d bytes, back %+v", p, len(b), rejoin.DecodePosition(b))
 		}
 	}
 }

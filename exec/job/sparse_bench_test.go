@@ -67,7 +67,7 @@ func BenchmarkSparseTableStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	f, st := program.NewFeeder(g, p.Scope), data.NewStream(set)
-	rt := &program.NodeRuntime{Ctx: context.Background()}
+	rt := &program.Runtime{Ctx: context.Background()}
 	rows := 0
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -96,7 +96,7 @@ func TestSparseStepDoesNotAllocate(t *testing.T) {
 			t.Fatal(err)
 		}
 		feed := newTestFeed(t, g, p)
-		rt := &program.NodeRuntime{Ctx: context.Background()}
+		rt := &program.Runtime{Ctx: context.Background()}
 		k := 0
 		allocs := testing.AllocsPerRun(50, func() {
 			feed(k)

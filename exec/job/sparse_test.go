@@ -108,7 +108,7 @@ func TestSparseUpdateEqualsDense(t *testing.T) {
 				feed := newTestFeed(t, g, p)
 				for k := 0; k < 50; k++ {
 					feed(k)
-					if err := p.Run(&program.NodeRuntime{Ctx: context.Background()}); err != nil {
+					if err := p.Run(&program.Runtime{Ctx: context.Background()}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -150,7 +150,7 @@ func TestSparseMomentumIsLazy(t *testing.T) {
 		for _, id := range p.Scope["ids"].I {
 			touched[id] = true
 		}
-		if err := p.Run(&program.NodeRuntime{Ctx: context.Background()}); err != nil {
+		if err := p.Run(&program.Runtime{Ctx: context.Background()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,7 +208,7 @@ train: {loss: loss, batch: 2, optimizer: {type: sgd, lr: 1}}
 	for i := range p.Scope["emb"].F {
 		p.Scope["emb"].F[i] = float32(i)
 	}
-	if err := p.Run(&program.NodeRuntime{Ctx: context.Background()}); err != nil {
+	if err := p.Run(&program.Runtime{Ctx: context.Background()}); err != nil {
 		t.Fatal(err)
 	}
 	gr := p.Scope["emb@GRAD"]
@@ -262,7 +262,7 @@ train: {loss: loss, batch: 2, optimizer: {type: sgd, lr: 1}}
 		t.Fatal(err)
 	}
 	copy(p.Scope["ids"].I, []int32{1, 3, 3, 5}) // a = [1, 3], b = [3, 5]
-	if err := p.Run(&program.NodeRuntime{Ctx: context.Background()}); err != nil {
+	if err := p.Run(&program.Runtime{Ctx: context.Background()}); err != nil {
 		t.Fatal(err)
 	}
 	for r, dec := range map[int]float32{1: 1, 3: 2, 5: 1, 0: 0, 9: 0} {

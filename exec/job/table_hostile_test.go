@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/pserver"
 	"github.com/psgraph/psgraph/exec/rejoin"
@@ -120,13 +122,13 @@ func jobEndpoints(t *testing.T, kind string, j *Job, batch int, rej *rejections)
 // tablePart compiles the part of pserver i's graph that serves and updates
 // its table shard, initialized from the test data's init file, as Serve
 // runs it.
-func tablePart(t *testing.T, j *Job, i int, ep transport.Endpoint) (*program.Program, *program.NodeRuntime) {
+func tablePart(t *testing.T, j *Job, i int, ep transport.Endpoint) (*program.Program, *program.Runtime) {
 	t.Helper()
 	for _, part := range program.Components(j.PServers[i]) {
 		if !trainer.HasOp(part, "serve_rows") {
 			continue
 		}
-		prog, err := program.Compile(part, program.CompileOptions{Sequential: true})
+		prog, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Trainers: j.Trainers, Async: j.Async}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,8 +136,13 @@ func tablePart(t *testing.T, j *Job, i int, ep transport.Endpoint) (*program.Pro
 		if err := program.InitPartial(prog, "../../testdata/sparse/init.safetensors", true); err != nil {
 			t.Fatal(err)
 		}
-		c := comm.NewNetComm(ep, j.Trainers, j.Async, j.TrainerIDs())
-		return prog, &program.NodeRuntime{Ctx: context.Background(), Comm: c, TrainerCount: j.Trainers, AsyncJob: j.Async}
+		ts, err := part.Transfers(1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := comm.NewPServer(comm.Config{EP: ep, Trainers: j.Trainers, Async: j.Async, Transfers: ts})
+		t.Cleanup(c.Close)
+		return prog, &program.Runtime{Ctx: context.Background(), RV: c.Part(nil, 0)}
 	}
 	t.Fatalf("pserver-%d holds no table shard", i)
 	return nil, nil
@@ -287,8 +294,13 @@ func TestTableHostilePServerReply(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				prog.OnError = func(error) { cancel() }
-				c0 := comm.NewNetComm(eps[transport.Trainer(0)], 1, false, j.PServerIDs())
-				rt := &program.NodeRuntime{Ctx: ctx, Comm: c0, TrainerCount: 1}
+				ts, err := j.Trainer.Transfers(j.Trainer.Batch(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c0 := comm.NewTrainer(comm.Config{EP: eps[transport.Trainer(0)], Trainers: 1, Transfers: ts}, j.PServerIDs())
+				defer c0.Close()
+				rt := &program.Runtime{Ctx: ctx, RV: c0}
 				ps0, ps1 := eps[transport.PServer(0)], eps[transport.PServer(1)]
 				w := make([]byte, 4*prog.Scope["W"].Numel())
 				must := func(err error) {
@@ -356,11 +368,13 @@ func TestTableHostileTrainerStopsTheJob(t *testing.T) {
 	// It then waits for its rows like a trainer, and when pserver-0 stops
 	// the job, stops too, as Train does (the other pserver waits for it).
 	var abort *transport.Aborted
-	_, err := comm.NewNetComm(bad, 2, false, nil).RecvBytes(ctx, 0, ir.PServer(0), ops.TableRows("emb"), make([]byte, 4*40*4))
+	badComm := comm.NewTrainer(comm.Config{EP: bad, Trainers: 2, Transfers: []dsl.Transfer{{Var: ops.TableRows("emb"), Recv: true, AtMost: true}}}, j.PServerIDs())
+	defer badComm.Close()
+	_, err := badComm.Recv(ctx, 0, ir.PServer(0), ops.TableRows("emb"), make([]byte, 4*40*4))
 	if !errors.As(err, &abort) || !strings.Contains(err.Error(), "trainer-1 asked for local row 99") {
 		t.Errorf("trainer-1's request: %v; want pserver-0 to stop the job naming it", err)
 	}
-	comm.NewNetComm(bad, 2, false, j.PServerIDs()).StopJob(err)
+	badComm.StopJob(err)
 	stop := hangWatch(t, 60*time.Second, "the job with a hostile trainer")
 	wg.Wait()
 	stop()

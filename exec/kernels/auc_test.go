@@ -98,7 +98,7 @@ func TestAUCMatchesPairwiseDefinition(t *testing.T) {
 					t.Fatalf("scores %s, trial %d: auc %v, pairwise %v\nscores %v\nlabels %v", shape, trial, got, want, score, y)
 				}
 			}
-			rt := &program.NodeRuntime{Ctx: context.Background()}
+			rt := &program.Runtime{Ctx: context.Background()}
 			if a := testing.AllocsPerRun(5, func() { p.Run(rt) }); a != 0 {
 				t.Errorf("scores %s: a step allocates %.0f times, want 0", shape, a)
 			}

@@ -35,7 +35,7 @@ func compileModel(t *testing.T, src string, batch int) *program.Program {
 
 func runOnce(t *testing.T, p *program.Program) error {
 	t.Helper()
-	return p.Run(&program.NodeRuntime{Ctx: context.Background()})
+	return p.Run(&program.Runtime{Ctx: context.Background()})
 }
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*(1+math.Abs(b)) }
@@ -280,7 +280,7 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 		for i := range x.F {
 			x.F[i] = float32(i%5) / 4
 		}
-		if err := p.Run(&program.NodeRuntime{Ctx: context.Background()}); err != nil {
+		if err := p.Run(&program.Runtime{Ctx: context.Background()}); err != nil {
 			t.Fatalf("batch %d: %v", batch, err)
 		}
 		r, h := p.Scope["r"], p.Scope["h"]

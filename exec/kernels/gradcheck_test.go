@@ -271,7 +271,7 @@ func checkGradient(t *testing.T, c gradCase, seed uint64) {
 	for j := range prog.Scope["R"].F {
 		prog.Scope["R"].F[j] = float32(2*rng.Float64() - 1)
 	}
-	rt := &program.NodeRuntime{Ctx: context.Background()}
+	rt := &program.Runtime{Ctx: context.Background()}
 	run := func() float64 {
 		if err := prog.Run(rt); err != nil {
 			t.Fatal(err)

@@ -1,6 +1,8 @@
 // Package kernels holds the kernel of every op of the catalog (dsl/ops) and
-// the contracts between kernels and the node running them: Runtime, Queue,
-// Peer and WireType. The catalog says what an op is (signature, shape
+// the contracts between kernels and the node running them: Runtime (a
+// step's context and number, the node's queues), Rendezvous (how
+// communication kernels meet the node's peers) and Node (the node's place
+// in its job, known when kernels are built). The catalog says what an op is (signature, shape
 // rule, gradient rule, the properties the converter needs); this package
 // says how it runs on concrete tensors. Kernels are registered by op name,
 // one file per op file of the catalog (dsl/ops/op_unary.go holds the rules
@@ -11,6 +13,7 @@ package kernels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,45 +23,78 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// Runtime is what blocking and communication kernels need from the node
-// executing them. Pure compute kernels ignore it.
+// Runtime is what a kernel sees of the step it runs in. Pure compute
+// kernels ignore it.
 type Runtime interface {
 	Context() context.Context
 	Step() int64
-	// Send hands t to the transfer named by attrs (var, to); it must not block on the network.
-	Send(attrs ops.Attrs, t *tensor.Tensor) error
-	// Recv blocks until the transfer named by attrs (var, from) for this step arrived and fills t.
-	Recv(attrs ops.Attrs, t *tensor.Tensor) error
-	// Accumulate blocks until n pieces of var for this step arrived and writes their mean into t.
-	Accumulate(attrs ops.Attrs, n int, t *tensor.Tensor) error
+	// Rendezvous is the node's communication; a local run's fails every
+	// call (NoRendezvous).
+	Rendezvous() Rendezvous
 	// Queue returns the node-local queue of that name.
 	Queue(name string, capacity int) Queue
-	// Trainer returns this node's trainer index and the trainer count (0, 1 outside a job).
-	Trainer() (index, count int)
-	// SendBytes queues payload for peer under transfer v for this step: the
-	// lists of ids and rows of a sharded table, whose length varies. It
-	// must not block on the network; payload must not change before the
-	// node's next step.
-	// step is the step the message is keyed for (an async pserver answers
-	// a request for the step it was sent for).
-	SendBytes(peer ir.Node, step int64, v string, dt ir.DType, payload []byte) error
-	// RecvBytes blocks until transfer v of this step from peer arrived,
+}
+
+// Rendezvous is where communication kernels meet the node's peers, in the
+// manner of TensorFlow's: a kernel sends and receives by transfer (its
+// name) and peer; how a peer that was lost is waited for, and a restarted
+// one brought up to date, is the node's business (package comm), not the
+// kernel's.
+type Rendezvous interface {
+	// Send hands payload to transfer v's peer `to` (Index -1: every
+	// trainer) for step. It must not block on the network; payload must
+	// not change before the node's next step.
+	Send(ctx context.Context, step int64, to ir.Node, v string, dt ir.DType, payload []byte) error
+	// Reply sends payload under transfer v to the trainer whose piece of
+	// transfer replyTo was received last (RecvAny), for that piece's step
+	// plus offset: an async pserver answers whoever sent the gradient.
+	Reply(ctx context.Context, offset int64, replyTo, v string, dt ir.DType, payload []byte) error
+	// Recv blocks until transfer v of step from peer `from` arrived,
 	// reads it into the front of dst and returns its length.
-	RecvBytes(peer ir.Node, v string, dst []byte) (int, error)
-	// RecvAnyBytes blocks until transfer v arrived from any trainer (async
-	// pservers), reads it into the front of dst and returns its length, the
-	// trainer and the step it was sent for.
-	RecvAnyBytes(v string, dst []byte) (n int, trainer int, step int64, err error)
+	Recv(ctx context.Context, step int64, from ir.Node, v string, dst []byte) (int, error)
+	// RecvAny blocks until transfer v arrived from any trainer (an async
+	// pserver, or a piece count below the trainers'), reads it into the
+	// front of dst and returns its length, its trainer and its step.
+	RecvAny(ctx context.Context, v string, dst []byte) (n int, from ir.Node, step int64, err error)
 	// Pending blocks until a message of one of the transfers vs arrived
 	// from any trainer and returns the name of the first of vs with one,
 	// leaving it for a receive: an async pserver serves a table's rows
 	// while it waits for a row gradient.
-	Pending(vs []string) (string, error)
-	// Async reports whether the node is part of an async job: a pserver
-	// takes each piece from whichever trainer sent it first, whatever the
-	// trainer count.
-	Async() bool
+	Pending(ctx context.Context, vs []string) (string, error)
 }
+
+// NoRendezvous is the rendezvous of a node outside a split job: every
+// call fails, saying that the op belongs to a placed graph.
+type NoRendezvous struct{}
+
+var errNoRendezvous = errors.New("this op moves tensors between nodes; run the placed files from `psgraph split` with --role trainer/pserver")
+
+func (NoRendezvous) Send(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
+	return errNoRendezvous
+}
+func (NoRendezvous) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
+	return errNoRendezvous
+}
+func (NoRendezvous) Recv(context.Context, int64, ir.Node, string, []byte) (int, error) {
+	return 0, errNoRendezvous
+}
+func (NoRendezvous) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
+	return 0, ir.Node{}, 0, errNoRendezvous
+}
+func (NoRendezvous) Pending(context.Context, []string) (string, error) { return "", errNoRendezvous }
+
+// Node is the node's place in its job, fixed when its kernels are built:
+// its trainer index (a trainer's; dropout masks differ per trainer), the
+// trainer count, and whether the job is async. The zero Node is a local
+// run's: one trainer, sync.
+type Node struct {
+	Trainer  int
+	Trainers int
+	Async    bool
+}
+
+// TrainerCount is the job's trainer count (1 outside a job).
+func (n Node) TrainerCount() int { return max(n.Trainers, 1) }
 
 // Queue is a bounded FIFO of tensors owned by one node.
 type Queue interface {
@@ -77,9 +113,11 @@ type Args struct {
 	In, Out []*tensor.Tensor
 	Attrs   ops.Attrs
 	// Inference is set when the program evaluates or predicts rather than
-	// trains (exec.CompileOptions.Targets): random ops such as dropout are
-	// then the identity.
+	// trains (program.CompileOptions.Targets): random ops such as dropout
+	// are then the identity.
 	Inference bool
+	// Node is the node's place in its job.
+	Node Node
 }
 
 // Builder builds an op's kernel for concrete tensors.

@@ -55,7 +55,7 @@ func dropoutKernel(k Args, identity bool) (Kernel, error) {
 	// keep when the hash's top 53 bits, as a fraction of 2^53, are >= rate
 	cut := uint64(rate * (1 << 53))
 	return func(rt Runtime) error {
-		t, _ := rt.Trainer()
+		t := k.Node.Trainer
 		key := mix64(seed*0x9e3779b97f4a7c15 ^ mix64(uint64(rt.Step())+0x632be59bd9b4e019))
 		base := uint64(t) * uint64(len(x.F))
 		for i, v := range x.F[:len(y.F)] {

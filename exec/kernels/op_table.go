@@ -76,13 +76,13 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 			slots[s] = append(slots[s], int32(slot))
 		}
 		for s := range m {
-			if err := rt.SendBytes(ir.PServer(s), rt.Step(), idsVar, ir.I32, i32Bytes(ids[s])); err != nil {
+			if err := rt.Rendezvous().Send(rt.Context(), rt.Step(), ir.PServer(s), idsVar, ir.I32, i32Bytes(ids[s])); err != nil {
 				return err
 			}
 		}
 		out.Fit()
 		for s := range m {
-			n, err := rt.RecvBytes(ir.PServer(s), rowsVar, f32Bytes(got[s]))
+			n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.PServer(s), rowsVar, f32Bytes(got[s]))
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ func sendRowsKernel(k Args) (Kernel, error) {
 				copy(vb[n*d:(n+1)*d], g.F[slot*d:(slot+1)*d])
 				n++
 			}
-			if err := rt.SendBytes(ir.PServer(s), rt.Step(), v, ir.Rows, bufs[s][:4*counts[s]*(1+d)]); err != nil {
+			if err := rt.Rendezvous().Send(rt.Context(), rt.Step(), ir.PServer(s), v, ir.Rows, bufs[s][:4*counts[s]*(1+d)]); err != nil {
 				return err
 			}
 		}
@@ -145,7 +145,11 @@ func serveRowsKernel(k Args) (Kernel, error) {
 	// One reply per trainer, kept until it was written: in sync mode until
 	// the next step's flush; in async mode until that trainer's next
 	// request, which it sends only once it received this reply.
-	var replies [][]float32
+	trainers := k.Node.TrainerCount()
+	replies := make([][]float32, trainers)
+	for t := range replies {
+		replies[t] = make([]float32, maxRows*d)
+	}
 	serve := func(rt Runtime, src int, step int64, n int) error {
 		if n%4 != 0 {
 			return fmt.Errorf("trainer-%d sent a request for rows of %s of %d bytes, not whole int32 ids; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, v, n)
@@ -160,19 +164,12 @@ func serveRowsKernel(k Args) (Kernel, error) {
 		for i, r := range req {
 			copy(rows[i*d:(i+1)*d], table.F[int(r)*d:(int(r)+1)*d])
 		}
-		return rt.SendBytes(ir.Trainer(src), step, rowsVar, ir.F32, f32Bytes(rows))
+		return rt.Rendezvous().Send(rt.Context(), step, ir.Trainer(src), rowsVar, ir.F32, f32Bytes(rows))
 	}
 	return func(rt Runtime) error {
-		_, trainers := rt.Trainer()
-		if replies == nil { // the trainer count is known at the first step
-			replies = make([][]float32, trainers)
-			for t := range replies {
-				replies[t] = make([]float32, maxRows*d)
-			}
-		}
-		if !rt.Async() && count == trainers {
+		if !k.Node.Async && count == trainers {
 			for t := range trainers {
-				n, err := rt.RecvBytes(ir.Trainer(t), idsVar, i32Bytes(ids))
+				n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(t), idsVar, i32Bytes(ids))
 				if err != nil {
 					return err
 				}
@@ -191,18 +188,18 @@ func serveRowsKernel(k Args) (Kernel, error) {
 		// each waiting for the gradient of the trainer the other has not
 		// answered would wait forever.
 		for {
-			next, err := rt.Pending(either)
+			next, err := rt.Rendezvous().Pending(rt.Context(), either)
 			if err != nil {
 				return err
 			}
 			if next == gradVar {
 				return nil
 			}
-			n, src, step, err := rt.RecvAnyBytes(idsVar, i32Bytes(ids))
+			n, src, step, err := rt.Rendezvous().RecvAny(rt.Context(), idsVar, i32Bytes(ids))
 			if err != nil {
 				return err
 			}
-			if err := serve(rt, src, step, n); err != nil {
+			if err := serve(rt, src.Index, step, n); err != nil {
 				return err
 			}
 		}
@@ -219,16 +216,18 @@ func accumulateRowsKernel(k Args) (Kernel, error) {
 	for t := range bufs {
 		bufs[t] = make([]byte, maxRows*4*(1+d))
 	}
+	trainers := k.Node.TrainerCount()
 	return func(rt Runtime) error {
-		_, trainers := rt.Trainer()
 		// Every piece is checked before any is merged: a bad one applies nothing.
 		for t := range count {
 			var err error
 			srcs[t] = t
-			if !rt.Async() && count == trainers {
-				sizes[t], err = rt.RecvBytes(ir.Trainer(t), v, bufs[t])
+			if !k.Node.Async && count == trainers {
+				sizes[t], err = rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(t), v, bufs[t])
 			} else {
-				sizes[t], srcs[t], _, err = rt.RecvAnyBytes(v, bufs[t])
+				var from ir.Node
+				sizes[t], from, _, err = rt.Rendezvous().RecvAny(rt.Context(), v, bufs[t])
+				srcs[t] = from.Index
 			}
 			if err != nil {
 				return err

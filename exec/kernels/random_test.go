@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/program"
 
 	"github.com/psgraph/psgraph/dsl"
 )
 
-func dropoutProgram(t *testing.T, rows int, targets []string) *program.Program {
+func dropoutProgram(t *testing.T, rows int, targets []string, node kernels.Node) *program.Program {
 	t.Helper()
 	src := fmt.Sprintf(`psgraph: 1
 state:
@@ -25,7 +26,7 @@ ops:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := program.Compile(g, program.CompileOptions{Workers: 1, Targets: targets})
+	p, err := program.Compile(g, program.CompileOptions{Workers: 1, Targets: targets, Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,15 +44,15 @@ ops:
 // rows 200..399 of a local run with 400 (so distributed training equals
 // local); and a program compiled for evaluation (Targets) is the identity.
 func TestDropoutMask(t *testing.T) {
-	run := func(p *program.Program, step int64, trainer, count int) []float32 {
-		if err := p.Run(&program.NodeRuntime{Ctx: context.Background(), StepNum: step, TrainerIndex: trainer, TrainerCount: count}); err != nil {
+	run := func(p *program.Program, step int64) []float32 {
+		if err := p.Run(&program.Runtime{Ctx: context.Background(), StepNum: step}); err != nil {
 			t.Fatal(err)
 		}
 		return append([]float32{}, p.Scope["y"].F...)
 	}
-	local := dropoutProgram(t, 400, nil)
+	local := dropoutProgram(t, 400, nil, kernels.Node{})
 	x := local.Scope["x"].F
-	y := run(local, 3, 0, 1)
+	y := run(local, 3)
 	zeros := 0
 	for i, v := range y {
 		switch want := x[i] * float32(1/(1-0.3)); v {
@@ -65,10 +66,10 @@ func TestDropoutMask(t *testing.T) {
 	if frac, sd := float64(zeros)/4000, math.Sqrt(0.3*0.7/4000); math.Abs(frac-0.3) > 4*sd {
 		t.Errorf("%.4f of the elements dropped, want 0.3 ± %.4f", frac, 4*sd)
 	}
-	if again := run(local, 3, 0, 1); !equal(again, y) {
+	if again := run(local, 3); !equal(again, y) {
 		t.Error("the same step drew another mask")
 	}
-	next := run(local, 4, 0, 1)
+	next := run(local, 4)
 	differ := 0
 	for i := range y {
 		if (next[i] == 0) != (y[i] == 0) {
@@ -78,17 +79,18 @@ func TestDropoutMask(t *testing.T) {
 	if f := float64(differ) / 4000; math.Abs(f-2*0.3*0.7) > 0.05 {
 		t.Errorf("steps 3 and 4 differ at %.3f of the elements, want about %.2f (independent masks)", f, 2*0.3*0.7)
 	}
-	half := dropoutProgram(t, 200, nil)
+	half := dropoutProgram(t, 200, nil, kernels.Node{Trainer: 1, Trainers: 2})
 	copy(half.Scope["x"].F, x[2000:])
-	if got := run(half, 3, 1, 2); !equal(got, y[2000:]) {
+	if got := run(half, 3); !equal(got, y[2000:]) {
 		t.Error("trainer 1 of 2 drew another mask than rows 200..399 of the local run")
 	}
+	half = dropoutProgram(t, 200, nil, kernels.Node{Trainer: 0, Trainers: 2})
 	copy(half.Scope["x"].F, x[:2000])
-	if got := run(half, 3, 0, 2); !equal(got, y[:2000]) {
+	if got := run(half, 3); !equal(got, y[:2000]) {
 		t.Error("trainer 0 of 2 drew another mask than rows 0..199 of the local run")
 	}
-	eval := dropoutProgram(t, 400, []string{"y"})
-	if got := run(eval, 3, 0, 1); !equal(got, x) {
+	eval := dropoutProgram(t, 400, []string{"y"}, kernels.Node{})
+	if got := run(eval, 3); !equal(got, x) {
 		t.Error("dropout in an evaluation program (Targets) is not the identity")
 	}
 }

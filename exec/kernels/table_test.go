@@ -10,32 +10,23 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// hostileRuntime answers every RecvBytes with a fixed payload.
+// hostileRuntime answers every receive with a fixed payload.
 type hostileRuntime struct {
+	NoRendezvous
 	payload []byte
 	sent    int
 }
 
-func (r *hostileRuntime) Context() context.Context             { return context.Background() }
-func (r *hostileRuntime) Step() int64                          { return 0 }
-func (r *hostileRuntime) Send(ops.Attrs, *tensor.Tensor) error { return nil }
-func (r *hostileRuntime) Recv(ops.Attrs, *tensor.Tensor) error { return nil }
-func (r *hostileRuntime) Accumulate(ops.Attrs, int, *tensor.Tensor) error {
-	return nil
-}
-func (r *hostileRuntime) Queue(string, int) Queue          { return nil }
-func (r *hostileRuntime) Trainer() (int, int)              { return 0, 1 }
-func (r *hostileRuntime) Async() bool                      { return false }
-func (r *hostileRuntime) Pending([]string) (string, error) { return "", nil }
-func (r *hostileRuntime) SendBytes(ir.Node, int64, string, ir.DType, []byte) error {
+func (r *hostileRuntime) Context() context.Context { return context.Background() }
+func (r *hostileRuntime) Step() int64              { return 0 }
+func (r *hostileRuntime) Rendezvous() Rendezvous   { return r }
+func (r *hostileRuntime) Queue(string, int) Queue  { return nil }
+func (r *hostileRuntime) Send(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
 	r.sent++
 	return nil
 }
-func (r *hostileRuntime) RecvBytes(_ ir.Node, _ string, dst []byte) (int, error) {
+func (r *hostileRuntime) Recv(_ context.Context, _ int64, _ ir.Node, _ string, dst []byte) (int, error) {
 	return copy(dst, r.payload), nil
-}
-func (r *hostileRuntime) RecvAnyBytes(string, []byte) (int, int, int64, error) {
-	return 0, 0, 0, nil
 }
 
 // A pserver's shard ops refuse hostile messages from a trainer: ids

@@ -41,6 +41,9 @@ type CompileOptions struct {
 	// something a later op of the same graph provides (a pserver's block
 	// update: accumulate, then the optimizer chain): it saves the hand-offs.
 	Sequential bool
+	// Node is the node's place in its job, for the kernels that need it
+	// (the zero Node: a local run).
+	Node kernels.Node
 	// KeepTemps gives every temporary its own buffer, so all of them can be
 	// inspected after Run (otherwise element-wise ops may work in place).
 	KeepTemps bool
@@ -49,8 +52,10 @@ type CompileOptions struct {
 // Program is a graph compiled for one node: every tensor allocated once,
 // every kernel built once. Run executes one step without allocating.
 type Program struct {
-	Graph   *dsl.Graph
-	Scope   Scope
+	Graph *dsl.Graph
+	Scope Scope
+	// Node is the node's place in its job, as compiled.
+	Node    kernels.Node
 	nodes   []node
 	roots   []int32
 	assigns [][2]*tensor.Tensor // target, next value (row-sparse: only its rows)
@@ -107,7 +112,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			mark(t)
 		}
 	}
-	p := &Program{Graph: g, Scope: Scope{}}
+	p := &Program{Graph: g, Scope: Scope{}, Node: opt.Node}
 	alias := map[string]string{}
 	if !opt.KeepTemps {
 		alias = inPlace(g, keep, types, opt)
@@ -146,7 +151,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			continue
 		}
 		op := g.Ops[i]
-		args := kernels.Args{Attrs: op.Attrs, Inference: opt.Targets != nil}
+		args := kernels.Args{Attrs: op.Attrs, Inference: opt.Targets != nil, Node: opt.Node}
 		for _, in := range op.Inputs {
 			args.In = append(args.In, tensorOf(in))
 		}

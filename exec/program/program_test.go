@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/internal/testfix"
 
 	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -37,7 +38,7 @@ func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *Fee
 func TestStepDoesNotAllocate(t *testing.T) {
 	for _, workers := range []int{1, 2, 4} {
 		p, f, st := compileDigits(t, workers)
-		rt := &NodeRuntime{Ctx: context.Background()}
+		rt := &Runtime{Ctx: context.Background()}
 		k := int64(0)
 		allocs := testing.AllocsPerRun(50, func() {
 			f.Fill(st, k*64)
@@ -75,7 +76,7 @@ func TestTrainingControlStepDoesNotAllocate(t *testing.T) {
 		if err := InitPersistent(p, ""); err != nil {
 			t.Fatal(err)
 		}
-		rt := &NodeRuntime{Ctx: context.Background()}
+		rt := &Runtime{Ctx: context.Background()}
 		allocs := testing.AllocsPerRun(20, func() {
 			if err := p.Run(rt); err != nil {
 				t.Fatal(err)
@@ -94,7 +95,7 @@ func TestConcurrentEqualsSequential(t *testing.T) {
 	run := func(workers int) map[string][]float32 {
 		p, f, st := compileDigits(t, workers)
 		defer p.Close()
-		rt := &NodeRuntime{Ctx: context.Background()}
+		rt := &Runtime{Ctx: context.Background()}
 		for k := int64(0); k < 30; k++ {
 			f.Fill(st, k*64)
 			rt.StepNum = k
@@ -125,7 +126,7 @@ func TestAssignAppliesUpdate(t *testing.T) {
 	defer p.Close()
 	w0 := append([]float32{}, p.Scope["W2"].F...)
 	f.Fill(st, 0)
-	if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
+	if err := p.Run(&Runtime{Ctx: context.Background()}); err != nil {
 		t.Fatal(err)
 	}
 	grad := p.Scope["W2@GRAD"].F
@@ -176,7 +177,7 @@ func TestInitializeBlockEqualsRowsOfWhole(t *testing.T) {
 func BenchmarkDigitsStep(b *testing.B) {
 	p, f, st := compileDigits(b, 0)
 	defer p.Close()
-	rt := &NodeRuntime{Ctx: context.Background()}
+	rt := &Runtime{Ctx: context.Background()}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for k := 0; k < b.N; k++ {
@@ -227,7 +228,7 @@ ops:
 		t.Fatal(err)
 	}
 	defer d.Close()
-	rt := &NodeRuntime{Ctx: context.Background()} // one node: one set of queues
+	rt := &Runtime{Ctx: context.Background()} // one node: one set of queues
 	got := make(chan error, 1)
 	go func() { got <- d.Run(rt) }()
 	for k := 0; k < 2; k++ { // enqueues c = 1, then c = 2
@@ -272,7 +273,7 @@ ops:
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = p.Run(&NodeRuntime{Ctx: ctx})
+		err = p.Run(&Runtime{Ctx: ctx})
 		cancel()
 		p.Close()
 		if err != nil {
@@ -292,7 +293,7 @@ func TestInPlaceEqualsKeepTemps(t *testing.T) {
 		defer p.Close()
 		for k := 0; k < 20; k++ {
 			f.Fill(st, int64(k*64))
-			if err := p.Run(&NodeRuntime{Ctx: context.Background()}); err != nil {
+			if err := p.Run(&Runtime{Ctx: context.Background()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -340,7 +341,7 @@ func BenchmarkSchedulerPerOp(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer p.Close()
-			rt := &NodeRuntime{Ctx: context.Background()}
+			rt := &Runtime{Ctx: context.Background()}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := p.Run(rt); err != nil {
@@ -365,7 +366,7 @@ func TestOnErrorAndCancelOnEveryPath(t *testing.T) {
 		p.Scope["ids"].I[0] = 1000 // outside the 40-row table: lookup_table fails
 		var got error
 		p.OnError = func(err error) { got = err }
-		err = p.Run(&NodeRuntime{Ctx: context.Background()})
+		err = p.Run(&Runtime{Ctx: context.Background()})
 		if err == nil || got == nil || !strings.Contains(err.Error(), "lookup_table") {
 			t.Errorf("sequential=%v: Run %v, OnError got %v; want both, naming lookup_table", seq, err, got)
 		}
@@ -388,7 +389,7 @@ ops:
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		err = p.Run(&NodeRuntime{Ctx: ctx, Comm: cancelledComm{}})
+		err = p.Run(&Runtime{Ctx: ctx, RV: cancelledComm{}})
 		p.Close()
 		if err != context.Canceled {
 			t.Errorf("sequential=%v: a cancelled step returned %v, want context.Canceled itself", seq, err)
@@ -397,8 +398,8 @@ ops:
 }
 
 // cancelledComm's recv returns the context's error, as a transport does.
-type cancelledComm struct{ Comm }
+type cancelledComm struct{ kernels.NoRendezvous }
 
-func (cancelledComm) Recv(ctx context.Context, _ int64, _ ops.Attrs, _ *tensor.Tensor) error {
-	return ctx.Err()
+func (cancelledComm) Recv(ctx context.Context, _ int64, _ ir.Node, _ string, _ []byte) (int, error) {
+	return 0, ctx.Err()
 }

@@ -62,8 +62,7 @@ type Streamer struct {
 
 // StreamGrad is the gradient a Streamer consumes: its part's accumulate op.
 type StreamGrad struct {
-	// Attrs are the accumulate op's own attributes (var, count, shape),
-	// as Comm.Accumulate takes them.
+	// Attrs are the accumulate op's own attributes (var, count, shape).
 	Attrs ops.Attrs
 	// Var is the transfer name, Count the pieces averaged per step (the
 	// trainer count in sync mode, 1 in async).
@@ -252,7 +251,7 @@ func NewStreamer(p *Program, chunkElems int) (*Streamer, string) {
 		case chunked[x] && (g.Vars[x] == nil || isAssigned(g, x)):
 			return nil, fmt.Sprintf("%s sends %s, which streaming never holds whole; only the next value of an assigned block (or a scalar) can be sent", describeOp(op), x)
 		}
-		k, err := kernels.Build(op.Type, kernels.Args{In: []*tensor.Tensor{payload}, Attrs: op.Attrs})
+		k, err := kernels.Build(op.Type, kernels.Args{In: []*tensor.Tensor{payload}, Attrs: op.Attrs, Node: p.Node})
 		if err != nil {
 			return nil, fmt.Sprintf("%s: %v", describeOp(op), err)
 		}

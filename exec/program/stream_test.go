@@ -12,8 +12,8 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
-	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/blas"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/partition"
 )
@@ -120,46 +120,37 @@ func compilePart(t testing.TB, part *dsl.Graph) *Program {
 	return p
 }
 
-// streamComm is a pserver's Comm without a network: Accumulate writes the
-// step's averaged gradient (when grad is set) and Send keeps a copy of the
-// last payload of each transfer (when sent is set).
+// streamComm is a pserver part's rendezvous without a network: a receive
+// of the gradient writes grad (when set) and Send keeps a copy of the last
+// payload of each transfer (when sent is set).
 type streamComm struct {
+	kernels.NoRendezvous
 	grad []float32
 	sent map[string][]float32
 }
 
-func (c *streamComm) Send(_ context.Context, _ int64, a ops.Attrs, t *tensor.Tensor) error {
+func (c *streamComm) Send(_ context.Context, _ int64, _ ir.Node, v string, _ ir.DType, payload []byte) error {
 	if c.sent != nil {
-		v := a.String("var")
-		c.sent[v] = append(c.sent[v][:0], t.F...)
+		c.sent[v] = append(c.sent[v][:0], tensor.F32View(payload)...)
 	}
 	return nil
 }
 
-func (c *streamComm) Accumulate(_ context.Context, _ int64, _ ops.Attrs, _ int, t *tensor.Tensor) error {
+func (c *streamComm) Reply(ctx context.Context, _ int64, _, v string, dt ir.DType, payload []byte) error {
+	return c.Send(ctx, 0, ir.Node{}, v, dt, payload)
+}
+
+func (c *streamComm) Recv(_ context.Context, _ int64, _ ir.Node, _ string, dst []byte) (int, error) {
 	if c.grad != nil {
-		copy(t.F, c.grad)
+		copy(tensor.F32View(dst), c.grad)
 	}
-	return nil
+	return len(dst), nil
 }
 
-func (c *streamComm) Recv(context.Context, int64, ops.Attrs, *tensor.Tensor) error {
-	return fmt.Errorf("a pserver part receives no parameters")
+func (c *streamComm) RecvAny(ctx context.Context, v string, dst []byte) (int, ir.Node, int64, error) {
+	n, err := c.Recv(ctx, 0, ir.Node{}, v, dst)
+	return n, ir.Trainer(0), 0, err
 }
-func (c *streamComm) Flush(context.Context) error            { return nil }
-func (c *streamComm) Finish(context.Context) error           { return nil }
-func (c *streamComm) AwaitPeers(ctx context.Context) []error { return nil }
-func (c *streamComm) StopJob(err error) error                { return err }
-func (c *streamComm) SendBytes(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
-	return errNoComm
-}
-func (c *streamComm) RecvBytes(context.Context, int64, ir.Node, string, []byte) (int, error) {
-	return 0, errNoComm
-}
-func (c *streamComm) RecvAnyBytes(context.Context, string, []byte) (int, int, int64, error) {
-	return 0, 0, 0, errNoComm
-}
-func (c *streamComm) Pending(context.Context, []string) (string, error) { return "", errNoComm }
 
 // randomGrad is a gradient with values over several magnitudes.
 func randomGrad(rng *rand.Rand, n int) []float32 {
@@ -202,7 +193,7 @@ func fixedSizes(n, k int) []int {
 // streamStep runs one step of s, passing the gradient in the given sizes
 // through a scratch buffer that is clobbered after every call (Chunk must
 // not keep grad).
-func streamStep(s *Streamer, rt *NodeRuntime, grad []float32, sizes []int, scratch []float32) error {
+func streamStep(s *Streamer, rt *Runtime, grad []float32, sizes []int, scratch []float32) error {
 	if err := s.Begin(rt); err != nil {
 		return err
 	}
@@ -265,11 +256,11 @@ func TestStreamerEqualsProgram(t *testing.T) {
 						for k := int64(0); k < steps; k++ {
 							grad := randomGrad(rng, n)
 							rc := &streamComm{grad: grad, sent: map[string][]float32{}}
-							if err := ref.Run(&NodeRuntime{Ctx: context.Background(), Comm: rc, StepNum: k}); err != nil {
+							if err := ref.Run(&Runtime{Ctx: context.Background(), RV: rc, StepNum: k}); err != nil {
 								t.Fatal(err)
 							}
 							sc := &streamComm{sent: map[string][]float32{}}
-							if err := streamStep(s, &NodeRuntime{Ctx: context.Background(), Comm: sc, StepNum: k}, grad, split.sizes(rng, n), scratch); err != nil {
+							if err := streamStep(s, &Runtime{Ctx: context.Background(), RV: sc, StepNum: k}, grad, split.sizes(rng, n), scratch); err != nil {
 								t.Fatal(err)
 							}
 							for name, want := range PersistentOf(ref) {
@@ -368,29 +359,29 @@ func TestStreamerChunkOrder(t *testing.T) {
 	g := make([]float32, 100)
 	for _, c := range []struct {
 		name string
-		run  func(s *Streamer, rt *NodeRuntime) error
+		run  func(s *Streamer, rt *Runtime) error
 		want string
 	}{
-		{"chunk before begin", func(s *Streamer, rt *NodeRuntime) error { return s.Chunk(0, g) }, "Chunk before Begin"},
-		{"gap", func(s *Streamer, rt *NodeRuntime) error {
+		{"chunk before begin", func(s *Streamer, rt *Runtime) error { return s.Chunk(0, g) }, "Chunk before Begin"},
+		{"gap", func(s *Streamer, rt *Runtime) error {
 			s.Begin(rt)
 			s.Chunk(0, g[:10])
 			return s.Chunk(11, g[11:20])
 		}, "chunk at element 11, want 10"},
-		{"past the end", func(s *Streamer, rt *NodeRuntime) error {
+		{"past the end", func(s *Streamer, rt *Runtime) error {
 			s.Begin(rt)
 			return s.Chunk(90, make([]float32, 11))
 		}, "chunk at element 90, want 0"},
-		{"overflow", func(s *Streamer, rt *NodeRuntime) error {
+		{"overflow", func(s *Streamer, rt *Runtime) error {
 			s.Begin(rt)
 			return s.Chunk(0, make([]float32, 101))
 		}, "ends past the block's 100 elements"},
-		{"end early", func(s *Streamer, rt *NodeRuntime) error {
+		{"end early", func(s *Streamer, rt *Runtime) error {
 			s.Begin(rt)
 			s.Chunk(0, g[:99])
 			return s.End(rt)
 		}, "End after 99 of the block's 100 elements"},
-		{"end twice", func(s *Streamer, rt *NodeRuntime) error {
+		{"end twice", func(s *Streamer, rt *Runtime) error {
 			s.Begin(rt)
 			s.Chunk(0, g)
 			if err := s.End(rt); err != nil {
@@ -406,7 +397,7 @@ func TestStreamerChunkOrder(t *testing.T) {
 			if s == nil {
 				t.Fatal(why)
 			}
-			err := c.run(s, &NodeRuntime{Ctx: context.Background(), Comm: &streamComm{}})
+			err := c.run(s, &Runtime{Ctx: context.Background(), RV: &streamComm{}})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error containing %q", err, c.want)
 			}
@@ -428,7 +419,7 @@ func TestStreamerDoesNotAllocate(t *testing.T) {
 			grad := randomGrad(rand.New(rand.NewPCG(1, 1)), n)
 			sizes := append(fixedSizes(n/2, 1000), fixedSizes(n-n/2, 65536)...)
 			scratch := make([]float32, 65536)
-			rt := &NodeRuntime{Ctx: context.Background(), Comm: &streamComm{}}
+			rt := &Runtime{Ctx: context.Background(), RV: &streamComm{}}
 			allocs := testing.AllocsPerRun(10, func() {
 				if err := streamStep(s, rt, grad, sizes, scratch); err != nil {
 					t.Fatal(err)
@@ -460,7 +451,7 @@ func BenchmarkStreamingUpdate(b *testing.B) {
 			}
 			grad := randomGrad(rand.New(rand.NewPCG(1, 2)), rows*cols)
 			gt := p.Scope["W@GRAD"]
-			rt := &NodeRuntime{Ctx: context.Background(), Comm: &streamComm{}}
+			rt := &Runtime{Ctx: context.Background(), RV: &streamComm{}}
 			var normal, streamed time.Duration
 			var normalB, streamedB uint64
 			var m0, m1 runtime.MemStats

@@ -42,7 +42,7 @@ func BenchmarkWideStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	f, st := NewFeeder(g, p.Scope), data.NewStream(set)
-	rt := &NodeRuntime{Ctx: context.Background()}
+	rt := &Runtime{Ctx: context.Background()}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for k := 0; k < b.N; k++ {

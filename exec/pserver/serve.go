@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 
@@ -24,7 +25,7 @@ import (
 // ServeOptions configures a pserver: the node that holds parameter blocks,
 // runs their initializers and optimizer subgraphs, and serves them.
 type ServeOptions struct {
-	Comm     *comm.NetComm
+	Comm     *comm.PServer
 	InitFrom string
 	Log      zerolog.Logger
 	LogEvery int
@@ -35,7 +36,8 @@ type ServeOptions struct {
 	// (ResumeStep when >= 0, else the newest).
 	Checkpoint *modelfile.Checkpointer
 	ResumeStep int64
-	// TrainerTimeout: how long to wait for a lost trainer (sync mode).
+	// TrainerTimeout: how long to wait for a lost trainer (sync mode);
+	// RunPServer gives it to the pserver's communication.
 	TrainerTimeout time.Duration
 	// Save, when set, is the file the pserver writes the lookup-table
 	// shards it holds to once the trainers are done (MergeShards joins
@@ -72,66 +74,39 @@ type ServeSummary struct {
 }
 
 // Serve runs a pserver's subgraph (its endpoint accepts the graph's
-// Transfers and the position transfer, declared before it connected) until
+// transfers and the position transfer, declared before it connected) until
 // every trainer is done. Before the first step it hears every trainer's
 // position and sends each `initial` parameter for the step it starts at
 // (0, its checkpoint's, or the running job's after a restart); then each
-// step runs the graph once: accumulate the step's gradient pieces, update,
-// send the next step's parameters. It returns when the trainers finished
-// (nil error) or on the first failure.
+// part (Components: a parameter block and its optimizer) runs as its own
+// loop: accumulate the step's gradient pieces, update, send the next
+// step's parameters. It returns when the trainers finished (nil error) or
+// on the first failure.
 func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummary, error) {
 	c := opt.Comm
-	c.TrainerTimeout, c.Log = opt.TrainerTimeout, opt.Log
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	parts := program.Components(g)
-	progs := make([]*program.Program, 0, len(parts))
+	parts, err := compileParts(g, opt, cancel)
 	defer func() {
-		for _, p := range progs {
-			p.Close()
+		for _, p := range parts {
+			p.prog.Close()
 		}
 	}()
-	for _, part := range parts {
-		// A part is one block's update: accumulate, then a short chain of
-		// small element-wise ops; running it on its loop's goroutine saves
-		// a hand-off per op. Parts run in parallel with each other.
-		prog, err := program.Compile(part, program.CompileOptions{Workers: opt.Workers, Sequential: true})
-		if err != nil {
-			return nil, err
-		}
-		progs = append(progs, prog)
-		if err := program.InitPartial(prog, opt.InitFrom, true); err != nil {
-			return nil, err
-		}
-		prog.OnError = func(err error) {
-			if !comm.Finished(err) {
-				cancel()
-			}
-		}
-	}
-	if opt.Checkpoint != nil {
-		opt.Checkpoint.Prom = opt.Prom
-	}
-	restored, err := opt.Checkpoint.ResumeStep(opt.ResumeStep)
 	if err != nil {
 		return nil, err
 	}
-	if restored >= 0 {
-		for _, prog := range progs {
-			if err := opt.Checkpoint.Restore(restored, program.PersistentOf(prog)); err != nil {
-				return nil, err
-			}
-		}
-		opt.Log.Info().Int64("step", restored).Str("dir", opt.Checkpoint.Dir).Msg("resumed from checkpoint")
-	}
-	var snap *snapshot
-	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 {
-		snap = &snapshot{ck: ck, log: opt.Log, parts: len(progs), pending: map[int64]*pendingCk{}}
+	restored, err := restore(parts, opt)
+	if err != nil {
+		return nil, err
 	}
 	// Every trainer tells this pserver where it is; a fresh job starts at
 	// the restored step (0 without a checkpoint), a restart into a running
-	// job where the trainers are (restart.go).
-	first, err := c.StartServing(ctx, progs, restored)
+	// job where the trainers are (rejoin.Gather).
+	var params []comm.Initial
+	for _, p := range parts {
+		params = append(params, p.params...)
+	}
+	first, err := c.StartServing(ctx, params, restored)
 	if err != nil {
 		if parent.Err() != nil {
 			return nil, parent.Err()
@@ -139,15 +114,110 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 		return nil, c.StopJob(err)
 	}
 	start := time.Now()
-	steps := make([]int64, len(progs))
-	errs := make([]error, len(progs))
+	last, streamed, err := runParts(ctx, cancel, parts, c, opt, first)
+	if err != nil {
+		if parent.Err() != nil {
+			return nil, parent.Err()
+		}
+		return nil, c.StopJob(err)
+	}
+	if err := finish(parent, g, parts, c, opt, first, last); err != nil {
+		return nil, err
+	}
+	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
+	tr := c.Traffic()
+	return &ServeSummary{Role: c.Endpoint().Self().String(), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
+		Streamed: streamed, Parts: len(parts),
+		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv}, nil
+}
+
+// part is one loop of a pserver: a parameter block's update, compiled,
+// and the parameters it serves (its sends with an `initial` value).
+type part struct {
+	prog   *program.Program
+	params []comm.Initial
+	// step is the step the loop reached when it stopped.
+	step int64
+}
+
+// compileParts compiles each part of the pserver's graph and gives its
+// persistent variables their initial values. A part whose op fails
+// cancels the pserver (but a trainer finishing is not a failure).
+func compileParts(g *dsl.Graph, opt ServeOptions, cancel context.CancelFunc) ([]*part, error) {
+	var parts []*part
+	node := kernels.Node{Trainers: opt.Comm.Trainers(), Async: opt.Comm.Async()}
+	for _, pg := range program.Components(g) {
+		// A part is one block's update: accumulate, then a short chain of
+		// small element-wise ops; running it on its loop's goroutine saves
+		// a hand-off per op. Parts run in parallel with each other.
+		prog, err := program.Compile(pg, program.CompileOptions{Workers: opt.Workers, Sequential: true, Node: node})
+		if err != nil {
+			return parts, err
+		}
+		p := &part{prog: prog}
+		parts = append(parts, p)
+		if err := program.InitPartial(prog, opt.InitFrom, true); err != nil {
+			return parts, err
+		}
+		prog.OnError = func(err error) {
+			if !comm.Finished(err) {
+				cancel()
+			}
+		}
+		ts, err := pg.Transfers(max(pg.Batch(), 1), nil)
+		if err != nil {
+			return parts, err
+		}
+		for _, t := range ts {
+			if t.Kind != dsl.ParamTransfer || t.Recv || t.Initial == "" {
+				continue
+			}
+			x, ok := prog.Scope[t.Initial]
+			if !ok {
+				return parts, dsl.Errorf(t.Op.Pos, "send: initial %q is not a variable of this node", t.Initial)
+			}
+			p.params = append(p.params, comm.Initial{Var: t.Var, T: x})
+		}
+	}
+	return parts, nil
+}
+
+// restore restores the parts from the pserver's checkpoint, if it has one,
+// and returns its step (-1: none).
+func restore(parts []*part, opt ServeOptions) (int64, error) {
+	if opt.Checkpoint != nil {
+		opt.Checkpoint.Prom = opt.Prom
+	}
+	restored, err := opt.Checkpoint.ResumeStep(opt.ResumeStep)
+	if err != nil || restored < 0 {
+		return restored, err
+	}
+	for _, p := range parts {
+		if err := opt.Checkpoint.Restore(restored, program.PersistentOf(p.prog)); err != nil {
+			return 0, err
+		}
+	}
+	opt.Log.Info().Int64("step", restored).Str("dir", opt.Checkpoint.Dir).Msg("resumed from checkpoint")
+	return restored, nil
+}
+
+// runParts runs every part's loop from step first until the trainers are
+// done, and returns the last step and how many parts streamed their
+// update. The part that failed cancelled the others: its error is
+// reported, not their cancellation.
+func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *comm.PServer, opt ServeOptions, first int64) (int64, int, error) {
+	var snap *snapshot
+	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 {
+		snap = &snapshot{ck: ck, log: opt.Log, parts: len(parts), pending: map[int64]*pendingCk{}}
+	}
+	errs := make([]error, len(parts))
 	var streamed atomic.Int64
 	var wg sync.WaitGroup
-	for i, prog := range progs {
+	for i, p := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			steps[i], errs[i] = serveLoop(ctx, prog, c, opt, first, snap, &streamed, i == 0)
+			p.step, errs[i] = serveLoop(ctx, p, c, opt, first, snap, &streamed, i == 0)
 			if errs[i] != nil && !comm.Finished(errs[i]) {
 				cancel()
 			}
@@ -157,81 +227,58 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	var last int64
 	var failed error
 	for i, err := range errs {
-		// The part that failed cancelled the others: report its error,
-		// not their cancellation.
 		if err != nil && !comm.Finished(err) && (failed == nil || errors.Is(failed, context.Canceled) && !errors.Is(err, context.Canceled)) {
 			failed = err
 		}
-		last = max(last, steps[i])
+		last = max(last, parts[i].step)
 	}
-	if failed != nil {
-		if parent.Err() != nil {
-			return nil, parent.Err()
+	return last, int(streamed.Load()), failed
+}
+
+// finish ends a pserver whose parts all stopped at the trainers' end:
+// it checks that every trainer finished at step last, saves a checkpoint
+// of the last step (so a finished job can be continued from where it
+// ended) and the table shards it holds (--save), and tells the trainers
+// it is done.
+func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, opt ServeOptions, first, last int64) error {
+	if err := awaitTrainers(ctx, g, c, last); err != nil {
+		return c.StopJob(err)
+	}
+	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && last > first && last%int64(ck.Every) != 0 {
+		vars, all := program.Scope{}, true
+		for _, p := range parts {
+			maps.Copy(vars, program.PersistentOf(p.prog))
+			all = all && p.step == last
 		}
-		return nil, c.StopJob(failed)
-	}
-	if err := awaitTrainers(parent, g, c, last); err != nil {
-		return nil, c.StopJob(err)
-	}
-	// A checkpoint of the last step too (every part is there, idle), so a
-	// finished job can be continued from where it ended.
-	if snap != nil && last > first && last%int64(snap.ck.Every) != 0 && allEqual(steps, last) {
-		vars := program.Scope{}
-		for _, p := range progs {
-			maps.Copy(vars, program.PersistentOf(p))
-		}
-		if err := snap.ck.Save(last, vars); err != nil {
-			return nil, c.StopJob(err)
+		if all {
+			if err := ck.Save(last, vars); err != nil {
+				return c.StopJob(err)
+			}
 		}
 	}
-	if err := c.Finish(parent); err != nil {
-		return nil, err
+	if err := c.Finish(ctx); err != nil {
+		return err
 	}
 	if opt.Save != "" {
-		if err := saveShards(opt.Save, g, progs); err != nil {
-			return nil, err
+		if err := saveShards(opt.Save, g, parts); err != nil {
+			return err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved the lookup-table shards")
 	}
-	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
-	tr := c.Traffic()
-	return &ServeSummary{Role: c.EP.Self().String(), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
-		Streamed: int(streamed.Load()), Parts: len(progs),
-		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv}, nil
+	return nil
 }
 
 // serveLoop runs one part of a pserver's graph step after step until the
 // trainers are done (a finished error) or something fails.
 // The first part (counts) also counts the pserver's steps for Prometheus.
-func serveLoop(ctx context.Context, prog *program.Program, c *comm.NetComm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64, counts bool) (int64, error) {
-	rt := &program.NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers, AsyncJob: c.Async}
-	if c.TrainerTimeout > 0 && !c.Async {
-		rt.Ctx = comm.WithPart(ctx, &comm.Part{Known: map[transport.NodeID]int64{}, Resend: func(ctx context.Context, to transport.NodeID, step int64) error {
-			// This part's parameters are step `step`'s (its update waits
-			// for to's piece). Other parts may be one step behind, so the
-			// newcomer gets them for step-1 too; it joins at the newest
-			// step every transfer has (NetComm.LearnStep), and the
-			// pservers drop its pieces for older steps as stale.
-			for _, op := range prog.Graph.Ops {
-				name := op.Attrs.String("initial")
-				if op.Type != "send" || name == "" {
-					continue
-				}
-				t := prog.Scope[name]
-				for k := max(step-1, first); k <= step; k++ {
-					if err := c.EP.Send(ctx, to, k, op.Attrs.String("var"), comm.DTypeOf(t), t.Bytes()); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}})
-	}
+func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64, counts bool) (int64, error) {
+	rv := c.Part(p.params, first)
+	rt := &program.Runtime{Ctx: ctx, RV: rv}
 	logEvery := int64(max(opt.LogEvery, 1))
-	vars := program.PersistentOf(prog)
+	vars := program.PersistentOf(p.prog)
 	var sp *streamedPart
 	if !opt.NoStream {
-		sp = newStreamedPart(prog, c, opt.Log)
+		sp = newStreamedPart(p.prog, rv, opt.Log)
 	}
 	if sp != nil {
 		streamed.Add(1)
@@ -248,7 +295,7 @@ func serveLoop(ctx context.Context, prog *program.Program, c *comm.NetComm, opt 
 		if sp != nil {
 			err = sp.run(rt)
 		} else {
-			err = prog.Run(rt)
+			err = p.prog.Run(rt)
 		}
 		if err != nil {
 			return k, err
@@ -274,7 +321,7 @@ func serveLoop(ctx context.Context, prog *program.Program, c *comm.NetComm, opt 
 
 // awaitTrainers checks, once one trainer finished at step k, that every
 // trainer finished there too: in sync mode they run the same steps.
-func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.NetComm, k int64) error {
+func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.PServer, k int64) error {
 	ts, err := g.Transfers(max(g.Batch(), 1), nil)
 	if err != nil {
 		return err
@@ -284,8 +331,9 @@ func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.NetComm, k int64) 
 			continue
 		}
 		buf := make([]byte, t.Bytes)
-		if c.Async || t.Count != c.Trainers {
-			if key, err := c.EP.RecvAny(ctx, t.Var, buf); !errors.Is(err, transport.ErrAllDone) {
+		ep := c.Endpoint()
+		if c.Async() || t.Count != c.Trainers() {
+			if key, err := ep.RecvAny(ctx, t.Var, buf); !errors.Is(err, transport.ErrAllDone) {
 				if err == nil {
 					return fmt.Errorf("%s arrived after the trainers finished", key)
 				}
@@ -293,8 +341,8 @@ func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.NetComm, k int64) 
 			}
 			continue
 		}
-		for i := 0; i < c.Trainers; i++ {
-			err := c.EP.Recv(ctx, transport.Trainer(i), k, t.Var, buf)
+		for i := range c.Trainers() {
+			err := ep.Recv(ctx, transport.Trainer(i), k, t.Var, buf)
 			switch {
 			case err == nil:
 				return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, t.Var, k)
@@ -307,23 +355,12 @@ func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.NetComm, k int64) 
 }
 
 // saveShards writes the lookup-table shards of a pserver's parts to path.
-func saveShards(path string, g *dsl.Graph, progs []*program.Program) error {
+func saveShards(path string, g *dsl.Graph, parts []*part) error {
 	all := program.Scope{}
-	for _, p := range progs {
-		for n, t := range p.Scope {
-			all[n] = t
-		}
+	for _, p := range parts {
+		maps.Copy(all, p.prog.Scope)
 	}
 	return modelfile.SaveTensors(path, g.Name, modelfile.TableShards(g), all)
-}
-
-func allEqual(xs []int64, v int64) bool {
-	for _, x := range xs {
-		if x != v {
-			return false
-		}
-	}
-	return true
 }
 
 // snapshot gathers the persistent variables of a pserver's parts for one

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/program"
 
 	"github.com/rs/zerolog"
@@ -20,28 +21,33 @@ const sinkChunk = 64 << 10
 // into the update, chunk by chunk, so neither the gradient nor the
 // update's temporaries exist block-sized and the update overlaps the
 // transfer. With several pieces per step the mean is gathered first, as
-// Accumulate does (into the accumulate op's own tensor), and then streamed
+// the accumulate kernel does (kernels.Mean, into the accumulate op's own
+// tensor), and then streamed
 // through the update, which still saves the temporaries and a pass per op.
 type streamedPart struct {
 	s    *program.Streamer
-	c    *comm.NetComm
+	rv   *comm.Part
 	g    program.StreamGrad
 	mean *tensor.Tensor // several pieces: the accumulate op's output
-	buf  []byte         // one piece: the chunk the transport reads into
-	f    []float32      // buf as float32s
-	err  error          // the first Chunk error of this step
-	step int64
+	// scratch is a second piece's buffer; ordered: one piece per trainer,
+	// summed in trainer order (as the accumulate kernel sums them).
+	scratch []float32
+	ordered bool
+	buf     []byte    // one piece: the chunk the transport reads into
+	f       []float32 // buf as float32s
+	err     error     // the first Chunk error of this step
+	step    int64
 }
 
 // newStreamedPart returns the streaming runner of a compiled part, or nil
 // when the part cannot stream (logged at debug level with the reason).
-func newStreamedPart(prog *program.Program, c *comm.NetComm, log zerolog.Logger) *streamedPart {
+func newStreamedPart(prog *program.Program, rv *comm.Part, log zerolog.Logger) *streamedPart {
 	s, why := program.NewStreamer(prog, program.DefaultStreamChunk)
 	if s == nil {
 		log.Debug().Str("part", prog.Graph.File).Str("reason", why).Msg("update runs whole")
 		return nil
 	}
-	sp := &streamedPart{s: s, c: c, g: s.Grad()}
+	sp := &streamedPart{s: s, rv: rv, g: s.Grad()}
 	if sp.g.Count == 1 {
 		sp.f = make([]float32, sinkChunk/4)
 		sp.buf = (&tensor.Tensor{DType: tensor.F32, F: sp.f}).Bytes()
@@ -52,16 +58,18 @@ func newStreamedPart(prog *program.Program, c *comm.NetComm, log zerolog.Logger)
 			sp.mean = prog.Scope[op.Outputs[0]]
 		}
 	}
+	sp.scratch = make([]float32, len(sp.mean.F))
+	sp.ordered = sp.g.Count == prog.Node.TrainerCount() && !prog.Node.Async
 	return sp
 }
 
 // run is one step of the part.
-func (sp *streamedPart) run(rt *program.NodeRuntime) error {
+func (sp *streamedPart) run(rt *program.Runtime) error {
 	if err := sp.s.Begin(rt); err != nil {
 		return err
 	}
 	if sp.mean != nil {
-		if err := sp.c.Accumulate(rt.Ctx, rt.StepNum, sp.g.Attrs, sp.g.Count, sp.mean); err != nil {
+		if err := kernels.Mean(rt.Ctx, sp.rv, rt.StepNum, sp.g.Var, sp.g.Count, sp.ordered, sp.mean.F, sp.scratch); err != nil {
 			return err
 		}
 		if err := sp.s.Chunk(0, sp.mean.F); err != nil {
@@ -70,7 +78,7 @@ func (sp *streamedPart) run(rt *program.NodeRuntime) error {
 		return sp.s.End(rt)
 	}
 	sp.err, sp.step = nil, rt.StepNum
-	if err := sp.c.AccumulateSink(rt.Ctx, rt.StepNum, sp.g.Attrs, sp); err != nil {
+	if err := sp.rv.AccumulateSink(rt.Ctx, rt.StepNum, sp.g.Var, sp); err != nil {
 		return err
 	}
 	if sp.err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/evaluate"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 
@@ -35,7 +36,7 @@ type RunOptions struct {
 
 	TrainerIndex, TrainerCount int
 	// Comm connects a trainer to its pservers (nil for a local run).
-	Comm program.Comm
+	Comm Comm
 	// Params names the model's parameters a distributed trainer receives
 	// after its last step, to save and evaluate them.
 	Params []string
@@ -97,126 +98,235 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
+// Comm is a trainer's communication as its loop uses it: the rendezvous
+// its kernels send and receive through, and the job's life around the
+// steps (comm.Trainer implements it).
+type Comm interface {
+	kernels.Rendezvous
+	// Flush waits until the messages handed to Send were written, so
+	// their memory may change again; the loop calls it before every step.
+	Flush(ctx context.Context) error
+	// Finish tells every pserver this trainer sends nothing more.
+	Finish(ctx context.Context) error
+	// AwaitPeers waits until every pserver finished too (errors: lost).
+	AwaitPeers(ctx context.Context) []error
+	// StopJob tells every pserver this trainer stops the job because of
+	// err, and returns err.
+	StopJob(err error) error
+	// LearnStep is the step a trainer that learns its start joins at.
+	LearnStep(ctx context.Context, g *dsl.Graph) (int64, error)
+	// Traffic is what the endpoint moved so far.
+	Traffic() transport.Traffic
+}
+
 // Train runs the training loop of a model on this node: feed the step's
 // batch by the data stream rule, run the program, log; at the end save the
 // parameters and evaluate loss and metrics over the whole data set.
 // A trainer that fails tells its pservers why (they stop the job at once
 // and pass the reason on to the other trainers).
 func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) {
-	sum, err := runTraining(ctx, g, opt)
-	if err != nil && ctx.Err() == nil && opt.Comm != nil {
-		opt.Comm.StopJob(err)
-	}
-	return sum, err
-}
-
-func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) {
 	if g.Train == nil {
 		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has no train section: add train: {loss, batch, steps, optimizer}")
 	}
 	if g.Data == nil {
 		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has no data section: training needs data")
 	}
-	batch := opt.Batch
-	if batch <= 0 {
-		batch = g.Train.Batch
-	}
-	n := max(opt.TrainerCount, 1)
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
 	}
-	// The data: in memory, or streamed from its file (data.stream).
-	// The held-out data (data.eval) is normalized with the training
-	// data's statistics, which are saved with the parameters.
-	var set *data.Set
-	var file *data.FileStream
-	var stream data.Batches
-	var held evaluate.HeldOut
-	var norm *data.Scaling
+	if opt.Comm != nil && opt.InitFrom != "" {
+		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := &run{ctx: ctx, cancel: cancel, g: g, opt: opt}
+	defer r.close()
+	sum, err := r.train()
+	if err != nil && ctx.Err() == nil && opt.Comm != nil {
+		opt.Comm.StopJob(err)
+	}
+	return sum, err
+}
+
+// run is one training run, phase by phase: open the data, compile, find
+// the first step, the loop, and the end (final parameters, save, summary).
+type run struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	g      *dsl.Graph
+	opt    RunOptions
+	batch  int
+	n      int // trainers
+	steps  int
+	first  int
+	// the data: in memory, or streamed from its file (data.stream); the
+	// held-out data (data.eval) is normalized with the training data's
+	// statistics, which are saved with the parameters.
+	set    *data.Set
+	file   *data.FileStream
+	stream data.Batches
+	norm   *data.Scaling
+	held   evaluate.HeldOut
+	// tables: a trainer of a job with lookup tables; evaluates: it
+	// evaluates the held-out data.
+	tables, evaluates bool
+	prog              *program.Program
+	feed              *program.Feeder
+	rt                *program.Runtime
+	ev                *evaluate.Evaluator
+	tail              *tailMean
+	metrics           *bufio.Writer
+	closers           []func()
+}
+
+func (r *run) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
+}
+
+func (r *run) train() (*Summary, error) {
+	if err := r.openData(); err != nil {
+		return nil, err
+	}
+	if err := r.compile(); err != nil {
+		return nil, err
+	}
+	if err := r.startStep(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := r.loop(start); err != nil {
+		return nil, err
+	}
+	return r.end(time.Since(start).Seconds())
+}
+
+// openData opens the training data and the held-out data and resolves
+// the run's steps.
+func (r *run) openData() error {
+	g, opt := r.g, r.opt
+	r.batch = opt.Batch
+	if r.batch <= 0 {
+		r.batch = g.Train.Batch
+	}
+	r.n = max(opt.TrainerCount, 1)
 	if g.Data.Stream {
 		f, err := data.OpenStream(g.Data)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		defer f.Close()
-		file, stream, norm = f, f, f.Scaling()
+		r.closers = append(r.closers, func() { f.Close() })
+		r.file, r.stream, r.norm = f, f, f.Scaling()
 	} else {
 		sp, err := data.LoadSplit(g.Data, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		set, stream, norm, held.Set = sp.Train, data.NewStream(sp.Train), sp.Norm, sp.Eval
+		r.set, r.stream, r.norm, r.held.Set = sp.Train, data.NewStream(sp.Train), sp.Norm, sp.Eval
 	}
 	rows := func() (int64, error) { return data.Rows(g.Data) }
-	if set != nil {
-		rows = func() (int64, error) { return int64(set.Rows), nil }
+	if r.set != nil {
+		rows = func() (int64, error) { return int64(r.set.Rows), nil }
 	}
-	steps, err := StepsOf(g, opt.Steps, batch, n, rows)
-	if err != nil {
-		return nil, err
+	var err error
+	if r.steps, err = StepsOf(g, opt.Steps, r.batch, r.n, rows); err != nil {
+		return err
 	}
 	// Who evaluates the held-out data: a local run, and trainer 0 of a
 	// split job, with the parameters it received. A trainer of a job with
 	// lookup tables holds only the rows it fetched, so it does not.
-	tables := opt.Comm != nil && HasOp(g, "fetch_rows")
-	evaluates := g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0 && !tables)
-	if g.Data.Eval != nil && tables && opt.TrainerIndex == 0 {
+	r.tables = opt.Comm != nil && HasOp(g, "fetch_rows")
+	r.evaluates = g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0 && !r.tables)
+	if g.Data.Eval != nil && r.tables && opt.TrainerIndex == 0 {
 		opt.Log.Warn().Msg("data.eval: a trainer of a job with lookup tables holds only the table rows it fetched, so it does not evaluate the held-out data; evaluate the saved model with psgraph eval")
 	}
-	if evaluates && g.Data.Stream {
-		f, err := evaluate.OpenHeldOut(g, norm)
+	if r.evaluates && g.Data.Stream {
+		f, err := evaluate.OpenHeldOut(g, r.norm)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		defer f.Close()
-		held.File = f
+		r.closers = append(r.closers, func() { f.Close() })
+		r.held.File = f
 	}
+	return nil
+}
+
+// compile compiles the training program, gives it its initial values,
+// and prepares the metrics file and the held-out evaluator.
+func (r *run) compile() error {
+	g, opt := r.g, r.opt
 	var pin []string
-	if evaluates && opt.Comm != nil {
+	if r.evaluates && opt.Comm != nil {
 		pin = opt.Params // the received parameters, which evaluation reads
 	}
-	prog, err := program.Compile(g, program.CompileOptions{Batch: batch, Pin: pin})
+	prog, err := program.Compile(g, program.CompileOptions{Batch: r.batch, Pin: pin,
+		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer prog.Close()
-	if opt.Comm != nil && opt.InitFrom != "" {
-		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
-	}
+	r.prog = prog
+	r.closers = append(r.closers, prog.Close)
 	if err := program.InitPersistent(prog, opt.InitFrom); err != nil {
-		return nil, err
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	prog.OnError = func(error) { cancel() }
-	feed := program.NewFeeder(g, prog.Scope)
-
-	var metricsOut *bufio.Writer
+	prog.OnError = func(error) { r.cancel() }
+	r.feed = program.NewFeeder(g, prog.Scope)
+	r.rt = &program.Runtime{Ctx: r.ctx}
+	if opt.Comm != nil {
+		r.rt.RV = opt.Comm
+	}
 	if opt.Metrics != "" {
 		f, err := os.Create(opt.Metrics)
 		if err != nil {
-			return nil, fmt.Errorf("cannot write metrics: %w", err)
+			return fmt.Errorf("cannot write metrics: %w", err)
 		}
-		defer f.Close()
-		metricsOut = bufio.NewWriter(f)
-		defer metricsOut.Flush()
+		r.metrics = bufio.NewWriter(f)
+		r.closers = append(r.closers, func() { f.Close() }, func() { r.metrics.Flush() })
 	}
-	logEvery := opt.LogEvery
-	if logEvery <= 0 {
-		logEvery = max(1, steps/10)
+	// A trainer of a job with lookup tables holds only the rows it fetched,
+	// so it cannot evaluate the whole data set at the end: its summary has
+	// the mean loss and metrics of the last steps it trained instead.
+	if r.tables {
+		r.tail = &tailMean{names: append([]string{g.Train.Loss}, g.Train.Metrics...)}
 	}
-	rt := &program.NodeRuntime{Ctx: ctx, Comm: opt.Comm, TrainerIndex: opt.TrainerIndex, TrainerCount: n}
-	first := opt.StartStep
-	if first < 0 { // learn it from the pservers' first parameter messages
-		first = 0
-		if nc, ok := opt.Comm.(interface {
-			LearnStep(context.Context, *dsl.Graph) (int64, error)
-		}); ok {
-			k, err := nc.LearnStep(ctx, prog.Graph)
+	if !r.evaluates {
+		return nil
+	}
+	// The held-out evaluator shares the parameters of the training program:
+	// a local run's own, a trainer's received ones (the values it computed
+	// its last step with, one update behind the pservers).
+	shared := program.Scope{}
+	names := g.Params()
+	if opt.Comm != nil {
+		names = opt.Params
+	}
+	for _, name := range names {
+		if t := prog.Scope[name]; t != nil {
+			shared[name] = t
+		}
+	}
+	if r.ev, err = evaluate.NewEvaluator(g, r.held.Set, r.held.File, shared, max(r.batch, evaluate.EvalChunk)); err != nil {
+		return err
+	}
+	r.closers = append(r.closers, r.ev.Close)
+	return nil
+}
+
+// startStep finds the run's first step: a trainer's from the pservers
+// (StartStep, or learned from their parameters), a local run's from its
+// newest checkpoint.
+func (r *run) startStep() error {
+	opt := r.opt
+	r.first = opt.StartStep
+	if r.first < 0 { // learn it from the pservers' first parameter messages
+		r.first = 0
+		if opt.Comm != nil {
+			k, err := opt.Comm.LearnStep(r.ctx, r.prog.Graph)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			first = int(k)
+			r.first = int(k)
 			if k > 0 {
 				opt.Log.Info().Int64("step", k).Msg("joining at the pservers' step")
 			}
@@ -226,176 +336,197 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		ck.Prom = opt.Prom
 		c, err := ck.ResumeStep(-1)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if c >= 0 {
-			if err := ck.Restore(c, program.PersistentOf(prog)); err != nil {
-				return nil, err
+			if err := ck.Restore(c, program.PersistentOf(r.prog)); err != nil {
+				return err
 			}
-			first = int(c)
+			r.first = int(c)
 			opt.Log.Info().Int64("step", c).Str("dir", ck.Dir).Msg("resumed from checkpoint")
 		}
 	}
-	if first > steps {
-		return nil, fmt.Errorf("the run resumes at step %d, after its last step %d; raise --steps", first, steps)
+	if r.first > r.steps {
+		return fmt.Errorf("the run resumes at step %d, after its last step %d; raise --steps", r.first, r.steps)
 	}
-	loss := prog.Scope[g.Train.Loss]
-	// A trainer of a job with lookup tables holds only the rows it fetched,
-	// so it cannot evaluate the whole data set at the end: its summary has
-	// the mean loss and metrics of the last steps it trained instead.
-	var tail *tailMean
-	if tables {
-		tail = &tailMean{names: append([]string{g.Train.Loss}, g.Train.Metrics...)}
+	return nil
+}
+
+// loop runs the steps from r.first.
+func (r *run) loop(start time.Time) error {
+	opt := r.opt
+	logEvery := opt.LogEvery
+	if logEvery <= 0 {
+		logEvery = max(1, r.steps/10)
 	}
-	// The held-out evaluator shares the parameters of the training program:
-	// a local run's own, a trainer's received ones (the values it computed
-	// its last step with, one update behind the pservers).
-	var ev *evaluate.Evaluator
-	if evaluates {
-		shared := program.Scope{}
-		names := g.Params()
-		if opt.Comm != nil {
-			names = opt.Params
-		}
-		for _, name := range names {
-			if t := prog.Scope[name]; t != nil {
-				shared[name] = t
-			}
-		}
-		if ev, err = evaluate.NewEvaluator(g, held.Set, held.File, shared, max(batch, evaluate.EvalChunk)); err != nil {
-			return nil, err
-		}
-		defer ev.Close()
-	}
-	evalEvery := g.Train.EvalEvery
-	start := time.Now()
-	last, lastStep := start, first
+	lg := stepLog{last: start, lastStep: r.first, start: start}
 	opt.Prom.SetReady(true)
 	stepStart := start
-	for k := first; k < steps; k++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if err := feed.Fill(stream, int64(k)*int64(n*batch)+int64(opt.TrainerIndex*batch)); err != nil {
-			return nil, err
-		}
-		rt.StepNum = int64(k)
-		if opt.Comm != nil {
-			if err := opt.Comm.Flush(ctx); err != nil {
-				return nil, err
-			}
-		}
-		if err := prog.Run(rt); err != nil {
-			return nil, err
+	for k := r.first; k < r.steps; k++ {
+		if err := r.step(k); err != nil {
+			return err
 		}
 		if opt.Prom != nil {
 			now := time.Now()
 			opt.Prom.Step(now.Sub(stepStart))
 			stepStart = now
 		}
-		if tail != nil && k >= steps-tailSteps {
-			tail.add(prog.Scope)
+		if r.tail != nil && k >= r.steps-tailSteps {
+			r.tail.add(r.prog.Scope)
 		}
 		// Every ck.Every steps, and at the last step: a finished run can be
 		// continued from where it ended.
-		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && ((k+1)%ck.Every == 0 || k == steps-1) {
-			if err := ck.Save(int64(k+1), program.PersistentOf(prog)); err != nil {
-				return nil, err
+		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && ((k+1)%ck.Every == 0 || k == r.steps-1) {
+			if err := ck.Save(int64(k+1), program.PersistentOf(r.prog)); err != nil {
+				return err
 			}
 		}
 		// Step 1 is logged too, so a loss curve starts where training does.
-		if (k+1)%logEvery == 0 || k == steps-1 || k == 0 {
-			now := time.Now()
-			sps := float64(k+1-lastStep) / now.Sub(last).Seconds()
-			last, lastStep = now, k+1
-			ev := opt.Log.Info().Int("step", k+1).Float64("loss", float64(loss.F[0]))
-			for _, m := range g.Train.Metrics {
-				ev = ev.Float64(m, float64(prog.Scope[m].F[0]))
-			}
-			// Progress: of the run's steps, done, and the time left at the
-			// run's rate so far.
-			eta := time.Duration(float64(now.Sub(start)) / float64(k+1-first) * float64(steps-k-1))
-			ev.Float64("steps_per_s", math.Round(sps)).Int("of", steps).Int("pct", 100*(k+1)/steps).
-				Str("eta", eta.Round(time.Second).String()).Msg("train")
-			if metricsOut != nil {
-				writeMetrics(metricsOut, k+1, g, prog.Scope, sps, opt.Role)
-			}
-			if math.IsNaN(float64(loss.F[0])) {
-				return nil, fmt.Errorf("step %d: the loss is NaN; lower the learning rate or check the data normalization", k+1)
+		if (k+1)%logEvery == 0 || k == r.steps-1 || k == 0 {
+			if err := r.logStep(&lg, k); err != nil {
+				return err
 			}
 		}
-		if ev != nil && evalEvery > 0 && (k+1)%evalEvery == 0 && k < steps-1 {
-			if _, err := logEval(ctx, ev, k+1, g, opt, metricsOut); err != nil {
-				return nil, err
+		if r.ev != nil && r.g.Train.EvalEvery > 0 && (k+1)%r.g.Train.EvalEvery == 0 && k < r.steps-1 {
+			if _, err := logEval(r.ctx, r.ev, k+1, r.g, opt, r.metrics); err != nil {
+				return err
 			}
 		}
 	}
-	elapsed := time.Since(start).Seconds()
+	return nil
+}
+
+// step feeds and runs step k.
+func (r *run) step(k int) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	if err := r.feed.Fill(r.stream, int64(k)*int64(r.n*r.batch)+int64(r.opt.TrainerIndex*r.batch)); err != nil {
+		return err
+	}
+	r.rt.StepNum = int64(k)
+	if r.opt.Comm != nil {
+		if err := r.opt.Comm.Flush(r.ctx); err != nil {
+			return err
+		}
+	}
+	return r.prog.Run(r.rt)
+}
+
+// stepLog is the rate of the steps since the last logged one.
+type stepLog struct {
+	start, last time.Time
+	lastStep    int
+}
+
+// logStep logs step k (its loss, metrics, rate and progress) and writes
+// it to the metrics file; a NaN loss stops the run.
+func (r *run) logStep(lg *stepLog, k int) error {
+	g, s := r.g, r.prog.Scope
+	loss := float64(s[g.Train.Loss].F[0])
+	now := time.Now()
+	sps := float64(k+1-lg.lastStep) / now.Sub(lg.last).Seconds()
+	lg.last, lg.lastStep = now, k+1
+	ev := r.opt.Log.Info().Int("step", k+1).Float64("loss", loss)
+	for _, m := range g.Train.Metrics {
+		ev = ev.Float64(m, float64(s[m].F[0]))
+	}
+	// Progress: of the run's steps, done, and the time left at the
+	// run's rate so far.
+	eta := time.Duration(float64(now.Sub(lg.start)) / float64(k+1-r.first) * float64(r.steps-k-1))
+	ev.Float64("steps_per_s", math.Round(sps)).Int("of", r.steps).Int("pct", 100*(k+1)/r.steps).
+		Str("eta", eta.Round(time.Second).String()).Msg("train")
+	if r.metrics != nil {
+		writeMetrics(r.metrics, k+1, g, s, sps, r.opt.Role)
+	}
+	if math.IsNaN(loss) {
+		return fmt.Errorf("step %d: the loss is NaN; lower the learning rate or check the data normalization", k+1)
+	}
+	return nil
+}
+
+// end finishes the run: a trainer receives the final parameters and
+// finishes with its pservers; the parameters are saved; the summary gets
+// the held-out evaluation and the loss and metrics over the data set.
+func (r *run) end(elapsed float64) (*Summary, error) {
+	g, opt := r.g, r.opt
 	params, names := program.Scope{}, g.Params()
 	for _, name := range names {
-		params[name] = prog.Scope[name]
+		params[name] = r.prog.Scope[name]
 	}
 	if opt.Comm != nil {
-		// The pservers serve step `steps` parameters after the last update.
-		fin, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: opt.Params})
-		if err != nil {
+		if err := r.finalParams(params); err != nil {
 			return nil, err
-		}
-		defer fin.Close()
-		fin.OnError = prog.OnError
-		rt.StepNum = int64(steps)
-		if err := fin.Run(rt); err != nil {
-			return nil, fmt.Errorf("receiving the final parameters: %w", err)
-		}
-		if err := opt.Comm.Finish(ctx); err != nil {
-			return nil, err
-		}
-		for _, err := range opt.Comm.AwaitPeers(ctx) {
-			opt.Log.Warn().Err(err).Msg("after the last step")
-		}
-		for _, name := range opt.Params {
-			params[name] = fin.Scope[name]
-			if t := prog.Scope[name]; ev != nil && t != nil {
-				t.CopyFrom(fin.Scope[name]) // the evaluator reads these
-			}
 		}
 		names = append(names, opt.Params...)
 	}
 	if opt.Save != "" {
-		if err := modelfile.SaveModel(opt.Save, g.Name, names, params, norm); err != nil {
+		if err := modelfile.SaveModel(opt.Save, g.Name, names, params, r.norm); err != nil {
 			return nil, err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
-	sum := &Summary{Role: opt.Role, Steps: steps, Seconds: elapsed, StepsPerS: float64(steps-first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
-	if c, ok := opt.Comm.(interface{ Traffic() transport.Traffic }); ok {
-		tr := c.Traffic() // the pservers are done: nothing more arrives
+	sum := &Summary{Role: opt.Role, Steps: r.steps, Seconds: elapsed, StepsPerS: float64(r.steps-r.first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
+	if opt.Comm != nil {
+		tr := opt.Comm.Traffic() // the pservers are done: nothing more arrives
 		sum.SentBytes, sum.RecvBytes, sum.WireSentBytes, sum.WireRecvBytes = tr.Sent, tr.Recv, tr.WireSent, tr.WireRecv
 	}
-	if ev != nil {
-		vals, err := logEval(ctx, ev, steps, g, opt, metricsOut)
+	if r.ev != nil {
+		vals, err := logEval(r.ctx, r.ev, r.steps, g, opt, r.metrics)
 		if err != nil {
 			return nil, err
 		}
-		sum.EvalRows = ev.Rows
+		sum.EvalRows = r.ev.Rows
 		sum.Eval = map[string]float64{"eval_loss": vals[0]}
 		for i, m := range g.Train.Metrics {
 			sum.Eval["eval_"+m] = vals[i+1]
 		}
 	}
-	if tail != nil {
-		tail.fill(sum)
+	if r.tail != nil {
+		r.tail.fill(sum)
 		return sum, nil
 	}
-	if set != nil {
-		sum.Loss, sum.Metrics, err = evaluate.Evaluate(g, set, params)
+	var err error
+	if r.set != nil {
+		sum.Loss, sum.Metrics, err = evaluate.Evaluate(g, r.set, params)
 	} else {
-		sum.Loss, sum.Metrics, err = evaluate.EvaluateStream(g, file, params, max(batch, evaluate.EvalChunk))
+		sum.Loss, sum.Metrics, err = evaluate.EvaluateStream(g, r.file, params, max(r.batch, evaluate.EvalChunk))
 	}
 	if err != nil {
 		return nil, err
 	}
 	return sum, nil
+}
+
+// finalParams receives the parameters the pservers serve after the last
+// update (those of step `steps`) into params, and finishes with the
+// pservers.
+func (r *run) finalParams(params program.Scope) error {
+	opt := r.opt
+	fin, err := program.Compile(r.g, program.CompileOptions{Batch: r.batch, Targets: opt.Params,
+		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
+	if err != nil {
+		return err
+	}
+	r.closers = append(r.closers, fin.Close)
+	fin.OnError = r.prog.OnError
+	r.rt.StepNum = int64(r.steps)
+	if err := fin.Run(r.rt); err != nil {
+		return fmt.Errorf("receiving the final parameters: %w", err)
+	}
+	if err := opt.Comm.Finish(r.ctx); err != nil {
+		return err
+	}
+	for _, err := range opt.Comm.AwaitPeers(r.ctx) {
+		opt.Log.Warn().Err(err).Msg("after the last step")
+	}
+	for _, name := range opt.Params {
+		params[name] = fin.Scope[name]
+		if t := r.prog.Scope[name]; r.ev != nil && t != nil {
+			t.CopyFrom(fin.Scope[name]) // the evaluator reads these
+		}
+	}
+	return nil
 }
 
 // StepsOf is the number of steps a run trains: steps (--steps) when

@@ -1,9 +1,5 @@
 package rejoin
 
-// The restart protocol: its two control transfers and their codec. The
-// trainer side is restart_trainer.go, the pserver side
-// restart_pserver.go, their decisions restart_plan.go.
-
 import (
 	"encoding/binary"
 	"fmt"
@@ -19,7 +15,7 @@ import (
 //     pserver incarnation: the step of the last gradients it sent to that
 //     pserver (any incarnation; before any, its start step - 1), the
 //     oldest step of that pserver's parameters it has not received yet
-//     (both `learning` when the trainer learns its start step from the
+//     (both Learning when the trainer learns its start step from the
 //     pservers), and whether it rejoins (it talked to an earlier
 //     incarnation: the pserver restarted into a running job).
 //   - resume, pserver -> trainer, once it heard every trainer: the step it
@@ -30,13 +26,13 @@ import (
 // step the pserver has not applied (the transport dropped what was queued
 // for the old process), and carries on. See docs/runtime.md.
 
-// learning marks a position of a trainer that learns its start step.
+// Learning marks a position of a trainer that learns its start step.
 const Learning = math.MinInt64
 
-// position is what a trainer tells a pserver incarnation about itself.
+// Position is what a trainer tells a pserver incarnation about itself.
 // Steps and Batch are the trainer's run (--steps, --batch, as resolved
 // from the model): every trainer of a job must have the same, and a
-// pserver that hears two different stops the job (checkRun).
+// pserver that hears two different stops the job (CheckRun).
 type Position struct {
 	Sent   int64 // step of the last gradients sent to this pserver; start-1 before any
 	Need   int64 // oldest step of this pserver's parameters not received yet
@@ -47,10 +43,41 @@ type Position struct {
 
 func (p Position) Known() bool { return p.Sent != Learning }
 
+// PositionBytes is the size of an encoded Position.
+const PositionBytes = 40
+
+// Where is a trainer's position with respect to one pserver, from its
+// records of that pserver's transfers: the trainer's first step (Learning
+// until it learned it), what it last sent on each transfer (a request does
+// not count: it carries no gradient) and the last step it received of
+// each (Learning: none yet), and its run's steps and batch.
+func Where(start int64, sent []SentState, got []int64, steps, batch int64) Position {
+	if start == Learning {
+		return Position{Sent: Learning, Need: Learning, Steps: steps, Batch: batch}
+	}
+	pos := Position{Sent: start - 1, Need: math.MaxInt64, Steps: steps, Batch: batch}
+	for _, m := range sent {
+		if m.Has && !m.Request && m.Step > pos.Sent {
+			pos.Sent = m.Step
+		}
+	}
+	for _, k := range got {
+		need := start
+		if k != Learning {
+			need = k + 1
+		}
+		pos.Need = min(pos.Need, need)
+	}
+	if pos.Need == math.MaxInt64 { // receives nothing from it
+		pos.Need = pos.Sent + 1
+	}
+	return pos
+}
+
 // bytes: Sent, Need (int64), Rejoin (1 byte, then 7 zero bytes), Steps,
 // Batch (int64), little-endian: 40 bytes.
 func (p Position) Bytes() []byte {
-	b := make([]byte, 40)
+	b := make([]byte, PositionBytes)
 	binary.LittleEndian.PutUint64(b, uint64(p.Sent))
 	binary.LittleEndian.PutUint64(b[8:], uint64(p.Need))
 	if p.Rejoin {
@@ -61,7 +88,7 @@ func (p Position) Bytes() []byte {
 	return b
 }
 
-func PositionOf(b []byte) Position {
+func DecodePosition(b []byte) Position {
 	return Position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:])), Rejoin: b[16] == 1,
 		Steps: int64(binary.LittleEndian.Uint64(b[24:])), Batch: int64(binary.LittleEndian.Uint64(b[32:]))}
 }

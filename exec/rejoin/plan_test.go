@@ -60,27 +60,27 @@ func TestPlanResend(t *testing.T) {
 	req := func(step, answer int64) SentState {
 		return SentState{Has: true, Request: true, Step: step, Answer: answer}
 	}
-	last := func(k int64) resendStep { return resendStep{Step: k, Last: true} }
-	empty := func(k int64) resendStep { return resendStep{Step: k} }
+	last := func(k int64) ResendStep { return ResendStep{Step: k, Last: true} }
+	empty := func(k int64) ResendStep { return ResendStep{Step: k} }
 	cases := []struct {
 		name  string
 		m     SentState
 		s     int64
 		async bool
-		want  []resendStep
+		want  []ResendStep
 	}{
 		{name: "nothing sent yet", m: SentState{Answer: Learning}, s: 10},
 		{name: "gradient the pserver applied", m: grad(9), s: 10},
-		{name: "gradient of the resume step", m: grad(10), s: 10, want: []resendStep{last(10)}},
-		{name: "gradient ahead (async)", m: grad(12), s: 10, async: true, want: []resendStep{last(12)}},
+		{name: "gradient of the resume step", m: grad(10), s: 10, want: []ResendStep{last(10)}},
+		{name: "gradient ahead (async)", m: grad(12), s: 10, async: true, want: []ResendStep{last(12)}},
 		{name: "request answered before the resume step", m: req(9, 9), s: 10},
-		{name: "request still waiting", m: req(10, 9), s: 10, want: []resendStep{last(10)}},
-		{name: "request waiting, learning", m: req(10, Learning), s: 10, want: []resendStep{last(10)}},
+		{name: "request still waiting", m: req(10, 9), s: 10, want: []ResendStep{last(10)}},
+		{name: "request waiting, learning", m: req(10, Learning), s: 10, want: []ResendStep{last(10)}},
 		// sync: a shard serves every trainer at every step, so the
 		// steps whose rows the trainer has get empty requests.
-		{name: "sync, moved on two steps, waits for the last", m: req(12, 11), s: 10, want: []resendStep{empty(10), empty(11), last(12)}},
-		{name: "sync, moved on, answered", m: req(12, 12), s: 10, want: []resendStep{empty(10), empty(11), empty(12)}},
-		{name: "async, moved on, waits for the last", m: req(12, 11), s: 10, async: true, want: []resendStep{last(12)}},
+		{name: "sync, moved on two steps, waits for the last", m: req(12, 11), s: 10, want: []ResendStep{empty(10), empty(11), last(12)}},
+		{name: "sync, moved on, answered", m: req(12, 12), s: 10, want: []ResendStep{empty(10), empty(11), empty(12)}},
+		{name: "async, moved on, waits for the last", m: req(12, 11), s: 10, async: true, want: []ResendStep{last(12)}},
 		{name: "async, answered", m: req(12, 12), s: 10, async: true},
 	}
 	for _, c := range cases {

@@ -1,0 +1,325 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/kernels"
+	"github.com/psgraph/psgraph/exec/rejoin"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// Trainer is a trainer's communication: the kernels.Rendezvous of its
+// program and what its loop needs (Flush, Finish, AwaitPeers, StopJob,
+// LearnStep). It remembers what it sent each pserver and the last step it
+// received of each transfer, to tell a restarted pserver where it is and
+// send it again what the restart lost; the decisions are rejoin.Link's,
+// one per pserver (rejoin.go).
+type Trainer struct {
+	node
+	start        atomic.Int64 // the trainer's first step (rejoin.Learning until known)
+	steps, batch int64
+	links        map[transport.NodeID]*link // built by Join; read-only after
+	// told is the sum over the links of the incarnation each holds this
+	// trainer's position: equal to the watch's epoch when every pserver is
+	// up to date (rejoinRestarted's one-load check).
+	told atomic.Int64
+}
+
+// link is the trainer's memory of one pserver: its protocol state, what it
+// last sent on each transfer and the last step it received of each.
+type link struct {
+	id   transport.NodeID
+	mu   sync.Mutex  // one recovery at a time; guards m and since
+	m    rejoin.Link // the protocol state
+	told atomic.Int64
+	// since is when the pserver was lost (for the log).
+	since time.Time
+	sent  map[string]*sentMsg
+	got   map[string]*atomic.Int64 // last step received, rejoin.Learning before any
+}
+
+// sentMsg is the last message sent on one transfer. Its payload is the
+// tensor's memory, which stays intact until the trainer received this
+// pserver's next parameters (the gradient is computed from them, and they
+// come only once the pserver has the re-sent gradient); a transfer
+// computed without them keeps a copy (own), in a new buffer once the old
+// one was re-sent (lent: the transport may still be writing it).
+//
+// A request (a table's ids) is not a gradient: it does not count toward
+// the trainer's position, and answer is the last step of the reply it
+// asks for (the table's rows), so a restarted pserver gets requests for
+// the steps it will serve that the trainer still waits for.
+type sentMsg struct {
+	mu      sync.Mutex
+	has     bool
+	step    int64
+	dt      ir.DType
+	payload []byte
+	own     bool
+	lent    bool
+	request bool
+	answer  *atomic.Int64
+}
+
+// NewTrainer returns the communication of a trainer with these pservers.
+// Join must be called before it is used.
+func NewTrainer(cfg Config, pservers []transport.NodeID) *Trainer {
+	return &Trainer{node: newNode(cfg, pservers)}
+}
+
+// Join sets up the trainer's memory of its pservers from its graph's
+// transfer table and sends every pserver its position: start-1, or
+// Learning when start < 0 (it learns its start step from the pservers).
+func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, batch int) error {
+	c.steps, c.batch = int64(steps), int64(batch)
+	if start < 0 {
+		start = rejoin.Learning
+	}
+	c.start.Store(start)
+	c.links = map[transport.NodeID]*link{}
+	for _, p := range c.peers {
+		c.links[p] = &link{id: p, m: rejoin.Link{Peer: p.String(), Async: c.async}, sent: map[string]*sentMsg{}, got: map[string]*atomic.Int64{}}
+	}
+	ts, err := g.Transfers(batch, nil)
+	if err != nil {
+		return err
+	}
+	// What the trainer receives from each pserver first: a request's
+	// record points at the step of its reply.
+	for _, t := range ts {
+		if !t.Recv || t.Peer.Role != ir.PServerRole {
+			continue
+		}
+		l, err := c.linkOf(t)
+		if err != nil {
+			return err
+		}
+		got := &atomic.Int64{}
+		got.Store(rejoin.Learning)
+		l.got[t.Var] = got
+	}
+	prod := g.Producers()
+	for _, t := range ts {
+		if t.Recv || t.Peer.Role != ir.PServerRole {
+			continue
+		}
+		l, err := c.linkOf(t)
+		if err != nil {
+			return err
+		}
+		if t.Kind.Request() { // a table's ids: answered by its rows
+			l.sent[t.Var] = &sentMsg{request: true, answer: l.got[ops.TableRows(t.Table)]}
+			continue
+		}
+		l.sent[t.Var] = &sentMsg{own: !fedBy(g, prod, t.Op.Inputs[0], t.Peer.Attr())}
+	}
+	for _, p := range c.peers {
+		l := c.links[p]
+		n := c.incarnation(p)
+		if err := c.ep.Send(ctx, p, CtrlStep, PositionVar, PositionSpec.DType, c.position(l).Bytes()); err != nil {
+			return fmt.Errorf("telling %s this trainer's position: %w", p, err)
+		}
+		l.m.Told = n
+		l.told.Store(n)
+		c.told.Add(n)
+	}
+	return nil
+}
+
+// linkOf is the link to the pserver of transfer t.
+func (c *Trainer) linkOf(t dsl.Transfer) (*link, error) {
+	if t.Kind.Table() && t.Op.Attrs.Int("shards") != len(c.peers) {
+		return nil, dsl.Errorf(t.Op.Pos, "%s: table %s is sharded over %d pservers, but this job has %d", t.Op.Type, t.Table, t.Op.Attrs.Int("shards"), len(c.peers))
+	}
+	l := c.links[t.Peer]
+	if l == nil {
+		return nil, dsl.Errorf(t.Op.Pos, "%s: %s is not a pserver of this job", t.Op.Type, t.Peer.Attr())
+	}
+	return l, nil
+}
+
+// fedBy reports whether variable v is computed from a parameter received
+// from peer (a recv op with from: peer), so its memory cannot be
+// overwritten before that peer's next parameters arrived.
+func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
+	seen := map[string]bool{}
+	var walk func(string) bool
+	walk = func(v string) bool {
+		if seen[v] {
+			return false
+		}
+		seen[v] = true
+		i, ok := prod[v]
+		if !ok {
+			return false
+		}
+		op := g.Ops[i]
+		if op.Type == "recv" && op.Attrs.String("from") == peer || op.Type == "fetch_rows" { // rows of every pserver
+			return true
+		}
+		for _, in := range op.Inputs {
+			if walk(in) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(v)
+}
+
+// position is where the trainer is with respect to pserver l
+// (rejoin.Where, from its records).
+func (c *Trainer) position(l *link) rejoin.Position {
+	sent := make([]rejoin.SentState, 0, len(l.sent))
+	for _, m := range l.sent {
+		m.mu.Lock()
+		sent = append(sent, rejoin.SentState{Has: m.has, Request: m.request, Step: m.step})
+		m.mu.Unlock()
+	}
+	got := make([]int64, 0, len(l.got))
+	for _, k := range l.got {
+		got = append(got, k.Load())
+	}
+	return rejoin.Where(c.start.Load(), sent, got, c.steps, c.batch)
+}
+
+// Send implements kernels.Rendezvous: it queues v@step for pserver to and
+// records it as the last message of that transfer. Both happen under the
+// record's lock, so a recovery of the pserver (on another op's goroutine)
+// sees either the message before or this one, never this one sent but not
+// yet recorded.
+func (c *Trainer) Send(ctx context.Context, step int64, to ir.Node, v string, dt ir.DType, payload []byte) error {
+	if to.Role != ir.PServerRole || to.Index < 0 {
+		return fmt.Errorf("send %s: a trainer sends to one pserver, not %s", v, to.Attr())
+	}
+	var m *sentMsg
+	if l := c.links[to]; l != nil {
+		m = l.sent[v]
+	}
+	if m == nil {
+		return c.ep.Send(ctx, to, step, v, dt, payload)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := c.ep.Send(ctx, to, step, v, dt, payload); err != nil {
+		return err
+	}
+	m.note(step, dt, payload)
+	return nil
+}
+
+// note records the message; the caller holds m.mu.
+func (m *sentMsg) note(step int64, dt ir.DType, payload []byte) {
+	m.has, m.step, m.dt = true, step, dt
+	switch {
+	case m.own && m.lent:
+		m.payload, m.lent = append([]byte(nil), payload...), false
+	case m.own:
+		m.payload = append(m.payload[:0], payload...)
+	default:
+		m.payload = payload
+	}
+}
+
+var errTrainerAny = errors.New("a trainer receives from one pserver at a time")
+
+// Reply, RecvAny and Pending are a pserver's; a trainer's graph has none.
+func (c *Trainer) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
+	return errTrainerAny
+}
+func (c *Trainer) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
+	return 0, ir.Node{}, 0, errTrainerAny
+}
+func (c *Trainer) Pending(context.Context, []string) (string, error) { return "", errTrainerAny }
+
+// Recv implements kernels.Rendezvous: v@step from pserver from. With a
+// timeout it rides out a lost or restarted pserver (recvFromPServer).
+func (c *Trainer) Recv(ctx context.Context, step int64, from ir.Node, v string, dst []byte) (int, error) {
+	sink := c.prefix(v, dst)
+	defer release(sink)
+	if c.timeout > 0 && c.links != nil {
+		return c.recvFromPServer(ctx, from, step, v, dst, sink)
+	}
+	return c.recvInto(ctx, from, step, v, dst, sink)
+}
+
+// Flush waits until every message handed to Send was written, so its
+// memory may change again. A pserver lost meanwhile is waited for and, if
+// it restarted, brought up to date.
+func (c *Trainer) Flush(ctx context.Context) error {
+	for {
+		err := c.ep.Flush(ctx)
+		var pe *transport.PeerError
+		if !lostPeer(err) || !errors.As(err, &pe) || c.timeout <= 0 || c.links[pe.Peer] == nil {
+			return err
+		}
+		if err := c.recover(ctx, c.links[pe.Peer], err); err != nil {
+			return err
+		}
+	}
+}
+
+// Finish flushes (riding out a pserver lost at the end too) and tells
+// every pserver this trainer is done.
+func (c *Trainer) Finish(ctx context.Context) error {
+	if err := c.Flush(ctx); err != nil {
+		return err
+	}
+	return c.done(ctx)
+}
+
+// LearnStep is the step a (re)started trainer joins at: it waits until a
+// parameter message is pending for every parameter its graph receives and
+// returns the newest of their oldest steps. The pservers send their
+// parameters for the step they are at (and the one before, when their
+// parts may differ by one), so at that step every recv finds its message.
+func (c *Trainer) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
+	ts, err := g.Transfers(g.Batch(), nil)
+	if err != nil {
+		return 0, err
+	}
+	step, any := int64(0), false
+	for _, t := range ts {
+		// Parameters only: a pserver's partial norm (clip) is sent after
+		// the gradients arrive, not with the parameters.
+		if !t.Recv || t.Kind != dsl.ParamTransfer || t.Peer.Index < 0 {
+			continue
+		}
+		k, err := c.peek(ctx, t.Peer, t.Var)
+		if err != nil {
+			return 0, fmt.Errorf("learning the start step from %s: %w", t.Peer, err)
+		}
+		if !any || k > step {
+			step, any = k, true
+		}
+	}
+	c.start.Store(step)
+	return step, nil
+}
+
+// peek is Endpoint.Peek riding out a lost connection to the pserver (the
+// same wait as a receive: up to the timeout for it to come back).
+func (c *Trainer) peek(ctx context.Context, p transport.NodeID, v string) (int64, error) {
+	for {
+		k, err := c.ep.Peek(ctx, p, v)
+		if err == nil || !lostPeer(err) {
+			return k, err
+		}
+		if werr := c.waitBack(ctx, p); werr != nil {
+			if c.timeout <= 0 || ctx.Err() != nil {
+				return 0, err
+			}
+			return 0, c.pserverGone(p, err, werr)
+		}
+	}
+}
+
+var _ kernels.Rendezvous = (*Trainer)(nil)
