@@ -43,8 +43,14 @@ func (g *Graph) Trainable() error {
 }
 
 func hasOp(g *Graph, typ string) bool {
+	return hasOpThat(g, func(t string) bool { return t == typ })
+}
+
+// hasOpThat reports whether g has an op whose type satisfies is (such as
+// ops.ReadsTable: a lookup of a table by id).
+func hasOpThat(g *Graph, is func(typ string) bool) bool {
 	for _, op := range g.Ops {
-		if op.Type == typ {
+		if is(op.Type) {
 			return true
 		}
 	}

@@ -24,6 +24,9 @@ func TestNewOpShapeErrors(t *testing.T) {
 		{"a: {shape: [4, 3]}\n  b: {shape: [2]}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "ids must be int32, got float32[2]"},
 		{"a: {shape: [4]}\n  b: {shape: [2], dtype: int32}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "table must be float32 [V, D], got float32[4]"},
 		{"a: {shape: []}", "{type: softmax, inputs: [a], outputs: [y]}", "at least one axis"},
+		{"a: {shape: [4, 3]}\n  b: {shape: [2], dtype: int32}", "{type: embedding_bag, inputs: [a, b], outputs: [y]}", "ids must be int32 [batch, L] (or [..., L]: the last axis holds a bag's ids), got int32[2]"},
+		{"a: {shape: [4, 3]}\n  b: {shape: [2, 3], dtype: int32}", "{type: embedding_bag, inputs: [a, b], outputs: [y], attrs: {mode: avg}}", `mode "avg" is not one of sum, mean, sqrtn`},
+		{"a: {shape: [4, 3]}\n  b: {shape: [2, 3]}", "{type: embedding_bag, inputs: [a, b], outputs: [y]}", "ids must be int32, got float32[2, 3]"},
 	} {
 		src := "psgraph: 1\nstate:\n  " + c.vars + "\nops:\n  - " + c.op + "\n"
 		_, err := dsl.LoadBytes("m.yaml", []byte(src))

@@ -146,6 +146,12 @@ var gradCases = []gradCase{
 	// embeddings; repeated ids check the scatter-add
 	{op: "lookup_table", in: []in{std(5, 3), ids(sh(2, 3), 4, 0, 2, 2, 4, 1)}},
 	{op: "lookup_table", in: []in{std(5, 2), ids(sh(4), 3, 3, 0, 3)}},
+	// embedding_bag: padding (-1) anywhere, an id repeated in a bag and
+	// shared by bags, a bag of padding only
+	{op: "embedding_bag", in: []in{std(5, 3), ids(sh(3, 4), 4, -1, 2, 4, -1, -1, -1, -1, 0, 2, 2, 1)}},
+	{op: "embedding_bag", in: []in{std(5, 3), ids(sh(3, 4), 4, -1, 2, 4, -1, -1, -1, -1, 0, 2, 2, 1)}, attrs: "{mode: mean}"},
+	{op: "embedding_bag", in: []in{std(5, 3), ids(sh(3, 4), 4, -1, 2, 4, -1, -1, -1, -1, 0, 2, 2, 1)}, attrs: "{mode: sqrtn}"},
+	{op: "embedding_bag", in: []in{std(6, 2), ids(sh(2, 2, 3), 5, -1, 5, 0, 1, 2, -1, 3, -1, 4, 4, 4)}, attrs: "{mode: mean}"},
 }
 
 // TestGradientsMatchFiniteDifferences checks every gradient rule of the
