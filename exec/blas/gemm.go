@@ -83,10 +83,14 @@ func grow(s []float32, n int) []float32 {
 // gemm computes C = alpha*A*B + beta*C with A m x k, B k x n, C m x n views,
 // using the kernel kn. k >= 1.
 func gemm(kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C view) {
-	nr := kn.nr
 	s := getScratch()
 	defer putScratch(s)
+	gemmIn(s, kn, m, n, k, alpha, A, B, beta, C)
+}
 
+// gemmIn is gemm with the scratch buffers s (SgemmBatch's products share one).
+func gemmIn(s *scratch, kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C view) {
+	nr := kn.nr
 	aDirect, bDirect := directA(m, k, A), directB(m, n, k, B)
 
 	par := m*n*k >= parallelMin && k >= 32 && helpers() > 0

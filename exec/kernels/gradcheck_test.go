@@ -74,6 +74,11 @@ var gradCases = []gradCase{
 	{op: "matmul", in: []in{std(3, 2), std(3, 4)}, attrs: "{transpose_a: true}"},
 	{op: "matmul", in: []in{std(2, 3), std(4, 3)}, attrs: "{transpose_b: true}"},
 	{op: "matmul", in: []in{std(3, 2), std(4, 3)}, attrs: "{transpose_a: true, transpose_b: true}"},
+	// batch_matmul: every transpose combination
+	{op: "batch_matmul", in: []in{std(2, 2, 3), std(2, 3, 4)}},
+	{op: "batch_matmul", in: []in{std(3, 3, 2), std(3, 3, 4)}, attrs: "{transpose_a: true}"},
+	{op: "batch_matmul", in: []in{std(2, 2, 3), std(2, 4, 3)}, attrs: "{transpose_b: true}"},
+	{op: "batch_matmul", in: []in{std(2, 3, 2), std(2, 4, 3)}, attrs: "{transpose_a: true, transpose_b: true}"},
 	// unary
 	{op: "relu", in: []in{away(0.1, 1, 3, 4)}},
 	{op: "sigmoid", in: []in{f32(-3, 3, 3, 4)}},

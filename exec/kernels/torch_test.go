@@ -161,3 +161,17 @@ func TestEmbeddingBagMatchesTorch(t *testing.T) {
 		})
 	}
 }
+
+// batch_matmul in every transpose combination: torch.bmm of the operands
+// transposed likewise.
+func TestBatchMatmulMatchesTorch(t *testing.T) {
+	ref := loadRef(t, "batch_matmul")
+	for _, c := range []string{"00", "01", "10", "11"} {
+		checkAgainstTorch(t, ref, refCase{
+			file: "batch_matmul", op: "batch_matmul",
+			attrs: fmt.Sprintf("{transpose_a: %v, transpose_b: %v}", c[0] == '1', c[1] == '1'),
+			in:    []refOperand{{"x." + c, "dx." + c}, {"y." + c, "dy." + c}},
+			out:   "z." + c, g: "G." + c, tol: 1e-5,
+		})
+	}
+}
