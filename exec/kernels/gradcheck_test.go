@@ -140,6 +140,15 @@ var gradCases = []gradCase{
 	{op: "concat", in: []in{std(2, 3), std(1, 3)}},
 	{op: "concat", in: []in{std(2, 3), std(2, 1), std(2, 2)}, attrs: "{axis: 1}"},
 	{op: "concat", in: []in{std(2, 2, 3), std(2, 1, 3)}, attrs: "{axis: -2}"},
+	{op: "stack", in: []in{std(2, 3), std(2, 3), std(2, 3)}},
+	{op: "stack", in: []in{std(2, 3), std(2, 3)}, attrs: "{axis: 0}"},
+	{op: "stack", in: []in{std(2, 3), std(2, 3)}, attrs: "{axis: -1}"},
+	// dot_interaction: the strict triangle, and with the diagonal; F = 20
+	// spans more than one GEMM tile, B = 17 more than one chunk
+	{op: "dot_interaction", in: []in{std(2, 4, 3)}},
+	{op: "dot_interaction", in: []in{std(2, 4, 3)}, attrs: "{self: true}"},
+	{op: "dot_interaction", in: []in{std(17, 3, 2)}},
+	{op: "dot_interaction", in: []in{std(1, 20, 2)}, attrs: "{self: true}"},
 	// shapes
 	{op: "reshape", in: []in{std(2, 3)}, attrs: "{shape: [6]}"},
 	{op: "reshape", in: []in{std(4, 6)}, attrs: "{shape: [-1, 3, 2]}", batch: 4},

@@ -175,3 +175,48 @@ func TestBatchMatmulMatchesTorch(t *testing.T) {
 		})
 	}
 }
+
+// dot_interaction is facebookresearch/dlrm's "dot" interaction
+// (interact_features: bmm, then the pairs (i, j), j < i, row-major; with
+// self, j <= i), values and gradient, for a small case, DLRM's Criteo
+// shape (27 vectors of 16) and 40 vectors (more than one GEMM tile).
+func TestDotInteractionMatchesTorch(t *testing.T) {
+	ref := loadRef(t, "dot_interaction")
+	for _, name := range []string{"small", "dlrm", "wide"} {
+		for _, self := range []bool{false, true} {
+			key := name
+			if self {
+				key += ".self"
+			}
+			checkAgainstTorch(t, ref, refCase{
+				file: "dot_interaction", op: "dot_interaction", attrs: fmt.Sprintf("{self: %v}", self),
+				in:  []refOperand{{"x." + key, "dx." + key}},
+				out: "z." + key, g: "G." + key, tol: 1e-5,
+			})
+		}
+	}
+}
+
+// stack equals torch.stack along each axis.
+func TestStackMatchesTorch(t *testing.T) {
+	ref := loadRef(t, "stack")
+	for axis := range 3 {
+		p := compileModel(t, fmt.Sprintf(`psgraph: 1
+state:
+  x0: {shape: [3, 4]}
+  x1: {shape: [3, 4]}
+  x2: {shape: [3, 4]}
+  x3: {shape: [3, 4]}
+  x4: {shape: [3, 4]}
+ops:
+  - {type: stack, inputs: [x0, x1, x2, x3, x4], outputs: [y], attrs: {axis: %d}}
+`, axis), 3)
+		for i := range 5 {
+			p.Scope[fmt.Sprintf("x%d", i)].CopyFrom(ref[fmt.Sprintf("x%d", i)])
+		}
+		if err := runOnce(t, p); err != nil {
+			t.Fatal(err)
+		}
+		compareRef(t, fmt.Sprintf("stack axis %d", axis), p.Scope["y"], ref[fmt.Sprintf("y.%d", axis)], 0)
+	}
+}
