@@ -38,7 +38,7 @@ func TestFrontEndImportsNoRuntime(t *testing.T) {
 			if p.ImportPath == module+"/dsl/ir" && under(d, module) {
 				t.Errorf("dsl/ir, the IR's type names, is a leaf but imports %s", d)
 			}
-			if under(d, module+"/exec") {
+			if under(d, module+"/exec") || under(d, module+"/transport") {
 				t.Errorf("%s depends on %s: %s", p.ImportPath, d, strings.Join(chain(pkgs, p.ImportPath, d), " -> "))
 			}
 		}
@@ -46,6 +46,70 @@ func TestFrontEndImportsNoRuntime(t *testing.T) {
 	for _, want := range []string{module + "/dsl", module + "/dsl/ir", module + "/dsl/ops", module + "/partition", module + "/cmd/internal/viz"} {
 		if !slices.Contains(checked, want) {
 			t.Errorf("go list did not list %s; checked %v", want, checked)
+		}
+	}
+}
+
+// Imports point down: every package of the module has a layer, and a
+// package imports only packages of lower layers (test files aside), so two
+// packages of one layer never import each other: the trainer and the
+// pserver loops, say, meet only in exec/job. A new package must be given
+// its layer here, with the one job it does in its doc.go.
+var layers = [][]string{
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/data/criteo", "transport/testcert", "internal/atomicfile"},
+	{"dsl/ops", "exec/tensor", "transport"},
+	{"dsl", "exec/kernels", "exec/metrics"},
+	{"partition", "exec/data", "internal/testfix"},
+	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile"},
+	{"exec/program"},
+	{"exec/comm", "exec/evaluate"},
+	{"exec/trainer", "exec/pserver"},
+	{"exec/job", "exec/launch"},
+	{"exec/node"},
+	{"cmd"},
+	{""}, // main
+}
+
+func TestImportsPointDown(t *testing.T) {
+	layer := map[string]int{}
+	for i, ps := range layers {
+		for _, p := range ps {
+			layer[strings.TrimSuffix(module+"/"+p, "/")] = i
+		}
+	}
+	pkgs := goListDeps(t, module+"/...")
+	for _, p := range pkgs {
+		if !under(p.ImportPath, module) {
+			continue
+		}
+		lp, ok := layer[p.ImportPath]
+		if !ok {
+			t.Errorf("%s has no layer in layering_test.go: give it one (and a doc.go saying its one job)", p.ImportPath)
+			continue
+		}
+		for _, q := range p.Imports {
+			if !under(q, module) {
+				continue
+			}
+			if lq, ok := layer[q]; ok && lq >= lp {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports must point down", p.ImportPath, lp, q, lq)
+			}
+		}
+	}
+}
+
+// The restart protocol's decisions (exec/rejoin) are pure: the package
+// imports only the standard library, so nothing in it can do I/O on the
+// job's behalf or block on a peer.
+func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
+	pkgs := goListDeps(t, module+"/exec/rejoin")
+	p, ok := pkgs[module+"/exec/rejoin"]
+	if !ok {
+		t.Fatal("go list did not list exec/rejoin")
+	}
+	for _, d := range p.Deps {
+		if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
+			t.Errorf("exec/rejoin depends on %s, which is not in the standard library", d)
 		}
 	}
 }

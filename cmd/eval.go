@@ -1,10 +1,10 @@
 package cmd
 
 import (
+	"github.com/psgraph/psgraph/exec/evaluate"
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
 )
 
 type evalOptions struct {
@@ -49,7 +49,7 @@ func (o *evalOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
-	res, err := exec.EvalModel(c.Context(), g, exec.EvalOptions{InitFrom: o.initFrom, Data: o.data, Log: log})
+	res, err := evaluate.EvalModel(c.Context(), g, evaluate.EvalOptions{InitFrom: o.initFrom, Data: o.data, Log: log})
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/exec/modelfile"
+
 	"github.com/psgraph/psgraph/exec/data"
 )
 
@@ -147,7 +148,7 @@ func TestPredictProbabilitiesAreSoftmaxOfSavedWeights(t *testing.T) {
 	if len(header) != 20 || header[0] != "logits_0" || header[10] != "prob_0" {
 		t.Fatalf("header %v; want logits_0..logits_9, prob_0..prob_9", header)
 	}
-	p, _, err := exec.LoadSafetensors(model)
+	p, _, err := modelfile.LoadSafetensors(model)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,10 @@
 package cmd
 
 import (
+	"github.com/psgraph/psgraph/exec/evaluate"
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
 )
 
 type predictOptions struct {
@@ -63,7 +63,7 @@ func (o *predictOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
-	res, err := exec.Predict(c.Context(), g, exec.PredictOptions{InitFrom: o.initFrom, Data: o.data, Out: o.out, Outputs: o.outputs, Log: log})
+	res, err := evaluate.Predict(c.Context(), g, evaluate.PredictOptions{InitFrom: o.initFrom, Data: o.data, Out: o.out, Outputs: o.outputs, Log: log})
 	if err != nil {
 		return err
 	}

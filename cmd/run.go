@@ -9,10 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/trainer"
+
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
+
 	"github.com/psgraph/psgraph/exec/node"
 )
 
@@ -48,7 +51,7 @@ func (k *checkpointFlags) add(c *cobra.Command, node bool) {
 	}
 }
 
-func (k *checkpointFlags) checkpointer(name, model string) (*exec.Checkpointer, error) {
+func (k *checkpointFlags) checkpointer(name, model string) (*modelfile.Checkpointer, error) {
 	return node.Checkpointer(k.dir, k.every, name, model)
 }
 
@@ -248,7 +251,7 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 		return err
 	}
 	defer prom.Close()
-	sum, err := exec.Train(c.Context(), g, exec.RunOptions{
+	sum, err := trainer.Train(c.Context(), g, trainer.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
 		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck, Prom: prom.Node(),
 	})

@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/exec/modelfile"
 )
 
 // `psgraph train` of a model with a lookup table over real TCP processes:
@@ -27,11 +27,11 @@ func TestTrainShardedTableEqualsLocal(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("local: exit %d\n%s", r.code, r.stderr)
 	}
-	a, _, err := exec.LoadSafetensors(local)
+	a, _, err := modelfile.LoadSafetensors(local)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := exec.LoadSafetensors(dist)
+	b, _, err := modelfile.LoadSafetensors(dist)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -344,8 +344,8 @@ func (g *Graph) Batch() int {
 	return g.Train.Batch
 }
 
-// GradName is the name of the gradient of x.
-func GradName(x string) string { return x + "@GRAD" }
+// GradName is the name of the gradient of x (ops.GradName).
+func GradName(x string) string { return ops.GradName(x) }
 
 // HasBlocksOf reports whether the graph holds row blocks of variable name.
 func (g *Graph) HasBlocksOf(name string) bool {

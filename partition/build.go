@@ -184,7 +184,7 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 		c.Inputs = inputs
 		t.Ops = append(t.Ops, c)
 		for _, out := range op.Outputs {
-			pn, ok := strings.CutSuffix(out, "@GRAD")
+			pn, ok := strings.CutSuffix(out, ops.GradSuffix)
 			if !ok {
 				continue // not a gradient
 			}
@@ -377,8 +377,8 @@ func (s *splitter) buildClipNorm(p *Plan, blocks []*block) {
 		if len(sums) == 0 {
 			continue
 		}
-		part := "clip@part." + strconv.Itoa(j)
-		factor := "clip@factor." + strconv.Itoa(j)
+		part := ops.ClipPart(j)
+		factor := ops.ClipFactorOf(j)
 		var exchange []*dsl.Op
 		total := sums[0]
 		for i, x := range sums[1:] {
@@ -409,9 +409,9 @@ func (s *splitter) buildClipNorm(p *Plan, blocks []*block) {
 	}
 	t.Ops = append(t.Ops, dsl.ClipNormOps(s.clipNorm, parts, pos)...)
 	for j := range p.PServers {
-		if !slices.Contains(parts, "clip@part."+strconv.Itoa(j)) {
+		if !slices.Contains(parts, ops.ClipPart(j)) {
 			continue
 		}
-		t.Ops = append(t.Ops, newOp("send", []string{dsl.ClipFactor}, nil, pos, attr{"var", "clip@factor." + strconv.Itoa(j)}, attr{"to", pserverNode(j)}))
+		t.Ops = append(t.Ops, newOp("send", []string{dsl.ClipFactor}, nil, pos, attr{"var", ops.ClipFactorOf(j)}, attr{"to", pserverNode(j)}))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 )
 
 // isClipNormOp reports whether op is one of dsl.ClipNormOps: the ops that
@@ -246,7 +247,7 @@ func (s *splitter) checkEdges() error {
 	for _, gr := range inParts(len(s.g.Ops), func(lo, hi int) (out []*group) {
 		for _, op := range s.g.Ops[lo:hi] {
 			for _, o := range op.Outputs {
-				if p, ok := strings.CutSuffix(o, "@GRAD"); ok {
+				if p, ok := strings.CutSuffix(o, ops.GradSuffix); ok {
 					if gr := s.groups[p]; gr != nil && gr.grad == o {
 						out = append(out, gr)
 					}

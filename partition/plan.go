@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,6 +148,37 @@ type TransferInfo struct {
 	AtMost bool   `yaml:"at_most,omitempty"`
 }
 
+// planTransfers lists every transfer of the job once, from its pserver's
+// end (each pserver's transfer table, dsl.Graph.Transfers), ordered by
+// name and a table's shards by pserver.
+func planTransfers(pservers []*dsl.Graph, batch int) []TransferInfo {
+	var all []dsl.Transfer
+	for j, g := range pservers {
+		ts, err := g.Transfers(batch, nil)
+		if err != nil {
+			panic(fmt.Sprintf("partition: the transfers of pserver %d's subgraph: %v", j, err)) // Split built it: a bug
+		}
+		for _, t := range ts {
+			t.Peer = ir.PServer(j) // the pserver's end: its peer is every trainer
+			all = append(all, t)
+		}
+	}
+	dsl.SortTransfers(all)
+	out := make([]TransferInfo, 0, len(all))
+	for _, t := range all {
+		dt := dtypeAttr(t.DType)
+		if t.DType == ir.Rows {
+			dt = "rows"
+		}
+		ti := TransferInfo{Var: t.Var, From: t.Peer.Attr(), To: trainerNode, Shape: t.Shape.Clone(), DType: dt, AtMost: t.AtMost}
+		if t.Recv {
+			ti.From, ti.To = trainerNode, t.Peer.Attr()
+		}
+		out = append(out, ti)
+	}
+	return out
+}
+
 // HashSource returns the content hash recorded as source_sha256.
 func HashSource(src []byte) string {
 	h := sha256.Sum256(src)
@@ -194,30 +224,9 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 		l := &info.Load[b.pserver]
 		l.Bytes += b.bytes
 		l.Blocks = append(l.Blocks, b.name)
-		dt := dtypeAttr(b.g.param.DType)
-		if gr := b.g; gr.table {
-			k, d, p := gr.maxRows, gr.param.Shape[1], gr.param.Name
-			info.Transfers = append(info.Transfers,
-				TransferInfo{Var: p + "@ids", From: trainerNode, To: pserverNode(b.pserver), Shape: []int{k}, DType: "i32", AtMost: true},
-				TransferInfo{Var: p + "@rows", From: pserverNode(b.pserver), To: trainerNode, Shape: []int{k, d}, DType: dt, AtMost: true},
-				TransferInfo{Var: dsl.GradName(p), From: trainerNode, To: pserverNode(b.pserver), Shape: []int{k, d}, DType: "rows", AtMost: true})
-			continue
-		}
-		info.Transfers = append(info.Transfers,
-			TransferInfo{Var: b.name, From: pserverNode(b.pserver), To: trainerNode, Shape: b.shape.Clone(), DType: dt},
-			TransferInfo{Var: dsl.GradName(b.name), From: trainerNode, To: pserverNode(b.pserver), Shape: b.shape.Clone(), DType: dt})
 	}
-	if s.clipNorm > 0 {
-		for _, op := range p.Trainer.Ops {
-			if v := op.Attrs.String("var"); op.Type == "recv" && strings.HasPrefix(v, "clip@part.") {
-				from := op.Attrs.String("from")
-				info.Transfers = append(info.Transfers,
-					TransferInfo{Var: v, From: from, To: trainerNode, Shape: []int{}, DType: "f32"},
-					TransferInfo{Var: "clip@factor." + strings.TrimPrefix(v, "clip@part."), From: trainerNode, To: from, Shape: []int{}, DType: "f32"})
-			}
-		}
-	}
-	slices.SortStableFunc(info.Transfers, func(a, b TransferInfo) int { return strings.Compare(a.Var, b.Var) })
+	info.Transfers = planTransfers(p.PServers, s.g.Batch())
+
 	var idle []string
 	for _, l := range info.Load {
 		if len(l.Blocks) == 0 {

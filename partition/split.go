@@ -40,7 +40,7 @@ type Options struct {
 // Node names used in placements and transfers.
 const trainerNode = "trainer"
 
-func pserverNode(i int) string { return "pserver:" + strconv.Itoa(i) }
+func pserverNode(i int) string { return ir.PServer(i).Attr() }
 
 // BlockName is the variable name of row block j of parameter p.
 func BlockName(p string, j int) string { return p + ".b" + strconv.Itoa(j) }

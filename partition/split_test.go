@@ -14,8 +14,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/exec/program"
+
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
+
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -309,7 +311,7 @@ func TestBlockInitMatchesWholeParameter(t *testing.T) {
 	}
 	w := g.Vars["W1"]
 	whole := tensor.New(tensor.F32, w.Shape)
-	if err := exec.Initialize(whole, w.Init, "W1", nil, 0, 1); err != nil {
+	if err := program.Initialize(whole, w.Init, "W1", nil, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	cols := w.Shape[1]
@@ -323,7 +325,7 @@ func TestBlockInitMatchesWholeParameter(t *testing.T) {
 			blocks++
 			bt := tensor.New(tensor.F32, v.Shape)
 			seed, full, row, step := v.InitTarget()
-			if err := exec.Initialize(bt, v.Init, seed, full, row, step); err != nil {
+			if err := program.Initialize(bt, v.Init, seed, full, row, step); err != nil {
 				t.Fatal(err)
 			}
 			want := whole.F[v.Block.Start*cols : v.Block.End*cols]

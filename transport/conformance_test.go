@@ -157,7 +157,7 @@ func conformance(t *testing.T, mk factory) {
 		// untouched.
 		for _, v := range []string{"W", "ids"} {
 			err := eps[p0].Recv(ctx, t0, 0, v, dst)
-			if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), string(t0)) || string(dst) != string(make([]byte, 8)) {
+			if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), t0.String()) || string(dst) != string(make([]byte, 8)) {
 				t.Fatalf("recv %s@0: want ErrRejected naming %s with nothing written, got %v (dst %v)", v, t0, err, dst)
 			}
 		}

@@ -56,7 +56,7 @@ func (t *TCP) dialPeer(ctx context.Context, p *peer) error {
 			}
 		}
 		last = err
-		t.cfg.Log.Debug().Str("peer", string(p.id)).Err(err).Msg("connect failed, retrying")
+		t.cfg.Log.Debug().Str("peer", p.id.String()).Err(err).Msg("connect failed, retrying")
 		select {
 		case <-ctx.Done():
 			if errors.Is(last, ErrRefused) { // refused as already connected to the end: still a refusal (errors.Is)
@@ -138,7 +138,7 @@ func (t *TCP) serveConn(raw net.Conn) {
 	}
 	c.SetDeadline(time.Time{})
 	if err := t.attach(t.peers[id], c, true, inc); err != nil {
-		t.cfg.Log.Warn().Str("peer", string(id)).Err(err).Msg("connection setup failed")
+		t.cfg.Log.Warn().Str("peer", id.String()).Err(err).Msg("connection setup failed")
 	}
 }
 
@@ -235,7 +235,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 		ev = t.cfg.Log.Warn()
 		t.in.onError(&PeerError{p.id, ErrPeerRestarted})
 	}
-	ev.Str("peer", string(p.id)).Str("remote", raw.RemoteAddr().String()).Bool("reconnected", again).Bool("restarted", restarted).Msg("connected")
+	ev.Str("peer", p.id.String()).Str("remote", raw.RemoteAddr().String()).Bool("reconnected", again).Bool("restarted", restarted).Msg("connected")
 	t.wg.Add(2)
 	c.running.Add(1)
 	go c.acceptStreams()
@@ -337,7 +337,7 @@ func (c *conn) fail(err error) {
 		return
 	default:
 	}
-	c.t.cfg.Log.Warn().Str("peer", string(c.p.id)).Err(err).Msg("closing connection")
+	c.t.cfg.Log.Warn().Str("peer", c.p.id.String()).Err(err).Msg("closing connection")
 	c.t.in.onError(&PeerError{c.p.id, err})
 	c.sess.Close()
 }
@@ -410,16 +410,16 @@ func (c *conn) lost(err error) {
 	switch {
 	case gone:
 	case t.in.aborted(p.id):
-		t.cfg.Log.Debug().Str("peer", string(p.id)).Msg("connection closed after the peer stopped the job")
+		t.cfg.Log.Debug().Str("peer", p.id.String()).Msg("connection closed after the peer stopped the job")
 	case t.in.finishedPeer(p.id) && p.pending.Load() == 0:
 		// The peer said Done and all it sent arrived: its end, not a fault.
-		t.cfg.Log.Debug().Str("peer", string(p.id)).Msg("connection closed after the peer finished")
+		t.cfg.Log.Debug().Str("peer", p.id.String()).Msg("connection closed after the peer finished")
 	case !c.server:
-		t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("connection lost; reconnecting")
+		t.cfg.Log.Warn().Str("peer", p.id.String()).Err(err).Msg("connection lost; reconnecting")
 		t.wg.Add(1)
 		go t.redial(p)
 	default:
-		t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("connection lost; it may reconnect")
+		t.cfg.Log.Warn().Str("peer", p.id.String()).Err(err).Msg("connection lost; it may reconnect")
 	}
 }
 
@@ -445,7 +445,7 @@ func (t *TCP) redial(p *peer) {
 		return
 	default:
 	}
-	t.cfg.Log.Warn().Str("peer", string(p.id)).Err(err).Msg("giving up reconnecting")
+	t.cfg.Log.Warn().Str("peer", p.id.String()).Err(err).Msg("giving up reconnecting")
 	t.giveUp(p, err, false)
 }
 

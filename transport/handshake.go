@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // Handshake (docs/wire.md), before any yamux byte:
@@ -64,12 +66,15 @@ type hello struct {
 	nonce  [32]byte
 	inc    uint64
 	job    [32]byte
-	id     NodeID
+	id     NodeID // name read as a node (ir.ParseNode; a malformed name: none)
+	name   string // the node's name as it is on the wire
 	srvInc uint64 // the client's record of the server's incarnation
 }
 
+func helloOf(id NodeID) *hello { return &hello{id: id, name: id.String()} }
+
 func writeHello(w io.Writer, server bool, h *hello) error {
-	b := make([]byte, 0, 4+1+1+32+8+32+1+len(h.id))
+	b := make([]byte, 0, 4+1+1+32+8+32+1+len(h.name))
 	b = append(b, hsMagic...)
 	b = append(b, hsVersion)
 	if server {
@@ -78,8 +83,8 @@ func writeHello(w io.Writer, server bool, h *hello) error {
 	b = append(b, h.nonce[:]...)
 	b = binary.BigEndian.AppendUint64(b, h.inc)
 	b = append(b, h.job[:]...)
-	b = append(b, byte(len(h.id)))
-	b = append(b, h.id...)
+	b = append(b, byte(len(h.name)))
+	b = append(b, h.name...)
 	_, err := w.Write(b)
 	return err
 }
@@ -120,7 +125,8 @@ func readHello(r io.Reader, server bool) (*hello, error) {
 	if _, err := io.ReadFull(r, id); err != nil {
 		return nil, fmt.Errorf("handshake: %w", err)
 	}
-	h.id = NodeID(id)
+	h.name = string(id)
+	h.id, _ = ir.ParseNode(h.name)
 	return h, nil
 }
 
@@ -132,10 +138,10 @@ func proof(token []byte, label string, c, s *hello) []byte {
 	m.Write(binary.BigEndian.AppendUint64(nil, c.inc))
 	m.Write(binary.BigEndian.AppendUint64(nil, s.inc))
 	m.Write(c.job[:])
-	m.Write([]byte{byte(len(c.id))})
-	m.Write([]byte(c.id))
-	m.Write([]byte{byte(len(s.id))})
-	m.Write([]byte(s.id))
+	m.Write([]byte{byte(len(c.name))})
+	m.Write([]byte(c.name))
+	m.Write([]byte{byte(len(s.name))})
+	m.Write([]byte(s.name))
 	return m.Sum(nil)
 }
 
@@ -160,7 +166,8 @@ func statusErr(st byte) error {
 // clientHandshake authenticates to a listener that must be want; inc is
 // this endpoint's incarnation. It returns the listener's.
 func clientHandshake(rw io.ReadWriter, self, want NodeID, inc uint64, token []byte, job [32]byte) (uint64, error) {
-	c := &hello{job: job, id: self, inc: inc}
+	c := helloOf(self)
+	c.job, c.inc = job, inc
 	if _, err := rand.Read(c.nonce[:]); err != nil {
 		return 0, err
 	}
@@ -182,8 +189,8 @@ func clientRest(rw io.ReadWriter, c *hello, want NodeID, token []byte, job [32]b
 	if s.job != job {
 		return ErrJobMismatch
 	}
-	if s.id != want {
-		return fmt.Errorf("%w: the address is %q, not %q", ErrRefused, s.id, want)
+	if s.id != want || s.name != want.String() {
+		return fmt.Errorf("%w: the address is %q, not %q", ErrRefused, s.name, want)
 	}
 	if _, err := rw.Write(proof(token, "psgraph/1 client", c, s)); err != nil {
 		return fmt.Errorf("handshake: %w", err)
@@ -220,24 +227,25 @@ func serverHandshake(rw io.ReadWriter, self NodeID, inc uint64, token []byte, jo
 func serverRest(rw io.ReadWriter, self NodeID, inc uint64, token []byte, job [32]byte, admit func(NodeID) byte) (NodeID, *hello, error) {
 	c, err := readHello(rw, false)
 	if err != nil {
-		return "", nil, err
+		return NodeID{}, nil, err
 	}
-	s := &hello{job: job, id: self, status: c.status, inc: inc}
+	s := helloOf(self)
+	s.job, s.status, s.inc = job, c.status, inc
 	if _, err := rand.Read(s.nonce[:]); err != nil {
-		return "", nil, err
+		return NodeID{}, nil, err
 	}
 	if s.status == stOK && c.job != job {
 		s.status = stJob
 	}
 	if err := writeHello(rw, true, s); err != nil {
-		return "", nil, fmt.Errorf("handshake: %w", err)
+		return NodeID{}, nil, fmt.Errorf("handshake: %w", err)
 	}
 	if s.status != stOK {
-		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.id, statusErr(s.status))
+		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.name, statusErr(s.status))
 	}
 	got := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(rw, got); err != nil {
-		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.id, err)
+		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.name, err)
 	}
 	st := byte(stOK)
 	if !hmac.Equal(got, proof(token, "psgraph/1 client", c, s)) {
@@ -247,7 +255,7 @@ func serverRest(rw io.ReadWriter, self NodeID, inc uint64, token []byte, job [32
 	}
 	if st != stOK {
 		rw.Write([]byte{st})
-		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.id, statusErr(st))
+		return c.id, nil, fmt.Errorf("handshake from %q: %w", c.name, statusErr(st))
 	}
 	if _, err := rw.Write(append([]byte{stOK}, proof(token, "psgraph/1 server", c, s)...)); err != nil {
 		return c.id, nil, fmt.Errorf("handshake: %w", err)

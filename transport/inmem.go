@@ -78,9 +78,7 @@ func (h *Hub) Restart(id NodeID, accept ...Spec) *Inmem {
 }
 
 func peersOf(a, b NodeID) bool {
-	ra, _, _ := a.Role()
-	rb, _, _ := b.Role()
-	return ra != rb
+	return a.Role != b.Role
 }
 
 // Endpoint returns the endpoint of node id.

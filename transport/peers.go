@@ -263,8 +263,8 @@ func (in *inbox) waitDone(ctx context.Context, src NodeID) error {
 		return &PeerError{src, ErrUnknownPeer}
 	}
 	q := &varQueue{} // a private wait queue: woken by wakeAll
-	in.vars["\x00done:"+string(src)] = q
-	defer delete(in.vars, "\x00done:"+string(src))
+	in.vars["\x00done:"+src.String()] = q
+	defer delete(in.vars, "\x00done:"+src.String())
 	for {
 		switch {
 		case in.finished(ps):

@@ -185,15 +185,15 @@ const (
 
 func newTCP(cfg Config) (*TCP, error) {
 	cfg.defaults()
-	if cfg.Self == "" {
-		return nil, errors.New("transport: Config.Self is empty")
+	if !cfg.Self.Valid() || cfg.Self.Index < 0 {
+		return nil, errors.New("transport: Config.Self names no node")
 	}
 	t := &TCP{cfg: cfg, job: jobHash(cfg.JobHash), peers: map[NodeID]*peer{},
 		closing: make(chan struct{}), hs: map[net.Conn]struct{}{}, lostCh: make(chan struct{}), inc: newIncarnation()}
 	var ids []NodeID
 	for id, addr := range cfg.Peers {
-		if len(id) == 0 || len(id) > maxName {
-			return nil, fmt.Errorf("transport: bad node id %q", id)
+		if !id.Valid() || id.Index < 0 || len(id.String()) > maxName {
+			return nil, fmt.Errorf("transport: bad node id %v", id)
 		}
 		ids = append(ids, id)
 		t.peers[id] = &peer{t: t, id: id, addr: addr, slots: make(chan struct{}, cfg.QueueDepth),

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // tcpJob starts one Listen per pserver and one Dial per trainer on loopback.
@@ -17,7 +19,7 @@ func tcpJob(t testing.TB, tweak func(*Config), ids ...NodeID) (map[NodeID]*TCP, 
 	log := &errLog{}
 	var trainers, pservers []NodeID
 	for _, id := range ids {
-		if r, _, _ := id.Role(); r == "trainer" {
+		if id.Role == ir.TrainerRole {
 			trainers = append(trainers, id)
 		} else {
 			pservers = append(pservers, id)
@@ -117,7 +119,7 @@ func TestTCPConnectionsPerPair(t *testing.T) {
 	for _, a := range ids {
 		peers := ids[:2]
 		prefix := "g"
-		if r, _, _ := a.Role(); r == "trainer" {
+		if a.Role == ir.TrainerRole {
 			peers, prefix = ids[2:], "w"
 		}
 		for _, b := range peers {

@@ -13,62 +13,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
+
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
-// NodeID names a node of a job: "trainer-0", "pserver-1".
-type NodeID string
+// NodeID names a node of a job: psgraph's one node identity (ir.Node),
+// written on the wire as its name ("trainer-0", "pserver-1").
+type NodeID = ir.Node
 
 // Trainer returns the id of trainer i.
-func Trainer(i int) NodeID {
-	if i >= 0 && i < len(trainerIDs) {
-		return trainerIDs[i]
-	}
-	return NodeID("trainer-" + strconv.Itoa(i))
-}
+func Trainer(i int) NodeID { return ir.Trainer(i) }
 
 // PServer returns the id of pserver i.
-func PServer(i int) NodeID {
-	if i >= 0 && i < len(pserverIDs) {
-		return pserverIDs[i]
-	}
-	return NodeID("pserver-" + strconv.Itoa(i))
-}
+func PServer(i int) NodeID { return ir.PServer(i) }
 
-// The ids of the first nodes, made once: a receive that names its peer by
-// index (exec's table transfers) builds no string per message.
-var trainerIDs, pserverIDs = nodeIDs("trainer-"), nodeIDs("pserver-")
-
-func nodeIDs(prefix string) (ids [256]NodeID) {
-	for i := range ids {
-		ids[i] = NodeID(prefix + strconv.Itoa(i))
-	}
-	return ids
-}
-
-// Role splits an id into its role and index.
-func (n NodeID) Role() (role string, index int, ok bool) {
-	r, i, found := strings.Cut(string(n), "-")
-	if !found || (r != "trainer" && r != "pserver") {
-		return "", 0, false
-	}
-	idx, err := strconv.Atoi(i)
-	if err != nil || idx < 0 {
-		return "", 0, false
-	}
-	return r, idx, true
-}
-
-// DType is a payload's element type, numbered as exec/tensor numbers them.
-type DType uint8
+// DType is a payload's element type: the IR's (ir.DType), whose numbers
+// the wire carries.
+type DType = ir.DType
 
 const (
-	F32 DType = 1
-	I32 DType = 2
+	F32 = ir.F32
+	I32 = ir.I32
 	// Rows is a row-sparse payload: n little-endian int32 row ids, then
 	// the n rows' float32 values.
-	Rows DType = 3
+	Rows = ir.Rows
 )
 
 // Spec declares a transfer a node accepts: its name, element type and the

@@ -20,8 +20,10 @@ func TestWireByteOrder(t *testing.T) {
 
 	// Handshake: magic(4) version(1) [status(1)] nonce(32) inc(8).
 	job := jobHash("job")
-	c := &hello{inc: inc, job: job, id: Trainer(0)}
-	s := &hello{inc: inc + 1, job: job, id: PServer(0)}
+	c := helloOf(Trainer(0))
+	c.inc, c.job = inc, job
+	s := helloOf(PServer(0))
+	s.inc, s.job = inc+1, job
 	for _, h := range []struct {
 		server bool
 		at     int
@@ -47,8 +49,8 @@ func TestWireByteOrder(t *testing.T) {
 	m.Write(be)
 	m.Write([]byte{1, 2, 3, 4, 5, 6, 7, 9})
 	m.Write(job[:])
-	m.Write(append([]byte{byte(len(c.id))}, c.id...))
-	m.Write(append([]byte{byte(len(s.id))}, s.id...))
+	m.Write(append([]byte{byte(len(c.name))}, c.name...))
+	m.Write(append([]byte{byte(len(s.name))}, s.name...))
 	if !hmac.Equal(proof([]byte("tok"), "psgraph/1 client", c, s), m.Sum(nil)) {
 		t.Fatal("the proof is not over the transcript with big-endian incarnations")
 	}

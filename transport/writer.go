@@ -76,7 +76,7 @@ func (w *writer) run() {
 			w.c, w.st = c, nil
 			if err := w.catchUp(c); err != nil {
 				if errors.Is(err, errUnrecoverable) {
-					t.cfg.Log.Error().Str("peer", string(p.id)).Str("transfer", w.name).Err(err).Msg("giving the peer up")
+					t.cfg.Log.Error().Str("peer", p.id.String()).Str("transfer", w.name).Err(err).Msg("giving the peer up")
 					t.giveUp(p, err, true)
 					w.drain(have)
 					return

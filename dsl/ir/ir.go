@@ -10,13 +10,18 @@ import (
 	"strings"
 )
 
-// DType is an element type. The numbering is part of the wire format.
+// DType is an element type. The numbering is part of the wire format
+// (docs/wire.md), which also carries Rows, a payload that is not a
+// tensor's: the one enum serves the graph, the tensors and the transport.
 type DType uint8
 
 const (
 	Invalid DType = 0
 	F32     DType = 1
 	I32     DType = 2
+	// Rows is a row-sparse payload on the wire: n little-endian int32 row
+	// ids, then the n rows' float32 values. No variable has it.
+	Rows DType = 3
 )
 
 func (d DType) String() string {
@@ -25,6 +30,8 @@ func (d DType) String() string {
 		return "float32"
 	case I32:
 		return "int32"
+	case Rows:
+		return "rows"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }

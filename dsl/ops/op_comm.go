@@ -2,8 +2,6 @@ package ops
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/psgraph/psgraph/dsl/ir"
 )
@@ -14,28 +12,6 @@ import (
 // kernels (exec/kernels) only call the Runtime, so the same op runs over
 // TCP, over the in-memory transport in tests, or fails clearly in a local
 // run.
-
-// ParsePeer checks a `to`/`from` attribute, "trainer", "trainer:<i>" or
-// "pserver:<i>", and returns its role and index (-1: every node of that
-// role, or in async mode the node the current piece came from). The
-// runtime's kernels.Peer is the parsed value.
-func ParsePeer(s string) (role string, index int, err error) {
-	role, idx, has := strings.Cut(s, ":")
-	if role != "trainer" && role != "pserver" {
-		return "", 0, fmt.Errorf("peer %q must be trainer, trainer:<i> or pserver:<i>", s)
-	}
-	if !has {
-		if role == "pserver" {
-			return "", 0, fmt.Errorf("peer %q must name one pserver, as pserver:<i>", s)
-		}
-		return role, -1, nil
-	}
-	i, err := strconv.Atoi(idx)
-	if err != nil || i < 0 {
-		return "", 0, fmt.Errorf("peer %q: index must be a non-negative integer", s)
-	}
-	return role, i, nil
-}
 
 func parseDType(s string) (ir.DType, error) {
 	switch s {
@@ -66,7 +42,7 @@ func checkPeerAttr(a Attrs, name string) error {
 	if !a.Has(name) {
 		return nil
 	}
-	_, _, err := ParsePeer(a.String(name))
+	_, err := ir.ParseAttr(a.String(name))
 	return err
 }
 

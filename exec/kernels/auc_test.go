@@ -12,10 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/trainer"
+
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
 )
 
 // aucModel computes the auc of state variables s (scores of shape) and y.
@@ -96,7 +98,7 @@ func TestAUCMatchesPairwiseDefinition(t *testing.T) {
 					t.Fatalf("scores %s, trial %d: auc %v, pairwise %v\nscores %v\nlabels %v", shape, trial, got, want, score, y)
 				}
 			}
-			rt := &exec.NodeRuntime{Ctx: context.Background()}
+			rt := &program.NodeRuntime{Ctx: context.Background()}
 			if a := testing.AllocsPerRun(5, func() { p.Run(rt) }); a != 0 {
 				t.Errorf("scores %s: a step allocates %.0f times, want 0", shape, a)
 			}
@@ -180,7 +182,7 @@ train:
 		t.Fatal(err)
 	}
 	metrics := filepath.Join(dir, "run.jsonl")
-	sum, err := exec.Train(context.Background(), g, exec.RunOptions{Role: "local", Metrics: metrics, LogEvery: 50, Log: zerolog.Nop()})
+	sum, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Metrics: metrics, LogEvery: 50, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

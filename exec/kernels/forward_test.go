@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/exec/program"
+
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
 )
 
 // Forward values of softmax, the element-wise losses, lookup_table,
@@ -18,13 +19,13 @@ import (
 // their shape errors.
 
 // compileModel loads a model and compiles it at batch.
-func compileModel(t *testing.T, src string, batch int) *exec.Program {
+func compileModel(t *testing.T, src string, batch int) *program.Program {
 	t.Helper()
 	g, err := dsl.LoadBytes(filepath.Join(t.TempDir(), "m.yaml"), []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := exec.Compile(g, exec.CompileOptions{Batch: batch, Workers: 1})
+	p, err := program.Compile(g, program.CompileOptions{Batch: batch, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,9 +33,9 @@ func compileModel(t *testing.T, src string, batch int) *exec.Program {
 	return p
 }
 
-func runOnce(t *testing.T, p *exec.Program) error {
+func runOnce(t *testing.T, p *program.Program) error {
 	t.Helper()
-	return p.Run(&exec.NodeRuntime{Ctx: context.Background()})
+	return p.Run(&program.NodeRuntime{Ctx: context.Background()})
 }
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*(1+math.Abs(b)) }
@@ -271,7 +272,7 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 		t.Fatalf("checked type of r: %v, want [4, 2, 3]", g.Types["r"])
 	}
 	for _, batch := range []int{4, 3, 7} {
-		p, err := exec.Compile(g, exec.CompileOptions{Batch: batch, Workers: 1})
+		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Workers: 1})
 		if err != nil {
 			t.Fatalf("batch %d: %v", batch, err)
 		}
@@ -279,7 +280,7 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 		for i := range x.F {
 			x.F[i] = float32(i%5) / 4
 		}
-		if err := p.Run(&exec.NodeRuntime{Ctx: context.Background()}); err != nil {
+		if err := p.Run(&program.NodeRuntime{Ctx: context.Background()}); err != nil {
 			t.Fatalf("batch %d: %v", batch, err)
 		}
 		r, h := p.Scope["r"], p.Scope["h"]

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/exec/program"
+
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
-	"github.com/psgraph/psgraph/exec"
+
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -267,7 +269,7 @@ func checkGradient(t *testing.T, c gradCase, seed uint64) {
 	if err := g.Check(); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := exec.Compile(g, exec.CompileOptions{Batch: batch, Workers: 1})
+	prog, err := program.Compile(g, program.CompileOptions{Batch: batch, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +291,7 @@ func checkGradient(t *testing.T, c gradCase, seed uint64) {
 	for j := range prog.Scope["R"].F {
 		prog.Scope["R"].F[j] = float32(2*rng.Float64() - 1)
 	}
-	rt := &exec.NodeRuntime{Ctx: context.Background()}
+	rt := &program.NodeRuntime{Ctx: context.Background()}
 	run := func() float64 {
 		if err := prog.Run(rt); err != nil {
 			t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
@@ -41,10 +41,10 @@ type Runtime interface {
 	// node's next step.
 	// step is the step the message is keyed for (an async pserver answers
 	// a request for the step it was sent for).
-	SendBytes(peer Peer, step int64, v string, wt WireType, payload []byte) error
+	SendBytes(peer ir.Node, step int64, v string, dt ir.DType, payload []byte) error
 	// RecvBytes blocks until transfer v of this step from peer arrived,
 	// reads it into the front of dst and returns its length.
-	RecvBytes(peer Peer, v string, dst []byte) (int, error)
+	RecvBytes(peer ir.Node, v string, dst []byte) (int, error)
 	// RecvAnyBytes blocks until transfer v arrived from any trainer (async
 	// pservers), reads it into the front of dst and returns its length, the
 	// trainer and the step it was sent for.
@@ -60,45 +60,11 @@ type Runtime interface {
 	Async() bool
 }
 
-// WireType is the element type of a payload, numbered as the wire numbers
-// it (transport.DType).
-type WireType uint8
-
-const (
-	WireF32  WireType = 1
-	WireI32  WireType = 2
-	WireRows WireType = 3 // n int32 row ids, then the n rows' float32 values
-)
-
 // Queue is a bounded FIFO of tensors owned by one node.
 type Queue interface {
 	Enqueue(ctx context.Context, t *tensor.Tensor) error
 	// Dequeue blocks until min items are queued, removes them and writes their mean into out.
 	Dequeue(ctx context.Context, min int, out *tensor.Tensor) error
-}
-
-// Peer is a parsed `to`/`from` attribute: a role and an index (-1: every
-// node of that role, or in async mode the node the current piece came from).
-type Peer struct {
-	Role  string // "trainer" or "pserver"
-	Index int
-}
-
-func (p Peer) String() string {
-	if p.Index < 0 {
-		return p.Role
-	}
-	return p.Role + ":" + strconv.Itoa(p.Index)
-}
-
-// ParsePeer reads "trainer", "trainer:<i>" or "pserver:<i>" (the grammar
-// is the catalog's, ops.ParsePeer, which the send and recv rules check).
-func ParsePeer(s string) (Peer, error) {
-	role, index, err := ops.ParsePeer(s)
-	if err != nil {
-		return Peer{}, err
-	}
-	return Peer{Role: role, Index: index}, nil
 }
 
 // Kernel runs an op once. It reads and writes the tensors it was built for,

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/exec/program"
 )
 
 // TestMathForward checks cos, sin, exp, log, floor, clip, min, max, less,
@@ -36,7 +36,7 @@ ops:
 		p.Scope["x"].F[i] = float32(v)
 	}
 	p.Scope["y"].F[0] = 0.3
-	if err := p.Run(&exec.NodeRuntime{Ctx: context.Background(), StepNum: 41}); err != nil {
+	if err := p.Run(&program.NodeRuntime{Ctx: context.Background(), StepNum: 41}); err != nil {
 		t.Fatal(err)
 	}
 	b := func(c bool) float64 {

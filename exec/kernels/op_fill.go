@@ -1,7 +1,5 @@
 package kernels
 
-import ()
-
 // fill sets every element to one value.
 
 func init() {

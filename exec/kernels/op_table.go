@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -40,15 +42,6 @@ func f32Bytes(x []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
 
-// IDsTransfer and RowsTransfer name the fetch transfers of table v,
-// GradTransfer its row gradient (the gradient's name, as autodiff names it).
-func IDsTransfer(v string) string  { return v + "@ids" }
-func RowsTransfer(v string) string { return v + "@rows" }
-func GradTransfer(v string) string { return v + "@GRAD" }
-
-func pserver(i int) Peer { return Peer{Role: "pserver", Index: i} }
-func trainer(i int) Peer { return Peer{Role: "trainer", Index: i} }
-
 func fetchRowsKernel(k Args) (Kernel, error) {
 	out, v := k.Out[0], k.Attrs.String("var")
 	m := k.Attrs.Int("shards")
@@ -62,7 +55,7 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 		slots[s] = make([]int32, 0, maxRows)
 		got[s] = make([]float32, maxRows*d)
 	}
-	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
+	idsVar, rowsVar := ops.TableIDs(v), ops.TableRows(v)
 	return func(rt Runtime) error {
 		rows := out.Rows
 		rows.Reset()
@@ -86,13 +79,13 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 			slots[s] = append(slots[s], int32(slot))
 		}
 		for s := range m {
-			if err := rt.SendBytes(pserver(s), rt.Step(), idsVar, WireI32, i32Bytes(ids[s])); err != nil {
+			if err := rt.SendBytes(ir.PServer(s), rt.Step(), idsVar, ir.I32, i32Bytes(ids[s])); err != nil {
 				return err
 			}
 		}
 		out.Fit()
 		for s := range m {
-			n, err := rt.RecvBytes(pserver(s), rowsVar, f32Bytes(got[s]))
+			n, err := rt.RecvBytes(ir.PServer(s), rowsVar, f32Bytes(got[s]))
 			if err != nil {
 				return err
 			}
@@ -136,7 +129,7 @@ func sendRowsKernel(k Args) (Kernel, error) {
 				copy(vb[n*d:(n+1)*d], g.F[slot*d:(slot+1)*d])
 				n++
 			}
-			if err := rt.SendBytes(pserver(s), rt.Step(), v, WireRows, bufs[s][:4*counts[s]*(1+d)]); err != nil {
+			if err := rt.SendBytes(ir.PServer(s), rt.Step(), v, ir.Rows, bufs[s][:4*counts[s]*(1+d)]); err != nil {
 				return err
 			}
 		}
@@ -148,8 +141,8 @@ func serveRowsKernel(k Args) (Kernel, error) {
 	table, v := k.In[0], k.Attrs.String("var")
 	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
 	height, d := table.Shape[0], table.RowWidth()
-	idsVar, rowsVar := IDsTransfer(v), RowsTransfer(v)
-	gradVar := GradTransfer(v)
+	idsVar, rowsVar := ops.TableIDs(v), ops.TableRows(v)
+	gradVar := ops.GradName(v)
 	either := []string{gradVar, idsVar} // a pending gradient first: requests read the newest rows
 	ids := make([]int32, maxRows)
 	// One reply per trainer, kept until it was written: in sync mode until
@@ -170,7 +163,7 @@ func serveRowsKernel(k Args) (Kernel, error) {
 		for i, r := range req {
 			copy(rows[i*d:(i+1)*d], table.F[int(r)*d:(int(r)+1)*d])
 		}
-		return rt.SendBytes(trainer(src), step, rowsVar, WireF32, f32Bytes(rows))
+		return rt.SendBytes(ir.Trainer(src), step, rowsVar, ir.F32, f32Bytes(rows))
 	}
 	return func(rt Runtime) error {
 		_, trainers := rt.Trainer()
@@ -182,7 +175,7 @@ func serveRowsKernel(k Args) (Kernel, error) {
 		}
 		if !rt.Async() && count == trainers {
 			for t := range trainers {
-				n, err := rt.RecvBytes(trainer(t), idsVar, i32Bytes(ids))
+				n, err := rt.RecvBytes(ir.Trainer(t), idsVar, i32Bytes(ids))
 				if err != nil {
 					return err
 				}
@@ -236,7 +229,7 @@ func accumulateRowsKernel(k Args) (Kernel, error) {
 			var err error
 			srcs[t] = t
 			if !rt.Async() && count == trainers {
-				sizes[t], err = rt.RecvBytes(trainer(t), v, bufs[t])
+				sizes[t], err = rt.RecvBytes(ir.Trainer(t), v, bufs[t])
 			} else {
 				sizes[t], srcs[t], _, err = rt.RecvAnyBytes(v, bufs[t])
 			}

@@ -8,11 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/exec/program"
+
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
 )
 
-func dropoutProgram(t *testing.T, rows int, targets []string) *exec.Program {
+func dropoutProgram(t *testing.T, rows int, targets []string) *program.Program {
 	t.Helper()
 	src := fmt.Sprintf(`psgraph: 1
 state:
@@ -24,7 +25,7 @@ ops:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := exec.Compile(g, exec.CompileOptions{Workers: 1, Targets: targets})
+	p, err := program.Compile(g, program.CompileOptions{Workers: 1, Targets: targets})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +43,8 @@ ops:
 // rows 200..399 of a local run with 400 (so distributed training equals
 // local); and a program compiled for evaluation (Targets) is the identity.
 func TestDropoutMask(t *testing.T) {
-	run := func(p *exec.Program, step int64, trainer, count int) []float32 {
-		if err := p.Run(&exec.NodeRuntime{Ctx: context.Background(), StepNum: step, TrainerIndex: trainer, TrainerCount: count}); err != nil {
+	run := func(p *program.Program, step int64, trainer, count int) []float32 {
+		if err := p.Run(&program.NodeRuntime{Ctx: context.Background(), StepNum: step, TrainerIndex: trainer, TrainerCount: count}); err != nil {
 			t.Fatal(err)
 		}
 		return append([]float32{}, p.Scope["y"].F...)

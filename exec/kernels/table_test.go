@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
@@ -27,11 +28,11 @@ func (r *hostileRuntime) Queue(string, int) Queue          { return nil }
 func (r *hostileRuntime) Trainer() (int, int)              { return 0, 1 }
 func (r *hostileRuntime) Async() bool                      { return false }
 func (r *hostileRuntime) Pending([]string) (string, error) { return "", nil }
-func (r *hostileRuntime) SendBytes(Peer, int64, string, WireType, []byte) error {
+func (r *hostileRuntime) SendBytes(ir.Node, int64, string, ir.DType, []byte) error {
 	r.sent++
 	return nil
 }
-func (r *hostileRuntime) RecvBytes(_ Peer, _ string, dst []byte) (int, error) {
+func (r *hostileRuntime) RecvBytes(_ ir.Node, _ string, dst []byte) (int, error) {
 	return copy(dst, r.payload), nil
 }
 func (r *hostileRuntime) RecvAnyBytes(string, []byte) (int, int, int64, error) {

@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/psgraph/psgraph/exec/modelfile"
+
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
+
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -141,7 +143,7 @@ func Resume(dir string, pservers int) (int64, error) {
 	for i := 0; i < pservers; i++ {
 		ids = append(ids, transport.PServer(i))
 	}
-	return exec.CommonCheckpoint(dir, ids)
+	return modelfile.CommonCheckpoint(dir, ids)
 }
 
 // MergeTableShards joins the pservers' table shards into save (which
@@ -150,7 +152,7 @@ func MergeTableShards(save string, pservers []*dsl.Graph, shards []string) error
 	if len(shards) == 0 {
 		return nil
 	}
-	if err := exec.MergeShards(save, save, pservers, shards); err != nil {
+	if err := modelfile.MergeShards(save, save, pservers, shards); err != nil {
 		return err
 	}
 	for _, f := range shards {

@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/exec/modelfile"
+
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -145,7 +146,7 @@ func TestResultLastLineAndPeakRSS(t *testing.T) {
 func TestResume(t *testing.T) {
 	save := func(dir, node string, steps ...int64) {
 		t.Helper()
-		ck := &exec.Checkpointer{Dir: dir, Node: node, Model: "m"}
+		ck := &modelfile.Checkpointer{Dir: dir, Node: node, Model: "m"}
 		for _, s := range steps {
 			if err := ck.Save(s, map[string]*tensor.Tensor{"W": tensor.FromF32(tensor.Shape{1}, []float32{1})}); err != nil {
 				t.Fatal(err)

@@ -42,8 +42,8 @@ func (n *Node) Endpoint(ep transport.Endpoint, peers []transport.NodeID, specs [
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Endpoint{Endpoint: ep, order: peers, peers: map[transport.NodeID]*peerCounters{}, exact: map[string]int{}, cancel: cancel}
 	for _, p := range peers {
-		e.peers[p] = &peerCounters{sent: n.sent.WithLabelValues(string(p)), recv: n.recv.WithLabelValues(string(p)),
-			reconnects: n.reconnects.WithLabelValues(string(p))}
+		e.peers[p] = &peerCounters{sent: n.sent.WithLabelValues(p.String()), recv: n.recv.WithLabelValues(p.String()),
+			reconnects: n.reconnects.WithLabelValues(p.String())}
 	}
 	e.other = &peerCounters{sent: n.sent.WithLabelValues("other"), recv: n.recv.WithLabelValues("other"),
 		reconnects: n.reconnects.WithLabelValues("other")}

@@ -244,9 +244,9 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	c.n.mu.Unlock()
 	for _, e := range eps {
 		for _, p := range e.order {
-			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, b2f(e.connected(p)), string(p))
+			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, b2f(e.connected(p)), p.String())
 			r, _ := e.Endpoint.Restarts(p)
-			ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(r), string(p))
+			ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(r), p.String())
 		}
 	}
 }

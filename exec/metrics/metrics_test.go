@@ -20,8 +20,8 @@ func TestNilNode(t *testing.T) {
 	n.Update(time.Millisecond)
 	n.Checkpointed(1, time.Now())
 	n.SetReady(true)
-	hub := transport.NewHub(nil, "trainer-0", "pserver-0")
-	ep := hub.Endpoint("trainer-0")
+	hub := transport.NewHub(nil, transport.Trainer(0), transport.PServer(0))
+	ep := hub.Endpoint(transport.Trainer(0))
 	if got := n.Endpoint(ep, nil, nil); got != ep {
 		t.Errorf("a nil Node wrapped the endpoint: %T", got)
 	}
@@ -71,23 +71,23 @@ func BenchmarkSend(b *testing.B)     { benchSend(b, true) }
 func BenchmarkSendBare(b *testing.B) { benchSend(b, false) }
 
 func benchSend(b *testing.B, wrapped bool) {
-	hub := transport.NewHub(nil, "trainer-0", "pserver-0")
-	var ep transport.Endpoint = hub.Endpoint("trainer-0")
-	recv := hub.Endpoint("pserver-0")
+	hub := transport.NewHub(nil, transport.Trainer(0), transport.PServer(0))
+	var ep transport.Endpoint = hub.Endpoint(transport.Trainer(0))
+	recv := hub.Endpoint(transport.PServer(0))
 	recv.Accept(transport.Spec{Var: "g", DType: transport.F32, Bytes: 64})
 	if wrapped {
 		n := metrics.New("trainer-0")
-		ep = n.Endpoint(ep, []transport.NodeID{"pserver-0"}, nil)
+		ep = n.Endpoint(ep, []transport.NodeID{transport.PServer(0)}, nil)
 		defer ep.(*metrics.Endpoint).StopWatching()
 	}
 	ctx := context.Background()
 	payload, dst := make([]byte, 64), make([]byte, 64)
 	b.ReportAllocs()
 	for i := range b.N {
-		if err := ep.Send(ctx, "pserver-0", int64(i), "g", transport.F32, payload); err != nil {
+		if err := ep.Send(ctx, transport.PServer(0), int64(i), "g", transport.F32, payload); err != nil {
 			b.Fatal(err)
 		}
-		if err := recv.Recv(ctx, "trainer-0", int64(i), "g", dst); err != nil {
+		if err := recv.Recv(ctx, transport.Trainer(0), int64(i), "g", dst); err != nil {
 			b.Fatal(err)
 		}
 	}

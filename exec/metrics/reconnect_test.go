@@ -124,31 +124,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // up again with one reconnect, and the same process (no restart).
 func TestReconnectCounted(t *testing.T) {
 	spec := transport.Spec{Var: "g", DType: transport.F32, Bytes: 8}
-	ps, err := transport.Listen(context.Background(), transport.Config{Self: "pserver-0", Listen: "127.0.0.1:0",
-		Peers: map[transport.NodeID]string{"trainer-0": ""}, JobHash: "reconnect", Accept: []transport.Spec{spec}})
+	ps, err := transport.Listen(context.Background(), transport.Config{Self: transport.PServer(0), Listen: "127.0.0.1:0",
+		Peers: map[transport.NodeID]string{transport.Trainer(0): ""}, JobHash: "reconnect", Accept: []transport.Spec{spec}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ps.Close()
 	px := newProxy(t, ps.Addr().String())
-	tr, err := transport.Dial(context.Background(), transport.Config{Self: "trainer-0", Peers: map[transport.NodeID]string{"pserver-0": px.ln.Addr().String()},
+	tr, err := transport.Dial(context.Background(), transport.Config{Self: transport.Trainer(0), Peers: map[transport.NodeID]string{transport.PServer(0): px.ln.Addr().String()},
 		JobHash: "reconnect", ConnectTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
 	n := metrics.New("trainer-0")
-	ep := n.Endpoint(tr, []transport.NodeID{"pserver-0"}, nil).(*metrics.Endpoint)
+	ep := n.Endpoint(tr, []transport.NodeID{transport.PServer(0)}, nil).(*metrics.Endpoint)
 	defer ep.StopWatching()
 	if value(t, n, "psgraph_peer_connected", "pserver-0") != 1 || value(t, n, "psgraph_peer_reconnects_total", "pserver-0") != 0 {
 		t.Fatal("a dialed trainer is not connected, or counts a reconnect")
 	}
 	ctx := context.Background()
-	if err := ep.Send(ctx, "pserver-0", 0, "g", transport.F32, make([]byte, 8)); err != nil {
+	if err := ep.Send(ctx, transport.PServer(0), 0, "g", transport.F32, make([]byte, 8)); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, 8)
-	if err := ps.Recv(ctx, "trainer-0", 0, "g", got); err != nil {
+	if err := ps.Recv(ctx, transport.Trainer(0), 0, "g", got); err != nil {
 		t.Fatal(err)
 	}
 	if v := value(t, n, "psgraph_peer_sent_bytes_total", "pserver-0"); v != 8 {

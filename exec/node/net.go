@@ -9,9 +9,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/job"
+
 	"github.com/rs/zerolog"
 
-	"github.com/psgraph/psgraph/exec"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -24,7 +25,7 @@ func JobHash(plan *partition.Plan) string {
 }
 
 // baseConfig is the transport configuration every node of a plan shares.
-func baseConfig(plan *partition.Plan, job *exec.Job, self transport.NodeID, batch int, token string, log zerolog.Logger) (transport.Config, error) {
+func baseConfig(plan *partition.Plan, job *job.Job, self transport.NodeID, batch int, token string, log zerolog.Logger) (transport.Config, error) {
 	specs, err := job.Specs(self, batch)
 	if err != nil {
 		return transport.Config{}, err
@@ -79,7 +80,7 @@ func tlsConfig(certFile, keyFile, caFile string, server bool) (*tls.Config, erro
 }
 
 // listen starts pserver index's endpoint; the trainers connect to it.
-func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addr, token string, insecure bool, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
+func listen(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addr, token string, insecure bool, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
 	cfg, err := baseConfig(plan, job, transport.PServer(index), 1, token, log)
 	if err != nil {
 		return nil, err
@@ -102,7 +103,7 @@ func listen(ctx context.Context, plan *partition.Plan, job *exec.Job, index int,
 }
 
 // dial connects trainer index to every pserver, retrying until timeout.
-func dial(ctx context.Context, plan *partition.Plan, job *exec.Job, index int, addrs []string, batch int, token string, timeout time.Duration, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
+func dial(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addrs []string, batch int, token string, timeout time.Duration, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
 	cfg, err := baseConfig(plan, job, transport.Trainer(index), batch, token, log)
 	if err != nil {
 		return nil, err

@@ -10,9 +10,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/job"
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/pserver"
+	"github.com/psgraph/psgraph/exec/trainer"
+
 	"github.com/rs/zerolog"
 
-	"github.com/psgraph/psgraph/exec"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/partition"
 )
@@ -97,7 +101,7 @@ func Run(ctx context.Context, o Options) (any, error) {
 // Name is the node's name in logs and checkpoints: "pserver-0", "trainer-1".
 func (o *Options) Name() string { return fmt.Sprintf("%s-%d", o.Role, o.Index) }
 
-func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*exec.ServeSummary, error) {
+func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.ServeSummary, error) {
 	if o.Metrics != "" || o.Steps != 0 || o.Batch != 0 {
 		return nil, usagef("--metrics, --steps and --batch are trainer flags; a pserver serves until its trainers are done")
 	}
@@ -125,10 +129,10 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Ser
 	if err != nil {
 		return nil, err
 	}
-	return job.RunPServer(ctx, o.Index, ep, exec.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom})
+	return job.RunPServer(ctx, o.Index, ep, pserver.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom})
 }
 
-func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Summary, error) {
+func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.Summary, error) {
 	if o.InitFrom != "" {
 		return nil, usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers")
 	}
@@ -161,7 +165,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Sum
 		return nil, err
 	}
 	defer ep.Close()
-	return job.RunTrainer(ctx, o.Index, ep, exec.RunOptions{
+	return job.RunTrainer(ctx, o.Index, ep, trainer.RunOptions{
 		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom,
 		PServerTimeout: o.ConnectTimeout,
 	})
@@ -169,7 +173,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*exec.Sum
 
 // Checkpointer is the checkpointer of --checkpoint-dir and
 // --checkpoint-every for the named node (nil: no checkpoints).
-func Checkpointer(dir string, every int, node, model string) (*exec.Checkpointer, error) {
+func Checkpointer(dir string, every int, node, model string) (*modelfile.Checkpointer, error) {
 	if every < 0 {
 		return nil, usagef("--checkpoint-every must be 0 (never) or a number of steps, got %d", every)
 	}
@@ -179,11 +183,11 @@ func Checkpointer(dir string, every int, node, model string) (*exec.Checkpointer
 		}
 		return nil, nil
 	}
-	return &exec.Checkpointer{Dir: dir, Every: every, Node: node, Model: model}, nil
+	return &modelfile.Checkpointer{Dir: dir, Every: every, Node: node, Model: model}, nil
 }
 
 // jobOf is the runtime's view of a plan.
-func jobOf(p *partition.Plan) *exec.Job {
-	return &exec.Job{Trainer: p.Trainer, PServers: p.PServers, Trainers: p.Info.Trainers, Async: p.Info.Mode == partition.Async,
+func jobOf(p *partition.Plan) *job.Job {
+	return &job.Job{Trainer: p.Trainer, PServers: p.PServers, Trainers: p.Info.Trainers, Async: p.Info.Mode == partition.Async,
 		Params: p.Info.ServedParams()}
 }

@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/pserver"
+	"github.com/psgraph/psgraph/exec/trainer"
+
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
+
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -129,11 +132,11 @@ func TestRunPServerAndTrainer(t *testing.T) {
 	if psr.err != nil {
 		t.Fatalf("pserver: %v", psr.err)
 	}
-	ts, ok := trr.sum.(*exec.Summary)
+	ts, ok := trr.sum.(*trainer.Summary)
 	if !ok {
 		t.Fatalf("trainer summary is %T, want *exec.Summary", trr.sum)
 	}
-	ss, ok := psr.sum.(*exec.ServeSummary)
+	ss, ok := psr.sum.(*pserver.ServeSummary)
 	if !ok {
 		t.Fatalf("pserver summary is %T, want *exec.ServeSummary", psr.sum)
 	}

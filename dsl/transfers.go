@@ -1,0 +1,271 @@
+package dsl
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
+)
+
+// TransferKind is what a transfer of a placed graph carries.
+type TransferKind uint8
+
+const (
+	// ParamTransfer is a parameter block, from its pserver to the trainers
+	// (a pserver's send, with the block's initial value before step 0; a
+	// trainer's recv).
+	ParamTransfer TransferKind = iota + 1
+	// GradTransfer is a gradient block, from a trainer to the block's
+	// pserver (a trainer's send; a pserver's accumulate).
+	GradTransfer
+	// TableIDsTransfer is the ids a trainer asks a table shard for
+	// (fetch_rows; serve_rows).
+	TableIDsTransfer
+	// TableRowsTransfer is the rows a shard answers (serve_rows; fetch_rows).
+	TableRowsTransfer
+	// TableGradTransfer is a shard's part of a table's row gradient
+	// (send_rows; accumulate_rows).
+	TableGradTransfer
+	// ClipPartTransfer is a pserver's partial sum of squares of its
+	// gradients, for train.clip.norm (a pserver's send; a trainer's recv).
+	ClipPartTransfer
+	// ClipFactorTransfer is the clip factor a trainer sends each pserver.
+	ClipFactorTransfer
+)
+
+var transferKindNames = [...]string{"", "param", "grad", "table-ids", "table-rows", "table-grad", "clip-part", "clip-factor"}
+
+func (k TransferKind) String() string {
+	if int(k) < len(transferKindNames) {
+		return transferKindNames[k]
+	}
+	return fmt.Sprintf("transfer(%d)", uint8(k))
+}
+
+// Table reports whether the transfer is one of a sharded table's.
+func (k TransferKind) Table() bool {
+	return k == TableIDsTransfer || k == TableRowsTransfer || k == TableGradTransfer
+}
+
+// Request reports whether the transfer asks for a reply rather than
+// carrying a step's gradient (a table's ids).
+func (k TransferKind) Request() bool { return k == TableIDsTransfer }
+
+// A Transfer is one stream of messages of a placed graph, seen from the
+// node whose graph it is: what it sends to, or receives from, one peer
+// (Peer.Index -1: every trainer, or in async mode the one a piece came
+// from). Split, the trainer and the pserver all read a node's transfers
+// from Transfers; nothing rediscovers them from op types.
+type Transfer struct {
+	Var  string
+	Kind TransferKind
+	// Recv: this node receives it; else it sends it.
+	Recv bool
+	Peer ir.Node
+	// DType is the payload's element type (ir.Rows for a row gradient).
+	DType ir.DType
+	// Shape is the payload's shape, its largest when AtMost (a table's
+	// ids or rows, whose count varies from step to step); Bytes its size.
+	Shape  ir.Shape
+	Bytes  int
+	AtMost bool
+	// Count is an accumulate's pieces per step (the trainer count in sync
+	// mode, 1 in async mode).
+	Count int
+	// Table is the table (or the pserver's shard of it) a table transfer
+	// serves; Initial, a pserver's parameter it sends before step 0.
+	Table   string
+	Initial string
+	// Op is the op of the node's graph that sends or receives it.
+	Op *Op
+}
+
+// Transfers lists what the placed graph g sends and receives, at batch
+// size batch: one entry per transfer and peer (a sharded table's per
+// shard), in op order. types gives the variables' types (Infer at batch);
+// nil infers them if a transfer's size needs them (a table's, or a
+// variable sent that the graph does not declare).
+func (g *Graph) Transfers(batch int, types map[string]ops.Type) ([]Transfer, error) {
+	var out []Transfer
+	var inferErr error
+	typeOf := func(name string) (ops.Type, bool) {
+		if types == nil && inferErr == nil {
+			types, inferErr = g.Infer(batch)
+		}
+		t, ok := types[name]
+		return t, ok
+	}
+	for _, op := range g.Ops {
+		switch op.Type {
+		case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
+		default:
+			continue
+		}
+		ts, err := transfersOf(g, op, batch, typeOf)
+		if inferErr != nil {
+			return nil, inferErr
+		}
+		if err != nil {
+			return nil, Errorf(op.Pos, "%s: %v", op.Type, err)
+		}
+		out = append(out, ts...)
+	}
+	return out, nil
+}
+
+// transfersOf is the transfers of one communication op.
+func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, bool)) ([]Transfer, error) {
+	v := op.Attrs.String("var")
+	shapeAttr := func() (ir.Shape, ir.DType, error) {
+		s := ir.Shape(op.Attrs.Ints("shape")).Clone()
+		for i, d := range s {
+			if d == -1 {
+				s[i] = batch
+			}
+		}
+		dt, ok := ir.ParseDType(op.Attrs.String("dtype"))
+		if !ok {
+			dt = ir.F32
+		}
+		return s, dt, nil
+	}
+	peer := func(key string) (ir.Node, error) { return ir.ParseAttr(op.Attrs.String(key)) }
+	switch op.Type {
+	case "send":
+		to, err := peer("to")
+		if err != nil {
+			return nil, err
+		}
+		kind := GradTransfer
+		switch {
+		case ops.IsClipPart(v):
+			kind = ClipPartTransfer
+		case ops.IsClipFactor(v):
+			kind = ClipFactorTransfer
+		case to.Role == ir.TrainerRole:
+			kind = ParamTransfer
+		}
+		// The payload is the sent variable's: a parameter block or a
+		// gradient, a declared variable or a scalar of the clip exchange.
+		t := Transfer{Var: v, Kind: kind, Peer: to, DType: ir.F32, Initial: op.Attrs.String("initial"), Op: op}
+		if d := g.Vars[op.Inputs[0]]; d != nil {
+			t.DType, t.Shape = d.DType, d.Shape.Clone()
+		} else if ty, ok := typeOf(op.Inputs[0]); ok {
+			t.DType, t.Shape = ty.DType, ty.Shape.Clone()
+		}
+		t.Bytes = t.DType.Size() * t.Shape.Numel()
+		return []Transfer{t}, nil
+	case "recv", "accumulate":
+		s, dt, _ := shapeAttr()
+		t := Transfer{Var: v, Kind: ParamTransfer, Recv: true, DType: dt, Shape: s, Bytes: dt.Size() * s.Numel(), Op: op}
+		if op.Type == "accumulate" {
+			t.Kind, t.Peer, t.Count = GradTransfer, ir.Node{Role: ir.TrainerRole, Index: -1}, op.Attrs.Int("count")
+			if ops.IsClipFactor(v) {
+				t.Kind = ClipFactorTransfer
+			}
+			return []Transfer{t}, nil
+		}
+		from, err := peer("from")
+		if err != nil {
+			return nil, err
+		}
+		t.Peer = from
+		switch {
+		case ops.IsClipPart(v):
+			t.Kind = ClipPartTransfer
+		case ops.IsClipFactor(v):
+			t.Kind = ClipFactorTransfer
+		}
+		return []Transfer{t}, nil
+	case "fetch_rows", "send_rows":
+		rows, d, err := tableRows(op, typeOf)
+		if err != nil {
+			return nil, err
+		}
+		m := op.Attrs.Int("shards")
+		out := make([]Transfer, 0, 2*m)
+		for s := range m {
+			p := ir.PServer(s)
+			if op.Type == "send_rows" {
+				out = append(out, Transfer{Var: v, Kind: TableGradTransfer, Peer: p, DType: ir.Rows, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * (1 + d), AtMost: true, Table: v, Op: op})
+				continue
+			}
+			out = append(out,
+				Transfer{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Peer: p, DType: ir.I32, Shape: ir.Shape{rows}, Bytes: 4 * rows, AtMost: true, Table: v, Op: op},
+				Transfer{Var: ops.TableRows(v), Kind: TableRowsTransfer, Recv: true, Peer: p, DType: ir.F32, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * d, AtMost: true, Table: v, Op: op})
+		}
+		return out, nil
+	case "serve_rows":
+		rows, d := op.Attrs.Int("max_rows"), 0
+		if sv := g.Vars[op.Inputs[0]]; sv != nil && len(sv.Shape) == 2 {
+			d = sv.Shape[1]
+		} else if ty, ok := typeOf(op.Inputs[0]); ok && len(ty.Shape) == 2 {
+			d = ty.Shape[1]
+		}
+		every := ir.Node{Role: ir.TrainerRole, Index: -1}
+		return []Transfer{
+			{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Recv: true, Peer: every, DType: ir.I32, Shape: ir.Shape{rows}, Bytes: 4 * rows, AtMost: true, Count: op.Attrs.Int("count"), Table: op.Inputs[0], Op: op},
+			{Var: ops.TableRows(v), Kind: TableRowsTransfer, Peer: every, DType: ir.F32, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * d, AtMost: true, Table: op.Inputs[0], Op: op},
+		}, nil
+	case "accumulate_rows":
+		rows, shape := op.Attrs.Int("max_rows"), op.Attrs.Ints("shape")
+		d := 0
+		if len(shape) == 2 {
+			d = shape[1]
+		}
+		return []Transfer{{Var: v, Kind: TableGradTransfer, Recv: true, Peer: ir.Node{Role: ir.TrainerRole, Index: -1}, DType: ir.Rows,
+			Shape: ir.Shape{rows, d}, Bytes: 4 * rows * (1 + d), AtMost: true, Count: op.Attrs.Int("count"), Table: v, Op: op}}, nil
+	}
+	return nil, nil
+}
+
+// tableRows is the most rows a trainer's table op moves per shard and
+// step, and the table's row width: fetch_rows's output type, by its rule
+// in the catalog, or send_rows's row gradient.
+func tableRows(op *Op, typeOf func(string) (ops.Type, bool)) (rows, d int, err error) {
+	in := make([]ops.Type, len(op.Inputs))
+	for i, name := range op.Inputs {
+		t, ok := typeOf(name)
+		if !ok {
+			return 0, 0, fmt.Errorf("the type of %q is unknown", name)
+		}
+		in[i] = t
+	}
+	if op.Type == "send_rows" {
+		if len(in) != 1 || len(in[0].Shape) != 2 {
+			return 0, 0, fmt.Errorf("g must be a row gradient of a [V, D] table, got %v", in)
+		}
+		return in[0].MaxRows, in[0].Shape[1], nil
+	}
+	def, _ := ops.Lookup(op.Type)
+	outs, err := def.Infer(in, op.Attrs)
+	if err != nil {
+		return 0, 0, err
+	}
+	return outs[0].MaxRows, outs[0].Shape[1], nil
+}
+
+// Received lists the transfers of ts a node receives, one per name (a
+// table's rows come from every shard under one name): what its endpoint
+// accepts.
+func Received(ts []Transfer) []Transfer {
+	var out []Transfer
+	seen := map[string]bool{}
+	for _, t := range ts {
+		if t.Recv && !seen[t.Var] {
+			seen[t.Var] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// SortTransfers orders transfers by name, then by peer (a table's shards
+// by pserver).
+func SortTransfers(ts []Transfer) {
+	slices.SortStableFunc(ts, func(a, b Transfer) int {
+		return cmp.Or(cmp.Compare(a.Var, b.Var), cmp.Compare(a.Peer.Index, b.Peer.Index))
+	})
+}

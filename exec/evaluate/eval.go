@@ -1,0 +1,310 @@
+package evaluate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/program"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// evaluator computes a model's loss and metrics over one data set with
+// the parameters it shares. Its programs are compiled once, so evaluating
+// every N steps of a run allocates nothing after setup.
+//
+// An in-memory set is evaluated in one batch of all its rows, so every
+// metric (AUC too) is its value over the set. A streamed file is
+// evaluated in chunks: each value is the row-weighted mean over the
+// chunks, which is its value over the file for means over rows (mean,
+// softmax_cross_entropy, accuracy, sigmoid_cross_entropy, mse).
+type Evaluator struct {
+	targets     []string
+	set         *data.Set
+	file        *data.FileStream
+	Rows        int              // of the last run
+	size, lastN int              // the rows of a chunk (full's batch), of the last chunk (last's)
+	full, last  *program.Program // last: the file's shorter last chunk (nil: none yet)
+	ffull, flst *program.Feeder
+	compile     func(batch int) (*program.Program, *program.Feeder, error)
+	sums        []float64
+	// Made once, so that a run allocates nothing.
+	ordered *data.Stream
+	rt      *program.NodeRuntime
+	onChunk func(n int) error
+}
+
+func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, chunk int) (*Evaluator, error) {
+	e := &Evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
+	e.sums = make([]float64, len(e.targets))
+	e.rt = &program.NodeRuntime{Ctx: context.Background()}
+	e.onChunk = e.chunk
+	e.compile = func(batch int) (*program.Program, *program.Feeder, error) {
+		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: e.targets, Shared: params, Workers: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, program.NewFeeder(g, p.Scope), nil
+	}
+	var err error
+	if set != nil {
+		e.Rows, e.size, e.ordered = set.Rows, set.Rows, data.NewOrderedStream(set)
+		e.full, e.ffull, err = e.compile(set.Rows)
+		return e, err
+	}
+	// A streamed file is read once per run, in chunks; the program of its
+	// shorter last chunk is compiled when the first run meets it, so no
+	// pass counts the rows first.
+	e.size = chunk
+	e.full, e.ffull, err = e.compile(chunk)
+	return e, err
+}
+
+func (e *Evaluator) Close() {
+	e.full.Close()
+	if e.last != nil {
+		e.last.Close()
+	}
+}
+
+// run evaluates the set with the current values of the shared parameters:
+// out[0] the loss, then the metrics in model order. It allocates nothing.
+func (e *Evaluator) Run(ctx context.Context) ([]float64, error) {
+	e.rt.Ctx = ctx
+	if e.set != nil {
+		if err := e.ffull.Fill(e.ordered, 0); err != nil {
+			return nil, err
+		}
+		if err := e.full.Run(e.rt); err != nil {
+			return nil, err
+		}
+		for i, name := range e.targets {
+			e.sums[i] = float64(e.full.Scope[name].F[0])
+		}
+		return e.sums, nil
+	}
+	clear(e.sums)
+	e.Rows = 0
+	f := e.ffull
+	if err := e.file.Epoch(f.Features, f.Labels, f.IDs, e.onChunk); err != nil {
+		return nil, err
+	}
+	for i := range e.sums {
+		e.sums[i] /= float64(e.Rows)
+	}
+	return e.sums, nil
+}
+
+// chunk evaluates one chunk of a streamed file, n rows in the full
+// program's tensors, and adds its row-weighted values to the sums.
+func (e *Evaluator) chunk(n int) error {
+	if err := e.rt.Ctx.Err(); err != nil {
+		return err
+	}
+	p, f := e.full, e.ffull
+	if n < e.size {
+		if e.last == nil {
+			var err error
+			if e.last, e.flst, err = e.compile(n); err != nil {
+				return err
+			}
+			e.lastN = n
+		} else if n != e.lastN {
+			return errFileChanged
+		}
+		lf := e.flst
+		copyPrefix(lf.Features, f.Features)
+		copyPrefix(lf.Labels, f.Labels)
+		copyPrefix(lf.IDs, f.IDs)
+		p = e.last
+	}
+	if err := p.Run(e.rt); err != nil {
+		return err
+	}
+	for i, name := range e.targets {
+		e.sums[i] += float64(n) * float64(p.Scope[name].F[0])
+	}
+	e.Rows += n
+	return nil
+}
+
+var errFileChanged = fmt.Errorf("the data file changed while it was read; do not write a data file during a run")
+
+// copyPrefix copies the first rows of a chunk's tensor into a smaller
+// one (row-major: the first n rows are a prefix); dst nil: nothing.
+func copyPrefix(dst, src *tensor.Tensor) {
+	if dst != nil {
+		copy(dst.F, src.F)
+		copy(dst.I, src.I)
+	}
+}
+
+// heldOut is a run's held-out data: an in-memory set or a streamed file.
+type HeldOut struct {
+	Set  *data.Set
+	File *data.FileStream
+}
+
+// openHeldOut opens the held-out file of a streamed model (data.eval.csv),
+// normalized with the training file's statistics.
+func OpenHeldOut(g *dsl.Graph, norm *data.Scaling) (*data.FileStream, error) {
+	spec, err := data.Other(g.Data, g.Data.Eval.CSV)
+	if err != nil {
+		return nil, err
+	}
+	return data.OpenStreamScaled(spec, norm)
+}
+
+// EvalOptions configures EvalModel.
+type EvalOptions struct {
+	InitFrom string // the parameters (required)
+	Data     string // a data file with the model's columns; "": data.eval, or the model's data
+	Log      zerolog.Logger
+}
+
+// EvalResult is the loss and metrics of a saved model over a data set,
+// printed as JSON.
+type EvalResult struct {
+	Data    string // the file, or "held-out" for data.eval's fraction
+	Rows    int
+	Loss    float64
+	Metrics map[string]float64
+	order   []string
+}
+
+// MarshalJSON writes data, rows and loss, then the metrics in model order.
+func (r *EvalResult) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	d, _ := json.Marshal(r.Data)
+	fmt.Fprintf(&b, `{"data":%s,"rows":%d,"loss":%s`, d, r.Rows, JSONNum(r.Loss))
+	for _, m := range r.order {
+		k, _ := json.Marshal(m)
+		fmt.Fprintf(&b, ",%s:%s", k, JSONNum(r.Metrics[m]))
+	}
+	b.WriteString("}")
+	return []byte(b.String()), nil
+}
+
+// EvalModel computes the loss and metrics of a model's saved parameters
+// over a data set, with the normalization statistics saved with them:
+// --data FILE, else the model's held-out data (data.eval), else its data.
+func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult, error) {
+	if g.Train == nil || g.Data == nil {
+		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "eval needs the model's data and train sections (train.loss and train.metrics are what it computes)")
+	}
+	if g.Data.Label == nil {
+		return nil, dsl.Errorf(g.Data.Pos, "eval needs labels: data has no label column; use psgraph predict to compute outputs without labels")
+	}
+	params, norm, err := modelfile.LoadModel(g, opt.InitFrom, opt.Log)
+	if err != nil {
+		return nil, err
+	}
+	d := g.Data
+	res := &EvalResult{Metrics: map[string]float64{}, order: g.Train.Metrics}
+	var set *data.Set
+	var file *data.FileStream
+	path := opt.Data
+	if path == "" && d.Eval != nil {
+		path = d.Eval.CSV
+	}
+	if path == "" && d.Synthetic == nil && d.Eval == nil {
+		path = d.CSV
+	}
+	switch {
+	case path != "" && d.Stream:
+		spec, err := data.Other(d, path)
+		if err != nil {
+			return nil, err
+		}
+		if file, err = data.OpenStreamScaled(spec, norm); err != nil {
+			return nil, err
+		}
+		defer file.Close()
+	case path != "":
+		if set, err = data.LoadFile(d, path, norm); err != nil {
+			return nil, err
+		}
+	default: // data.eval's fraction, or synthetic data
+		sp, err := data.LoadSplit(d, norm)
+		if err != nil {
+			return nil, err
+		}
+		set, path = sp.Train, "synthetic"
+		if sp.Eval != nil {
+			set, path = sp.Eval, "held-out"
+		}
+	}
+	res.Data = path
+	ev, err := NewEvaluator(g, set, file, params, EvalChunk)
+	if err != nil {
+		return nil, err
+	}
+	defer ev.Close()
+	vals, err := ev.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Rows, res.Loss = ev.Rows, vals[0]
+	for i, m := range g.Train.Metrics {
+		res.Metrics[m] = vals[i+1]
+	}
+	return res, nil
+}
+
+// Evaluate computes loss and metrics over the whole data set, in file
+// order, with the given parameter values.
+func Evaluate(g *dsl.Graph, set *data.Set, params program.Scope) (loss float64, metrics map[string]float64, err error) {
+	ev, err := NewEvaluator(g, set, nil, params, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer ev.Close()
+	return ev.once(g)
+}
+
+// EvalChunk is the number of rows EvaluateStream evaluates at once (the
+// training batch when that is larger).
+const EvalChunk = 1024
+
+// EvaluateStream computes loss and metrics over a streamed data file, in
+// file order and in chunks of chunk rows: each result is the row-weighted
+// mean of its values over the chunks, which is its value over the whole
+// file when it is a mean over rows (mean, softmax_cross_entropy, accuracy,
+// sigmoid_cross_entropy, mse), as Evaluate computes it in one batch.
+func EvaluateStream(g *dsl.Graph, file *data.FileStream, params program.Scope, chunk int) (loss float64, metrics map[string]float64, err error) {
+	ev, err := NewEvaluator(g, nil, file, params, chunk)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer ev.Close()
+	return ev.once(g)
+}
+
+// once runs the evaluator once: the loss, and the metrics by name.
+func (e *Evaluator) once(g *dsl.Graph) (float64, map[string]float64, error) {
+	vals, err := e.Run(context.Background())
+	if err != nil {
+		return 0, nil, err
+	}
+	metrics := map[string]float64{}
+	for i, m := range g.Train.Metrics {
+		metrics[m] = vals[i+1]
+	}
+	return vals[0], metrics, nil
+}
+
+func JSONNum(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "null"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}

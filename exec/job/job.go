@@ -1,0 +1,154 @@
+package job
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/pserver"
+	"github.com/psgraph/psgraph/exec/trainer"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// A Job is what the runtime needs to know about a placed job: the
+// subgraph of each role, the trainer and pserver counts, the mode, and the
+// model's parameters (which a trainer receives at the end). partition.Plan
+// provides it; tests build it by hand.
+type Job struct {
+	Trainer  *dsl.Graph
+	PServers []*dsl.Graph
+	Trainers int
+	Async    bool
+	// Params are the parameters trainers receive from pservers, in model order.
+	Params []string
+}
+
+// TrainerIDs and PServerIDs name the job's nodes.
+func (j *Job) TrainerIDs() []transport.NodeID {
+	out := make([]transport.NodeID, j.Trainers)
+	for i := range out {
+		out[i] = transport.Trainer(i)
+	}
+	return out
+}
+
+func (j *Job) PServerIDs() []transport.NodeID {
+	out := make([]transport.NodeID, len(j.PServers))
+	for i := range out {
+		out[i] = transport.PServer(i)
+	}
+	return out
+}
+
+// Specs lists what node id receives, for its endpoint to accept before it
+// connects: its graph's transfers and the control transfer of its role
+// (a pserver hears trainers' positions, a trainer a pserver's resume step).
+func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
+	i := id.Index
+	var g *dsl.Graph
+	var ctrl transport.Spec
+	switch {
+	case !id.Valid() || i < 0:
+		return nil, fmt.Errorf("%q is not a node of the job", id)
+	case id.Role == ir.PServerRole && i < len(j.PServers):
+		g, ctrl, batch = j.PServers[i], comm.PositionSpec, 1
+	case id.Role == ir.TrainerRole && i < j.Trainers:
+		g, ctrl = j.Trainer, comm.ResumeSpec
+	default:
+		return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
+	}
+	specs, err := comm.Specs(g, batch)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range specs {
+		if s.Var == comm.PositionVar || s.Var == comm.ResumeVar {
+			return nil, fmt.Errorf("the graph of %s has a transfer named %q, a name psgraph reserves for its own messages; rename that variable", id, s.Var)
+		}
+	}
+	return append(specs, ctrl), nil
+}
+
+// RunPServer serves pserver i's subgraph over ep until every trainer is done.
+func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt pserver.ServeOptions) (*pserver.ServeSummary, error) {
+	if opt.Prom != nil {
+		specs, _ := j.Specs(transport.PServer(i), 1)
+		ep = opt.Prom.Endpoint(ep, j.TrainerIDs(), specs)
+		opt.Prom.SetReady(true) // listening: the trainers can reach it
+	}
+	opt.Comm = comm.NewNetComm(ep, j.Trainers, j.Async, j.TrainerIDs())
+	return pserver.Serve(ctx, j.PServers[i], opt)
+}
+
+// RunTrainer trains as trainer i over ep. It first tells every pserver
+// where it starts (its position), which a pserver waits for before its
+// first step.
+func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt trainer.RunOptions) (*trainer.Summary, error) {
+	opt.Role, opt.TrainerIndex, opt.TrainerCount, opt.Params = transport.Trainer(i).String(), i, j.Trainers, j.Params
+	if j.Trainer.Train == nil {
+		return nil, dsl.Errorf(dsl.Pos{File: j.Trainer.File}, "the trainer's graph has no train section: split a model with train: {loss, batch, steps, optimizer}")
+	}
+	// The steps and batch of this trainer's run go into its position: the
+	// pservers refuse a job whose trainers disagree on them.
+	if opt.Batch <= 0 {
+		opt.Batch = j.Trainer.Batch()
+	}
+	if err := j.tablesFit(opt.Batch); err != nil {
+		return nil, err
+	}
+	steps, err := trainer.StepsOf(j.Trainer, opt.Steps, opt.Batch, j.Trainers, func() (int64, error) { return data.Rows(j.Trainer.Data) })
+	if err != nil {
+		return nil, err
+	}
+	opt.Steps = steps
+	if opt.Prom != nil {
+		specs, _ := j.Specs(transport.Trainer(i), opt.Batch)
+		ep = opt.Prom.Endpoint(ep, j.PServerIDs(), specs)
+	}
+	c := comm.NewNetComm(ep, j.Trainers, j.Async, j.PServerIDs())
+	c.PServerTimeout, c.Log = opt.PServerTimeout, opt.Log
+	if err := c.Join(ctx, j.Trainer, int64(opt.StartStep), opt.Steps, opt.Batch); err != nil {
+		return nil, err
+	}
+	opt.Comm = c
+	return trainer.Train(ctx, j.Trainer, opt)
+}
+
+// tablesFit checks that a trainer with this batch (0: the model's) asks
+// no table shard for more rows per step than the plan's pservers accept:
+// they were sized at split's batch, and a larger trainer batch would have
+// its requests rejected.
+func (j *Job) tablesFit(batch int) error {
+	if batch <= 0 { // the model's
+		batch = j.Trainer.Batch()
+	}
+	var types map[string]ops.Type
+	for _, op := range j.Trainer.Ops {
+		if op.Type != "fetch_rows" {
+			continue
+		}
+		if types == nil {
+			var err error
+			if types, err = j.Trainer.Infer(batch); err != nil {
+				return err
+			}
+		}
+		v, rows := op.Attrs.String("var"), types[op.Outputs[0]].MaxRows
+		for i, g := range j.PServers {
+			for _, sop := range g.Ops {
+				if sop.Type != "serve_rows" || sop.Attrs.String("var") != v {
+					continue
+				}
+				if most := sop.Attrs.Int("max_rows"); rows > most {
+					return fmt.Errorf("with batch %d a trainer fetches up to %d rows of table %s per step, but pserver-%d accepts at most %d (the plan was split for batch %d): run the trainers with --batch %d or less, or split again with train.batch set to %d", batch, rows, v, i, most, g.Batch(), g.Batch(), batch)
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,8 @@
+// Package modelfile reads and writes what outlives a process: safetensors
+// files (SaveSafetensors, LoadSafetensors), a model's parameters with the
+// normalization statistics of its training data (SaveModel, LoadModel),
+// a sharded table joined whole again (MergeShards), and one node's
+// checkpoints with their manifest (Checkpointer, CommonCheckpoint). Every
+// file is written to a temporary file, synced and renamed into place
+// (writeAtomic), so a crash leaves the previous one intact.
+package modelfile

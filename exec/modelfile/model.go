@@ -1,0 +1,120 @@
+package modelfile
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/rs/zerolog"
+)
+
+// Normalization statistics travel with a model's parameters in the
+// safetensors metadata: normalize (the mode), normalize_shift and
+// normalize_scale (JSON arrays, one number per feature column, exact to
+// the bit: float64 written with the shortest round-trip form).
+const (
+	metaNormalize = "normalize"
+	metaShift     = "normalize_shift"
+	metaScale     = "normalize_scale"
+)
+
+func normMeta(meta map[string]string, sc *data.Scaling) {
+	if sc == nil {
+		return
+	}
+	list := func(xs []float64) string {
+		parts := make([]string, len(xs))
+		for i, x := range xs {
+			parts[i] = strconv.FormatFloat(x, 'g', -1, 64)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	meta[metaNormalize], meta[metaShift], meta[metaScale] = sc.Mode, list(sc.Shift), list(sc.Scale)
+}
+
+// NormFromMeta reads the normalization statistics saved with a model (nil
+// when the file has none).
+func NormFromMeta(file string, meta map[string]string) (*data.Scaling, error) {
+	mode, ok := meta[metaNormalize]
+	if !ok {
+		return nil, nil
+	}
+	sc := &data.Scaling{Mode: mode}
+	if json.Unmarshal([]byte(meta[metaShift]), &sc.Shift) != nil || json.Unmarshal([]byte(meta[metaScale]), &sc.Scale) != nil || len(sc.Shift) != len(sc.Scale) {
+		return nil, fmt.Errorf("%s: the normalization statistics in the file's metadata are malformed; save the model again", file)
+	}
+	return sc, nil
+}
+
+// SaveModel writes the named tensors of a scope and the normalization
+// statistics of the training data (nil: none) to a safetensors file.
+func SaveModel(path, model string, names []string, s map[string]*tensor.Tensor, norm *data.Scaling) error {
+	out := map[string]*tensor.Tensor{}
+	for _, name := range names {
+		if t, ok := s[name]; ok {
+			out[name] = t
+		}
+	}
+	meta := map[string]string{"model": model, "format": "pt"}
+	normMeta(meta, norm)
+	return SaveSafetensors(path, out, meta)
+}
+
+// LoadModel reads a model's parameters from a safetensors file, checking
+// that each parameter is there with the model's shape, and the
+// normalization statistics saved with them. A file without statistics
+// (written by a pserver checkpoint, or before psgraph saved them) gets
+// those of the model's training data, computed again, and a warning.
+func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (map[string]*tensor.Tensor, *data.Scaling, error) {
+	ts, meta, err := LoadSafetensors(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	types, err := g.Infer(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	params := map[string]*tensor.Tensor{}
+	for _, name := range g.Params() {
+		t, ok := ts[name]
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: parameter %q of %s is missing from the file; give the file psgraph saved for this model (--save)", file, name, g.File)
+		}
+		ty := types[name]
+		if !t.Shape.Equal(ty.Shape) || t.DType != ty.DType {
+			return nil, nil, fmt.Errorf("%s: %q is %s%v in the file but %s%v in %s; the file belongs to another model", file, name, t.DType, t.Shape, ty.DType, ty.Shape, g.File)
+		}
+		params[name] = t
+	}
+	norm, err := NormFromMeta(file, meta)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d := g.Data; norm == nil && d != nil && d.Normalize != "none" && d.Features != nil {
+		log.Warn().Str("file", file).Msg("the file has no normalization statistics; using those of the model's training data, computed again")
+		if d.Stream {
+			f, err := data.OpenStream(d)
+			if err != nil {
+				return nil, nil, err
+			}
+			norm = f.Scaling()
+			f.Close()
+		} else {
+			sp, err := data.LoadSplit(d, nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			norm = sp.Norm
+		}
+	}
+	return params, norm, nil
+}
+
+// SaveTensors writes the named tensors of a scope to a safetensors file.
+func SaveTensors(path, model string, names []string, s map[string]*tensor.Tensor) error {
+	return SaveModel(path, model, names, s, nil)
+}

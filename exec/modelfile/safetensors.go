@@ -1,0 +1,136 @@
+package modelfile
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// safetensors: an 8-byte little-endian header length, a JSON header mapping
+// each name to {dtype, shape, data_offsets}, then the raw little-endian data.
+
+type stEntry struct {
+	DType   string `json:"dtype"`
+	Shape   []int  `json:"shape"`
+	Offsets [2]int `json:"data_offsets"`
+}
+
+// SaveSafetensors writes tensors by name, atomically (temporary file, fsync, rename).
+func SaveSafetensors(path string, tensors map[string]*tensor.Tensor, meta map[string]string) error {
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	header := map[string]any{}
+	if len(meta) > 0 {
+		header["__metadata__"] = meta
+	}
+	off := 0
+	for _, n := range names {
+		t := tensors[n]
+		dt := "F32"
+		if t.DType == tensor.I32 {
+			dt = "I32"
+		}
+		size := t.Numel() * 4
+		shape := append([]int{}, t.Shape...)
+		header[n] = stEntry{DType: dt, Shape: shape, Offsets: [2]int{off, off + size}}
+		off += size
+	}
+	hj, err := json.Marshal(header)
+	if err != nil {
+		return err
+	}
+	for len(hj)%8 != 0 {
+		hj = append(hj, ' ')
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".psgraph-*.tmp")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	defer os.Remove(f.Name())
+	var n8 [8]byte
+	binary.LittleEndian.PutUint64(n8[:], uint64(len(hj)))
+	w := io.MultiWriter(f)
+	if _, err = w.Write(n8[:]); err == nil {
+		_, err = w.Write(hj)
+	}
+	for _, n := range names {
+		if err != nil {
+			break
+		}
+		_, err = w.Write(tensors[n].Bytes())
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadSafetensors reads every float32/int32 tensor of a safetensors file.
+func LoadSafetensors(path string) (map[string]*tensor.Tensor, map[string]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%s is not a valid safetensors file: %s", path, fmt.Sprintf(format, args...))
+	}
+	if len(raw) < 8 {
+		return nil, nil, bad("shorter than its 8-byte header length")
+	}
+	hl := binary.LittleEndian.Uint64(raw[:8])
+	if hl > uint64(len(raw)-8) || hl > 100<<20 {
+		return nil, nil, bad("header length %d exceeds the file", hl)
+	}
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(raw[8:8+hl], &header); err != nil {
+		return nil, nil, bad("header: %v", err)
+	}
+	body := raw[8+hl:]
+	out := map[string]*tensor.Tensor{}
+	var meta map[string]string
+	for name, msg := range header {
+		if name == "__metadata__" {
+			_ = json.Unmarshal(msg, &meta)
+			continue
+		}
+		var e stEntry
+		if err := json.Unmarshal(msg, &e); err != nil {
+			return nil, nil, bad("entry %q: %v", name, err)
+		}
+		var dt tensor.DType
+		switch e.DType {
+		case "F32":
+			dt = tensor.F32
+		case "I32":
+			dt = tensor.I32
+		default:
+			return nil, nil, bad("tensor %q has dtype %s; psgraph reads F32 and I32", name, e.DType)
+		}
+		t := tensor.New(dt, e.Shape)
+		if e.Offsets[0] < 0 || e.Offsets[1] > len(body) || e.Offsets[1]-e.Offsets[0] != t.Numel()*4 {
+			return nil, nil, bad("tensor %q: data offsets %v do not match shape %v", name, e.Offsets, e.Shape)
+		}
+		copy(t.Bytes(), body[e.Offsets[0]:e.Offsets[1]])
+		out[name] = t
+	}
+	return out, meta, nil
+}

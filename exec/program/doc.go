@@ -1,0 +1,10 @@
+// Package program compiles a graph for one node and runs its steps:
+// Compile allocates every tensor once and builds every kernel once, the
+// scheduler runs a step's ops on the node's cores without allocating,
+// InitPersistent gives parameters and state their initial values (the
+// initializers, or --init-from), Feeder copies a batch into the data
+// variables, and Streamer runs a pserver part's element-wise update piece
+// by piece as its gradient arrives. It knows nothing of roles or of the
+// network: communication reaches kernels through the runtime a caller
+// passes to Run.
+package program

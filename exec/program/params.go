@@ -1,0 +1,75 @@
+package program
+
+// Parameters in and out of a program: --init-from and --save.
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/psgraph/psgraph/exec/modelfile"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// InitPersistent gives every persistent variable of the program its initial
+// value: from the initializers, or by name from a safetensors file.
+func InitPersistent(p *Program, initFrom string) error { return InitPartial(p, initFrom, false) }
+
+// initPersistent with partial set skips tensors of the file that this node
+// does not hold: a pserver holds some of the parameters.
+func InitPartial(p *Program, initFrom string, partial bool) error {
+	g := p.Graph
+	var loaded map[string]*tensor.Tensor
+	if initFrom != "" {
+		var err error
+		if loaded, _, err = modelfile.LoadSafetensors(initFrom); err != nil {
+			return err
+		}
+		var unknown []string
+		for name := range loaded {
+			if v := g.Vars[name]; (v == nil || !v.Kind.Persistent()) && !g.HasBlocksOf(name) {
+				unknown = append(unknown, name)
+			}
+		}
+		if len(unknown) > 0 && !partial {
+			sort.Strings(unknown)
+			return fmt.Errorf("%s: tensors %v are not parameters or optimizer state of %s (parameters: %v)", initFrom, unknown, g.Name, g.Params())
+		}
+	}
+	for _, name := range g.Order {
+		v := g.Vars[name]
+		t, ok := p.Scope[name]
+		if !v.Kind.Persistent() || !ok {
+			continue
+		}
+		if src, ok := loaded[name]; ok {
+			if !src.Shape.Equal(t.Shape) || src.DType != t.DType {
+				return fmt.Errorf("%s: %q is %s%v in the file but %s%v in the model", initFrom, name, src.DType, src.Shape, t.DType, t.Shape)
+			}
+			t.CopyFrom(src)
+			continue
+		}
+		if b := v.Block; b != nil && loaded[b.Of] != nil {
+			// A row block of a cut parameter: its rows of the whole.
+			src := loaded[b.Of]
+			if !src.Shape.Equal(b.Shape) || src.DType != t.DType {
+				return fmt.Errorf("%s: %q is %s%v in the file but %s%v in the model", initFrom, b.Of, src.DType, src.Shape, t.DType, b.Shape)
+			}
+			row := src.Numel() / max(b.Shape[0], 1)
+			for i := range b.Rows() {
+				r := b.Start + i*b.Step()
+				copy(t.F[i*row:(i+1)*row], src.F[r*row:(r+1)*row])
+			}
+			continue
+		}
+		if loaded != nil && v.Kind == dsl.KindParam {
+			return fmt.Errorf("%s: parameter %q is missing from the file", initFrom, name)
+		}
+		seedName, full, row, step := v.InitTarget()
+		if err := Initialize(t, v.Init, seedName, full, row, step); err != nil {
+			return err
+		}
+	}
+	return nil
+}

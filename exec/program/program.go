@@ -1,0 +1,489 @@
+package program
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/kernels"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Scope holds the tensors of one node: exactly the variables of the
+// subgraph placed there. Persistent variables keep their values across
+// steps; temporaries are overwritten every step in place.
+type Scope map[string]*tensor.Tensor
+
+// CompileOptions selects what a Program computes.
+type CompileOptions struct {
+	// Batch is the batch size the data variables take.
+	Batch int
+	// Targets, when set, keeps only the ops needed to compute these
+	// variables (e.g. loss and metrics for evaluation) and no assigns. Such
+	// a program evaluates or predicts: dropout is the identity in it.
+	Targets []string
+	// Shared binds variables to existing tensors (e.g. the parameters of a
+	// training program reused by an evaluation program). With Targets, a
+	// shared variable is an input: the ops producing it are not run.
+	Shared Scope
+	// Pin keeps these variables' tensors their own: no op writes its
+	// output into them in place, so they hold their values after a run
+	// (a trainer's received parameters, which evaluation reads).
+	Pin []string
+	// Workers bounds concurrent compute; 0 means GOMAXPROCS.
+	Workers int
+	// Sequential runs the ops one after another on the caller's goroutine,
+	// blocking ops included. Only for graphs where no blocking op waits on
+	// something a later op of the same graph provides (a pserver's block
+	// update: accumulate, then the optimizer chain): it saves the hand-offs.
+	Sequential bool
+	// KeepTemps gives every temporary its own buffer, so all of them can be
+	// inspected after Run (otherwise element-wise ops may work in place).
+	KeepTemps bool
+}
+
+// Program is a graph compiled for one node: every tensor allocated once,
+// every kernel built once. Run executes one step without allocating.
+type Program struct {
+	Graph   *dsl.Graph
+	Scope   Scope
+	nodes   []node
+	roots   []int32
+	assigns [][2]*tensor.Tensor // target, next value (row-sparse: only its rows)
+	sched   *scheduler
+	// OnError, when set, is called once as soon as an op fails, before Run
+	// waits for the ops still running: the distributed runtime cancels the
+	// step's context there, so recvs blocked on other nodes return.
+	OnError func(error)
+}
+
+type node struct {
+	op     *dsl.Op
+	kernel kernels.Kernel
+	succ   []int32
+	npred  int32
+}
+
+// Compile builds a Program for g.
+func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
+	batch := opt.Batch
+	if batch <= 0 {
+		batch = max(g.Batch(), 1)
+	}
+	types, err := g.Infer(batch)
+	if err != nil {
+		return nil, err
+	}
+	order, err := g.TopoOrder()
+	if err != nil {
+		return nil, err
+	}
+	keep := make([]bool, len(g.Ops))
+	if opt.Targets == nil {
+		for i := range keep {
+			keep[i] = true
+		}
+	} else {
+		prod := g.Producers()
+		var mark func(string)
+		mark = func(v string) {
+			i, ok := prod[v]
+			if _, given := opt.Shared[v]; !ok || keep[i] || given {
+				return
+			}
+			keep[i] = true
+			for _, in := range g.Ops[i].Inputs {
+				mark(in)
+			}
+		}
+		for _, t := range opt.Targets {
+			if _, ok := types[t]; !ok {
+				return nil, fmt.Errorf("%s: %q is not a variable of the model", g.File, t)
+			}
+			mark(t)
+		}
+	}
+	p := &Program{Graph: g, Scope: Scope{}}
+	alias := map[string]string{}
+	if !opt.KeepTemps {
+		alias = inPlace(g, keep, types, opt)
+	}
+	var tensorOf func(name string) *tensor.Tensor
+	tensorOf = func(name string) *tensor.Tensor {
+		if t, ok := p.Scope[name]; ok {
+			return t
+		}
+		if x, ok := alias[name]; ok {
+			t := tensorOf(x)
+			p.Scope[name] = t
+			return t
+		}
+		t, ok := opt.Shared[name]
+		if ty := types[name]; !ok && ty.Sparse() {
+			rows := tensor.NewRowSet(ty.MaxRows)
+			if ty.RowSet != name {
+				rows = tensorOf(ty.RowSet).Rows
+			}
+			t = tensor.NewSparse(ty.Shape, ty.MaxRows, rows)
+		} else if !ok {
+			t = tensor.New(ty.DType, ty.Shape)
+		}
+		p.Scope[name] = t
+		return t
+	}
+	for _, name := range g.Order {
+		if g.Vars[name].Kind.Persistent() || opt.Targets == nil {
+			tensorOf(name)
+		}
+	}
+	index := map[int]int32{}
+	for _, i := range order {
+		if !keep[i] {
+			continue
+		}
+		op := g.Ops[i]
+		args := kernels.Args{Attrs: op.Attrs, Inference: opt.Targets != nil}
+		for _, in := range op.Inputs {
+			args.In = append(args.In, tensorOf(in))
+		}
+		for _, o := range op.Outputs {
+			args.Out = append(args.Out, tensorOf(o))
+		}
+		if args.Attrs.Has("shape") {
+			args.Attrs = dsl.AttrsAtBatch(args.Attrs, batch)
+		}
+		def, _ := ops.Lookup(op.Type)
+		k, err := kernels.Build(op.Type, args)
+		if err != nil {
+			return nil, dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
+		}
+		if def.ElementWise && len(args.Out) == 1 && args.Out[0].Rows != nil {
+			k = onRows(k, args.Out[0])
+		}
+		index[i] = int32(len(p.nodes))
+		p.nodes = append(p.nodes, node{op: op, kernel: k})
+	}
+	prod := g.Producers()
+	for i, n := range p.nodes {
+		seen := map[int32]bool{}
+		for _, in := range n.op.Inputs {
+			j, ok := prod[in]
+			if !ok {
+				continue
+			}
+			pj := index[j]
+			if seen[pj] {
+				continue
+			}
+			seen[pj] = true
+			p.nodes[pj].succ = append(p.nodes[pj].succ, int32(i))
+			p.nodes[i].npred++
+		}
+	}
+	for i, n := range p.nodes {
+		if n.npred == 0 {
+			p.roots = append(p.roots, int32(i))
+		}
+	}
+	if opt.Targets == nil {
+		for _, a := range g.Assigns {
+			p.assigns = append(p.assigns, [2]*tensor.Tensor{tensorOf(a.Target), tensorOf(a.Value)})
+		}
+	}
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	blocking := 0
+	for _, n := range p.nodes {
+		if def, _ := ops.Lookup(n.op.Type); def.Blocking {
+			blocking++
+		}
+	}
+	if opt.Sequential {
+		workers, blocking = 1, 0
+	}
+	p.sched = newScheduler(p, min(workers+blocking, len(p.nodes)))
+	return p, nil
+}
+
+// inPlace picks outputs that may share their input's buffer: an
+// element-wise op (y[i] depends only on inputs at i, so writing y[i] after
+// reading x[i] is safe) whose input x is a temporary of the same type read
+// by no other op and not needed after the step (not a target, not assigned,
+// not shared). Both names then denote one tensor, so an assign that swaps
+// buffers keeps them consistent. A pserver's update chain (accumulate,
+// scale, sub) then needs one parameter-sized scratch buffer instead of
+// three, and a local step touches less memory.
+func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOptions) map[string]string {
+	readers := map[string]int{}
+	for i, op := range g.Ops {
+		if keep[i] {
+			for _, in := range op.Inputs {
+				readers[in]++
+			}
+		}
+	}
+	pinned := map[string]bool{}
+	for _, a := range g.Assigns {
+		pinned[a.Target], pinned[a.Value] = true, true
+	}
+	for _, t := range opt.Targets {
+		pinned[t] = true
+	}
+	for _, t := range opt.Pin {
+		pinned[t] = true
+	}
+	if g.Train != nil {
+		pinned[g.Train.Loss] = true
+		for _, m := range g.Train.Metrics {
+			pinned[m] = true
+		}
+	}
+	prod := g.Producers()
+	alias := map[string]string{}
+	taken := map[string]bool{}
+	for i, op := range g.Ops {
+		def, _ := ops.Lookup(op.Type)
+		if !keep[i] || !def.ElementWise || len(op.Outputs) != 1 {
+			continue
+		}
+		y := op.Outputs[0]
+		if pinned[y] || g.Vars[y] != nil {
+			continue
+		}
+		for _, x := range op.Inputs {
+			_, fromOp := prod[x]
+			_, shared := opt.Shared[x]
+			tx, ty := types[x], types[y]
+			if fromOp && !shared && !pinned[x] && !taken[x] && g.Vars[x] == nil && readers[x] == 1 &&
+				tx.Same(ty) {
+				alias[y], taken[x] = x, true
+				break
+			}
+		}
+	}
+	return alias
+}
+
+// Run executes one step: every op once, in dependency order, independent
+// ops concurrently; then the assigns move next-step values into the
+// persistent variables (by swapping buffers, not copying).
+func (p *Program) Run(rt kernels.Runtime) error {
+	if err := p.sched.run(rt); err != nil {
+		return err
+	}
+	for _, a := range p.assigns {
+		if a[1].Rows != nil {
+			kernels.ScatterRows(a[0], a[1])
+		} else {
+			tensor.SwapData(a[0], a[1])
+		}
+	}
+	return nil
+}
+
+// onRows runs an element-wise kernel on the values of a row-sparse output:
+// its buffer is sized to the step's rows first, so the kernel's loops (over
+// the slices' lengths) cover exactly the rows the step holds.
+func onRows(k kernels.Kernel, out *tensor.Tensor) kernels.Kernel {
+	return func(rt kernels.Runtime) error {
+		out.Fit()
+		return k(rt)
+	}
+}
+
+// Close stops the program's worker goroutines.
+func (p *Program) Close() { p.sched.close() }
+
+// scheduler runs a step's ops on a fixed set of goroutines: the caller plus
+// workers-1 helpers, which wait on a condition variable between steps. An
+// op whose predecessors are done becomes ready; the goroutine that made it
+// ready runs it next unless idle helpers can take surplus ready ops, so a
+// chain of dependent ops runs on one goroutine without hand-offs.
+type scheduler struct {
+	p       *Program
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending []int32
+	ready   []int32
+	left    int // ops not yet finished this step
+	running int // ops being run
+	idle    int
+	gen     uint64
+	err     error
+	rt      kernels.Runtime
+	closed  bool
+	wg      sync.WaitGroup
+	helpers int
+}
+
+func newScheduler(p *Program, workers int) *scheduler {
+	s := &scheduler{p: p, pending: make([]int32, len(p.nodes)), ready: make([]int32, 0, len(p.nodes))}
+	s.cond = sync.NewCond(&s.mu)
+	if workers > 1 {
+		s.helpers = workers - 1
+		for i := 0; i < s.helpers; i++ {
+			s.wg.Add(1)
+			go s.helper()
+		}
+	}
+	return s
+}
+
+func (s *scheduler) run(rt kernels.Runtime) error {
+	if s.helpers == 0 {
+		return s.runSequential(rt)
+	}
+	s.mu.Lock()
+	for i := range s.p.nodes {
+		s.pending[i] = s.p.nodes[i].npred
+	}
+	s.ready = append(s.ready[:0], s.p.roots...)
+	s.left = len(s.p.nodes)
+	s.err = nil
+	s.rt = rt
+	s.gen++
+	s.cond.Broadcast()
+	s.work()
+	for s.running > 0 {
+		s.cond.Wait()
+	}
+	err := s.err
+	s.mu.Unlock()
+	return err
+}
+
+// runSequential is the one-goroutine path: ops in dependency order.
+func (s *scheduler) runSequential(rt kernels.Runtime) error {
+	// nodes are stored in topological order
+	for i := range s.p.nodes {
+		n := &s.p.nodes[i]
+		if err := n.kernel(rt); err != nil {
+			if s.p.OnError != nil {
+				s.p.OnError(err)
+			}
+			return opError(n.op, err)
+		}
+	}
+	return nil
+}
+
+// opError names the op that failed; a cancelled step is reported as such,
+// not as a failure of whichever op was waiting.
+func opError(op *dsl.Op, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("op %s (%v -> %v) at %s: %w", op.Type, op.Inputs, op.Outputs, op.Pos, err)
+}
+
+// work runs ready ops until the step is finished or failed. Called with mu held.
+func (s *scheduler) work() {
+	for {
+		for len(s.ready) == 0 && s.left > 0 && s.err == nil {
+			s.idle++
+			s.cond.Wait()
+			s.idle--
+		}
+		if s.left == 0 || s.err != nil {
+			return
+		}
+		i := s.ready[len(s.ready)-1]
+		s.ready = s.ready[:len(s.ready)-1]
+		s.running++
+		rt := s.rt
+		s.mu.Unlock()
+		n := &s.p.nodes[i]
+		err := n.kernel(rt)
+		s.mu.Lock()
+		s.running--
+		if err != nil {
+			if s.err == nil {
+				s.err = opError(n.op, err)
+				if s.p.OnError != nil {
+					s.p.OnError(err)
+				}
+			}
+			s.cond.Broadcast()
+			return
+		}
+		s.left--
+		for _, j := range n.succ {
+			if s.pending[j]--; s.pending[j] == 0 {
+				s.ready = append(s.ready, j)
+			}
+		}
+		if s.left == 0 {
+			s.cond.Broadcast()
+			return
+		}
+		if len(s.ready) > 1 && s.idle > 0 {
+			s.cond.Signal()
+		}
+	}
+}
+
+func (s *scheduler) helper() {
+	defer s.wg.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Generation 0 is before the first step: a helper that starts after
+	// the first run began still joins it. (Reading s.gen here would skip
+	// that step, leaving it to the caller alone, which deadlocks when a
+	// blocking op waits on a later op of the same step: a trainer's recv
+	// of the pservers' partial norms waits on its own gradient sends.)
+	var seen uint64
+	for {
+		for s.gen == seen && !s.closed {
+			s.cond.Wait()
+		}
+		if s.closed {
+			return
+		}
+		seen = s.gen
+		s.work()
+		if s.running == 0 {
+			s.cond.Broadcast()
+		}
+	}
+}
+
+func (s *scheduler) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// batch is the batch size the program was compiled at.
+func (p *Program) Batch() int {
+	if p.Graph.Data != nil {
+		for _, c := range []*dsl.Column{p.Graph.Data.Features, p.Graph.Data.Label, p.Graph.Data.IDs} {
+			if c != nil {
+				if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
+					return t.Shape[0]
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// persistentOf returns the persistent variables of a program's scope.
+func PersistentOf(p *Program) Scope {
+	s := Scope{}
+	for _, name := range p.Graph.Order {
+		if v := p.Graph.Vars[name]; v.Kind.Persistent() {
+			if t, ok := p.Scope[name]; ok {
+				s[name] = t
+			}
+		}
+	}
+	return s
+}

@@ -1,0 +1,373 @@
+package pserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/program"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/metrics"
+	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/transport"
+)
+
+// ServeOptions configures a pserver: the node that holds parameter blocks,
+// runs their initializers and optimizer subgraphs, and serves them.
+type ServeOptions struct {
+	Comm     *comm.NetComm
+	InitFrom string
+	Log      zerolog.Logger
+	LogEvery int
+	// Workers bounds concurrent compute (0: GOMAXPROCS).
+	Workers int
+	// Checkpoint saves the node's blocks and optimizer state every Every
+	// steps; a pserver whose directory holds a checkpoint resumes from it
+	// (ResumeStep when >= 0, else the newest).
+	Checkpoint *modelfile.Checkpointer
+	ResumeStep int64
+	// TrainerTimeout: how long to wait for a lost trainer (sync mode).
+	TrainerTimeout time.Duration
+	// Save, when set, is the file the pserver writes the lookup-table
+	// shards it holds to once the trainers are done (MergeShards joins
+	// them with trainer 0's file into one model).
+	Save string
+	// NoStream runs every part's update as one Program.Run per step, even
+	// where a Streamer could apply it as the gradient arrives (streamed
+	// and whole steps give bitwise the same result).
+	NoStream bool
+	// Prom, when set, times each part's steps and records checkpoints for
+	// Prometheus (--metrics-addr); RunPServer also counts its traffic per
+	// trainer.
+	Prom *metrics.Node
+}
+
+// ServeSummary is a pserver's result.
+type ServeSummary struct {
+	Role string `json:"role"`
+	// First is the step the pserver started at: 0, its restored
+	// checkpoint's, or the running job's after a restart.
+	First int64 `json:"first_step"`
+	// Streamed counts the parts whose update ran as the gradient arrived
+	// (Streamer), of Parts.
+	Streamed int     `json:"streamed_parts"`
+	Parts    int     `json:"parts"`
+	Steps    int64   `json:"steps"`
+	Seconds  float64 `json:"seconds"`
+	// What the pserver's endpoint moved in the job, read once every
+	// trainer finished (transport.Traffic; docs/runtime.md).
+	SentBytes     int64 `json:"sent_bytes"`
+	RecvBytes     int64 `json:"recv_bytes"`
+	WireSentBytes int64 `json:"wire_sent_bytes"`
+	WireRecvBytes int64 `json:"wire_recv_bytes"`
+}
+
+// Serve runs a pserver's subgraph (its endpoint accepts the graph's
+// Transfers and the position transfer, declared before it connected) until
+// every trainer is done. Before the first step it hears every trainer's
+// position and sends each `initial` parameter for the step it starts at
+// (0, its checkpoint's, or the running job's after a restart); then each
+// step runs the graph once: accumulate the step's gradient pieces, update,
+// send the next step's parameters. It returns when the trainers finished
+// (nil error) or on the first failure.
+func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummary, error) {
+	c := opt.Comm
+	c.TrainerTimeout, c.Log = opt.TrainerTimeout, opt.Log
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	parts := program.Components(g)
+	progs := make([]*program.Program, 0, len(parts))
+	defer func() {
+		for _, p := range progs {
+			p.Close()
+		}
+	}()
+	for _, part := range parts {
+		// A part is one block's update: accumulate, then a short chain of
+		// small element-wise ops; running it on its loop's goroutine saves
+		// a hand-off per op. Parts run in parallel with each other.
+		prog, err := program.Compile(part, program.CompileOptions{Workers: opt.Workers, Sequential: true})
+		if err != nil {
+			return nil, err
+		}
+		progs = append(progs, prog)
+		if err := program.InitPartial(prog, opt.InitFrom, true); err != nil {
+			return nil, err
+		}
+		prog.OnError = func(err error) {
+			if !comm.Finished(err) {
+				cancel()
+			}
+		}
+	}
+	if opt.Checkpoint != nil {
+		opt.Checkpoint.Prom = opt.Prom
+	}
+	restored, err := opt.Checkpoint.ResumeStep(opt.ResumeStep)
+	if err != nil {
+		return nil, err
+	}
+	if restored >= 0 {
+		for _, prog := range progs {
+			if err := opt.Checkpoint.Restore(restored, program.PersistentOf(prog)); err != nil {
+				return nil, err
+			}
+		}
+		opt.Log.Info().Int64("step", restored).Str("dir", opt.Checkpoint.Dir).Msg("resumed from checkpoint")
+	}
+	var snap *snapshot
+	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 {
+		snap = &snapshot{ck: ck, log: opt.Log, parts: len(progs), pending: map[int64]*pendingCk{}}
+	}
+	// Every trainer tells this pserver where it is; a fresh job starts at
+	// the restored step (0 without a checkpoint), a restart into a running
+	// job where the trainers are (restart.go).
+	first, err := c.StartServing(ctx, progs, restored)
+	if err != nil {
+		if parent.Err() != nil {
+			return nil, parent.Err()
+		}
+		return nil, c.StopJob(err)
+	}
+	start := time.Now()
+	steps := make([]int64, len(progs))
+	errs := make([]error, len(progs))
+	var streamed atomic.Int64
+	var wg sync.WaitGroup
+	for i, prog := range progs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			steps[i], errs[i] = serveLoop(ctx, prog, c, opt, first, snap, &streamed, i == 0)
+			if errs[i] != nil && !comm.Finished(errs[i]) {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	var last int64
+	var failed error
+	for i, err := range errs {
+		// The part that failed cancelled the others: report its error,
+		// not their cancellation.
+		if err != nil && !comm.Finished(err) && (failed == nil || errors.Is(failed, context.Canceled) && !errors.Is(err, context.Canceled)) {
+			failed = err
+		}
+		last = max(last, steps[i])
+	}
+	if failed != nil {
+		if parent.Err() != nil {
+			return nil, parent.Err()
+		}
+		return nil, c.StopJob(failed)
+	}
+	if err := awaitTrainers(parent, g, c, last); err != nil {
+		return nil, c.StopJob(err)
+	}
+	// A checkpoint of the last step too (every part is there, idle), so a
+	// finished job can be continued from where it ended.
+	if snap != nil && last > first && last%int64(snap.ck.Every) != 0 && allEqual(steps, last) {
+		vars := program.Scope{}
+		for _, p := range progs {
+			maps.Copy(vars, program.PersistentOf(p))
+		}
+		if err := snap.ck.Save(last, vars); err != nil {
+			return nil, c.StopJob(err)
+		}
+	}
+	if err := c.Finish(parent); err != nil {
+		return nil, err
+	}
+	if opt.Save != "" {
+		if err := saveShards(opt.Save, g, progs); err != nil {
+			return nil, err
+		}
+		opt.Log.Info().Str("file", opt.Save).Msg("saved the lookup-table shards")
+	}
+	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
+	tr := c.Traffic()
+	return &ServeSummary{Role: c.EP.Self().String(), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
+		Streamed: int(streamed.Load()), Parts: len(progs),
+		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv}, nil
+}
+
+// serveLoop runs one part of a pserver's graph step after step until the
+// trainers are done (a finished error) or something fails.
+// The first part (counts) also counts the pserver's steps for Prometheus.
+func serveLoop(ctx context.Context, prog *program.Program, c *comm.NetComm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64, counts bool) (int64, error) {
+	rt := &program.NodeRuntime{Ctx: ctx, Comm: c, TrainerCount: c.Trainers, AsyncJob: c.Async}
+	if c.TrainerTimeout > 0 && !c.Async {
+		rt.Ctx = comm.WithPart(ctx, &comm.Part{Known: map[transport.NodeID]int64{}, Resend: func(ctx context.Context, to transport.NodeID, step int64) error {
+			// This part's parameters are step `step`'s (its update waits
+			// for to's piece). Other parts may be one step behind, so the
+			// newcomer gets them for step-1 too; it joins at the newest
+			// step every transfer has (NetComm.LearnStep), and the
+			// pservers drop its pieces for older steps as stale.
+			for _, op := range prog.Graph.Ops {
+				name := op.Attrs.String("initial")
+				if op.Type != "send" || name == "" {
+					continue
+				}
+				t := prog.Scope[name]
+				for k := max(step-1, first); k <= step; k++ {
+					if err := c.EP.Send(ctx, to, k, op.Attrs.String("var"), comm.DTypeOf(t), t.Bytes()); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}})
+	}
+	logEvery := int64(max(opt.LogEvery, 1))
+	vars := program.PersistentOf(prog)
+	var sp *streamedPart
+	if !opt.NoStream {
+		sp = newStreamedPart(prog, c, opt.Log)
+	}
+	if sp != nil {
+		streamed.Add(1)
+	}
+	stepStart := time.Now()
+	for k := first; ; k++ {
+		// The previous step's sends carry the parameter's own memory,
+		// which this step updates in place: they must be written first.
+		if err := c.Flush(ctx); err != nil {
+			return k, err
+		}
+		rt.StepNum = k
+		var err error
+		if sp != nil {
+			err = sp.run(rt)
+		} else {
+			err = prog.Run(rt)
+		}
+		if err != nil {
+			return k, err
+		}
+		if opt.Prom != nil {
+			now := time.Now()
+			opt.Prom.Update(now.Sub(stepStart))
+			stepStart = now
+			if counts {
+				opt.Prom.ServedStep()
+			}
+		}
+		if snap != nil && (k+1)%int64(snap.ck.Every) == 0 {
+			if err := snap.add(k+1, vars); err != nil {
+				return k, err
+			}
+		}
+		if opt.LogEvery > 0 && (k+1)%logEvery == 0 {
+			opt.Log.Info().Int64("step", k+1).Msg("serve")
+		}
+	}
+}
+
+// awaitTrainers checks, once one trainer finished at step k, that every
+// trainer finished there too: in sync mode they run the same steps.
+func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.NetComm, k int64) error {
+	ts, err := g.Transfers(max(g.Batch(), 1), nil)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if !t.Recv || t.Kind != dsl.GradTransfer && t.Kind != dsl.ClipFactorTransfer {
+			continue
+		}
+		buf := make([]byte, t.Bytes)
+		if c.Async || t.Count != c.Trainers {
+			if key, err := c.EP.RecvAny(ctx, t.Var, buf); !errors.Is(err, transport.ErrAllDone) {
+				if err == nil {
+					return fmt.Errorf("%s arrived after the trainers finished", key)
+				}
+				return err
+			}
+			continue
+		}
+		for i := 0; i < c.Trainers; i++ {
+			err := c.EP.Recv(ctx, transport.Trainer(i), k, t.Var, buf)
+			switch {
+			case err == nil:
+				return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, t.Var, k)
+			case !errors.Is(err, transport.ErrPeerDone):
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// saveShards writes the lookup-table shards of a pserver's parts to path.
+func saveShards(path string, g *dsl.Graph, progs []*program.Program) error {
+	all := program.Scope{}
+	for _, p := range progs {
+		for n, t := range p.Scope {
+			all[n] = t
+		}
+	}
+	return modelfile.SaveTensors(path, g.Name, modelfile.TableShards(g), all)
+}
+
+func allEqual(xs []int64, v int64) bool {
+	for _, x := range xs {
+		if x != v {
+			return false
+		}
+	}
+	return true
+}
+
+// snapshot gathers the persistent variables of a pserver's parts for one
+// step: each part copies its own when it finished that step, and the last
+// one writes the checkpoint. Parts never wait for each other.
+type snapshot struct {
+	write   sync.Mutex // one Save at a time: they share the manifest
+	mu      sync.Mutex
+	ck      *modelfile.Checkpointer
+	log     zerolog.Logger
+	parts   int
+	pending map[int64]*pendingCk
+}
+
+type pendingCk struct {
+	left    int
+	tensors map[string]*tensor.Tensor
+}
+
+func (s *snapshot) add(step int64, vars program.Scope) error {
+	s.mu.Lock()
+	p, ok := s.pending[step]
+	if !ok {
+		p = &pendingCk{left: s.parts, tensors: map[string]*tensor.Tensor{}}
+		s.pending[step] = p
+	}
+	for name, t := range vars {
+		c := tensor.New(t.DType, t.Shape)
+		c.CopyFrom(t)
+		p.tensors[name] = c
+	}
+	p.left--
+	done := p.left == 0
+	if done {
+		delete(s.pending, step)
+	}
+	s.mu.Unlock()
+	if done {
+		s.write.Lock()
+		defer s.write.Unlock()
+		if err := s.ck.Save(step, p.tensors); err != nil {
+			return err
+		}
+		s.log.Info().Int64("step", step).Str("dir", s.ck.Dir).Msg("checkpoint saved")
+	}
+	return nil
+}

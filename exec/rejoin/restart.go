@@ -1,0 +1,89 @@
+package rejoin
+
+// The restart protocol: its two control transfers and their codec. The
+// trainer side is restart_trainer.go, the pserver side
+// restart_pserver.go, their decisions restart_plan.go.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// A restarted pserver and the running trainers meet again through two
+// control transfers, exchanged with every incarnation of a pserver (so a
+// fresh job, a whole-job rerun and a restart into a running job take one
+// code path):
+//
+//   - position, trainer -> pserver, when the trainer first talks to a
+//     pserver incarnation: the step of the last gradients it sent to that
+//     pserver (any incarnation; before any, its start step - 1), the
+//     oldest step of that pserver's parameters it has not received yet
+//     (both `learning` when the trainer learns its start step from the
+//     pservers), and whether it rejoins (it talked to an earlier
+//     incarnation: the pserver restarted into a running job).
+//   - resume, pserver -> trainer, once it heard every trainer: the step it
+//     starts at (sync) or the step of the parameters it sent that trainer
+//     (async).
+//
+// The trainer then re-sends its last gradients of each transfer whose
+// step the pserver has not applied (the transport dropped what was queued
+// for the old process), and carries on. See docs/runtime.md.
+
+// learning marks a position of a trainer that learns its start step.
+const Learning = math.MinInt64
+
+// position is what a trainer tells a pserver incarnation about itself.
+// Steps and Batch are the trainer's run (--steps, --batch, as resolved
+// from the model): every trainer of a job must have the same, and a
+// pserver that hears two different stops the job (checkRun).
+type Position struct {
+	Sent   int64 // step of the last gradients sent to this pserver; start-1 before any
+	Need   int64 // oldest step of this pserver's parameters not received yet
+	Rejoin bool  // the trainer talked to an earlier incarnation of it
+	Steps  int64 // the trainer's last step (its run's steps)
+	Batch  int64 // the trainer's batch
+}
+
+func (p Position) Known() bool { return p.Sent != Learning }
+
+// bytes: Sent, Need (int64), Rejoin (1 byte, then 7 zero bytes), Steps,
+// Batch (int64), little-endian: 40 bytes.
+func (p Position) Bytes() []byte {
+	b := make([]byte, 40)
+	binary.LittleEndian.PutUint64(b, uint64(p.Sent))
+	binary.LittleEndian.PutUint64(b[8:], uint64(p.Need))
+	if p.Rejoin {
+		b[16] = 1
+	}
+	binary.LittleEndian.PutUint64(b[24:], uint64(p.Steps))
+	binary.LittleEndian.PutUint64(b[32:], uint64(p.Batch))
+	return b
+}
+
+func PositionOf(b []byte) Position {
+	return Position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:])), Rejoin: b[16] == 1,
+		Steps: int64(binary.LittleEndian.Uint64(b[24:])), Batch: int64(binary.LittleEndian.Uint64(b[32:]))}
+}
+
+// checkRun compares trainer i's run with trainer j's, heard before it: the
+// trainers of a job read the data stream at (step x trainers + index) x
+// batch, so their batches must be equal, and a sync pserver waits for every
+// trainer's gradients at every step, so their steps must be equal too
+// (TestMismatchedTrainerRefused).
+func CheckRun(i int, p Position, j int, q Position, async bool) error {
+	const fix = "give every trainer the same %s (or leave it out on all of them, to use the model's)"
+	if p.Batch != q.Batch {
+		return fmt.Errorf("trainer-%d was started with --batch %d but trainer-%d with --batch %d: every trainer reads its own batch at (step x trainers + index) x batch of the data stream, so the batches of a job must be equal; "+fix, i, p.Batch, j, q.Batch, "--batch")
+	}
+	if !async && p.Steps != q.Steps {
+		return fmt.Errorf("trainer-%d was started with --steps %d but trainer-%d with --steps %d (the flag, or the model's train.steps or train.epochs when it is left out): in a sync job every pserver step waits for the gradients of every trainer, so one trainer stopping early would hang the others; "+fix, i, p.Steps, j, q.Steps, "--steps")
+	}
+	return nil
+}
+
+func StepBytes(s int64) []byte {
+	b := make([]byte, 8)
+	binary.LittleEndian.PutUint64(b, uint64(s))
+	return b
+}
