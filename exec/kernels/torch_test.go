@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec"
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -33,7 +34,7 @@ type refCase struct {
 // loadRef reads a reference file of testdata/ops.
 func loadRef(t *testing.T, name string) map[string]*tensor.Tensor {
 	t.Helper()
-	ref, _, err := exec.LoadSafetensors("../../testdata/ops/" + name + ".safetensors")
+	ref, _, err := modelfile.LoadSafetensors("../../testdata/ops/" + name + ".safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func checkAgainstTorch(t *testing.T, ref map[string]*tensor.Tensor, c refCase) {
 	if err := g.Check(); err != nil {
 		t.Fatal(err)
 	}
-	prog, err := exec.Compile(g, exec.CompileOptions{Batch: gr.Shape[0], Workers: 1, KeepTemps: true})
+	prog, err := program.Compile(g, program.CompileOptions{Batch: gr.Shape[0], Workers: 1, KeepTemps: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func checkAgainstTorch(t *testing.T, ref map[string]*tensor.Tensor, c refCase) {
 		prog.Scope[names[i]].CopyFrom(get(x.key))
 	}
 	prog.Scope["G"].CopyFrom(gr)
-	rt := &exec.NodeRuntime{Ctx: context.Background()}
+	rt := &program.NodeRuntime{Ctx: context.Background()}
 	if err := prog.Run(rt); err != nil {
 		t.Fatal(err)
 	}

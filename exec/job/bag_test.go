@@ -1,4 +1,4 @@
-package exec
+package job
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/trainer"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -24,7 +26,7 @@ import (
 // model language itself refuses.)
 func bagModel(t *testing.T, mode string) *dsl.Graph {
 	t.Helper()
-	src, err := os.ReadFile("../partition/testdata/split/bags-2x2/model.yaml")
+	src, err := os.ReadFile("../../partition/testdata/split/bags-2x2/model.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +75,10 @@ func TestShardedBagTableEqualsLocalInmem(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%dx%d", c.mode, c.n, c.m), func(t *testing.T) {
 			g := bagModel(t, c.mode)
 			local := filepath.Join(t.TempDir(), "local.safetensors")
-			if _, err := Train(context.Background(), g, RunOptions{Role: "local", Steps: 25, Batch: 8 * c.n, Save: local, Log: zerolog.Nop()}); err != nil {
+			if _, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Steps: 25, Batch: 8 * c.n, Save: local, Log: zerolog.Nop()}); err != nil {
 				t.Fatal(err)
 			}
-			dist := runPaddedTableJob(t, g, c.n, c.m, RunOptions{Steps: 25, Batch: 8, Log: zerolog.Nop()})
+			dist := runPaddedTableJob(t, g, c.n, c.m, trainer.RunOptions{Steps: 25, Batch: 8, Log: zerolog.Nop()})
 			compareParams(t, local, dist, 1e-4)
 		})
 	}
@@ -85,7 +87,7 @@ func TestShardedBagTableEqualsLocalInmem(t *testing.T) {
 // runPaddedTableJob is runTableJob for bagModel's graphs: the plan goes
 // through its files like a real job's, and the trainer's data spec gets
 // back the padding fill its file cannot hold.
-func runPaddedTableJob(t *testing.T, g *dsl.Graph, n, m int, opt RunOptions) string {
+func runPaddedTableJob(t *testing.T, g *dsl.Graph, n, m int, opt trainer.RunOptions) string {
 	t.Helper()
 	dir := t.TempDir()
 	plan, err := partition.Split(g, partition.Options{Trainers: n, PServers: m})
@@ -114,7 +116,7 @@ func runPaddedTableJob(t *testing.T, g *dsl.Graph, n, m int, opt RunOptions) str
 		shards = append(shards, filepath.Join(dir, fmt.Sprintf("pserver-%d.safetensors", i)))
 	}
 	out := filepath.Join(dir, "model.safetensors")
-	if err := MergeShards(out, opt.Save, back.PServers, shards); err != nil {
+	if err := modelfile.MergeShards(out, opt.Save, back.PServers, shards); err != nil {
 		t.Fatal(err)
 	}
 	return out
