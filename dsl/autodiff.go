@@ -414,14 +414,10 @@ func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansio
 }
 
 // rowGradients reports which parameters have a row-sparse gradient (a
-// table read only through lookup_table). Shapes are inferred only when the
-// graph has a row gradient at all.
+// table read only through lookup_table or embedding_bag). Shapes are
+// inferred only when the graph has a row gradient at all.
 func (g *Graph) rowGradients(prod map[string]int) (map[string]bool, error) {
-	has := false
-	for _, op := range g.Ops {
-		has = has || op.Type == "lookup_table_grad"
-	}
-	if !has {
+	if !hasOpThat(g, ops.RowGrad) {
 		return nil, nil
 	}
 	types, err := g.Infer(g.Batch())

@@ -305,7 +305,7 @@ func inferOnRows(op *Op, def *ops.Def, in []ops.Type, attrs ops.Attrs, first int
 	sp := in[first]
 	if !def.ElementWise {
 		if op.Section == Optimize {
-			return nil, ops.Errorf("%s holds only the rows of %s that this step touched (a row gradient: %s is read only through lookup_table), and %s is not element-wise, so the optimizer cannot run on those rows alone; use an element-wise optimizer (sgd, momentum, adagrad, adam) or keep the table dense by also reading it with a dense op", op.Inputs[first], op.Param, op.Param, op.Type)
+			return nil, ops.Errorf("%s holds only the rows of %s that this step touched (a row gradient: %s is read only through lookup_table or embedding_bag), and %s is not element-wise, so the optimizer cannot run on those rows alone; use an element-wise optimizer (sgd, momentum, adagrad, adam) or keep the table dense by also reading it with a dense op", op.Inputs[first], op.Param, op.Param, op.Type)
 		}
 		return nil, ops.Errorf("%s is row-sparse (%v) and op %s is not element-wise, so it cannot run on the rows alone; densify it first with to_dense (a [%d, ...] tensor), or gather the rows another tensor holds with gather_rows", op.Inputs[first], sp, op.Type, sp.Shape[0])
 	}

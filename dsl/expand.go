@@ -43,7 +43,7 @@ func (g *Graph) Expand() error {
 	known := t != nil && batch == g.Batch() // Infer's types are those Differentiate would infer again
 	var spec chan *speculated
 	if known && t.Optimizer != nil && t.Loss != "" && speculate && runtime.GOMAXPROCS(0) > 1 &&
-		!hasOp(g, "lookup_table") && (t.Clip == nil || t.Clip.Norm == 0) {
+		!hasOpThat(g, ops.ReadsTable) && (t.Clip == nil || t.Clip.Norm == 0) {
 		spec = make(chan *speculated, 1)
 		params := g.Params()
 		go func() { spec <- g.speculateOptimizer(params, batch) }()
@@ -107,7 +107,7 @@ func (g *Graph) Expand() error {
 	}
 	// The graph only grew: infer just the new ops (a row gradient's
 	// rewrite changes types, so a model with tables is inferred anew).
-	if known && !hasOp(g, "lookup_table_grad") {
+	if known && !hasOpThat(g, ops.RowGrad) {
 		all, err := g.inferKnown(batch, types)
 		if err != nil {
 			return err
@@ -191,5 +191,5 @@ func (s *speculated) fits(g *Graph, types map[string]ops.Type) bool {
 			return false // a clash the sequential expansion resolves as it does
 		}
 	}
-	return !hasOp(g, "lookup_table_grad")
+	return !hasOpThat(g, ops.RowGrad)
 }

@@ -42,9 +42,11 @@ func (g *Graph) Trainable() error {
 	return Errorf(pos, "the model has no train.optimizer, so there is nothing to train; add one, e.g. train: {loss: loss, batch: 32, optimizer: {type: sgd, lr: 0.1}} (docs/dsl.md)")
 }
 
-func hasOp(g *Graph, typ string) bool {
+// hasOpThat reports whether g has an op whose type satisfies is (such as
+// ops.ReadsTable: a lookup of a table by id).
+func hasOpThat(g *Graph, is func(typ string) bool) bool {
 	for _, op := range g.Ops {
-		if op.Type == typ {
+		if is(op.Type) {
 			return true
 		}
 	}

@@ -128,7 +128,20 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 	var copies slab[dsl.Op]
 	var shapes slab[int]
 	received := make(map[string]bool, len(s.names))
-	for _, op := range canonicalOrder(trainerOps) {
+	// A sharded table's rows are fetched once, by the ids of all its
+	// lookups, before the first of them: each lookup follows every one of
+	// those ids.
+	tableIDs := s.tableIDs(trainerOps)
+	after := func(op *dsl.Op) []string {
+		if ops.ReadsTable(op.Type) {
+			return tableIDs[op.Inputs[0]]
+		}
+		return nil
+	}
+	if len(tableIDs) == 0 {
+		after = nil
+	}
+	for _, op := range canonicalOrder(trainerOps, after) {
 		var inputs []string
 		if op.Inputs != nil {
 			inputs = names.take(len(op.Inputs))
@@ -149,7 +162,7 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 			}
 			received[in] = true
 			if gr.table {
-				t.Ops = append(t.Ops, s.fetchOp(gr, trainerOps))
+				t.Ops = append(t.Ops, s.fetchOp(gr, tableIDs[in]))
 				continue
 			}
 			dt := dtypeAttr(gr.param.DType)
@@ -299,18 +312,28 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 // p that it fetched this step.
 func FetchedName(p string) string { return p + "@fetched" }
 
-// fetchOp is the trainer's fetch of table gr's rows: the ids of every
-// lookup of the table, deduplicated, sent to the shards that own them.
-func (s *splitter) fetchOp(gr *group, trainerOps []*dsl.Op) *dsl.Op {
-	var ids []string
-	seen := map[string]bool{}
+// tableIDs lists, for each sharded table, the ids variables of its
+// lookups (lookup_table, embedding_bag: ops.ReadsTable), sorted, each once.
+func (s *splitter) tableIDs(trainerOps []*dsl.Op) map[string][]string {
+	out := map[string][]string{}
 	for _, op := range trainerOps {
-		if op.Type == "lookup_table" && op.Inputs[0] == gr.param.Name && !seen[op.Inputs[1]] {
-			seen[op.Inputs[1]] = true
-			ids = append(ids, op.Inputs[1])
+		if !ops.ReadsTable(op.Type) {
+			continue
+		}
+		if gr := s.groups[op.Inputs[0]]; gr != nil && gr.table && gr.pin != trainerNode && !slices.Contains(out[gr.param.Name], op.Inputs[1]) {
+			out[gr.param.Name] = append(out[gr.param.Name], op.Inputs[1])
 		}
 	}
-	sort.Strings(ids)
+	for _, ids := range out {
+		sort.Strings(ids)
+	}
+	return out
+}
+
+// fetchOp is the trainer's fetch of table gr's rows: the ids of every
+// lookup of the table, deduplicated, sent to the shards that own them;
+// padding ids (< 0, an embedding_bag's) are not fetched.
+func (s *splitter) fetchOp(gr *group, ids []string) *dsl.Op {
 	op := newOp("fetch_rows", ids, []string{FetchedName(gr.param.Name)}, gr.param.Pos,
 		attr{"var", gr.param.Name}, attr{"shards", s.opt.PServers}, attr{"shape", []int(gr.param.Shape.Clone())})
 	op.Section = dsl.Forward

@@ -385,7 +385,7 @@ func (s *splitter) applyPlaces() error {
 			}
 		}
 		if gr.table && gr.pin != "" {
-			return dsl.Errorf(gr.pinPos, "%s has place: %s, but %s is a lookup table (read only through lookup_table), which split shards by row id across every pserver; remove place", gr.pinBy, gr.pin, n)
+			return dsl.Errorf(gr.pinPos, "%s has place: %s, but %s is a lookup table (read only through lookup_table or embedding_bag), which split shards by row id across every pserver; remove place", gr.pinBy, gr.pin, n)
 		}
 		if gr.pin == trainerNode && s.opt.Trainers > 1 {
 			return dsl.Errorf(gr.pinPos, "%s has place: trainer, but with %d trainers every replica would update its own copy of %s and the replicas would drift apart; remove place (or split for one trainer)", gr.pinBy, s.opt.Trainers, n)

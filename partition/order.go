@@ -94,8 +94,10 @@ func (h *opHeap) down(i0, n int) {
 	}
 }
 
-// canonicalOrder sorts ops topologically, ready ops by their key.
-func canonicalOrder(list []*dsl.Op) []*dsl.Op {
+// canonicalOrder sorts ops topologically, ready ops by their key. An op
+// also follows the producers of the names after returns for it (nil: no
+// more than its inputs).
+func canonicalOrder(list []*dsl.Op, after func(*dsl.Op) []string) []*dsl.Op {
 	prod := make(map[string]int32, len(list))
 	for i, op := range list {
 		for _, o := range op.Outputs {
@@ -108,7 +110,13 @@ func canonicalOrder(list []*dsl.Op) []*dsl.Op {
 	start := make([]int32, len(list)+1)
 	var edges []int32 // the producer of each input read, in op order
 	for i, op := range list {
-		for _, in := range op.Inputs {
+		deps := op.Inputs
+		if after != nil {
+			if more := after(op); len(more) > 0 {
+				deps = slices.Concat(deps, more)
+			}
+		}
+		for _, in := range deps {
 			if j, ok := prod[in]; ok {
 				indeg[i]++
 				start[j+1]++

@@ -59,8 +59,9 @@ type group struct {
 	pinBy    string
 	blocks   []*block
 	whole    string // why the parameter was not cut
-	// table: read only through lookup_table (a row gradient), so it is
-	// sharded by row id mod M across every pserver and fetched by id.
+	// table: read only through lookup_table or embedding_bag (a row
+	// gradient), so it is sharded by row id mod M across every pserver
+	// and fetched by id.
 	table   bool
 	maxRows int // the most rows one trainer fetches or sends per step
 }

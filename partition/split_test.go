@@ -36,6 +36,7 @@ var goldenCases = []struct {
 	{"big-cut", Options{Trainers: 2, PServers: 3, MinBlockSize: 100000}},
 	{"whole-nonelementwise", Options{Trainers: 2, PServers: 3, MinBlockSize: 100000}},
 	{"tables-2x3", Options{Trainers: 2, PServers: 3}},
+	{"bags-2x2", Options{Trainers: 2, PServers: 2}},
 }
 
 func loadModel(t testing.TB, path string) (*dsl.Graph, []byte) {

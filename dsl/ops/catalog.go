@@ -178,6 +178,15 @@ type Def struct {
 	// inputs that share one row set and yields a value with those rows;
 	// any other op refuses a row-sparse input.
 	SparseIn bool
+	// ReadsTable ops read rows of input 0, a table [V, D], by the int32 ids
+	// of input 1 (lookup_table, embedding_bag): the table's gradient through
+	// them is a row gradient, computed by a RowGrad op, and split fetches
+	// the rows of a sharded table by those ids (an id < 0 is padding, which
+	// is not fetched).
+	ReadsTable bool
+	// RowGrad ops compute a table's row gradient (lookup_table_grad,
+	// embedding_bag_grad): inputs dy, ids, table.
+	RowGrad bool
 }
 
 // NumInputs reports the allowed input count.
@@ -198,6 +207,12 @@ func register(defs ...*Def) {
 		catalog[d.Name] = d
 	}
 }
+
+// ReadsTable reports whether op name reads a table's rows by id (Def.ReadsTable).
+func ReadsTable(name string) bool { d, ok := catalog[name]; return ok && d.ReadsTable }
+
+// RowGrad reports whether op name computes a table's row gradient (Def.RowGrad).
+func RowGrad(name string) bool { d, ok := catalog[name]; return ok && d.RowGrad }
 
 // Lookup returns the op named name.
 func Lookup(name string) (*Def, bool) {

@@ -21,7 +21,7 @@ func init() {
 		Grad: func(b GradBuilder, g GradArgs) []string {
 			return []string{b.Emit("lookup_table_grad", []string{g.OutGrads[0], g.Inputs[1], g.Inputs[0]}, nil), ""}
 		},
-		SparseIn: true,
+		SparseIn: true, ReadsTable: true,
 	}, &Def{
 		Name: "lookup_table_grad", Doc: "dtable = the row gradient of table: the rows of dy summed by id, each id once (row-sparse)", Internal: true,
 		Inputs: []string{"dy", "ids", "table"}, Outputs: []string{"dtable"},
@@ -34,12 +34,9 @@ func init() {
 			if dy.DType != ir.F32 || !dy.Shape.Equal(want) {
 				return nil, Errorf("dy must be float32 %v (ids %v + [D] of table %v), got %v", want, ids.Shape, table.Shape, dy)
 			}
-			if table.Sparse() { // the fetched rows of a sharded table: its row set
-				return []Type{{DType: ir.F32, Shape: table.Shape.Clone(), RowSet: table.RowSet, MaxRows: table.MaxRows}}, nil
-			}
-			return []Type{newRows(table.Shape, ids.Shape.Numel())}, nil
+			return []Type{tableRowGrad(table, ids)}, nil
 		},
-		SparseIn: true,
+		SparseIn: true, RowGrad: true,
 	})
 }
 
@@ -51,4 +48,14 @@ func checkTableIDs(table, ids Type) error {
 		return Errorf("ids must be int32, got %v", ids)
 	}
 	return nil
+}
+
+// tableRowGrad is the type of the row gradient of table through a lookup
+// of ids: at most one row per id, or for the fetched rows of a sharded
+// table (a row-sparse value) the rows fetched.
+func tableRowGrad(table, ids Type) Type {
+	if table.Sparse() {
+		return Type{DType: ir.F32, Shape: table.Shape.Clone(), RowSet: table.RowSet, MaxRows: table.MaxRows}
+	}
+	return newRows(table.Shape, ids.Shape.Numel())
 }

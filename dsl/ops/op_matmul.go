@@ -13,7 +13,34 @@ func init() {
 			{Name: "transpose_b", Kind: AttrBool, Default: false, Doc: "use y transposed"},
 		},
 		Infer: inferMatmul, Grad: gradMatmul,
+	}, &Def{
+		Name: "batch_matmul", Doc: "z[b] = op(x[b]) · op(y[b]) for 3-D x [B, M, K] and y [B, K, N], where op transposes the last two axes when transpose_a / transpose_b is set",
+		Inputs: []string{"x", "y"}, Outputs: []string{"z"},
+		Attrs: []AttrSpec{
+			{Name: "transpose_a", Kind: AttrBool, Default: false, Doc: "use each x[b] transposed"},
+			{Name: "transpose_b", Kind: AttrBool, Default: false, Doc: "use each y[b] transposed"},
+		},
+		Infer: inferBatchMatmul, Grad: gradMatmul,
 	})
+}
+
+func inferBatchMatmul(in []Type, a Attrs) ([]Type, error) {
+	x, y := in[0], in[1]
+	if x.DType != ir.F32 || y.DType != ir.F32 {
+		return nil, Errorf("inputs must be float32, got %v and %v", x, y)
+	}
+	if len(x.Shape) != 3 || len(y.Shape) != 3 {
+		return nil, Errorf("inputs must be 3-D [B, M, K] and [B, K, N], got %v and %v", x.Shape, y.Shape)
+	}
+	if x.Shape[0] != y.Shape[0] {
+		return nil, Errorf("batch dimensions differ: %v and %v", x.Shape, y.Shape)
+	}
+	m, k, k2, n := MatmulDims(x.Shape[1:], y.Shape[1:], a.Bool("transpose_a"), a.Bool("transpose_b"))
+	if k != k2 {
+		return nil, Errorf("inner dimensions differ: %v · %v (transpose_a=%v, transpose_b=%v): %d vs %d",
+			x.Shape, y.Shape, a.Bool("transpose_a"), a.Bool("transpose_b"), k, k2)
+	}
+	return []Type{F32(x.Shape[0], m, n)}, nil
 }
 
 // MatmulDims returns the dimensions of op(a) [m, k] and op(b) [k2, n],
@@ -46,11 +73,17 @@ func inferMatmul(in []Type, a Attrs) ([]Type, error) {
 	return []Type{F32(m, n)}, nil
 }
 
+// gradMatmul is the gradient of matmul and batch_matmul: products of the
+// same kind (each batch's matrices for batch_matmul).
 func gradMatmul(b GradBuilder, g GradArgs) []string {
 	x, y, dz := g.Inputs[0], g.Inputs[1], g.OutGrads[0]
 	ta, tb := g.Attrs.Bool("transpose_a"), g.Attrs.Bool("transpose_b")
+	op := "matmul"
+	if len(b.Type(x).Shape) == 3 {
+		op = "batch_matmul"
+	}
 	mm := func(p, q string, tp, tq bool) string {
-		return b.Emit("matmul", []string{p, q}, Attrs{"transpose_a": tp, "transpose_b": tq})
+		return b.Emit(op, []string{p, q}, Attrs{"transpose_a": tp, "transpose_b": tq})
 	}
 	out := make([]string, 2)
 	switch {

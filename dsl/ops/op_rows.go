@@ -102,6 +102,67 @@ func init() {
 	})
 }
 
+func init() {
+	register(&Def{
+		Name: "stack", Doc: "y = the inputs (one or more, of one shape) stacked along a new axis `axis` (default 1: F inputs [B, D] give [B, F, D])",
+		Inputs: []string{"xs..."}, Outputs: []string{"y"}, MinInputs: 1, MaxInputs: -1,
+		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: 1, Doc: "the new axis of y (negative counts from y's end)"}},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			for i, t := range in {
+				if t.DType != in[0].DType || !t.Shape.Equal(in[0].Shape) {
+					return nil, Errorf("input %d is %v, input 0 is %v: stacked inputs must have one dtype and shape", i, t, in[0])
+				}
+			}
+			ax, err := StackAxis(in[0].Shape, a.Int("axis"))
+			if err != nil {
+				return nil, err
+			}
+			out := append(append(in[0].Shape[:ax:ax].Clone(), len(in)), in[0].Shape[ax:]...)
+			return []Type{{DType: in[0].DType, Shape: out}}, nil
+		},
+		Grad: func(b GradBuilder, g GradArgs) []string {
+			grads := make([]string, len(g.Inputs))
+			ax, _ := StackAxis(b.Type(g.Inputs[0]).Shape, g.Attrs.Int("axis"))
+			for i := range g.Inputs {
+				if g.Need[i] {
+					grads[i] = b.Emit("stack_grad", []string{g.OutGrads[0]}, Attrs{"axis": ax, "index": i})
+				}
+			}
+			return grads
+		},
+	}, &Def{
+		Name: "stack_grad", Doc: "dx = dy[..., index, ...] along `axis`, which is dropped (stack's gradient for input index)", Internal: true,
+		Inputs: []string{"dy"}, Outputs: []string{"dx"},
+		Attrs: []AttrSpec{
+			{Name: "axis", Kind: AttrInt, Required: true},
+			{Name: "index", Kind: AttrInt, Required: true},
+		},
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			ax, err := RowAxis(in[0].Shape, a.Int("axis"))
+			if err != nil {
+				return nil, err
+			}
+			if i := a.Int("index"); i < 0 || i >= in[0].Shape[ax] {
+				return nil, Errorf("index %d is outside [0, %d) along axis %d of %v", i, in[0].Shape[ax], ax, in[0].Shape)
+			}
+			out := append(in[0].Shape[:ax:ax].Clone(), in[0].Shape[ax+1:]...)
+			return []Type{{DType: in[0].DType, Shape: out}}, nil
+		},
+	})
+}
+
+// StackAxis normalizes stack's axis for inputs of shape s: the new axis
+// of the output, of rank len(s)+1.
+func StackAxis(s ir.Shape, axis int) (int, error) {
+	if axis < 0 {
+		axis += len(s) + 1
+	}
+	if axis < 0 || axis > len(s) {
+		return 0, Errorf("axis %d is out of range for stacking inputs of shape %v (0 to %d, or -%d to -1)", axis, s, len(s), len(s)+1)
+	}
+	return axis, nil
+}
+
 // RowAxis normalizes a possibly negative axis of s and checks its range.
 func RowAxis(s ir.Shape, axis int) (int, error) {
 	if axis < 0 {

@@ -17,7 +17,7 @@ import (
 
 func init() {
 	register(&Def{
-		Name: "fetch_rows", Doc: "sends each shard of table `var` the unique ids of the inputs it owns (id mod shards), and outputs the rows they answer (row-sparse)", Internal: true,
+		Name: "fetch_rows", Doc: "sends each shard of table `var` the unique ids of the inputs it owns (id mod shards), and outputs the rows they answer (row-sparse); ids < 0 are padding and not fetched", Internal: true,
 		Outputs: []string{"rows"}, MinInputs: 1, MaxInputs: -1,
 		Attrs: []AttrSpec{
 			attrVar,

@@ -24,6 +24,16 @@ func TestNewOpShapeErrors(t *testing.T) {
 		{"a: {shape: [4, 3]}\n  b: {shape: [2]}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "ids must be int32, got float32[2]"},
 		{"a: {shape: [4]}\n  b: {shape: [2], dtype: int32}", "{type: lookup_table, inputs: [a, b], outputs: [y]}", "table must be float32 [V, D], got float32[4]"},
 		{"a: {shape: []}", "{type: softmax, inputs: [a], outputs: [y]}", "at least one axis"},
+		{"a: {shape: [2, 27]}", "{type: dot_interaction, inputs: [a], outputs: [y]}", "x must be float32 [B, F, D] (F feature vectors of D values per row; stack builds it from F inputs [B, D]), got float32[2, 27]"},
+		{"a: {shape: [2, 1, 4]}", "{type: dot_interaction, inputs: [a], outputs: [y]}", "there is no pair to interact"},
+		{"a: {shape: [2, 3]}\n  b: {shape: [2, 4]}", "{type: stack, inputs: [a, b], outputs: [y]}", "input 1 is float32[2, 4], input 0 is float32[2, 3]: stacked inputs must have one dtype and shape"},
+		{"a: {shape: [2, 3]}", "{type: stack, inputs: [a], outputs: [y], attrs: {axis: 3}}", "axis 3 is out of range for stacking inputs of shape [2, 3] (0 to 2, or -3 to -1)"},
+		{"a: {shape: [2, 3]}\n  b: {shape: [2, 3, 4]}", "{type: batch_matmul, inputs: [a, b], outputs: [y]}", "inputs must be 3-D [B, M, K] and [B, K, N], got [2, 3] and [2, 3, 4]"},
+		{"a: {shape: [2, 2, 3]}\n  b: {shape: [3, 3, 4]}", "{type: batch_matmul, inputs: [a, b], outputs: [y]}", "batch dimensions differ"},
+		{"a: {shape: [2, 2, 3]}\n  b: {shape: [2, 4, 3]}", "{type: batch_matmul, inputs: [a, b], outputs: [y]}", "inner dimensions differ: [2, 2, 3] · [2, 4, 3] (transpose_a=false, transpose_b=false): 3 vs 4"},
+		{"a: {shape: [4, 3]}\n  b: {shape: [2], dtype: int32}", "{type: embedding_bag, inputs: [a, b], outputs: [y]}", "ids must be int32 [batch, L] (or [..., L]: the last axis holds a bag's ids), got int32[2]"},
+		{"a: {shape: [4, 3]}\n  b: {shape: [2, 3], dtype: int32}", "{type: embedding_bag, inputs: [a, b], outputs: [y], attrs: {mode: avg}}", `mode "avg" is not one of sum, mean, sqrtn`},
+		{"a: {shape: [4, 3]}\n  b: {shape: [2, 3]}", "{type: embedding_bag, inputs: [a, b], outputs: [y]}", "ids must be int32, got float32[2, 3]"},
 	} {
 		src := "psgraph: 1\nstate:\n  " + c.vars + "\nops:\n  - " + c.op + "\n"
 		_, err := dsl.LoadBytes("m.yaml", []byte(src))

@@ -41,18 +41,34 @@ func sgemmWith(kn *kernel, transA, transB bool, m, n, k int, alpha float32, a []
 		return
 	}
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	A := view{p: a, rs: lda, cs: 1}
+	p := planGemm(kn, transA, transB, m, n, k, lda, ldb, ldc)
+	p.run(nil, alpha, a, b, beta, c)
+}
+
+// gemmPlan is how a product of given dimensions and layouts runs: the
+// kernel variant, and whether C or Cᵀ = op(B)ᵀ op(A)ᵀ is computed.
+type gemmPlan struct {
+	kn             *kernel
+	swap           bool
+	m, n, k        int
+	A, B, C        view // the layouts, without memory
+	At, Bt, Ct     view
+	transA, transB bool
+}
+
+// planGemm picks the kernel variant, and C or Cᵀ, by the cost model (e.g.
+// n = 10 wastes 22 of 32 lanes of a wide tile).
+func planGemm(kn *kernel, transA, transB bool, m, n, k, lda, ldb, ldc int) gemmPlan {
+	A := view{rs: lda, cs: 1}
 	if transA {
-		A = view{p: a, rs: 1, cs: lda}
+		A = view{rs: 1, cs: lda}
 	}
-	B := view{p: b, rs: ldb, cs: 1}
+	B := view{rs: ldb, cs: 1}
 	if transB {
-		B = view{p: b, rs: 1, cs: ldb}
+		B = view{rs: 1, cs: ldb}
 	}
-	C := view{p: c, rs: ldc, cs: 1}
-	// Pick the kernel variant, and C or Cᵀ = op(B)ᵀ op(A)ᵀ, by the cost model
-	// (e.g. n = 10 wastes 22 of 32 lanes of a wide tile).
-	At, Bt, Ct := view{p: b, rs: B.cs, cs: B.rs}, view{p: a, rs: A.cs, cs: A.rs}, view{p: c, rs: 1, cs: ldc}
+	C := view{rs: ldc, cs: 1}
+	At, Bt, Ct := view{rs: B.cs, cs: B.rs}, view{rs: A.cs, cs: A.rs}, view{rs: 1, cs: ldc}
 	best, swap, bc := kn, false, cost(kn, m, n, k, A, B, C)
 	for v := kn; v != nil; v = v.narrow {
 		if c := cost(v, m, n, k, A, B, C); c < bc {
@@ -62,11 +78,25 @@ func sgemmWith(kn *kernel, transA, transB bool, m, n, k int, alpha float32, a []
 			best, swap, bc = v, true, c
 		}
 	}
-	if swap {
-		gemm(best, n, m, k, alpha, At, Bt, beta, Ct)
+	return gemmPlan{kn: best, swap: swap, m: m, n: n, k: k, A: A, B: B, C: C, At: At, Bt: Bt, Ct: Ct, transA: transA, transB: transB}
+}
+
+// run computes the planned product on a, b and c, with the scratch
+// buffers s (nil: its own).
+func (p *gemmPlan) run(s *scratch, alpha float32, a, b []float32, beta float32, c []float32) {
+	A, B, C := p.A, p.B, p.C
+	A.p, B.p, C.p = a, b, c
+	m, n := p.m, p.n
+	if p.swap {
+		A, B, C = p.At, p.Bt, p.Ct
+		A.p, B.p, C.p = b, a, c
+		m, n = n, m
+	}
+	if s == nil {
+		gemm(p.kn, m, n, p.k, alpha, A, B, beta, C)
 		return
 	}
-	gemm(best, m, n, k, alpha, A, B, beta, C)
+	gemmIn(s, p.kn, m, n, p.k, alpha, A, B, beta, C)
 }
 
 func padded(x, r int) int { return (x + r - 1) / r * r }

@@ -83,10 +83,14 @@ func grow(s []float32, n int) []float32 {
 // gemm computes C = alpha*A*B + beta*C with A m x k, B k x n, C m x n views,
 // using the kernel kn. k >= 1.
 func gemm(kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C view) {
-	nr := kn.nr
 	s := getScratch()
 	defer putScratch(s)
+	gemmIn(s, kn, m, n, k, alpha, A, B, beta, C)
+}
 
+// gemmIn is gemm with the scratch buffers s (SgemmBatch's products share one).
+func gemmIn(s *scratch, kn *kernel, m, n, k int, alpha float32, A, B view, beta float32, C view) {
+	nr := kn.nr
 	aDirect, bDirect := directA(m, k, A), directB(m, n, k, B)
 
 	par := m*n*k >= parallelMin && k >= 32 && helpers() > 0
@@ -314,7 +318,23 @@ func packB(dst []float32, B view, p0, j0, kb, nb, nr int) {
 			}
 			continue
 		}
-		for j := 0; j < nw; j++ {
+		j := 0
+		if B.rs == 1 {
+			// A transposed operand: four of its rows at a time, so that each
+			// packed row gets four neighbouring values per store group.
+			for ; j+4 <= nw; j += 4 {
+				o := p0 + (j0+q+j)*B.cs
+				s0 := B.p[o : o+kb]
+				s1 := B.p[o+B.cs : o+B.cs+kb][:len(s0)]
+				s2 := B.p[o+2*B.cs : o+2*B.cs+kb][:len(s0)]
+				s3 := B.p[o+3*B.cs : o+3*B.cs+kb][:len(s0)]
+				for p := range s0 {
+					dd := d[p*nr+j : p*nr+j+4]
+					dd[0], dd[1], dd[2], dd[3] = s0[p], s1[p], s2[p], s3[p]
+				}
+			}
+		}
+		for ; j < nw; j++ {
 			o := p0*B.rs + (j0+q+j)*B.cs
 			if B.rs == 1 {
 				src := B.p[o : o+kb]

@@ -76,6 +76,11 @@ var gradCases = []gradCase{
 	{op: "matmul", in: []in{std(3, 2), std(3, 4)}, attrs: "{transpose_a: true}"},
 	{op: "matmul", in: []in{std(2, 3), std(4, 3)}, attrs: "{transpose_b: true}"},
 	{op: "matmul", in: []in{std(3, 2), std(4, 3)}, attrs: "{transpose_a: true, transpose_b: true}"},
+	// batch_matmul: every transpose combination
+	{op: "batch_matmul", in: []in{std(2, 2, 3), std(2, 3, 4)}},
+	{op: "batch_matmul", in: []in{std(3, 3, 2), std(3, 3, 4)}, attrs: "{transpose_a: true}"},
+	{op: "batch_matmul", in: []in{std(2, 2, 3), std(2, 4, 3)}, attrs: "{transpose_b: true}"},
+	{op: "batch_matmul", in: []in{std(2, 3, 2), std(2, 4, 3)}, attrs: "{transpose_a: true, transpose_b: true}"},
 	// unary
 	{op: "relu", in: []in{away(0.1, 1, 3, 4)}},
 	{op: "sigmoid", in: []in{f32(-3, 3, 3, 4)}},
@@ -137,6 +142,15 @@ var gradCases = []gradCase{
 	{op: "concat", in: []in{std(2, 3), std(1, 3)}},
 	{op: "concat", in: []in{std(2, 3), std(2, 1), std(2, 2)}, attrs: "{axis: 1}"},
 	{op: "concat", in: []in{std(2, 2, 3), std(2, 1, 3)}, attrs: "{axis: -2}"},
+	{op: "stack", in: []in{std(2, 3), std(2, 3), std(2, 3)}},
+	{op: "stack", in: []in{std(2, 3), std(2, 3)}, attrs: "{axis: 0}"},
+	{op: "stack", in: []in{std(2, 3), std(2, 3)}, attrs: "{axis: -1}"},
+	// dot_interaction: the strict triangle, and with the diagonal; F = 20
+	// spans more than one GEMM tile, B = 17 more than one chunk
+	{op: "dot_interaction", in: []in{std(2, 4, 3)}},
+	{op: "dot_interaction", in: []in{std(2, 4, 3)}, attrs: "{self: true}"},
+	{op: "dot_interaction", in: []in{std(17, 3, 2)}},
+	{op: "dot_interaction", in: []in{std(1, 20, 2)}, attrs: "{self: true}"},
 	// shapes
 	{op: "reshape", in: []in{std(2, 3)}, attrs: "{shape: [6]}"},
 	{op: "reshape", in: []in{std(4, 6)}, attrs: "{shape: [-1, 3, 2]}", batch: 4},
@@ -148,6 +162,12 @@ var gradCases = []gradCase{
 	// embeddings; repeated ids check the scatter-add
 	{op: "lookup_table", in: []in{std(5, 3), ids(sh(2, 3), 4, 0, 2, 2, 4, 1)}},
 	{op: "lookup_table", in: []in{std(5, 2), ids(sh(4), 3, 3, 0, 3)}},
+	// embedding_bag: padding (-1) anywhere, an id repeated in a bag and
+	// shared by bags, a bag of padding only
+	{op: "embedding_bag", in: []in{std(5, 3), ids(sh(3, 4), 4, -1, 2, 4, -1, -1, -1, -1, 0, 2, 2, 1)}},
+	{op: "embedding_bag", in: []in{std(5, 3), ids(sh(3, 4), 4, -1, 2, 4, -1, -1, -1, -1, 0, 2, 2, 1)}, attrs: "{mode: mean}"},
+	{op: "embedding_bag", in: []in{std(5, 3), ids(sh(3, 4), 4, -1, 2, 4, -1, -1, -1, -1, 0, 2, 2, 1)}, attrs: "{mode: sqrtn}"},
+	{op: "embedding_bag", in: []in{std(6, 2), ids(sh(2, 2, 3), 5, -1, 5, 0, 1, 2, -1, 3, -1, 4, 4, 4)}, attrs: "{mode: mean}"},
 }
 
 // TestGradientsMatchFiniteDifferences checks every gradient rule of the

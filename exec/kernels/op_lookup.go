@@ -39,6 +39,9 @@ func lookupFetched(rows, ids, y *tensor.Tensor) Kernel {
 	d := rows.RowWidth()
 	return func(Runtime) error {
 		for i, id := range ids.I {
+			if id < 0 {
+				return idRange(i, id, rows.Shape[0], ids.Shape)
+			}
 			slot := rows.Rows.Slot(id)
 			if slot < 0 {
 				return fmt.Errorf("id %d at flat position %d of ids %v was not fetched; look it up through the fetch_rows of its table", id, i, ids.Shape)
@@ -57,6 +60,9 @@ func addFetched(dy, ids, g *tensor.Tensor) Kernel {
 		g.Fit()
 		clear(g.F)
 		for i, id := range ids.I {
+			if id < 0 {
+				return idRange(i, id, g.Shape[0], ids.Shape)
+			}
 			slot := g.Rows.Slot(id)
 			if slot < 0 {
 				return fmt.Errorf("id %d at flat position %d of ids %v was not fetched; look it up through the fetch_rows of its table", id, i, ids.Shape)

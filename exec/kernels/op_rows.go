@@ -64,6 +64,42 @@ func init() {
 	})
 }
 
+func init() {
+	register("stack", func(k Args) (Kernel, error) {
+		y := k.Out[0]
+		ax, _ := ops.StackAxis(k.In[0].Shape, k.Attrs.Int("axis"))
+		outer, _, inner := split3(y.Shape, ax)
+		xs := k.In
+		n := len(xs)
+		return func(Runtime) error {
+			for i, x := range xs {
+				for o := range outer {
+					dst := (o*n + i) * inner
+					if y.DType == tensor.F32 {
+						copy(y.F[dst:dst+inner], x.F[o*inner:(o+1)*inner])
+					} else {
+						copy(y.I[dst:dst+inner], x.I[o*inner:(o+1)*inner])
+					}
+				}
+			}
+			return nil
+		}, nil
+	})
+	register("stack_grad", func(k Args) (Kernel, error) {
+		dy, dx := k.In[0], k.Out[0]
+		ax, _ := ops.RowAxis(dy.Shape, k.Attrs.Int("axis"))
+		outer, n, inner := split3(dy.Shape, ax)
+		i := k.Attrs.Int("index")
+		return func(Runtime) error {
+			for o := range outer {
+				src := (o*n + i) * inner
+				copy(dx.F[o*inner:(o+1)*inner], dy.F[src:src+inner])
+			}
+			return nil
+		}, nil
+	})
+}
+
 // split3 returns the element counts before, along and after axis.
 func split3(s tensor.Shape, ax int) (outer, n, inner int) {
 	outer, inner = 1, 1

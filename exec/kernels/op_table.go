@@ -61,7 +61,10 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 		rows.Reset()
 		for _, in := range k.In {
 			for i, id := range in.I {
-				if id < 0 || int(id) >= height {
+				if id < 0 {
+					continue // padding of an embedding_bag (lookup_table refuses it)
+				}
+				if int(id) >= height {
 					return idRange(i, id, height, in.Shape)
 				}
 				rows.Add(id)

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,5 +83,75 @@ func TestShardOpsRefuseHostileInput(t *testing.T) {
 				t.Fatalf("%s changed the shard", c.op)
 			}
 		}
+	}
+}
+
+// shardRuntime plays M pservers of a table sharded by row id mod M: it
+// records the local ids each shard is asked for and answers them with
+// the rows of the whole table.
+type shardRuntime struct {
+	hostileRuntime
+	table [][]float32
+	m     int
+	asked [][]int32
+}
+
+func (r *shardRuntime) SendBytes(p ir.Node, _ int64, _ string, _ ir.DType, payload []byte) error {
+	r.asked[p.Index] = append([]int32{}, i32View(payload)...)
+	return nil
+}
+
+func (r *shardRuntime) RecvBytes(p ir.Node, _ string, dst []byte) (int, error) {
+	var rows []float32
+	for _, local := range r.asked[p.Index] {
+		rows = append(rows, r.table[int(local)*r.m+p.Index]...)
+	}
+	return copy(dst, f32Bytes(rows)), nil
+}
+
+// fetch_rows skips padding: the ids < 0 of an embedding_bag's bags are
+// sent to no shard, every real id is fetched once, and the rows it
+// assembles are the table's. A lookup_table on the fetched rows refuses
+// a negative id, naming it.
+func TestFetchRowsSkipsPadding(t *testing.T) {
+	const v, d, m = 10, 2, 3
+	table := make([][]float32, v)
+	for r := range table {
+		table[r] = []float32{float32(r), float32(-r)}
+	}
+	bags := &tensor.Tensor{DType: tensor.I32, Shape: tensor.Shape{2, 3}, I: []int32{7, -1, 4, -1, -1, 7}}
+	items := &tensor.Tensor{DType: tensor.I32, Shape: tensor.Shape{2}, I: []int32{2, 4}}
+	out := tensor.NewSparse(tensor.Shape{v, d}, 8, tensor.NewRowSet(8))
+	k, err := Build("fetch_rows", Args{In: []*tensor.Tensor{bags, items}, Out: []*tensor.Tensor{out}, Attrs: ops.Attrs{"var": "T", "shards": m, "shape": []int{v, d}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &shardRuntime{table: table, m: m, asked: make([][]int32, m)}
+	if err := k(rt); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int32{7, 4, 2}; !slices.Equal(out.Rows.IDs, want) {
+		t.Errorf("fetched rows %v, want %v (each real id once, in order of first appearance)", out.Rows.IDs, want)
+	}
+	for s, ids := range rt.asked {
+		for _, local := range ids {
+			if local < 0 {
+				t.Errorf("shard %d was asked for local row %d", s, local)
+			}
+		}
+	}
+	for i, r := range out.Rows.IDs {
+		if got := out.F[i*d : (i+1)*d]; !slices.Equal(got, table[r]) {
+			t.Errorf("row %d fetched as %v, want %v", r, got, table[r])
+		}
+	}
+	y := tensor.New(tensor.F32, tensor.Shape{2, d})
+	pad := &tensor.Tensor{DType: tensor.I32, Shape: tensor.Shape{2}, I: []int32{7, -1}}
+	look, err := Build("lookup_table", Args{In: []*tensor.Tensor{out, pad}, Out: []*tensor.Tensor{y}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := look(rt); err == nil || !strings.Contains(err.Error(), "id -1 at flat position 1") {
+		t.Errorf("lookup_table of id -1 in fetched rows: error %v, want one naming the id", err)
 	}
 }
