@@ -3,7 +3,8 @@ package exec
 import (
 	"context"
 	"math"
-		"testing"
+	"strings"
+	"testing"
 
 	"github.com/rs/zerolog"
 
@@ -62,13 +63,14 @@ func matchCancelReference(t *testing.T, name string, got map[string]*tensor.Tens
 	}
 }
 
-// sgd, adagrad, ftrl and rowwise_adagrad on the cancelling table, 50
-// local steps, end within 1e-3 (of the largest value, element by element)
-// of their references: ftrl as TF's sparse FTRL (with l1, l2, beta; and
-// with lr_power -0.7), rowwise_adagrad as FBGEMM's, and mixed:
-// params.emb.optimizer ftrl beside train.optimizer adam.
+// Every built-in optimizer on the cancelling table, 50 local steps, ends
+// within 1e-3 (of the largest value, element by element) of its reference:
+// adam as torch.optim.SparseAdam (the dense W as torch.optim.Adam), adamw
+// as SparseAdam with the touched rows decayed, ftrl as TF's sparse FTRL
+// (with l1, l2, beta; and with lr_power -0.7), rowwise_adagrad as FBGEMM's,
+// and mixed: params.emb.optimizer ftrl beside train.optimizer adam.
 func TestTableOptimizersMatchReferences(t *testing.T) {
-	for _, name := range []string{"sgd", "adagrad", "ftrl", "ftrl-power", "rowwise_adagrad", "mixed"} {
+	for _, name := range []string{"sgd", "adagrad", "adam", "adamw", "ftrl", "ftrl-power", "rowwise_adagrad", "mixed"} {
 		t.Run(name, func(t *testing.T) {
 			g := load(t, "../testdata/sparse/cancel-"+name+".yaml")
 			if !g.Types["emb@GRAD"].Sparse() {
@@ -80,11 +82,60 @@ func TestTableOptimizersMatchReferences(t *testing.T) {
 	}
 }
 
+// The data tells the two forms of Adam apart: torch.optim.Adam's form on
+// the touched rows (sqrt(v_hat) + eps, what psgraph's tables used before,
+// written here as a template without a sparse form) ends far from
+// SparseAdam's reference, the built-in adam within 1e-3 of it.
+func TestTableAdamDenseFormIsNotSparseAdam(t *testing.T) {
+	src := mustRead(t, "../testdata/sparse/cancel-adam.yaml")
+	dense := strings.Replace(src, "optimizer: {type: adam, lr: 0.01}", `optimizer:
+    lr: 0.01
+    state:
+      m: {init: zeros}
+      v: {init: zeros}
+      beta1_pow: {shape: [], init: {type: constant, value: 1}}
+      beta2_pow: {shape: [], init: {type: constant, value: 1}}
+    update:
+      - {type: scale, inputs: [$m], outputs: [m_decay], attrs: {factor: 0.9}}
+      - {type: scale, inputs: [$grad], outputs: [g_part], attrs: {factor: 0.1}}
+      - {type: add, inputs: [m_decay, g_part], outputs: [m_new]}
+      - {type: mul, inputs: [$grad, $grad], outputs: [g2]}
+      - {type: scale, inputs: [$v], outputs: [v_decay], attrs: {factor: 0.999}}
+      - {type: scale, inputs: [g2], outputs: [g2_part], attrs: {factor: 0.001}}
+      - {type: add, inputs: [v_decay, g2_part], outputs: [v_new]}
+      - {type: scale, inputs: [$beta1_pow], outputs: [b1p_new], attrs: {factor: 0.9}}
+      - {type: scale, inputs: [$beta2_pow], outputs: [b2p_new], attrs: {factor: 0.999}}
+      - {type: scale, inputs: [b1p_new], outputs: [c1], attrs: {factor: -1, bias: 1}}
+      - {type: scale, inputs: [b2p_new], outputs: [c2], attrs: {factor: -1, bias: 1}}
+      - {type: sqrt, inputs: [c2], outputs: [c2_sqrt]}
+      - {type: sqrt, inputs: [v_new], outputs: [v_sqrt]}
+      - {type: div, inputs: [v_sqrt, c2_sqrt], outputs: [v_hat_sqrt]}
+      - {type: scale, inputs: [v_hat_sqrt], outputs: [denom], attrs: {bias: 1.0e-8}}
+      - {type: div, inputs: [m_new, denom], outputs: [ratio]}
+      - {type: div, inputs: [ratio, c1], outputs: [direction]}
+      - {type: scale, inputs: [direction], outputs: [step], attrs: {factor: $lr}}
+      - {type: sub, inputs: [$param, step], outputs: [p_new]}
+    assign: {$m: m_new, $v: v_new, $beta1_pow: b1p_new, $beta2_pow: b2p_new, $param: p_new}`, 1)
+	if dense == src {
+		t.Fatal("the model's optimizer line changed; update the test")
+	}
+	got := trainGraph(t, sparseModelAt(t, "../testdata/sparse/cancel-adam.yaml", []byte(dense)), RunOptions{Role: "local", InitFrom: cancelInit})
+	want, _, err := LoadSafetensors("../testdata/sparse/cancel-adam.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := maxRelDiff(got["emb"].F, want["emb"].F)
+	t.Logf("torch.optim.Adam's form on the table ends %.3f (of the largest value) from SparseAdam", d)
+	if d < 1e-2 {
+		t.Errorf("the dense form ends within %.2e of SparseAdam's reference: the data does not tell the forms apart", d)
+	}
+}
+
 // A 2x1 sync job (2 trainers x batch 8, the references' batch 16) on the
 // cancelling table ends within 1e-3 of the references too: the pserver
 // runs each parameter's own optimizer on its shard.
 func TestShardedTableOptimizersMatchReferences(t *testing.T) {
-	for _, name := range []string{"ftrl", "rowwise_adagrad", "mixed"} {
+	for _, name := range []string{"adam", "adamw", "ftrl", "rowwise_adagrad", "mixed"} {
 		t.Run(name, func(t *testing.T) {
 			g := load(t, "../testdata/sparse/cancel-"+name+".yaml")
 			file := runTableJob(t, g, 2, 1, false, RunOptions{Steps: 50, Batch: 8, InitFrom: cancelInit, Log: zerolog.Nop()})
@@ -102,7 +153,7 @@ func TestShardedTableOptimizersMatchReferences(t *testing.T) {
 // and adam on W (params.emb.optimizer), with row-wise adagrad, and with
 // FTRL throughout, it equals local training with the combined batch.
 func TestShardedTableOptimizersEqualLocalInmem(t *testing.T) {
-	for _, name := range []string{"mixed", "rowwise_adagrad", "ftrl-power"} {
+	for _, name := range []string{"mixed", "rowwise_adagrad", "ftrl-power", "adamw"} {
 		t.Run(name, func(t *testing.T) {
 			g := load(t, "../testdata/sparse/cancel-"+name+".yaml")
 			local := trainGraph(t, g, RunOptions{Role: "local", Steps: 30, Batch: 16, InitFrom: cancelInit})
