@@ -16,7 +16,8 @@ import (
 // testdata/optim/numpy_optim.py (TensorFlow's FTRL, FBGEMM's row-wise
 // adagrad) fed with torch's gradients, within 1e-3: FTRL with l1, l2 and
 // beta, with lr_power -0.7, and with an exponential schedule of its rate;
-// row-wise adagrad per row of W1 and W2 and per element of b1 and b2; and
+// row-wise adagrad per row of W1 and W2 and per element of b1 and b2,
+// without and with weight decay (FBGEMM's L2 mode, g + wd*p); and
 // mixed, params.W1.optimizer and params.W2.optimizer FTRL beside
 // train.optimizer adam (torch.optim.Adam) on the biases.
 func TestFtrlAndRowwiseAdagradMatchReferences(t *testing.T) {
@@ -24,7 +25,7 @@ func TestFtrlAndRowwiseAdagradMatchReferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"ftrl", "ftrl-power", "ftrl-exponential", "rowwise_adagrad", "mixed"} {
+	for _, name := range []string{"ftrl", "ftrl-power", "ftrl-exponential", "rowwise_adagrad", "rowwise_adagrad-wd", "mixed"} {
 		t.Run(name, func(t *testing.T) {
 			_, got := train(t, "../testdata/optim/mlp-"+name+".yaml", RunOptions{Role: "local", InitFrom: "../testdata/optim/init.safetensors"})
 			want, _, err := LoadSafetensors("../testdata/optim/" + name + ".safetensors")
@@ -49,11 +50,11 @@ func TestFtrlAndRowwiseAdagradMatchReferences(t *testing.T) {
 	}
 }
 
-// Each FTRL variant's reference differs from the others' (and mixed's
-// from both of its parts') by far more than the tolerance, so the
-// comparisons show each feature is applied.
-func TestFtrlReferencesDiscriminate(t *testing.T) {
-	pairs := [][2]string{{"ftrl", "ftrl-power"}, {"ftrl", "ftrl-exponential"}, {"mixed", "ftrl"}, {"mixed", "adam"}, {"rowwise_adagrad", "adagrad"}}
+// Each variant's reference differs from its base's (and mixed's from both
+// of its parts') by far more than the tolerance, so the comparisons show
+// each feature is applied.
+func TestFtrlAndRowwiseReferencesDiscriminate(t *testing.T) {
+	pairs := [][2]string{{"ftrl", "ftrl-power"}, {"ftrl", "ftrl-exponential"}, {"mixed", "ftrl"}, {"mixed", "adam"}, {"rowwise_adagrad", "adagrad"}, {"rowwise_adagrad-wd", "rowwise_adagrad"}}
 	for _, p := range pairs {
 		a, _, err1 := LoadSafetensors("../testdata/optim/" + p[0] + ".safetensors")
 		b, _, err2 := LoadSafetensors("../testdata/optim/" + p[1] + ".safetensors")

@@ -136,6 +136,7 @@ def main():
         "ftrl-power": (lambda shape: Ftrl(shape, **ftrl_power), NAMES, lambda t: 1.0),
         "ftrl-exponential": (lambda shape: Ftrl(shape, **ftrl), NAMES, lambda t: 0.95 ** t),
         "rowwise_adagrad": (lambda shape: RowwiseAdagrad(shape, lr=0.1), NAMES, lambda t: 1.0),
+        "rowwise_adagrad-wd": (lambda shape: RowwiseAdagrad(shape, lr=0.1, weight_decay=0.05), NAMES, lambda t: 1.0),
         "mixed": (lambda shape: Ftrl(shape, **ftrl), ["W1", "W2"], lambda t: 1.0),
     }
     for name, (make, own, rate) in numpy_configs.items():

@@ -54,13 +54,15 @@ class RowwiseAdagrad:
     0). On a dense matrix every row is one. Computed in float64, the
     parameter rounded to float32 after each step."""
 
-    def __init__(self, shape, lr, eps=1e-8):
-        self.lr, self.eps = lr, eps
+    def __init__(self, shape, lr, eps=1e-8, weight_decay=0.0):
+        self.lr, self.eps, self.wd = lr, eps, weight_decay
         self.state = np.zeros(shape[0], dtype=np.float64)
 
     def apply(self, w, g, rows=None):
+        """weight_decay is FBGEMM's L2 mode: g + weight_decay * w first."""
         rows = np.arange(w.shape[0]) if rows is None else rows
         g = g.astype(np.float64).reshape(len(rows), -1)
+        g = g + self.wd * w[rows].astype(np.float64).reshape(len(rows), -1)
         self.state[rows] += (g * g).mean(axis=1)
         step = self.lr * g / (np.sqrt(self.state[rows])[:, None] + self.eps)
         w[rows] = (w[rows].astype(np.float64) - step.reshape(w[rows].shape)).astype(np.float32)
