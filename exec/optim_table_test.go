@@ -264,3 +264,73 @@ func TestTableOptimizersAreLazy(t *testing.T) {
 		})
 	}
 }
+
+// A local step of the new optimizers, on a table (with adam's sparse form,
+// and FTRL beside adam) and on dense parameters, allocates nothing, as the
+// others' do.
+func TestNewOptimizerStepDoesNotAllocate(t *testing.T) {
+	var models [][2]string
+	for _, name := range []string{"adam", "adamw", "ftrl", "ftrl-power", "rowwise_adagrad", "mixed"} {
+		models = append(models, [2]string{"../testdata/sparse/cancel-" + name + ".yaml", cancelInit})
+	}
+	for _, name := range []string{"ftrl", "ftrl-exponential", "rowwise_adagrad", "mixed"} {
+		models = append(models, [2]string{"../testdata/optim/mlp-" + name + ".yaml", "../testdata/optim/init.safetensors"})
+	}
+	for _, m := range models {
+		g := load(t, m[0])
+		p, err := Compile(g, CompileOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := InitPersistent(p, m[1]); err != nil {
+			t.Fatal(err)
+		}
+		feed := newTestFeed(t, g, p)
+		rt := &NodeRuntime{Ctx: context.Background()}
+		k := 0
+		allocs := testing.AllocsPerRun(50, func() {
+			feed(k)
+			rt.StepNum = int64(k + 1)
+			if err := p.Run(rt); err != nil {
+				t.Fatal(err)
+			}
+			k++
+		})
+		p.Close()
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per step, want 0", m[0], allocs)
+		}
+	}
+}
+
+// An element-wise op of a table's update may take a value of one per row
+// ([V, 1] rows) before the [V, D] rows: the result holds [V, D] rows
+// either way, and the two orders of a multiplication end bit for bit
+// together.
+func TestTableUpdateBroadcastsPerRowValuesEitherSide(t *testing.T) {
+	src := mustRead(t, "../testdata/sparse/cancel-rowwise_adagrad.yaml")
+	template := func(mul string) string {
+		return strings.Replace(src, "optimizer: {type: rowwise_adagrad, lr: 0.1}", `optimizer:
+    lr: 0.1
+    state: {sum: {shape: rows}}
+    update:
+      - {type: mul, inputs: [$grad, $grad], outputs: [g2]}
+      - {type: row_mean, inputs: [g2], outputs: [g2_mean]}
+      - {type: add, inputs: [$sum, g2_mean], outputs: [sum_new]}
+      - {type: sqrt, inputs: [sum_new], outputs: [std]}
+      - {type: scale, inputs: [std], outputs: [denom], attrs: {bias: 1.0e-8}}
+      - {type: pow, inputs: [denom], outputs: [inv], attrs: {exponent: -1}}
+      - `+mul+`
+      - {type: scale, inputs: [ratio], outputs: [step], attrs: {factor: $lr}}
+      - {type: sub, inputs: [$param, step], outputs: [p_new]}
+    assign: {$sum: sum_new, $param: p_new}`, 1)
+	}
+	path := "../testdata/sparse/cancel-rowwise_adagrad.yaml"
+	a := sparseModelAt(t, path, []byte(template("{type: mul, inputs: [$grad, inv], outputs: [ratio]}")))
+	b := sparseModelAt(t, path, []byte(template("{type: mul, inputs: [inv, $grad], outputs: [ratio]}")))
+	if ty := b.Types["emb@ratio"]; !ty.Sparse() || !ty.Shape.Equal([]int{50, 4}) {
+		t.Fatalf("emb@ratio is %v, want [50, 4] rows", ty)
+	}
+	opt := RunOptions{Role: "local", InitFrom: cancelInit, Steps: 20}
+	sameParams(t, "either order", trainGraph(t, a, opt), trainGraph(t, b, opt))
+}
