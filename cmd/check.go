@@ -132,6 +132,11 @@ func printSummary(w io.Writer, g *dsl.Graph, rows, held int64) {
 		if sec == dsl.Optimize && g.Train != nil && g.Train.Optimizer != nil {
 			label += ", optimizer " + optName(g.Train.Optimizer)
 		}
+		if sec == dsl.Optimize {
+			for _, p := range g.ParamOptimizers() {
+				label += fmt.Sprintf(", %s: %s", p, optName(g.Vars[p].Optimizer))
+			}
+		}
 		fmt.Fprintf(w, "%s: %d (%s)\n", label, n, countList(counts))
 	}
 	if t := g.Train; t != nil {

@@ -81,7 +81,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if err := g.Trainable(); err != nil {
 		return err
 	}
-	if g.Train.Optimizer == nil { // generated backward ops, no optimizer
+	if !g.HasOptimizer() { // generated backward ops, no optimizer
 		return dsl.Errorf(g.Train.Pos, "train splits the model, and split needs its train.optimizer; this model holds generated backward ops instead (a subgraph?): run it with psgraph run")
 	}
 	addrs, err := launch.FreePorts(opt.PServers)

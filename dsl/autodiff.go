@@ -227,7 +227,7 @@ func (b *gradBuilder) renameFresh(from, to string) bool {
 // that has a gradient: state variables beside the parameter, the update ops
 // (section optimize, marked with the parameter) and the assigns.
 func (g *Graph) ExpandOptimizer() error {
-	if g.Train == nil || g.Train.Optimizer == nil {
+	if !g.HasOptimizer() {
 		return nil
 	}
 	prod := g.Producers()
@@ -264,153 +264,227 @@ func (x *expansion) apply(g *Graph) {
 // optimizerOps builds the optimizer's ops, state and assigns for params
 // (each has a gradient; sparse marks row gradients) without changing g,
 // whose variables it only reads: Expand runs it while autodiff appends
-// the backward pass (speculateOptimizer).
+// the backward pass (speculateOptimizer). Each parameter gets its own
+// optimizer (params.P.optimizer) or train.optimizer.
 func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansion, error) {
-	o := g.Train.Optimizer
 	x := &expansion{}
 	var errs ErrorList
 	clipped, err := g.clipGradients(params, sparse, x)
 	if err != nil {
 		return x, err
 	}
-	first := true // template errors are reported for the first parameter only
-	// An update op's attributes depend on the optimizer's hyper-parameters
-	// alone; no op's attributes change after it is built.
-	tmplAttrs := make([]ops.Attrs, len(o.Tmpl.Update))
+	byOpt := map[*Optimizer]*templateExpansion{}
 	for _, p := range params {
-		grad := GradName(p)
-		pv := g.Vars[p]
-		bind := map[string]string{"$param": p, "$grad": grad}
+		o := g.OptimizerOf(p)
+		if o == nil {
+			errs = append(errs, Errorf(g.Vars[p].Pos, "parameter %s has a gradient but no optimizer: give it one (params.%s.optimizer: {type: sgd, lr: 0.1}) or set train.optimizer, the optimizer of every parameter without its own", p, p))
+			continue
+		}
+		te := byOpt[o]
+		if te == nil {
+			te = newTemplateExpansion(o, &errs)
+			byOpt[o] = te
+		}
+		bind := map[string]string{"$grad": GradName(p)}
 		if c, ok := clipped[p]; ok {
 			bind["$grad"] = c
 		}
-		// target binds assign targets: the variables themselves. For a row
-		// gradient the update ops read the touched rows instead (gathered
-		// from the parameter and each parameter-shaped state), and the
-		// assigns write back just those rows.
-		target := map[string]string{"$param": p}
-		var gather [][2]string
-		if sparse[p] {
-			bind["$param"] = p + "@param.rows"
-			gather = append(gather, [2]string{p, bind["$param"]})
+		if err := te.expand(g, x, p, sparse[p], bind); err != nil {
+			return x, err
 		}
-		for _, st := range o.Tmpl.State {
-			name := p + "@" + st.Name
-			bind["$"+st.Name], target["$"+st.Name] = name, name
-			shape := pv.Shape.Clone()
-			if st.Shape != nil {
-				shape = st.Shape.Clone()
-			}
-			if sparse[p] && shape.Equal(pv.Shape) {
-				bind["$"+st.Name] = name + ".rows"
-				gather = append(gather, [2]string{name, bind["$"+st.Name]})
-			}
-			init := *st.Init
-			x.vars = append(x.vars, &Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
+	}
+	if own := g.ParamOptimizers(); len(own) > 0 {
+		has := make(map[string]bool, len(params))
+		for _, p := range params {
+			has[p] = true
 		}
-		for _, gr := range gather {
-			x.ops = append(x.ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], grad}, Outputs: []string{gr[1]},
-				Attrs: ops.Attrs{}, Section: Optimize, Param: p, Place: pv.Place, Pos: o.Pos})
-		}
-		mark := func(op *Op) *Op {
-			op.Param, op.Place = p, pv.Place
-			return op
-		}
-		if o.Tmpl.usesStep() || o.Schedule != nil {
-			bind["$step"] = p + "@$step"
-			x.ops = append(x.ops, mark(NewOp("step", nil, []string{bind["$step"]}, nil, Optimize, o.Pos)))
-		}
-		lr := ""
-		if o.Schedule != nil {
-			lr = p + "@$lr"
-			list, err := scheduleOps(o.Schedule, o.Hyper["lr"], g.Train.Steps, p, bind["$step"], lr, mark)
-			if err != nil {
-				return x, err
-			}
-			x.ops = append(x.ops, list...)
-		}
-		if wd := o.Hyper["weight_decay"]; wd != 0 && !o.Tmpl.readsHyper("weight_decay") {
-			// torch's coupled weight decay: g = g + weight_decay * p
-			term, decayed := p+"@$weight_decay.term", p+"@$grad.decayed"
-			x.ops = append(x.ops,
-				mark(NewOp("scale", []string{bind["$param"]}, []string{term}, ops.Attrs{"factor": wd}, Optimize, o.Pos)),
-				mark(NewOp("add", []string{bind["$grad"], term}, []string{decayed}, nil, Optimize, o.Pos)))
-			bind["$grad"] = decayed
-		}
-		local := func(n string, pos Pos) string {
-			if v, ok := bind[n]; ok {
-				return v
-			}
-			if strings.HasPrefix(n, "$") {
-				if first {
-					placeholders := make([]string, 0, len(bind)+1)
-					if _, ok := bind["$step"]; !ok {
-						placeholders = append(placeholders, "$step")
-					}
-					for k := range bind {
-						placeholders = append(placeholders, k)
-					}
-					sort.Strings(placeholders)
-					errs = append(errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad, $step or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
-				}
-				return n
-			}
-			return p + "@" + n
-		}
-		d := &decoder{}
-		scaled := false
-		for ti, top := range o.Tmpl.Update {
-			def, _ := ops.Lookup(top.Type)
-			op := &Op{Type: top.Type, Section: Optimize, Param: p, Place: pv.Place, Pos: top.Pos}
-			for _, in := range top.Inputs {
-				op.Inputs = append(op.Inputs, local(in, top.Pos))
-			}
-			for _, out := range top.Outputs {
-				op.Outputs = append(op.Outputs, local(out, top.Pos))
-			}
-			if lr != "" && isLRFactor(top) {
-				// the scheduled rate: a multiplication by this step's lr
-				op.Type, op.Inputs, op.Attrs = "mul", append(op.Inputs, lr), ops.Attrs{}
-				scaled = true
-				x.ops = append(x.ops, op)
-				continue
-			}
-			if lr != "" && first {
-				keys := sortedKeys(top.raw)
-				sort.SliceStable(keys, func(i, j int) bool { // errors in file order
-					a, b := top.raw[keys[i]], top.raw[keys[j]]
-					return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
-				})
-				for _, key := range keys {
-					v := top.raw[key]
-					if refersTo(v.Value, "lr") {
-						errs = append(errs, Errorf(Pos{File: top.Pos.File, Line: v.Line, Col: v.Column}, "lr: {schedule: ...} makes the learning rate a value of the step, which attribute %s = %q cannot read; scale by $lr alone (attrs: {factor: $lr}) or write the schedule in the update with $step", key, v.Value))
-					}
-				}
-			}
-			if tmplAttrs[ti] == nil { // the same for every parameter: decoded once, shared as split's copies share them
-				d.file = top.Pos.File
-				tmplAttrs[ti] = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
-			}
-			op.Attrs = tmplAttrs[ti]
-			x.ops = append(x.ops, op)
-		}
-		if first {
-			errs = append(errs, d.errs...)
-			if lr != "" && !scaled {
-				errs = append(errs, Errorf(o.Schedule.Pos, "lr: {schedule: ...} needs an update op that scales by the learning rate alone ({type: scale, attrs: {factor: $lr}}); this optimizer has none"))
+		for _, p := range own {
+			if !has[p] {
+				errs = append(errs, Errorf(g.Vars[p].Optimizer.Pos, "parameter %s has an optimizer of its own but no gradient: it does not reach train.loss through differentiable ops, so nothing would update it; remove its optimizer or use it in the loss", p))
 			}
 		}
-		for _, a := range o.Tmpl.Assign {
-			to, ok := target[a.Target]
-			if !ok {
-				to = local(a.Target, a.Pos)
-			}
-			x.assigns = append(x.assigns, Assign{Target: to, Value: local(a.Value, a.Pos), Pos: a.Pos})
-		}
-		first = false
 	}
 	return x, errs.Err()
+}
+
+// templateExpansion instantiates one optimizer's template for each of its
+// parameters. Template errors are reported for its first parameter only,
+// and an update op's attributes, which depend on the optimizer's
+// hyper-parameters alone, are decoded once and shared by every parameter
+// (no op's attributes change after it is built).
+type templateExpansion struct {
+	o     *Optimizer
+	errs  *ErrorList
+	dense TemplateUpdate // the template's Update and Assign
+	seen  [2]bool        // the dense and the sparse form were expanded once (their errors reported)
+	attrs [2][]ops.Attrs
+	inits []*Init // the state's initializers, with the hyper-parameters
+}
+
+func newTemplateExpansion(o *Optimizer, errs *ErrorList) *templateExpansion {
+	te := &templateExpansion{o: o, errs: errs, dense: TemplateUpdate{Update: o.Tmpl.Update, Assign: o.Tmpl.Assign, Pos: o.Tmpl.Pos}}
+	d := &decoder{}
+	for _, st := range o.Tmpl.State {
+		in := st.Init
+		if st.initNode != nil {
+			d.file = st.Pos.File
+			in = d.initWith(st.initNode, "optimizer.state."+st.Name+".init", o.Hyper)
+		}
+		te.inits = append(te.inits, in)
+	}
+	*errs = append(*errs, d.errs...)
+	return te
+}
+
+// expand adds parameter p's update to x: sparse when p's gradient is a
+// row gradient; bind holds $grad.
+func (te *templateExpansion) expand(g *Graph, x *expansion, p string, sparse bool, bind map[string]string) error {
+	o := te.o
+	grad := GradName(p)
+	pv := g.Vars[p]
+	fi, form := 0, &te.dense
+	if sparse && o.Tmpl.Sparse != nil {
+		fi, form = 1, o.Tmpl.Sparse
+	}
+	tmplAttrs := te.attrs[fi]
+	if tmplAttrs == nil {
+		tmplAttrs = make([]ops.Attrs, len(form.Update))
+		te.attrs[fi] = tmplAttrs
+	}
+	bind["$param"] = p
+	// target binds assign targets: the variables themselves. For a row
+	// gradient the update ops read the touched rows instead (gathered
+	// from the parameter and each state of its shape or one value per
+	// row), and the assigns write back just those rows.
+	target := map[string]string{"$param": p}
+	var gather [][2]string
+	if sparse {
+		bind["$param"] = p + "@param.rows"
+		gather = append(gather, [2]string{p, bind["$param"]})
+	}
+	for i, st := range o.Tmpl.State {
+		name := p + "@" + st.Name
+		bind["$"+st.Name], target["$"+st.Name] = name, name
+		shape := st.stateShape(pv.Shape)
+		if sparse && (shape.Equal(pv.Shape) || st.PerRow && len(shape) > 0) {
+			bind["$"+st.Name] = name + ".rows"
+			gather = append(gather, [2]string{name, bind["$"+st.Name]})
+		}
+		init := Init{Type: "zeros", Pos: st.Pos}
+		if te.inits[i] != nil {
+			init = *te.inits[i]
+		}
+		x.vars = append(x.vars, &Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
+	}
+	for _, gr := range gather {
+		x.ops = append(x.ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], grad}, Outputs: []string{gr[1]},
+			Attrs: ops.Attrs{}, Section: Optimize, Param: p, Place: pv.Place, Pos: o.Pos})
+	}
+	mark := func(op *Op) *Op {
+		op.Param, op.Place = p, pv.Place
+		return op
+	}
+	if o.Tmpl.usesStep() || o.Schedule != nil {
+		bind["$step"] = p + "@$step"
+		x.ops = append(x.ops, mark(NewOp("step", nil, []string{bind["$step"]}, nil, Optimize, o.Pos)))
+	}
+	lr := ""
+	if o.Schedule != nil {
+		lr = p + "@$lr"
+		steps := 0
+		if g.Train != nil {
+			steps = g.Train.Steps
+		}
+		list, err := scheduleOps(o.Schedule, o.Hyper["lr"], steps, p, bind["$step"], lr, mark)
+		if err != nil {
+			return err
+		}
+		x.ops = append(x.ops, list...)
+	}
+	if wd := o.Hyper["weight_decay"]; wd != 0 && !o.Tmpl.readsHyper("weight_decay") {
+		// torch's coupled weight decay: g = g + weight_decay * p
+		term, decayed := p+"@$weight_decay.term", p+"@$grad.decayed"
+		x.ops = append(x.ops,
+			mark(NewOp("scale", []string{bind["$param"]}, []string{term}, ops.Attrs{"factor": wd}, Optimize, o.Pos)),
+			mark(NewOp("add", []string{bind["$grad"], term}, []string{decayed}, nil, Optimize, o.Pos)))
+		bind["$grad"] = decayed
+	}
+	first := !te.seen[fi]
+	var errs ErrorList
+	local := func(n string, pos Pos) string {
+		if v, ok := bind[n]; ok {
+			return v
+		}
+		if strings.HasPrefix(n, "$") {
+			if first {
+				placeholders := make([]string, 0, len(bind)+1)
+				if _, ok := bind["$step"]; !ok {
+					placeholders = append(placeholders, "$step")
+				}
+				for k := range bind {
+					placeholders = append(placeholders, k)
+				}
+				sort.Strings(placeholders)
+				errs = append(errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad, $step or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
+			}
+			return n
+		}
+		return p + "@" + n
+	}
+	d := &decoder{}
+	scaled := false
+	for ti, top := range form.Update {
+		def, _ := ops.Lookup(top.Type)
+		op := &Op{Type: top.Type, Section: Optimize, Param: p, Place: pv.Place, Pos: top.Pos}
+		for _, in := range top.Inputs {
+			op.Inputs = append(op.Inputs, local(in, top.Pos))
+		}
+		for _, out := range top.Outputs {
+			op.Outputs = append(op.Outputs, local(out, top.Pos))
+		}
+		if kind := lrFactor(top); lr != "" && kind != "" {
+			// the scheduled rate: a multiplication (or division) by this step's lr
+			op.Type, op.Inputs, op.Attrs = kind, append(op.Inputs, lr), ops.Attrs{}
+			scaled = true
+			x.ops = append(x.ops, op)
+			continue
+		}
+		if lr != "" && first {
+			keys := sortedKeys(top.raw)
+			sort.SliceStable(keys, func(i, j int) bool { // errors in file order
+				a, b := top.raw[keys[i]], top.raw[keys[j]]
+				return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+			})
+			for _, key := range keys {
+				v := top.raw[key]
+				if refersTo(v.Value, "lr") {
+					errs = append(errs, Errorf(Pos{File: top.Pos.File, Line: v.Line, Col: v.Column}, "lr: {schedule: ...} makes the learning rate a value of the step, which attribute %s = %q cannot read; scale by $lr or 1 / $lr alone (attrs: {factor: $lr}) or write the schedule in the update with $step", key, v.Value))
+				}
+			}
+		}
+		if tmplAttrs[ti] == nil { // the same for every parameter: decoded once, shared as split's copies share them
+			d.file = top.Pos.File
+			tmplAttrs[ti] = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
+		}
+		op.Attrs = tmplAttrs[ti]
+		x.ops = append(x.ops, op)
+	}
+	if first {
+		errs = append(errs, d.errs...)
+		if lr != "" && !scaled {
+			errs = append(errs, Errorf(o.Schedule.Pos, "lr: {schedule: ...} needs an update op that scales by the learning rate alone ({type: scale, attrs: {factor: $lr}}, or factor: 1 / $lr); this optimizer has none"))
+		}
+	}
+	for _, a := range form.Assign {
+		to, ok := target[a.Target]
+		if !ok {
+			to = local(a.Target, a.Pos)
+		}
+		x.assigns = append(x.assigns, Assign{Target: to, Value: local(a.Value, a.Pos), Pos: a.Pos})
+	}
+	*te.errs = append(*te.errs, errs...)
+	te.seen[fi] = true
+	return nil
 }
 
 // rowGradients reports which parameters have a row-sparse gradient (a

@@ -327,10 +327,19 @@ func inferOnRows(op *Op, def *ops.Def, in []ops.Type, attrs ops.Attrs, first int
 		return nil, err
 	}
 	for i, t := range out {
-		if !t.Shape.Equal(sp.RowShape()) {
+		// The output holds the rows of the widest row-sparse input (a
+		// [V, D] gradient divided by a [V, 1] state of one value per row).
+		var like *ops.Type
+		for j := range in {
+			if in[j].Sparse() && t.Shape.Equal(in[j].RowShape()) {
+				like = &in[j]
+				break
+			}
+		}
+		if like == nil {
 			return nil, ops.Errorf("output %d would be %v, not rows of %v", i, t, sp)
 		}
-		out[i] = ops.Type{DType: t.DType, Shape: sp.Shape.Clone(), RowSet: sp.RowSet, MaxRows: sp.MaxRows}
+		out[i] = ops.Type{DType: t.DType, Shape: like.Shape.Clone(), RowSet: sp.RowSet, MaxRows: sp.MaxRows}
 	}
 	return out, nil
 }

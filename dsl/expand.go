@@ -29,6 +29,9 @@ func (g *Graph) Expand() error {
 		if g.Train != nil && g.Train.Optimizer != nil {
 			return Errorf(g.Train.Optimizer.Pos, "this model already holds backward/optimize ops, so it must not name an optimizer")
 		}
+		if own := g.ParamOptimizers(); len(own) > 0 {
+			return Errorf(g.Vars[own[0]].Optimizer.Pos, "this model already holds backward/optimize ops, so parameter %s must not name an optimizer", own[0])
+		}
 		if g.Train != nil && g.Train.Clip != nil {
 			return Errorf(g.Train.Clip.Pos, "this model already holds backward/optimize ops, so it must not name train.clip (clip them in the model it was generated from)")
 		}
@@ -36,13 +39,14 @@ func (g *Graph) Expand() error {
 	}
 	batch := max(g.Batch(), 1)
 	t := g.Train
+	hasOpt := g.HasOptimizer()
 	room := 0
-	if t != nil && t.Optimizer != nil {
+	if hasOpt {
 		room = 5 * len(g.Ops) // backward and optimizer ops, about
 	}
 	known := t != nil && batch == g.Batch() // Infer's types are those Differentiate would infer again
 	var spec chan *speculated
-	if known && t.Optimizer != nil && t.Loss != "" && speculate && runtime.GOMAXPROCS(0) > 1 &&
+	if known && hasOpt && t.Loss != "" && speculate && runtime.GOMAXPROCS(0) > 1 &&
 		!hasOpThat(g, ops.ReadsTable) && (t.Clip == nil || t.Clip.Norm == 0) {
 		spec = make(chan *speculated, 1)
 		params := g.Params()
@@ -60,11 +64,20 @@ func (g *Graph) Expand() error {
 	if errs := g.checkTrain(types); len(errs) > 0 {
 		return errs
 	}
-	if t == nil || t.Optimizer == nil {
+	if !hasOpt {
 		return g.Check()
 	}
-	if t.Loss == "" {
-		return Errorf(t.Optimizer.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
+	if t == nil || t.Loss == "" {
+		pos := Pos{File: g.File}
+		if t != nil && t.Optimizer != nil {
+			pos = t.Optimizer.Pos
+		} else if own := g.ParamOptimizers(); len(own) > 0 {
+			pos = g.Vars[own[0]].Optimizer.Pos
+		}
+		if t == nil {
+			return Errorf(pos, "an optimizer needs a train section with loss (the scalar to minimize) and batch")
+		}
+		return Errorf(pos, "train needs loss (the scalar to minimize) when it names an optimizer")
 	}
 	if known {
 		err = g.differentiate(types, order)

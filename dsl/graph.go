@@ -89,7 +89,10 @@ type Var struct {
 	// Block is set when the variable holds only some rows of a larger
 	// parameter or state variable (a block cut by `psgraph split`).
 	Block *Block
-	Pos   Pos
+	// Optimizer is a parameter's own optimizer (params.P.optimizer), which
+	// overrides train.optimizer for it; nil: train.optimizer.
+	Optimizer *Optimizer
+	Pos       Pos
 }
 
 // Block describes a row block: rows [Start, End) along dim 0 of the
@@ -334,6 +337,36 @@ func (g *Graph) Params() []string {
 		}
 	}
 	return out
+}
+
+// OptimizerOf returns the optimizer of parameter p: its own
+// (params.P.optimizer), else train.optimizer; nil when it has neither.
+func (g *Graph) OptimizerOf(p string) *Optimizer {
+	if v := g.Vars[p]; v != nil && v.Optimizer != nil {
+		return v.Optimizer
+	}
+	if g.Train != nil {
+		return g.Train.Optimizer
+	}
+	return nil
+}
+
+// ParamOptimizers lists the parameters that have an optimizer of their
+// own (params.P.optimizer), in declaration order.
+func (g *Graph) ParamOptimizers() []string {
+	var out []string
+	for _, n := range g.Order {
+		if v := g.Vars[n]; v.Kind == KindParam && v.Optimizer != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// HasOptimizer reports whether the model names an optimizer:
+// train.optimizer or a parameter's own.
+func (g *Graph) HasOptimizer() bool {
+	return g.Train != nil && g.Train.Optimizer != nil || len(g.ParamOptimizers()) > 0
 }
 
 // Batch returns the training batch size (0 without a train section).

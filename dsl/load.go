@@ -32,7 +32,7 @@ func LoadBytes(path string, src []byte) (*Graph, error) {
 // subgraph written by split does). run, train and check refuse such a
 // model with this error.
 func (g *Graph) Trainable() error {
-	if g.Train != nil && (g.Train.Optimizer != nil || g.Expanded()) {
+	if g.Train != nil && (g.HasOptimizer() || g.Expanded()) {
 		return nil
 	}
 	pos := Pos{File: g.File}

@@ -62,6 +62,19 @@ func encode(b *bytes.Buffer, g *Graph, flush func() error) error {
 		}
 		return nil
 	}
+	// An optimizer is written before expansion only; a user-defined one
+	// has no flow form.
+	expanded := g.Expanded()
+	if !expanded {
+		if t := g.Train; t != nil && t.Optimizer != nil && t.Optimizer.Type == "" {
+			return Errorf(t.Optimizer.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
+		}
+		for _, p := range g.ParamOptimizers() {
+			if o := g.Vars[p].Optimizer; o.Type == "" {
+				return Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
+			}
+		}
+	}
 	fmt.Fprintf(b, "psgraph: %d\n", SchemaVersion)
 	if g.Name != "" {
 		fmt.Fprintf(b, "name: %s\n", YAMLString(g.Name))
@@ -88,7 +101,7 @@ func encode(b *bytes.Buffer, g *Graph, flush func() error) error {
 			b.WriteString("  ")
 			writeString(b, name)
 			b.WriteString(": ")
-			writeVar(b, v)
+			writeVar(b, v, !expanded)
 			b.WriteByte('\n')
 			if err := spill(); err != nil {
 				return err
@@ -139,10 +152,7 @@ func encode(b *bytes.Buffer, g *Graph, flush func() error) error {
 		if t.EvalEvery > 0 {
 			fmt.Fprintf(b, "  eval_every: %d\n", t.EvalEvery)
 		}
-		if o := t.Optimizer; o != nil && !g.Expanded() {
-			if o.Type == "" {
-				return Errorf(o.Pos, "cannot write a user-defined optimizer before expansion; expand the graph first (dsl.Load does)")
-			}
+		if o := t.Optimizer; !expanded && g.HasOptimizer() {
 			if c := t.Clip; c != nil {
 				b.WriteString("  clip: {")
 				sep := ""
@@ -155,33 +165,11 @@ func encode(b *bytes.Buffer, g *Graph, flush func() error) error {
 				}
 				b.WriteString("}\n")
 			}
-			fmt.Fprintf(b, "  optimizer: {type: %s", YAMLString(o.Type))
-			for _, k := range sortedKeys(o.Hyper) {
-				if sc := o.Schedule; k == "lr" && sc != nil {
-					fmt.Fprintf(b, ", lr: {value: %s, schedule: %s", formatFloat(o.Hyper[k]), sc.Kind)
-					for _, f := range []struct {
-						key string
-						v   int
-					}{{"warmup", sc.Warmup}, {"steps", sc.Steps}, {"every", sc.Every}} {
-						if f.v != 0 {
-							fmt.Fprintf(b, ", %s: %d", f.key, f.v)
-						}
-					}
-					if sc.MinLR != 0 {
-						fmt.Fprintf(b, ", min_lr: %s", formatFloat(sc.MinLR))
-					}
-					if sc.Gamma != 0 {
-						fmt.Fprintf(b, ", gamma: %s", formatFloat(sc.Gamma))
-					}
-					b.WriteString("}")
-					continue
-				}
-				if def, ok := o.Tmpl.Hyper[k]; ok && k != "lr" && def == o.Hyper[k] {
-					continue // the built-in's default
-				}
-				fmt.Fprintf(b, ", %s: %s", YAMLString(k), formatFloat(o.Hyper[k]))
+			if o != nil {
+				b.WriteString("  optimizer: ")
+				writeOptimizer(b, o)
+				b.WriteByte('\n')
 			}
-			b.WriteString("}\n")
 		}
 	}
 	return nil
@@ -266,9 +254,42 @@ func RelPath(dir, path string) string {
 	return path
 }
 
+// writeOptimizer writes a built-in optimizer as a flow mapping: its type,
+// its lr (with the schedule) and the hyper-parameters off their defaults.
+func writeOptimizer(b *bytes.Buffer, o *Optimizer) {
+	fmt.Fprintf(b, "{type: %s", YAMLString(o.Type))
+	for _, k := range sortedKeys(o.Hyper) {
+		if sc := o.Schedule; k == "lr" && sc != nil {
+			fmt.Fprintf(b, ", lr: {value: %s, schedule: %s", formatFloat(o.Hyper[k]), sc.Kind)
+			for _, f := range []struct {
+				key string
+				v   int
+			}{{"warmup", sc.Warmup}, {"steps", sc.Steps}, {"every", sc.Every}} {
+				if f.v != 0 {
+					fmt.Fprintf(b, ", %s: %d", f.key, f.v)
+				}
+			}
+			if sc.MinLR != 0 {
+				fmt.Fprintf(b, ", min_lr: %s", formatFloat(sc.MinLR))
+			}
+			if sc.Gamma != 0 {
+				fmt.Fprintf(b, ", gamma: %s", formatFloat(sc.Gamma))
+			}
+			b.WriteString("}")
+			continue
+		}
+		if def, ok := o.Tmpl.Hyper[k]; ok && k != "lr" && def == o.Hyper[k] {
+			continue // the built-in's default
+		}
+		fmt.Fprintf(b, ", %s: %s", YAMLString(k), formatFloat(o.Hyper[k]))
+	}
+	b.WriteString("}")
+}
+
 // writeVar writes a variable's flow mapping: {shape: [..], dtype: ..,
-// init: {..}, place: .., of: .., block: {..}}.
-func writeVar(b *bytes.Buffer, v *Var) {
+// init: {..}, place: .., of: .., block: {..}, optimizer: {..}} (the
+// optimizer when withOptimizer: before expansion).
+func writeVar(b *bytes.Buffer, v *Var, withOptimizer bool) {
 	b.WriteString("{shape: ")
 	writeIntList(b, v.Shape)
 	if v.DType != ir.F32 {
@@ -310,6 +331,10 @@ func writeVar(b *bytes.Buffer, v *Var) {
 		b.WriteString(", shape: ")
 		writeIntList(b, bl.Shape)
 		b.WriteByte('}')
+	}
+	if o := v.Optimizer; o != nil && withOptimizer {
+		b.WriteString(", optimizer: ")
+		writeOptimizer(b, o)
 	}
 	b.WriteByte('}')
 }

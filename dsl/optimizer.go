@@ -20,17 +20,76 @@ type Template struct {
 	State  []TemplateState
 	Update []*Op
 	Assign []Assign
+	// Sparse, when set, is the update of a parameter whose gradient is
+	// row-sparse (a lookup table) in place of Update and Assign: adam's
+	// lazy form, torch.optim.SparseAdam's, differs from its dense one. It
+	// gets the same touched-rows rewrite (docs/dsl.md, "Sparse tables").
+	Sparse *TemplateUpdate
 	Pos    Pos
 
 	schedule *Schedule // a user template's lr: {schedule: ...}
 }
 
+// TemplateUpdate is one form of a template's update: its ops and assigns.
+type TemplateUpdate struct {
+	Update []*Op
+	Assign []Assign
+	Pos    Pos
+}
+
 // TemplateState is one optimizer state variable per parameter.
 type TemplateState struct {
 	Name  string
-	Shape ir.Shape // nil: the parameter's shape
-	Init  *Init
-	Pos   Pos
+	Shape ir.Shape // nil: the parameter's shape (or one value per row, PerRow)
+	// PerRow (shape: rows) makes the state one value per row of the
+	// parameter: its shape with every dimension after the first set to 1
+	// ([V, 1] for a [V, D] table). On a table it is read and written for
+	// the touched rows, like a state of the parameter's shape.
+	PerRow bool
+	Init   *Init
+	// initNode is an init whose attributes are expressions over the
+	// hyper-parameters (value: $initial_accumulator_value), decoded per
+	// optimizer when the template is expanded.
+	initNode *yaml.Node
+	Pos      Pos
+}
+
+// stateShape is the shape of state st of a parameter of shape p.
+func (st *TemplateState) stateShape(p ir.Shape) ir.Shape {
+	switch {
+	case st.PerRow:
+		s := p.Clone()
+		for i := 1; i < len(s); i++ {
+			s[i] = 1
+		}
+		return s
+	case st.Shape != nil:
+		return st.Shape.Clone()
+	}
+	return p.Clone()
+}
+
+// forms returns the template's update forms: the dense one, then the
+// sparse one if it has one.
+func (t *Template) forms() []*TemplateUpdate {
+	out := []*TemplateUpdate{{Update: t.Update, Assign: t.Assign, Pos: t.Pos}}
+	if t.Sparse != nil {
+		out = append(out, t.Sparse)
+	}
+	return out
+}
+
+// hasExpr reports whether a scalar under n holds an expression ($name).
+func hasExpr(n *yaml.Node) bool {
+	if n.Kind == yaml.ScalarNode {
+		return strings.Contains(n.Value, "$")
+	}
+	for _, c := range n.Content {
+		if hasExpr(c) {
+			return true
+		}
+	}
+	return false
 }
 
 //go:embed optimizers/*.yaml
@@ -95,14 +154,22 @@ func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
 				d.fields(sv, "optimizer.state."+s, []string{"init", "shape"}, func(key string, _, vv *yaml.Node) {
 					switch key {
 					case "init":
+						if hasExpr(vv) {
+							st.initNode = vv // decoded with the hyper-parameters
+							return
+						}
 						st.Init = d.init(vv, "optimizer.state."+s+".init")
 					case "shape":
-						if sh, ok := d.ints(vv, "optimizer.state."+s+".shape"); ok {
+						if vv.Kind == yaml.ScalarNode && vv.Value == "rows" {
+							st.PerRow = true
+						} else if vv.Kind == yaml.ScalarNode && vv.Tag == "!!str" {
+							d.errorf(vv, "optimizer.state.%s.shape must be a list of dimensions or rows (one value per row of the parameter), got %q", s, vv.Value)
+						} else if sh, ok := d.ints(vv, "optimizer.state."+s+".shape"); ok {
 							st.Shape = sh
 						}
 					}
 				})
-				if st.Init == nil {
+				if st.Init == nil && st.initNode == nil {
 					st.Init = &Init{Type: "zeros", Pos: st.Pos}
 				}
 				t.State = append(t.State, st)
@@ -111,6 +178,8 @@ func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
 			updateNode = v
 		case "assign":
 			assignNode = v
+		case "sparse":
+			t.Sparse = d.templateUpdate(v, "optimizer.sparse")
 		case "type":
 			d.errorf(k, "a user-defined optimizer has no type; use type: %s alone for a built-in", strings.Join(BuiltinNames(), "|"))
 		default:
@@ -126,7 +195,7 @@ func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
 				return
 			}
 			if v.Kind != yaml.ScalarNode || v.Tag == "!!str" || v.Tag == "!!null" {
-				d.errorf(k, "unknown key %q in a user-defined optimizer%s; its keys are state, update, assign and hyper-parameters with numeric values such as lr: 0.1", key, suggest(key, []string{"type", "state", "update", "assign"}))
+				d.errorf(k, "unknown key %q in a user-defined optimizer%s; its keys are state, update, assign, sparse and hyper-parameters with numeric values such as lr: 0.1", key, suggest(key, []string{"type", "state", "update", "assign", "sparse"}))
 				return
 			}
 			if f, ok := d.number(v, "optimizer."+key+" (a hyper-parameter)"); ok {
@@ -142,16 +211,48 @@ func (d *decoder) template(n *yaml.Node, name string, builtin bool) *Template {
 	if assignNode == nil {
 		d.errorf(n, "optimizer needs assign: {$param: <new value>, ...}")
 	} else {
-		t.Assign = d.assigns(assignNode)
-		hasParam := false
-		for _, a := range t.Assign {
-			hasParam = hasParam || a.Target == "$param"
-		}
-		if !hasParam {
-			d.errorf(assignNode, "optimizer assign must set $param (the parameter's next value)")
-		}
+		t.Assign = d.templateAssigns(assignNode, "optimizer assign")
 	}
 	return t
+}
+
+// templateUpdate parses a template's sparse form: {update: [...], assign: {...}}.
+func (d *decoder) templateUpdate(n *yaml.Node, what string) *TemplateUpdate {
+	u := &TemplateUpdate{Pos: d.pos(n)}
+	var updateNode, assignNode *yaml.Node
+	d.fields(n, what, []string{"update", "assign"}, func(key string, _, v *yaml.Node) {
+		if key == "update" {
+			updateNode = v
+		} else {
+			assignNode = v
+		}
+	})
+	if n.Kind != yaml.MappingNode {
+		return u
+	}
+	if updateNode == nil {
+		d.errorf(n, "%s needs update: the ops that update a table's touched rows, over $param, $grad and its state", what)
+	} else {
+		u.Update = d.ops(updateNode, what+".update", true)
+	}
+	if assignNode == nil {
+		d.errorf(n, "%s needs assign: {$param: <new value>, ...}", what)
+	} else {
+		u.Assign = d.templateAssigns(assignNode, what+".assign")
+	}
+	return u
+}
+
+// templateAssigns parses a template's assigns, which must set $param.
+func (d *decoder) templateAssigns(n *yaml.Node, what string) []Assign {
+	out := d.assigns(n)
+	for _, a := range out {
+		if a.Target == "$param" {
+			return out
+		}
+	}
+	d.errorf(n, "%s must set $param (the parameter's next value)", what)
+	return out
 }
 
 // optimizer parses train.optimizer: a built-in by type with hyper-parameter
@@ -212,17 +313,44 @@ func (d *decoder) checkHyper(o *Optimizer, n *yaml.Node) {
 			o.Hyper[h] = def
 		}
 	}
-	if lr, ok := o.Hyper["lr"]; ok && lr <= 0 {
-		at := n
+	at := func(key string) *yaml.Node {
 		if n.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == "lr" {
-					at = n.Content[i+1]
+				if n.Content[i].Value == key {
+					return n.Content[i+1]
 				}
 			}
 		}
-		d.errorf(at, "optimizer lr must be positive, got %g", lr)
+		return n
 	}
+	if lr, ok := o.Hyper["lr"]; ok && lr <= 0 {
+		d.errorf(at("lr"), "optimizer lr must be positive, got %g", lr)
+	}
+	for _, l := range hyperLimits[o.Type] {
+		if v, ok := o.Hyper[l.name]; ok && !l.ok(v) {
+			d.errorf(at(l.name), "optimizer %s: %s must be %s, got %g", o.Type, l.name, l.want, v)
+		}
+	}
+}
+
+// hyperLimit is the range of a built-in hyper-parameter outside which the
+// update is not the optimizer's (tf.keras.optimizers.Ftrl refuses the same).
+type hyperLimit struct {
+	name, want string
+	ok         func(float64) bool
+}
+
+var hyperLimits = map[string][]hyperLimit{
+	"ftrl": {
+		{"beta", "0 or more", func(v float64) bool { return v >= 0 }},
+		{"initial_accumulator_value", "0 or more", func(v float64) bool { return v >= 0 }},
+		{"l1", "0 or more", func(v float64) bool { return v >= 0 }},
+		{"l2", "0 or more", func(v float64) bool { return v >= 0 }},
+		{"lr_power", "0 or less (-0.5: the accumulator's square root)", func(v float64) bool { return v <= 0 }},
+	},
+	"rowwise_adagrad": {
+		{"eps", "0 or more", func(v float64) bool { return v >= 0 }},
+	},
 }
 
 // ScheduleKinds are the built-in learning-rate schedules.

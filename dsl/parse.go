@@ -536,15 +536,28 @@ func (d *decoder) delimiter(n *yaml.Node) (byte, bool) {
 	return s[0], true
 }
 
-var varKeys = []string{"shape", "init", "dtype", "place", "of", "block"}
+var (
+	varKeys   = []string{"shape", "init", "dtype", "place", "of", "block"}
+	paramKeys = append(append([]string{}, varKeys...), "optimizer")
+)
 
 func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
+	keys := varKeys
+	if kind == KindParam || kind == KindState {
+		keys = paramKeys
+	}
 	d.fields(n, section, nil, func(name string, k, v *yaml.Node) {
 		vr := &Var{Name: name, Kind: kind, DType: ir.F32, Pos: d.pos(k)}
 		what := section + "." + name
 		hasShape := false
-		d.fields(v, what, varKeys, func(key string, kk, vv *yaml.Node) {
+		d.fields(v, what, keys, func(key string, kk, vv *yaml.Node) {
 			switch key {
+			case "optimizer":
+				if kind != KindParam {
+					d.errorf(kk, "%s: a state variable is not trained, so it takes no optimizer; declare %s under params to train it", what, name)
+					return
+				}
+				vr.Optimizer = d.optimizer(vv)
 			case "shape":
 				hasShape = true
 				if s, ok := d.ints(vv, what+".shape"); ok {
@@ -696,6 +709,12 @@ func InitNames() []string {
 }
 
 func (d *decoder) init(n *yaml.Node, what string) *Init {
+	return d.initWith(n, what, nil)
+}
+
+// initWith parses an initializer whose attributes may be expressions over
+// hyper (an optimizer state's init: {type: constant, value: $name}).
+func (d *decoder) initWith(n *yaml.Node, what string, hyper map[string]float64) *Init {
 	in := &Init{Pos: d.pos(n), Attrs: ops.Attrs{}}
 	if n.Kind == yaml.ScalarNode { // shorthand: init: zeros
 		in.Type = n.Value
@@ -724,7 +743,7 @@ func (d *decoder) init(n *yaml.Node, what string) *Init {
 		d.errorf(typeNode, "unknown initializer %q%s; known: %s", in.Type, suggest(in.Type, InitNames()), strings.Join(InitNames(), ", "))
 		return in
 	}
-	in.Attrs = d.attrs(n, raw, specs, what, nil)
+	in.Attrs = d.attrs(n, raw, specs, what, hyper)
 	if in.Type == "uniform" && in.Attrs.Float("min") > in.Attrs.Float("max") {
 		d.errorf(n, "%s: min %g is greater than max %g", what, in.Attrs.Float("min"), in.Attrs.Float("max"))
 	}

@@ -13,10 +13,12 @@ import (
 
 // usesStep reports whether the template reads $step.
 func (t *Template) usesStep() bool {
-	for _, op := range t.Update {
-		for _, in := range op.Inputs {
-			if in == "$step" {
-				return true
+	for _, f := range t.forms() {
+		for _, op := range f.Update {
+			for _, in := range op.Inputs {
+				if in == "$step" {
+					return true
+				}
 			}
 		}
 	}
@@ -26,10 +28,12 @@ func (t *Template) usesStep() bool {
 // readsHyper reports whether an attribute expression of the template
 // names hyper-parameter h ($h).
 func (t *Template) readsHyper(h string) bool {
-	for _, op := range t.Update {
-		for _, v := range op.raw {
-			if refersTo(v.Value, h) {
-				return true
+	for _, f := range t.forms() {
+		for _, op := range f.Update {
+			for _, v := range op.raw {
+				if refersTo(v.Value, h) {
+					return true
+				}
 			}
 		}
 	}
@@ -55,19 +59,28 @@ func isNameByte(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
-// isLRFactor reports whether a template op is `scale` by exactly $lr
-// (no bias): the op a schedule turns into a multiplication by the
-// scheduled rate.
-func isLRFactor(op *Op) bool {
+// lrFactor reports how a template op scales by the learning rate alone:
+// "mul" for `scale` by exactly $lr, "div" for `scale` by exactly 1 / $lr
+// (FTRL's quadratic term), both without a bias; "" otherwise. A schedule
+// turns such an op into a multiplication or a division by the step's rate.
+func lrFactor(op *Op) string {
 	if op.Type != "scale" {
-		return false
+		return ""
+	}
+	if b, ok := op.raw["bias"]; ok && b.Value != "0" {
+		return ""
 	}
 	f, ok := op.raw["factor"]
-	if !ok || strings.TrimSpace(f.Value) != "$lr" {
-		return false
+	if !ok {
+		return ""
 	}
-	b, ok := op.raw["bias"]
-	return !ok || b.Value == "0"
+	switch strings.Join(strings.Fields(f.Value), "") {
+	case "$lr":
+		return "mul"
+	case "1/$lr":
+		return "div"
+	}
+	return ""
 }
 
 // scheduleOps returns the ops computing parameter p's learning rate at

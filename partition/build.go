@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 )
 
@@ -257,8 +258,11 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 			if c.Of != "" {
 				c.Of = ren(c.Of)
 			}
-			if (b.cut() || gr.table) && v.Shape.Equal(gr.param.Shape) {
+			if (b.cut() || gr.table) && rowAligned(v.Shape, gr.param.Shape, gr.table) {
 				c.Shape = shapes.clone(b.shape)
+				if !v.Shape.Equal(gr.param.Shape) { // one value per row: [rows, 1, ...]
+					c.Shape = append(ir.Shape{b.shape[0]}, v.Shape[1:]...)
+				}
 				c.Block = &dsl.Block{Of: v.Name, Start: b.start, End: b.end, Stride: b.stride, Shape: shapes.clone(v.Shape), Pos: v.Pos}
 			}
 			return c
@@ -306,6 +310,25 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 		send.Param = b.name
 		ps.Ops = append(ps.Ops, send)
 	}
+}
+
+// rowAligned reports whether a variable of shape v goes with the rows of a
+// parameter of shape p into its blocks: v has p's shape, or, for a table,
+// one value per row (row-wise adagrad's [V, 1] accumulator; dense row
+// blocks never hold such state: blocks.go keeps that parameter whole).
+func rowAligned(v, p ir.Shape, table bool) bool {
+	if v.Equal(p) {
+		return true
+	}
+	if !table || len(v) != len(p) || len(v) == 0 || v[0] != p[0] {
+		return false
+	}
+	for _, d := range v[1:] {
+		if d != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // FetchedName is the trainer's variable holding the rows of lookup table

@@ -1,7 +1,10 @@
-// Package comm moves one node's tensors: NetComm implements the send,
-// recv and accumulate of a node's ops over a transport.Endpoint, rides
-// out lost connections, and runs the I/O of the restart protocol (package
-// rejoin decides): a trainer remembers what it sent each pserver and
-// brings a restarted one up to date, a pserver hears every trainer's
-// position before it serves.
+// Package comm moves one node's tensors. Trainer and PServer are the
+// communication of the two roles over one transport.Endpoint: each is the
+// kernels.Rendezvous its kernels send and receive through (a pserver's per
+// part loop, comm.Part), rides out lost connections, and does the I/O of
+// the restart protocol whose decisions are package rejoin's state
+// machines: a trainer remembers what it sent each pserver and brings a
+// restarted one up to date (rejoin.Link), a pserver hears every trainer's
+// position before it serves (rejoin.Gather) and sends a restarted trainer
+// its parameters (rejoin.Part).
 package comm

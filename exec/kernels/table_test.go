@@ -96,12 +96,14 @@ type shardRuntime struct {
 	asked [][]int32
 }
 
-func (r *shardRuntime) SendBytes(p ir.Node, _ int64, _ string, _ ir.DType, payload []byte) error {
+func (r *shardRuntime) Rendezvous() Rendezvous { return r }
+
+func (r *shardRuntime) Send(_ context.Context, _ int64, p ir.Node, _ string, _ ir.DType, payload []byte) error {
 	r.asked[p.Index] = append([]int32{}, i32View(payload)...)
 	return nil
 }
 
-func (r *shardRuntime) RecvBytes(p ir.Node, _ string, dst []byte) (int, error) {
+func (r *shardRuntime) Recv(_ context.Context, _ int64, p ir.Node, _ string, dst []byte) (int, error) {
 	var rows []float32
 	for _, local := range r.asked[p.Index] {
 		rows = append(rows, r.table[int(local)*r.m+p.Index]...)

@@ -97,7 +97,7 @@ func checkAgainstTorch(t *testing.T, ref map[string]*tensor.Tensor, c refCase) {
 		prog.Scope[names[i]].CopyFrom(get(x.key))
 	}
 	prog.Scope["G"].CopyFrom(gr)
-	rt := &program.NodeRuntime{Ctx: context.Background()}
+	rt := &program.Runtime{Ctx: context.Background()}
 	if err := prog.Run(rt); err != nil {
 		t.Fatal(err)
 	}

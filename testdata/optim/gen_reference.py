@@ -9,14 +9,24 @@ torch.optim, with the config's torch.optim.lr_scheduler and
 torch.nn.utils.clip_grad_* where it has them, on the model of
 mlp-<config>.yaml, fed by psgraph's data
 stream rule: batch 30, no shuffle, iris standardized per column).
+torch 1.13 has no FTRL and no row-wise adagrad: for ftrl*, rowwise_adagrad
+and mixed (FTRL on W1 and W2, Adam on the biases) the update is the numpy
+one of numpy_optim.py (TensorFlow's FTRL, FBGEMM's row-wise adagrad) on
+torch's gradients.
 """
 import json
 import math
 import os
 import struct
 
+import sys
+
 import numpy as np
 import torch
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the test data
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from numpy_optim import Ftrl, RowwiseAdagrad  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS, BATCH = 50, 30
@@ -113,6 +123,43 @@ def main():
             opt.step()
             if sched is not None:
                 sched.step()
+        write_safetensors(os.path.join(HERE, name + ".safetensors"), {n: params[n].detach().numpy() for n in NAMES})
+        print(name, "final batch loss", float(loss))
+    # numpy updates on torch's gradients: name -> per parameter an
+    # optimizer (numpy's, or None for the torch one given), a torch
+    # optimizer for the others, and the schedule of the rate (a factor of
+    # steps done).
+    ftrl = dict(lr=0.5, l1=0.001, l2=0.01, beta=0.1)
+    ftrl_power = dict(lr=0.5, lr_power=-0.7, initial_accumulator_value=0.05, l2=0.02)
+    numpy_configs = {
+        "ftrl": (lambda shape: Ftrl(shape, **ftrl), NAMES, lambda t: 1.0),
+        "ftrl-power": (lambda shape: Ftrl(shape, **ftrl_power), NAMES, lambda t: 1.0),
+        "ftrl-exponential": (lambda shape: Ftrl(shape, **ftrl), NAMES, lambda t: 0.95 ** t),
+        "rowwise_adagrad": (lambda shape: RowwiseAdagrad(shape, lr=0.1), NAMES, lambda t: 1.0),
+        "rowwise_adagrad-wd": (lambda shape: RowwiseAdagrad(shape, lr=0.1, weight_decay=0.05), NAMES, lambda t: 1.0),
+        "mixed": (lambda shape: Ftrl(shape, **ftrl), ["W1", "W2"], lambda t: 1.0),
+    }
+    for name, (make, own, rate) in numpy_configs.items():
+        params = {n: torch.tensor(init[n], requires_grad=True) for n in NAMES}
+        mine = {n: make(init[n].shape) for n in own}
+        rest = [params[n] for n in NAMES if n not in own]
+        opt = torch.optim.Adam(rest, lr=0.01) if rest else None
+        for k in range(STEPS):
+            rows = [(k * BATCH + i) % len(x) for i in range(BATCH)]
+            xb, yb = torch.tensor(x[rows]), torch.tensor(y[rows])
+            h = torch.tanh(xb @ params["W1"] + params["b1"])
+            loss = torch.nn.functional.cross_entropy(h @ params["W2"] + params["b2"], yb)
+            for p in params.values():
+                p.grad = None
+            loss.backward()
+            if opt is not None:
+                opt.step()
+            with torch.no_grad():
+                for n, o in mine.items():
+                    w = params[n].detach().numpy().copy()
+                    kw = {"lr": o.lr * rate(k)} if isinstance(o, Ftrl) else {}
+                    o.apply(w, params[n].grad.numpy(), **kw)
+                    params[n].copy_(torch.tensor(w))
         write_safetensors(os.path.join(HERE, name + ".safetensors"), {n: params[n].detach().numpy() for n in NAMES})
         print(name, "final batch loss", float(loss))
 
