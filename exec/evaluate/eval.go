@@ -15,7 +15,6 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // evaluator computes a model's loss and metrics over one data set with
@@ -28,15 +27,14 @@ import (
 // chunks, which is its value over the file for means over rows (mean,
 // softmax_cross_entropy, accuracy, sigmoid_cross_entropy, mse).
 type Evaluator struct {
-	targets     []string
-	set         *data.Set
-	file        *data.FileStream
-	Rows        int              // of the last run
-	size, lastN int              // the rows of a chunk (full's batch), of the last chunk (last's)
-	full, last  *program.Program // last: the file's shorter last chunk (nil: none yet)
-	ffull, flst *program.Feeder
-	compile     func(batch int) (*program.Program, *program.Feeder, error)
-	sums        []float64
+	targets []string
+	set     *data.Set
+	file    *data.FileStream
+	Rows    int // of the last run
+	full    *program.Program
+	ffull   *program.Feeder
+	chunks  *chunks // a streamed file's
+	sums    []float64
 	// Made once, so that a run allocates nothing.
 	ordered *data.Stream
 	rt      *program.Runtime
@@ -48,7 +46,7 @@ func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params pro
 	e.sums = make([]float64, len(e.targets))
 	e.rt = &program.Runtime{Ctx: context.Background()}
 	e.onChunk = e.chunk
-	e.compile = func(batch int) (*program.Program, *program.Feeder, error) {
+	compile := func(batch int) (*program.Program, *program.Feeder, error) {
 		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: e.targets, Shared: params, Workers: 1})
 		if err != nil {
 			return nil, nil, err
@@ -57,23 +55,25 @@ func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params pro
 	}
 	var err error
 	if set != nil {
-		e.Rows, e.size, e.ordered = set.Rows, set.Rows, data.NewOrderedStream(set)
-		e.full, e.ffull, err = e.compile(set.Rows)
+		e.Rows, e.ordered = set.Rows, data.NewOrderedStream(set)
+		e.full, e.ffull, err = compile(set.Rows)
 		return e, err
 	}
-	// A streamed file is read once per run, in chunks; the program of its
-	// shorter last chunk is compiled when the first run meets it, so no
-	// pass counts the rows first.
-	e.size = chunk
-	e.full, e.ffull, err = e.compile(chunk)
-	return e, err
+	e.chunks, err = newChunks(chunk, compile)
+	if err != nil {
+		return nil, err
+	}
+	e.full, e.ffull = e.chunks.full, e.chunks.ffull
+	return e, nil
 }
 
+// Close releases the evaluator's programs.
 func (e *Evaluator) Close() {
-	e.full.Close()
-	if e.last != nil {
-		e.last.Close()
+	if e.chunks != nil {
+		e.chunks.close()
+		return
 	}
+	e.full.Close()
 }
 
 // run evaluates the set with the current values of the shared parameters:
@@ -110,22 +110,9 @@ func (e *Evaluator) chunk(n int) error {
 	if err := e.rt.Ctx.Err(); err != nil {
 		return err
 	}
-	p, f := e.full, e.ffull
-	if n < e.size {
-		if e.last == nil {
-			var err error
-			if e.last, e.flst, err = e.compile(n); err != nil {
-				return err
-			}
-			e.lastN = n
-		} else if n != e.lastN {
-			return errFileChanged
-		}
-		lf := e.flst
-		copyPrefix(lf.Features, f.Features)
-		copyPrefix(lf.Labels, f.Labels)
-		copyPrefix(lf.IDs, f.IDs)
-		p = e.last
+	p, err := e.chunks.program(n)
+	if err != nil {
+		return err
 	}
 	if err := p.Run(e.rt); err != nil {
 		return err
@@ -135,17 +122,6 @@ func (e *Evaluator) chunk(n int) error {
 	}
 	e.Rows += n
 	return nil
-}
-
-var errFileChanged = fmt.Errorf("the data file changed while it was read; do not write a data file during a run")
-
-// copyPrefix copies the first rows of a chunk's tensor into a smaller
-// one (row-major: the first n rows are a prefix); dst nil: nothing.
-func copyPrefix(dst, src *tensor.Tensor) {
-	if dst != nil {
-		copy(dst.F, src.F)
-		copy(dst.I, src.I)
-	}
 }
 
 // heldOut is a run's held-out data: an in-memory set or a streamed file.

@@ -3,17 +3,18 @@ package evaluate
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/internal/atomicfile"
 
 	"github.com/rs/zerolog"
 
@@ -92,7 +93,69 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		chunk = EvalChunk
 	}
 	h := headOf(g)
-	names := opt.Outputs
+	outs, err := predictOutputs(g, h, opt.Outputs, chunk)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := data.Other(g.Data, opt.Data)
+	if err != nil {
+		return nil, err
+	}
+	spec.Label = nil // new rows need no label
+	file, err := data.OpenStreamScaled(spec, norm)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var targets, names []string
+	for _, o := range outs {
+		targets, names = append(targets, o.v), append(names, o.name)
+	}
+	// The file is read once, in chunks, as the held-out evaluation reads
+	// its file.
+	ch, err := newChunks(chunk, func(batch int) (*program.Program, *program.Feeder, error) {
+		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: targets, Shared: params, Workers: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		f := program.NewFeeder(g, p.Scope)
+		f.Labels = nil
+		if f.Features == nil && f.IDs == nil {
+			p.Close()
+			return nil, nil, fmt.Errorf("--outputs %s do not depend on the data; name outputs computed from the inputs", strings.Join(names, ","))
+		}
+		return p, f, nil
+	})
+	defer ch.close()
+	if err != nil {
+		return nil, err
+	}
+	res := &PredictResult{Out: opt.Out}
+	for _, o := range outs {
+		res.Columns = append(res.Columns, o.columns(h.kind)...)
+	}
+	err = atomicfile.Write(opt.Out, func(f io.Writer) error {
+		w := bufio.NewWriterSize(f, 1<<20)
+		w.WriteString(strings.Join(res.Columns, ",") + "\n")
+		rows, err := writePredictions(ctx, file, ch, outs, h.kind, w)
+		res.Rows = rows
+		if err == nil {
+			err = w.Flush()
+		}
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, errFileChanged) {
+			err = fmt.Errorf("%s: %w", opt.Data, err)
+		}
+		return nil, fmt.Errorf("predicting %s into %s: %w", opt.Data, opt.Out, err)
+	}
+	return res, nil
+}
+
+// predictOutputs resolves the outputs to write: names, or the model's
+// default (softmax: pred, prob; sigmoid: prob; mse: the prediction).
+func predictOutputs(g *dsl.Graph, h head, names []string, chunk int) ([]output, error) {
 	if len(names) == 0 {
 		switch h.kind {
 		case "softmax":
@@ -114,7 +177,6 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		label = g.Data.Label.Name
 	}
 	var outs []output
-	var targets []string
 	for _, n := range names {
 		o := output{name: n, v: n}
 		if n == "pred" || n == "prob" {
@@ -135,75 +197,24 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		}
 		o.width = ty.Shape.Numel() / chunk
 		outs = append(outs, o)
-		targets = append(targets, o.v)
 	}
-	spec, err := data.Other(g.Data, opt.Data)
-	if err != nil {
-		return nil, err
-	}
-	spec.Label = nil // new rows need no label
-	file, err := data.OpenStreamScaled(spec, norm)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	compile := func(batch int) (*program.Program, *program.Feeder, error) {
-		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: targets, Shared: params, Workers: 1})
-		if err != nil {
-			return nil, nil, err
-		}
-		f := program.NewFeeder(g, p.Scope)
-		f.Labels = nil
-		if f.Features == nil && f.IDs == nil {
-			p.Close()
-			return nil, nil, fmt.Errorf("--outputs %s do not depend on the data; name outputs computed from the inputs", strings.Join(names, ","))
-		}
-		return p, f, nil
-	}
-	// The file is read once, in chunks: the program of its shorter last
-	// chunk is compiled when the pass meets it, as the evaluator does.
-	full, ff, err := compile(chunk)
-	if err != nil {
-		return nil, err
-	}
-	defer full.Close()
-	var last *program.Program
-	var lf *program.Feeder
-	defer func() {
-		if last != nil {
-			last.Close()
-		}
-	}()
-	res := &PredictResult{Out: opt.Out}
-	for _, o := range outs {
-		res.Columns = append(res.Columns, o.columns(h.kind)...)
-	}
-	f, err := os.CreateTemp(filepath.Dir(opt.Out), ".psgraph-predict-*.tmp")
-	if err != nil {
-		return nil, fmt.Errorf("cannot write %s: %w", opt.Out, err)
-	}
-	defer os.Remove(f.Name())
-	w := bufio.NewWriterSize(f, 1<<20)
-	w.WriteString(strings.Join(res.Columns, ",") + "\n")
+	return outs, nil
+}
+
+// writePredictions runs the model over the file, chunk by chunk, and
+// writes each row's outputs to w; it returns the rows written.
+func writePredictions(ctx context.Context, file *data.FileStream, ch *chunks, outs []output, kind string, w *bufio.Writer) (int, error) {
+	rows := 0
 	var line []byte
 	rt := &program.Runtime{Ctx: ctx}
-	err = file.Epoch(ff.Features, nil, ff.IDs, func(n int) error {
+	ff := ch.ffull
+	err := file.Epoch(ff.Features, nil, ff.IDs, func(n int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		p := full
-		if n < chunk {
-			if last == nil {
-				var err error
-				if last, lf, err = compile(n); err != nil {
-					return err
-				}
-			} else if n != last.Batch() {
-				return fmt.Errorf("%s: %w", opt.Data, errFileChanged)
-			}
-			copyPrefix(lf.Features, ff.Features)
-			copyPrefix(lf.IDs, ff.IDs)
-			p = last
+		p, err := ch.program(n)
+		if err != nil {
+			return err
 		}
 		if err := p.Run(rt); err != nil {
 			return err
@@ -214,31 +225,17 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 				if i > 0 {
 					line = append(line, ',')
 				}
-				line = o.appendRow(line, p.Scope[o.v], r, h.kind)
+				line = o.appendRow(line, p.Scope[o.v], r, kind)
 			}
 			line = append(line, '\n')
 			if _, err := w.Write(line); err != nil {
 				return err
 			}
 		}
-		res.Rows += n
+		rows += n
 		return nil
 	})
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Close()
-	} else {
-		f.Close()
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), opt.Out)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("predicting %s into %s: %w", opt.Data, opt.Out, err)
-	}
-	return res, nil
+	return rows, err
 }
 
 func (o output) columns(kind string) []string {

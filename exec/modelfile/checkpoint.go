@@ -11,6 +11,7 @@ import (
 
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/internal/atomicfile"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -102,7 +103,7 @@ func (c *Checkpointer) Save(step int64, tensors map[string]*tensor.Tensor) error
 	}
 	m.Steps = steps
 	b, _ := json.MarshalIndent(m, "", "  ")
-	if err := writeAtomic(c.manifestPath(), append(b, '\n')); err != nil {
+	if err := atomicfile.WriteBytes(c.manifestPath(), append(b, '\n')); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	for _, s := range drop {
@@ -143,33 +144,6 @@ func (c *Checkpointer) Restore(step int64, persistent map[string]*tensor.Tensor)
 	}
 	if fi, err := os.Stat(c.file(step)); err == nil {
 		c.Prom.Checkpointed(step, fi.ModTime())
-	}
-	return nil
-}
-
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".psgraph-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

@@ -4,5 +4,5 @@
 // a sharded table joined whole again (MergeShards), and one node's
 // checkpoints with their manifest (Checkpointer, CommonCheckpoint). Every
 // file is written to a temporary file, synced and renamed into place
-// (writeAtomic), so a crash leaves the previous one intact.
+// (internal/atomicfile), so a crash leaves the previous one intact.
 package modelfile

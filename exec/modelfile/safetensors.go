@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/internal/atomicfile"
 )
 
 // safetensors: an 8-byte little-endian header length, a JSON header mapping
@@ -51,33 +51,22 @@ func SaveSafetensors(path string, tensors map[string]*tensor.Tensor, meta map[st
 	for len(hj)%8 != 0 {
 		hj = append(hj, ' ')
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".psgraph-*.tmp")
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	defer os.Remove(f.Name())
-	var n8 [8]byte
-	binary.LittleEndian.PutUint64(n8[:], uint64(len(hj)))
-	w := io.MultiWriter(f)
-	if _, err = w.Write(n8[:]); err == nil {
-		_, err = w.Write(hj)
-	}
-	for _, n := range names {
-		if err != nil {
-			break
+	err = atomicfile.Write(path, func(w io.Writer) error {
+		var n8 [8]byte
+		binary.LittleEndian.PutUint64(n8[:], uint64(len(hj)))
+		if _, err := w.Write(n8[:]); err != nil {
+			return err
 		}
-		_, err = w.Write(tensors[n].Bytes())
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
+		if _, err := w.Write(hj); err != nil {
+			return err
+		}
+		for _, n := range names {
+			if _, err := w.Write(tensors[n].Bytes()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", path, err)
 	}

@@ -107,183 +107,244 @@ func NewStreamer(p *Program, chunkElems int) (*Streamer, string) {
 	if len(p.nodes) != len(g.Ops) || len(p.assigns) != len(g.Assigns) {
 		return nil, fmt.Sprintf("%s: the program was compiled for targets; stream a part compiled whole", g.File)
 	}
+	acc, why := theAccumulate(p)
+	if acc == nil {
+		return nil, why
+	}
+	b := &streamBuilder{p: p, g: g, acc: acc, gradName: acc.Outputs[0], shared: Scope{}}
+	gt := p.Scope[b.gradName]
+	if gt.DType != tensor.F32 {
+		return nil, fmt.Sprintf("%s: the gradient is %v; only float32 streams", describeOp(acc), gt.DType)
+	}
+	b.block = gt.Shape
+	numel := b.block.Numel()
+	if numel == 0 {
+		return nil, fmt.Sprintf("%s: the block %v is empty", describeOp(acc), b.block)
+	}
+	// chunked: the variables streamed piece by piece.
+	b.chunked = map[string]bool{b.gradName: true}
+	for _, name := range g.Order {
+		if v := g.Vars[name]; v.Kind.Persistent() && b.isBlock(name) {
+			b.chunked[name] = true
+		}
+	}
+	b.s = &Streamer{prog: p, info: StreamGrad{Attrs: acc.Attrs, Var: acc.Attrs.String("var"), Count: acc.Attrs.Int("count"),
+		Shape: b.block.Clone(), Elems: numel, Bytes: 4 * numel}}
+	b.cg = &dsl.Graph{File: g.File, Name: g.Name + " (streamed)", Vars: map[string]*dsl.Var{}}
+	if chunkElems <= 0 {
+		chunkElems = DefaultStreamChunk
+	}
+	b.s.piece = min((chunkElems+streamAlign-1)/streamAlign*streamAlign, numel)
+	b.declare(b.gradName, tensor.Shape{b.s.piece})
+	for _, step := range []func() string{b.planOps, b.planAssigns, b.buildSends, b.compile} {
+		if why := step(); why != "" {
+			return nil, why
+		}
+	}
+	b.s.carry = make([]float32, min(streamAlign, numel))
+	return b.s, ""
+}
+
+// theAccumulate is a part's one accumulate op (nil and why when it has
+// none or several).
+func theAccumulate(p *Program) (*dsl.Op, string) {
 	var acc *dsl.Op
 	for _, n := range p.nodes {
 		if n.op.Type != "accumulate" {
 			continue
 		}
 		if acc != nil {
-			return nil, fmt.Sprintf("%s: more than one accumulate (%s at %s, %s at %s); a streamer updates one block from one gradient", g.File, acc.Attrs.String("var"), acc.Pos, n.op.Attrs.String("var"), n.op.Pos)
+			return nil, fmt.Sprintf("%s: more than one accumulate (%s at %s, %s at %s); a streamer updates one block from one gradient", p.Graph.File, acc.Attrs.String("var"), acc.Pos, n.op.Attrs.String("var"), n.op.Pos)
 		}
 		acc = n.op
 	}
 	if acc == nil {
-		return nil, fmt.Sprintf("%s: no accumulate op; only a pserver's block update streams", g.File)
+		return nil, fmt.Sprintf("%s: no accumulate op; only a pserver's block update streams", p.Graph.File)
 	}
-	gradName := acc.Outputs[0]
-	gt := p.Scope[gradName]
-	if gt.DType != tensor.F32 {
-		return nil, fmt.Sprintf("%s: the gradient is %v; only float32 streams", describeOp(acc), gt.DType)
-	}
-	block := gt.Shape
-	numel := block.Numel()
-	if numel == 0 {
-		return nil, fmt.Sprintf("%s: the block %v is empty", describeOp(acc), block)
-	}
-	isBlock := func(name string) bool { return p.Scope[name].Shape.Equal(block) }
+	return acc, ""
+}
 
-	// chunked: the variables streamed piece by piece.
-	chunked := map[string]bool{gradName: true}
-	for _, name := range g.Order {
-		if v := g.Vars[name]; v.Kind.Persistent() && isBlock(name) {
-			chunked[name] = true
-		}
+// streamBuilder builds a Streamer step by step (NewStreamer); each step
+// returns why the part cannot stream, or "".
+type streamBuilder struct {
+	p        *Program
+	g        *dsl.Graph
+	s        *Streamer
+	acc      *dsl.Op
+	gradName string
+	block    tensor.Shape
+	chunked  map[string]bool
+	shared   Scope      // the chunk program's inputs
+	cg       *dsl.Graph // the streamed ops
+	sends    []*dsl.Op
+	// the assigns of block targets, the values they take (Compile's
+	// targets) and, by value, a block target it becomes
+	blockAssigns []dsl.Assign
+	targets      []string
+	assigned     map[string]string
+}
+
+func (b *streamBuilder) isBlock(name string) bool { return b.p.Scope[name].Shape.Equal(b.block) }
+
+// declare makes name an input of the chunk program: a piece-sized window
+// on the gradient or a block variable, or the part's own scalar.
+func (b *streamBuilder) declare(name string, shape tensor.Shape) {
+	if _, ok := b.shared[name]; ok {
+		return
 	}
-	s := &Streamer{prog: p, info: StreamGrad{Attrs: acc.Attrs, Var: acc.Attrs.String("var"), Count: acc.Attrs.Int("count"),
-		Shape: block.Clone(), Elems: numel, Bytes: 4 * numel}}
-	cg := &dsl.Graph{File: g.File, Name: g.Name + " (streamed)", Vars: map[string]*dsl.Var{}}
-	if chunkElems <= 0 {
-		chunkElems = DefaultStreamChunk
-	}
-	s.piece = min((chunkElems+streamAlign-1)/streamAlign*streamAlign, numel)
-	shared := Scope{}
-	declare := func(name string, shape tensor.Shape) {
-		if _, ok := shared[name]; ok {
-			return
+	b.cg.AddVar(&dsl.Var{Name: name, Kind: dsl.KindData, DType: tensor.F32, Shape: shape})
+	if name == b.gradName || b.g.Vars[name] != nil && b.chunked[name] {
+		t := &tensor.Tensor{DType: tensor.F32, Shape: tensor.Shape{b.s.piece}}
+		b.shared[name] = t
+		if name == b.gradName {
+			b.s.grad = t
+		} else {
+			b.s.views = append(b.s.views, streamView{t: t, src: b.p.Scope[name]})
 		}
-		cg.AddVar(&dsl.Var{Name: name, Kind: dsl.KindData, DType: tensor.F32, Shape: shape})
-		if name == gradName || g.Vars[name] != nil && chunked[name] {
-			t := &tensor.Tensor{DType: tensor.F32, Shape: tensor.Shape{s.piece}}
-			shared[name] = t
-			if name == gradName {
-				s.grad = t
-			} else {
-				s.views = append(s.views, streamView{t: t, src: p.Scope[name]})
-			}
-			return
-		}
-		shared[name] = p.Scope[name] // a scalar: Begin's output or persistent
+		return
 	}
-	declare(gradName, tensor.Shape{s.piece})
-	var sends []*dsl.Op
-	for i, n := range p.nodes {
+	b.shared[name] = b.p.Scope[name] // a scalar: Begin's output or persistent
+}
+
+// planOps sorts the part's ops: sends, ops run once per step before the
+// pieces (Begin), and the element-wise ops streamed piece by piece.
+func (b *streamBuilder) planOps() string {
+	for i, n := range b.p.nodes {
 		op := n.op
 		switch {
-		case op == acc:
+		case op == b.acc:
 			continue
 		case op.Type == "send":
-			sends = append(sends, op)
+			b.sends = append(b.sends, op)
 			continue
 		}
 		reads := false
 		for _, in := range op.Inputs {
-			reads = reads || chunked[in]
+			reads = reads || b.chunked[in]
 		}
 		writes := false
 		for _, o := range op.Outputs {
-			writes = writes || isBlock(o)
+			writes = writes || b.isBlock(o)
 		}
 		if !reads && !writes {
 			// Independent of the gradient and scalar-sized (adam's
 			// bias corrections): once per step, with the part's kernel.
-			s.begin = append(s.begin, i)
+			b.s.begin = append(b.s.begin, i)
 			continue
 		}
-		if !reads {
-			return nil, fmt.Sprintf("%s computes a block-shaped value from neither the gradient nor a block variable", describeOp(op))
+		if why := b.streamOp(op, reads); why != "" {
+			return why
 		}
-		if def, _ := ops.Lookup(op.Type); !def.ElementWise {
-			return nil, fmt.Sprintf("%s is not element-wise but reads the gradient, a value computed from it or a block variable; it needs the whole block %v", describeOp(op), block)
-		}
-		for _, o := range op.Outputs {
-			if t := p.Scope[o]; !isBlock(o) || t.DType != tensor.F32 {
-				return nil, fmt.Sprintf("%s outputs %s of type %s%v; a streamed op outputs the block's float32%v", describeOp(op), o, t.DType, t.Shape, block)
-			}
-			chunked[o] = true
-		}
-		for _, in := range op.Inputs {
-			t := p.Scope[in]
-			switch {
-			case chunked[in] && g.Vars[in] != nil || in == gradName:
-				declare(in, tensor.Shape{s.piece})
-			case chunked[in]: // computed by an earlier streamed op
-			case t.Numel() == 1 && t.DType == tensor.F32:
-				declare(in, t.Shape)
-			default:
-				return nil, fmt.Sprintf("%s broadcasts %s of shape %v over the block %v; only scalars stream", describeOp(op), in, t.Shape, block)
-			}
-		}
-		cg.Ops = append(cg.Ops, op)
 	}
+	return ""
+}
 
-	// Assigns: block targets take each piece's new values in place, the
-	// others swap at End like Program.Run's.
-	targets := []string{}
-	var blockAssigns []dsl.Assign
-	assigned := map[string]string{} // value -> a block target it becomes
-	for _, a := range g.Assigns {
-		if !chunked[a.Target] {
-			s.scalarAssigns = append(s.scalarAssigns, [2]*tensor.Tensor{p.Scope[a.Target], p.Scope[a.Value]})
+// streamOp adds op, which reads or writes the block, to the streamed ops.
+func (b *streamBuilder) streamOp(op *dsl.Op, reads bool) string {
+	if !reads {
+		return fmt.Sprintf("%s computes a block-shaped value from neither the gradient nor a block variable", describeOp(op))
+	}
+	if def, _ := ops.Lookup(op.Type); !def.ElementWise {
+		return fmt.Sprintf("%s is not element-wise but reads the gradient, a value computed from it or a block variable; it needs the whole block %v", describeOp(op), b.block)
+	}
+	for _, o := range op.Outputs {
+		if t := b.p.Scope[o]; !b.isBlock(o) || t.DType != tensor.F32 {
+			return fmt.Sprintf("%s outputs %s of type %s%v; a streamed op outputs the block's float32%v", describeOp(op), o, t.DType, t.Shape, b.block)
+		}
+		b.chunked[o] = true
+	}
+	for _, in := range op.Inputs {
+		t := b.p.Scope[in]
+		switch {
+		case b.chunked[in] && b.g.Vars[in] != nil || in == b.gradName:
+			b.declare(in, tensor.Shape{b.s.piece})
+		case b.chunked[in]: // computed by an earlier streamed op
+		case t.Numel() == 1 && t.DType == tensor.F32:
+			b.declare(in, t.Shape)
+		default:
+			return fmt.Sprintf("%s broadcasts %s of shape %v over the block %v; only scalars stream", describeOp(op), in, t.Shape, b.block)
+		}
+	}
+	b.cg.Ops = append(b.cg.Ops, op)
+	return ""
+}
+
+// planAssigns: block targets take each piece's new values in place, the
+// others swap at End like Program.Run's.
+func (b *streamBuilder) planAssigns() string {
+	b.targets, b.assigned = []string{}, map[string]string{}
+	for _, a := range b.g.Assigns {
+		if !b.chunked[a.Target] {
+			b.s.scalarAssigns = append(b.s.scalarAssigns, [2]*tensor.Tensor{b.p.Scope[a.Target], b.p.Scope[a.Value]})
 			continue
 		}
 		switch {
-		case a.Value == gradName:
-		case g.Vars[a.Value] != nil || !chunked[a.Value]:
+		case a.Value == b.gradName:
+		case b.g.Vars[a.Value] != nil || !b.chunked[a.Value]:
 			// Program.Run swaps the two persistents' buffers; a copy in
 			// place would not.
-			return nil, fmt.Sprintf("%s: assign %s = %s: the value of a streamed block must be computed from the gradient this step", a.Pos, a.Target, a.Value)
+			return fmt.Sprintf("%s: assign %s = %s: the value of a streamed block must be computed from the gradient this step", a.Pos, a.Target, a.Value)
 		default:
-			targets = append(targets, a.Value)
+			b.targets = append(b.targets, a.Value)
 		}
-		blockAssigns = append(blockAssigns, a)
-		assigned[a.Value] = a.Target
+		b.blockAssigns = append(b.blockAssigns, a)
+		b.assigned[a.Value] = a.Target
 	}
-	if len(blockAssigns) == 0 {
-		return nil, fmt.Sprintf("%s: nothing assigns the block %v a new value", describeOp(acc), block)
+	if len(b.blockAssigns) == 0 {
+		return fmt.Sprintf("%s: nothing assigns the block %v a new value", describeOp(b.acc), b.block)
 	}
-	for _, op := range sends {
-		x := op.Inputs[0]
-		payload := p.Scope[x]
-		switch {
-		case assigned[x] != "":
-			// After the last chunk the block variable holds x's values.
-			payload = p.Scope[assigned[x]]
-		case chunked[x] && (g.Vars[x] == nil || isAssigned(g, x)):
-			return nil, fmt.Sprintf("%s sends %s, which streaming never holds whole; only the next value of an assigned block (or a scalar) can be sent", describeOp(op), x)
-		}
-		k, err := kernels.Build(op.Type, kernels.Args{In: []*tensor.Tensor{payload}, Attrs: op.Attrs, Node: p.Node})
-		if err != nil {
-			return nil, fmt.Sprintf("%s: %v", describeOp(op), err)
-		}
-		s.sends = append(s.sends, streamSend{op: op, kernel: k})
-	}
+	return ""
+}
 
-	// The streamed ops are the part's own, compiled by Compile at piece
-	// shape: block variables are windows moved along the block, scalars
-	// are the part's tensors, and the values assigned are targets, so no
-	// in-place reuse overwrites them before they are copied out.
-	chunk, err := Compile(cg, CompileOptions{Targets: targets, Shared: shared, Sequential: true})
-	if err != nil {
-		return nil, fmt.Sprintf("compiling the streamed ops at %d elements: %v", s.piece, err)
+// buildSends builds the kernels of the part's sends, which run at End:
+// a block value is sent from the block variable that holds it by then.
+func (b *streamBuilder) buildSends() string {
+	for _, op := range b.sends {
+		x := op.Inputs[0]
+		payload := b.p.Scope[x]
+		switch {
+		case b.assigned[x] != "":
+			// After the last chunk the block variable holds x's values.
+			payload = b.p.Scope[b.assigned[x]]
+		case b.chunked[x] && (b.g.Vars[x] == nil || isAssigned(b.g, x)):
+			return fmt.Sprintf("%s sends %s, which streaming never holds whole; only the next value of an assigned block (or a scalar) can be sent", describeOp(op), x)
+		}
+		k, err := kernels.Build(op.Type, kernels.Args{In: []*tensor.Tensor{payload}, Attrs: op.Attrs, Node: b.p.Node})
+		if err != nil {
+			return fmt.Sprintf("%s: %v", describeOp(op), err)
+		}
+		b.s.sends = append(b.s.sends, streamSend{op: op, kernel: k})
 	}
+	return ""
+}
+
+// compile compiles the streamed ops, the part's own, at piece shape:
+// block variables are windows moved along the block, scalars are the
+// part's tensors, and the values assigned are targets, so no in-place
+// reuse overwrites them before they are copied out.
+func (b *streamBuilder) compile() string {
+	chunk, err := Compile(b.cg, CompileOptions{Targets: b.targets, Shared: b.shared, Sequential: true})
+	if err != nil {
+		return fmt.Sprintf("compiling the streamed ops at %d elements: %v", b.s.piece, err)
+	}
+	s := b.s
 	s.chunk = chunk
 	own := map[*tensor.Tensor]bool{}
 	for name, t := range chunk.Scope {
-		if _, ok := shared[name]; !ok && !own[t] {
+		if _, ok := b.shared[name]; !ok && !own[t] {
 			own[t] = true
 			s.temps = append(s.temps, streamTemp{t: t, buf: t.F})
 		}
 	}
 	s.cur = s.piece
-	for _, a := range blockAssigns {
-		val := shared[a.Value]
+	for _, a := range b.blockAssigns {
+		val := b.shared[a.Value]
 		if val == nil {
 			val = chunk.Scope[a.Value]
 		}
-		s.blockAssigns = append(s.blockAssigns, blockAssign{dst: p.Scope[a.Target], val: val})
+		s.blockAssigns = append(s.blockAssigns, blockAssign{dst: b.p.Scope[a.Target], val: val})
 	}
-	s.carry = make([]float32, min(streamAlign, numel))
-	return s, ""
+	return ""
 }
 
 func describeOp(op *dsl.Op) string {
