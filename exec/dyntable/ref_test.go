@@ -18,11 +18,11 @@ type refRow struct {
 }
 
 type refTable struct {
-	cfg                                        Config
-	rows                                       map[int64]*refRow
-	seen                                       map[int64]int
-	now                                        int64
-	w                                          int64 // LFU: the priority evicted last
+	cfg                                       Config
+	rows                                      map[int64]*refRow
+	seen                                      map[int64]int
+	now                                       int64
+	w                                         int64 // LFU: the priority evicted last
 	admitted, evictedTTL, evictedCap, deleted uint64
 }
 
