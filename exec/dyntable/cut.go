@@ -60,18 +60,20 @@ type Cut struct {
 	counters [5]uint64
 	end      int32   // slots [0, end) existed
 	rows     bitset  // Delta: the slots written since the last cut
+	born     bitset  // the slots whose row was created since the last cut
 	chunks   bitset  // the sketch chunks written since the last cut
 	removed  []int64 // the keys removed since the last cut
 
 	// Copy-on-write, while copying.
-	copying  bool
-	cursor   int32 // slots below were walked
-	saved    bitset
-	savedAt  slotMap
-	arena    []uint64
-	skCursor int
-	skSaved  slotMap
-	skArena  []byte
+	copying   bool
+	cursor    int32 // slots below were walked
+	saved     bitset
+	savedAt   slotMap
+	arena     []uint64
+	savedRows int // records copied aside
+	skCursor  int
+	skSaved   slotMap
+	skArena   []byte
 
 	used, done bool
 }
@@ -96,9 +98,11 @@ func (t *Table) Cut(kind Kind) (*Cut, error) {
 	}
 	c.seq, c.base = t.seq, t.base
 	c.rows, t.dirty = t.dirty, t.spare[0]
-	c.chunks, t.skDirty = t.skDirty, t.spare[1]
-	t.spare = [2]bitset{}
+	c.born, t.born = t.born, t.spare[1]
+	c.chunks, t.skDirty = t.skDirty, t.spare[2]
+	t.spare = [3]bitset{}
 	t.dirty.grow(int(t.rows.hw))
+	t.born.grow(int(t.rows.hw))
 	if t.sk != nil {
 		t.skDirty.grow(t.sk.chunks())
 	}
@@ -126,6 +130,7 @@ func (c *Cut) saveRow(slot int32) {
 		return
 	}
 	c.saved.set(slot)
+	c.savedRows++
 	c.savedAt.put(slot, int32(len(c.arena)))
 	c.arena = append(c.arena, c.t.rows.rec(slot)...)
 }
@@ -317,8 +322,9 @@ func (c *Cut) Commit() error {
 	}
 	c.close()
 	clear(c.rows)
+	clear(c.born)
 	clear(c.chunks)
-	t.spare = [2]bitset{c.rows, c.chunks}
+	t.spare = [3]bitset{c.rows, c.born, c.chunks}
 	return nil
 }
 
@@ -333,6 +339,7 @@ func (c *Cut) Abort() {
 	}
 	c.close()
 	t.dirty.or(c.rows)
+	t.born.or(c.born)
 	t.skDirty.or(c.chunks)
 	t.removed = append(c.removed, t.removed...)
 	t.seq, t.base, t.tracking = c.prevSeq, c.prevBase, c.prevTrk

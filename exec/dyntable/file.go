@@ -392,6 +392,7 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	t.admitted, t.evictedTTL, t.evictedCap, t.deleted, t.reclaimed = sc.counters[0], sc.counters[1], sc.counters[2], sc.counters[3], sc.counters[4]
 	t.seq, t.base, t.tracking = sc.seq, sc.base, true
 	clear(t.dirty)
+	clear(t.born)
 	clear(t.skDirty)
 	t.removed = t.removed[:0]
 	if t.live != sc.live {

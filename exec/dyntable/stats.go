@@ -48,9 +48,9 @@ func (t *Table) Stats() Stats {
 	if t.sk != nil {
 		s.Bytes.Sketch = int64(len(t.sk.b))
 	}
-	s.Bytes.Other = int64(len(t.dirty)+len(t.skDirty)+len(t.spare[0])+len(t.spare[1]))*8 + t.hist.bytes() + int64(cap(t.removed))*8
+	s.Bytes.Other = int64(len(t.dirty)+len(t.born)+len(t.skDirty)+len(t.spare[0])+len(t.spare[1])+len(t.spare[2]))*8 + t.hist.bytes() + int64(cap(t.removed))*8
 	if c := t.cut; c != nil {
-		s.Bytes.Other += int64(cap(c.arena))*8 + int64(cap(c.skArena)) + int64(len(c.saved)+len(c.rows)+len(c.chunks))*8 +
+		s.Bytes.Other += int64(cap(c.arena))*8 + int64(cap(c.skArena)) + int64(len(c.saved)+len(c.rows)+len(c.born)+len(c.chunks))*8 +
 			int64(len(c.savedAt.k)+len(c.skSaved.k))*8
 	}
 	return s

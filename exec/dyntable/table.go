@@ -56,14 +56,16 @@ type Table struct {
 
 	admitted, evictedTTL, evictedCap, deleted, reclaimed uint64
 
-	// Since the last cut: the slots and sketch chunks written, the keys
-	// whose rows were removed (kept once a cut or Apply started a chain).
-	dirty, skDirty bitset
-	removed        []int64
-	tracking       bool
-	seq, base      uint64 // the last cut's number and its chain's snapshot
-	cut            *Cut   // the cut being written, if any
-	spare          [2]bitset
+	// Since the last cut: the slots written, the slots whose row was
+	// created, the sketch chunks written, and the keys of rows removed
+	// that the last cut may hold (kept once a cut or Apply started a
+	// chain; a row created and removed between two cuts is in neither).
+	dirty, born, skDirty bitset
+	removed              []int64
+	tracking             bool
+	seq, base            uint64 // the last cut's number and its chain's snapshot
+	cut                  *Cut   // the cut being written, if any
+	spare                [3]bitset
 }
 
 // New makes an empty table.
@@ -250,6 +252,7 @@ func stepMeta(step uint32, sightings uint64) uint64 {
 // fresh makes slot key's new row, seen c times at the current step.
 func (t *Table) fresh(slot int32, key int64, c int) {
 	t.preWrite(slot)
+	t.born.set(slot)
 	rec := t.rows.rec(slot)
 	rec[0] = uint64(key)
 	var m uint64
@@ -327,6 +330,7 @@ func (t *Table) allocSlot() (int32, bool) {
 	slot, ok := t.rows.alloc()
 	if ok {
 		t.dirty.grow(int(t.rows.hw))
+		t.born.grow(int(t.rows.hw))
 	}
 	return slot, ok
 }
@@ -348,7 +352,13 @@ func (t *Table) unindex(slot int32) {
 		t.idx.remove(s, pos)
 	}
 	t.preWrite(slot)
-	if t.tracking {
+	t.noteRemoved(slot, key)
+}
+
+// noteRemoved records the removal of key's row at slot for the next delta,
+// unless the row was created after the last cut.
+func (t *Table) noteRemoved(slot int32, key int64) {
+	if t.tracking && !t.born.has(slot) {
 		t.removed = append(t.removed, key)
 	}
 }
@@ -357,9 +367,7 @@ func (t *Table) unindex(slot int32) {
 func (t *Table) removeAt(s *segment, pos uint32, slot int32, key int64) {
 	t.idx.remove(s, pos)
 	t.preWrite(slot)
-	if t.tracking {
-		t.removed = append(t.removed, key)
-	}
+	t.noteRemoved(slot, key)
 	t.rows.release(slot)
 }
 
