@@ -31,13 +31,22 @@ import (
 type Kind uint8
 
 const (
+	// Snapshot holds every live row and starts a new chain of deltas.
 	Snapshot Kind = iota
+	// Delta holds the rows written and the keys removed since the
+	// previous Snapshot or Delta.
 	Delta
+	// Export holds every live row, for a model file, and leaves the chain
+	// of snapshots and deltas alone.
+	Export
 )
 
 func (k Kind) String() string {
-	if k == Delta {
+	switch k {
+	case Delta:
 		return "delta"
+	case Export:
+		return "export"
 	}
 	return "snapshot"
 }
@@ -90,8 +99,18 @@ func (t *Table) Cut(kind Kind) (*Cut, error) {
 	if kind == Delta && !t.tracking {
 		return nil, errors.New("dynamic table: a delta needs a snapshot before it (take a Snapshot first)")
 	}
+	if kind > Export {
+		return nil, fmt.Errorf("dynamic table: unknown cut kind %d", kind)
+	}
 	c := &Cut{t: t, kind: kind, step: t.now, w: t.w, live: t.live, prevSeq: t.seq, prevBase: t.base,
 		counters: [5]uint64{t.admitted, t.evictedTTL, t.evictedCap, t.deleted, t.reclaimed}, end: t.rows.hw, prevTrk: t.tracking}
+	c.saved = make(bitset, (c.end+63)/64)
+	c.copying = true
+	t.cut = c
+	if kind == Export {
+		c.seq, c.base = t.seq, t.base
+		return c, nil
+	}
 	t.seq++
 	if kind == Snapshot {
 		t.base = t.seq
@@ -108,9 +127,6 @@ func (t *Table) Cut(kind Kind) (*Cut, error) {
 	}
 	c.removed, t.removed = t.removed, nil
 	t.tracking = true
-	c.saved = make(bitset, (c.end+63)/64)
-	c.copying = true
-	t.cut = c
 	return c, nil
 }
 
@@ -120,7 +136,7 @@ func (c *Cut) Step() int64 { return int64(c.step) }
 
 // walked reports whether the walk needs slot's record as it was.
 func (c *Cut) wants(slot int32) bool {
-	return slot >= c.cursor && slot < c.end && (c.kind == Snapshot || c.rows.has(slot))
+	return slot >= c.cursor && slot < c.end && (c.kind != Delta || c.rows.has(slot))
 }
 
 // saveRow copies slot's record aside before its first change during the
@@ -177,7 +193,7 @@ type Batch struct {
 
 // count is the number of rows the cut holds.
 func (c *Cut) count() int64 {
-	if c.kind == Snapshot {
+	if c.kind != Delta {
 		return c.live
 	}
 	t := c.t
@@ -271,7 +287,7 @@ func (c *Cut) chunkCount() int {
 	switch {
 	case c.t.sk == nil:
 		return 0
-	case c.kind == Snapshot:
+	case c.kind != Delta:
 		return c.t.sk.chunks()
 	}
 	n := 0
@@ -321,6 +337,9 @@ func (c *Cut) Commit() error {
 		return errors.New("dynamic table: the cut is being written")
 	}
 	c.close()
+	if c.kind == Export {
+		return nil
+	}
 	clear(c.rows)
 	clear(c.born)
 	clear(c.chunks)
@@ -338,6 +357,9 @@ func (c *Cut) Abort() {
 		return
 	}
 	c.close()
+	if c.kind == Export {
+		return
+	}
 	t.dirty.or(c.rows)
 	t.born.or(c.born)
 	t.skDirty.or(c.chunks)

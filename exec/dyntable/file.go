@@ -44,6 +44,9 @@ const FormatVersion = "1"
 // takes the table's lock only a batch at a time. A cut is written once;
 // Commit it after the file is durable, or Abort it.
 func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (int64, error) {
+	if layout == Checkpoint && c.kind == Export {
+		return 0, errors.New("dynamic table: an export is written as a model file; take a Snapshot for a checkpoint")
+	}
 	if err := c.start(); err != nil {
 		return 0, err
 	}
@@ -53,7 +56,10 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (int64
 	n := c.count()
 	ckpt := layout == Checkpoint
 	tensors := []stTensor{{name + ".keys", "I64", []int64{n}}, {name, "F32", []int64{n, d}}}
-	if sw > 0 && (ckpt || layout == ModelWithState) {
+	if !ckpt && layout != ModelWithState {
+		sw = 0
+	}
+	if sw > 0 {
 		tensors = append(tensors, stTensor{name + ".state", "F32", []int64{n, sw}})
 	}
 	if ckpt {
@@ -66,7 +72,7 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (int64
 	if ckpt && t.sk != nil {
 		tensors = append(tensors, stTensor{name + ".sketch_chunks", "I64", []int64{m}}, stTensor{name + ".sketch", "U8", []int64{m, chunkBytes}})
 	}
-	l, err := layoutSafetensors(tensors, c.metadata(name, layout))
+	l, err := layoutSafetensors(tensors, c.metadata(name, layout, sw))
 	if err != nil {
 		return 0, err
 	}
@@ -149,7 +155,7 @@ func (c *Cut) Each(fn func(b *Batch) error) error {
 // or Abort).
 func (c *Cut) Removed() []int64 { return c.removed }
 
-func (c *Cut) metadata(name string, layout Layout) map[string]string {
+func (c *Cut) metadata(name string, layout Layout, stateWidth int64) map[string]string {
 	t := c.t
 	cfg := &t.cfg
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
@@ -160,7 +166,7 @@ func (c *Cut) metadata(name string, layout Layout) map[string]string {
 		"kind":             c.kind.String(),
 		"layout":           [...]string{"checkpoint", "model", "model+state"}[layout],
 		"dim":              i(int64(t.dim)),
-		"state_width":      i(int64(t.width - t.dim)),
+		"state_width":      i(stateWidth),
 		"step":             i(int64(c.step)),
 		"seq":              u(c.seq),
 		"base":             u(c.base),
