@@ -3,26 +3,33 @@ package dyntable
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // A cut is the table as it was at one instant, written out while the
-// owner goes on. Cut (called by the owner between steps) only records the
+// owner goes on. Cut (called by the owner between steps) records the
 // table's scalars and takes over the sets of slots, sketch chunks and
-// removed keys written since the last cut: O(1) under the lock. Writing
-// then walks the slots (or the sketch's chunks) in batches of cutBatch,
-// taking the table's lock for each batch only, and copy-on-write keeps
-// the instant: while the walk runs, the first change to a record or chunk
-// it has not reached yet copies the record's old bytes aside (one copy of
-// 16 + 4*(dim+state) bytes per row changed during the walk), and the walk
-// reads the copy. A lookup therefore waits at most for one batch (4096
-// records, ~0.1 ms; BenchmarkSnapshotPause) however large the table.
+// removed keys written since the last cut: O(1) under the lock (the
+// memory a cut needs is allocated and touched before the lock is taken).
+// Writing then walks the slots (and the sketch's chunks) in batches of
+// cutBatch, taking the table's lock for each batch only, and
+// copy-on-write keeps the instant: while the walk runs, the first change
+// to a record it has not reached yet (a lookup touching the row, an
+// update, an eviction reusing the slot) copies the record's old bytes to
+// the cut's arena (16 + 4*(dim+state) bytes per row changed during the
+// walk, in chunks that never move), marks the slot in the cut's saved
+// set, and the walk skips it; the arena's records are written after the
+// walk. A lookup therefore waits at most for one batch (4096 records,
+// ~0.1 ms of work; BenchmarkSnapshotPause) however large the table.
 //
 // A Snapshot holds every live row; a Delta the rows written since the
 // previous cut (a row a lookup saw is written: its last-seen step and
-// sightings changed) and the keys removed since. Applying a snapshot and
-// then its deltas in order to a new table reproduces the table at the
-// last cut exactly (TestSnapshotDeltasRestoreBitwise): rows, optimizer
-// state, the eviction bookkeeping and the admission sketch.
+// sightings changed) and the keys removed since; an Export every live
+// row, for a model file, outside the chain of snapshots and deltas.
+// Applying a snapshot and then its deltas in order to a new table
+// reproduces the table at the last cut exactly
+// (TestSnapshotDeltasRestoreBitwise): rows, optimizer state, the eviction
+// bookkeeping and the admission sketch.
 //
 // Every cut must end with Commit, once its file is durable, or Abort:
 // an aborted cut gives its sets back, so the next delta holds its rows.
@@ -51,8 +58,13 @@ func (k Kind) String() string {
 	return "snapshot"
 }
 
+var errAborted = errors.New("dynamic table: the cut was aborted while being written")
+
 // cutBatch is the number of records a cut copies per hold of the lock.
-const cutBatch = 4096
+const cutBatch = 1024
+
+// arenaRecords is the number of records a chunk of a cut's arena holds.
+const arenaRecords = 256
 
 // Cut is the table at one instant, being written.
 type Cut struct {
@@ -74,23 +86,88 @@ type Cut struct {
 	removed  []int64 // the keys removed since the last cut
 
 	// Copy-on-write, while copying.
-	copying   bool
-	cursor    int32 // slots below were walked
-	saved     bitset
-	savedAt   slotMap
-	arena     []uint64
-	savedRows int // records copied aside
-	skCursor  int
-	skSaved   slotMap
-	skArena   []byte
+	copying bool
+	cursor  int32  // the walk wrote the slots below
+	counted int32  // a Delta's count went past the slots below
+	saved   bitset // slots copied to the arena
+	arena   arena
+	// Records the count had counted from the table before they were
+	// copied (a Delta's count counts the others from the arena).
+	countedBefore bitset
+	skCursor      int
+	skSaved       [][]byte // per sketch chunk: its copy
+	savedRows     int      // records copied to the arena
+	maxHold       time.Duration
+	// holding, when set (by tests), is called when a batch takes the
+	// table's lock and when it lets it go.
+	holding func(taken bool)
 
 	used, done bool
 }
 
-// Cut takes a snapshot or a delta of the table as it is now. Call it
-// between steps (after the step's updates, before the next Advance): the
-// cut is of that step. Only one cut is open at a time.
+// arena holds a cut's copies of records in chunks that never move. The
+// walk keeps a few chunks ready (allocated and touched outside the lock),
+// so a copy made under the lock rarely meets fresh memory.
+type arena struct {
+	stride int
+	chunks [][]uint64
+	n      int // records
+	ready  [][]uint64
+}
+
+func (a *arena) add(rec []uint64) {
+	if a.n/arenaRecords == len(a.chunks) {
+		if k := len(a.ready); k > 0 {
+			a.chunks = append(a.chunks, a.ready[k-1])
+			a.ready = a.ready[:k-1]
+		} else {
+			a.chunks = append(a.chunks, make([]uint64, arenaRecords*a.stride))
+		}
+	}
+	copy(a.chunks[a.n/arenaRecords][(a.n%arenaRecords)*a.stride:], rec)
+	a.n++
+}
+
+func (a *arena) rec(i int) []uint64 {
+	o := (i % arenaRecords) * a.stride
+	return a.chunks[i/arenaRecords][o : o+a.stride]
+}
+
+// prepare allocates and touches n chunks (without the table's lock).
+func (a *arena) prepare(n int) [][]uint64 {
+	out := make([][]uint64, n)
+	for i := range out {
+		out[i] = make([]uint64, arenaRecords*a.stride)
+		for j := 0; j < len(out[i]); j += 512 {
+			out[i][j] = 0
+		}
+	}
+	return out
+}
+
+// readyChunks is the number of arena chunks the walk keeps ready.
+const readyChunks = 64
+
+// touched returns a bitset of n bits whose memory has been written.
+func touched(n int) bitset {
+	b := make(bitset, (n+63)/64+(n+63)/256)
+	for i := 0; i < len(b); i += 512 {
+		b[i] = 0
+	}
+	return b
+}
+
+// Cut takes a snapshot, a delta or an export of the table as it is now.
+// Call it between steps (after the step's updates, before the next
+// Advance): the cut is of that step. Only one cut is open at a time.
 func (t *Table) Cut(kind Kind) (*Cut, error) {
+	if kind > Export {
+		return nil, fmt.Errorf("dynamic table: unknown cut kind %d", kind)
+	}
+	t.mu.Lock()
+	n := int(t.rows.hw)
+	t.mu.Unlock()
+	saved := touched(n + pageRows)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.cut != nil {
@@ -99,12 +176,13 @@ func (t *Table) Cut(kind Kind) (*Cut, error) {
 	if kind == Delta && !t.tracking {
 		return nil, errors.New("dynamic table: a delta needs a snapshot before it (take a Snapshot first)")
 	}
-	if kind > Export {
-		return nil, fmt.Errorf("dynamic table: unknown cut kind %d", kind)
-	}
 	c := &Cut{t: t, kind: kind, step: t.now, w: t.w, live: t.live, prevSeq: t.seq, prevBase: t.base,
-		counters: [5]uint64{t.admitted, t.evictedTTL, t.evictedCap, t.deleted, t.reclaimed}, end: t.rows.hw, prevTrk: t.tracking}
-	c.saved = make(bitset, (c.end+63)/64)
+		counters: [5]uint64{t.admitted, t.evictedTTL, t.evictedCap, t.deleted, t.reclaimed}, end: t.rows.hw, prevTrk: t.tracking,
+		saved: saved, arena: arena{stride: t.rows.stride}}
+	c.saved.grow(int(c.end))
+	if t.sk != nil {
+		c.skSaved = make([][]byte, t.sk.chunks())
+	}
 	c.copying = true
 	t.cut = c
 	if kind == Export {
@@ -134,44 +212,37 @@ func (t *Table) Cut(kind Kind) (*Cut, error) {
 func (c *Cut) Kind() Kind  { return c.kind }
 func (c *Cut) Step() int64 { return int64(c.step) }
 
-// walked reports whether the walk needs slot's record as it was.
+// wants reports whether the walk still needs slot's record as it was.
 func (c *Cut) wants(slot int32) bool {
-	return slot >= c.cursor && slot < c.end && (c.kind != Delta || c.rows.has(slot))
+	return slot >= c.cursor && slot < c.end && (c.kind != Delta || c.rows.has(slot)) && !c.saved.has(slot)
 }
 
-// saveRow copies slot's record aside before its first change during the
-// walk (under the table's lock).
+// saveRow copies slot's record to the arena before its first change
+// during the walk (under the table's lock).
 func (c *Cut) saveRow(slot int32) {
-	if !c.wants(slot) || c.saved.has(slot) {
+	if !c.wants(slot) {
 		return
 	}
 	c.saved.set(slot)
 	c.savedRows++
-	c.savedAt.put(slot, int32(len(c.arena)))
-	c.arena = append(c.arena, c.t.rows.rec(slot)...)
+	if slot < c.counted {
+		c.countedBefore.grow(c.arena.n + 1)
+		c.countedBefore.set(int32(c.arena.n))
+	}
+	c.arena.add(c.t.rows.rec(slot))
 }
 
 func (c *Cut) saveChunk(chunk int) {
-	if chunk < c.skCursor || (c.kind == Delta && !c.chunks.has(int32(chunk))) || c.skSaved.get(int32(chunk)) >= 0 {
+	if chunk < c.skCursor || (c.kind == Delta && !c.chunks.has(int32(chunk))) || c.skSaved[chunk] != nil {
 		return
 	}
-	c.skSaved.put(int32(chunk), int32(len(c.skArena)))
-	c.skArena = append(c.skArena, c.t.sk.b[chunk<<chunkBits:(chunk+1)<<chunkBits]...)
-}
-
-// record is slot's record as it was at the cut.
-func (c *Cut) record(slot int32) []uint64 {
-	if c.saved.has(slot) {
-		off := int(c.savedAt.get(slot))
-		return c.arena[off : off+c.t.rows.stride]
-	}
-	return c.t.rows.rec(slot)
+	c.skSaved[chunk] = append([]byte(nil), c.t.sk.b[chunk<<chunkBits:(chunk+1)<<chunkBits]...)
 }
 
 // chunk is a sketch chunk as it was at the cut.
 func (c *Cut) chunk(i int) []byte {
-	if off := c.skSaved.get(int32(i)); off >= 0 {
-		return c.skArena[off : int(off)+chunkBytes]
+	if c.skSaved != nil && c.skSaved[i] != nil {
+		return c.skSaved[i]
 	}
 	return c.t.sk.b[i<<chunkBits : (i+1)<<chunkBits]
 }
@@ -191,27 +262,42 @@ type Batch struct {
 	Meta   []uint64
 }
 
-// count is the number of rows the cut holds.
-func (c *Cut) count() int64 {
+// count is the number of rows the cut holds: a Delta counts its written
+// slots that were live, from the table for the slots not copied yet and
+// from the arena for the others.
+func (c *Cut) count() (int64, error) {
 	if c.kind != Delta {
-		return c.live
+		return c.live, nil
 	}
 	t := c.t
 	var n int64
 	for lo := int32(0); lo < c.end; lo += t.batch {
 		t.mu.Lock()
-		for slot := lo; slot < min(lo+t.batch, c.end); slot++ {
-			if c.rows.has(slot) && c.liveAt(c.record(slot)[1]) {
+		if c.done {
+			t.mu.Unlock()
+			return 0, errAborted
+		}
+		hi := min(lo+t.batch, c.end)
+		for slot := lo; slot < hi; slot++ {
+			if c.rows.has(slot) && !c.saved.has(slot) && c.liveAt(t.rows.meta(slot)) {
 				n++
 			}
 		}
+		c.counted = hi
 		t.mu.Unlock()
 	}
-	return n
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range c.arena.n {
+		if !c.countedBefore.has(int32(i)) && c.liveAt(c.arena.rec(i)[1]) {
+			n++
+		}
+	}
+	return n, nil
 }
 
-// eachRow walks the cut's rows in slot order, a batch per hold of the
-// lock, handing each batch to fn outside the lock.
+// eachRow hands the cut's rows to fn, a batch per hold of the lock: the
+// slots in order, skipping those copied aside, then the copies.
 func (c *Cut) eachRow(fn func(b *Batch) error) (int64, error) {
 	t := c.t
 	d, sw := t.dim, t.width-t.dim
@@ -221,32 +307,84 @@ func (c *Cut) eachRow(fn func(b *Batch) error) (int64, error) {
 		State:  make([]float32, 0, int(t.batch)*sw),
 		Meta:   make([]uint64, 0, t.batch),
 	}
-	var n int64
-	for c.cursor < c.end {
-		b.Keys, b.Values, b.State, b.Meta = b.Keys[:0], b.Values[:0], b.State[:0], b.Meta[:0]
-		t.mu.Lock()
-		hi := min(c.cursor+t.batch, c.end)
-		for slot := c.cursor; slot < hi; slot++ {
-			if c.kind == Delta && !c.rows.has(slot) {
-				continue
-			}
-			rec := c.record(slot)
-			if !c.liveAt(rec[1]) {
-				continue
-			}
-			f := floatsOf(rec[2:], t.width)
-			b.Keys = append(b.Keys, int64(rec[0]))
-			b.Meta = append(b.Meta, rec[1])
-			b.Values = append(b.Values, f[:d]...)
-			b.State = append(b.State, f[d:]...)
+	// Touch the buffers now: their first page faults must not happen
+	// while the lock is held.
+	for _, f := range [][]float32{b.Values[:cap(b.Values)], b.State[:cap(b.State)]} {
+		for i := 0; i < len(f); i += 1024 {
+			f[i] = 0
 		}
-		c.cursor = hi
-		t.mu.Unlock()
+	}
+	for i := 0; i < cap(b.Keys); i += 512 {
+		b.Keys[:cap(b.Keys)][i], b.Meta[:cap(b.Meta)][i] = 0, 0
+	}
+	add := func(rec []uint64) {
+		if !c.liveAt(rec[1]) {
+			return
+		}
+		f := floatsOf(rec[2:], t.width)
+		b.Keys = append(b.Keys, int64(rec[0]))
+		b.Meta = append(b.Meta, rec[1])
+		b.Values = append(b.Values, f[:d]...)
+		b.State = append(b.State, f[d:]...)
+	}
+	var n int64
+	flush := func() error {
 		n += int64(len(b.Keys))
-		if len(b.Keys) > 0 {
-			if err := fn(b); err != nil {
-				return n, err
+		if len(b.Keys) == 0 {
+			return nil
+		}
+		err := fn(b)
+		b.Keys, b.Values, b.State, b.Meta = b.Keys[:0], b.Values[:0], b.State[:0], b.Meta[:0]
+		return err
+	}
+	// hold runs body under the lock, timed.
+	hold := func(body func()) error {
+		var ready [][]uint64
+		if len(c.arena.ready) < readyChunks/2 {
+			ready = c.arena.prepare(readyChunks)
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if c.done {
+			return errAborted
+		}
+		c.arena.ready = append(c.arena.ready, ready...)
+		t0 := time.Now()
+		if c.holding != nil {
+			c.holding(true)
+		}
+		body()
+		c.maxHold = max(c.maxHold, time.Since(t0))
+		if c.holding != nil {
+			c.holding(false)
+		}
+		return nil
+	}
+	for c.cursor < c.end {
+		err := hold(func() {
+			hi := min(c.cursor+t.batch, c.end)
+			for slot := c.cursor; slot < hi; slot++ {
+				if (c.kind == Delta && !c.rows.has(slot)) || c.saved.has(slot) {
+					continue
+				}
+				add(t.rows.rec(slot))
 			}
+			c.cursor = hi
+		})
+		if err != nil {
+			return n, err
+		}
+		if err := flush(); err != nil {
+			return n, err
+		}
+	}
+	// The walk is over: no more copies are made; the arena is the cut's.
+	for i := 0; i < c.arena.n; i += int(t.batch) {
+		for j := i; j < min(i+int(t.batch), c.arena.n); j++ {
+			add(c.arena.rec(j))
+		}
+		if err := flush(); err != nil {
+			return n, err
 		}
 	}
 	return n, nil
@@ -264,6 +402,10 @@ func (c *Cut) eachChunk(fn func(i int, b []byte) error) error {
 	for c.skCursor < t.sk.chunks() {
 		ids, buf = ids[:0], buf[:0]
 		t.mu.Lock()
+		if c.done {
+			t.mu.Unlock()
+			return errAborted
+		}
 		hi := min(c.skCursor+64, t.sk.chunks())
 		for i := c.skCursor; i < hi; i++ {
 			if c.kind == Delta && !c.chunks.has(int32(i)) {
@@ -319,9 +461,7 @@ func (c *Cut) finish() {
 	defer c.t.mu.Unlock()
 	c.copying = false
 	c.cursor, c.skCursor = c.end, 1<<30
-	c.arena, c.skArena = nil, nil
-	c.savedAt, c.skSaved = slotMap{}, slotMap{}
-	c.saved = nil
+	c.arena, c.saved, c.countedBefore, c.skSaved = arena{}, nil, nil, nil
 }
 
 // Commit ends the cut once what was written is durable: the next delta
@@ -373,7 +513,7 @@ func (c *Cut) Abort() {
 func (c *Cut) close() {
 	c.done = true
 	c.copying = false
-	c.arena, c.skArena, c.saved = nil, nil, nil
+	c.arena, c.saved, c.countedBefore, c.skSaved = arena{}, nil, nil, nil
 	c.t.cut = nil
 }
 

@@ -53,7 +53,10 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (int64
 	defer c.finish()
 	t := c.t
 	d, sw := int64(t.dim), int64(t.width-t.dim)
-	n := c.count()
+	n, err := c.count()
+	if err != nil {
+		return 0, err
+	}
 	ckpt := layout == Checkpoint
 	tensors := []stTensor{{name + ".keys", "I64", []int64{n}}, {name, "F32", []int64{n, d}}}
 	if !ckpt && layout != ModelWithState {

@@ -50,8 +50,11 @@ func (t *Table) Stats() Stats {
 	}
 	s.Bytes.Other = int64(len(t.dirty)+len(t.born)+len(t.skDirty)+len(t.spare[0])+len(t.spare[1])+len(t.spare[2]))*8 + t.hist.bytes() + int64(cap(t.removed))*8
 	if c := t.cut; c != nil {
-		s.Bytes.Other += int64(cap(c.arena))*8 + int64(cap(c.skArena)) + int64(len(c.saved)+len(c.rows)+len(c.born)+len(c.chunks))*8 +
-			int64(len(c.savedAt.k)+len(c.skSaved.k))*8
+		s.Bytes.Other += int64(len(c.arena.chunks)+len(c.arena.ready))*arenaRecords*int64(t.rows.stride)*8 +
+			int64(len(c.saved)+len(c.countedBefore)+len(c.rows)+len(c.born)+len(c.chunks))*8 + int64(len(c.skSaved))*24
+		for _, b := range c.skSaved {
+			s.Bytes.Other += int64(len(b))
+		}
 	}
 	return s
 }

@@ -51,8 +51,9 @@ type Table struct {
 	w     int64  // watermark: a row whose score is <= w is dead
 	hist  ring   // live rows by score, for scores in (w, ...)
 	live  int64
-	hand  int32 // next record Sweep and admissions inspect
-	batch int32 // records a cut copies per hold of the lock (cutBatch)
+	hand  int32  // next record Sweep and admissions inspect
+	batch int32  // records a cut copies per hold of the lock (cutBatch)
+	sink  uint64 // where prefetch's loads go
 
 	admitted, evictedTTL, evictedCap, deleted, reclaimed uint64
 
@@ -185,6 +186,9 @@ func (t *Table) Lookup(keys []int64, counts []uint32, slots []int32) error {
 func (t *Table) lookup(keys []int64, counts []uint32, slots []int32) error {
 	slots = slots[:len(keys)]
 	for i, key := range keys {
+		if i%prefetchGroup == 0 {
+			t.prefetch(keys[i:min(i+prefetchGroup, len(keys))])
+		}
 		c := 1
 		if counts != nil && counts[i] > 1 {
 			c = int(counts[i])
@@ -371,12 +375,42 @@ func (t *Table) removeAt(s *segment, pos uint32, slot int32, key int64) {
 	t.rows.release(slot)
 }
 
+// prefetchGroup is the number of keys whose index entries and records
+// prefetch loads together.
+const prefetchGroup = 32
+
+// prefetch loads the home index entries of keys, then the records they
+// point to, so that the lookups that follow hit the cache: a lookup in a
+// large table costs two cache misses (an entry, a record), which one key
+// at a time pays in sequence, and a group of independent loads pays
+// together (the processor overlaps them). Plain loads stand for prefetch
+// instructions, which Go does not offer.
+func (t *Table) prefetch(keys []int64) {
+	var his [prefetchGroup]uint32
+	var acc uint64
+	for j, key := range keys {
+		hi := uint32(indexHash(key) >> 32)
+		his[j] = hi
+		acc += t.idx.segment(hi).e[hi&segMask]
+	}
+	for j := range keys {
+		hi := his[j]
+		if e := t.idx.segment(hi).e[hi&segMask]; e != 0 {
+			acc += t.rows.meta(int32(uint32(e)) - 1)
+		}
+	}
+	t.sink = acc
+}
+
 // Find resolves keys to the slots of their live rows, NoRow for the
 // others. It changes nothing: no sighting is counted, no row created.
 func (t *Table) Find(keys []int64, slots []int32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, key := range keys {
+		if i%prefetchGroup == 0 {
+			t.prefetch(keys[i:min(i+prefetchGroup, len(keys))])
+		}
 		slots[i] = t.find(key)
 	}
 }
@@ -487,6 +521,9 @@ func (t *Table) Read(keys []int64, dst []float32) error {
 	}
 	d := t.dim
 	for i, key := range keys {
+		if i%prefetchGroup == 0 {
+			t.prefetch(keys[i:min(i+prefetchGroup, len(keys))])
+		}
 		if slot := t.find(key); slot >= 0 {
 			copy(dst[i*d:(i+1)*d], t.rows.floats(slot)[:d])
 		} else {
