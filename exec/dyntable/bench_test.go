@@ -104,8 +104,8 @@ func fill(b *testing.B, cfg Config, rows int) *Table {
 			b.Fatal(err)
 		}
 	}
-	if got := tab.Stats().Live; got != int64(rows) {
-		b.Fatalf("filled %d rows, want %d", got, rows)
+	if got := tab.Stats().Admitted; got != uint64(rows) {
+		b.Fatalf("admitted %d rows, want %d", got, rows)
 	}
 	if err := tab.Advance(step); err != nil {
 		b.Fatal(err)
@@ -382,4 +382,46 @@ func BenchmarkSnapshotPause(b *testing.B) {
 	b.ReportMetric(took.Seconds(), "snapshot-s")
 	b.ReportMetric(float64(size)/(1<<20), "snapshot-MiB")
 	b.ReportMetric(float64(len(snap)), "lookups-during")
+}
+
+// BenchmarkSweep frees expired rows of a table that held 2M rows, 65536
+// records a call: the table is filled over 300 steps with a ttl of 300,
+// then advanced 150 steps, so that half of its rows expire at once.
+func BenchmarkSweep(b *testing.B) {
+	cfg := benchCfg
+	cfg.TTL = 300
+	tab := fill(b, cfg, benchRows)
+	if err := tab.Advance(tab.Stats().Step + 150); err != nil {
+		b.Fatal(err)
+	}
+	freed := 0
+	clk := startCPU(b)
+	for range b.N {
+		freed += tab.Sweep(1 << 16)
+	}
+	d := threadCPU() - clk.t0
+	b.ReportMetric(float64(d.Microseconds())/1000/float64(b.N), "cpu-ms/call")
+	b.ReportMetric(float64(freed)/float64(b.N), "freed/call")
+}
+
+// BenchmarkSegmentSplit splits a full index segment: the most work one
+// insertion ever does in the index.
+func BenchmarkSegmentSplit(b *testing.B) {
+	r := newRows(1)
+	keys := make([]int64, segMax)
+	for i := range keys {
+		keys[i] = int64(i)
+		s, _ := r.alloc()
+		r.rec(s)[0] = uint64(i)
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		x := newIndex()
+		for i, k := range keys {
+			x.dir[0].put(uint32(indexHash(k)>>32), int32(i))
+		}
+		b.StartTimer()
+		x.split(x.dir[0], 0)
+	}
 }

@@ -517,6 +517,15 @@ func (c *Cut) close() {
 	c.t.cut = nil
 }
 
+// MaxHold is the longest the cut's writing held the table's lock for
+// one batch: the longest a lookup waited for it (for the log line of a
+// checkpoint).
+func (c *Cut) MaxHold() time.Duration {
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	return c.maxHold
+}
+
 func (c *Cut) String() string {
 	return fmt.Sprintf("%v %d of step %d", c.kind, c.seq, c.step)
 }

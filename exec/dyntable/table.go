@@ -55,6 +55,8 @@ type Table struct {
 	batch int32  // records a cut copies per hold of the lock (cutBatch)
 	sink  uint64 // where prefetch's loads go
 
+	sweepBuf []int32
+
 	admitted, evictedTTL, evictedCap, deleted, reclaimed uint64
 
 	// Since the last cut: the slots written, the slots whose row was
@@ -76,7 +78,7 @@ func New(cfg Config) (*Table, error) {
 	}
 	cfg.StateInit = append([]float32(nil), cfg.StateInit...)
 	cfg.Default = append([]float32(nil), cfg.Default...)
-	t := &Table{cfg: cfg, dim: cfg.Dim, width: cfg.Dim + cfg.StateWidth, idx: newIndex(), w: -1, batch: cutBatch}
+	t := &Table{cfg: cfg, dim: cfg.Dim, width: cfg.Dim + cfg.StateWidth, idx: newIndex(), w: -1, batch: cutBatch, sweepBuf: make([]int32, 0, sweepBatch)}
 	t.rows = newRows(t.width)
 	switch {
 	case cfg.Capacity > 0 && cfg.Evict == LFU:
@@ -557,23 +559,54 @@ func (t *Table) Delete(keys []int64) {
 
 // Sweep inspects up to n records, from where the last Sweep stopped,
 // and frees those of expired or evicted rows; it returns how many it
-// freed. Call it every step or every few steps with a bounded n (64K
-// records take about 0.3 ms): it does nothing when no row awaits.
+// freed. It takes the table's lock for sweepBatch records at a time, and
+// does nothing when no row awaits. Call it every step with a bounded n:
+// 65536 records take about 0.2 ms when few are expired, and each row
+// freed about 0.2 µs more (BenchmarkSweep, BenchmarkAdmit); admissions
+// reuse the expired rows they meet, so few are left to Sweep in a steady
+// state.
 func (t *Table) Sweep(n int) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	freed := 0
-	for range min(n, int(t.rows.hw)) {
-		if int64(t.rows.held()) == t.live {
+	for n > 0 {
+		k := min(n, sweepBatch)
+		n -= k
+		f, more := t.sweep(k)
+		freed += f
+		if !more {
 			break
-		}
-		slot := t.next()
-		if m := t.rows.meta(slot); m != freeMeta && t.dead(m) {
-			t.unindex(slot)
-			t.rows.release(slot)
-			t.reclaimed++
-			freed++
 		}
 	}
 	return freed
+}
+
+// sweepBatch is the number of records Sweep inspects per hold of the lock.
+const sweepBatch = 2048
+
+func (t *Table) sweep(n int) (freed int, more bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if int64(t.rows.held()) == t.live {
+		return 0, false
+	}
+	dead := t.sweepBuf[:0]
+	for range min(n, int(t.rows.hw)) {
+		slot := t.next()
+		if m := t.rows.meta(slot); m != freeMeta && t.dead(m) {
+			dead = append(dead, slot)
+		}
+	}
+	// Load the dead rows' index entries together (see prefetch).
+	var acc uint64
+	for _, slot := range dead {
+		hi := uint32(indexHash(t.rows.key(slot)) >> 32)
+		acc += t.idx.segment(hi).e[hi&segMask]
+	}
+	t.sink = acc
+	for _, slot := range dead {
+		t.unindex(slot)
+		t.rows.release(slot)
+		t.reclaimed++
+	}
+	t.sweepBuf = dead
+	return len(dead), true
 }
