@@ -184,8 +184,9 @@
 // error); list the files of the chain in the node's manifest. Restore: New
 // with the same Config, Apply the snapshot, then each delta in order.
 // Model files (--save): Cut(Export) and WriteSafetensors(file, name,
-// Model) per pserver; the shards' keys are disjoint, so merging is
-// concatenating their tensors. eval and predict: LoadModel, then Read.
+// Model) per pserver, then MergeModels joins the shards' files into one
+// (their keys are disjoint: it concatenates their tensors;
+// TestMergeModels). eval and predict: LoadModel, then Read.
 // Adam's scalar state (beta powers) stays an ordinary variable: only
 // per-row state lives in the table.
 package dyntable

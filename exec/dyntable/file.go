@@ -507,3 +507,107 @@ func sortedKeys(m map[string]string) []string {
 	sortStrings(out)
 	return out
 }
+
+// MergeModels writes into w one model file holding table name whole,
+// from the model files its shards' pservers wrote (Export cuts: their
+// keys are disjoint), each tensor the shards' concatenated in the order
+// given; the state is kept when every shard holds it. It returns the
+// file's size. Nothing is held in memory but a buffer.
+func MergeModels(w io.WriterAt, name string, shards []io.ReaderAt, sizes []int64) (int64, error) {
+	if len(shards) == 0 || len(shards) != len(sizes) {
+		return 0, fmt.Errorf("merging table %s: %d shard files with %d sizes", name, len(shards), len(sizes))
+	}
+	type part struct {
+		f            *stFile
+		keys, values stEntry
+		state        *stEntry
+	}
+	parts := make([]part, len(shards))
+	var n, dim, sw int64
+	withState := true
+	for i, r := range shards {
+		f, err := openSafetensors(r, sizes[i], fmt.Sprintf("shard %d of table %s", i, name))
+		if err != nil {
+			return 0, err
+		}
+		p := part{f: f}
+		if p.keys, err = f.tensor(name+".keys", "I64", -1); err != nil {
+			return 0, err
+		}
+		if p.values, err = f.tensor(name, "F32", p.keys.Shape[0], -1); err != nil {
+			return 0, err
+		}
+		if i == 0 {
+			dim = p.values.Shape[1]
+		} else if p.values.Shape[1] != dim {
+			return 0, fmt.Errorf("%s has rows of %d values, shard 0 of %d: the files are not shards of one table", f.what, p.values.Shape[1], dim)
+		}
+		if _, ok := f.entries[name+".state"]; ok {
+			st, err := f.tensor(name+".state", "F32", p.keys.Shape[0], -1)
+			if err != nil {
+				return 0, err
+			}
+			if i > 0 && withState && st.Shape[1] != sw {
+				return 0, fmt.Errorf("%s has %d state columns, shard 0 %d", f.what, st.Shape[1], sw)
+			}
+			sw, p.state = st.Shape[1], &st
+		} else {
+			withState = false
+		}
+		n += p.keys.Shape[0]
+		parts[i] = p
+	}
+	tensors := []stTensor{{name + ".keys", "I64", []int64{n}}, {name, "F32", []int64{n, dim}}}
+	if !withState {
+		sw = 0
+	}
+	if sw > 0 {
+		tensors = append(tensors, stTensor{name + ".state", "F32", []int64{n, sw}})
+	}
+	meta := map[string]string{"psgraph.dyntable": FormatVersion, "table": name, "kind": "export", "dim": strconv.FormatInt(dim, 10),
+		"state_width": strconv.FormatInt(sw, 10), "layout": "model", "shards": strconv.Itoa(len(shards))}
+	if sw > 0 {
+		meta["layout"] = "model+state"
+	}
+	if s, ok := parts[0].f.meta["step"]; ok {
+		meta["step"] = s
+	}
+	l, err := layoutSafetensors(tensors, meta)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := w.WriteAt(l.header, 0); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 1<<20)
+	copyTensor := func(dst string, src func(p part) *stEntry) error {
+		at := l.start[dst]
+		for _, p := range parts {
+			e := src(p)
+			size := e.Offsets[1] - e.Offsets[0]
+			for off := int64(0); off < size; off += int64(len(buf)) {
+				b := buf[:min(int64(len(buf)), size-off)]
+				if err := p.f.read(*e, off, b); err != nil {
+					return err
+				}
+				if _, err := w.WriteAt(b, at); err != nil {
+					return err
+				}
+				at += int64(len(b))
+			}
+		}
+		return nil
+	}
+	if err := copyTensor(name+".keys", func(p part) *stEntry { return &p.keys }); err != nil {
+		return 0, err
+	}
+	if err := copyTensor(name, func(p part) *stEntry { return &p.values }); err != nil {
+		return 0, err
+	}
+	if sw > 0 {
+		if err := copyTensor(name+".state", func(p part) *stEntry { return p.state }); err != nil {
+			return 0, err
+		}
+	}
+	return l.size, nil
+}
