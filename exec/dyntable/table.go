@@ -104,7 +104,12 @@ func New(cfg Config) (*Table, error) {
 }
 
 // Config returns the table's configuration.
-func (t *Table) Config() Config { return t.cfg }
+func (t *Table) Config() Config {
+	c := t.cfg
+	c.StateInit = append([]float32(nil), c.StateInit...)
+	c.Default = append([]float32(nil), c.Default...)
+	return c
+}
 
 func (t *Table) touchChunk(chunk int) {
 	t.skDirty.set(int32(chunk))
