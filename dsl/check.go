@@ -386,6 +386,7 @@ func (g *Graph) checkTypes(types map[string]ops.Type, batch int) error {
 	g.Types = types
 	errs := g.checkTrain(types)
 	errs = append(errs, g.checkSizes(types, batch)...)
+	errs = append(errs, g.checkUpdates()...)
 	for _, a := range g.Assigns {
 		v, ok := g.Vars[a.Target]
 		switch {
