@@ -258,9 +258,9 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 	var ev *evaluator
 	if evaluates {
 		shared := Scope{}
-		names := g.Params()
+		names := g.ModelVars() // the model's state too: batch_norm's statistics
 		if opt.Comm != nil {
-			names = opt.Params
+			names = append(append([]string{}, opt.Params...), g.ModelState()...)
 		}
 		for _, name := range names {
 			if t := prog.Scope[name]; t != nil {
@@ -336,7 +336,7 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		}
 	}
 	elapsed := time.Since(start).Seconds()
-	params, names := Scope{}, g.Params()
+	params, names := Scope{}, g.ModelVars()
 	for _, name := range names {
 		params[name] = prog.Scope[name]
 	}
