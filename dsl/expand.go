@@ -63,6 +63,9 @@ func (g *Graph) Expand() error {
 	if t == nil || t.Optimizer == nil {
 		return g.Check()
 	}
+	if err := g.checkSymbolicBatch(order, types, batch); err != nil {
+		return err
+	}
 	if t.Loss == "" {
 		return Errorf(t.Optimizer.Pos, "train needs loss (the scalar to minimize) when it names an optimizer")
 	}
