@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -29,7 +30,8 @@ type torchCase struct {
 // TestOpsMatchTorch runs every case of the reference files through the
 // op's kernel, and its gradient rule where an input is a param: each
 // output, and each param's gradient of loss = sum(out0 * R), must be
-// torch's (ids exactly, floats within 1e-5 + 1e-4 relative).
+// torch's (ids exactly, floats within 1e-5 + 1e-4 relative), and a step
+// must allocate nothing.
 func TestOpsMatchTorch(t *testing.T) {
 	for _, file := range []string{
 		"../../testdata/reduce/reference.safetensors",
@@ -158,6 +160,10 @@ func runTorchCase(t *testing.T, c torchCase, ref map[string]*tensor.Tensor) {
 		if kind == "param" {
 			compareTo(t, dsl.GradName(names[i]), prog.Scope[dsl.GradName(names[i])], get(fmt.Sprintf("grad%d", i)))
 		}
+	}
+	rt := &exec.NodeRuntime{Ctx: context.Background()}
+	if a := testing.AllocsPerRun(3, func() { prog.Run(rt) }); a != 0 {
+		t.Errorf("a step allocates %.0f times, want 0", a)
 	}
 }
 
