@@ -167,3 +167,26 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 		}
 	}
 }
+
+// The example of docs/dsl.md: the cross of ids 3 and 5 into 1000 buckets
+// is 148, with salt 7 it is 909 (testdata/cross/gen_reference.py prints
+// both from the documented formula), and the cross of 5 and 3 another id.
+func TestHashCrossDocumentedExample(t *testing.T) {
+	p := compileModel(t, `psgraph: 1
+state:
+  a: {shape: [2], dtype: int32}
+  b: {shape: [2], dtype: int32}
+ops:
+  - {type: hash_cross, inputs: [a, b], outputs: [y], attrs: {buckets: 1000}}
+  - {type: hash_cross, inputs: [a, b], outputs: [salted], attrs: {buckets: 1000, salt: 7}}
+`, 1)
+	copy(p.Scope["a"].I, []int32{3, 5})
+	copy(p.Scope["b"].I, []int32{5, 3})
+	if err := runOnce(t, p); err != nil {
+		t.Fatal(err)
+	}
+	y, salted := p.Scope["y"].I, p.Scope["salted"].I
+	if y[0] != 148 || salted[0] != 909 || y[1] == 148 {
+		t.Errorf("crosses of (3, 5) and (5, 3): %v, salted %v; want 148, not 148 and salt 7 909", y, salted)
+	}
+}
