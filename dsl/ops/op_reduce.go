@@ -159,16 +159,16 @@ func inferReduce(in []Type, a Attrs) ([]Type, error) {
 	if x.DType != ir.F32 {
 		return nil, Errorf("input must be float32, got %v", x)
 	}
-	if err := ReduceAxis(x.Shape, a); err != nil {
+	if err := reduceAxis(x.Shape, a); err != nil {
 		return nil, err
 	}
-	return []Type{{DType: ir.F32, Shape: ReducedShape(x.Shape, a)}}, nil
+	return []Type{{DType: ir.F32, Shape: reducedShape(x.Shape, a)}}, nil
 }
 
-// ReducedShape is the shape of a reduction of x along attribute axis
+// reducedShape is the shape of a reduction of x along attribute axis
 // (every axis without it), the reduced axes kept as 1 with keepdims. The
-// axis must be in range (ReduceAxis checks it).
-func ReducedShape(x ir.Shape, a Attrs) ir.Shape {
+// axis must be in range (reduceAxis checks it).
+func reducedShape(x ir.Shape, a Attrs) ir.Shape {
 	keep := a.Bool("keepdims")
 	if !a.Has("axis") {
 		if !keep {
@@ -189,8 +189,8 @@ func ReducedShape(x ir.Shape, a Attrs) ir.Shape {
 	return append(x[:ax:ax].Clone(), x[ax+1:]...)
 }
 
-// ReduceAxis checks attribute axis against the rank of x.
-func ReduceAxis(x ir.Shape, a Attrs) error {
+// reduceAxis checks attribute axis against the rank of x.
+func reduceAxis(x ir.Shape, a Attrs) error {
 	if !a.Has("axis") {
 		return nil
 	}
