@@ -142,3 +142,40 @@ func TestBatchNormTrain2x2SavesTrainer0Statistics(t *testing.T) {
 		}
 	}
 }
+
+// The held-out evaluation during a run (data.eval) uses the running
+// statistics of the training program: the run's eval_loss is what psgraph
+// eval computes from the saved file.
+func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("../testdata/norm/bn-mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv, err := os.ReadFile("../testdata/norm/bn.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := strings.Replace(string(src), "  label: {name: y, column: 4, dtype: float32}\n", "  label: {name: y, column: 4, dtype: float32}\n  eval: {fraction: 0.25}\n", 1)
+	m = strings.Replace(m, "  steps: 30\n", "  steps: 30\n  eval_every: 10\n", 1)
+	model := filepath.Join(dir, "bn-mlp.yaml")
+	if err := os.WriteFile(model, []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bn.csv"), csv, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(dir, "bn.safetensors")
+	r := psgraph(t, "run", "--role", "local", model, "--save", saved)
+	ok(t, r)
+	s := summary(t, r)
+	ev := psgraph(t, "eval", model, "--init-from", saved)
+	ok(t, ev)
+	e := summary(t, ev)
+	if e["data"] != "held-out" || e["rows"] != 16.0 || s["eval_rows"] != 16.0 {
+		t.Fatalf("eval %v, run %v: want the 16 held-out rows", e, s)
+	}
+	if l, _ := s["eval_loss"].(float64); l == 0 || math.Abs(l-e["loss"].(float64)) > 1e-6 {
+		t.Errorf("the run's eval_loss %v, psgraph eval of the saved file %v", s["eval_loss"], e["loss"])
+	}
+}
