@@ -139,7 +139,9 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 		}
 		if len(op.Outputs) > 1 {
 			for i := range ga.OutGrads {
-				if ga.OutGrads[i] == "" {
+				// A state's next value (batch_norm's running statistics)
+				// carries no gradient: its rule reads none.
+				if ga.OutGrads[i] == "" && !def.UpdateOutput(i) {
 					ga.OutGrads[i] = b.Emit("fill", nil, ops.Attrs{"value": 0.0, "shape": []int(types[op.Outputs[i]].Shape)})
 				}
 			}

@@ -259,11 +259,27 @@ func (g *Graph) varType(v *Var, batch int) ops.Type {
 
 // inferOp checks one op against the catalog and records its output types.
 func inferOp(op *Op, types map[string]ops.Type, batch int) error {
-	def, _ := ops.Lookup(op.Type)
 	in := make([]ops.Type, len(op.Inputs))
 	for i, name := range op.Inputs {
 		in[i] = types[name]
 	}
+	out, err := inferOpTypes(op, in, batch)
+	if err != nil {
+		return Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
+	}
+	for i, o := range op.Outputs {
+		if out[i].Sparse() && out[i].RowSet == "" {
+			out[i].RowSet = o // the op makes a row set of its own
+		}
+		types[o] = out[i]
+	}
+	return nil
+}
+
+// inferOpTypes is the catalog's answer for one op of input types in: its
+// output types, or the rule's error.
+func inferOpTypes(op *Op, in []ops.Type, batch int) ([]ops.Type, error) {
+	def, _ := ops.Lookup(op.Type)
 	attrs := op.Attrs
 	if attrs.Has("shape") && batch > 0 {
 		attrs = AttrsAtBatch(attrs, batch)
@@ -275,16 +291,7 @@ func inferOp(op *Op, types map[string]ops.Type, batch int) error {
 	} else {
 		out, err = def.Infer(in, attrs)
 	}
-	if err != nil {
-		return Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
-	}
-	for i, o := range op.Outputs {
-		if out[i].Sparse() && out[i].RowSet == "" {
-			out[i].RowSet = o // the op makes a row set of its own
-		}
-		types[o] = out[i]
-	}
-	return nil
+	return out, err
 }
 
 func sparseInput(in []ops.Type) int {
@@ -383,8 +390,11 @@ func (g *Graph) Check() error {
 	if batch == 0 {
 		batch = 1
 	}
-	types, err := g.Infer(batch)
+	types, order, err := g.infer(batch, 0)
 	if err != nil {
+		return err
+	}
+	if err := g.checkSymbolicBatch(order, types, batch); err != nil {
 		return err
 	}
 	return g.checkTypes(types, batch)
@@ -395,6 +405,7 @@ func (g *Graph) checkTypes(types map[string]ops.Type, batch int) error {
 	g.Types = types
 	errs := g.checkTrain(types)
 	errs = append(errs, g.checkSizes(types, batch)...)
+	errs = append(errs, g.checkUpdates()...)
 	for _, a := range g.Assigns {
 		v, ok := g.Vars[a.Target]
 		switch {

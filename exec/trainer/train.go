@@ -297,9 +297,9 @@ func (r *run) compile() error {
 	// a local run's own, a trainer's received ones (the values it computed
 	// its last step with, one update behind the pservers).
 	shared := program.Scope{}
-	names := g.Params()
+	names := g.ModelVars() // the model's state too: batch_norm's statistics
 	if opt.Comm != nil {
-		names = opt.Params
+		names = append(append([]string{}, opt.Params...), g.ModelState()...)
 	}
 	for _, name := range names {
 		if t := prog.Scope[name]; t != nil {
@@ -450,7 +450,7 @@ func (r *run) logStep(lg *stepLog, k int) error {
 // the held-out evaluation and the loss and metrics over the data set.
 func (r *run) end(elapsed float64) (*Summary, error) {
 	g, opt := r.g, r.opt
-	params, names := program.Scope{}, g.Params()
+	params, names := program.Scope{}, g.ModelVars()
 	for _, name := range names {
 		params[name] = r.prog.Scope[name]
 	}
