@@ -92,7 +92,7 @@ func (e *evaluator) run(ctx context.Context) ([]float64, error) {
 	clear(e.sums)
 	e.rows = 0
 	f := e.ffull
-	if err := e.file.Epoch(f.features, f.labels, f.ids, e.onChunk); err != nil {
+	if err := e.file.Epoch(f.dst, e.onChunk); err != nil {
 		return nil, err
 	}
 	for i := range e.sums {
@@ -118,10 +118,7 @@ func (e *evaluator) chunk(n int) error {
 		} else if n != e.lastN {
 			return errFileChanged
 		}
-		lf := e.flst
-		copyPrefix(lf.features, f.features)
-		copyPrefix(lf.labels, f.labels)
-		copyPrefix(lf.ids, f.ids)
+		e.flst.copyPrefix(f)
 		p = e.last
 	}
 	if err := p.Run(e.rt); err != nil {
@@ -136,23 +133,23 @@ func (e *evaluator) chunk(n int) error {
 
 var errFileChanged = fmt.Errorf("the data file changed while it was read; do not write a data file during a run")
 
-// copyPrefix copies the first rows of a chunk's tensor into a smaller
-// one (row-major: the first n rows are a prefix); dst nil: nothing.
-func copyPrefix(dst, src *tensor.Tensor) {
-	if dst != nil {
-		copy(dst.F, src.F)
-		copy(dst.I, src.I)
+// copyPrefix copies the first rows of a chunk's tensors into the smaller
+// ones of f (row-major: the first n rows are a prefix); nil: nothing.
+func (f *feeder) copyPrefix(src *feeder) {
+	for i, dst := range f.dst {
+		if dst != nil {
+			copy(dst.F, src.dst[i].F)
+			copy(dst.I, src.dst[i].I)
+		}
 	}
 }
 
 // batch is the batch size the program was compiled at.
 func (p *Program) batch() int {
 	if p.Graph.Data != nil {
-		for _, c := range []*dsl.Column{p.Graph.Data.Features, p.Graph.Data.Label, p.Graph.Data.IDs} {
-			if c != nil {
-				if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
-					return t.Shape[0]
-				}
+		for _, c := range p.Graph.Data.Columns() {
+			if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
+				return t.Shape[0]
 			}
 		}
 	}

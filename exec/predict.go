@@ -149,9 +149,8 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		if err != nil {
 			return nil, nil, err
 		}
-		f := newFeeder(g, p.Scope)
-		f.labels = nil
-		if f.features == nil && f.ids == nil {
+		f := feederOf(spec, p.Scope) // spec has no label
+		if f.empty() {
 			p.Close()
 			return nil, nil, fmt.Errorf("--outputs %s do not depend on the data; name outputs computed from the inputs", strings.Join(names, ","))
 		}
@@ -184,7 +183,7 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 	w.WriteString(strings.Join(res.Columns, ",") + "\n")
 	var line []byte
 	rt := &NodeRuntime{Ctx: ctx}
-	err = file.Epoch(ff.features, nil, ff.ids, func(n int) error {
+	err = file.Epoch(ff.dst, func(n int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -198,8 +197,7 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 			} else if n != last.batch() {
 				return fmt.Errorf("%s: %w", opt.Data, errFileChanged)
 			}
-			copyPrefix(lf.features, ff.features)
-			copyPrefix(lf.ids, ff.ids)
+			lf.copyPrefix(ff)
 			p = last
 		}
 		if err := p.Run(rt); err != nil {

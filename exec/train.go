@@ -336,6 +336,7 @@ func runTraining(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, e
 		}
 	}
 	elapsed := time.Since(start).Seconds()
+	reportTruncated(opt.Log, set, file)
 	params, names := Scope{}, g.Params()
 	for _, name := range names {
 		params[name] = prog.Scope[name]
@@ -484,25 +485,35 @@ func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s Scope, sps float64,
 	fmt.Fprintf(w, `,"steps_per_s":%s}`+"\n", jsonNum(sps))
 }
 
-// feeder writes batches into the data variables of a scope.
-type feeder struct{ features, labels, ids *tensor.Tensor }
+// feeder writes batches into the data variables of a scope: dst holds
+// the scope's tensor of each of d's data variables, in data order (nil
+// where the program has none).
+type feeder struct{ dst []*tensor.Tensor }
 
-func newFeeder(g *dsl.Graph, s Scope) *feeder {
+func newFeeder(g *dsl.Graph, s Scope) *feeder { return feederOf(g.Data, s) }
+
+// feederOf is the feeder of data spec d, which may differ from the
+// graph's (prediction reads no label).
+func feederOf(d *dsl.Data, s Scope) *feeder {
 	f := &feeder{}
-	if d := g.Data; d != nil {
-		if d.Features != nil {
-			f.features = s[d.Features.Name]
-		}
-		if d.Label != nil {
-			f.labels = s[d.Label.Name]
-		}
-		if d.IDs != nil {
-			f.ids = s[d.IDs.Name]
+	if d != nil {
+		for _, c := range d.Columns() {
+			f.dst = append(f.dst, s[c.Name])
 		}
 	}
 	return f
 }
 
 func (f *feeder) fill(st data.Batches, start int64) error {
-	return st.Fill(start, f.features, f.labels, f.ids)
+	return st.Fill(start, f.dst)
+}
+
+// empty says whether the program reads none of the data variables.
+func (f *feeder) empty() bool {
+	for _, t := range f.dst {
+		if t != nil {
+			return false
+		}
+	}
+	return true
 }

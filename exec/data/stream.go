@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -34,9 +35,14 @@ type FileStream struct {
 	cur   int64    // file row (counting non-blank lines from 0) read next
 	rows  int64    // rows in the file; -1 until the first pass reaches its end
 	label int32
-	row   []float32 // scratch for a first pass
+	row   []float32 // one row's values, parsed before they go to the batch
 	ids   []int32
 	tgt   []float32 // float label (dtype: float32) scratch
+	// layout places the row's values in the batch tensors.
+	layout []slot
+	// truncBase is the parser's truncation counts when the stream opened:
+	// Truncated counts what the batches read after it.
+	truncBase []int64
 }
 
 // OpenStream opens a model's data file as a stream. It reads the first
@@ -72,7 +78,7 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
-	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1}
+	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1, layout: layoutOf(spec)}
 	s.lr.r = bufio.NewReaderSize(f, buffer)
 	s.row, s.ids, s.tgt = make([]float32, s.p.nf), make([]int32, s.p.ni), make([]float32, s.p.nt)
 	if err := s.rewind(); err != nil { // past the header
@@ -103,7 +109,15 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) 
 		f.Close()
 		return nil, err
 	}
+	s.truncBase = slices.Clone(s.p.truncated)
 	return s, nil
+}
+
+// Truncated lists the ids specs some of whose fields held more than
+// max_len ids, among the rows the stream's batches read since it opened
+// (a row read in several epochs counts each time).
+func (s *FileStream) Truncated() []Truncation {
+	return truncations(s.spec, s.p.truncated, s.truncBase)
 }
 
 // Close closes the file.
@@ -264,72 +278,57 @@ func (s *FileStream) seek(pos int64) error {
 	return err
 }
 
-// Fill writes stream rows [start, start+batch) into the data tensors that
-// are non-nil; batch is the tensors' first dimension. Consecutive calls
-// with increasing starts read the file forward only.
-func (s *FileStream) Fill(start int64, features, labels, ids *tensor.Tensor) error {
+// Fill writes stream rows [start, start+batch) into the data tensors dst
+// (see Batches). Consecutive calls with increasing starts read the file
+// forward only.
+func (s *FileStream) Fill(start int64, dst []*tensor.Tensor) error {
+	batch, err := batchOf(s.layout, dst)
+	if err != nil {
+		return err
+	}
 	if err := s.seek(start); err != nil {
 		return err
 	}
-	batch := batchOf(features, labels, ids)
-	nf, ni, nt := s.p.nf, s.p.ni, s.p.nt
 	for b := 0; b < batch; b++ {
-		feat, label, tgt, id := s.row, &s.label, s.tgt, s.ids
-		if features != nil {
-			feat = features.F[b*nf : (b+1)*nf]
-		}
-		if labels != nil && nt > 0 {
-			tgt = labels.F[b*nt : (b+1)*nt]
-		} else if labels != nil {
-			label = &labels.I[b]
-		}
-		if ids != nil {
-			id = ids.I[b*ni : (b+1)*ni]
-		}
-		if err := s.readRow(feat, label, tgt, id); err != nil {
+		if err := s.readRow(s.row, &s.label, s.tgt, s.ids); err != nil {
 			return err
 		}
-		if s.scale != nil {
-			s.scale.Apply(feat)
-		}
+		s.put(dst, b)
 	}
 	return nil
 }
 
+// put normalizes the row just parsed and writes it into row b of dst.
+func (s *FileStream) put(dst []*tensor.Tensor, b int) {
+	if s.scale != nil {
+		s.scale.Apply(s.row)
+	}
+	putRow(s.layout, dst, b, s.row, s.label, s.tgt, s.ids)
+}
+
 // Epoch reads the file once in order, in chunks of the tensors' batch
-// rows: fn(n) is called after each chunk is written into the tensors, with
-// n = batch except for a shorter last chunk. Evaluation uses it.
-func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) error) error {
+// rows: fn(n) is called after each chunk is written into the tensors dst
+// (as Fill's), with n = batch except for a shorter last chunk. Evaluation
+// uses it.
+func (s *FileStream) Epoch(dst []*tensor.Tensor, fn func(n int) error) error {
+	batch, err := batchOf(s.layout, dst)
+	if err != nil {
+		return err
+	}
 	if err := s.rewind(); err != nil {
 		return err
 	}
-	batch := batchOf(features, labels, ids)
-	nf, ni, nt := s.p.nf, s.p.ni, s.p.nt
 	for {
 		n := 0
 		for ; n < batch; n++ {
-			feat, label, tgt, id := s.row, &s.label, s.tgt, s.ids
-			if features != nil {
-				feat = features.F[n*nf : (n+1)*nf]
-			}
-			if labels != nil && nt > 0 {
-				tgt = labels.F[n*nt : (n+1)*nt]
-			} else if labels != nil {
-				label = &labels.I[n]
-			}
-			if ids != nil {
-				id = ids.I[n*ni : (n+1)*ni]
-			}
-			ok, err := s.nextRow(feat, label, tgt, id)
+			ok, err := s.nextRow(s.row, &s.label, s.tgt, s.ids)
 			if err != nil {
 				return err
 			}
 			if !ok {
 				break
 			}
-			if s.scale != nil {
-				s.scale.Apply(feat)
-			}
+			s.put(dst, n)
 		}
 		if n > 0 {
 			if err := fn(n); err != nil {
@@ -343,15 +342,19 @@ func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) 
 }
 
 // Count reads a model's data file once, checking every row, and returns
-// the number of rows: what `psgraph check` reports for a streamed file,
-// without loading it.
-func Count(spec *dsl.Data) (int64, error) {
-	s, err := openStream(spec, StreamBuffer, nil)
+// the number of rows and the multi-valued fields cut to their max_len:
+// what `psgraph check` reports for a streamed file, without loading it.
+func Count(spec *dsl.Data) (int64, []Truncation, error) {
+	s, err := openStream(spec, StreamBuffer, &Scaling{}) // no statistics: one pass
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer s.Close()
-	return s.CountRows()
+	n, err := s.pass(func() {})
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, s.Truncated(), nil
 }
 
 // CountRows is the number of rows in the file, reading it once if the
