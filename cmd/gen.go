@@ -58,6 +58,13 @@ id in the logit. Neither changes the 39 features of a line
 (TestTruthAndHistoryKeepTheFeatures); docs/dsl.md states the formulas
 (TestProbsAreTheTruthOfEachLine).
 
+--drift F slides each categorical column's vocabulary over the file by
+F x --vocab ids: new ids appear at the head of the Zipf distribution, old
+ones fall to its tail and out. Of the distinct ids of the last tenth of the
+file, about min(1, 0.9F / (1 + 0.1F)) are not in its first tenth when the
+file draws every id of the windows (TestDriftShare; docs/dsl.md states the
+window exactly).
+
 On stderr gen reports the click rate and the Bayes-optimal AUC of the file:
 the AUC its true click probabilities score against the labels drawn from
 them, and its expectation over label draws (TestGenReportsBayesAUC);
@@ -67,7 +74,7 @@ them, and its expectation over label draws (TestGenReportsBayesAUC);
          ids: {name: cat, columns: [14, 40], hash_buckets: 100000}}
 and the history with an ids spec of its own:
          {name: hist, column: 40, separator: "|", max_len: N, hash_buckets: ...}`,
-		Example: "  psgraph gen criteo -o train.tsv --rows 1000000 --seed 1\n  psgraph gen criteo -o tiny.tsv --rows 1000 --vocab 100 --zipf 1.5\n  psgraph gen criteo -o fm.tsv --rows 1000000 --truth fm --history 20",
+		Example: "  psgraph gen criteo -o train.tsv --rows 1000000 --seed 1\n  psgraph gen criteo -o tiny.tsv --rows 1000 --vocab 100 --zipf 1.5\n  psgraph gen criteo -o fm.tsv --rows 1000000 --truth fm --history 20\n  psgraph gen criteo -o drift.tsv --rows 3000000 --vocab 2000000 --drift 0.5",
 		Args:    exactArgs(0, "no arguments"),
 		RunE:    func(c *cobra.Command, args []string) error { return o.run(c) },
 	}
@@ -79,6 +86,7 @@ and the history with an ids spec of its own:
 	f.Float64Var(&o.opt.Zipf, "zipf", criteo.DefaultZipf, "exponent s > 1 of the ids' Zipf distribution")
 	f.StringVar(&o.opt.Truth, "truth", "linear", "the label's model: linear, or fm (plus pairwise interactions of latent vectors of the ids)")
 	f.IntVar(&o.opt.History, "history", 0, "append a history column of 0 to N ids of C1's vocabulary, separated by |, interacting with C1 in the label (0: none)")
+	f.Float64Var(&o.opt.Drift, "drift", 0, "slide each categorical column's vocabulary by this share of --vocab over the file: new ids take the head of the distribution, old ones fade (0: none)")
 	f.StringVar(&o.probs, "probs", "", "also write each row's true click probability to this file, one per line")
 	return c
 }

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -61,10 +62,38 @@ type Options struct {
 	// ids (uniform) of C1's vocabulary, which interacts with C1 in the
 	// label's logit.
 	History int
+	// Drift > 0 slides each categorical column's vocabulary over the
+	// file by Drift x Vocab ids: new ids appear at the head of the
+	// distribution, old ones fall to its tail and out (see Window).
+	Drift float64
 	// Probs, when set, receives each row's true click probability, one
 	// per line, as the AUC computation uses it (float32, shortest form).
 	Probs io.Writer
 }
+
+// Window is the vocabulary of every categorical column at row i of a file
+// of opt.Rows rows: the id indices [first, first+Vocab), index first+k
+// being the id of Zipf rank k (rank 0 the most frequent). With D =
+// floor(Drift x Vocab), first = D - floor(D x i / Rows): the window
+// starts at [D, D+Vocab) and slides down to [0, Vocab) by the file's end,
+// so ids below the first row's window are new, and the ids above the last
+// row's window have faded out. Without drift it is [0, Vocab) throughout.
+// An id's hidden weight and latent vector belong to its index, so they
+// move with it.
+func (o Options) Window(i int64) (first uint64) {
+	return window(o.withDefaults().driftIDs(), i, o.Rows)
+}
+
+// window is the first index of row i's window: d - floor(d i / rows),
+// exact for any d < 2^64 and i < rows.
+func window(d uint64, i, rows int64) uint64 {
+	hi, lo := bits.Mul64(d, uint64(i))
+	off, _ := bits.Div64(hi, lo, uint64(rows))
+	return d - off
+}
+
+// driftIDs is D = floor(Drift x Vocab), the ids a window slides by.
+func (o Options) driftIDs() uint64 { return uint64(o.Drift * float64(o.Vocab)) }
 
 // Defaults of Options.
 const (
@@ -132,6 +161,8 @@ func (o Options) Check() error {
 		return fmt.Errorf("truth must be linear or fm, got %q", o.Truth)
 	case o.History < 0 || o.History > 1000:
 		return fmt.Errorf("history (the most ids of the history column) must be in [0, 1000], got %d", o.History)
+	case !(o.Drift >= 0) || float64(o.Vocab)*(1+o.Drift) > math.MaxUint32:
+		return fmt.Errorf("drift (the share of the vocabulary its window slides by over the file) must be >= 0 with vocab x (1 + drift) at most %d ids, got %g", uint32(math.MaxUint32), o.Drift)
 	}
 	return nil
 }
@@ -198,7 +229,12 @@ func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	line := make([]byte, 0, 512)
 	var pline []byte
+	drift := opt.driftIDs()
 	for i := int64(0); i < opt.Rows; i++ {
+		var first uint64 // the index of rank 0 (Window)
+		if drift > 0 {
+			first = window(drift, i, opt.Rows)
+		}
 		line = line[:0]
 		line = append(line, '?', '\t') // the label, once z is known
 		z := bias
@@ -223,7 +259,7 @@ func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 				ranks[c] = -1
 			}
 			if r.Float64() >= catMissing[c] {
-				k := zipf[c].Uint64()
+				k := zipf[c].Uint64() + first
 				line = appendHex(line, idOf(opt.Seed, c, uint32(k)))
 				if c < informative {
 					z += weightOf(opt.Seed, c, uint32(k))
@@ -242,7 +278,7 @@ func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 			n := hr.IntN(opt.History + 1)
 			var sum [FactorDim]float64
 			for h := 0; h < n; h++ {
-				k := uint32(hzipf.Uint64())
+				k := uint32(hzipf.Uint64() + first)
 				if h > 0 {
 					line = append(line, HistorySeparator)
 				}

@@ -135,7 +135,7 @@ func truthOf(t *testing.T, f []string, opt Options, rank []map[string]uint32) fl
 // recomputed from its fields by the documented formula, and each label is
 // a draw from it (the log loss of the labels is that of such draws).
 func TestProbsAreTheTruthOfEachLine(t *testing.T) {
-	for _, opt := range []Options{{}, {Truth: "fm"}, {Truth: "fm", History: 5}, {History: 2}} {
+	for _, opt := range []Options{{}, {Truth: "fm"}, {Truth: "fm", History: 5}, {History: 2}, {Truth: "fm", History: 3, Drift: 0.7}} {
 		opt.Rows, opt.Seed, opt.Vocab = 4000, 3, 60
 		var probs bytes.Buffer
 		opt.Probs = &probs
@@ -147,7 +147,7 @@ func TestProbsAreTheTruthOfEachLine(t *testing.T) {
 		rank := make([]map[string]uint32, informative)
 		for c := range rank {
 			rank[c] = map[string]uint32{}
-			for k := 0; k < opt.Vocab; k++ {
+			for k := 0; k < opt.Vocab+int(opt.Drift*float64(opt.Vocab)); k++ { // every window's ids
 				rank[c][string(appendHex(nil, idOf(opt.Seed, c, uint32(k))))] = uint32(k)
 			}
 		}
@@ -288,6 +288,8 @@ func TestCheckTruthAndHistory(t *testing.T) {
 	}{
 		{Options{Rows: 1, Truth: "deep"}, `truth must be linear or fm, got "deep"`},
 		{Options{Rows: 1, History: -1}, "history (the most ids of the history column) must be in [0, 1000], got -1"},
+		{Options{Rows: 1, Drift: -0.5}, "drift (the share of the vocabulary its window slides by over the file) must be >= 0"},
+		{Options{Rows: 1, Vocab: 1 << 31, Drift: 1.5}, "with vocab x (1 + drift) at most 4294967295 ids, got 1.5"},
 	} {
 		if err := Write(&bytes.Buffer{}, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.opt, err, c.want)
@@ -297,5 +299,63 @@ func TestCheckTruthAndHistory(t *testing.T) {
 
 // desc names the options of a test case (without Probs).
 func desc(o Options) string {
-	return "truth " + o.Truth + " history " + strconv.Itoa(o.History) + " vocab " + strconv.Itoa(o.Vocab)
+	return "truth " + o.Truth + " history " + strconv.Itoa(o.History) + " vocab " + strconv.Itoa(o.Vocab) + " drift " + strconv.FormatFloat(o.Drift, 'g', -1, 64)
+}
+
+// With Drift F a column's vocabulary window slides down by D =
+// floor(F x Vocab) ids over the file (Window): of the distinct C1 ids of
+// the last tenth of a file, the share the first tenth does not hold is
+// the share of the last tenth's windows outside the first tenth's,
+// computed here from the documented window [D - floor(D i / rows), ... +
+// Vocab), and about min(1, 0.9 F / (1 + 0.1 F)); symmetrically, that
+// share of the first tenth's ids is gone from the last tenth. (A
+// vocabulary of 50 over 40,000 rows draws every id of the windows.)
+func TestDriftShare(t *testing.T) {
+	const rows, vocab = 40000, 50
+	for _, f := range []float64{0.1, 0.5, 1, 2} {
+		opt := Options{Rows: rows, Seed: 6, Vocab: vocab, Drift: f}
+		ls := lines(generate(t, opt))
+		first, last := map[string]bool{}, map[string]bool{}
+		newDraws := 0
+		for i, l := range ls {
+			if id := l[1+IntColumns]; i < rows/10 {
+				first[id] = true
+			} else if i >= rows-rows/10 {
+				last[id] = true
+			}
+		}
+		for _, l := range ls[rows-rows/10:] {
+			if !first[l[1+IntColumns]] {
+				newDraws++
+			}
+		}
+		share := func(a, b map[string]bool) float64 { // of a's ids, the share not in b
+			n := 0
+			for id := range a {
+				if !b[id] {
+					n++
+				}
+			}
+			return float64(n) / float64(len(a))
+		}
+		gotNew, gotGone := share(last, first), share(first, last)
+		// The documented windows: [lo(i), lo(i)+vocab), lo(i) = D - floor(D i / rows).
+		d := math.Floor(f * vocab)
+		lo := func(i int) float64 { return d - math.Floor(d*float64(i)/rows) }
+		firstLo, firstHi := lo(rows/10-1), d+vocab           // the first tenth's ids
+		lastLo, lastHi := lo(rows-1), lo(rows-rows/10)+vocab // the last tenth's
+		overlap := math.Max(0, math.Min(firstHi, lastHi)-math.Max(firstLo, lastLo))
+		wantNew, wantGone := 1-overlap/(lastHi-lastLo), 1-overlap/(firstHi-firstLo)
+		approx := math.Min(1, 0.9*f/(1+0.1*f))
+		t.Logf("drift %g: new ids %.3f of the last tenth's (windows %.3f, approximation %.3f), %.3f of its draws; gone %.3f of the first tenth's (windows %.3f)", f, gotNew, wantNew, approx, float64(newDraws)/(rows/10), gotGone, wantGone)
+		if math.Abs(gotNew-wantNew) > 0.01 || math.Abs(wantNew-approx) > 0.02 {
+			t.Errorf("drift %g: %.3f of the last tenth's ids are not in the first tenth; the windows say %.3f, the approximation %.3f", f, gotNew, wantNew, approx)
+		}
+		if f <= 1 && math.Abs(gotGone-wantGone) > 0.01 {
+			t.Errorf("drift %g: %.3f of the first tenth's ids are gone from the last tenth; the windows say %.3f", f, gotGone, wantGone)
+		}
+		if got := opt.Window(0); got != uint64(d) {
+			t.Errorf("drift %g: Window(0) = %d, want D = %g", f, got, d)
+		}
+	}
 }
