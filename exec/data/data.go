@@ -77,6 +77,7 @@ func truncations(spec *dsl.Data, counts, base []int64) []Truncation {
 type slot struct {
 	kind       slotKind
 	off, width int // in the row's features or ids
+	spec       int // the spec's index among the features or ids specs
 }
 
 type slotKind uint8
@@ -93,8 +94,8 @@ const (
 func layoutOf(spec *dsl.Data) []slot {
 	var out []slot
 	off := 0
-	for _, c := range spec.Features {
-		out = append(out, slot{kind: slotFeatures, off: off, width: c.Width()})
+	for i, c := range spec.Features {
+		out = append(out, slot{kind: slotFeatures, off: off, width: c.Width(), spec: i})
 		off += c.Width()
 	}
 	if c := spec.Label; c != nil && c.Float {
@@ -103,8 +104,8 @@ func layoutOf(spec *dsl.Data) []slot {
 		out = append(out, slot{kind: slotLabel, width: 1})
 	}
 	off = 0
-	for _, c := range spec.IDs {
-		out = append(out, slot{kind: slotIDs, off: off, width: c.Width()})
+	for i, c := range spec.IDs {
+		out = append(out, slot{kind: slotIDs, off: off, width: c.Width(), spec: i})
 		off += c.Width()
 	}
 	return out
@@ -191,6 +192,7 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 	s := &Set{NF: p.nf, NI: p.ni, NT: p.nt}
 	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
 	var label int32
+	var out rowOut
 	header := spec.Header
 	for {
 		line, err := lr.next()
@@ -212,7 +214,8 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 		s.Features = slices.Grow(s.Features, p.nf)[:len(s.Features)+p.nf]
 		s.IDs = slices.Grow(s.IDs, p.ni)[:len(s.IDs)+p.ni]
 		s.Targets = slices.Grow(s.Targets, p.nt)[:len(s.Targets)+p.nt]
-		if err := p.parse(line, lr.line, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:]); err != nil {
+		p.rowOut(&out, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:])
+		if err := p.parse(line, lr.line, &out); err != nil {
 			return nil, err
 		}
 		if spec.Label != nil && p.nt == 0 {
@@ -380,9 +383,14 @@ func (st *featureStats) scaling(mode string) *Scaling {
 }
 
 // Apply normalizes one row of features in place.
-func (sc *Scaling) Apply(row []float32) {
-	for j := range row {
-		row[j] = float32((float64(row[j]) - sc.Shift[j]) / sc.Scale[j])
+func (sc *Scaling) Apply(row []float32) { sc.applyAt(0, row) }
+
+// applyAt normalizes the values of feature columns off, off+1, ... of a
+// row in place: one features spec's.
+func (sc *Scaling) applyAt(off int, vals []float32) {
+	shift, scale := sc.Shift[off:off+len(vals)], sc.Scale[off:off+len(vals)]
+	for j := range vals {
+		vals[j] = float32((float64(vals[j]) - shift[j]) / scale[j])
 	}
 }
 

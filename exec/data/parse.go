@@ -168,6 +168,30 @@ type featSpec struct {
 	off int
 }
 
+// rowOut is where the parser writes one row's values: each features spec's
+// into feat[i], each ids spec's into ids[j] (in spec order), and the label
+// (class id) or float targets. Streamed batches point them at the batch
+// tensors' rows, so a row is parsed in place.
+type rowOut struct {
+	feat  [][]float32
+	label *int32
+	tgt   []float32
+	ids   [][]int32
+}
+
+// rowOut points out at one row of contiguous values: feat (nf values),
+// ids (ni values), as a Set holds them.
+func (p *rowParser) rowOut(out *rowOut, feat []float32, label *int32, tgt []float32, ids []int32) {
+	out.feat, out.ids = out.feat[:0], out.ids[:0]
+	for _, fs := range p.feats {
+		out.feat = append(out.feat, feat[fs.off:fs.off+fs.c.Width()])
+	}
+	for _, s := range p.ids {
+		out.ids = append(out.ids, ids[s.off:s.off+s.c.Width()])
+	}
+	out.label, out.tgt = label, tgt
+}
+
 // idSpec is an ids spec: its values go to the row's ids from off.
 type idSpec struct {
 	c       *dsl.Column
@@ -239,10 +263,10 @@ func (p *rowParser) header(line []byte, lineNo int) {
 	p.width, p.widthLine = bytes.Count(line, []byte{p.delim})+1, lineNo
 }
 
-// parse reads the row in line (trimmed, not blank) into feat (nf values),
-// the label (a class id, or nt float targets into tgt) and ids (ni
-// values), whichever the model declares.
-func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32, tgt []float32, ids []int32) error {
+// parse reads the row in line (trimmed, not blank) into out: the values
+// of each features and ids spec, the label (a class id, or nt float
+// targets), whichever the model declares.
+func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 	p.fields = p.fields[:0]
 	for more := true; more; {
 		f := line
@@ -272,8 +296,8 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 		}
 		return p.errAt(lineNo, "line has %d fields separated by %s, but %s (line %d) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), first, p.widthLine, p.width, p.spec.Pos)
 	}
-	for _, fs := range p.feats {
-		c, out := fs.c, feat[fs.off:fs.off+fs.c.Width()]
+	for i, fs := range p.feats {
+		c, out := fs.c, out.feat[i]
 		for col := c.Lo; col < c.Hi; col++ {
 			f := p.fields[col]
 			var v float64
@@ -311,26 +335,27 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 			if !ok {
 				return p.errAt(lineNo, "column %d: %q is not a number, but it is the label %q (%s), a float32 target; fix the row or choose another column", col, f, c.Name, c.Pos)
 			}
-			tgt[col-c.Lo] = float32(v)
+			out.tgt[col-c.Lo] = float32(v)
 		}
 	} else if c != nil {
 		v, err := p.integer(c, p.fields[c.Lo], c.Lo, lineNo, "label")
 		if err != nil {
 			return err
 		}
-		*label = v
+		*out.label = v
 	}
 	for j := range p.ids {
-		s := &p.ids[j]
-		out := ids[s.off : s.off+s.c.Width()]
+		s, out := &p.ids[j], out.ids[j]
 		switch {
 		case s.sep != 0:
 			if err := p.multi(s, j, lineNo, out); err != nil {
 				return err
 			}
 		case s.buckets > 0:
-			for i, col := 0, s.c.Lo; col < s.c.Hi; i, col = i+1, col+1 {
-				out[i] = bucketOf(hashKey(s.seeds[i], p.fields[col]), s.buckets)
+			fields, buckets := p.fields[s.c.Lo:s.c.Hi], s.buckets
+			seeds, out := s.seeds[:len(fields)], out[:len(fields)]
+			for i, f := range fields {
+				out[i] = bucketOf(hashKey(seeds[i], f), buckets)
 			}
 		default:
 			for col := s.c.Lo; col < s.c.Hi; col++ {

@@ -35,10 +35,13 @@ type FileStream struct {
 	cur   int64    // file row (counting non-blank lines from 0) read next
 	rows  int64    // rows in the file; -1 until the first pass reaches its end
 	label int32
-	row   []float32 // one row's values, parsed before they go to the batch
+	row   []float32 // one row's values, for a pass and for variables not fed
 	ids   []int32
 	tgt   []float32 // float label (dtype: float32) scratch
-	// layout places the row's values in the batch tensors.
+	// scratch points at row, label, tgt and ids; out at a batch row of
+	// the tensors being filled (scratch where a tensor is nil).
+	scratch, out rowOut
+	// layout places the variables' values in the batch tensors.
 	layout []slot
 	// truncBase is the parser's truncation counts when the stream opened:
 	// Truncated counts what the batches read after it.
@@ -81,11 +84,13 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) 
 	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1, layout: layoutOf(spec)}
 	s.lr.r = bufio.NewReaderSize(f, buffer)
 	s.row, s.ids, s.tgt = make([]float32, s.p.nf), make([]int32, s.p.ni), make([]float32, s.p.nt)
+	s.p.rowOut(&s.scratch, s.row, &s.label, s.tgt, s.ids)
+	s.p.rowOut(&s.out, s.row, &s.label, s.tgt, s.ids)
 	if err := s.rewind(); err != nil { // past the header
 		f.Close()
 		return nil, err
 	}
-	if err := s.readRow(s.row, &s.label, s.tgt, s.ids); err != nil { // the width of the rows
+	if err := s.readRow(&s.scratch); err != nil { // the width of the rows
 		f.Close()
 		return nil, err
 	}
@@ -134,7 +139,7 @@ func (s *FileStream) pass(fn func()) (int64, error) {
 		return 0, err
 	}
 	for {
-		ok, err := s.nextRow(s.row, &s.label, s.tgt, s.ids)
+		ok, err := s.nextRow(&s.scratch)
 		if err != nil {
 			return 0, err
 		}
@@ -171,7 +176,7 @@ func (s *FileStream) rewind() error {
 
 // nextRow parses the next row of the file; false at the file's end, which
 // also settles the row count.
-func (s *FileStream) nextRow(feat []float32, label *int32, tgt []float32, ids []int32) (bool, error) {
+func (s *FileStream) nextRow(out *rowOut) (bool, error) {
 	for {
 		line, err := s.lr.next()
 		if err == io.EOF {
@@ -192,7 +197,7 @@ func (s *FileStream) nextRow(feat []float32, label *int32, tgt []float32, ids []
 		if len(line) == 0 {
 			continue
 		}
-		if err := s.p.parse(line, s.lr.line, feat, label, tgt, ids); err != nil {
+		if err := s.p.parse(line, s.lr.line, out); err != nil {
 			return false, err
 		}
 		s.cur++
@@ -206,16 +211,16 @@ func (s *FileStream) changed() error {
 
 // readRow parses the next row of the stream: the file's next row, or its
 // first when the file is at its end.
-func (s *FileStream) readRow(feat []float32, label *int32, tgt []float32, ids []int32) error {
+func (s *FileStream) readRow(out *rowOut) error {
 	if s.rows >= 0 && s.cur == s.rows {
 		if err := s.rewind(); err != nil {
 			return err
 		}
 	}
-	ok, err := s.nextRow(feat, label, tgt, ids)
+	ok, err := s.nextRow(out)
 	if err == nil && !ok {
 		if err = s.rewind(); err == nil {
-			if ok, err = s.nextRow(feat, label, tgt, ids); err == nil && !ok {
+			if ok, err = s.nextRow(out); err == nil && !ok {
 				err = s.changed()
 			}
 		}
@@ -290,20 +295,55 @@ func (s *FileStream) Fill(start int64, dst []*tensor.Tensor) error {
 		return err
 	}
 	for b := 0; b < batch; b++ {
-		if err := s.readRow(s.row, &s.label, s.tgt, s.ids); err != nil {
+		out := s.at(dst, b)
+		if err := s.readRow(out); err != nil {
 			return err
 		}
-		s.put(dst, b)
+		s.normalize(out)
 	}
 	return nil
 }
 
-// put normalizes the row just parsed and writes it into row b of dst.
-func (s *FileStream) put(dst []*tensor.Tensor, b int) {
-	if s.scale != nil {
-		s.scale.Apply(s.row)
+// at points s.out at row b of the tensors dst, at the scratch row where a
+// tensor is nil, and returns it: the row is parsed in place.
+func (s *FileStream) at(dst []*tensor.Tensor, b int) *rowOut {
+	o := &s.out
+	for i, t := range dst {
+		sl := s.layout[i]
+		switch {
+		case t == nil:
+			switch sl.kind {
+			case slotFeatures:
+				o.feat[sl.spec] = s.scratch.feat[sl.spec]
+			case slotLabel:
+				o.label = s.scratch.label
+			case slotTargets:
+				o.tgt = s.scratch.tgt
+			case slotIDs:
+				o.ids[sl.spec] = s.scratch.ids[sl.spec]
+			}
+		case sl.kind == slotFeatures:
+			o.feat[sl.spec] = t.F[b*sl.width : (b+1)*sl.width]
+		case sl.kind == slotLabel:
+			o.label = &t.I[b]
+		case sl.kind == slotTargets:
+			o.tgt = t.F[b*sl.width : (b+1)*sl.width]
+		case sl.kind == slotIDs:
+			o.ids[sl.spec] = t.I[b*sl.width : (b+1)*sl.width]
+		}
 	}
-	putRow(s.layout, dst, b, s.row, s.label, s.tgt, s.ids)
+	return o
+}
+
+// normalize applies the stream's scaling to the features of a row just
+// parsed, spec by spec.
+func (s *FileStream) normalize(out *rowOut) {
+	if s.scale == nil {
+		return
+	}
+	for i, fs := range s.p.feats {
+		s.scale.applyAt(fs.off, out.feat[i])
+	}
 }
 
 // Epoch reads the file once in order, in chunks of the tensors' batch
@@ -321,14 +361,15 @@ func (s *FileStream) Epoch(dst []*tensor.Tensor, fn func(n int) error) error {
 	for {
 		n := 0
 		for ; n < batch; n++ {
-			ok, err := s.nextRow(s.row, &s.label, s.tgt, s.ids)
+			out := s.at(dst, n)
+			ok, err := s.nextRow(out)
 			if err != nil {
 				return err
 			}
 			if !ok {
 				break
 			}
-			s.put(dst, n)
+			s.normalize(out)
 		}
 		if n > 0 {
 			if err := fn(n); err != nil {

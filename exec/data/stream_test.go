@@ -303,3 +303,55 @@ func BenchmarkCriteoParse(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCriteoParseSpecs reads a generated Criteo file through data
+// specs of other shapes: "tables26", one hashed ids spec per categorical
+// column (a table per feature, as DLRM has); "history", the one spec of
+// the 26 columns plus a multi-valued history column of up to 20 ids
+// (gen --history 20).
+func BenchmarkCriteoParseSpecs(b *testing.B) {
+	var tables strings.Builder
+	tables.WriteString("  delimiter: tab\n  label: {name: y, column: 0}\n  features: {name: dense, columns: [1, 14], fill: 0, transform: log}\n  ids:\n")
+	for c := 14; c < 40; c++ {
+		fmt.Fprintf(&tables, "    - {name: c%d, column: %d, hash_buckets: %d}\n", c, c, 1000+c)
+	}
+	history := strings.Replace(criteoSpec, "  ids: {name: cat, columns: [14, 40], hash_buckets: 1000}\n",
+		"  ids:\n    - {name: cat, columns: [14, 40], hash_buckets: 1000}\n    - {name: hist, column: 40, separator: \"|\", max_len: 20, hash_buckets: 1000, shared_space: true}\n", 1)
+	for _, bc := range []struct {
+		name, spec string
+		history    int
+	}{{"tables26", tables.String(), 0}, {"history", history, 20}} {
+		b.Run(bc.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "bench.tsv")
+			f, _ := os.Create(path)
+			const rows = 200000
+			if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 1, History: bc.history}); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+			st, _ := os.Stat(path)
+			src := "psgraph: 1\ndata:\n  csv: " + path + "\n" + bc.spec + "  stream: true\n"
+			g, err := dsl.LoadBytes(filepath.Join(b.TempDir(), "m.yaml"), []byte(src))
+			if err != nil {
+				b.Fatal(err)
+			}
+			fs, err := OpenStream(g.Data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer fs.Close()
+			const batch = 256
+			bt := newBatch(g.Data, batch)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for k := 0; k < b.N; k++ {
+				if err := fs.Fill(int64(k*batch), bt.all); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perRow := b.Elapsed().Seconds() / float64(b.N*batch)
+			b.ReportMetric(1/perRow, "rows/s")
+			b.ReportMetric(float64(st.Size())/rows/perRow/1e6, "file_MB/s")
+		})
+	}
+}
