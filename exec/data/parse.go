@@ -199,8 +199,7 @@ type idSpec struct {
 	buckets int      // hashed ids: the buckets; 0: integer ids
 	seeds   []uint64 // hashed ids: the hash state of each column (columnHash, or fnvOffset64 shared)
 	bound   int      // integer ids: num_ids (0: not stated)
-	sep     byte     // a multi-valued column: the separator; 0: one id a field
-	maxLen  int
+	sep     byte     // a multi-valued column: the separator (its width is max_len); 0: one id a field
 }
 
 // log1pSmall holds float32(ln(1+n)) of the small integers most count
@@ -228,7 +227,7 @@ func newRowParser(spec *dsl.Data) *rowParser {
 		p.nt = c.Hi - c.Lo
 	}
 	for _, c := range spec.IDs {
-		s := idSpec{c: c, off: p.ni, buckets: c.HashBuckets, bound: c.NumIDs, sep: c.Separator, maxLen: c.MaxLen}
+		s := idSpec{c: c, off: p.ni, buckets: c.HashBuckets, bound: c.NumIDs, sep: c.Separator}
 		if s.buckets > 0 {
 			for col := c.Lo; col < c.Hi; col++ {
 				h := columnHash(col)
