@@ -115,6 +115,9 @@ func TestGenUsageErrorsExit2(t *testing.T) {
 		{[]string{"gen", "criteo", "--rows", "10"}, "needs -o FILE"},
 		{[]string{"gen", "criteo", "-o", out}, "--rows must be positive"},
 		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--zipf", "0.9"}, "--zipf (the exponent of the ids' distribution) must be a number > 1"},
+		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--truth", "deep"}, `--truth must be linear or fm, got "deep"`},
+		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--history", "-2"}, "--history (the most ids of the history column) must be in [0, 1000], got -2"},
+		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--drift", "-1"}, "--drift (the share of the vocabulary its window slides by over the file) must be >= 0"},
 	} {
 		r := psgraph(t, c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) {

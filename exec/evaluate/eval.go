@@ -95,7 +95,7 @@ func (e *Evaluator) Run(ctx context.Context) ([]float64, error) {
 	clear(e.sums)
 	e.Rows = 0
 	f := e.ffull
-	if err := e.file.Epoch(f.Features, f.Labels, f.IDs, e.onChunk); err != nil {
+	if err := e.file.Epoch(f.Dst, e.onChunk); err != nil {
 		return nil, err
 	}
 	for i := range e.sums {

@@ -466,14 +466,12 @@ func (s *scheduler) close() {
 	s.wg.Wait()
 }
 
-// batch is the batch size the program was compiled at.
+// Batch is the batch size the program was compiled at (0: it reads no data).
 func (p *Program) Batch() int {
 	if p.Graph.Data != nil {
-		for _, c := range []*dsl.Column{p.Graph.Data.Features, p.Graph.Data.Label, p.Graph.Data.IDs} {
-			if c != nil {
-				if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
-					return t.Shape[0]
-				}
+		for _, c := range p.Graph.Data.Columns() {
+			if t := p.Scope[c.Name]; t != nil && len(t.Shape) > 0 {
+				return t.Shape[0]
 			}
 		}
 	}

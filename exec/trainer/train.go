@@ -450,6 +450,7 @@ func (r *run) logStep(lg *stepLog, k int) error {
 // the held-out evaluation and the loss and metrics over the data set.
 func (r *run) end(elapsed float64) (*Summary, error) {
 	g, opt := r.g, r.opt
+	reportTruncated(opt.Log, r.set, r.file)
 	params, names := program.Scope{}, g.ModelVars()
 	for _, name := range names {
 		params[name] = r.prog.Scope[name]
