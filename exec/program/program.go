@@ -513,7 +513,7 @@ func (p *Program) Batch() int {
 	return 0
 }
 
-// persistentOf returns the persistent variables of a program's scope.
+// PersistentOf returns the persistent variables of a program's scope.
 func PersistentOf(p *Program) Scope {
 	s := Scope{}
 	for _, name := range p.Graph.Order {
