@@ -368,12 +368,12 @@ func (te *templateExpansion) expand(g *Graph, x *expansion, p string, sparse boo
 
 // paramExpansion is one parameter's instance of an optimizer template.
 type paramExpansion struct {
-	te    *templateExpansion
-	g     *Graph
-	x     *expansion
-	p     string
-	pv    *Var
-	bind  map[string]string // template names: what the update ops read and write
+	te   *templateExpansion
+	g    *Graph
+	x    *expansion
+	p    string
+	pv   *Var
+	bind map[string]string // template names: what the update ops read and write
 	// target binds assign targets: the variables themselves. For a row
 	// gradient the update ops read the touched rows instead (gathered
 	// from the parameter and each state of its shape or one value per
