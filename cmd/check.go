@@ -33,9 +33,10 @@ Errors name file:line:col.`,
 				return err
 			}
 			var rows, held int64
+			var cut []data.Truncation
 			switch {
 			case g.Data != nil && g.Data.Stream: // check every row without loading the file
-				if rows, err = data.Count(g.Data); err != nil {
+				if rows, cut, err = data.Count(g.Data); err != nil {
 					return err
 				}
 				if e := g.Data.Eval; e != nil {
@@ -43,7 +44,7 @@ Errors name file:line:col.`,
 					if err != nil {
 						return err
 					}
-					if held, err = data.Count(spec); err != nil {
+					if held, _, err = data.Count(spec); err != nil {
 						return err
 					}
 				}
@@ -52,7 +53,7 @@ Errors name file:line:col.`,
 				if err != nil {
 					return err
 				}
-				rows = int64(sp.Train.Rows)
+				rows, cut = int64(sp.Train.Rows), sp.Train.Truncated()
 				if sp.Eval != nil {
 					held = int64(sp.Eval.Rows)
 				}
@@ -74,6 +75,9 @@ Errors name file:line:col.`,
 				return err
 			}
 			printSummary(c.OutOrStdout(), g, rows, held)
+			for _, t := range cut {
+				fmt.Fprintln(c.OutOrStdout(), data.DescribeTruncation(t))
+			}
 			return nil
 		},
 	}

@@ -3,11 +3,11 @@ package cmd
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/exec/data/criteo"
+	"github.com/psgraph/psgraph/internal/atomicfile"
 )
 
 func newGenCmd() *cobra.Command {
@@ -28,8 +28,9 @@ func newGenCmd() *cobra.Command {
 }
 
 type genCriteoOptions struct {
-	out string
-	opt criteo.Options
+	out   string
+	probs string
+	opt   criteo.Options
 }
 
 func newGenCriteoCmd() *cobra.Command {
@@ -39,14 +40,41 @@ func newGenCriteoCmd() *cobra.Command {
 		Short: "Write click logs in the Criteo display-advertising format",
 		Long: `Criteo writes N lines in the format of the Criteo display-advertising
 (Kaggle) data set: tab-separated label (0/1), 13 integer features and 26
-categorical features of 8 hex digits, any feature possibly empty. Each
-categorical column draws its ids Zipf(--zipf) over --vocab ids; the label
-depends on the ids of 8 columns and on 3 integer features, so a model can
-learn it. The same flags write the same file. Read it with
+categorical features of 8 hex digits, any feature possibly empty
+(TestFormat). Each categorical column draws its ids Zipf(--zipf) over
+--vocab ids (TestZipfSkew); the label depends on the ids of 8 columns and
+on 3 integer features, so a model can learn it (TestLabelFollowsIDs). The
+same flags write the same file (TestDeterministicBySeed), and without
+--truth fm and --history the file is the one earlier versions wrote
+(TestDefaultOutputIsUnchanged).
+
+--truth fm adds a factorization machine's interactions to the label's
+logit: a hidden 4-dim latent vector per id of those 8 columns, and the sum
+of <v_i, v_j> over their pairs; a linear model then falls far short of
+the best AUC and an interaction model beats it
+(TestGenFMTruthNeedsInteractions). --history N appends a 41st column: 0
+to N ids of C1's vocabulary separated by |, interacting with the row's C1
+id in the logit. Neither changes the 39 features of a line
+(TestTruthAndHistoryKeepTheFeatures); docs/dsl.md states the formulas
+(TestProbsAreTheTruthOfEachLine).
+
+--drift F slides each categorical column's vocabulary over the file by
+F x --vocab ids: new ids appear at the head of the Zipf distribution, old
+ones fall to its tail and out. Of the distinct ids of the last tenth of the
+file, about min(1, 0.9F / (1 + 0.1F)) are not in its first tenth when the
+file draws every id of the windows (TestDriftShare; docs/dsl.md states the
+window exactly).
+
+On stderr gen reports the click rate and the Bayes-optimal AUC of the file:
+the AUC its true click probabilities score against the labels drawn from
+them, and its expectation over label draws (TestGenReportsBayesAUC);
+--probs FILE writes each row's probability. Read the file with
   data: {csv: FILE, delimiter: tab, label: {name: y, column: 0},
          features: {name: dense, columns: [1, 14], fill: 0, transform: log},
-         ids: {name: cat, columns: [14, 40], hash_buckets: 100000}}`,
-		Example: "  psgraph gen criteo -o train.tsv --rows 1000000 --seed 1\n  psgraph gen criteo -o tiny.tsv --rows 1000 --vocab 100 --zipf 1.5",
+         ids: {name: cat, columns: [14, 40], hash_buckets: 100000}}
+and the history with an ids spec of its own:
+         {name: hist, column: 40, separator: "|", max_len: N, hash_buckets: ...}`,
+		Example: "  psgraph gen criteo -o train.tsv --rows 1000000 --seed 1\n  psgraph gen criteo -o tiny.tsv --rows 1000 --vocab 100 --zipf 1.5\n  psgraph gen criteo -o fm.tsv --rows 1000000 --truth fm --history 20\n  psgraph gen criteo -o drift.tsv --rows 3000000 --vocab 2000000 --drift 0.5",
 		Args:    exactArgs(0, "no arguments"),
 		RunE:    func(c *cobra.Command, args []string) error { return o.run(c) },
 	}
@@ -56,6 +84,10 @@ learn it. The same flags write the same file. Read it with
 	f.Uint64Var(&o.opt.Seed, "seed", 1, "seed of every random draw")
 	f.IntVar(&o.opt.Vocab, "vocab", criteo.DefaultVocab, "ids per categorical column")
 	f.Float64Var(&o.opt.Zipf, "zipf", criteo.DefaultZipf, "exponent s > 1 of the ids' Zipf distribution")
+	f.StringVar(&o.opt.Truth, "truth", "linear", "the label's model: linear, or fm (plus pairwise interactions of latent vectors of the ids)")
+	f.IntVar(&o.opt.History, "history", 0, "append a history column of 0 to N ids of C1's vocabulary, separated by |, interacting with C1 in the label (0: none)")
+	f.Float64Var(&o.opt.Drift, "drift", 0, "slide each categorical column's vocabulary by this share of --vocab over the file: new ids take the head of the distribution, old ones fade (0: none)")
+	f.StringVar(&o.probs, "probs", "", "also write each row's true click probability to this file, one per line")
 	return c
 }
 
@@ -66,31 +98,37 @@ func (o *genCriteoOptions) run(c *cobra.Command) error {
 	if err := o.opt.Check(); err != nil {
 		return usagef("gen criteo: --%v", err)
 	}
-	// Write beside the target and rename, so that an interrupted run leaves
-	// no truncated file that looks complete.
-	tmp, err := os.CreateTemp(filepath.Dir(o.out), filepath.Base(o.out)+".*.tmp")
+	// Written beside the target and renamed, so that an interrupted run
+	// leaves no truncated file that looks complete.
+	tmp, err := atomicfile.Create(o.out)
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", o.out, err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cannot write %s: %w", o.out, err)
+	defer tmp.Abort()
+	if o.probs != "" {
+		probs, err := os.Create(o.probs)
+		if err != nil {
+			return fmt.Errorf("cannot write %s: %w", o.probs, err)
+		}
+		defer probs.Close()
+		o.opt.Probs = probs
 	}
-	if err := criteo.Write(tmp, o.opt); err != nil {
-		tmp.Close()
+	stats, err := criteo.Generate(tmp, o.opt)
+	if f, ok := o.opt.Probs.(*os.File); err == nil && ok {
+		err = f.Close()
+	}
+	if err != nil {
 		return fmt.Errorf("writing %s: %w", o.out, err)
 	}
 	st, err := tmp.Stat()
 	if err == nil {
-		err = tmp.Close()
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), o.out)
+		err = tmp.Commit()
 	}
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", o.out, err)
 	}
 	fmt.Fprintf(c.OutOrStdout(), "wrote %d rows to %s (%.1f MiB)\n", o.opt.Rows, o.out, float64(st.Size())/(1<<20))
+	fmt.Fprintf(c.ErrOrStderr(), "%s: click rate %.6f; the true probabilities score AUC %.6f against the drawn labels (expected over label draws %.6f) and log loss %.6f: the Bayes-optimal model's\n",
+		o.out, float64(stats.Clicks)/float64(stats.Rows), stats.AUC, stats.ExpectedAUC, stats.LogLoss)
 	return nil
 }

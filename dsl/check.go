@@ -3,6 +3,7 @@ package dsl
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/psgraph/psgraph/dsl/ir"
@@ -259,11 +260,27 @@ func (g *Graph) varType(v *Var, batch int) ops.Type {
 
 // inferOp checks one op against the catalog and records its output types.
 func inferOp(op *Op, types map[string]ops.Type, batch int) error {
-	def, _ := ops.Lookup(op.Type)
 	in := make([]ops.Type, len(op.Inputs))
 	for i, name := range op.Inputs {
 		in[i] = types[name]
 	}
+	out, err := inferOpTypes(op, in, batch)
+	if err != nil {
+		return Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
+	}
+	for i, o := range op.Outputs {
+		if out[i].Sparse() && out[i].RowSet == "" {
+			out[i].RowSet = o // the op makes a row set of its own
+		}
+		types[o] = out[i]
+	}
+	return nil
+}
+
+// inferOpTypes is the catalog's answer for one op of input types in: its
+// output types, or the rule's error.
+func inferOpTypes(op *Op, in []ops.Type, batch int) ([]ops.Type, error) {
+	def, _ := ops.Lookup(op.Type)
 	attrs := op.Attrs
 	if attrs.Has("shape") && batch > 0 {
 		attrs = AttrsAtBatch(attrs, batch)
@@ -275,16 +292,7 @@ func inferOp(op *Op, types map[string]ops.Type, batch int) error {
 	} else {
 		out, err = def.Infer(in, attrs)
 	}
-	if err != nil {
-		return Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
-	}
-	for i, o := range op.Outputs {
-		if out[i].Sparse() && out[i].RowSet == "" {
-			out[i].RowSet = o // the op makes a row set of its own
-		}
-		types[o] = out[i]
-	}
-	return nil
+	return out, err
 }
 
 func sparseInput(in []ops.Type) int {
@@ -383,8 +391,11 @@ func (g *Graph) Check() error {
 	if batch == 0 {
 		batch = 1
 	}
-	types, err := g.Infer(batch)
+	types, order, err := g.infer(batch, 0)
 	if err != nil {
+		return err
+	}
+	if err := g.checkSymbolicBatch(order, types, batch); err != nil {
 		return err
 	}
 	return g.checkTypes(types, batch)
@@ -395,6 +406,8 @@ func (g *Graph) checkTypes(types map[string]ops.Type, batch int) error {
 	g.Types = types
 	errs := g.checkTrain(types)
 	errs = append(errs, g.checkSizes(types, batch)...)
+	errs = append(errs, g.checkUpdates()...)
+	errs = append(errs, g.checkTableRows(types)...)
 	for _, a := range g.Assigns {
 		v, ok := g.Vars[a.Target]
 		switch {
@@ -422,6 +435,78 @@ func (g *Graph) checkTypes(types map[string]ops.Type, batch int) error {
 		seen[a.Target] = true
 	}
 	return errs.Err()
+}
+
+// idsPassThrough are the ops whose int32 output holds only values of
+// their inputs (rearranged), so ids keep their bound through them.
+var idsPassThrough = map[string]bool{"reshape": true, "slice_rows": true, "identity": true, "transpose": true, "concat": true}
+
+// checkTableRows refuses a table read through data ids that can exceed
+// its rows: an op with a `table` and an `ids` input (lookup_table, and a
+// pooled lookup alike) whose ids come, directly or through ops that only
+// rearrange them, from an ids spec of hash_buckets or num_ids N, when the
+// table has fewer than N rows (TestCheckRefusesSmallTable).
+func (g *Graph) checkTableRows(types map[string]ops.Type) ErrorList {
+	if g.Data == nil {
+		return nil
+	}
+	from := map[string]*Column{} // an int32 value -> the ids spec bounding it
+	for _, c := range g.Data.IDs {
+		if c.IDBound() > 0 {
+			from[c.Name] = c
+		}
+	}
+	if len(from) == 0 {
+		return nil
+	}
+	for changed := true; changed; { // ops need not be in dependency order
+		changed = false
+		for _, op := range g.Ops {
+			if !idsPassThrough[op.Type] || len(op.Outputs) != 1 || from[op.Outputs[0]] != nil {
+				continue
+			}
+			var c *Column
+			for _, in := range op.Inputs {
+				ci := from[in]
+				if ci == nil {
+					c = nil
+					break
+				}
+				if c == nil || ci.IDBound() > c.IDBound() {
+					c = ci
+				}
+			}
+			if c != nil {
+				from[op.Outputs[0]], changed = c, true
+			}
+		}
+	}
+	var errs ErrorList
+	for _, op := range g.Ops {
+		def, ok := ops.Lookup(op.Type)
+		if !ok || op.Section != Forward {
+			continue
+		}
+		ti, ii := slices.Index(def.Inputs, "table"), slices.Index(def.Inputs, "ids")
+		if ti < 0 || ii < 0 || ti >= len(op.Inputs) || ii >= len(op.Inputs) {
+			continue
+		}
+		table, ids := op.Inputs[ti], op.Inputs[ii]
+		c, t := from[ids], types[table]
+		if c == nil || len(t.Shape) != 2 || t.Shape[0] >= c.IDBound() {
+			continue
+		}
+		via := ""
+		if ids != c.Name {
+			via = fmt.Sprintf(" (from %s %q)", c.Key(), c.Name)
+		}
+		what, fix := fmt.Sprintf("hashed into hash_buckets: %d", c.HashBuckets), fmt.Sprintf("hash_buckets: %d", t.Shape[0])
+		if c.HashBuckets == 0 {
+			what, fix = fmt.Sprintf("integers below num_ids: %d", c.NumIDs), fmt.Sprintf("num_ids: %d if no id is larger", t.Shape[0])
+		}
+		errs = append(errs, Errorf(op.Pos, "op %s reads table %q %v through ids %q%s, %s (%s at %s): an id of %d or more would read a row the table does not have; give %q at least %d rows, shape [%d, %d], or set %s", op.Type, table, t.Shape, ids, via, what, c.Key(), c.Pos, t.Shape[0], table, c.IDBound(), c.IDBound(), t.Shape[1], fix))
+	}
+	return errs
 }
 
 func keys[V any](m map[string]V) []string {

@@ -52,11 +52,25 @@ func Diff(a, b *Graph) string {
 	if a.Data != nil {
 		da, db := *a.Data, *b.Data
 		da.Pos, db.Pos = Pos{}, Pos{}
-		for _, c := range []**Column{&da.Features, &da.Label, &da.IDs, &db.Features, &db.Label, &db.IDs} {
-			if *c != nil {
-				cc := **c
-				cc.Pos, cc.rangePos, cc.fillPos, cc.names, cc.rangeKey = Pos{}, Pos{}, Pos{}, nil, ""
-				*c = &cc
+		strip := func(c *Column) *Column {
+			if c == nil {
+				return nil
+			}
+			cc := *c
+			cc.Pos, cc.rangePos, cc.fillPos, cc.sepPos, cc.names, cc.rangeKey, cc.what = Pos{}, Pos{}, Pos{}, Pos{}, nil, "", ""
+			return &cc
+		}
+		for _, d := range []*Data{&da, &db} {
+			d.Label = strip(d.Label)
+			for _, list := range []*[]*Column{&d.Features, &d.IDs} {
+				out := make([]*Column, len(*list))
+				for i, c := range *list {
+					out[i] = strip(c)
+				}
+				if *list == nil {
+					out = nil
+				}
+				*list = out
 			}
 		}
 		for _, e := range []**Eval{&da.Eval, &db.Eval} {

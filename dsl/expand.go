@@ -79,6 +79,9 @@ func (g *Graph) Expand() error {
 		}
 		return Errorf(pos, "train needs loss (the scalar to minimize) when it names an optimizer")
 	}
+	if err := g.checkSymbolicBatch(order, types, batch); err != nil {
+		return err
+	}
 	if known {
 		err = g.differentiate(types, order)
 	} else {

@@ -161,26 +161,69 @@ type Column struct {
 	// or "log" (v > 0 becomes ln(1+v)).
 	Transform string
 	// HashBuckets > 0 hashes each id field's bytes into [0, HashBuckets)
-	// (see HashID); 0 reads the ids as integers.
+	// (see data.HashID); 0 reads the ids as integers, taken as they are.
 	HashBuckets int
+	// SharedSpace, for hashed ids: the column is not mixed into the hash, so
+	// a string is the same id in every column of the spec (and of every
+	// other shared spec with the same HashBuckets).
+	SharedSpace bool
+	// NumIDs > 0, for integer ids: every id is below it (a larger one is an
+	// error in the data file), so a table read through them needs NumIDs
+	// rows. 0: not stated.
+	NumIDs int
+	// Separator != 0 makes a multi-valued ids column: one column whose
+	// field holds several ids separated by Separator, read into MaxLen
+	// slots padded with -1 (the first MaxLen ids of a longer field are
+	// kept, and the field is counted as truncated).
+	Separator byte
+	MaxLen    int
 	// Float, for a label: its values are float32 targets [batch, Hi-Lo]
 	// (dtype: float32; regression, binary cross entropy) instead of int32
 	// class ids [batch].
 	Float bool
 
-	rangePos Pos      // of the column/columns value
-	fillPos  Pos      // of the fill key
-	names    []string // columns given by header name, resolved into Lo, Hi
-	rangeKey string   // "column" or "columns"
+	rangePos Pos    // of the column/columns value
+	what     string // the spec's name in messages: data.ids, data.ids[1]
+	sepPos   Pos    // of the separator key
+	// isFeatures: a features spec (float32 values) rather than ids or a label
+	isFeatures bool
+	fillPos    Pos      // of the fill key
+	names      []string // columns given by header name, resolved into Lo, Hi
+	rangeKey   string   // "column" or "columns"
+}
+
+// Key is the spec's place in the data section, as messages name it:
+// data.features, data.label, data.ids, or data.ids[1] in a list of specs.
+func (c *Column) Key() string { return c.what }
+
+// Width is the number of values the variable holds per row: the columns
+// of its range, or MaxLen for a multi-valued column.
+func (c *Column) Width() int {
+	if c.Separator != 0 {
+		return c.MaxLen
+	}
+	return c.Hi - c.Lo
+}
+
+// IDBound is the number of ids the spec can yield, ids being in [0,
+// IDBound): its HashBuckets or NumIDs; 0 when unknown (integer ids without
+// num_ids).
+func (c *Column) IDBound() int {
+	if c.HashBuckets > 0 {
+		return c.HashBuckets
+	}
+	return c.NumIDs
 }
 
 // Data describes the data source.
 type Data struct {
 	CSV       string // resolved path
 	Synthetic *Synthetic
-	Features  *Column
+	// Features and IDs are the features and ids specs, in file order: one
+	// for the mapping form (features: {...}), several for the list form.
+	Features  []*Column
 	Label     *Column
-	IDs       *Column
+	IDs       []*Column
 	Normalize string
 	Shuffle   bool
 	Seed      uint64
@@ -195,6 +238,17 @@ type Data struct {
 	// Eval is the held-out data (data.eval); nil: none.
 	Eval *Eval
 	Pos  Pos
+}
+
+// Columns lists the specs of the data variables in the order a batch's
+// tensors are given to a data reader (data.Batches.Fill): the features
+// specs, the label, the ids specs.
+func (d *Data) Columns() []*Column {
+	out := append([]*Column{}, d.Features...)
+	if d.Label != nil {
+		out = append(out, d.Label)
+	}
+	return append(out, d.IDs...)
 }
 
 // Synthetic describes a generated, learnable classification task.

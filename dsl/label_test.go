@@ -130,8 +130,8 @@ func TestHeaderColumnsByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := g.Data
-	if !d.Header || d.Features.Lo != 0 || d.Features.Hi != 3 || d.Label.Lo != 3 || d.Label.Hi != 4 || !d.Label.Float {
-		t.Fatalf("features [%d, %d), label [%d, %d) float %v, header %v; want [0, 3), [3, 4) float, header", d.Features.Lo, d.Features.Hi, d.Label.Lo, d.Label.Hi, d.Label.Float, d.Header)
+	if !d.Header || d.Features[0].Lo != 0 || d.Features[0].Hi != 3 || d.Label.Lo != 3 || d.Label.Hi != 4 || !d.Label.Float {
+		t.Fatalf("features [%d, %d), label [%d, %d) float %v, header %v; want [0, 3), [3, 4) float, header", d.Features[0].Lo, d.Features[0].Hi, d.Label.Lo, d.Label.Hi, d.Label.Float, d.Header)
 	}
 	src, err := Marshal(g)
 	if err != nil {

@@ -187,11 +187,8 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	default:
 		return Errorf(d.Pos, "data has no source to write")
 	}
-	col := func(key string, c *Column, isRange bool) {
-		if c == nil {
-			return
-		}
-		fmt.Fprintf(b, "  %s: {name: %s", key, YAMLString(c.Name))
+	spec := func(c *Column, isRange bool) {
+		fmt.Fprintf(b, "{name: %s", YAMLString(c.Name))
 		switch {
 		case d.Synthetic != nil: // columns follow from the synthetic layout
 		case isRange:
@@ -208,10 +205,41 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		if c.HashBuckets > 0 {
 			fmt.Fprintf(b, ", hash_buckets: %d", c.HashBuckets)
 		}
+		if c.SharedSpace {
+			b.WriteString(", shared_space: true")
+		}
+		if c.NumIDs > 0 {
+			fmt.Fprintf(b, ", num_ids: %d", c.NumIDs)
+		}
+		if c.Separator != 0 {
+			fmt.Fprintf(b, ", separator: %s, max_len: %d", strconv.Quote(string(c.Separator)), c.MaxLen)
+		}
 		if c.Float {
 			b.WriteString(", dtype: float32")
 		}
-		b.WriteString("}\n")
+		b.WriteString("}")
+	}
+	col := func(key string, c *Column, isRange bool) {
+		if c == nil {
+			return
+		}
+		fmt.Fprintf(b, "  %s: ", key)
+		spec(c, isRange)
+		b.WriteString("\n")
+	}
+	cols := func(key string, cs []*Column) {
+		if len(cs) == 1 {
+			col(key, cs[0], true)
+			return
+		}
+		if len(cs) > 1 {
+			fmt.Fprintf(b, "  %s:\n", key)
+		}
+		for _, c := range cs {
+			b.WriteString("    - ")
+			spec(c, true)
+			b.WriteString("\n")
+		}
 	}
 	switch d.Delimiter {
 	case ',', 0:
@@ -220,12 +248,12 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	default:
 		fmt.Fprintf(b, "  delimiter: %s\n", strconv.Quote(string(d.Delimiter)))
 	}
-	col("features", d.Features, true)
+	cols("features", d.Features)
 	if d.Header {
 		b.WriteString("  header: true\n")
 	}
 	col("label", d.Label, d.Label != nil && d.Label.Hi-d.Label.Lo > 1)
-	col("ids", d.IDs, true)
+	cols("ids", d.IDs)
 	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
 	if d.Stream {
 		b.WriteString("  stream: true\n")

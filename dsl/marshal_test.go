@@ -177,7 +177,8 @@ func mustRead(t *testing.T, path string) []byte {
 }
 
 // The data options of CTR files (delimiter, fill, transform, hash_buckets,
-// stream) and the held-out data (data.eval, train.eval_every) survive
+// stream; lists of features and ids specs, shared_space, num_ids,
+// multi-valued columns) and the held-out data (data.eval, train.eval_every) survive
 // Marshal and Load, as a split plan's trainer.yaml needs.
 func TestMarshalRoundTripDataOptions(t *testing.T) {
 	dir := t.TempDir()
@@ -190,6 +191,9 @@ func TestMarshalRoundTripDataOptions(t *testing.T) {
 		"  delimiter: \";\"\n  features: {name: x, columns: [0, 1]}\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {fraction: 0.25}\ntrain: {batch: 4, eval_every: 5}\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {csv: train.tsv}\n  stream: true\n",
+		"  delimiter: tab\n  label: {name: y, column: 0}\n  features:\n    - {name: a, columns: [1, 2]}\n    - {name: b, columns: [2, 3], fill: 0, transform: log}\n" +
+			"  ids:\n    - {name: c, columns: [1, 3], fill: 7, num_ids: 100}\n    - {name: d, column: 3, hash_buckets: 1000, shared_space: true, separator: \"|\", max_len: 5}\n    - {name: e, columns: [3, 4], hash_buckets: 10}\n",
+		"  delimiter: tab\n  ids:\n    - {name: c, column: 3, separator: \";\", max_len: 2}\n",
 	} {
 		path := filepath.Join(dir, "m.yaml")
 		g, err := LoadBytes(path, []byte("psgraph: 1\ndata:\n  csv: train.tsv\n"+data))

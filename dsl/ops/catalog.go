@@ -187,6 +187,25 @@ type Def struct {
 	// RowGrad ops compute a table's row gradient (lookup_table_grad,
 	// embedding_bag_grad): inputs dy, ids, table.
 	RowGrad bool
+	// Updates pairs inputs that are persistent state with the outputs
+	// holding their next values (batch_norm's running statistics): the
+	// DSL requires each such input to be a state variable assigned that
+	// output, and no gradient flows into such an output.
+	Updates []Update
+}
+
+// Update says that output Out of an op is the next value of its input In,
+// a state variable.
+type Update struct{ In, Out int }
+
+// UpdateOutput reports whether output i of the op is a state's next value.
+func (d *Def) UpdateOutput(i int) bool {
+	for _, u := range d.Updates {
+		if u.Out == i {
+			return true
+		}
+	}
+	return false
 }
 
 // NumInputs reports the allowed input count.

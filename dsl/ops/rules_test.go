@@ -57,3 +57,28 @@ func TestAUCShapeErrors(t *testing.T) {
 		}
 	}
 }
+
+// The new ops' shape and attribute errors.
+func TestReduceIntNormShapeErrors(t *testing.T) {
+	for _, c := range []struct{ vars, op, want string }{
+		{"a: {shape: [2, 3]}", "{type: reduce_max, inputs: [a], outputs: [y], attrs: {axis: 2}}", "axis 2 is out of range for shape [2, 3]"},
+		{"a: {shape: [2, 3], dtype: int32}", "{type: logsumexp, inputs: [a], outputs: [y]}", "input must be float32, got int32[2, 3]"},
+		{"a: {shape: [2, 3]}", "{type: cast, inputs: [a], outputs: [y], attrs: {to: int64}}", `to: "int64" is not a dtype; write int32 or float32`},
+		{"a: {shape: [2, 3]}", "{type: cast, inputs: [a], outputs: [y], attrs: {to: float32}}", "x is already float32[2, 3]: nothing to cast (use identity for a copy)"},
+		{"a: {shape: [4]}", "{type: hash_cross, inputs: [a], outputs: [y], attrs: {buckets: 10}}", "input 0 must be int32 ids [batch] or [batch, k], got float32[4]"},
+		{"a: {shape: [4], dtype: int32}\n  b: {shape: [3, 2], dtype: int32}", "{type: hash_cross, inputs: [a, b], outputs: [y], attrs: {buckets: 10}}", "input 1 has 3 rows, input 0 has 4"},
+		{"a: {shape: [4], dtype: int32}", "{type: hash_cross, inputs: [a], outputs: [y], attrs: {buckets: 0}}", "buckets 0 is outside [1, 2^31-1]"},
+		{"a: {shape: [4, 2, 2], dtype: int32}", "{type: hash_cross, inputs: [a], outputs: [y], attrs: {buckets: 5}}", "input 0 must be int32 ids [batch] or [batch, k], got int32[4, 2, 2]"},
+		{"a: {shape: [2, 3]}", "{type: arange_like, inputs: [a], outputs: [y], attrs: {axis: 2}}", "axis 2 is out of range"},
+		{"x: {shape: [2, 3]}\n  g: {shape: [4]}\n  b: {shape: [3]}", "{type: layer_norm, inputs: [x, g, b], outputs: [y]}", "gamma must be float32 [3] (the size of the last axis of x), got float32[4]"},
+		{"x: {shape: [2, 3, 4]}\n  g: {shape: [4]}\n  b: {shape: [4]}\n  m: {shape: [4]}\n  v: {shape: [4]}", "{type: batch_norm, inputs: [x, g, b, m, v], outputs: [y, m2, v2]}", "x must be float32 [batch, C], got float32[2, 3, 4]"},
+		{"x: {shape: [2, 3]}\n  g: {shape: [3]}\n  b: {shape: [3]}\n  m: {shape: [3]}\n  v: {shape: [2]}", "{type: batch_norm, inputs: [x, g, b, m, v], outputs: [y, m2, v2]}", "running_var must be float32 [3] (x's columns), got float32[2]"},
+		{"x: {shape: [2, 3]}\n  g: {shape: [3]}\n  b: {shape: [3]}\n  m: {shape: [3]}\n  v: {shape: [3]}", "{type: batch_norm, inputs: [x, g, b, m, v], outputs: [y, m2, v2], attrs: {momentum: 1.5}}", "momentum 1.5 is outside [0, 1]"},
+	} {
+		src := "psgraph: 1\nstate:\n  " + c.vars + "\nops:\n  - " + c.op + "\n"
+		_, err := dsl.LoadBytes("m.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.op, err, c.want)
+		}
+	}
+}

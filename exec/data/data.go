@@ -20,7 +20,9 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// Set is a data set held in memory, one row per example.
+// Set is a data set held in memory, one row per example. A row's
+// features are those of every features spec side by side, in spec order,
+// and so are its ids.
 type Set struct {
 	Rows     int
 	Features []float32 // Rows x NF, normalized
@@ -31,6 +33,117 @@ type Set struct {
 	IDs      []int32 // Rows x NI
 	NI       int
 	spec     *dsl.Data
+	layout   []slot
+	// truncated: per ids spec, the fields of the file that held more than
+	// max_len ids (counted when the file was read).
+	truncated []int64
+}
+
+// Truncation is what a multi-valued ids column lost to its max_len.
+type Truncation struct {
+	Spec *dsl.Column
+	// Fields is the number of fields that held more than max_len ids; each
+	// kept its first max_len.
+	Fields int64
+}
+
+// Truncated lists the ids specs some of whose fields held more than
+// max_len ids, over the file the set was read from (all of it, the rows a
+// data.eval fraction holds out included).
+func (s *Set) Truncated() []Truncation { return truncations(s.spec, s.truncated, nil) }
+
+// DescribeTruncation says what a multi-valued column lost, in a line for
+// the log or psgraph check.
+func DescribeTruncation(t Truncation) string {
+	c := t.Spec
+	return fmt.Sprintf("%s %q (%s): %d fields held more than max_len %d ids; each kept its first %d (raise max_len to keep more)", c.Key(), c.Name, c.Pos, t.Fields, c.MaxLen, c.MaxLen)
+}
+
+func truncations(spec *dsl.Data, counts, base []int64) []Truncation {
+	var out []Truncation
+	for j, n := range counts {
+		if base != nil {
+			n -= base[j]
+		}
+		if n > 0 {
+			out = append(out, Truncation{Spec: spec.IDs[j], Fields: n})
+		}
+	}
+	return out
+}
+
+// slot says where a data variable's values are in a row: a Batches reader
+// is given one tensor per variable, in the order of dsl.Data.Columns.
+type slot struct {
+	kind       slotKind
+	off, width int // in the row's features or ids
+	spec       int // the spec's index among the features or ids specs
+}
+
+type slotKind uint8
+
+const (
+	slotFeatures slotKind = iota
+	slotLabel             // int32 class ids [batch]
+	slotTargets           // float32 targets [batch, width]
+	slotIDs
+)
+
+// layoutOf is the slot of each of spec's data variables, in the order of
+// spec.Columns().
+func layoutOf(spec *dsl.Data) []slot {
+	var out []slot
+	off := 0
+	for i, c := range spec.Features {
+		out = append(out, slot{kind: slotFeatures, off: off, width: c.Width(), spec: i})
+		off += c.Width()
+	}
+	if c := spec.Label; c != nil && c.Float {
+		out = append(out, slot{kind: slotTargets, width: c.Hi - c.Lo})
+	} else if c != nil {
+		out = append(out, slot{kind: slotLabel, width: 1})
+	}
+	off = 0
+	for i, c := range spec.IDs {
+		out = append(out, slot{kind: slotIDs, off: off, width: c.Width(), spec: i})
+		off += c.Width()
+	}
+	return out
+}
+
+// putRow writes one row (its features, label or targets, and ids) into
+// row b of the batch tensors dst, one per data variable in layout order;
+// a nil tensor is not fed.
+func putRow(layout []slot, dst []*tensor.Tensor, b int, feat []float32, label int32, tgt []float32, ids []int32) {
+	for i, t := range dst {
+		if t == nil {
+			continue
+		}
+		switch sl := layout[i]; sl.kind {
+		case slotFeatures:
+			copy(t.F[b*sl.width:(b+1)*sl.width], feat[sl.off:sl.off+sl.width])
+		case slotLabel:
+			t.I[b] = label
+		case slotTargets:
+			copy(t.F[b*sl.width:(b+1)*sl.width], tgt)
+		case slotIDs:
+			copy(t.I[b*sl.width:(b+1)*sl.width], ids[sl.off:sl.off+sl.width])
+		}
+	}
+}
+
+// batchOf is the batch of the tensors dst (their first dimension), after
+// checking that there is one per data variable.
+func batchOf(layout []slot, dst []*tensor.Tensor) (int, error) {
+	if len(dst) != len(layout) {
+		return 0, fmt.Errorf("a batch of the data takes %d tensors, one per data variable (features, label, ids in data order), got %d", len(layout), len(dst))
+	}
+	for _, t := range dst {
+		if t != nil {
+			return t.Shape[0], nil
+		}
+	}
+	return 0, nil
 }
 
 // Load reads the data source of a model: its training rows, normalized
@@ -52,7 +165,7 @@ func raw(spec *dsl.Data) (*Set, error) {
 	var err error
 	if spec.Synthetic != nil {
 		s = synthetic(spec)
-		if c := spec.Features; c != nil && c.Transform == "log" {
+		if len(spec.Features) > 0 && spec.Features[0].Transform == "log" {
 			for i, v := range s.Features {
 				if v > 0 {
 					s.Features[i] = float32(math.Log1p(float64(v)))
@@ -65,7 +178,7 @@ func raw(spec *dsl.Data) (*Set, error) {
 			return nil, err
 		}
 	}
-	s.spec = spec
+	s.spec, s.layout = spec, layoutOf(spec)
 	return s, nil
 }
 
@@ -79,6 +192,7 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 	s := &Set{NF: p.nf, NI: p.ni, NT: p.nt}
 	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
 	var label int32
+	var out rowOut
 	header := spec.Header
 	for {
 		line, err := lr.next()
@@ -100,7 +214,8 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 		s.Features = slices.Grow(s.Features, p.nf)[:len(s.Features)+p.nf]
 		s.IDs = slices.Grow(s.IDs, p.ni)[:len(s.IDs)+p.ni]
 		s.Targets = slices.Grow(s.Targets, p.nt)[:len(s.Targets)+p.nt]
-		if err := p.parse(line, lr.line, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:]); err != nil {
+		p.rowOut(&out, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:])
+		if err := p.parse(line, lr.line, &out); err != nil {
 			return nil, err
 		}
 		if spec.Label != nil && p.nt == 0 {
@@ -111,6 +226,7 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 	if s.Rows == 0 {
 		return nil, fmt.Errorf("%s: the data file has no rows", spec.CSV)
 	}
+	s.truncated = p.truncated
 	return s, nil
 }
 
@@ -267,18 +383,24 @@ func (st *featureStats) scaling(mode string) *Scaling {
 }
 
 // Apply normalizes one row of features in place.
-func (sc *Scaling) Apply(row []float32) {
-	for j := range row {
-		row[j] = float32((float64(row[j]) - sc.Shift[j]) / sc.Scale[j])
+func (sc *Scaling) Apply(row []float32) { sc.applyAt(0, row) }
+
+// applyAt normalizes the values of feature columns off, off+1, ... of a
+// row in place: one features spec's.
+func (sc *Scaling) applyAt(off int, vals []float32) {
+	shift, scale := sc.Shift[off:off+len(vals)], sc.Scale[off:off+len(vals)]
+	for j := range vals {
+		vals[j] = float32((float64(vals[j]) - shift[j]) / scale[j])
 	}
 }
 
 // Batches serves batches by the data stream rule: Fill writes stream rows
-// [start, start+batch) into the data tensors that are non-nil, batch being
-// the tensors' first dimension. A Stream serves them from memory, a
-// FileStream from disk.
+// [start, start+batch) into the data tensors dst, one per data variable in
+// the order of dsl.Data.Columns (features specs, label, ids specs), batch
+// being the tensors' first dimension; a nil tensor is not fed. A Stream
+// serves them from memory, a FileStream from disk.
 type Batches interface {
-	Fill(start int64, features, labels, ids *tensor.Tensor) error
+	Fill(start int64, dst []*tensor.Tensor) error
 }
 
 // Stream serves batches by the data stream rule. It is not safe for
@@ -316,35 +438,23 @@ func (st *Stream) row(pos int64) int {
 	return st.perm[i]
 }
 
-// Fill writes stream rows [start, start+batch) into the data tensors that
-// are non-nil. batch is the tensors' first dimension. It never fails.
-func (st *Stream) Fill(start int64, features, labels, ids *tensor.Tensor) error {
+// Fill writes stream rows [start, start+batch) into the data tensors dst
+// (see Batches). It fails only when dst does not match the data variables.
+func (st *Stream) Fill(start int64, dst []*tensor.Tensor) error {
 	s := st.set
-	batch := batchOf(features, labels, ids)
+	batch, err := batchOf(s.layout, dst)
+	if err != nil {
+		return err
+	}
 	for b := 0; b < batch; b++ {
 		r := st.row(start + int64(b))
-		if features != nil {
-			copy(features.F[b*s.NF:(b+1)*s.NF], s.Features[r*s.NF:(r+1)*s.NF])
+		var label int32
+		if s.Labels != nil {
+			label = s.Labels[r]
 		}
-		if labels != nil && s.NT > 0 {
-			copy(labels.F[b*s.NT:(b+1)*s.NT], s.Targets[r*s.NT:(r+1)*s.NT])
-		} else if labels != nil {
-			labels.I[b] = s.Labels[r]
-		}
-		if ids != nil {
-			copy(ids.I[b*s.NI:(b+1)*s.NI], s.IDs[r*s.NI:(r+1)*s.NI])
-		}
+		putRow(s.layout, dst, b, s.Features[r*s.NF:(r+1)*s.NF], label, s.Targets[r*s.NT:(r+1)*s.NT], s.IDs[r*s.NI:(r+1)*s.NI])
 	}
 	return nil
-}
-
-func batchOf(features, labels, ids *tensor.Tensor) int {
-	for _, t := range []*tensor.Tensor{features, labels, ids} {
-		if t != nil {
-			return t.Shape[0]
-		}
-	}
-	return 0
 }
 
 // NewOrderedStream is a stream in file order, whatever the shuffle setting:

@@ -69,13 +69,13 @@ func TestHeaderIsNotARow(t *testing.T) {
 	}
 	defer fs.Close()
 	b := newBatch(g.Data, 6)
-	if err := fs.Fill(3, b.features, b.labels, b.ids); err != nil {
+	if err := fs.Fill(3, b.all); err != nil {
 		t.Fatal(err)
 	}
 	if want := []float32{8, 0.5, 1.5, -2, 8, 0.5}; !slices.Equal(b.labels.F, want) {
 		t.Errorf("stream rows 3..8: targets %v, want %v", b.labels.F, want)
 	}
-	if c, err := Count(g.Data); err != nil || c != 4 {
+	if c, _, err := Count(g.Data); err != nil || c != 4 {
 		t.Errorf("Count = %d, %v; want 4", c, err)
 	}
 }
@@ -93,7 +93,7 @@ func TestHeaderAndFloatLabelLineErrors(t *testing.T) {
 				var fs *FileStream
 				if fs, err = OpenStream(g.Data); err == nil {
 					b := newBatch(g.Data, 1)
-					err = fs.Fill(0, b.features, b.labels, b.ids)
+					err = fs.Fill(0, b.all)
 					fs.Close()
 				}
 			} else {

@@ -32,14 +32,29 @@ const maxLine = 1 << 26
 // table trained today reads the same rows tomorrow, and any language can
 // compute it (Python: (h * buckets) >> 64 with h masked to 64 bits).
 func HashID(col int, field []byte, buckets int) int32 {
-	return hashField(columnHash(col), field, buckets)
+	return bucketOf(hashKey(columnHash(col), field), buckets)
 }
 
-const fnvPrime64 = 1099511628211
+// SharedHashID is the bucket of a field of a spec with shared_space: true:
+// HashID without the column, FNV-1a 64 over the field's bytes alone, so a
+// string has one id in every column of every shared spec of the same
+// buckets:
+//
+//	h = FNV-1a 64 over the field's bytes
+//	(then the same finalizer and multiply as HashID)
+func SharedHashID(field []byte, buckets int) int32 {
+	return bucketOf(hashKey(fnvOffset64, field), buckets)
+}
 
-// columnHash is the FNV-1a 64 state after a column's 4 bytes.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// columnHash is the FNV-1a 64 state after a column's 4 bytes: the state a
+// field of that column is hashed from (its hash space).
 func columnHash(col int) uint64 {
-	h := uint64(14695981039346656037)
+	h := uint64(fnvOffset64)
 	c := uint32(col)
 	for i := 0; i < 4; i++ {
 		h ^= uint64(byte(c >> (8 * i)))
@@ -48,7 +63,11 @@ func columnHash(col int) uint64 {
 	return h
 }
 
-func hashField(h uint64, field []byte, buckets int) int32 {
+// hashKey is the 64-bit key of a field: FNV-1a 64 continued from state h
+// (a column's, or the offset basis for a shared space) over the field's
+// bytes, then murmur3's 64-bit finalizer. Every id kind goes through it: a
+// bucket is bucketOf(hashKey(...)); a 64-bit key would be hashKey alone.
+func hashKey(h uint64, field []byte) uint64 {
 	for _, b := range field {
 		h ^= uint64(b)
 		h *= fnvPrime64
@@ -58,6 +77,12 @@ func hashField(h uint64, field []byte, buckets int) int32 {
 	h ^= h >> 33
 	h *= 0xc4ceb9fe1a85ec53
 	h ^= h >> 33
+	return h
+}
+
+// bucketOf maps a 64-bit key onto [0, buckets): the high 64 bits of the
+// 128-bit product, a multiply instead of a division.
+func bucketOf(h uint64, buckets int) int32 {
 	hi, _ := bits.Mul64(h, uint64(buckets))
 	return int32(hi)
 }
@@ -116,8 +141,10 @@ func (l *lineReader) skip(delim byte) (bool, error) {
 	}
 }
 
-// rowParser turns a line of a data file into one row's values. It reuses
-// its field slice: parsing a row allocates nothing.
+// rowParser turns a line of a data file into one row's values: the
+// features of every features spec side by side (nf values), the label, and
+// the ids of every ids spec side by side (ni values). It reuses its field
+// slice: parsing a row allocates nothing.
 type rowParser struct {
 	spec      *dsl.Data
 	file      string
@@ -127,8 +154,52 @@ type rowParser struct {
 	widthLine int // the first row's line
 	fields    [][]byte
 	nf, ni    int
-	nt        int      // float label (target) columns; 0 for class ids
-	colHash   []uint64 // columnHash of each hashed id column
+	nt        int // float label (target) columns; 0 for class ids
+	feats     []featSpec
+	ids       []idSpec
+	// truncated counts, per ids spec, the fields that held more than
+	// max_len ids (a multi-valued column); the first max_len were kept.
+	truncated []int64
+}
+
+// featSpec is a features spec: its columns go to the row's features from off.
+type featSpec struct {
+	c   *dsl.Column
+	off int
+}
+
+// rowOut is where the parser writes one row's values: each features spec's
+// into feat[i], each ids spec's into ids[j] (in spec order), and the label
+// (class id) or float targets. Streamed batches point them at the batch
+// tensors' rows, so a row is parsed in place.
+type rowOut struct {
+	feat  [][]float32
+	label *int32
+	tgt   []float32
+	ids   [][]int32
+}
+
+// rowOut points out at one row of contiguous values: feat (nf values),
+// ids (ni values), as a Set holds them.
+func (p *rowParser) rowOut(out *rowOut, feat []float32, label *int32, tgt []float32, ids []int32) {
+	out.feat, out.ids = out.feat[:0], out.ids[:0]
+	for _, fs := range p.feats {
+		out.feat = append(out.feat, feat[fs.off:fs.off+fs.c.Width()])
+	}
+	for _, s := range p.ids {
+		out.ids = append(out.ids, ids[s.off:s.off+s.c.Width()])
+	}
+	out.label, out.tgt = label, tgt
+}
+
+// idSpec is an ids spec: its values go to the row's ids from off.
+type idSpec struct {
+	c       *dsl.Column
+	off     int
+	buckets int      // hashed ids: the buckets; 0: integer ids
+	seeds   []uint64 // hashed ids: the hash state of each column (columnHash, or fnvOffset64 shared)
+	bound   int      // integer ids: num_ids (0: not stated)
+	sep     byte     // a multi-valued column: the separator (its width is max_len); 0: one id a field
 }
 
 // log1pSmall holds float32(ln(1+n)) of the small integers most count
@@ -145,25 +216,31 @@ func newRowParser(spec *dsl.Data) *rowParser {
 	if p.delim == 0 {
 		p.delim = ','
 	}
-	for _, c := range []*dsl.Column{spec.Features, spec.Label, spec.IDs} {
-		if c != nil {
-			p.need = max(p.need, c.Hi)
-		}
+	for _, c := range spec.Columns() {
+		p.need = max(p.need, c.Hi)
 	}
-	if c := spec.Features; c != nil {
-		p.nf = c.Hi - c.Lo
+	for _, c := range spec.Features {
+		p.feats = append(p.feats, featSpec{c: c, off: p.nf})
+		p.nf += c.Width()
 	}
 	if c := spec.Label; c != nil && c.Float {
 		p.nt = c.Hi - c.Lo
 	}
-	if c := spec.IDs; c != nil {
-		p.ni = c.Hi - c.Lo
-		if c.HashBuckets > 0 {
+	for _, c := range spec.IDs {
+		s := idSpec{c: c, off: p.ni, buckets: c.HashBuckets, bound: c.NumIDs, sep: c.Separator}
+		if s.buckets > 0 {
 			for col := c.Lo; col < c.Hi; col++ {
-				p.colHash = append(p.colHash, columnHash(col))
+				h := columnHash(col)
+				if c.SharedSpace {
+					h = fnvOffset64
+				}
+				s.seeds = append(s.seeds, h)
 			}
 		}
+		p.ids = append(p.ids, s)
+		p.ni += c.Width()
 	}
+	p.truncated = make([]int64, len(p.ids))
 	return p
 }
 
@@ -185,10 +262,10 @@ func (p *rowParser) header(line []byte, lineNo int) {
 	p.width, p.widthLine = bytes.Count(line, []byte{p.delim})+1, lineNo
 }
 
-// parse reads the row in line (trimmed, not blank) into feat (nf values),
-// the label (a class id, or nt float targets into tgt) and ids (ni
-// values), whichever the model declares.
-func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32, tgt []float32, ids []int32) error {
+// parse reads the row in line (trimmed, not blank) into out: the values
+// of each features and ids spec, the label (a class id, or nt float
+// targets), whichever the model declares.
+func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 	p.fields = p.fields[:0]
 	for more := true; more; {
 		f := line
@@ -218,18 +295,19 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 		}
 		return p.errAt(lineNo, "line has %d fields separated by %s, but %s (line %d) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), first, p.widthLine, p.width, p.spec.Pos)
 	}
-	if c := p.spec.Features; c != nil {
+	for i, fs := range p.feats {
+		c, out := fs.c, out.feat[i]
 		for col := c.Lo; col < c.Hi; col++ {
 			f := p.fields[col]
 			var v float64
 			if len(f) == 0 {
 				if c.Fill == nil {
-					return p.errAt(lineNo, "column %d is empty; add fill: VALUE to data.features (%s) to stand in for missing values", col, c.Pos)
+					return p.errAt(lineNo, "column %d is empty; add fill: VALUE to %s (%s) to stand in for missing values", col, c.Key(), c.Pos)
 				}
 				v = *c.Fill
 			} else if n, ok := parseInt(f); ok {
 				if c.Transform == "log" && n >= 0 && n < int64(len(log1pSmall)) {
-					feat[col-c.Lo] = log1pSmall[n]
+					out[col-c.Lo] = log1pSmall[n]
 					continue
 				}
 				v = float64(n)
@@ -243,7 +321,7 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 			if c.Transform == "log" && v > 0 {
 				v = math.Log1p(v)
 			}
-			feat[col-c.Lo] = float32(v)
+			out[col-c.Lo] = float32(v)
 		}
 	}
 	if c := p.spec.Label; c != nil && c.Float {
@@ -256,34 +334,93 @@ func (p *rowParser) parse(line []byte, lineNo int, feat []float32, label *int32,
 			if !ok {
 				return p.errAt(lineNo, "column %d: %q is not a number, but it is the label %q (%s), a float32 target; fix the row or choose another column", col, f, c.Name, c.Pos)
 			}
-			tgt[col-c.Lo] = float32(v)
+			out.tgt[col-c.Lo] = float32(v)
 		}
 	} else if c != nil {
-		v, err := p.integer(c, c.Lo, lineNo, "label")
+		v, err := p.integer(c, p.fields[c.Lo], c.Lo, lineNo, "label")
 		if err != nil {
 			return err
 		}
-		*label = v
+		*out.label = v
 	}
-	if c := p.spec.IDs; c != nil {
-		for col := c.Lo; col < c.Hi; col++ {
-			if c.HashBuckets > 0 {
-				ids[col-c.Lo] = hashField(p.colHash[col-c.Lo], p.fields[col], c.HashBuckets)
-				continue
-			}
-			v, err := p.integer(c, col, lineNo, "ids")
-			if err != nil {
+	for j := range p.ids {
+		s, out := &p.ids[j], out.ids[j]
+		switch {
+		case s.sep != 0:
+			if err := p.multi(s, j, lineNo, out); err != nil {
 				return err
 			}
-			ids[col-c.Lo] = v
+		case s.buckets > 0:
+			fields, buckets := p.fields[s.c.Lo:s.c.Hi], s.buckets
+			seeds, out := s.seeds[:len(fields)], out[:len(fields)]
+			for i, f := range fields {
+				out[i] = bucketOf(hashKey(seeds[i], f), buckets)
+			}
+		default:
+			for col := s.c.Lo; col < s.c.Hi; col++ {
+				v, err := p.integer(s.c, p.fields[col], col, lineNo, "ids")
+				if err != nil {
+					return err
+				}
+				if s.bound > 0 && int(v) >= s.bound {
+					return p.errAt(lineNo, "column %d: id %d is not below num_ids %d of %s %q (%s); fix the row or raise num_ids (and the rows of the tables it reads)", col, v, s.bound, s.c.Key(), s.c.Name, s.c.Pos)
+				}
+				out[col-s.c.Lo] = v
+			}
 		}
 	}
 	return nil
 }
 
-// integer reads a non-negative int32 of a label or unhashed ids column.
-func (p *rowParser) integer(c *dsl.Column, col, lineNo int, what string) (int32, error) {
-	f := p.fields[col]
+// multi reads the field of a multi-valued ids column into out (max_len
+// slots): its ids in order, then -1 in the slots left. Empty pieces
+// (between two separators, or an empty field) hold no id; past max_len
+// ids the rest of the field is dropped and the field counted in
+// truncated[j].
+func (p *rowParser) multi(s *idSpec, j, lineNo int, out []int32) error {
+	col := s.c.Lo
+	rest := p.fields[col]
+	n := 0
+	for len(rest) > 0 {
+		piece := rest
+		if i := bytes.IndexByte(rest, s.sep); i >= 0 {
+			piece, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		if len(piece) > 0 && (piece[0] <= ' ' || piece[len(piece)-1] <= ' ') {
+			piece = dsl.TrimField(piece, s.sep)
+		}
+		if len(piece) == 0 {
+			continue
+		}
+		if n == len(out) {
+			p.truncated[j]++
+			break
+		}
+		if s.buckets > 0 {
+			out[n] = bucketOf(hashKey(s.seeds[0], piece), s.buckets)
+		} else {
+			v, err := p.integer(s.c, piece, col, lineNo, "ids")
+			if err != nil {
+				return err
+			}
+			if s.bound > 0 && int(v) >= s.bound {
+				return p.errAt(lineNo, "column %d: id %d is not below num_ids %d of %s %q (%s); fix the row or raise num_ids (and the rows of the tables it reads)", col, v, s.bound, s.c.Key(), s.c.Name, s.c.Pos)
+			}
+			out[n] = v
+		}
+		n++
+	}
+	for ; n < len(out); n++ {
+		out[n] = -1
+	}
+	return nil
+}
+
+// integer reads a non-negative int32 of a label or an integer ids field f
+// (of column col).
+func (p *rowParser) integer(c *dsl.Column, f []byte, col, lineNo int, what string) (int32, error) {
 	if len(f) == 0 {
 		if c.Fill != nil {
 			return int32(*c.Fill), nil
@@ -291,7 +428,7 @@ func (p *rowParser) integer(c *dsl.Column, col, lineNo int, what string) (int32,
 		if what == "label" {
 			return 0, p.errAt(lineNo, "column %d is empty, but it is the label %q (%s); every row needs a label: fix or drop the line", col, c.Name, c.Pos)
 		}
-		return 0, p.errAt(lineNo, "column %d is empty; add fill: ID to data.ids (%s) to stand in for missing ids, or hash_buckets: N to hash the column's strings", col, c.Pos)
+		return 0, p.errAt(lineNo, "column %d is empty; add fill: ID to %s (%s) to stand in for missing ids, or hash_buckets: N to hash the column's strings", col, c.Key(), c.Pos)
 	}
 	if n, ok := parseInt(f); ok && n >= 0 && n <= math.MaxInt32 {
 		return int32(n), nil
@@ -303,7 +440,7 @@ func (p *rowParser) integer(c *dsl.Column, col, lineNo int, what string) (int32,
 			hint = "fix the row, or add dtype: float32 to data.label to read float targets (regression)"
 		}
 		if what == "ids" && !ok {
-			hint = "add hash_buckets: N to data.ids to hash strings into ids, or fix the row"
+			hint = fmt.Sprintf("add hash_buckets: N to %s to hash strings into ids, or fix the row", c.Key())
 		}
 		return 0, p.errAt(lineNo, "column %d: %q must be a non-negative integer, because it is read as %s %q (%s); %s", col, f, what, c.Name, c.Pos, hint)
 	}

@@ -184,7 +184,7 @@ func readAll(t *testing.T, spec *dsl.Data, stream bool, rows int) *Set {
 	}
 	defer fs.Close()
 	b := newBatch(spec, rows)
-	if err := fs.Fill(0, b.features, b.labels, b.ids); err != nil {
+	if err := fs.Fill(0, b.all); err != nil {
 		t.Fatal(err)
 	}
 	return b.set(rows)
@@ -253,7 +253,7 @@ func TestDataLineErrors(t *testing.T) {
 					var fs *FileStream
 					if fs, err = OpenStream(g.Data); err == nil {
 						b := newBatch(g.Data, 8)
-						err = fs.Fill(0, b.features, b.labels, b.ids)
+						err = fs.Fill(0, b.all)
 						fs.Close()
 					}
 				} else {

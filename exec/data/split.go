@@ -108,7 +108,7 @@ func HeldOut(rows int, fraction float64, seed uint64) ([]bool, error) {
 
 // subset is the rows of s whose held value is want, in file order.
 func subset(s *Set, held []bool, want bool) *Set {
-	out := &Set{NF: s.NF, NI: s.NI, NT: s.NT, spec: s.spec}
+	out := &Set{NF: s.NF, NI: s.NI, NT: s.NT, spec: s.spec, layout: s.layout, truncated: s.truncated}
 	for r := 0; r < s.Rows; r++ {
 		if held[r] != want {
 			continue

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -34,9 +35,17 @@ type FileStream struct {
 	cur   int64    // file row (counting non-blank lines from 0) read next
 	rows  int64    // rows in the file; -1 until the first pass reaches its end
 	label int32
-	row   []float32 // scratch for a first pass
+	row   []float32 // one row's values, for a pass and for variables not fed
 	ids   []int32
 	tgt   []float32 // float label (dtype: float32) scratch
+	// scratch points at row, label, tgt and ids; out at a batch row of
+	// the tensors being filled (scratch where a tensor is nil).
+	scratch, out rowOut
+	// layout places the variables' values in the batch tensors.
+	layout []slot
+	// truncBase is the parser's truncation counts when the stream opened:
+	// Truncated counts what the batches read after it.
+	truncBase []int64
 }
 
 // OpenStream opens a model's data file as a stream. It reads the first
@@ -72,14 +81,16 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
-	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1}
+	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1, layout: layoutOf(spec)}
 	s.lr.r = bufio.NewReaderSize(f, buffer)
 	s.row, s.ids, s.tgt = make([]float32, s.p.nf), make([]int32, s.p.ni), make([]float32, s.p.nt)
+	s.p.rowOut(&s.scratch, s.row, &s.label, s.tgt, s.ids)
+	s.p.rowOut(&s.out, s.row, &s.label, s.tgt, s.ids)
 	if err := s.rewind(); err != nil { // past the header
 		f.Close()
 		return nil, err
 	}
-	if err := s.readRow(s.row, &s.label, s.tgt, s.ids); err != nil { // the width of the rows
+	if err := s.readRow(&s.scratch); err != nil { // the width of the rows
 		f.Close()
 		return nil, err
 	}
@@ -103,7 +114,15 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) 
 		f.Close()
 		return nil, err
 	}
+	s.truncBase = slices.Clone(s.p.truncated)
 	return s, nil
+}
+
+// Truncated lists the ids specs some of whose fields held more than
+// max_len ids, among the rows the stream's batches read since it opened
+// (a row read in several epochs counts each time).
+func (s *FileStream) Truncated() []Truncation {
+	return truncations(s.spec, s.p.truncated, s.truncBase)
 }
 
 // Close closes the file.
@@ -120,7 +139,7 @@ func (s *FileStream) pass(fn func()) (int64, error) {
 		return 0, err
 	}
 	for {
-		ok, err := s.nextRow(s.row, &s.label, s.tgt, s.ids)
+		ok, err := s.nextRow(&s.scratch)
 		if err != nil {
 			return 0, err
 		}
@@ -157,7 +176,7 @@ func (s *FileStream) rewind() error {
 
 // nextRow parses the next row of the file; false at the file's end, which
 // also settles the row count.
-func (s *FileStream) nextRow(feat []float32, label *int32, tgt []float32, ids []int32) (bool, error) {
+func (s *FileStream) nextRow(out *rowOut) (bool, error) {
 	for {
 		line, err := s.lr.next()
 		if err == io.EOF {
@@ -178,7 +197,7 @@ func (s *FileStream) nextRow(feat []float32, label *int32, tgt []float32, ids []
 		if len(line) == 0 {
 			continue
 		}
-		if err := s.p.parse(line, s.lr.line, feat, label, tgt, ids); err != nil {
+		if err := s.p.parse(line, s.lr.line, out); err != nil {
 			return false, err
 		}
 		s.cur++
@@ -192,16 +211,16 @@ func (s *FileStream) changed() error {
 
 // readRow parses the next row of the stream: the file's next row, or its
 // first when the file is at its end.
-func (s *FileStream) readRow(feat []float32, label *int32, tgt []float32, ids []int32) error {
+func (s *FileStream) readRow(out *rowOut) error {
 	if s.rows >= 0 && s.cur == s.rows {
 		if err := s.rewind(); err != nil {
 			return err
 		}
 	}
-	ok, err := s.nextRow(feat, label, tgt, ids)
+	ok, err := s.nextRow(out)
 	if err == nil && !ok {
 		if err = s.rewind(); err == nil {
-			if ok, err = s.nextRow(feat, label, tgt, ids); err == nil && !ok {
+			if ok, err = s.nextRow(out); err == nil && !ok {
 				err = s.changed()
 			}
 		}
@@ -264,72 +283,93 @@ func (s *FileStream) seek(pos int64) error {
 	return err
 }
 
-// Fill writes stream rows [start, start+batch) into the data tensors that
-// are non-nil; batch is the tensors' first dimension. Consecutive calls
-// with increasing starts read the file forward only.
-func (s *FileStream) Fill(start int64, features, labels, ids *tensor.Tensor) error {
+// Fill writes stream rows [start, start+batch) into the data tensors dst
+// (see Batches). Consecutive calls with increasing starts read the file
+// forward only.
+func (s *FileStream) Fill(start int64, dst []*tensor.Tensor) error {
+	batch, err := batchOf(s.layout, dst)
+	if err != nil {
+		return err
+	}
 	if err := s.seek(start); err != nil {
 		return err
 	}
-	batch := batchOf(features, labels, ids)
-	nf, ni, nt := s.p.nf, s.p.ni, s.p.nt
 	for b := 0; b < batch; b++ {
-		feat, label, tgt, id := s.row, &s.label, s.tgt, s.ids
-		if features != nil {
-			feat = features.F[b*nf : (b+1)*nf]
-		}
-		if labels != nil && nt > 0 {
-			tgt = labels.F[b*nt : (b+1)*nt]
-		} else if labels != nil {
-			label = &labels.I[b]
-		}
-		if ids != nil {
-			id = ids.I[b*ni : (b+1)*ni]
-		}
-		if err := s.readRow(feat, label, tgt, id); err != nil {
+		out := s.at(dst, b)
+		if err := s.readRow(out); err != nil {
 			return err
 		}
-		if s.scale != nil {
-			s.scale.Apply(feat)
-		}
+		s.normalize(out)
 	}
 	return nil
 }
 
+// at points s.out at row b of the tensors dst, at the scratch row where a
+// tensor is nil, and returns it: the row is parsed in place.
+func (s *FileStream) at(dst []*tensor.Tensor, b int) *rowOut {
+	o := &s.out
+	for i, t := range dst {
+		sl := s.layout[i]
+		switch {
+		case t == nil:
+			switch sl.kind {
+			case slotFeatures:
+				o.feat[sl.spec] = s.scratch.feat[sl.spec]
+			case slotLabel:
+				o.label = s.scratch.label
+			case slotTargets:
+				o.tgt = s.scratch.tgt
+			case slotIDs:
+				o.ids[sl.spec] = s.scratch.ids[sl.spec]
+			}
+		case sl.kind == slotFeatures:
+			o.feat[sl.spec] = t.F[b*sl.width : (b+1)*sl.width]
+		case sl.kind == slotLabel:
+			o.label = &t.I[b]
+		case sl.kind == slotTargets:
+			o.tgt = t.F[b*sl.width : (b+1)*sl.width]
+		case sl.kind == slotIDs:
+			o.ids[sl.spec] = t.I[b*sl.width : (b+1)*sl.width]
+		}
+	}
+	return o
+}
+
+// normalize applies the stream's scaling to the features of a row just
+// parsed, spec by spec.
+func (s *FileStream) normalize(out *rowOut) {
+	if s.scale == nil {
+		return
+	}
+	for i, fs := range s.p.feats {
+		s.scale.applyAt(fs.off, out.feat[i])
+	}
+}
+
 // Epoch reads the file once in order, in chunks of the tensors' batch
-// rows: fn(n) is called after each chunk is written into the tensors, with
-// n = batch except for a shorter last chunk. Evaluation uses it.
-func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) error) error {
+// rows: fn(n) is called after each chunk is written into the tensors dst
+// (as Fill's), with n = batch except for a shorter last chunk. Evaluation
+// uses it.
+func (s *FileStream) Epoch(dst []*tensor.Tensor, fn func(n int) error) error {
+	batch, err := batchOf(s.layout, dst)
+	if err != nil {
+		return err
+	}
 	if err := s.rewind(); err != nil {
 		return err
 	}
-	batch := batchOf(features, labels, ids)
-	nf, ni, nt := s.p.nf, s.p.ni, s.p.nt
 	for {
 		n := 0
 		for ; n < batch; n++ {
-			feat, label, tgt, id := s.row, &s.label, s.tgt, s.ids
-			if features != nil {
-				feat = features.F[n*nf : (n+1)*nf]
-			}
-			if labels != nil && nt > 0 {
-				tgt = labels.F[n*nt : (n+1)*nt]
-			} else if labels != nil {
-				label = &labels.I[n]
-			}
-			if ids != nil {
-				id = ids.I[n*ni : (n+1)*ni]
-			}
-			ok, err := s.nextRow(feat, label, tgt, id)
+			out := s.at(dst, n)
+			ok, err := s.nextRow(out)
 			if err != nil {
 				return err
 			}
 			if !ok {
 				break
 			}
-			if s.scale != nil {
-				s.scale.Apply(feat)
-			}
+			s.normalize(out)
 		}
 		if n > 0 {
 			if err := fn(n); err != nil {
@@ -343,15 +383,19 @@ func (s *FileStream) Epoch(features, labels, ids *tensor.Tensor, fn func(n int) 
 }
 
 // Count reads a model's data file once, checking every row, and returns
-// the number of rows: what `psgraph check` reports for a streamed file,
-// without loading it.
-func Count(spec *dsl.Data) (int64, error) {
-	s, err := openStream(spec, StreamBuffer, nil)
+// the number of rows and the multi-valued fields cut to their max_len:
+// what `psgraph check` reports for a streamed file, without loading it.
+func Count(spec *dsl.Data) (int64, []Truncation, error) {
+	s, err := openStream(spec, StreamBuffer, &Scaling{}) // no statistics: one pass
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer s.Close()
-	return s.CountRows()
+	n, err := s.pass(func() {})
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, s.Truncated(), nil
 }
 
 // CountRows is the number of rows in the file, reading it once if the

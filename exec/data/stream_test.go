@@ -15,21 +15,35 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// batch holds the data tensors of one batch, nil for undeclared variables.
-type batch struct{ features, labels, ids *tensor.Tensor }
+// batch holds the data tensors of one batch, one per data variable in
+// data order (all); features, labels and ids are the first of each kind,
+// nil for none.
+type batch struct {
+	features, labels, ids *tensor.Tensor
+	all                   []*tensor.Tensor
+}
 
 func newBatch(spec *dsl.Data, rows int) batch {
 	var b batch
-	if c := spec.Features; c != nil {
-		b.features = tensor.New(tensor.F32, tensor.Shape{rows, c.Hi - c.Lo})
+	for _, c := range spec.Features {
+		b.all = append(b.all, tensor.New(tensor.F32, tensor.Shape{rows, c.Width()}))
+	}
+	if len(spec.Features) > 0 {
+		b.features = b.all[0]
 	}
 	if c := spec.Label; c != nil && c.Float {
 		b.labels = tensor.New(tensor.F32, tensor.Shape{rows, c.Hi - c.Lo})
 	} else if c != nil {
 		b.labels = tensor.New(tensor.I32, tensor.Shape{rows})
 	}
-	if c := spec.IDs; c != nil {
-		b.ids = tensor.New(tensor.I32, tensor.Shape{rows, c.Hi - c.Lo})
+	if b.labels != nil {
+		b.all = append(b.all, b.labels)
+	}
+	for i, c := range spec.IDs {
+		b.all = append(b.all, tensor.New(tensor.I32, tensor.Shape{rows, c.Width()}))
+		if i == 0 {
+			b.ids = b.all[len(b.all)-1]
+		}
 	}
 	return b
 }
@@ -51,8 +65,8 @@ func (b batch) set(rows int) *Set {
 }
 
 func (b batch) equal(o batch) bool {
-	for _, p := range [][2]*tensor.Tensor{{b.features, o.features}, {b.labels, o.labels}, {b.ids, o.ids}} {
-		if p[0] != nil && (!slices.Equal(p[0].F, p[1].F) || !slices.Equal(p[0].I, p[1].I)) {
+	for i, t := range b.all {
+		if !slices.Equal(t.F, o.all[i].F) || !slices.Equal(t.I, o.all[i].I) {
 			return false
 		}
 	}
@@ -116,8 +130,8 @@ func TestFileStreamEqualsMemory(t *testing.T) {
 					steps := 3*rows/(c.trainers*c.batch) + 2 // three epochs and more
 					for k := c.first; k < c.first+steps; k++ {
 						start := int64(k*c.trainers*c.batch + tr*c.batch)
-						mem.Fill(start, want.features, want.labels, want.ids)
-						if err := fs.Fill(start, got.features, got.labels, got.ids); err != nil {
+						mem.Fill(start, want.all)
+						if err := fs.Fill(start, got.all); err != nil {
 							t.Fatal(err)
 						}
 						if !got.equal(want) {
@@ -129,8 +143,8 @@ func TestFileStreamEqualsMemory(t *testing.T) {
 					}
 					// Back to an earlier step, as a second run over the same stream would.
 					start := int64(c.first*c.trainers*c.batch + tr*c.batch + 3)
-					mem.Fill(start, want.features, want.labels, want.ids)
-					if err := fs.Fill(start, got.features, got.labels, got.ids); err != nil || !got.equal(want) {
+					mem.Fill(start, want.all)
+					if err := fs.Fill(start, got.all); err != nil || !got.equal(want) {
 						t.Fatalf("going back to row %d: err %v, equal %t", start, err, got.equal(want))
 					}
 				}
@@ -145,7 +159,7 @@ func TestFileStreamEqualsMemory(t *testing.T) {
 		var chunks []int
 		var feats []float32
 		var ids []int32
-		err = fs.Epoch(b.features, b.labels, b.ids, func(n int) error {
+		err = fs.Epoch(b.all, func(n int) error {
 			chunks = append(chunks, n)
 			feats = append(feats, b.features.F[:n*13]...)
 			ids = append(ids, b.ids.I[:n*26]...)
@@ -188,7 +202,7 @@ func TestFileStreamMemoryIsBounded(t *testing.T) {
 	const b, trainers = 64, 2
 	bt := newBatch(spec, b)
 	fill := func(k int) {
-		if err := fs.Fill(int64(k*trainers*b+b), bt.features, bt.labels, bt.ids); err != nil {
+		if err := fs.Fill(int64(k*trainers*b+b), bt.all); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,11 +253,11 @@ func criteoSpecFor(t *testing.T, path string) *dsl.Data {
 // Count checks and counts every row of a streamed file without loading it.
 func TestCount(t *testing.T) {
 	g := loadModel(t, "train.tsv", criteoFile(t, 33, 1, true), criteoSpec+"  stream: true\n")
-	if n, err := Count(g.Data); err != nil || n != 33 {
+	if n, _, err := Count(g.Data); err != nil || n != 33 {
 		t.Fatalf("Count = %d, %v; want 33 rows", n, err)
 	}
 	bad := loadModel(t, "train.tsv", criteoFile(t, 33, 1, false)+"1\t2\n", criteoSpec+"  stream: true\n")
-	if _, err := Count(bad.Data); err == nil || !strings.Contains(err.Error(), "train.tsv:34: line has 2 fields") {
+	if _, _, err := Count(bad.Data); err == nil || !strings.Contains(err.Error(), "train.tsv:34: line has 2 fields") {
 		t.Fatalf("Count of a file with a short last line: %v", err)
 	}
 }
@@ -279,13 +293,65 @@ func BenchmarkCriteoParse(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for k := 0; k < b.N; k++ {
-				if err := fs.Fill(int64(k*(bc.skip+1)*batch), bt.features, bt.labels, bt.ids); err != nil {
+				if err := fs.Fill(int64(k*(bc.skip+1)*batch), bt.all); err != nil {
 					b.Fatal(err)
 				}
 			}
 			perRow := b.Elapsed().Seconds() / float64(b.N*batch)
 			b.ReportMetric(1/perRow, "rows/s")
 			b.ReportMetric(float64(st.Size())/rows*float64(bc.skip+1)/perRow/1e6, "file_MB/s")
+		})
+	}
+}
+
+// BenchmarkCriteoParseSpecs reads a generated Criteo file through data
+// specs of other shapes: "tables26", one hashed ids spec per categorical
+// column (a table per feature, as DLRM has); "history", the one spec of
+// the 26 columns plus a multi-valued history column of up to 20 ids
+// (gen --history 20).
+func BenchmarkCriteoParseSpecs(b *testing.B) {
+	var tables strings.Builder
+	tables.WriteString("  delimiter: tab\n  label: {name: y, column: 0}\n  features: {name: dense, columns: [1, 14], fill: 0, transform: log}\n  ids:\n")
+	for c := 14; c < 40; c++ {
+		fmt.Fprintf(&tables, "    - {name: c%d, column: %d, hash_buckets: %d}\n", c, c, 1000+c)
+	}
+	history := strings.Replace(criteoSpec, "  ids: {name: cat, columns: [14, 40], hash_buckets: 1000}\n",
+		"  ids:\n    - {name: cat, columns: [14, 40], hash_buckets: 1000}\n    - {name: hist, column: 40, separator: \"|\", max_len: 20, hash_buckets: 1000, shared_space: true}\n", 1)
+	for _, bc := range []struct {
+		name, spec string
+		history    int
+	}{{"tables26", tables.String(), 0}, {"history", history, 20}} {
+		b.Run(bc.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "bench.tsv")
+			f, _ := os.Create(path)
+			const rows = 200000
+			if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 1, History: bc.history}); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+			st, _ := os.Stat(path)
+			src := "psgraph: 1\ndata:\n  csv: " + path + "\n" + bc.spec + "  stream: true\n"
+			g, err := dsl.LoadBytes(filepath.Join(b.TempDir(), "m.yaml"), []byte(src))
+			if err != nil {
+				b.Fatal(err)
+			}
+			fs, err := OpenStream(g.Data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer fs.Close()
+			const batch = 256
+			bt := newBatch(g.Data, batch)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for k := 0; k < b.N; k++ {
+				if err := fs.Fill(int64(k*batch), bt.all); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perRow := b.Elapsed().Seconds() / float64(b.N*batch)
+			b.ReportMetric(1/perRow, "rows/s")
+			b.ReportMetric(float64(st.Size())/rows/perRow/1e6, "file_MB/s")
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/psgraph/psgraph/exec/program"
-	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // chunks is one pass over a streamed file in chunks, shared by the
@@ -44,9 +43,7 @@ func (c *chunks) program(n int) (*program.Program, error) {
 	} else if n != c.last.Batch() {
 		return nil, errFileChanged
 	}
-	copyPrefix(c.flst.Features, c.ffull.Features)
-	copyPrefix(c.flst.Labels, c.ffull.Labels)
-	copyPrefix(c.flst.IDs, c.ffull.IDs)
+	c.flst.CopyPrefix(c.ffull)
 	return c.last, nil
 }
 
@@ -56,14 +53,5 @@ func (c *chunks) close() {
 	}
 	if c.last != nil {
 		c.last.Close()
-	}
-}
-
-// copyPrefix copies the first rows of a chunk's tensor into a smaller
-// one (row-major: the first n rows are a prefix); dst nil: nothing.
-func copyPrefix(dst, src *tensor.Tensor) {
-	if dst != nil {
-		copy(dst.F, src.F)
-		copy(dst.I, src.I)
 	}
 }

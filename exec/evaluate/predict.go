@@ -118,9 +118,8 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		if err != nil {
 			return nil, nil, err
 		}
-		f := program.NewFeeder(g, p.Scope)
-		f.Labels = nil
-		if f.Features == nil && f.IDs == nil {
+		f := program.FeederOf(spec, p.Scope) // spec has no label
+		if f.Empty() {
 			p.Close()
 			return nil, nil, fmt.Errorf("--outputs %s do not depend on the data; name outputs computed from the inputs", strings.Join(names, ","))
 		}
@@ -208,7 +207,7 @@ func writePredictions(ctx context.Context, file *data.FileStream, ch *chunks, ou
 	var line []byte
 	rt := &program.Runtime{Ctx: ctx}
 	ff := ch.ffull
-	err := file.Epoch(ff.Features, nil, ff.IDs, func(n int) error {
+	err := file.Epoch(ff.Dst, func(n int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -18,12 +18,10 @@ import (
 )
 
 // bagModel writes partition/testdata/split/bags-2x2's model (a table read
-// by an embedding_bag of a 3-id history and by a lookup_table of the
-// item) with the given mode beside a generated data file whose history
-// has missing ids, and loads it with those read as -1: padding. (The data
-// specs that produce padded multi-valued columns come with issue 22's
-// data work; until then fill: -1 is set on the parsed spec, which the
-// model language itself refuses.)
+// by an embedding_bag of a history of up to 3 ids, a multi-valued column
+// read as [batch, 3] padded with -1, and by a lookup_table of the item)
+// with the given mode beside a generated data file whose histories are
+// often shorter than 3 and sometimes empty.
 func bagModel(t *testing.T, mode string) *dsl.Graph {
 	t.Helper()
 	src, err := os.ReadFile("../../partition/testdata/split/bags-2x2/model.yaml")
@@ -38,16 +36,15 @@ func bagModel(t *testing.T, mode string) *dsl.Graph {
 	rng := rand.New(rand.NewPCG(22, 1))
 	var rows strings.Builder
 	for r := range 96 {
-		var f []string
-		for c := range 4 {
-			id := rng.IntN(60)
-			if c < 3 && (rng.IntN(3) == 0 || r%11 == 0) {
-				f = append(f, "") // padding; every 11th row has no history at all
-			} else {
-				f = append(f, fmt.Sprint(id*id%60)) // a few ids are frequent
+		var hist []string
+		for range 3 {
+			if rng.IntN(3) == 0 || r%11 == 0 {
+				continue // padding; every 11th row has no history at all
 			}
+			id := rng.IntN(60)
+			hist = append(hist, fmt.Sprint(id*id%60)) // a few ids are frequent
 		}
-		fmt.Fprintf(&rows, "%s,%d\n", strings.Join(f, ","), rng.IntN(2))
+		fmt.Fprintf(&rows, "%s,%d,%d\n", strings.Join(hist, "|"), rng.IntN(60), rng.IntN(2))
 	}
 	if err := os.WriteFile(filepath.Join(dir, "ids.csv"), []byte(rows.String()), 0o644); err != nil {
 		t.Fatal(err)
@@ -56,10 +53,7 @@ func bagModel(t *testing.T, mode string) *dsl.Graph {
 	if err := os.WriteFile(path, []byte(model), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g := load(t, path)
-	pad := -1.0
-	g.Data.IDs.Fill = &pad
-	return g
+	return load(t, path)
 }
 
 // A table read through embedding_bag (with padding) and lookup_table is
@@ -84,9 +78,8 @@ func TestShardedBagTableEqualsLocalInmem(t *testing.T) {
 	}
 }
 
-// runPaddedTableJob is runTableJob for bagModel's graphs: the plan goes
-// through its files like a real job's, and the trainer's data spec gets
-// back the padding fill its file cannot hold.
+// runPaddedTableJob runs g split over n trainers and m pservers, through
+// its plan files like a real job, and returns its merged model file.
 func runPaddedTableJob(t *testing.T, g *dsl.Graph, n, m int, opt trainer.RunOptions) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -94,18 +87,13 @@ func runPaddedTableJob(t *testing.T, g *dsl.Graph, n, m int, opt trainer.RunOpti
 	if err != nil {
 		t.Fatal(err)
 	}
-	fill := g.Data.IDs.Fill
-	g.Data.IDs.Fill = nil
-	err = plan.Write(filepath.Join(dir, "plan"))
-	g.Data.IDs.Fill = fill
-	if err != nil {
+	if err := plan.Write(filepath.Join(dir, "plan")); err != nil {
 		t.Fatal(err)
 	}
 	back, err := partition.ReadPlan(filepath.Join(dir, "plan"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	back.Trainer.Data.IDs.Fill = fill
 	shardDir = dir
 	defer func() { shardDir = "" }()
 	opt.Save = filepath.Join(dir, "trainer.safetensors")

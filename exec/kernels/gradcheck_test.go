@@ -26,6 +26,8 @@ type in struct {
 	signed bool
 	fixed  bool
 	ids    []int32
+	// distinct: the values are a random permutation of 0.1 * (0, 1, ...).
+	distinct bool
 }
 
 func f32(lo, hi float64, shape ...int) in { return in{shape: shape, lo: lo, hi: hi} }
@@ -34,6 +36,9 @@ func f32(lo, hi float64, shape ...int) in { return in{shape: shape, lo: lo, hi: 
 func away(lo, hi float64, shape ...int) in { return in{shape: shape, lo: lo, hi: hi, signed: true} }
 
 func fixed(x in) in { x.fixed = true; return x }
+
+// distinct draws a permutation of 0, 0.1, 0.2, ...: every value unique.
+func distinct(shape ...int) in { return in{shape: shape, distinct: true} }
 
 func ids(shape []int, v ...int32) in { return in{shape: shape, ids: v} }
 
@@ -105,7 +110,33 @@ var gradCases = []gradCase{
 	{op: "softmax", in: []in{f32(-2, 2, 3, 5)}},
 	{op: "softmax", in: []in{f32(-2, 2, 4)}},
 	{op: "softmax", in: []in{f32(-2, 2, 2, 2, 3)}},
-	// reductions and their helpers
+	// reductions and their helpers, keepdims included
+	{op: "sum", in: []in{std(2, 3)}, attrs: "{axis: 1, keepdims: true}"},
+	{op: "sum", in: []in{std(2, 3, 4)}, attrs: "{axis: 0, keepdims: true}"},
+	{op: "sum", in: []in{std(2, 3)}, attrs: "{keepdims: true}"},
+	{op: "mean", in: []in{std(2, 3)}, attrs: "{axis: -1, keepdims: true}"},
+	{op: "mean", in: []in{std(2, 3, 4)}, attrs: "{axis: 1, keepdims: true}"},
+	{op: "mean", in: []in{std(2, 3)}, attrs: "{keepdims: true}"},
+	{op: "mean_grad", in: []in{std(2, 1), fixed(std(2, 3))}, attrs: "{axis: 1, keepdims: true}"},
+	{op: "broadcast_like", in: []in{std(1, 3), fixed(std(2, 3))}, attrs: "{axis: 0, keepdims: true}"},
+	// reduce_max: distinct values (the maximum is unique and 0.1 away from
+	// the next, beyond eps) keep the finite differences off the kinks
+	{op: "reduce_max", in: []in{distinct(2, 5)}},
+	{op: "reduce_max", in: []in{distinct(3, 4)}, attrs: "{axis: 1}"},
+	{op: "reduce_max", in: []in{distinct(3, 4)}, attrs: "{axis: 0, keepdims: true}"},
+	{op: "reduce_max", in: []in{distinct(2, 3, 4)}, attrs: "{axis: -2}"},
+	{op: "logsumexp", in: []in{f32(-3, 3, 2, 5)}},
+	{op: "logsumexp", in: []in{f32(-3, 3, 3, 4)}, attrs: "{axis: 1}"},
+	{op: "logsumexp", in: []in{f32(-3, 3, 3, 4)}, attrs: "{axis: 0, keepdims: true}"},
+	{op: "logsumexp", in: []in{f32(-3, 3, 2, 3, 4)}, attrs: "{axis: 1, keepdims: true}"},
+	// normalization
+	{op: "standardize", in: []in{std(4, 3)}, attrs: "{axis: 0}"},
+	{op: "standardize", in: []in{std(2, 3, 5)}, attrs: "{axis: -1, eps: 0.01}"},
+	{op: "standardize", in: []in{std(2, 3, 4)}, attrs: "{axis: 1}"},
+	{op: "layer_norm", in: []in{std(3, 5), f32(0.5, 1.5, 5), std(5)}},
+	{op: "layer_norm", in: []in{std(2, 3, 4), f32(0.5, 1.5, 4), std(4)}, attrs: "{eps: 0.1}"},
+	{op: "batch_norm", in: []in{std(5, 3), f32(0.5, 1.5, 3), std(3), fixed(std(3)), fixed(f32(0.5, 2, 3))}, batch: 5},
+	{op: "batch_norm", in: []in{std(4, 2), f32(0.5, 1.5, 2), std(2), fixed(std(2)), fixed(f32(0.5, 2, 2))}, attrs: "{eps: 0.01, momentum: 0.3}"},
 	{op: "sum", in: []in{std(2, 3)}},
 	{op: "sum", in: []in{std(2, 3)}, attrs: "{axis: 0}"},
 	{op: "sum", in: []in{std(2, 3, 4)}, attrs: "{axis: 1}"},
@@ -153,7 +184,7 @@ var gradCases = []gradCase{
 	{op: "dot_interaction", in: []in{std(1, 20, 2)}, attrs: "{self: true}"},
 	// shapes
 	{op: "reshape", in: []in{std(2, 3)}, attrs: "{shape: [6]}"},
-	{op: "reshape", in: []in{std(4, 6)}, attrs: "{shape: [-1, 3, 2]}", batch: 4},
+	{op: "reshape", in: []in{std(4, 6)}, attrs: "{shape: [4, 3, 2]}"},
 	{op: "reshape_like", in: []in{std(2, 3), fixed(std(3, 2))}},
 	{op: "transpose", in: []in{std(2, 3)}},
 	{op: "transpose", in: []in{std(2, 3, 4)}},
@@ -222,7 +253,21 @@ func checkGradient(t *testing.T, c gradCase, seed uint64) {
 	for i := range c.in {
 		names[i] = fmt.Sprintf("x%d", i)
 	}
-	opLine := fmt.Sprintf("  - {type: %s, inputs: [%s], outputs: [y]", c.op, strings.Join(names, ", "))
+	// The loss reads the op's first output; an op that updates state
+	// (batch_norm) has its next values assigned, as a model must.
+	def, _ := ops.Lookup(c.op)
+	outs := []string{"y"}
+	for i := 1; i < len(def.Outputs); i++ {
+		outs = append(outs, fmt.Sprintf("y%d", i))
+	}
+	assigns := ""
+	for _, u := range def.Updates {
+		assigns += fmt.Sprintf("  %s: %s\n", names[u.In], outs[u.Out])
+	}
+	if assigns != "" {
+		assigns = "assign:\n" + assigns
+	}
+	opLine := fmt.Sprintf("  - {type: %s, inputs: [%s], outputs: [%s]", c.op, strings.Join(names, ", "), strings.Join(outs, ", "))
 	if c.attrs != "" {
 		opLine += ", attrs: " + c.attrs
 	}
@@ -242,7 +287,7 @@ func checkGradient(t *testing.T, c gradCase, seed uint64) {
 	}
 	head := "psgraph: 1\nname: gradcheck\nparams:\n" + params.String()
 	// First pass: the output's shape, for R.
-	g0, err := dsl.Parse("gradcheck.yaml", []byte(head+"state:\n"+state.String()+"  R0: {shape: [1]}\nops:\n"+opLine))
+	g0, err := dsl.Parse("gradcheck.yaml", []byte(head+"state:\n"+state.String()+"  R0: {shape: [1]}\nops:\n"+opLine+assigns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +303,7 @@ func checkGradient(t *testing.T, c gradCase, seed uint64) {
 		"ops:\n" + opLine +
 		"  - {type: mul, inputs: [y, R], outputs: [yr]}\n" +
 		"  - {type: sum, inputs: [yr], outputs: [loss]}\n" +
-		fmt.Sprintf("train: {loss: loss, batch: %d}\n", batch)
+		assigns + fmt.Sprintf("train: {loss: loss, batch: %d}\n", batch)
 	g, err := dsl.Parse("gradcheck.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
@@ -278,6 +323,12 @@ func checkGradient(t *testing.T, c gradCase, seed uint64) {
 		tt := prog.Scope[names[i]]
 		if x.ids != nil {
 			copy(tt.I, x.ids)
+			continue
+		}
+		if x.distinct {
+			for j, k := range rng.Perm(len(tt.F)) {
+				tt.F[j] = 0.1 * float32(k)
+			}
 			continue
 		}
 		for j := range tt.F {

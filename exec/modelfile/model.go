@@ -64,8 +64,9 @@ func SaveModel(path, model string, names []string, s map[string]*tensor.Tensor, 
 	return SaveSafetensors(path, out, meta)
 }
 
-// LoadModel reads a model's parameters from a safetensors file, checking
-// that each parameter is there with the model's shape, and the
+// LoadModel reads a model's parameters and its own state (dsl.ModelVars)
+// from a safetensors file, checking that each is there with the model's
+// shape, and the
 // normalization statistics saved with them. A file without statistics
 // (written by a pserver checkpoint, or before psgraph saved them) gets
 // those of the model's training data, computed again, and a warning.
@@ -79,10 +80,14 @@ func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (map[string]*tenso
 		return nil, nil, err
 	}
 	params := map[string]*tensor.Tensor{}
-	for _, name := range g.Params() {
+	for _, name := range g.ModelVars() { // parameters, and state such as batch_norm's statistics
 		t, ok := ts[name]
 		if !ok {
-			return nil, nil, fmt.Errorf("%s: parameter %q of %s is missing from the file; give the file psgraph saved for this model (--save)", file, name, g.File)
+			what := "parameter"
+			if g.Vars[name].Kind == dsl.KindState {
+				what = "state variable"
+			}
+			return nil, nil, fmt.Errorf("%s: %s %q of %s is missing from the file; give the file psgraph saved for this model (--save)", file, what, name, g.File)
 		}
 		ty := types[name]
 		if !t.Shape.Equal(ty.Shape) || t.DType != ty.DType {

@@ -12,6 +12,21 @@
 // with fixed weights, and a bias: a model that learns per-id weights (an
 // embedding of the hashed ids) and the integer features predicts it.
 //
+// With Truth "fm" the label's logit also holds a factorization machine's
+// interactions: each id of the first eight categorical columns has a
+// hidden latent vector of FactorDim entries, and z gains the sum of
+// <v_i, v_j> over every pair of those columns the row has. A linear model
+// of the ids cannot learn it; an interaction model (FM, DeepFM, DCN, DLRM)
+// can. With History L > 0 each line gains a 41st field: a user's history
+// of 0 to L ids of C1's vocabulary (drawn Zipf as C1's), separated by '|',
+// and z gains its interaction with the row's C1 id (below). Neither option
+// changes the first 40 fields of a line; Truth "linear" without History
+// (the default) writes the files it always wrote.
+//
+// Generate also reports the Bayes-optimal AUC of the file: the AUC the
+// true click probabilities themselves score against the labels drawn from
+// them, which no model of the file can beat on average.
+//
 // The output is a function of Options only: the same options write the
 // same bytes.
 package criteo
@@ -21,7 +36,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 )
 
 // Columns of a line.
@@ -37,7 +55,45 @@ type Options struct {
 	Seed  uint64
 	Vocab int     // ids per categorical column; 0: DefaultVocab
 	Zipf  float64 // exponent s of the id distribution, > 1; 0: DefaultZipf
+	// Truth is the label's model: "linear" (or "", the default) or "fm"
+	// (linear plus pairwise interactions of latent vectors).
+	Truth string
+	// History > 0 appends a multi-valued history column of 0 to History
+	// ids (uniform) of C1's vocabulary, which interacts with C1 in the
+	// label's logit.
+	History int
+	// Drift > 0 slides each categorical column's vocabulary over the
+	// file by Drift x Vocab ids: new ids appear at the head of the
+	// distribution, old ones fall to its tail and out (see Window).
+	Drift float64
+	// Probs, when set, receives each row's true click probability, one
+	// per line, as the AUC computation uses it (float32, shortest form).
+	Probs io.Writer
 }
+
+// Window is the vocabulary of every categorical column at row i of a file
+// of opt.Rows rows: the id indices [first, first+Vocab), index first+k
+// being the id of Zipf rank k (rank 0 the most frequent). With D =
+// floor(Drift x Vocab), first = D - floor(D x i / Rows): the window
+// starts at [D, D+Vocab) and slides down to [0, Vocab) by the file's end,
+// so ids below the first row's window are new, and the ids above the last
+// row's window have faded out. Without drift it is [0, Vocab) throughout.
+// An id's hidden weight and latent vector belong to its index, so they
+// move with it.
+func (o Options) Window(i int64) (first uint64) {
+	return window(o.withDefaults().driftIDs(), i, o.Rows)
+}
+
+// window is the first index of row i's window: d - floor(d i / rows),
+// exact for any d < 2^64 and i < rows.
+func window(d uint64, i, rows int64) uint64 {
+	hi, lo := bits.Mul64(d, uint64(i))
+	off, _ := bits.Div64(hi, lo, uint64(rows))
+	return d - off
+}
+
+// driftIDs is D = floor(Drift x Vocab), the ids a window slides by.
+func (o Options) driftIDs() uint64 { return uint64(o.Drift * float64(o.Vocab)) }
 
 // Defaults of Options.
 const (
@@ -61,6 +117,26 @@ const (
 	bias        = -1.6 // about a quarter of the labels are 1
 )
 
+// The interactions of Truth "fm" and of the history.
+const (
+	// FactorDim is the length of the latent vectors.
+	FactorDim = 4
+	// factorStd is the standard deviation of a latent vector's entries
+	// (uniform in ±factorStd·√3): the 28 pairs of the informative columns
+	// then add about as much to z's variance as the linear part does.
+	factorStd = 0.45
+	// fmBias replaces bias with Truth "fm", keeping about a quarter of
+	// the labels 1.
+	fmBias = -1.9
+	// historyWeight scales the history's interaction with C1, and
+	// historyBias offsets its mean (a history often holds the row's own
+	// item: Zipf ids repeat), keeping about a quarter of the labels 1.
+	historyWeight = 2.0
+	historyBias   = -0.45
+	// HistorySeparator separates the ids of the history column.
+	HistorySeparator = '|'
+)
+
 func (o Options) withDefaults() Options {
 	if o.Vocab == 0 {
 		o.Vocab = DefaultVocab
@@ -81,63 +157,297 @@ func (o Options) Check() error {
 		return fmt.Errorf("vocab must be in [1, %d], got %d", uint32(math.MaxUint32), o.Vocab)
 	case !(o.Zipf > 1) || math.IsInf(o.Zipf, 0):
 		return fmt.Errorf("zipf (the exponent of the ids' distribution) must be a number > 1, got %g", o.Zipf)
+	case o.Truth != "" && o.Truth != "linear" && o.Truth != "fm":
+		return fmt.Errorf("truth must be linear or fm, got %q", o.Truth)
+	case o.History < 0 || o.History > 1000:
+		return fmt.Errorf("history (the most ids of the history column) must be in [0, 1000], got %d", o.History)
+	case !(o.Drift >= 0) || float64(o.Vocab)*(1+o.Drift) > math.MaxUint32:
+		return fmt.Errorf("drift (the share of the vocabulary its window slides by over the file) must be >= 0 with vocab x (1 + drift) at most %d ids, got %g", uint32(math.MaxUint32), o.Drift)
 	}
 	return nil
 }
 
+// Stats describes a generated file through its true click probabilities
+// p (rounded to float32): what no model of the file can beat.
+type Stats struct {
+	Rows, Clicks int64
+	// AUC is the AUC of p against the labels drawn from it: the
+	// fraction of (click, non-click) row pairs in which the click has the
+	// larger p, a tie counting 1/2.
+	AUC float64
+	// ExpectedAUC is the AUC's expectation over the label draws, as a
+	// ratio of expectations: the sum over ordered row pairs i != j of
+	// p_i (1 - p_j) [p_i > p_j] (1/2 on a tie), over the sum of
+	// p_i (1 - p_j).
+	ExpectedAUC float64
+	// LogLoss is the mean log loss of p against the labels.
+	LogLoss float64
+}
+
 // Write writes opt.Rows lines to w.
 func Write(w io.Writer, opt Options) error {
+	_, err := write(w, opt, false)
+	return err
+}
+
+// Generate writes opt.Rows lines to w and returns the statistics of their
+// true click probabilities. It holds 8 bytes per row to rank them.
+func Generate(w io.Writer, opt Options) (*Stats, error) {
+	return write(w, opt, true)
+}
+
+func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 	if err := opt.Check(); err != nil {
-		return err
+		return nil, err
 	}
-	opt = opt.withDefaults()
-	r := rand.New(rand.NewPCG(opt.Seed, 0xc417e0))
-	var zipf [CatColumns]*rand.Zipf
-	for c := range zipf {
-		zipf[c] = rand.NewZipf(r, opt.Zipf, 1, uint64(opt.Vocab-1))
-	}
+	g := newGenerator(opt.withDefaults(), stats)
 	bw := bufio.NewWriterSize(w, 1<<16)
-	line := make([]byte, 0, 512)
-	for i := int64(0); i < opt.Rows; i++ {
-		line = line[:0]
-		line = append(line, '?', '\t') // the label, once z is known
-		z := bias
-		for j := 0; j < IntColumns; j++ {
-			if r.Float64() >= intMissing[j] {
-				x := int64(-math.Log(1-r.Float64()) * intMean[j])
-				if j == 1 {
-					x -= 3 // I2 of the Kaggle set starts at -3
-				}
-				line = appendInt(line, x)
-				if x > 0 {
-					z += intWeight[j] * math.Log1p(float64(x))
-				}
+	var pw *bufio.Writer
+	if opt.Probs != nil {
+		pw = bufio.NewWriterSize(opt.Probs, 1<<16)
+	}
+	var pline []byte
+	for i := int64(0); i < g.opt.Rows; i++ {
+		p, click := g.row(i)
+		if _, err := bw.Write(g.line); err != nil {
+			return nil, err
+		}
+		g.record(p, click)
+		if pw != nil {
+			pline = strconv.AppendFloat(pline[:0], float64(p), 'g', -1, 32)
+			pline = append(pline, '\n')
+			if _, err := pw.Write(pline); err != nil {
+				return nil, err
 			}
+		}
+	}
+	if pw != nil {
+		if err := pw.Flush(); err != nil {
+			return nil, err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, err
+	}
+	if st := g.st; st != nil {
+		st.LogLoss /= float64(st.Rows)
+		st.AUC, st.ExpectedAUC = aucOf(g.ranked)
+	}
+	return g.st, nil
+}
+
+// generator draws a file's rows one after another.
+type generator struct {
+	opt   Options
+	r     *rand.Rand
+	zipf  [CatColumns]*rand.Zipf
+	hr    *rand.Rand // the history's own stream, so the other fields are those of a file without it
+	hzipf *rand.Zipf
+	fm    bool
+	drift uint64
+	ranks [informative]int64 // the row's rank of each informative column; -1: missing
+	line  []byte
+	// statistics (nil: none): the float32 bits of p << 1 | label, per row
+	st     *Stats
+	ranked []uint64
+}
+
+func newGenerator(opt Options, stats bool) *generator {
+	g := &generator{opt: opt, fm: opt.Truth == "fm", drift: opt.driftIDs(), line: make([]byte, 0, 512)}
+	g.r = rand.New(rand.NewPCG(opt.Seed, 0xc417e0))
+	for c := range g.zipf {
+		g.zipf[c] = rand.NewZipf(g.r, opt.Zipf, 1, uint64(opt.Vocab-1))
+	}
+	if opt.History > 0 {
+		g.hr = rand.New(rand.NewPCG(opt.Seed, 0x415707))
+		g.hzipf = rand.NewZipf(g.hr, opt.Zipf, 1, uint64(opt.Vocab-1))
+	}
+	if stats {
+		g.st = &Stats{Rows: opt.Rows}
+		g.ranked = make([]uint64, 0, opt.Rows)
+	}
+	return g
+}
+
+// row draws row i into g.line and returns its true click probability and
+// its drawn label.
+func (g *generator) row(i int64) (float32, bool) {
+	var first uint64 // the index of rank 0 (Window)
+	if g.drift > 0 {
+		first = window(g.drift, i, g.opt.Rows)
+	}
+	line := append(g.line[:0], '?', '\t') // the label, once z is known
+	z := bias
+	if g.fm {
+		z = fmBias
+	}
+	for j := 0; j < IntColumns; j++ {
+		if g.r.Float64() >= intMissing[j] {
+			x := int64(-math.Log(1-g.r.Float64()) * intMean[j])
+			if j == 1 {
+				x -= 3 // I2 of the Kaggle set starts at -3
+			}
+			line = appendInt(line, x)
+			if x > 0 {
+				z += intWeight[j] * math.Log1p(float64(x))
+			}
+		}
+		line = append(line, '\t')
+	}
+	for c := 0; c < CatColumns; c++ {
+		if c < informative {
+			g.ranks[c] = -1
+		}
+		if g.r.Float64() >= catMissing[c] {
+			k := g.zipf[c].Uint64() + first
+			line = appendHex(line, idOf(g.opt.Seed, c, uint32(k)))
+			if c < informative {
+				z += weightOf(g.opt.Seed, c, uint32(k))
+				g.ranks[c] = int64(k)
+			}
+		}
+		if c < CatColumns-1 {
 			line = append(line, '\t')
 		}
-		for c := 0; c < CatColumns; c++ {
-			if r.Float64() >= catMissing[c] {
-				k := zipf[c].Uint64()
-				line = appendHex(line, idOf(opt.Seed, c, uint32(k)))
-				if c < informative {
-					z += weightOf(opt.Seed, c, uint32(k))
-				}
-			}
-			if c < CatColumns-1 {
-				line = append(line, '\t')
-			}
+	}
+	if g.fm {
+		z += pairwise(g.opt.Seed, &g.ranks)
+	}
+	if g.hr != nil {
+		var dz float64
+		line, dz = g.history(line, first)
+		z += dz
+	}
+	line = append(line, '\n')
+	p := 1 / (1 + math.Exp(-z))
+	click := g.r.Float64() < p
+	if click {
+		line[0] = '1'
+	} else {
+		line[0] = '0'
+	}
+	g.line = line
+	return float32(p), click
+}
+
+// history appends the row's history column and returns its term of z.
+func (g *generator) history(line []byte, first uint64) ([]byte, float64) {
+	line = append(line, '\t')
+	n := g.hr.IntN(g.opt.History + 1)
+	var sum [FactorDim]float64
+	for h := 0; h < n; h++ {
+		k := uint32(g.hzipf.Uint64() + first)
+		if h > 0 {
+			line = append(line, HistorySeparator)
 		}
-		line = append(line, '\n')
-		if r.Float64() < 1/(1+math.Exp(-z)) {
-			line[0] = '1'
-		} else {
-			line[0] = '0'
-		}
-		if _, err := bw.Write(line); err != nil {
-			return err
+		line = appendHex(line, idOf(g.opt.Seed, 0, k))
+		for d := range sum {
+			sum[d] += factorOf(g.opt.Seed, 0, k, d)
 		}
 	}
-	return bw.Flush()
+	return line, historyTerm(g.opt.Seed, g.ranks[0], n, &sum)
+}
+
+// record adds a row's probability and label to the statistics.
+func (g *generator) record(p32 float32, click bool) {
+	st := g.st
+	if st == nil {
+		return
+	}
+	b := uint64(math.Float32bits(p32)) << 1
+	if click {
+		b |= 1
+		st.Clicks++
+		st.LogLoss -= math.Log(float64(p32))
+	} else {
+		st.LogLoss -= math.Log1p(-float64(p32))
+	}
+	g.ranked = append(g.ranked, b)
+}
+
+// pairwise is the factorization machine's term of Truth "fm": the sum of
+// <v_i, v_j> over the pairs i < j of informative columns the row has (rank
+// >= 0), computed as sum_d ((sum_i v_id)^2 - sum_i v_id^2) / 2.
+func pairwise(seed uint64, ranks *[informative]int64) float64 {
+	var z float64
+	for d := 0; d < FactorDim; d++ {
+		var s, sq float64
+		for c, k := range ranks {
+			if k >= 0 {
+				v := factorOf(seed, c, uint32(k), d)
+				s += v
+				sq += v * v
+			}
+		}
+		z += (s*s - sq) / 2
+	}
+	return z
+}
+
+// historyTerm is the history's part of z: historyBias + historyWeight
+// <v_item, sum of the history's v> / sqrt(n), v the latent vectors of
+// C1's vocabulary, item the row's C1 rank (no interaction when C1 is
+// missing or the history empty): a history of items like the row's
+// raises its click.
+func historyTerm(seed uint64, item int64, n int, sum *[FactorDim]float64) float64 {
+	if item < 0 || n == 0 {
+		return historyBias
+	}
+	var dot float64
+	for d := range sum {
+		dot += factorOf(seed, 0, uint32(item), d) * sum[d]
+	}
+	return historyBias + historyWeight*dot/math.Sqrt(float64(n))
+}
+
+// aucOf computes the AUC of the rows' p against their labels, and its
+// expectation over label draws (Stats), from (float32 bits of p) << 1 |
+// label per row, which it sorts.
+func aucOf(ranked []uint64) (auc, expected float64) {
+	slices.Sort(ranked)           // by p, a label 0 before a 1 of the same p
+	var pos, neg float64          // labels seen, of the rows below the current tie group
+	var wins float64              // sum over clicks of the non-clicks below them (ties 1/2)
+	var sumP, sumQ, sumPQ float64 // for the expectation: sum p, sum (1-p), sum p(1-p)
+	var ewin float64              // sum over i of p_i * (sum of 1-p_j over p_j < p_i, ties 1/2)
+	var qBelow float64            // sum of 1-p of the rows below the tie group
+	for i := 0; i < len(ranked); {
+		bits := ranked[i] >> 1
+		j := i
+		var gpos, gneg, gq float64
+		for ; j < len(ranked) && ranked[j]>>1 == bits; j++ {
+			if ranked[j]&1 == 1 {
+				gpos++
+			} else {
+				gneg++
+			}
+		}
+		p := float64(math.Float32frombits(uint32(bits)))
+		n := float64(j - i)
+		gq = n * (1 - p)
+		wins += gpos * (neg + gneg/2)
+		// pairs within the group: i != j, each p (1-p), half a win
+		ewin += n*p*qBelow + p*(1-p)*n*(n-1)/2
+		qBelow += gq
+		sumP += n * p
+		sumQ += gq
+		sumPQ += n * p * (1 - p)
+		pos += gpos
+		neg += gneg
+		i = j
+	}
+	auc = math.NaN()
+	if pos > 0 && neg > 0 {
+		auc = wins / (pos * neg)
+	}
+	expected = ewin / (sumP*sumQ - sumPQ)
+	return auc, expected
+}
+
+// factorOf is entry d of the latent vector of rank k of column c, uniform
+// in [-factorStd·√3, factorStd·√3].
+func factorOf(seed uint64, c int, k uint32, d int) float64 {
+	h := mix64(seed*0x94d049bb133111eb ^ uint64(c)<<40 ^ uint64(d)<<32 ^ uint64(k) ^ 0xfac70125)
+	return factorStd * math.Sqrt(3) * (2*float64(h>>11)/(1<<53) - 1)
 }
 
 // idOf is the 32-bit id of rank k of categorical column c: a bijection of

@@ -1,0 +1,181 @@
+package cmd_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// batch_norm's running statistics are state that training updates, --save
+// and checkpoints keep, and eval and predict use: testdata/norm's
+// references are torch's nn.BatchNorm1d (gen_reference.py).
+
+// trainBNMLP trains testdata/norm/bn-mlp.yaml locally from the shared
+// initial parameters and returns the saved file and the run.
+func trainBNMLP(t *testing.T, args ...string) (string, result) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "bn.safetensors")
+	r := psgraph(t, append([]string{"run", "--role", "local", "testdata/norm/bn-mlp.yaml",
+		"--init-from", "testdata/norm/init.safetensors", "--save", out}, args...)...)
+	ok(t, r)
+	return out, r
+}
+
+// 30 steps of bn-mlp.yaml give torch's parameters and running statistics
+// (model.train(): batch statistics in the forward pass, the running mean
+// and unbiased variance moved by momentum 0.1), and the run's summary
+// loss, evaluated with the running statistics, is torch's model.eval()
+// loss over the data set.
+func TestBatchNormMatchesTorch(t *testing.T) {
+	saved, run := trainBNMLP(t)
+	sum := summary(t, run)
+	got, want := readTensors(t, saved), readTensors(t, "../testdata/norm/bn-mlp.safetensors")
+	init := readTensors(t, "../testdata/norm/init.safetensors")
+	init["bn_mean"], init["bn_var"] = make([]float32, 8), []float32{1, 1, 1, 1, 1, 1, 1, 1}
+	if len(want) != 7 {
+		t.Fatalf("the reference holds %d tensors, want 7", len(want))
+	}
+	for name, w := range want {
+		if d := rel(got[name], w); d > 1e-4 {
+			t.Errorf("%s: relative difference %.2g to torch, want <= 1e-4\n got %v\nwant %v", name, d, got[name], w)
+		}
+		if rel(init[name], w) < 1e-2 {
+			t.Errorf("%s: torch's value barely moved from the initial one; the test would not discriminate", name)
+		}
+	}
+	ref := readTensors(t, "../testdata/norm/bn-mlp-eval.safetensors")
+	if loss, _ := sum["loss"].(float64); math.Abs(loss-float64(ref["loss"][0])) > 1e-4 {
+		t.Errorf("the summary's loss %v, torch's model.eval() loss %v", sum["loss"], ref["loss"][0])
+	}
+	ev := psgraph(t, "eval", "testdata/norm/bn-mlp.yaml", "--init-from", saved)
+	ok(t, ev)
+	if e := summary(t, ev); e["loss"] != sum["loss"] {
+		t.Errorf("psgraph eval loss %v, the run's summary %v", e["loss"], sum["loss"])
+	}
+}
+
+// predict normalizes with the saved running statistics, not the rows it
+// is given: a row scores the same alone as in a 3-row file, and both are
+// torch's model.eval() probabilities.
+func TestBatchNormPredictUsesRunningStatistics(t *testing.T) {
+	saved, _ := trainBNMLP(t)
+	raw, err := os.ReadFile("../testdata/norm/bn.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(raw), "\n")
+	dir := t.TempDir()
+	predict := func(rows int) []float64 {
+		in := filepath.Join(dir, "rows.csv")
+		if err := os.WriteFile(in, []byte(strings.Join(lines[:rows], "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "pred.csv")
+		ok(t, psgraph(t, "predict", "testdata/norm/bn-mlp.yaml", "--init-from", saved, "--data", in, "-o", out))
+		head, got := readPredictions(t, out)
+		if len(head) != 1 || head[0] != "prob" || len(got) != rows {
+			t.Fatalf("predict wrote %v and %d rows, want prob and %d", head, len(got), rows)
+		}
+		probs := make([]float64, rows)
+		for i, r := range got {
+			probs[i] = r[0]
+		}
+		return probs
+	}
+	alone, three := predict(1), predict(3)
+	if alone[0] != three[0] {
+		t.Errorf("row 0 scores %v alone and %v among 3 rows", alone[0], three[0])
+	}
+	want := readTensors(t, "../testdata/norm/bn-mlp-eval.safetensors")["prob"]
+	for i, p := range three {
+		if math.Abs(p-float64(want[i])) > 1e-4 {
+			t.Errorf("row %d: predict %v, torch's model.eval() %v", i, p, want[i])
+		}
+	}
+	if math.Abs(three[0]-three[1]) < 1e-3 {
+		t.Fatalf("rows 0 and 1 score alike (%v, %v); the test would not discriminate", three[0], three[1])
+	}
+}
+
+// A local run resumed from its checkpoint restores the running statistics
+// with the parameters: it saves what the run without a break saves.
+func TestBatchNormStatisticsInCheckpoints(t *testing.T) {
+	straight, _ := trainBNMLP(t, "--steps", "24")
+	ck := t.TempDir()
+	trainBNMLP(t, "--steps", "12", "--checkpoint-dir", ck, "--checkpoint-every", "6")
+	resumed, r := trainBNMLP(t, "--steps", "24", "--checkpoint-dir", ck, "--checkpoint-every", "6")
+	if !strings.Contains(r.stderr, "resumed from checkpoint") || !strings.Contains(r.stderr, "12") {
+		t.Fatalf("the second run did not resume at step 12:\n%s", r.stderr)
+	}
+	a, b := readTensors(t, straight), readTensors(t, resumed)
+	for _, name := range []string{"bn_mean", "bn_var", "W1", "gamma"} {
+		if d := rel(b[name], a[name]); d != 0 {
+			t.Errorf("%s: the resumed run differs from the straight one by %.2g", name, d)
+		}
+	}
+}
+
+// In a 2x2 job each trainer keeps its own running statistics, from its
+// own rows (as torch's DistributedDataParallel with its default
+// broadcast_buffers, where rank 0's buffers are the job's), and trainer
+// 0's are saved: bn-input.yaml normalizes the features themselves, so
+// they are torch's over the rows trainer 0 read.
+func TestBatchNormTrain2x2SavesTrainer0Statistics(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "job.safetensors")
+	ok(t, psgraph(t, "train", "testdata/norm/bn-input.yaml", "--trainers", "2", "--pservers", "2", "--save", out))
+	got := readTensors(t, out)
+	t0 := readTensors(t, "../testdata/norm/bn-input-trainer0.safetensors")
+	t1 := readTensors(t, "../testdata/norm/bn-input-trainer1.safetensors")
+	for _, name := range []string{"bn_mean", "bn_var"} {
+		if d := rel(got[name], t0[name]); d > 1e-5 {
+			t.Errorf("%s: relative difference %.2g to trainer 0's statistics by torch\n got %v\nwant %v", name, d, got[name], t0[name])
+		}
+		if rel(t0[name], t1[name]) < 1e-2 {
+			t.Errorf("%s: trainers 0 and 1 have alike statistics; the test would not discriminate", name)
+		}
+	}
+	for _, name := range []string{"gamma", "beta", "W", "b"} {
+		if len(got[name]) == 0 {
+			t.Errorf("the job's file lacks parameter %s", name)
+		}
+	}
+}
+
+// The held-out evaluation during a run (data.eval) uses the running
+// statistics of the training program: the run's eval_loss is what psgraph
+// eval computes from the saved file.
+func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("../testdata/norm/bn-mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv, err := os.ReadFile("../testdata/norm/bn.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := strings.Replace(string(src), "  label: {name: y, column: 4, dtype: float32}\n", "  label: {name: y, column: 4, dtype: float32}\n  eval: {fraction: 0.25}\n", 1)
+	m = strings.Replace(m, "  steps: 30\n", "  steps: 30\n  eval_every: 10\n", 1)
+	model := filepath.Join(dir, "bn-mlp.yaml")
+	if err := os.WriteFile(model, []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bn.csv"), csv, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(dir, "bn.safetensors")
+	r := psgraph(t, "run", "--role", "local", model, "--save", saved)
+	ok(t, r)
+	s := summary(t, r)
+	ev := psgraph(t, "eval", model, "--init-from", saved)
+	ok(t, ev)
+	e := summary(t, ev)
+	if e["data"] != "held-out" || e["rows"] != 16.0 || s["eval_rows"] != 16.0 {
+		t.Fatalf("eval %v, run %v: want the 16 held-out rows", e, s)
+	}
+	if l, _ := s["eval_loss"].(float64); l == 0 || math.Abs(l-e["loss"].(float64)) > 1e-6 {
+		t.Errorf("the run's eval_loss %v, psgraph eval of the saved file %v", s["eval_loss"], e["loss"])
+	}
+}
