@@ -19,8 +19,8 @@ import (
 // the cut's arena (16 + 4*(dim+state) bytes per row changed during the
 // walk, in chunks that never move), marks the slot in the cut's saved
 // set, and the walk skips it; the arena's records are written after the
-// walk. A lookup therefore waits at most for one batch (4096 records,
-// ~0.1 ms of work; BenchmarkSnapshotPause) however large the table.
+// walk. A lookup therefore waits at most for one batch (1024 records,
+// ~0.02 ms of work; BenchmarkSnapshotPause) however large the table.
 //
 // A Snapshot holds every live row; a Delta the rows written since the
 // previous cut (a row a lookup saw is written: its last-seen step and
@@ -102,7 +102,7 @@ type Cut struct {
 	// table's lock and when it lets it go.
 	holding func(taken bool)
 
-	used, done bool
+	used, written, done bool
 }
 
 // arena holds a cut's copies of records in chunks that never move. The
@@ -455,10 +455,20 @@ func (c *Cut) start() error {
 	return nil
 }
 
-// finish ends the copy-on-write and drops the copies.
-func (c *Cut) finish() {
+// skipSketch ends the sketch's copy-on-write: the cut is written without
+// the sketch.
+func (c *Cut) skipSketch() {
 	c.t.mu.Lock()
 	defer c.t.mu.Unlock()
+	c.skCursor = 1 << 30
+}
+
+// finish ends the copy-on-write and drops the copies; ok says whether
+// the cut was written whole.
+func (c *Cut) finish(ok bool) {
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	c.written = ok && !c.done
 	c.copying = false
 	c.cursor, c.skCursor = c.end, 1<<30
 	c.arena, c.saved, c.countedBefore, c.skSaved = arena{}, nil, nil, nil
@@ -473,8 +483,8 @@ func (c *Cut) Commit() error {
 	if c.done {
 		return errors.New("dynamic table: the cut was committed or aborted already")
 	}
-	if c.copying && c.used {
-		return errors.New("dynamic table: the cut is being written")
+	if !c.written {
+		return errors.New("dynamic table: the cut was not written whole; Abort it (its rows go to the next delta)")
 	}
 	c.close()
 	if c.kind == Export {

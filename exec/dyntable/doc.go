@@ -15,7 +15,9 @@
 // The index is extendible hashing over segments of 2048 linear-probing
 // entries of 8 bytes (the top 32 bits of the key's hash and the slot):
 // it grows one segment split at a time (no operation rehashes more than
-// 1664 entries, about 20 µs) and never has two copies of itself. Lookups
+// 1664 entries, about 10 µs: BenchmarkSegmentSplit) and never has two
+// copies of itself; new rows take new pages, and nothing is ever copied
+// to grow. Lookups
 // of a batch prefetch a group of keys' index entries and records before
 // resolving them. No Go map, no pointer per row, nothing for the garbage
 // collector to scan but the directory.
@@ -105,13 +107,15 @@
 // chain). Cut is O(1) under the lock; writing it copies the rows in
 // batches of 1024 records, one hold of the lock each, and copy-on-write
 // keeps the cut's instant: the first change to a record the walk has not
-// reached copies it aside. Measured on 2M rows x (16+16) floats while a
-// goroutine looks batches up without pause (BenchmarkSnapshotPause): the
-// snapshot's work under the lock is 0.02 ms per batch at the median,
-// under 0.1 ms at p99 and at most about 1 ms; the lookups' median latency
-// does not change. Wall-clock tails on a shared machine are dominated by
-// the scheduler (the same lookups' p99 without any snapshot); see the
-// benchmark's metrics. Commit a cut once its file is durable, or Abort it
+// reached copies it aside. Measured on 2M rows x (16+16) floats (275 MiB
+// written in 1-1.8 s) while a goroutine looks batches up without pause
+// (BenchmarkSnapshotPause, three runs): the snapshot's work under the
+// lock is 0.018 ms per batch at the median, 0.06 ms at p99, at most
+// 0.2-0.8 ms; the lookups' median latency is 0.59 ms during it, 0.49-0.59
+// ms without. A lookup waits longer only when the system takes the
+// processor from the writer's thread while it holds the lock (on the
+// shared 2-core machine of docs/performance.md, up to 3-130 ms, where the
+// same lookups' p99 is 21-84 ms with no snapshot at all). Commit a cut once its file is durable, or Abort it
 // (its rows go back to the next delta). Applying a snapshot and its
 // deltas in order to a new table reproduces the table at the last cut
 // bit for bit: rows, state, meta, watermark, counts and sketch, so

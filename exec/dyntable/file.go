@@ -43,14 +43,14 @@ const FormatVersion = "1"
 // offset 0; an *os.File, or an atomicfile.File) and returns its size. It
 // takes the table's lock only a batch at a time. A cut is written once;
 // Commit it after the file is durable, or Abort it.
-func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (int64, error) {
+func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size int64, err error) {
 	if layout == Checkpoint && c.kind == Export {
 		return 0, errors.New("dynamic table: an export is written as a model file; take a Snapshot for a checkpoint")
 	}
 	if err := c.start(); err != nil {
 		return 0, err
 	}
-	defer c.finish()
+	defer func() { c.finish(err == nil) }()
 	t := c.t
 	d, sw := int64(t.dim), int64(t.width-t.dim)
 	n, err := c.count()
@@ -101,7 +101,7 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (int64
 			return 0, err
 		}
 	} else {
-		c.skCursor = 1 << 30
+		c.skipSketch()
 	}
 	at := map[string]int64{}
 	for _, x := range tensors {
@@ -148,9 +148,9 @@ func (c *Cut) Each(fn func(b *Batch) error) error {
 	if err := c.start(); err != nil {
 		return err
 	}
-	defer c.finish()
-	c.skCursor = 1 << 30
+	c.skipSketch()
 	_, err := c.eachRow(fn)
+	c.finish(err == nil)
 	return err
 }
 

@@ -3,6 +3,7 @@ package dyntable
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"math"
@@ -327,5 +328,45 @@ func TestMergeModels(t *testing.T) {
 	f := writeCut(t, other, Export, Model)
 	if _, err := MergeModels(&memFile{}, "emb", []io.ReaderAt{shards[0], f}, []int64{sizes[0], f.size()}); err == nil || !strings.Contains(err.Error(), "not shards of one table") {
 		t.Errorf("merging shards of different tables: %v", err)
+	}
+}
+
+type failingFile struct{ after int }
+
+func (f *failingFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.after--; f.after < 0 {
+		return 0, errors.New("disk full")
+	}
+	return len(p), nil
+}
+
+// A delta whose file could not be written cannot be committed; aborted,
+// its rows go to the next delta, so the chain still restores the table.
+func TestFailedWriteIsNotCommitted(t *testing.T) {
+	tab := goldenTable(t)
+	snap := writeCut(t, tab, Snapshot, Checkpoint)
+	tab.Advance(4)
+	tab.Lookup([]int64{1 << 40, 99}, []uint32{2, 2}, make([]int32, 2))
+	c, err := tab.Cut(Delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteSafetensors(&failingFile{after: 2}, "emb", Checkpoint); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("writing to a full disk: %v", err)
+	}
+	if err := c.Commit(); err == nil || !strings.Contains(err.Error(), "Abort it") {
+		t.Fatalf("committing a failed write: %v", err)
+	}
+	c.Abort()
+	delta := writeCut(t, tab, Delta, Checkpoint)
+	restored, _ := New(tab.Config())
+	for _, f := range []*memFile{snap, delta} {
+		if err := restored.Apply(f, f.size(), "emb"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, want := stateOf(restored), stateOf(tab)
+	if err := got.diff(want); err != nil {
+		t.Fatal(err)
 	}
 }

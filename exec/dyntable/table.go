@@ -182,8 +182,8 @@ func (t *Table) raise(to int64) int64 {
 // Lookup resolves keys to slots for the current step, creating the rows
 // of keys admitted now, and counts the sighting: counts[i] sightings of
 // keys[i] (nil: one each). A key that has no row and is not admitted gets
-// NoRow. keys must not repeat. It fails only when the shard cannot grow
-// (2^31 rows).
+// NoRow. A key repeated in keys counts each time. It fails only when the
+// shard cannot grow (2^31 rows).
 func (t *Table) Lookup(keys []int64, counts []uint32, slots []int32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
