@@ -140,11 +140,15 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size 
 	return l.size, nil
 }
 
-// Each hands the cut's rows to fn batch by batch (a custom sink: another
-// format, the wire); it takes the table's lock a batch at a time. The
-// batch's slices are reused after fn returns. Like WriteSafetensors, it
-// is called once per cut and holds no sketch or removed keys.
+// Each hands an Export's rows to fn batch by batch (a custom sink:
+// another format, a socket); it takes the table's lock a batch at a time,
+// and reuses the batch's slices after fn returns. It is called once per
+// cut. Snapshots and deltas, which also carry the sketch and the removed
+// keys, are written with WriteSafetensors.
 func (c *Cut) Each(fn func(b *Batch) error) error {
+	if c.kind != Export {
+		return errors.New("dynamic table: Each writes exports; write a snapshot or a delta with WriteSafetensors")
+	}
 	if err := c.start(); err != nil {
 		return err
 	}
