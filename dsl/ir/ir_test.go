@@ -8,11 +8,11 @@ func TestDTypeWireNumbers(t *testing.T) {
 		d    DType
 		n    uint8
 		name string
-	}{{Invalid, 0, "dtype(0)"}, {F32, 1, "float32"}, {I32, 2, "int32"}} {
+	}{{Invalid, 0, "dtype(0)"}, {F32, 1, "float32"}, {I32, 2, "int32"}, {Rows, 3, "rows"}, {I64, 4, "int64"}} {
 		if uint8(c.d) != c.n || c.d.String() != c.name {
 			t.Errorf("%v is %d, want %d (%s)", c.d, uint8(c.d), c.n, c.name)
 		}
-		if c.d == Invalid {
+		if c.d == Invalid || c.d == Rows {
 			continue
 		}
 		if got, ok := ParseDType(c.name); !ok || got != c.d {
@@ -21,6 +21,14 @@ func TestDTypeWireNumbers(t *testing.T) {
 	}
 	if _, ok := ParseDType("float64"); ok {
 		t.Error("ParseDType accepted float64")
+	}
+	if got, ok := ParseDType("i64"); !ok || got != I64 {
+		t.Errorf("ParseDType(i64) = %v, %v", got, ok)
+	}
+	for d, size := range map[DType]int{F32: 4, I32: 4, I64: 8} {
+		if d.Size() != size {
+			t.Errorf("%v.Size() = %d, want %d", d, d.Size(), size)
+		}
 	}
 }
 
