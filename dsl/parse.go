@@ -696,7 +696,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 				if s, ok := d.str(vv, what+".dtype"); ok {
 					dt, ok := ir.ParseDType(s)
 					if !ok {
-						d.errorf(vv, "%s.dtype %q is not float32 or int32", what, s)
+						d.errorf(vv, "%s.dtype %q is not float32, int32 or int64", what, s)
 					}
 					vr.DType = dt
 				}

@@ -34,6 +34,16 @@ const (
 // reading int64 keys skip it as int32 ids < 0 are skipped.
 const PadKey int64 = math.MinInt64
 
+// HashKey is the int64 key of a 64-bit hash h: h's bits read as a
+// two's-complement int64, except the one hash whose bits are PadKey's
+// (2^63), which becomes PadKey+1, so that no hashed key is padding.
+func HashKey(h uint64) int64 {
+	if k := int64(h); k != PadKey {
+		return k
+	}
+	return PadKey + 1
+}
+
 func (d DType) String() string {
 	switch d {
 	case F32:

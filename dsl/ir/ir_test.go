@@ -1,6 +1,9 @@
 package ir
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // The numbering of DType is part of the wire format: a frame carries it.
 func TestDTypeWireNumbers(t *testing.T) {
@@ -44,5 +47,17 @@ func TestShape(t *testing.T) {
 	}
 	if got := (Shape{-1, 4}).String(); got != "[batch, 4]" {
 		t.Errorf("String = %q", got)
+	}
+}
+
+// A hash is its own bits as a key, except 2^63, the padding key's bits.
+func TestHashKeyNeverPads(t *testing.T) {
+	for h, want := range map[uint64]int64{0: 0, 1: 1, 1<<63 - 1: math.MaxInt64, 1 << 63: math.MinInt64 + 1, 1<<63 + 1: math.MinInt64 + 1, 1<<64 - 1: -1} {
+		if got := HashKey(h); got != want {
+			t.Errorf("HashKey(%#x) = %d, want %d", h, got, want)
+		}
+	}
+	if PadKey != math.MinInt64 {
+		t.Errorf("PadKey = %d", PadKey)
 	}
 }
