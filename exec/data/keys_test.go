@@ -267,3 +267,37 @@ func TestParseInt64(t *testing.T) {
 		t.Fatal("the padding key moved")
 	}
 }
+
+// A held-out fraction splits the keys with their rows: the training and
+// held-out sets hold the file's rows of keys that HeldOut assigns them.
+func TestHeldOutSplitsKeys(t *testing.T) {
+	var content strings.Builder
+	for range 5 {
+		content.WriteString(keysFile())
+	}
+	g := loadModel(t, "train.tsv", content.String(), keysData+"  eval: {fraction: 0.3}\n")
+	all, err := Load(loadModel(t, "train.tsv", content.String(), keysData).Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := LoadSplit(g.Data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := HeldOut(all.Rows, 0.3, g.Data.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var train, eval []int64
+	for r := range all.Rows {
+		row := all.Keys[r*all.NK : (r+1)*all.NK]
+		if held[r] {
+			eval = append(eval, row...)
+		} else {
+			train = append(train, row...)
+		}
+	}
+	if !slices.Equal(sp.Train.Keys, train) || !slices.Equal(sp.Eval.Keys, eval) || sp.Eval.NK != all.NK || len(eval) == 0 {
+		t.Errorf("held-out split: train %d keys, eval %d; want %d and %d in file order", len(sp.Train.Keys), len(sp.Eval.Keys), len(train), len(eval))
+	}
+}
