@@ -231,3 +231,36 @@ ops:
 		t.Errorf("cast of the int32 bounds and -1 from int64 gave %v", i)
 	}
 }
+
+// A cross keeps its value when ids widen: int32 ids and the int64 keys
+// of the same values (cast) cross into the same bucket and the same key,
+// negative ids included.
+func TestCrossKeepsItsValueWhenIDsWiden(t *testing.T) {
+	p := compileModel(t, `psgraph: 1
+state:
+  a: {shape: [4], dtype: int32}
+  b: {shape: [4, 2], dtype: int32}
+ops:
+  - {type: cast, inputs: [a], outputs: [a64], attrs: {to: int64}}
+  - {type: cast, inputs: [b], outputs: [b64], attrs: {to: int64}}
+  - {type: hash_cross, inputs: [a, b], outputs: [id32], attrs: {buckets: 1000}}
+  - {type: hash_cross, inputs: [a64, b64], outputs: [id64], attrs: {buckets: 1000}}
+  - {type: hash_cross, inputs: [a, b64], outputs: [mixed], attrs: {buckets: 1000}}
+  - {type: hash_cross, inputs: [a, b], outputs: [key32], attrs: {dtype: int64}}
+  - {type: hash_cross, inputs: [a64, b64], outputs: [key64], attrs: {dtype: int64}}
+`, 1)
+	copy(p.Scope["a"].I, []int32{3, -1, 0, math.MaxInt32})
+	copy(p.Scope["b"].I, []int32{5, 7, -2, 0, 1, 1, math.MinInt32, 9})
+	if err := runOnce(t, p); err != nil {
+		t.Fatal(err)
+	}
+	s := p.Scope
+	for r := range 4 {
+		if s["id32"].I[r] != s["id64"].I[r] || s["id32"].I[r] != s["mixed"].I[r] || s["key32"].L[r] != s["key64"].L[r] {
+			t.Errorf("row %d: buckets %d, %d, %d and keys %d, %d differ between int32 ids and int64 keys", r, s["id32"].I[r], s["id64"].I[r], s["mixed"].I[r], s["key32"].L[r], s["key64"].L[r])
+		}
+	}
+	if s["key32"].L[0] == s["key32"].L[1] {
+		t.Errorf("rows 0 and 1 cross into one key %d", s["key32"].L[0])
+	}
+}
