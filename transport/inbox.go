@@ -128,8 +128,6 @@ func (in *inbox) check(src NodeID, inc uint64, step int64, v string, dt DType, n
 		return fmt.Errorf("message %s@%d from %s: %s does not receive a transfer named %q", v, step, src, in.self, v)
 	case s.DType != dt:
 		return fmt.Errorf("message %s@%d from %s: dtype %d, %s expects %d", v, step, src, dt, in.self, s.DType)
-	case n%dt.Size() != 0:
-		return fmt.Errorf("message %s@%d from %s: %d bytes, not a whole number of %v elements (%d bytes each)", v, step, src, n, dt, dt.Size())
 	case s.AtMost && n > s.Bytes:
 		return fmt.Errorf("message %s@%d from %s: %d bytes, %s expects at most %d", v, step, src, n, in.self, s.Bytes)
 	case !s.AtMost && s.Bytes != n:
