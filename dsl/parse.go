@@ -232,7 +232,7 @@ func (d *decoder) declareData(g *Graph, data *Data) {
 		if c.Name == "" {
 			continue
 		}
-		v := &Var{Name: c.Name, Kind: KindData, Pos: c.Pos, DType: ir.I32}
+		v := &Var{Name: c.Name, Kind: KindData, Pos: c.Pos, DType: c.IDType()}
 		switch {
 		case c == data.Label:
 			v.Shape = ir.Shape{-1}
@@ -457,7 +457,7 @@ func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
 var (
 	featureKeys = []string{"name", "columns", "fill", "transform"}
 	labelKeys   = []string{"name", "column", "columns", "dtype"}
-	idKeys      = []string{"name", "column", "columns", "fill", "hash_buckets", "shared_space", "num_ids", "separator", "max_len"}
+	idKeys      = []string{"name", "column", "columns", "fill", "hash_buckets", "key", "shared_space", "num_ids", "separator", "max_len"}
 )
 
 // column decodes a data variable's column spec; allowed says which keys
@@ -481,7 +481,7 @@ func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 }
 
 // columnNodes are the keys of a column spec that its checks point at.
-type columnNodes struct{ hash, shared, num, maxLen *yaml.Node }
+type columnNodes struct{ hash, shared, num, maxLen, key, fill *yaml.Node }
 
 // columnRange decodes a column spec's name and columns (false: key is
 // another one).
@@ -530,14 +530,11 @@ func (d *decoder) columnField(c *Column, at *columnNodes, what string, allowed [
 			}
 		}
 	case "fill":
-		c.fillPos = d.pos(k)
-		if contains(allowed, "hash_buckets") { // ids: an integer id
-			if x, ok := d.integer(v, what+".fill"); ok {
-				if x < 0 || x > math.MaxInt32 {
-					d.errorf(v, "%s.fill must be an id in [0, %d], got %d", what, math.MaxInt32, x)
-				}
+		c.fillPos, at.fill = d.pos(k), v
+		if contains(allowed, "hash_buckets") { // ids: an integer id or key, checked with the spec
+			if x, ok := d.int64(v, what+".fill"); ok {
 				f := float64(x)
-				c.Fill = &f
+				c.Fill, c.FillKey = &f, x
 			}
 		} else if x, ok := d.number(v, what+".fill"); ok {
 			c.Fill = &x
@@ -557,6 +554,15 @@ func (d *decoder) columnField(c *Column, at *columnNodes, what string, allowed [
 				d.errorf(v, "%s.hash_buckets must be in [1, %d] (ids are int32), got %d; without hash_buckets the fields are integer ids, taken as they are", what, math.MaxInt32, x)
 			} else {
 				c.HashBuckets = x
+			}
+		}
+	case "key":
+		at.key = k
+		if s, ok := d.str(v, what+".key"); ok {
+			if !contains(KeyNames, s) {
+				d.errorf(v, "%s.key %q is not hash64 (each field's bytes hashed to a 64-bit key) or int64 (each field an integer, taken as it is)%s", what, s, suggest(s, KeyNames))
+			} else {
+				c.KeyType = s
 			}
 		}
 	case "shared_space":
@@ -594,14 +600,28 @@ func (d *decoder) columnField(c *Column, at *columnNodes, what string, allowed [
 
 // checkColumn refuses keys of a column spec that do not go together.
 func (d *decoder) checkColumn(c *Column, at *columnNodes, what string) {
-	if at.hash != nil && c.Fill != nil {
+	hashed := at.hash != nil || c.KeyType == KeyHash64
+	switch {
+	case at.hash != nil && c.Fill != nil:
 		d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with hash_buckets: an empty field is hashed as a value of its own; remove fill", what))
+	case c.KeyType == KeyHash64 && c.Fill != nil:
+		d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with key: hash64: an empty field is hashed as a value of its own; remove fill", what))
+	case c.Fill != nil && c.KeyType == KeyInt64 && c.FillKey == ir.PadKey:
+		d.errorf(at.fill, "%s.fill %d is the padding key of int64 keys (-2^63); choose another key", what, c.FillKey)
+	case c.Fill != nil && c.KeyType == "" && at.hash == nil && (c.FillKey < 0 || c.FillKey > math.MaxInt32):
+		d.errorf(at.fill, "%s.fill must be an id in [0, %d], got %d", what, math.MaxInt32, c.FillKey)
 	}
-	if at.shared != nil && at.hash == nil {
-		d.errorf(at.shared, "%s.shared_space applies to hashed ids (hash_buckets); integer ids are one space already: remove it", what)
+	if at.key != nil && at.hash != nil {
+		d.errorf(at.key, "%s.key reads 64-bit keys, and hash_buckets hashes into int32 ids in [0, N) for a table of N rows: give one of them (key: hash64 keeps the whole 64-bit hash, with no buckets)", what)
+	}
+	if at.shared != nil && !hashed {
+		d.errorf(at.shared, "%s.shared_space applies to hashed ids (hash_buckets, or key: hash64); integer ids are one space already: remove it", what)
 	}
 	if at.num != nil && at.hash != nil {
 		d.errorf(at.num, "%s.num_ids is for integer ids; hashed ids are in [0, hash_buckets) already: remove num_ids", what)
+	}
+	if at.num != nil && at.key != nil {
+		d.errorf(at.num, "%s.num_ids bounds int32 ids read by a table of num_ids rows; 64-bit keys (key: %s) have no bound: remove num_ids", what, c.KeyType)
 	}
 	if c.sepPos.Line > 0 {
 		switch {
@@ -696,7 +716,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 				if s, ok := d.str(vv, what+".dtype"); ok {
 					dt, ok := ir.ParseDType(s)
 					if !ok {
-						d.errorf(vv, "%s.dtype %q is not float32 or int32", what, s)
+						d.errorf(vv, "%s.dtype %q is not float32, int32 or int64", what, s)
 					}
 					vr.DType = dt
 				}
