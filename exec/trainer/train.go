@@ -504,6 +504,26 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 // pservers.
 func (r *run) finalParams(params program.Scope) error {
 	opt := r.opt
+	if len(opt.Params) > 0 {
+		if err := r.receiveFinal(params); err != nil {
+			return err
+		}
+	}
+	if err := opt.Comm.Finish(r.ctx); err != nil {
+		return err
+	}
+	for _, err := range opt.Comm.AwaitPeers(r.ctx) {
+		opt.Log.Warn().Err(err).Msg("after the last step")
+	}
+	return nil
+}
+
+// receiveFinal runs the recvs of the parameters the pservers serve (a
+// program compiled for them alone: with no target, Compile would compile
+// the whole step, and running it would send the pservers one more step's
+// gradients).
+func (r *run) receiveFinal(params program.Scope) error {
+	opt := r.opt
 	fin, err := program.Compile(r.g, program.CompileOptions{Batch: r.batch, Targets: opt.Params,
 		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
 	if err != nil {
@@ -514,12 +534,6 @@ func (r *run) finalParams(params program.Scope) error {
 	r.rt.StepNum = int64(r.steps)
 	if err := fin.Run(r.rt); err != nil {
 		return fmt.Errorf("receiving the final parameters: %w", err)
-	}
-	if err := opt.Comm.Finish(r.ctx); err != nil {
-		return err
-	}
-	for _, err := range opt.Comm.AwaitPeers(r.ctx) {
-		opt.Log.Warn().Err(err).Msg("after the last step")
 	}
 	for _, name := range opt.Params {
 		params[name] = fin.Scope[name]
