@@ -130,4 +130,3 @@ train: {loss: loss, batch: 4, steps: 1, optimizer: {type: sgd, lr: 0.1}}
 		t.Errorf("progress lines lack the total %d, the time left or the end:\n%s", total, log)
 	}
 }
-
