@@ -86,7 +86,7 @@ func TestCTRExampleLocal(t *testing.T) {
 	run := func(model string) (sum map[string]any, loss, auc, acc float64) {
 		t.Helper()
 		metrics := filepath.Join(filepath.Dir(model), "metrics.jsonl")
-		r := psgraph(t, "run", "--role", "local", model, "--steps", "300", "--metrics", metrics, "--log-every", "1", "--log-format", "json")
+		r := psgraph(t, "run", "--role", "local", model, "--steps", "300", "--metrics", metrics, "--log-every", "1", "--log-format", "json", "--final-pass")
 		if r.code != 0 {
 			t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
 		}

@@ -55,7 +55,7 @@ func TestGenCriteoThenRunCTR(t *testing.T) {
 		Acc  float64
 	}
 	for i, model := range []string{mem, stream} {
-		r := psgraph(t, "run", "--role", "local", "--log-format", "json", model)
+		r := psgraph(t, "run", "--role", "local", "--log-format", "json", "--final-pass", model)
 		if r.code != 0 {
 			t.Fatalf("run %s: exit %d\n%s", model, r.code, r.stderr)
 		}

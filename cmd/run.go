@@ -31,6 +31,7 @@ type runOptions struct {
 	ck       checkpointFlags
 	cpuProf  string
 	prom     string // --metrics-addr
+	final    bool   // --final-pass
 }
 
 // checkpointFlags are shared by local runs, pservers and train.
@@ -179,6 +180,7 @@ and received, docs/runtime.md).`,
 	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file")
 	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file; pserver: write its shards of the lookup tables (psgraph train merges them into trainer 0's file)")
 	f.StringVar(&o.metrics, "metrics", "", "local, trainer: write one JSON object per logged step to this file")
+	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
 	o.net.add(c)
 	o.ck.add(c, true)
@@ -254,11 +256,37 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 	sum, err := trainer.Train(c.Context(), g, trainer.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
 		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck, Prom: prom.Node(),
+		FinalPass: finalPass(c),
 	})
 	if err != nil {
 		return err
 	}
 	return printJSON(c, sum)
+}
+
+// addFinalPassFlag adds --final-pass, for local runs and trainers.
+func addFinalPassFlag(c *cobra.Command, v *bool) {
+	c.Flags().BoolVar(v, "final-pass", false, "local, trainer: after the last step, evaluate loss and metrics over the whole training data for the summary (default: true for data in memory, false for a streamed file, whose summary is then the mean of the last 100 steps)")
+}
+
+// finalPass is --final-pass as the trainer takes it: auto when not given.
+func finalPass(c *cobra.Command) trainer.FinalPass {
+	f := c.Flags().Lookup("final-pass")
+	switch {
+	case f == nil || !f.Changed:
+		return trainer.FinalPassAuto
+	case f.Value.String() == "true":
+		return trainer.FinalPassOn
+	}
+	return trainer.FinalPassOff
+}
+
+// finalPassArg is --final-pass as train passes it on to its trainers.
+func finalPassArg(c *cobra.Command) string {
+	if f := c.Flags().Lookup("final-pass"); f != nil && f.Changed {
+		return f.Value.String()
+	}
+	return ""
 }
 
 func printJSON(c *cobra.Command, v any) error {
@@ -296,7 +324,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		TLSCert: n.tlsCert, TLSKey: n.tlsKey, TLSCA: n.tlsCA,
 		ConnectTimeout: n.connectTimeout, TrainerTimeout: n.trainerTimeout,
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
-		LogEvery: o.log.every, Log: log, Prom: prom.Node(),
+		LogEvery: o.log.every, Log: log, Prom: prom.Node(), FinalPass: finalPass(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, ResumeStep: o.ck.resumeStep, StartStep: o.ck.startStep,
 	})
 	if err != nil {

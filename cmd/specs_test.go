@@ -123,7 +123,7 @@ func TestDataSpecsTrainEndToEnd(t *testing.T) {
 	}
 	var sums [2]struct{ Loss, AUC float64 }
 	for i, model := range []string{mem, stream} {
-		r := psgraph(t, "run", "--role", "local", "--log-format", "json", model)
+		r := psgraph(t, "run", "--role", "local", "--log-format", "json", "--final-pass", model)
 		if r.code != 0 {
 			t.Fatalf("run %s: exit %d\n%s", model, r.code, r.stderr)
 		}

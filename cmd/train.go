@@ -23,6 +23,7 @@ type trainOptions struct {
 	keep     string
 	log      logFlags
 	ck       checkpointFlags
+	final    bool // --final-pass
 }
 
 func newTrainCmd() *cobra.Command {
@@ -48,6 +49,7 @@ Ctrl-C stops them all. The children share a freshly generated token.`,
 	f.StringVar(&o.save, "save", "", "write the final parameters to a safetensors file (trainer 0)")
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one)")
+	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
 	o.ck.add(c, false)
 	return c
@@ -117,6 +119,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		NumCPU: runtime.NumCPU(), GOMAXPROCSSet: maxprocsSet,
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
 		LogFormat: o.log.format, LogLevel: o.log.level, LogEvery: o.log.every,
+		FinalPass:     finalPassArg(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, Resume: resume,
 	}
 	children := launch.Plan(lo)

@@ -24,6 +24,9 @@ func BenchmarkSgemm(b *testing.B) {
 		{"wide_dW1_xT.dh", true, false, 64, 2048, 256},
 		{"wide_dh_dz.W2T", false, true, 256, 2048, 10},
 		{"wide_dW2_hT.dz", true, false, 2048, 10, 256},
+		{"ctr_top0_fwd_256x432x128", false, false, 256, 128, 432},
+		{"ctr_top0_dW_xT.dz", true, false, 432, 128, 256},
+		{"ctr_top0_dx_dz.WT", false, true, 256, 432, 128},
 		{"big_4096", false, false, 4096, 4096, 4096},
 	}
 	r := rand.New(rand.NewPCG(1, 1))

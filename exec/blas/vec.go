@@ -1,5 +1,7 @@
 package blas
 
+import "math"
+
 // Vectorized element-wise loops for the hottest element-wise kernels. Each
 // runs its SIMD body on the largest multiple of the vector width and
 // finishes the tail in Go; without SIMD support the Go loop does all.
@@ -78,6 +80,19 @@ func Mul(x, y, z []float32) {
 	}
 	for i := n; i < len(z); i++ {
 		z[i] = x[i] * y[i]
+	}
+}
+
+// Sqrt sets y[i] = sqrt(x[i]) for i < len(y), correctly rounded (the
+// float32 of the float64 square root, which the vector instruction equals).
+func Sqrt(x, y []float32) {
+	x = x[:len(y)]
+	n := vecLen(len(y))
+	if n > 0 {
+		sqrtVec(&x[0], &y[0], n)
+	}
+	for i := n; i < len(y); i++ {
+		y[i] = float32(math.Sqrt(float64(x[i])))
 	}
 }
 

@@ -30,4 +30,7 @@ func subVec(x, y, z *float32, n int)
 func mulVec(x, y, z *float32, n int)
 
 //go:noescape
+func sqrtVec(x, y *float32, n int)
+
+//go:noescape
 func scaleVec(a, b float32, x, y *float32, n int)

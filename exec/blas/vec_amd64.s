@@ -110,3 +110,18 @@ scale_loop:
 	JNZ scale_loop
 	VZEROUPPER
 	RET
+
+// func sqrtVec(x, y *float32, n int): y = sqrt(x)
+TEXT ·sqrtVec(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+sqrt_loop:
+	VSQRTPS (SI), Z1
+	VMOVUPS Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ sqrt_loop
+	VZEROUPPER
+	RET

@@ -10,4 +10,5 @@ func addVec(x, y, z *float32, n int)        {}
 
 func subVec(x, y, z *float32, n int)              {}
 func mulVec(x, y, z *float32, n int)              {}
+func sqrtVec(x, y *float32, n int)                {}
 func scaleVec(a, b float32, x, y *float32, n int) {}

@@ -76,3 +76,29 @@ func TestVecOps(t *testing.T) {
 		}
 	}
 }
+
+// Sqrt's vector body gives every value the float64 square root rounded to
+// float32 gives, bit for bit: random values of every magnitude, 0, -0,
+// +Inf, subnormals, and NaN for NaN and negatives.
+func TestSqrtIsCorrectlyRounded(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), 1e-40, math.SmallestNonzeroFloat32, math.MaxFloat32, float32(math.NaN()), -1, -1e-30}
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 1029} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = math.Float32frombits(r.Uint32() &^ (1 << 31)) // every positive bit pattern
+			if i < len(special) {
+				x[i] = special[i]
+			}
+		}
+		x = append(x, 42)
+		y := make([]float32, n)
+		Sqrt(x, y)
+		for i := range y {
+			want := float32(math.Sqrt(float64(x[i])))
+			if math.Float32bits(y[i]) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(y[i]))) {
+				t.Fatalf("n=%d: sqrt(%g) = %g (%#x), want %g (%#x)", n, x[i], y[i], math.Float32bits(y[i]), want, math.Float32bits(want))
+			}
+		}
+	}
+}

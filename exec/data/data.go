@@ -17,6 +17,7 @@ import (
 	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/progress"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -171,7 +172,7 @@ func Load(spec *dsl.Data) (*Set, error) {
 
 // raw reads a model's data source (its csv, or generated rows) with the
 // features transformed but not normalized.
-func raw(spec *dsl.Data) (*Set, error) {
+func raw(spec *dsl.Data, rep *progress.Reporter) (*Set, error) {
 	var s *Set
 	var err error
 	if spec.Synthetic != nil {
@@ -184,7 +185,7 @@ func raw(spec *dsl.Data) (*Set, error) {
 			}
 		}
 	} else {
-		s, err = readCSV(spec)
+		s, err = readCSV(spec, rep)
 		if err != nil {
 			return nil, err
 		}
@@ -193,12 +194,22 @@ func raw(spec *dsl.Data) (*Set, error) {
 	return s, nil
 }
 
-func readCSV(spec *dsl.Data) (*Set, error) {
+func readCSV(spec *dsl.Data, rep *progress.Reporter) (*Set, error) {
 	f, err := os.Open(spec.CSV)
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
 	defer f.Close()
+	var ph *progress.Phase
+	if rep != nil {
+		size := int64(-1)
+		if fi, err := f.Stat(); err == nil {
+			size = fi.Size()
+		}
+		ph = rep.Start("reading "+spec.CSV, "bytes", size)
+	}
+	defer ph.Done()
+	var reported int64
 	p := newRowParser(spec)
 	s := &Set{NF: p.nf, NI: p.ni, NK: p.nk, NT: p.nt}
 	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
@@ -234,7 +245,12 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 			s.Labels = append(s.Labels, label)
 		}
 		s.Rows++
+		if s.Rows%progressRows == 0 {
+			ph.Add(lr.pos - reported)
+			reported = lr.pos
+		}
 	}
+	ph.Add(lr.pos - reported)
 	if s.Rows == 0 {
 		return nil, fmt.Errorf("%s: the data file has no rows", spec.CSV)
 	}

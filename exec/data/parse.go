@@ -113,7 +113,8 @@ func bucketOf(h uint64, buckets int) int32 {
 type lineReader struct {
 	r    *bufio.Reader
 	long []byte
-	line int // number of the line last returned or skipped (from 1)
+	line int   // number of the line last returned or skipped (from 1)
+	pos  int64 // bytes of the file returned or skipped
 }
 
 // next returns the next line, its newline included; the slice is valid
@@ -138,6 +139,7 @@ func (l *lineReader) next() ([]byte, error) {
 		return nil, err
 	}
 	l.line++
+	l.pos += int64(len(b))
 	return b, nil
 }
 
@@ -147,6 +149,7 @@ func (l *lineReader) skip(delim byte) (bool, error) {
 	row, got := false, false
 	for {
 		b, err := l.r.ReadSlice('\n')
+		l.pos += int64(len(b))
 		got = got || len(b) > 0
 		row = row || len(dsl.TrimField(b, delim)) > 0
 		switch {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/progress"
 )
 
 // Split is a model's data: the training rows and the held-out rows of
@@ -21,7 +22,13 @@ type Split struct {
 // norm is given (the statistics saved with a model), which then applies to
 // both.
 func LoadSplit(spec *dsl.Data, norm *Scaling) (*Split, error) {
-	all, err := raw(spec)
+	return LoadSplitProgress(spec, norm, nil)
+}
+
+// LoadSplitProgress is LoadSplit reporting the progress of reading the
+// file to rep (nil: none).
+func LoadSplitProgress(spec *dsl.Data, norm *Scaling, rep *progress.Reporter) (*Split, error) {
+	all, err := raw(spec, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +51,7 @@ func LoadSplit(spec *dsl.Data, norm *Scaling) (*Split, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sp.Eval, err = raw(held); err != nil {
+		if sp.Eval, err = raw(held, rep); err != nil {
 			return nil, err
 		}
 	}
@@ -63,7 +70,7 @@ func LoadFile(spec *dsl.Data, path string, norm *Scaling) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := raw(o)
+	s, err := raw(o, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/progress"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -53,7 +54,13 @@ type FileStream struct {
 // row, to check the column ranges against it, and with normalize the whole
 // file (the statistics of every feature column).
 func OpenStream(spec *dsl.Data) (*FileStream, error) {
-	return openStream(spec, StreamBuffer, nil)
+	return openStream(spec, StreamBuffer, nil, nil)
+}
+
+// OpenStreamProgress is OpenStream reporting the progress of the
+// normalization pass to rep (nil: none).
+func OpenStreamProgress(spec *dsl.Data, rep *progress.Reporter) (*FileStream, error) {
+	return openStream(spec, StreamBuffer, nil, rep)
 }
 
 // OpenStreamScaled opens a data file as a stream normalized with given
@@ -63,7 +70,7 @@ func OpenStreamScaled(spec *dsl.Data, norm *Scaling) (*FileStream, error) {
 	if norm == nil {
 		norm = &Scaling{} // none; do not compute the file's own
 	}
-	return openStream(spec, StreamBuffer, norm)
+	return openStream(spec, StreamBuffer, norm, nil)
 }
 
 // Scaling is the normalization the stream applies (nil: none).
@@ -74,7 +81,7 @@ func (s *FileStream) Scaling() *Scaling {
 	return s.scale
 }
 
-func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) {
+func openStream(spec *dsl.Data, buffer int, norm *Scaling, rep *progress.Reporter) (*FileStream, error) {
 	if spec.CSV == "" {
 		return nil, fmt.Errorf("data (%s): stream needs a csv source", spec.Pos)
 	}
@@ -105,7 +112,8 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) 
 		}
 	} else if spec.Normalize != "" && spec.Normalize != "none" && s.p.nf > 0 {
 		st := newFeatureStats(s.p.nf)
-		if _, err := s.pass(func() { st.add(s.row) }); err != nil {
+		ph := s.startPass(rep, "reading the data file for the normalization statistics")
+		if _, err := s.pass(ph, func() { st.add(s.row) }); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -135,20 +143,44 @@ func (s *FileStream) Rows() int64 { return s.rows }
 
 // pass reads the file from its start to its end, one row at a time into
 // the scratch row, calling fn after each; it returns the number of rows.
-func (s *FileStream) pass(fn func()) (int64, error) {
+// It counts the bytes read to ph (nil: none) and ends it.
+func (s *FileStream) pass(ph *progress.Phase, fn func()) (int64, error) {
+	defer ph.Done()
 	if err := s.rewind(); err != nil {
 		return 0, err
 	}
+	reported := s.lr.pos
 	for {
 		ok, err := s.nextRow(&s.scratch)
 		if err != nil {
 			return 0, err
 		}
 		if !ok {
+			ph.Add(s.lr.pos - reported)
 			return s.cur, nil
 		}
 		fn()
+		if s.cur%progressRows == 0 {
+			ph.Add(s.lr.pos - reported)
+			reported = s.lr.pos
+		}
 	}
+}
+
+// progressRows is how many rows a pass reads between two progress counts.
+const progressRows = 4096
+
+// startPass starts the progress phase of a pass over the file, counted in
+// its bytes.
+func (s *FileStream) startPass(rep *progress.Reporter, what string) *progress.Phase {
+	if rep == nil {
+		return nil
+	}
+	size := int64(-1)
+	if fi, err := s.f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	return rep.Start(what+" "+s.spec.CSV, "bytes", size)
 }
 
 func (s *FileStream) rewind() error {
@@ -156,7 +188,7 @@ func (s *FileStream) rewind() error {
 		return fmt.Errorf("%s: %w", s.spec.CSV, err)
 	}
 	s.lr.r.Reset(s.f)
-	s.lr.line, s.cur = 0, 0
+	s.lr.line, s.lr.pos, s.cur = 0, 0, 0
 	if !s.spec.Header {
 		return nil
 	}
@@ -391,12 +423,12 @@ func (s *FileStream) Epoch(dst []*tensor.Tensor, fn func(n int) error) error {
 // the number of rows and the multi-valued fields cut to their max_len:
 // what `psgraph check` reports for a streamed file, without loading it.
 func Count(spec *dsl.Data) (int64, []Truncation, error) {
-	s, err := openStream(spec, StreamBuffer, &Scaling{}) // no statistics: one pass
+	s, err := openStream(spec, StreamBuffer, &Scaling{}, nil) // no statistics: one pass
 	if err != nil {
 		return 0, nil, err
 	}
 	defer s.Close()
-	n, err := s.pass(func() {})
+	n, err := s.pass(nil, func() {})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -409,5 +441,5 @@ func (s *FileStream) CountRows() (int64, error) {
 	if s.rows >= 0 {
 		return s.rows, nil
 	}
-	return s.pass(func() {})
+	return s.pass(nil, func() {})
 }

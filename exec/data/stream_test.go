@@ -121,7 +121,7 @@ func TestFileStreamEqualsMemory(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/trainers%d/batch%d/from%d/buf%d", norm, c.trainers, c.batch, c.first, c.buffer), func(t *testing.T) {
 				mem := NewStream(set)
 				for tr := 0; tr < c.trainers; tr++ {
-					fs, err := openStream(g.Data, c.buffer, nil)
+					fs, err := openStream(g.Data, c.buffer, nil, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -151,7 +151,7 @@ func TestFileStreamEqualsMemory(t *testing.T) {
 			})
 		}
 		// One epoch in order, in chunks, is the whole set.
-		fs, err := openStream(g.Data, 100, nil)
+		fs, err := openStream(g.Data, 100, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestFileStreamMemoryIsBounded(t *testing.T) {
 		t.Fatalf("the file is only %d bytes; the test needs one much larger than the %d-byte buffer", st.Size(), buffer)
 	}
 	spec := criteoSpecFor(t, path)
-	fs, err := openStream(spec, buffer, nil)
+	fs, err := openStream(spec, buffer, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

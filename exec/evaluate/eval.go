@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/progress"
 
 	"github.com/rs/zerolog"
 
@@ -19,95 +22,150 @@ import (
 
 // Evaluator computes a model's loss and metrics over one data set with
 // the parameters it shares. Its programs are compiled once, so evaluating
-// every N steps of a run allocates nothing after setup.
+// every N steps of a run allocates nothing after the first evaluation.
 //
-// An in-memory set is evaluated in one batch of all its rows, so every
-// metric (AUC too) is its value over the set. A streamed file is
-// evaluated in chunks: each value is the row-weighted mean over the
-// chunks, which is its value over the file for means over rows (mean,
-// softmax_cross_entropy, accuracy, sigmoid_cross_entropy, mse).
+// The set, in memory or a streamed file, is evaluated in chunks of a fixed
+// number of rows, so its memory does not grow with the set's rows
+// (TestEvalMemoryIsChunked). The loss and every metric but auc are the
+// row-weighted means of their values over the chunks: their values over
+// the set when they are means over rows (mean, softmax_cross_entropy,
+// accuracy, sigmoid_cross_entropy, mse). An auc metric is computed over
+// all the set's rows at once from the scores and labels of every chunk
+// (kernels.AUCRows, 8 bytes per row): the value one batch of the whole set
+// gives (TestChunkedAUCIsExact).
 type Evaluator struct {
 	targets []string
 	set     *data.Set
 	file    *data.FileStream
 	Rows    int // of the last run
-	full    *program.Program
 	ffull   *program.Feeder
-	chunks  *chunks // a streamed file's
+	chunks  *chunks
 	sums    []float64
+	aucs    []aucMetric
 	// Made once, so that a run allocates nothing.
 	ordered *data.Stream
 	rt      *program.Runtime
 	onChunk func(n int) error
+	// progress of a run (nil: none)
+	rep   *progress.Reporter
+	what  string
+	phase *progress.Phase
 }
 
-// NewEvaluator returns the evaluator of g over an in-memory set or a
-// streamed file (in chunks of chunk rows), with the parameters params.
+// aucMetric is an auc metric: the index of its value among the targets,
+// the names of its op's inputs, and the rows of the chunks so far.
+type aucMetric struct {
+	at            int
+	scores, label string
+	rows          kernels.AUCRows
+}
+
+// NewEvaluator evaluates the data of set (in memory) or file (streamed)
+// with the parameters params, in chunks of chunk rows.
 func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, chunk int) (*Evaluator, error) {
 	e := &Evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
 	e.sums = make([]float64, len(e.targets))
 	e.rt = &program.Runtime{Ctx: context.Background()}
 	e.onChunk = e.chunk
+	compileTargets := e.targets
+	for i, m := range e.targets {
+		if op := producer(g, m); op != nil && op.Type == "auc" {
+			e.aucs = append(e.aucs, aucMetric{at: i, scores: op.Inputs[0], label: op.Inputs[1]})
+			compileTargets = append(compileTargets[:len(compileTargets):len(compileTargets)], op.Inputs...)
+		}
+	}
 	compile := func(batch int) (*program.Program, *program.Feeder, error) {
-		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: e.targets, Shared: params, Workers: 1})
+		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: compileTargets, Shared: params, Workers: 1})
 		if err != nil {
 			return nil, nil, err
 		}
 		return p, program.NewFeeder(g, p.Scope), nil
 	}
-	var err error
-	if set != nil {
-		e.Rows, e.ordered = set.Rows, data.NewOrderedStream(set)
-		e.full, e.ffull, err = compile(set.Rows)
-		return e, err
+	if chunk <= 0 {
+		chunk = EvalChunk
 	}
-	e.chunks, err = newChunks(chunk, compile)
-	if err != nil {
+	if set != nil {
+		e.ordered = data.NewOrderedStream(set)
+		chunk = min(chunk, set.Rows)
+	}
+	var err error
+	if e.chunks, err = newChunks(chunk, compile); err != nil {
+		e.Close()
 		return nil, err
 	}
-	e.full, e.ffull = e.chunks.full, e.chunks.ffull
+	e.ffull = e.chunks.ffull
 	return e, nil
+}
+
+// producer is the op of g that outputs name (nil: none).
+func producer(g *dsl.Graph, name string) *dsl.Op {
+	for i := range g.Ops {
+		if slices.Contains(g.Ops[i].Outputs, name) {
+			return g.Ops[i]
+		}
+	}
+	return nil
+}
+
+// Chunk is the number of rows the evaluator evaluates at once.
+func (e *Evaluator) Chunk() int { return e.chunks.size }
+
+// ReportTo makes every run report its progress to rep as a phase that
+// does what ("evaluating the held-out data").
+func (e *Evaluator) ReportTo(rep *progress.Reporter, what string) {
+	e.rep, e.what, e.phase = rep, what, &progress.Phase{}
 }
 
 // Close releases the evaluator's programs.
 func (e *Evaluator) Close() {
 	if e.chunks != nil {
 		e.chunks.close()
-		return
 	}
-	e.full.Close()
 }
 
 // Run evaluates the set with the current values of the shared parameters:
-// out[0] the loss, then the metrics in model order. It allocates nothing.
+// out[0] the loss, then the metrics in model order. It allocates nothing
+// after the first run.
 func (e *Evaluator) Run(ctx context.Context) ([]float64, error) {
 	e.rt.Ctx = ctx
-	if e.set != nil {
-		if err := e.ffull.Fill(e.ordered, 0); err != nil {
-			return nil, err
-		}
-		if err := e.full.Run(e.rt); err != nil {
-			return nil, err
-		}
-		for i, name := range e.targets {
-			e.sums[i] = float64(e.full.Scope[name].F[0])
-		}
-		return e.sums, nil
-	}
 	clear(e.sums)
+	for i := range e.aucs {
+		e.aucs[i].rows.Reset()
+	}
 	e.Rows = 0
-	f := e.ffull
-	if err := e.file.Epoch(f.Dst, e.onChunk); err != nil {
+	if e.rep != nil {
+		total := int64(-1)
+		if e.set != nil {
+			total = int64(e.set.Rows)
+		} else if n := e.file.Rows(); n >= 0 {
+			total = n
+		}
+		e.rep.Restart(e.phase, e.what, "rows", total)
+	}
+	if e.set != nil {
+		for off := 0; off < e.set.Rows; off += e.chunks.size {
+			if err := e.ffull.Fill(e.ordered, int64(off)); err != nil {
+				return nil, err
+			}
+			if err := e.chunk(min(e.chunks.size, e.set.Rows-off)); err != nil {
+				return nil, err
+			}
+		}
+	} else if err := e.file.Epoch(e.ffull.Dst, e.onChunk); err != nil {
 		return nil, err
 	}
+	e.phase.Done()
 	for i := range e.sums {
 		e.sums[i] /= float64(e.Rows)
+	}
+	for i := range e.aucs {
+		e.sums[e.aucs[i].at] = e.aucs[i].rows.AUC()
 	}
 	return e.sums, nil
 }
 
-// chunk evaluates one chunk of a streamed file, n rows in the full
-// program's tensors, and adds its row-weighted values to the sums.
+// chunk evaluates one chunk, n rows in the full program's tensors, and
+// adds its row-weighted values to the sums and its auc rows.
 func (e *Evaluator) chunk(n int) error {
 	if err := e.rt.Ctx.Err(); err != nil {
 		return err
@@ -122,7 +180,16 @@ func (e *Evaluator) chunk(n int) error {
 	for i, name := range e.targets {
 		e.sums[i] += float64(n) * float64(p.Scope[name].F[0])
 	}
+	for i := range e.aucs {
+		a := &e.aucs[i]
+		if err := a.rows.Add(p.Scope[a.scores], p.Scope[a.label], n); err != nil {
+			return err
+		}
+	}
 	e.Rows += n
+	if e.rep != nil {
+		e.phase.Add(int64(n))
+	}
 	return nil
 }
 
@@ -239,9 +306,10 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 }
 
 // Evaluate computes loss and metrics over the whole data set, in file
-// order, with the given parameter values.
+// order and in chunks of EvalChunk rows (Evaluator), with the given
+// parameter values.
 func Evaluate(g *dsl.Graph, set *data.Set, params program.Scope) (loss float64, metrics map[string]float64, err error) {
-	ev, err := NewEvaluator(g, set, nil, params, 0)
+	ev, err := NewEvaluator(g, set, nil, params, EvalChunk)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -254,10 +322,8 @@ func Evaluate(g *dsl.Graph, set *data.Set, params program.Scope) (loss float64, 
 const EvalChunk = 1024
 
 // EvaluateStream computes loss and metrics over a streamed data file, in
-// file order and in chunks of chunk rows: each result is the row-weighted
-// mean of its values over the chunks, which is its value over the whole
-// file when it is a mean over rows (mean, softmax_cross_entropy, accuracy,
-// sigmoid_cross_entropy, mse), as Evaluate computes it in one batch.
+// file order and in chunks of chunk rows, as Evaluate does over a set in
+// memory (Evaluator).
 func EvaluateStream(g *dsl.Graph, file *data.FileStream, params program.Scope, chunk int) (loss float64, metrics map[string]float64, err error) {
 	ev, err := NewEvaluator(g, nil, file, params, chunk)
 	if err != nil {

@@ -20,8 +20,8 @@ func init() {
 				if id < 0 || int(id) >= v {
 					return idRange(i, id, v, ids.Shape)
 				}
-				copy(y.F[i*d:(i+1)*d], table.F[int(id)*d:(int(id)+1)*d])
 			}
+			gatherRows(y.F, table.F, ids.I, d)
 			return nil
 		}, nil
 	})

@@ -13,9 +13,7 @@ func init() {
 		w := y.RowWidth()
 		return func(Runtime) error {
 			y.Fit()
-			for i, r := range y.Rows.IDs {
-				copy(y.F[i*w:(i+1)*w], x.F[int(r)*w:(int(r)+1)*w])
-			}
+			gatherRows(y.F, x.F, y.Rows.IDs, w)
 			return nil
 		}, nil
 	})
@@ -80,8 +78,5 @@ func scatterAddRows(dy, ids, dt *tensor.Tensor) Kernel {
 // ScatterRows writes the rows a row-sparse value holds into dense t: the
 // assign of a row-sparse next value (the rows an optimizer updated).
 func ScatterRows(t, rows *tensor.Tensor) {
-	w := rows.RowWidth()
-	for i, r := range rows.Rows.IDs {
-		copy(t.F[int(r)*w:(int(r)+1)*w], rows.F[i*w:(i+1)*w])
-	}
+	scatterRows(t.F, rows.F, rows.Rows.IDs, rows.RowWidth())
 }

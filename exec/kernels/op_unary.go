@@ -23,11 +23,7 @@ func init() {
 			y[i] = float32(math.Tanh(float64(v)))
 		}
 	})
-	unary("sqrt", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = float32(math.Sqrt(float64(v)))
-		}
-	})
+	unary("sqrt", blas.Sqrt)
 	register("identity", func(k Args) (Kernel, error) { return copyKernel(k.In[0], k.Out[0]), nil })
 	binaryHelper("relu_grad", blas.ReluGrad)
 	binaryHelper("sigmoid_grad", func(dy, y, dx []float32) {

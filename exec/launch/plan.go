@@ -39,6 +39,7 @@ type PlanOptions struct {
 	LogFormat    string
 	LogLevel     string // "" or "info": the children's default
 	LogEvery     int
+	FinalPass    string // the trainers' --final-pass: "true", "false", or "" for their default
 
 	CheckpointDir   string
 	CheckpointEvery int
@@ -94,6 +95,9 @@ func Plan(o PlanOptions) []Child {
 		}
 		if o.Metrics != "" {
 			args = append(args, "--metrics", MetricsFile(o.Metrics, i))
+		}
+		if o.FinalPass != "" {
+			args = append(args, "--final-pass="+o.FinalPass)
 		}
 		children = append(children, Child{Name: fmt.Sprintf("trainer-%d", i), Args: args, Env: env})
 	}

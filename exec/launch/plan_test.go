@@ -30,12 +30,12 @@ func TestPlan(t *testing.T) {
 		{
 			name: "2x2 with every flag passed on",
 			opt: PlanOptions{Dir: "plan", Endpoints: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Trainers: 2, Token: "t0k3n", NumCPU: 8,
-				Steps: 300, Batch: 32, InitFrom: "init.safetensors", Save: "out.safetensors", Metrics: "run.jsonl", LogFormat: "json", LogLevel: "debug", LogEvery: 50},
+				Steps: 300, Batch: 32, InitFrom: "init.safetensors", Save: "out.safetensors", Metrics: "run.jsonl", LogFormat: "json", LogLevel: "debug", LogEvery: 50, FinalPass: "true"},
 			want: []Child{
 				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
 				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--save", "out.safetensors", "--metrics", "run.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
-				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--metrics", "run.trainer-1.jsonl"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--save", "out.safetensors", "--metrics", "run.jsonl", "--final-pass=true"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--metrics", "run.trainer-1.jsonl", "--final-pass=true"}, Env: []string{token, "GOMAXPROCS=2"}},
 			},
 		},
 		{

@@ -44,6 +44,9 @@ type Options struct {
 	Metrics  string // trainer: JSON-lines progress file
 	LogEvery int
 	Log      zerolog.Logger
+	// FinalPass: trainer: whether the summary evaluates the whole data
+	// after the last step (--final-pass).
+	FinalPass trainer.FinalPass
 	// Prom receives the node's metrics (nil: none; exec/metrics).
 	Prom *metrics.Node
 
@@ -166,7 +169,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 	}
 	defer ep.Close()
 	return job.RunTrainer(ctx, o.Index, ep, trainer.RunOptions{
-		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom,
+		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom, FinalPass: o.FinalPass,
 		PServerTimeout: o.ConnectTimeout,
 	})
 }

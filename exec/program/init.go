@@ -5,8 +5,12 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/progress"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -16,8 +20,16 @@ import (
 // gets exactly those rows of the values the whole parameter would get, so
 // placement never changes the initial model. Random initializers draw each
 // row from its own stream, seeded by (seed, row): a pserver holding a few
-// rows of a billion-row table draws only those.
+// rows of a billion-row table draws only those, and a large tensor's rows
+// are drawn on every core (GOMAXPROCS) with the same values whatever their
+// number (TestInitializeSameOnAnyCores).
 func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Shape, rowStart, rowStep int) error {
+	return initialize(t, in, name, fullShape, rowStart, rowStep, runtime.GOMAXPROCS(0), nil)
+}
+
+// initialize is Initialize on up to workers goroutines, counting the
+// values drawn to ph (nil: none).
+func initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Shape, rowStart, rowStep, workers int, ph *progress.Phase) error {
 	if t.DType != tensor.F32 {
 		if in.Type != "zeros" {
 			return fmt.Errorf("%s: initializer %s needs a float32 variable", name, in.Type)
@@ -40,43 +52,111 @@ func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Sh
 		h.Write([]byte(name))
 		seed = h.Sum64()
 	}
-	pcg := rand.NewPCG(0, 0)
-	r := rand.New(pcg)
-	var gen func() float64
-	switch in.Type {
-	case "zeros":
-		clear(t.F)
-		return nil
-	case "constant":
-		v := float32(in.Attrs.Float("value"))
-		for i := range t.F {
-			t.F[i] = v
+	// fill writes rows [lo, hi) of t, each from its own stream.
+	var fill func(r *rand.Rand, pcg *rand.PCG, lo, hi int)
+	rows := func(pcg *rand.PCG, lo, hi int, draw func(row []float32)) {
+		step := max(rowStep, 1)
+		for i := lo; i < hi; i++ {
+			pcg.Seed(seed, rowStream(uint64(rowStart+i*step)))
+			draw(t.F[i*rowLen : min((i+1)*rowLen, len(t.F))])
 		}
-		return nil
+	}
+	switch in.Type {
+	case "zeros", "constant":
+		v := float32(in.Attrs.Float("value")) // 0 for zeros
+		fill = func(_ *rand.Rand, _ *rand.PCG, lo, hi int) {
+			f := t.F[lo*rowLen : min(hi*rowLen, len(t.F))]
+			if v == 0 {
+				// A fresh tensor is zero already: reading it maps the
+				// kernel's zero page, where clearing it would fault in
+				// and write every page of a table-sized optimizer state
+				// before the first step. Its pages then come as the
+				// steps first write them.
+				if !allZero(f) {
+					clear(f)
+				}
+				return
+			}
+			for i := range f {
+				f[i] = v
+			}
+		}
 	case "uniform":
 		lo, hi := in.Attrs.Float("min"), in.Attrs.Float("max")
-		gen = func() float64 { return lo + (hi-lo)*r.Float64() }
-	case "normal":
+		fill = func(r *rand.Rand, pcg *rand.PCG, a, b int) {
+			rows(pcg, a, b, func(row []float32) {
+				for j := range row {
+					row[j] = float32(lo + (hi-lo)*r.Float64())
+				}
+			})
+		}
+	case "normal", "he_normal":
 		mean, std := in.Attrs.Float("mean"), in.Attrs.Float("std")
-		gen = func() float64 { return mean + std*r.NormFloat64() }
-	case "he_normal":
-		std := math.Sqrt(2 / float64(fanIn))
-		gen = func() float64 { return std * r.NormFloat64() }
+		if in.Type == "he_normal" {
+			mean, std = 0, math.Sqrt(2/float64(fanIn))
+		}
+		fill = func(r *rand.Rand, pcg *rand.PCG, a, b int) {
+			rows(pcg, a, b, func(row []float32) {
+				for j := range row {
+					row[j] = float32(mean + std*r.NormFloat64())
+				}
+			})
+		}
 	case "xavier_uniform":
 		lim := math.Sqrt(6 / float64(fanIn+fanOut))
-		gen = func() float64 { return lim * (2*r.Float64() - 1) }
+		fill = func(r *rand.Rand, pcg *rand.PCG, a, b int) {
+			rows(pcg, a, b, func(row []float32) {
+				for j := range row {
+					row[j] = float32(lim * (2*r.Float64() - 1))
+				}
+			})
+		}
 	default:
 		return fmt.Errorf("%s: unknown initializer %q", name, in.Type)
 	}
-	step := max(rowStep, 1)
-	for i := 0; i*rowLen < len(t.F); i++ {
-		pcg.Seed(seed, rowStream(uint64(rowStart+i*step)))
-		for j := range rowLen {
-			t.F[i*rowLen+j] = float32(gen())
+	n := (len(t.F) + rowLen - 1) / rowLen
+	// Chunks of about initChunk values, taken in turn by the workers; a
+	// chunk's rows are drawn from their own streams, so the values do not
+	// depend on which worker draws them.
+	chunk := max(1, initChunk/rowLen)
+	chunks := (n + chunk - 1) / chunk
+	workers = max(1, min(workers, chunks))
+	var next atomic.Int64
+	work := func() {
+		pcg := rand.NewPCG(0, 0)
+		r := rand.New(pcg)
+		for {
+			c := int(next.Add(1) - 1)
+			if c >= chunks {
+				return
+			}
+			lo, hi := c*chunk, min((c+1)*chunk, n)
+			fill(r, pcg, lo, hi)
+			ph.Add(int64(min(hi*rowLen, len(t.F)) - lo*rowLen))
 		}
 	}
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
 	return nil
 }
+
+// allZero says whether every value of f is +0.
+func allZero(f []float32) bool {
+	for _, x := range f {
+		if math.Float32bits(x) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// initChunk is about how many values one worker of Initialize draws at a
+// time (and between two progress counts).
+const initChunk = 1 << 18
 
 // rowStream is the second PCG seed of a row: splitmix64's finalizer, so
 // neighbouring rows get unrelated streams.

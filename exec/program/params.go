@@ -4,11 +4,13 @@ package program
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/progress"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -16,9 +18,25 @@ import (
 // value: from the initializers, or by name from a safetensors file.
 func InitPersistent(p *Program, initFrom string) error { return InitPartial(p, initFrom, false) }
 
-// initPersistent with partial set skips tensors of the file that this node
-// does not hold: a pserver holds some of the parameters.
+// InitPartial is InitPersistent that, with partial set, skips tensors of
+// the file that this node does not hold: a pserver holds some of the
+// parameters.
 func InitPartial(p *Program, initFrom string, partial bool) error {
+	return Init(p, InitOptions{From: initFrom, Partial: partial})
+}
+
+// InitOptions configures Init.
+type InitOptions struct {
+	From     string // a safetensors file with the values ("": the initializers)
+	Partial  bool   // skip the file's tensors this node does not hold
+	Progress *progress.Reporter
+}
+
+// Init gives every persistent variable of the program its initial value,
+// as InitPartial, and reports the progress of drawing the initializers'
+// values (tables of millions of rows take seconds) to o.Progress.
+func Init(p *Program, o InitOptions) error {
+	initFrom, partial := o.From, o.Partial
 	g := p.Graph
 	var loaded map[string]*tensor.Tensor
 	if initFrom != "" {
@@ -37,6 +55,19 @@ func InitPartial(p *Program, initFrom string, partial bool) error {
 			return fmt.Errorf("%s: tensors %v are not parameters or optimizer state of %s (parameters: %v)", initFrom, unknown, g.Name, g.Params())
 		}
 	}
+	var ph *progress.Phase
+	if o.Progress != nil {
+		var total int64
+		for _, name := range g.Order {
+			v := g.Vars[name]
+			t, ok := p.Scope[name]
+			if fromFile := loaded[name] != nil || v.Block != nil && loaded[v.Block.Of] != nil; ok && v.Kind.Persistent() && !fromFile {
+				total += int64(t.Numel())
+			}
+		}
+		ph = o.Progress.Start("initializing the parameters", "values", total)
+	}
+	defer ph.Done()
 	for _, name := range g.Order {
 		v := g.Vars[name]
 		t, ok := p.Scope[name]
@@ -67,7 +98,7 @@ func InitPartial(p *Program, initFrom string, partial bool) error {
 			return fmt.Errorf("%s: parameter %q is missing from the file", initFrom, name)
 		}
 		seedName, full, row, step := v.InitTarget()
-		if err := Initialize(t, v.Init, seedName, full, row, step); err != nil {
+		if err := initialize(t, v.Init, seedName, full, row, step, runtime.GOMAXPROCS(0), ph); err != nil {
 			return err
 		}
 	}

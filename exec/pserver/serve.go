@@ -13,6 +13,7 @@ import (
 	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/progress"
 
 	"github.com/rs/zerolog"
 
@@ -156,7 +157,7 @@ func compileParts(g *dsl.Graph, opt ServeOptions, cancel context.CancelFunc) ([]
 		}
 		p := &part{prog: prog}
 		parts = append(parts, p)
-		if err := program.InitPartial(prog, opt.InitFrom, true); err != nil {
+		if err := program.Init(prog, program.InitOptions{From: opt.InitFrom, Partial: true, Progress: &progress.Reporter{Log: opt.Log}}); err != nil {
 			return parts, err
 		}
 		prog.OnError = func(err error) {

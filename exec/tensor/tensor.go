@@ -126,20 +126,33 @@ func (t *Tensor) Fit() {
 	t.F = t.F[:len(t.Rows.IDs)*t.RowWidth()]
 }
 
-// New allocates a zeroed tensor.
+// New allocates a zeroed tensor. One of hugeTensor bytes or more is backed
+// by transparent huge pages where the system offers them (adviseHuge).
 func New(dt DType, shape Shape) *Tensor {
 	t := &Tensor{DType: dt, Shape: shape.Clone()}
 	n := shape.Numel()
 	switch dt {
 	case I32:
 		t.I = make([]int32, n)
+		if n*4 >= hugeTensor {
+			adviseHuge(unsafe.Pointer(unsafe.SliceData(t.I)), uintptr(n*4))
+		}
 	case I64:
 		t.L = make([]int64, n)
+		if n*8 >= hugeTensor {
+			adviseHuge(unsafe.Pointer(unsafe.SliceData(t.L)), uintptr(n*8))
+		}
 	default:
 		t.F = make([]float32, n)
+		if n*4 >= hugeTensor {
+			adviseHuge(unsafe.Pointer(unsafe.SliceData(t.F)), uintptr(n*4))
+		}
 	}
 	return t
 }
+
+// hugeTensor is the size from which New asks for huge pages.
+const hugeTensor = 8 << 20
 
 // FromF32 wraps data (not copied) as a float32 tensor.
 func FromF32(shape Shape, data []float32) *Tensor {

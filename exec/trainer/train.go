@@ -14,6 +14,7 @@ import (
 	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/progress"
 
 	"github.com/rs/zerolog"
 
@@ -56,7 +57,27 @@ type RunOptions struct {
 	// Prom, when set, counts the steps and their time for Prometheus
 	// (--metrics-addr); RunTrainer also counts its traffic per pserver.
 	Prom *metrics.Node
+	// Clock is the clock of the progress lines of long phases (nil:
+	// time.Now); tests inject one.
+	Clock func() time.Time
+	// FinalPass: whether the summary's loss and metrics are computed over
+	// the whole training data after the last step, or are the mean of the
+	// last 100 steps' batch values.
+	FinalPass FinalPass
 }
+
+// FinalPass says whether a run ends with a pass over its whole training
+// data for its summary (--final-pass).
+type FinalPass uint8
+
+const (
+	// FinalPassAuto passes over data held in memory, not over a streamed
+	// file: reading a file of millions of rows again takes about as long
+	// as a pass of training.
+	FinalPassAuto FinalPass = iota
+	FinalPassOn
+	FinalPassOff
+)
 
 // Summary is the result of a run, printed as the last line of stdout.
 type Summary struct {
@@ -179,6 +200,11 @@ type run struct {
 	closers           []func()
 }
 
+// progress reports the progress of the run's long phases to its log.
+func (r *run) progress() *progress.Reporter {
+	return &progress.Reporter{Log: r.opt.Log, Now: r.opt.Clock}
+}
+
 func (r *run) close() {
 	for i := len(r.closers) - 1; i >= 0; i-- {
 		r.closers[i]()
@@ -212,14 +238,14 @@ func (r *run) openData() error {
 	}
 	r.n = max(opt.TrainerCount, 1)
 	if g.Data.Stream {
-		f, err := data.OpenStream(g.Data)
+		f, err := data.OpenStreamProgress(g.Data, r.progress())
 		if err != nil {
 			return err
 		}
 		r.closers = append(r.closers, func() { f.Close() })
 		r.file, r.stream, r.norm = f, f, f.Scaling()
 	} else {
-		sp, err := data.LoadSplit(g.Data, nil)
+		sp, err := data.LoadSplitProgress(g.Data, nil, r.progress())
 		if err != nil {
 			return err
 		}
@@ -267,7 +293,7 @@ func (r *run) compile() error {
 	}
 	r.prog = prog
 	r.closers = append(r.closers, prog.Close)
-	if err := program.InitPersistent(prog, opt.InitFrom); err != nil {
+	if err := program.Init(prog, program.InitOptions{From: opt.InitFrom, Progress: r.progress()}); err != nil {
 		return err
 	}
 	prog.OnError = func(error) { r.cancel() }
@@ -285,9 +311,13 @@ func (r *run) compile() error {
 		r.closers = append(r.closers, func() { f.Close() }, func() { r.metrics.Flush() })
 	}
 	// A trainer of a job with lookup tables holds only the rows it fetched,
-	// so it cannot evaluate the whole data set at the end: its summary has
-	// the mean loss and metrics of the last steps it trained instead.
-	if r.tables {
+	// so it cannot evaluate the whole data set at the end, and a run over a
+	// streamed file does so only when asked (--final-pass): the summary
+	// has the mean loss and metrics of the last steps instead.
+	if r.tables && opt.FinalPass == FinalPassOn {
+		opt.Log.Warn().Msg("--final-pass: a trainer of a job with lookup tables holds only the table rows it fetched, so its summary is the mean of its last 100 steps")
+	}
+	if r.tables || opt.FinalPass == FinalPassOff || opt.FinalPass == FinalPassAuto && r.set == nil {
 		r.tail = &tailMean{names: append([]string{g.Train.Loss}, g.Train.Metrics...)}
 	}
 	if !r.evaluates {
@@ -309,6 +339,7 @@ func (r *run) compile() error {
 	if r.ev, err = evaluate.NewEvaluator(g, r.held.Set, r.held.File, shared, max(r.batch, evaluate.EvalChunk)); err != nil {
 		return err
 	}
+	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
 	r.closers = append(r.closers, r.ev.Close)
 	return nil
 }
@@ -487,14 +518,20 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		r.tail.fill(sum)
 		return sum, nil
 	}
-	var err error
-	if r.set != nil {
-		sum.Loss, sum.Metrics, err = evaluate.Evaluate(g, r.set, params)
-	} else {
-		sum.Loss, sum.Metrics, err = evaluate.EvaluateStream(g, r.file, params, max(r.batch, evaluate.EvalChunk))
-	}
+	// The pass over the whole training data (--final-pass).
+	ev, err := evaluate.NewEvaluator(g, r.set, r.file, params, max(r.batch, evaluate.EvalChunk))
 	if err != nil {
 		return nil, err
+	}
+	defer ev.Close()
+	ev.ReportTo(r.progress(), "evaluating the training data")
+	vals, err := ev.Run(r.ctx)
+	if err != nil {
+		return nil, err
+	}
+	sum.Loss = vals[0]
+	for i, m := range g.Train.Metrics {
+		sum.Metrics[m] = vals[i+1]
 	}
 	return sum, nil
 }

@@ -1,0 +1,9 @@
+//go:build amd64 && !purego
+
+package blas
+
+//go:noescape
+func gatherRows16(dst, src *float32, ids *int32, n int)
+
+//go:noescape
+func scatterRows16(dst, src *float32, ids *int32, n int)

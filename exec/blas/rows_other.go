@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package blas
+
+func gatherRows16(dst, src *float32, ids *int32, n int)  { gatherRows16Go(dst, src, ids, n) }
+func scatterRows16(dst, src *float32, ids *int32, n int) { scatterRows16Go(dst, src, ids, n) }

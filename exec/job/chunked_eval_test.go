@@ -1,0 +1,277 @@
+package job
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/data/criteo"
+	"github.com/psgraph/psgraph/exec/evaluate"
+	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/trainer"
+	"github.com/psgraph/psgraph/internal/testfix"
+)
+
+// ctrAUCModel is testfix.CTRModel with a hidden layer of width 256 and auc among
+// its metrics.
+var ctrAUCModel = strings.NewReplacer(
+	"  We: {shape: [104, 2], init: {type: xavier_uniform, seed: 2}}\n",
+	"  We: {shape: [104, 256], init: {type: he_normal, seed: 2}}\n  Wh: {shape: [256, 2], init: {type: xavier_uniform, seed: 4}}\n",
+	"  - {type: matmul, inputs: [e, We], outputs: [ze]}\n",
+	"  - {type: matmul, inputs: [e, We], outputs: [he]}\n  - {type: relu, inputs: [he], outputs: [hr]}\n  - {type: matmul, inputs: [hr, Wh], outputs: [ze]}\n",
+	"  metrics: [acc]\n", "  metrics: [acc, auc]\n",
+	"  - {type: accuracy, inputs: [logits, y], outputs: [acc]}\n",
+	"  - {type: accuracy, inputs: [logits, y], outputs: [acc]}\n  - {type: auc, inputs: [logits, y], outputs: [auc]}\n",
+).Replace(testfix.CTRModel(500, 16, 40, false))
+
+// ctrAUCGraph writes a generated Criteo file of rows rows beside the model
+// (streamed or not) and loads it.
+func ctrAUCGraph(t *testing.T, rows int64, stream bool) *dsl.Graph {
+	t.Helper()
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "train.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	src := ctrAUCModel
+	if stream {
+		src = strings.Replace(src, "  normalize: standard\n", "  normalize: standard\n  stream: true\n", 1)
+	}
+	path := filepath.Join(dir, "m.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return load(t, path)
+}
+
+// initialParams compiles g and returns its initial parameters.
+func initialParams(t *testing.T, g *dsl.Graph) program.Scope {
+	t.Helper()
+	p, err := program.Compile(g, program.CompileOptions{Batch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if err := program.InitPersistent(p, ""); err != nil {
+		t.Fatal(err)
+	}
+	params := program.Scope{}
+	for _, name := range g.Params() {
+		params[name] = p.Scope[name]
+	}
+	return params
+}
+
+// pairAUC is the AUC of scores by its definition: the share of (positive,
+// negative) pairs in which the positive scores higher, ties counting 1/2.
+func pairAUC(s []float64, y []int32) float64 {
+	var num, pairs float64
+	for i := range s {
+		for j := range s {
+			if y[i] == 1 && y[j] == 0 {
+				pairs++
+				switch {
+				case s[i] > s[j]:
+					num++
+				case s[i] == s[j]:
+					num += 0.5
+				}
+			}
+		}
+	}
+	return num / pairs
+}
+
+// An evaluation in chunks gives the AUC of the whole set, not a mean of
+// the chunks' AUCs: over 1,000 rows in memory and streamed, in chunks of
+// 64, 300 and 1,024 rows, auc equals the AUC of every (positive,
+// negative) pair of the rows' scores, computed here from the logits of one
+// batch of all the rows; the row-weighted mean of the 64-row chunks' AUCs,
+// what a streamed evaluation reported before, is off by more than 1e-3.
+func TestChunkedAUCIsExact(t *testing.T) {
+	const rows = 1000
+	g := ctrAUCGraph(t, rows, false)
+	params := initialParams(t, g)
+	set, err := data.Load(g.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scores: log(p1/p0) of one batch of every row.
+	one, err := program.Compile(g, program.CompileOptions{Batch: rows, Targets: []string{"logits"}, Shared: params, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if err := program.NewFeeder(g, one.Scope).Fill(data.NewOrderedStream(set), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Run(&program.Runtime{Ctx: context.Background()}); err != nil {
+		t.Fatal(err)
+	}
+	lg := one.Scope["logits"].F
+	scores := make([]float64, rows)
+	for i := range scores {
+		scores[i] = float64(lg[2*i+1] - lg[2*i])
+	}
+	want := pairAUC(scores, set.Labels)
+	var chunked float64
+	for lo := 0; lo < rows; lo += 64 {
+		hi := min(lo+64, rows)
+		chunked += float64(hi-lo) * pairAUC(scores[lo:hi], set.Labels[lo:hi])
+	}
+	if chunked /= rows; math.Abs(chunked-want) < 1e-3 {
+		t.Fatalf("the mean of the chunks' AUCs %.5f is within 1e-3 of the exact %.5f: the data does not tell them apart", chunked, want)
+	}
+	stream := ctrAUCGraph(t, rows, true)
+	fs, err := data.OpenStream(stream.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	for _, chunk := range []int{64, 300, 1024} {
+		for _, streamed := range []bool{false, true} {
+			var ev *evaluate.Evaluator
+			if streamed {
+				ev, err = evaluate.NewEvaluator(stream, nil, fs, params, chunk)
+			} else {
+				ev, err = evaluate.NewEvaluator(g, set, nil, params, chunk)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals, err := ev.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := vals[2]; math.Abs(got-want) > 1e-9 || ev.Rows != rows {
+				t.Errorf("chunks of %d (streamed %v): auc %.9f over %d rows, want %.9f over %d (mean of chunk AUCs: %.5f)", chunk, streamed, got, ev.Rows, want, rows, chunked)
+			}
+			ev.Close()
+		}
+	}
+}
+
+// An evaluation of a set in memory runs in chunks, so what it allocates
+// does not grow with the set: over 4,000 and 32,000 rows in chunks of
+// 1,024 it allocates about the same (the AUC's 8 bytes per row aside),
+// and one batch of all 32,000 rows, how a set in memory was evaluated
+// before, allocates over 8 times as much.
+func TestEvalMemoryIsChunked(t *testing.T) {
+	alloc := func(g *dsl.Graph, set *data.Set, chunk int) uint64 {
+		params := initialParams(t, g)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ev, err := evaluate.NewEvaluator(g, set, nil, params, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ev.Close()
+		if _, err := ev.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	var small, large, whole uint64
+	for _, rows := range []int{4000, 32000} {
+		g := ctrAUCGraph(t, int64(rows), false)
+		set, err := data.Load(g.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := alloc(g, set, evaluate.EvalChunk)
+		if rows == 4000 {
+			small = got
+		} else {
+			large, whole = got, alloc(g, set, rows)
+		}
+	}
+	t.Logf("allocated: 4,000 rows %d KiB, 32,000 rows %d KiB in chunks, %d KiB in one batch", small>>10, large>>10, whole>>10)
+	if large > small+small/4+28000*8 {
+		t.Errorf("in chunks, 32,000 rows allocate %d bytes against %d for 4,000: the evaluation grows with the set", large, small)
+	}
+	if whole < 8*large {
+		t.Errorf("one batch of 32,000 rows allocates %d bytes, chunks %d: expected over 8x", whole, large)
+	}
+}
+
+// The summary of a run over a streamed file is the mean of its last 100
+// steps' batch values unless --final-pass asks for a pass over the whole
+// file (logged as a phase with its progress); data in memory gets the
+// pass unless --final-pass=false, which gives the same mean of the last
+// 100 steps.
+func TestFinalPassIsTheUsersChoice(t *testing.T) {
+	type result struct {
+		sum  *trainer.Summary
+		log  string
+		tail float64 // the mean loss of the last 100 steps in the metrics file
+	}
+	run := func(g *dsl.Graph, fp trainer.FinalPass) result {
+		var b bytes.Buffer
+		clock := time.Unix(0, 0)
+		metrics := filepath.Join(t.TempDir(), "m.jsonl")
+		sum, err := trainer.Train(context.Background(), g, trainer.RunOptions{
+			Role: "local", Steps: 120, LogEvery: 1, Metrics: metrics, Log: zerolog.New(&b), FinalPass: fp,
+			Clock: func() time.Time { clock = clock.Add(time.Second); return clock },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var losses []float64
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var m struct{ Loss float64 }
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatal(err)
+			}
+			losses = append(losses, m.Loss)
+		}
+		var tail float64
+		for _, l := range losses[len(losses)-100:] {
+			tail += l
+		}
+		return result{sum, b.String(), tail / 100}
+	}
+	mem, stream := ctrGraphs(t, 150)
+	const pass = `"message":"evaluating the training data"`
+	for _, c := range []struct {
+		name     string
+		g        *dsl.Graph
+		fp       trainer.FinalPass
+		wantPass bool
+	}{
+		{"streamed", stream, trainer.FinalPassAuto, false},
+		{"streamed --final-pass", stream, trainer.FinalPassOn, true},
+		{"in memory", mem, trainer.FinalPassAuto, true},
+		{"in memory --final-pass=false", mem, trainer.FinalPassOff, false},
+	} {
+		r := run(c.g, c.fp)
+		if got := strings.Contains(r.log, pass); got != c.wantPass {
+			t.Errorf("%s: the log shows a pass over the training data: %v, want %v", c.name, got, c.wantPass)
+		}
+		if tailOnly := math.Abs(r.sum.Loss-r.tail) < 1e-6; tailOnly == c.wantPass {
+			t.Errorf("%s: summary loss %g, mean of the last 100 steps %g: want the tail mean %v", c.name, r.sum.Loss, r.tail, !c.wantPass)
+		}
+	}
+}
