@@ -2,7 +2,8 @@
 """The PyTorch side of psgraph's model zoo (docs/performance.md, "The model zoo").
 
     /usr/bin/python3 bench/zoo_torch.py speed MODEL TRAIN.tsv [--steps N] [--threads T] [--rows R]
-    /usr/bin/python3 bench/zoo_torch.py auc MODEL TRAIN.tsv EVAL.tsv [--threads T] [--init-out F] [--pred-in F]
+    /usr/bin/python3 bench/zoo_torch.py auc MODEL TRAIN.tsv EVAL.tsv [--threads T] [--pred-in F]
+    /usr/bin/python3 bench/zoo_torch.py init MODEL INIT.safetensors
 
 MODEL is dlrm, dcn-v2 or deepfm: examples/<MODEL>.yaml written in PyTorch
 1.13 eager, op for op, with the parameters named as in the YAML file (a
@@ -29,10 +30,11 @@ unset: PyTorch at its best on this machine). One JSON line.
 
 auc: one pass over TRAIN (ceil(rows / 128) steps, as psgraph's epochs: 1),
 then the held-out AUC (ties 1/2) and log loss over EVAL, and the mean of
-1024-row chunks' AUCs (what psgraph's streamed eval_auc reports). With
---init-out it first writes its initial parameters as safetensors, for
-`psgraph run --init-from`, so both train from one start; with --pred-in
-(psgraph predict's CSV of EVAL) it also reports that file's AUC.
+1024-row chunks' AUCs (what psgraph's streamed eval_auc reports). It
+starts from the parameters `init` writes (drawn as the YAML file's
+initializers draw them, from torch's generator with seed 1), which
+`psgraph run --init-from` reads, so both train from one start; with
+--pred-in (psgraph predict's CSV of EVAL) it also reports that file's AUC.
 
 testdata/zoo/gen_reference.py imports the models and data reader from here.
 """
@@ -333,26 +335,26 @@ def write_safetensors(path, tensors, meta=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["speed", "auc"])
+    ap.add_argument("mode", choices=["speed", "auc", "init"])
     ap.add_argument("model")
-    ap.add_argument("train")
+    ap.add_argument("train", help="the training file (init: the safetensors file to write)")
     ap.add_argument("eval", nargs="?")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rows", type=int, default=0, help="speed: read only the first R rows")
     ap.add_argument("--buckets", type=int, default=100000)
     ap.add_argument("--fused", action="store_true", help="one table per kind of table (see Trainer)")
-    ap.add_argument("--init-out")
     ap.add_argument("--pred-in")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.mode == "init":
+        write_safetensors(a.train, {n: t.numpy() for n, t in example_init(a.model, a.buckets).items()})
+        return
     label, dense, ids = read_criteo(a.train, a.buckets)
     if a.rows:
         label, dense, ids = label[:a.rows], dense[:a.rows], ids[:a.rows]
     sc = scaling(dense)
     init = example_init(a.model, a.buckets)
-    if a.init_out:
-        write_safetensors(a.init_out, {n: t.numpy() for n, t in init.items()})
     tr = Trainer(a.model, init, label, standardize(dense, sc), ids, fused=a.fused)
     out = {"role": "torch", "model": a.model, "threads": a.threads, "tables": "fused" if a.fused else "per field"}
     if a.mode == "speed":
