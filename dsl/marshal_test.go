@@ -48,15 +48,23 @@ func TestMarshalRoundTrip(t *testing.T) {
 }
 
 // withGeneratedData returns the path of an example model to load. The CTR
-// example reads a file that psgraph gen criteo writes and git ignores
-// (examples/README.md); when it is absent, the model is loaded from a copy
-// beside a small generated file of the same name.
+// example and the model zoo read files that psgraph gen criteo writes and
+// git ignores (examples/README.md); when they are absent, the model is
+// loaded from a copy beside small generated files of the same names.
 func withGeneratedData(t *testing.T, model string) string {
 	t.Helper()
-	if filepath.Base(model) != "ctr.yaml" {
-		return model
+	files := map[string][]string{"ctr.yaml": {"ctr.tsv"}}
+	for _, m := range []string{"dlrm.yaml", "dcn-v2.yaml", "deepfm.yaml", "logreg.yaml"} {
+		files[m] = []string{"zoo-train.tsv", "zoo-eval.tsv"}
 	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(model), "data", "ctr.tsv")); err == nil {
+	need := files[filepath.Base(model)]
+	missing := false
+	for _, f := range need {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(model), "data", f)); err != nil {
+			missing = true
+		}
+	}
+	if !missing {
 		return model
 	}
 	dir := t.TempDir()
@@ -67,10 +75,12 @@ func withGeneratedData(t *testing.T, model string) string {
 	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "data", "ctr.tsv"), b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range need {
+		if err := os.WriteFile(filepath.Join(dir, "data", f), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	dst := filepath.Join(dir, "ctr.yaml")
+	dst := filepath.Join(dir, filepath.Base(model))
 	if err := os.WriteFile(dst, mustRead(t, model), 0o644); err != nil {
 		t.Fatal(err)
 	}
