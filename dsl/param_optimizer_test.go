@@ -56,7 +56,7 @@ func TestParamOptimizerOverridesTrainOptimizer(t *testing.T) {
 	if acc == nil || acc.Init.Type != "constant" || acc.Init.Attrs.Float("value") != 0.3 {
 		t.Fatalf("W@accumulator is %+v, want initialized to the constant 0.3", acc)
 	}
-	for _, s := range []string{"W@linear", "b@m", "b@v", "b@beta1_pow"} {
+	for _, s := range []string{"W@linear", "b@m", "b@v", "b@bias1"} {
 		if g.Vars[s] == nil {
 			t.Errorf("state %s is missing", s)
 		}

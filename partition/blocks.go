@@ -95,7 +95,7 @@ func ShardName(p string, j int) string { return p + ".s" + strconv.Itoa(j) }
 // notElementWise explains why a parameter's optimizer cannot run on row
 // blocks, or returns "". It can when every op is element-wise and every
 // value it touches has the parameter's shape (cut like the parameter) or
-// one element (a scalar such as adam's beta1_pow, kept whole in every
+// one element (a scalar such as adam's bias1, kept whole in every
 // block, where it evolves identically).
 func (s *splitter) notElementWise(gr *group) string {
 	shape := gr.param.Shape

@@ -349,7 +349,7 @@ func TestTableJobCheckpointResumeInmem(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, name := range []string{"emb.s%d", "emb.s%d@m", "emb.s%d@v", "emb.s%d@beta1_pow"} {
+				for _, name := range []string{"emb.s%d", "emb.s%d@m", "emb.s%d@v", "emb.s%d@bias1"} {
 					if n := fmt.Sprintf(name, i); saved[n] == nil {
 						t.Errorf("pserver-%d's checkpoint of step 20 holds %v, not %s", i, keys(saved), n)
 					}
