@@ -3,8 +3,8 @@ package kernels_test
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
