@@ -36,7 +36,8 @@ func TestRecallAtKMatchesTorch(t *testing.T) {
 }
 
 // A label outside the scores' columns stops the run naming the op and the
-// row; k below 1 is refused when the model is loaded.
+// row; k below 1, and candidate ids that are not one per column, are
+// refused when the model is loaded.
 func TestRecallAtKRefusesBadLabelsAndK(t *testing.T) {
 	model := func(k int) string {
 		return fmt.Sprintf(`psgraph: 1
@@ -63,5 +64,10 @@ ops:
 	_, err := dsl.LoadBytes(filepath.Join(t.TempDir(), "m.yaml"), []byte(model(0)))
 	if err == nil || !strings.Contains(err.Error(), "k is 0; it must be 1 or more") {
 		t.Errorf("k: 0 gave %v", err)
+	}
+	ids := strings.Replace(model(2), "inputs: [s, y]", "inputs: [s, y, y]", 1)
+	_, err = dsl.LoadBytes(filepath.Join(t.TempDir(), "m.yaml"), []byte(ids))
+	if err == nil || !strings.Contains(err.Error(), "ids must be int32 [candidates] or [candidates, 1], one id per column of the scores [3, 4]") {
+		t.Errorf("3 ids for 4 columns gave %v", err)
 	}
 }
