@@ -49,8 +49,8 @@ import yaml
 # ---------------------------------------------------------------- files
 
 
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
+def write_safetensors(path, tensors, meta=None):
+    header, offset, blobs = ({"__metadata__": meta} if meta else {}), 0, []
     for name in sorted(tensors):
         a = np.ascontiguousarray(tensors[name], dtype="<f4")
         header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}

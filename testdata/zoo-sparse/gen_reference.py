@@ -15,6 +15,9 @@ writes:
   - <model>-local.safetensors: the parameters after 50 steps of torch
     with batch 32 (bench/zoo_sparse_torch.py's model, data reading and
     optimizers);
+    For two-tower its metadata holds the loss and recall@10 of those
+    parameters over zoo.tsv in one chunk (psgraph eval's chunks are 1024
+    rows): eval_loss and eval_recall10;
   - <model>-2x2.safetensors: the same with 2 trainers of batch 16 each
     computing its own loss on its half, the gradients averaged, as a sync
     job (and DistributedDataParallel) computes. For the CTR models the mean
@@ -103,7 +106,15 @@ def train(model, init, data, trainers):
     tr.net.prepare(data)
     for k in range(STEPS):
         tr.step(data, k, BATCH // trainers, trainers)
-    return tr.params()
+    return tr
+
+
+@torch.no_grad()
+def evaluate_two_tower(tr, data):
+    """The loss and recall@10 of the whole file as one chunk."""
+    rows = np.arange(data.n)
+    loss = float(tr.net.loss(tr.net.batch(data, rows), data, rows))
+    return {"eval_loss": repr(loss), "eval_recall10": repr(zoo.evaluate(tr, data, 10)["recall10"])}
 
 
 def rel(a, b):
@@ -121,13 +132,14 @@ def main():
         init = zoo.init_params(model, seed)
         zoo.write_safetensors(os.path.join(HERE, name + "-init.safetensors"), init)
         data = zoo.Data(model, os.path.join(HERE, "zoo.tsv"))
-        local = train(model, init, data, 1)
-        halves = train(model, init, data, 2)
-        zoo.write_safetensors(os.path.join(HERE, name + "-local.safetensors"), local)
+        tr = train(model, init, data, 1)
+        local, halves = tr.params(), train(model, init, data, 2).params()
+        meta = evaluate_two_tower(tr, data) if name == "two-tower" else None
+        zoo.write_safetensors(os.path.join(HERE, name + "-local.safetensors"), local, meta)
         zoo.write_safetensors(os.path.join(HERE, name + "-2x2.safetensors"), halves)
         apart = max(rel(halves[p], local[p]) for p in local)
         moved = min(rel(init[p], local[p]) for p in local)
-        print(f"{name}: halves against local {apart:.2e}, least moved param {moved:.2e}")
+        print(f"{name}: halves against local {apart:.2e}, least moved param {moved:.2e}", meta or "")
         if name == "two-tower":
             assert apart > 1e-2, "the halves' in-batch negatives should train another model"
         else:
