@@ -7,10 +7,15 @@ exec/job's TestZooModelsMatchTorch (testdata/zoo-sparse/gen_reference.py).
     /usr/bin/python3 bench/zoo_sparse_torch.py init MODEL.yaml OUT.safetensors [--seed S]
     /usr/bin/python3 bench/zoo_sparse_torch.py bench MODEL.yaml --init INIT.safetensors
         [--data TRAIN.tsv] [--eval EVAL.tsv] [--steps N] [--threads T] [--predict OUT.txt]
+        [--no-eval]
+    /usr/bin/python3 bench/zoo_sparse_torch.py auc PREDICTIONS.csv DATA.tsv
 
 The model file gives the sizes, columns, batch and optimizers (read with
 PyYAML); the forward pass of each model is written here by hand, by the
-model's name. `init` writes initial parameters (numpy, seeded), which
+model's name. `auc` prints the AUC of
+the last column of a prediction file (psgraph predict's, after its header
+line) against the labels, column 0, of a data file: the AUC the `bench`
+command computes for torch. `init` writes initial parameters (numpy, seeded), which
 psgraph reads with --init-from, so both sides start from the same values.
 `bench` trains on the data file by psgraph's data stream rule (batch k =
 rows [kB, (k+1)B), wrapping; no shuffle) for --steps steps (default: one
@@ -548,7 +553,7 @@ def load_model(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["init", "bench"])
+    ap.add_argument("cmd", choices=["init", "bench", "auc"])
     ap.add_argument("model")
     ap.add_argument("out", nargs="?")
     ap.add_argument("--seed", type=int, default=1)
@@ -559,7 +564,16 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--predict")
+    ap.add_argument("--no-eval", action="store_true")
     a = ap.parse_args()
+    if a.cmd == "auc":
+        with open(a.model) as f:
+            next(f)
+            scores = np.array([float(line.rsplit(",", 1)[-1]) for line in f])
+        with open(a.out) as f:
+            labels = np.array([float(line.split("\t", 1)[0]) for line in f if line.strip()])
+        print(json.dumps({"rows": len(labels), "auc": round(auc(scores, labels), 6)}))
+        return
     model = load_model(a.model)
     if a.cmd == "init":
         write_safetensors(a.out, init_params(model, a.seed))
@@ -586,7 +600,7 @@ def main():
     for k in range(warm, steps):
         loss = tr.step(data, k, batch)
     dt = time.perf_counter() - t0
-    res = evaluate(tr, held, a.k)
+    res = {} if a.no_eval else evaluate(tr, held, a.k)
     if a.predict and "logits" in res:
         np.savetxt(a.predict, res["logits"], fmt="%.7g")
     res.pop("logits", None)

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -12,11 +13,14 @@ func init() {
 		scores, label, out := k.In[0], k.In[1], k.Out[0]
 		rows, c := scores.Shape[0], scores.Shape[1]
 		top := k.Attrs.Int("k")
-		var ids, seen []int32
+		var cands *candidates
 		if len(k.In) == 3 {
-			ids, seen = k.In[2].I, make([]int32, 0, c) // seen: scratch, no allocation per step
+			cands = newCandidates(k.In[2].I)
 		}
 		return func(Runtime) error {
+			if cands != nil {
+				cands.group()
+			}
 			hit := 0
 			for r := 0; r < rows; r++ {
 				y := int(label.I[r])
@@ -24,11 +28,11 @@ func init() {
 					return fmt.Errorf("label %d in batch row %d is outside [0, %d): recall_at_k needs the column of the row's positive among the scores' %d columns", y, r, c, c)
 				}
 				row := scores.F[r*c : (r+1)*c]
-				if ids == nil {
+				if cands == nil {
 					if atLeast(row, y, top) < top {
 						hit++
 					}
-				} else if distinctAtLeast(row, y, ids, seen, top) < top {
+				} else if cands.atLeast(row, y, int32(r+1), top) < top {
 					hit++
 				}
 			}
@@ -57,29 +61,61 @@ func atLeast(row []float32, y, limit int) int {
 	return n
 }
 
-// distinctAtLeast counts the distinct ids, other than column y's, of the
-// columns of row scoring at least row[y], stopping at limit; seen is
-// scratch of row's length.
-func distinctAtLeast(row []float32, y int, ids, seen []int32, limit int) int {
-	s, pos := row[y], ids[y]
+// candidates groups the columns of the scores by their id: group[j] is
+// the first column with column j's id. Its buffers are made once.
+type candidates struct {
+	ids    []int32
+	group  func()
+	first  []int32 // per column: the first column of its id
+	mark   []int32 // per first column: the last row (from 1) that counted it
+	sorted []idColumn
+}
+
+type idColumn struct{ id, col int32 }
+
+func byIDThenColumn(a, b idColumn) int {
+	if c := cmp.Compare(a.id, b.id); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.col, b.col)
+}
+
+func newCandidates(ids []int32) *candidates {
+	n := len(ids)
+	c := &candidates{ids: ids, first: make([]int32, n), mark: make([]int32, n), sorted: make([]idColumn, n)}
+	c.group = func() {
+		for j, id := range c.ids {
+			c.sorted[j] = idColumn{id, int32(j)}
+		}
+		slices.SortFunc(c.sorted, byIDThenColumn)
+		for i, p := range c.sorted {
+			if i == 0 || p.id != c.sorted[i-1].id {
+				c.first[p.col] = p.col
+			} else {
+				c.first[p.col] = c.first[c.sorted[i-1].col]
+			}
+		}
+		clear(c.mark)
+	}
+	return c
+}
+
+// atLeast counts the distinct ids, other than column y's, of the columns
+// of row scoring at least row[y], stopping at limit; r (from 1) marks the
+// ids this row counted.
+func (c *candidates) atLeast(row []float32, y int, r int32, limit int) int {
+	s, pos := row[y], c.first[y]
 	if s != s {
 		return limit
 	}
-	seen = seen[:0]
-	for j, v := range row {
-		if v >= s && ids[j] != pos {
-			seen = append(seen, ids[j])
-		}
-	}
-	if len(seen) < limit {
-		return len(seen)
-	}
-	slices.Sort(seen)
 	n := 0
-	for i, id := range seen {
-		if i == 0 || id != seen[i-1] {
-			if n++; n == limit {
-				return n
+	for j, v := range row {
+		if v >= s {
+			if g := c.first[j]; g != pos && c.mark[g] != r {
+				c.mark[g] = r
+				if n++; n == limit {
+					return n
+				}
 			}
 		}
 	}
