@@ -16,6 +16,7 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/evaluate"
 	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/exec/trainer"
 )
@@ -208,5 +209,36 @@ func TestTwoTowerEvalMatchesTorch(t *testing.T) {
 	}
 	if wantRecall <= 0.1 || wantRecall >= 0.99 {
 		t.Fatalf("torch's recall@10 %v is too near a bound to tell", wantRecall)
+	}
+}
+
+// A local step of each zoo model allocates nothing: the hashed crosses,
+// FTRL on the tables, the pooled history, the in-batch softmax with its
+// duplicate counts and recall@10.
+func TestZooSparseStepsDoNotAllocate(t *testing.T) {
+	for _, name := range []string{"wide-deep", "multi-hot", "two-tower"} {
+		g := load(t, zooDir+name+".yaml")
+		p, err := program.Compile(g, program.CompileOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := program.InitPersistent(p, zooDir+name+"-init.safetensors"); err != nil {
+			t.Fatal(err)
+		}
+		feed := newTestFeed(t, g, p)
+		rt := &program.Runtime{Ctx: context.Background()}
+		k := 0
+		allocs := testing.AllocsPerRun(20, func() {
+			feed(k)
+			rt.StepNum = int64(k + 1)
+			if err := p.Run(rt); err != nil {
+				t.Fatal(err)
+			}
+			k++
+		})
+		p.Close()
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per step, want 0", name, allocs)
+		}
 	}
 }
