@@ -51,8 +51,8 @@ for m in wide-deep multi-hot two-tower; do
   : >"$d/ps.txt"; : >"$d/t1.txt"; : >"$d/t2.txt"
   for _ in $(seq "$runs"); do
     "$ps" run --role local "$y" --init-from "$init" --steps "$steps" 2>/dev/null | tail -1 | field steps_per_s >>"$d/ps.txt"
-    torch bench "$y" --init "$init" --steps 220 --threads 1 --no-eval | field steps_per_s >>"$d/t1.txt"
-    torch bench "$y" --init "$init" --steps 220 --threads 2 --no-eval | field steps_per_s >>"$d/t2.txt"
+    torch bench "$y" --init "$init" --steps 220 --threads 1 --no-eval --cache "$d/$m.pkl" | field steps_per_s >>"$d/t1.txt"
+    torch bench "$y" --init "$init" --steps 220 --threads 2 --no-eval --cache "$d/$m.pkl" | field steps_per_s >>"$d/t2.txt"
   done
   local_ps=$(median <"$d/ps.txt") t1=$(median <"$d/t1.txt") t2=$(median <"$d/t2.txt")
   best=$(awk -v a="$t1" -v b="$t2" 'BEGIN {print (a > b ? a : b)}')
@@ -61,7 +61,7 @@ for m in wide-deep multi-hot two-tower; do
   done | median)
   # Quality after one pass, from the same initial file.
   "$ps" run --role local "$y" --init-from "$init" --steps "$steps" --save "$d/$m.safetensors" 2>/dev/null | tail -1 >"$d/$m-summary.json"
-  torch bench "$y" --init "$init" --steps "$steps" --predict "$d/$m-torch.txt" >"$d/$m-torch.json"
+  torch bench "$y" --init "$init" --steps "$steps" --predict "$d/$m-torch.txt" --cache "$d/$m.pkl" >"$d/$m-torch.json"
   if [ "$m" = two-tower ]; then
     what="held-out recall@10"
     q_ps=$(field eval_recall10 <"$d/$m-summary.json") q_t=$(field recall10 <"$d/$m-torch.json")

@@ -42,6 +42,8 @@ written below in torch, on the rows of the coalesced sparse gradient.
 import argparse
 import json
 import math
+import os
+import pickle
 import struct
 import sys
 import time
@@ -565,6 +567,7 @@ def main():
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--predict")
     ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--cache", help="keep the read and hashed data in this file (pickle) and read it from there when it exists")
     a = ap.parse_args()
     if a.cmd == "auc":
         with open(a.model) as f:
@@ -580,16 +583,22 @@ def main():
         return
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    import os
     here = os.path.dirname(os.path.abspath(a.model))
     train_path = a.data or os.path.join(here, model["data"]["csv"])
     eval_path = a.eval or os.path.join(here, model["data"]["eval"]["csv"])
     t0 = time.perf_counter()
-    data = Data(model, train_path)
-    held = Data(model, eval_path, stats=data.stats)
     tr = Trainer(model, read_safetensors(a.init))
-    tr.net.prepare(data)
-    tr.net.prepare(held)
+    if a.cache and os.path.exists(a.cache):
+        with open(a.cache, "rb") as f:
+            data, held = pickle.load(f)
+    else:
+        data = Data(model, train_path)
+        held = Data(model, eval_path, stats=data.stats)
+        tr.net.prepare(data)
+        tr.net.prepare(held)
+        if a.cache:
+            with open(a.cache, "wb") as f:
+                pickle.dump((data, held), f)
     prep = time.perf_counter() - t0
     batch = model["train"]["batch"]
     steps = a.steps or -(-data.n // batch)
