@@ -9,13 +9,16 @@ exec/job's TestZooModelsMatchTorch (testdata/zoo-sparse/gen_reference.py).
         [--data TRAIN.tsv] [--eval EVAL.tsv] [--steps N] [--threads T] [--predict OUT.txt]
         [--no-eval]
     /usr/bin/python3 bench/zoo_sparse_torch.py auc PREDICTIONS.csv DATA.tsv
+    /usr/bin/python3 bench/zoo_sparse_torch.py popularity MODEL.yaml [--cache F]
 
 The model file gives the sizes, columns, batch and optimizers (read with
 PyYAML); the forward pass of each model is written here by hand, by the
 model's name. `auc` prints the AUC of
 the last column of a prediction file (psgraph predict's, after its header
 line) against the labels, column 0, of a data file: the AUC the `bench`
-command computes for torch. `init` writes initial parameters (numpy, seeded), which
+command computes for torch. `popularity` prints the held-out recall@k of a two-tower model's
+data scored by item popularity alone: each item's count among the
+training rows' items, ranked as `bench` ranks the model's scores. `init` writes initial parameters (numpy, seeded), which
 psgraph reads with --init-from, so both sides start from the same values.
 `bench` trains on the data file by psgraph's data stream rule (batch k =
 rows [kB, (k+1)B), wrapping; no shuffle) for --steps steps (default: one
@@ -555,7 +558,7 @@ def load_model(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=["init", "bench", "auc"])
+    ap.add_argument("cmd", choices=["init", "bench", "auc", "popularity"])
     ap.add_argument("model")
     ap.add_argument("out", nargs="?")
     ap.add_argument("--seed", type=int, default=1)
@@ -580,6 +583,26 @@ def main():
     model = load_model(a.model)
     if a.cmd == "init":
         write_safetensors(a.out, init_params(model, a.seed))
+        return
+    if a.cmd == "popularity":
+        here = os.path.dirname(os.path.abspath(a.model))
+        if a.cache and os.path.exists(a.cache):
+            with open(a.cache, "rb") as f:
+                data, held = pickle.load(f)
+        else:
+            data = Data(model, os.path.join(here, model["data"]["csv"]))
+            held = Data(model, os.path.join(here, model["data"]["eval"]["csv"]), stats=data.stats)
+        ids, counts = np.unique(data.ids["item"][:, 0], return_counts=True)
+        freq = dict(zip(ids.tolist(), counts.tolist()))
+        item = torch.from_numpy(held.ids["item"][:, 0])
+        score = torch.tensor([float(freq.get(i, 0)) for i in item.tolist()])
+        hits = 0
+        for lo in range(0, held.n, 1024):
+            it, sc = item[lo:lo + 1024], score[lo:lo + 1024]
+            for r in range(len(it)):
+                above = (sc >= sc[r]) & (it != it[r])
+                hits += int(torch.unique(it[above]).numel() < a.k)
+        print(json.dumps({"rows": held.n, f"recall{a.k}": round(hits / held.n, 6)}))
         return
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
