@@ -7,47 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// ctrYAML trains on hashed Criteo ids through an embedding (lookup_table)
-// and the log-transformed integer features.
-const ctrYAML = `psgraph: 1
-name: ctr
-data:
-  csv: train.tsv
-  delimiter: tab
-  label: {name: y, column: 0}
-  features: {name: dense, columns: [1, 14], fill: 0, transform: log}
-  ids: {name: cat, columns: [14, 40], hash_buckets: 1000}
-  normalize: standard
-  STREAM
-params:
-  emb: {shape: [1000, 4], init: {type: normal, std: 0.1, seed: 1}}
-  We: {shape: [104, 2], init: {type: xavier_uniform, seed: 2}}
-  Wd: {shape: [13, 2], init: {type: xavier_uniform, seed: 3}}
-  b: {shape: [2]}
-ops:
-  - {type: lookup_table, inputs: [emb, cat], outputs: [e3]}
-  - {type: reshape, inputs: [e3], outputs: [e], attrs: {shape: [-1, 104]}}
-  - {type: matmul, inputs: [e, We], outputs: [ze]}
-  - {type: matmul, inputs: [dense, Wd], outputs: [zd]}
-  - {type: add, inputs: [ze, zd], outputs: [z]}
-  - {type: add, inputs: [z, b], outputs: [logits]}
-  - {type: softmax_cross_entropy, inputs: [logits, y], outputs: [loss]}
-  - {type: accuracy, inputs: [logits, y], outputs: [acc]}
-train:
-  loss: loss
-  metrics: [acc]
-  batch: 64
-  steps: 300
-  optimizer: {type: adagrad, lr: 0.1}
-`
+	"github.com/psgraph/psgraph/internal/testfix"
+)
 
 func writeCTRModels(t *testing.T, dir string) (mem, stream string) {
 	t.Helper()
 	mem, stream = filepath.Join(dir, "ctr.yaml"), filepath.Join(dir, "ctr-stream.yaml")
-	for path, s := range map[string]string{mem: "", stream: "stream: true"} {
-		if err := os.WriteFile(path, []byte(strings.Replace(ctrYAML, "STREAM", s, 1)), 0o644); err != nil {
+	for path, s := range map[string]bool{mem: false, stream: true} {
+		if err := os.WriteFile(path, []byte(testfix.CTRModel(1000, 64, 300, s)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,7 +1,6 @@
 package cmd_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"math"
@@ -12,35 +11,10 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/internal/testfix"
 
 	"github.com/psgraph/psgraph/exec/data"
 )
-
-// digitsCSV reads examples/data/digits.csv by hand: 64 pixels and a label per row.
-func digitsCSV(t *testing.T) ([][]float64, []int) {
-	t.Helper()
-	f, err := os.Open("../examples/data/digits.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var xs [][]float64
-	var ys []int
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Split(strings.TrimSpace(sc.Text()), ",")
-		if len(fields) != 65 {
-			continue
-		}
-		row := make([]float64, 64)
-		for j := range row {
-			row[j], _ = strconv.ParseFloat(fields[j], 64)
-		}
-		y, _ := strconv.Atoi(fields[64])
-		xs, ys = append(xs, row), append(ys, y)
-	}
-	return xs, ys
-}
 
 // readPredictions reads predict's CSV: its header and rows of numbers.
 func readPredictions(t *testing.T, path string) ([]string, [][]float64) {
@@ -101,7 +75,7 @@ func TestEvalEqualsAccuracyFromPredict(t *testing.T) {
 	pr := psgraph(t, "predict", "examples/digits-mlp.yaml", "--init-from", model, "--data", "examples/data/digits.csv", "-o", out)
 	ok(t, pr)
 	header, rows := readPredictions(t, out)
-	_, ys := digitsCSV(t)
+	_, ys := testfix.Digits(t)
 	if len(rows) != len(ys) || header[0] != "pred" || len(header) != 11 || header[10] != "prob_9" {
 		t.Fatalf("predict wrote %d rows with header %v for %d input rows; want pred, prob_0..prob_9", len(rows), header, len(ys))
 	}
@@ -152,7 +126,7 @@ func TestPredictProbabilitiesAreSoftmaxOfSavedWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xs, _ := digitsCSV(t)
+	xs, _ := testfix.Digits(t)
 	mean, std := make([]float64, 64), make([]float64, 64)
 	for _, x := range xs {
 		for j, v := range x {
@@ -241,7 +215,7 @@ func TestEvalPredictAfterTrain2x2(t *testing.T) {
 	out := filepath.Join(dir, "pred.csv")
 	ok(t, psgraph(t, "predict", "testdata/eval/digits-heldout.yaml", "--init-from", model, "--data", "examples/data/digits.csv", "-o", out))
 	_, rows := readPredictions(t, out)
-	_, ys := digitsCSV(t)
+	_, ys := testfix.Digits(t)
 	held, err := data.HeldOut(len(ys), 0.2, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -3,11 +3,11 @@ package cmd
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/exec/data/criteo"
+	"github.com/psgraph/psgraph/internal/atomicfile"
 )
 
 func newGenCmd() *cobra.Command {
@@ -98,40 +98,31 @@ func (o *genCriteoOptions) run(c *cobra.Command) error {
 	if err := o.opt.Check(); err != nil {
 		return usagef("gen criteo: --%v", err)
 	}
-	// Write beside the target and rename, so that an interrupted run leaves
-	// no truncated file that looks complete.
-	tmp, err := os.CreateTemp(filepath.Dir(o.out), filepath.Base(o.out)+".*.tmp")
+	// Written beside the target and renamed, so that an interrupted run
+	// leaves no truncated file that looks complete.
+	tmp, err := atomicfile.Create(o.out)
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", o.out, err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cannot write %s: %w", o.out, err)
-	}
-	var probs *os.File
+	defer tmp.Abort()
 	if o.probs != "" {
-		if probs, err = os.Create(o.probs); err != nil {
-			tmp.Close()
+		probs, err := os.Create(o.probs)
+		if err != nil {
 			return fmt.Errorf("cannot write %s: %w", o.probs, err)
 		}
 		defer probs.Close()
 		o.opt.Probs = probs
 	}
 	stats, err := criteo.Generate(tmp, o.opt)
-	if err == nil && probs != nil {
-		err = probs.Close()
+	if f, ok := o.opt.Probs.(*os.File); err == nil && ok {
+		err = f.Close()
 	}
 	if err != nil {
-		tmp.Close()
 		return fmt.Errorf("writing %s: %w", o.out, err)
 	}
 	st, err := tmp.Stat()
 	if err == nil {
-		err = tmp.Close()
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), o.out)
+		err = tmp.Commit()
 	}
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", o.out, err)

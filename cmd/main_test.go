@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -168,31 +170,9 @@ func TestCheckDigitsSummary(t *testing.T) {
 	}
 }
 
-const tinyModel = `psgraph: 1
-name: tiny
-data:
-  synthetic: {rows: 64, features: 4, classes: 3, seed: 7}
-  features: {name: x}
-  label: {name: y}
-params:
-  W: {shape: [4, 3], init: {type: xavier_uniform, seed: 1}}
-  b: {shape: [3]}
-ops:
-  - {type: matmul, inputs: [x, W], outputs: [z]}
-  - {type: add, inputs: [z, b], outputs: [logits]}
-  - {type: softmax_cross_entropy, inputs: [logits, y], outputs: [loss]}
-  - {type: accuracy, inputs: [logits, y], outputs: [acc]}
-train:
-  loss: loss
-  metrics: [acc]
-  batch: 16
-  steps: 1000
-  optimizer: {type: momentum, lr: 0.05}
-`
-
 func TestRunLocalPrintsJSONSummaryLast(t *testing.T) {
 	model := filepath.Join(t.TempDir(), "tiny.yaml")
-	if err := os.WriteFile(model, []byte(tinyModel), 0o644); err != nil {
+	if err := os.WriteFile(model, []byte(testfix.TinyModel), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := psgraph(t, "run", "--role", "local", "--steps", "40", "--log-format", "json", model)

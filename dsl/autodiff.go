@@ -341,63 +341,100 @@ func newTemplateExpansion(o *Optimizer, errs *ErrorList) *templateExpansion {
 // expand adds parameter p's update to x: sparse when p's gradient is a
 // row gradient; bind holds $grad.
 func (te *templateExpansion) expand(g *Graph, x *expansion, p string, sparse bool, bind map[string]string) error {
-	o := te.o
-	grad := GradName(p)
-	pv := g.Vars[p]
 	fi, form := 0, &te.dense
-	if sparse && o.Tmpl.Sparse != nil {
-		fi, form = 1, o.Tmpl.Sparse
+	if sparse && te.o.Tmpl.Sparse != nil {
+		fi, form = 1, te.o.Tmpl.Sparse
 	}
-	tmplAttrs := te.attrs[fi]
-	if tmplAttrs == nil {
-		tmplAttrs = make([]ops.Attrs, len(form.Update))
-		te.attrs[fi] = tmplAttrs
+	if te.attrs[fi] == nil {
+		te.attrs[fi] = make([]ops.Attrs, len(form.Update))
 	}
-	bind["$param"] = p
+	pe := &paramExpansion{te: te, g: g, x: x, p: p, pv: g.Vars[p], bind: bind, first: !te.seen[fi]}
+	pe.state(sparse)
+	if err := pe.prelude(); err != nil {
+		return err
+	}
+	pe.update(form, te.attrs[fi])
+	for _, a := range form.Assign {
+		to, ok := pe.target[a.Target]
+		if !ok {
+			to = pe.local(a.Target, a.Pos)
+		}
+		x.assigns = append(x.assigns, Assign{Target: to, Value: pe.local(a.Value, a.Pos), Pos: a.Pos})
+	}
+	*te.errs = append(*te.errs, pe.errs...)
+	te.seen[fi] = true
+	return nil
+}
+
+// paramExpansion is one parameter's instance of an optimizer template.
+type paramExpansion struct {
+	te   *templateExpansion
+	g    *Graph
+	x    *expansion
+	p    string
+	pv   *Var
+	bind map[string]string // template names: what the update ops read and write
 	// target binds assign targets: the variables themselves. For a row
 	// gradient the update ops read the touched rows instead (gathered
 	// from the parameter and each state of its shape or one value per
 	// row), and the assigns write back just those rows.
-	target := map[string]string{"$param": p}
+	target map[string]string
+	lr     string // the scheduled rate's variable ("": none)
+	first  bool   // the template's first parameter: its errors are reported
+	errs   ErrorList
+}
+
+func (pe *paramExpansion) mark(op *Op) *Op {
+	op.Param, op.Place = pe.p, pe.pv.Place
+	return op
+}
+
+// state declares the parameter's optimizer state and binds the template's
+// names; a sparse update reads the touched rows, gathered first.
+func (pe *paramExpansion) state(sparse bool) {
+	o, p, pv := pe.te.o, pe.p, pe.pv
+	pe.bind["$param"] = p
+	pe.target = map[string]string{"$param": p}
 	var gather [][2]string
 	if sparse {
-		bind["$param"] = p + "@param.rows"
-		gather = append(gather, [2]string{p, bind["$param"]})
+		pe.bind["$param"] = p + "@param.rows"
+		gather = append(gather, [2]string{p, pe.bind["$param"]})
 	}
 	for i, st := range o.Tmpl.State {
 		name := p + "@" + st.Name
-		bind["$"+st.Name], target["$"+st.Name] = name, name
+		pe.bind["$"+st.Name], pe.target["$"+st.Name] = name, name
 		shape := st.stateShape(pv.Shape)
 		if sparse && (shape.Equal(pv.Shape) || st.PerRow && len(shape) > 0) {
-			bind["$"+st.Name] = name + ".rows"
-			gather = append(gather, [2]string{name, bind["$"+st.Name]})
+			pe.bind["$"+st.Name] = name + ".rows"
+			gather = append(gather, [2]string{name, pe.bind["$"+st.Name]})
 		}
 		init := Init{Type: "zeros", Pos: st.Pos}
-		if te.inits[i] != nil {
-			init = *te.inits[i]
+		if pe.te.inits[i] != nil {
+			init = *pe.te.inits[i]
 		}
-		x.vars = append(x.vars, &Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
+		pe.x.vars = append(pe.x.vars, &Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
 	}
 	for _, gr := range gather {
-		x.ops = append(x.ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], grad}, Outputs: []string{gr[1]},
+		pe.x.ops = append(pe.x.ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], GradName(p)}, Outputs: []string{gr[1]},
 			Attrs: ops.Attrs{}, Section: Optimize, Param: p, Place: pv.Place, Pos: o.Pos})
 	}
-	mark := func(op *Op) *Op {
-		op.Param, op.Place = p, pv.Place
-		return op
-	}
+}
+
+// prelude adds what precedes the template's update: the step counter,
+// the scheduled learning rate and torch's coupled weight decay.
+func (pe *paramExpansion) prelude() error {
+	o, p, x := pe.te.o, pe.p, pe.x
 	if o.Tmpl.usesStep() || o.Schedule != nil {
-		bind["$step"] = p + "@$step"
-		x.ops = append(x.ops, mark(NewOp("step", nil, []string{bind["$step"]}, nil, Optimize, o.Pos)))
+		pe.bind["$step"] = p + "@$step"
+		x.ops = append(x.ops, pe.mark(NewOp("step", nil, []string{pe.bind["$step"]}, nil, Optimize, o.Pos)))
 	}
-	lr := ""
 	if o.Schedule != nil {
-		lr = p + "@$lr"
+		pe.lr = p + "@$lr"
 		steps := 0
-		if g.Train != nil {
-			steps = g.Train.Steps
+		if pe.g.Train != nil {
+			steps = pe.g.Train.Steps
 		}
-		list, err := scheduleOps(o.Schedule, o.Hyper["lr"], steps, p, bind["$step"], lr, mark)
+		list, err := scheduleOps(o.Schedule, o.Hyper["lr"], steps, p, pe.bind["$step"], pe.lr, pe.mark)
 		if err != nil {
 			return err
 		}
@@ -407,86 +444,91 @@ func (te *templateExpansion) expand(g *Graph, x *expansion, p string, sparse boo
 		// torch's coupled weight decay: g = g + weight_decay * p
 		term, decayed := p+"@$weight_decay.term", p+"@$grad.decayed"
 		x.ops = append(x.ops,
-			mark(NewOp("scale", []string{bind["$param"]}, []string{term}, ops.Attrs{"factor": wd}, Optimize, o.Pos)),
-			mark(NewOp("add", []string{bind["$grad"], term}, []string{decayed}, nil, Optimize, o.Pos)))
-		bind["$grad"] = decayed
+			pe.mark(NewOp("scale", []string{pe.bind["$param"]}, []string{term}, ops.Attrs{"factor": wd}, Optimize, o.Pos)),
+			pe.mark(NewOp("add", []string{pe.bind["$grad"], term}, []string{decayed}, nil, Optimize, o.Pos)))
+		pe.bind["$grad"] = decayed
 	}
-	first := !te.seen[fi]
-	var errs ErrorList
-	local := func(n string, pos Pos) string {
-		if v, ok := bind[n]; ok {
-			return v
-		}
-		if strings.HasPrefix(n, "$") {
-			if first {
-				placeholders := make([]string, 0, len(bind)+1)
-				if _, ok := bind["$step"]; !ok {
-					placeholders = append(placeholders, "$step")
-				}
-				for k := range bind {
-					placeholders = append(placeholders, k)
-				}
-				sort.Strings(placeholders)
-				errs = append(errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad, $step or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
+	return nil
+}
+
+// local is a template name's variable: a bound placeholder, or the
+// parameter's own temporary (an unknown $name is an error).
+func (pe *paramExpansion) local(n string, pos Pos) string {
+	if v, ok := pe.bind[n]; ok {
+		return v
+	}
+	if strings.HasPrefix(n, "$") {
+		if pe.first {
+			placeholders := make([]string, 0, len(pe.bind)+1)
+			if _, ok := pe.bind["$step"]; !ok {
+				placeholders = append(placeholders, "$step")
 			}
-			return n
+			for k := range pe.bind {
+				placeholders = append(placeholders, k)
+			}
+			sort.Strings(placeholders)
+			pe.errs = append(pe.errs, Errorf(pos, "optimizer refers to %s, which is not $param, $grad, $step or a state variable%s; known here: %s", n, suggest(n, placeholders), strings.Join(placeholders, ", ")))
 		}
-		return p + "@" + n
+		return n
 	}
+	return pe.p + "@" + n
+}
+
+// update adds the template's update ops; an op that scales by the
+// learning rate alone reads the scheduled rate instead. tmplAttrs holds
+// the ops' decoded attributes, shared by every parameter.
+func (pe *paramExpansion) update(form *TemplateUpdate, tmplAttrs []ops.Attrs) {
+	o := pe.te.o
 	d := &decoder{}
 	scaled := false
 	for ti, top := range form.Update {
 		def, _ := ops.Lookup(top.Type)
-		op := &Op{Type: top.Type, Section: Optimize, Param: p, Place: pv.Place, Pos: top.Pos}
+		op := &Op{Type: top.Type, Section: Optimize, Param: pe.p, Place: pe.pv.Place, Pos: top.Pos}
 		for _, in := range top.Inputs {
-			op.Inputs = append(op.Inputs, local(in, top.Pos))
+			op.Inputs = append(op.Inputs, pe.local(in, top.Pos))
 		}
 		for _, out := range top.Outputs {
-			op.Outputs = append(op.Outputs, local(out, top.Pos))
+			op.Outputs = append(op.Outputs, pe.local(out, top.Pos))
 		}
-		if kind := lrFactor(top); lr != "" && kind != "" {
+		if kind := lrFactor(top); pe.lr != "" && kind != "" {
 			// the scheduled rate: a multiplication (or division) by this step's lr
-			op.Type, op.Inputs, op.Attrs = kind, append(op.Inputs, lr), ops.Attrs{}
+			op.Type, op.Inputs, op.Attrs = kind, append(op.Inputs, pe.lr), ops.Attrs{}
 			scaled = true
-			x.ops = append(x.ops, op)
+			pe.x.ops = append(pe.x.ops, op)
 			continue
 		}
-		if lr != "" && first {
-			keys := sortedKeys(top.raw)
-			sort.SliceStable(keys, func(i, j int) bool { // errors in file order
-				a, b := top.raw[keys[i]], top.raw[keys[j]]
-				return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
-			})
-			for _, key := range keys {
-				v := top.raw[key]
-				if refersTo(v.Value, "lr") {
-					errs = append(errs, Errorf(Pos{File: top.Pos.File, Line: v.Line, Col: v.Column}, "lr: {schedule: ...} makes the learning rate a value of the step, which attribute %s = %q cannot read; scale by $lr or 1 / $lr alone (attrs: {factor: $lr}) or write the schedule in the update with $step", key, v.Value))
-				}
-			}
+		if pe.lr != "" && pe.first {
+			pe.lrAttrErrors(top)
 		}
 		if tmplAttrs[ti] == nil { // the same for every parameter: decoded once, shared as split's copies share them
 			d.file = top.Pos.File
 			tmplAttrs[ti] = d.attrs(top.rawAt, top.raw, def.Attrs, "op "+top.Type, o.Hyper)
 		}
 		op.Attrs = tmplAttrs[ti]
-		x.ops = append(x.ops, op)
+		pe.x.ops = append(pe.x.ops, op)
 	}
-	if first {
-		errs = append(errs, d.errs...)
-		if lr != "" && !scaled {
-			errs = append(errs, Errorf(o.Schedule.Pos, "lr: {schedule: ...} needs an update op that scales by the learning rate alone ({type: scale, attrs: {factor: $lr}}, or factor: 1 / $lr); this optimizer has none"))
+	if pe.first {
+		pe.errs = append(pe.errs, d.errs...)
+		if pe.lr != "" && !scaled {
+			pe.errs = append(pe.errs, Errorf(o.Schedule.Pos, "lr: {schedule: ...} needs an update op that scales by the learning rate alone ({type: scale, attrs: {factor: $lr}}, or factor: 1 / $lr); this optimizer has none"))
 		}
 	}
-	for _, a := range form.Assign {
-		to, ok := target[a.Target]
-		if !ok {
-			to = local(a.Target, a.Pos)
+}
+
+// lrAttrErrors reports, in file order, the attributes of a template op
+// that read the learning rate, which a schedule makes a value of the step.
+func (pe *paramExpansion) lrAttrErrors(top *Op) {
+	keys := sortedKeys(top.raw)
+	sort.SliceStable(keys, func(i, j int) bool {
+		a, b := top.raw[keys[i]], top.raw[keys[j]]
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+	})
+	for _, key := range keys {
+		v := top.raw[key]
+		if refersTo(v.Value, "lr") {
+			pe.errs = append(pe.errs, Errorf(Pos{File: top.Pos.File, Line: v.Line, Col: v.Column}, "lr: {schedule: ...} makes the learning rate a value of the step, which attribute %s = %q cannot read; scale by $lr or 1 / $lr alone (attrs: {factor: $lr}) or write the schedule in the update with $step", key, v.Value))
 		}
-		x.assigns = append(x.assigns, Assign{Target: to, Value: local(a.Value, a.Pos), Pos: a.Pos})
 	}
-	*te.errs = append(*te.errs, errs...)
-	te.seen[fi] = true
-	return nil
 }
 
 // rowGradients reports which parameters have a row-sparse gradient (a

@@ -163,9 +163,17 @@ type Column struct {
 	// HashBuckets > 0 hashes each id field's bytes into [0, HashBuckets)
 	// (see data.HashID); 0 reads the ids as integers, taken as they are.
 	HashBuckets int
+	// KeyType, for ids: "" reads int32 ids; KeyHash64 or KeyInt64 reads int64
+	// keys instead (a variable of dtype int64): each field's bytes hashed
+	// to 64 bits with no bucket space (data.HashKey), or each field an
+	// integer of the int64 range, taken as it is (ir.PadKey excepted).
+	KeyType string
+	// FillKey is the exact fill of an ids spec with KeyType KeyInt64 (Fill
+	// holds it as a float, which cannot hold every int64).
+	FillKey int64
 	// SharedSpace, for hashed ids: the column is not mixed into the hash, so
 	// a string is the same id in every column of the spec (and of every
-	// other shared spec with the same HashBuckets).
+	// other shared spec with the same HashBuckets, or with key: hash64).
 	SharedSpace bool
 	// NumIDs > 0, for integer ids: every id is below it (a larger one is an
 	// error in the data file), so a table read through them needs NumIDs
@@ -191,6 +199,28 @@ type Column struct {
 	names      []string // columns given by header name, resolved into Lo, Hi
 	rangeKey   string   // "column" or "columns"
 }
+
+// The values of an ids spec's key (Column.KeyType).
+const (
+	KeyHash64 = "hash64" // each field's bytes hashed to a 64-bit key
+	KeyInt64  = "int64"  // each field an int64, taken as it is
+)
+
+// KeyNames are the values of an ids spec's key.
+var KeyNames = []string{KeyHash64, KeyInt64}
+
+// IDType is the dtype of an ids spec's variable: int32 ids, or int64 keys
+// with key.
+func (c *Column) IDType() ir.DType {
+	if c.KeyType != "" {
+		return ir.I64
+	}
+	return ir.I32
+}
+
+// Hashed says whether an ids spec hashes its fields' bytes: into buckets
+// (hash_buckets) or into 64-bit keys (key: hash64).
+func (c *Column) Hashed() bool { return c.HashBuckets > 0 || c.KeyType == KeyHash64 }
 
 // Key is the spec's place in the data section, as messages name it:
 // data.features, data.label, data.ids, or data.ids[1] in a list of specs.

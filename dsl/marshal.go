@@ -196,7 +196,10 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		default:
 			fmt.Fprintf(b, ", column: %d", c.Lo)
 		}
-		if c.Fill != nil {
+		switch {
+		case c.Fill != nil && c.KeyType == KeyInt64:
+			fmt.Fprintf(b, ", fill: %d", c.FillKey)
+		case c.Fill != nil:
 			fmt.Fprintf(b, ", fill: %s", formatFloat(*c.Fill))
 		}
 		if c.Transform != "" {
@@ -204,6 +207,9 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		}
 		if c.HashBuckets > 0 {
 			fmt.Fprintf(b, ", hash_buckets: %d", c.HashBuckets)
+		}
+		if c.KeyType != "" {
+			fmt.Fprintf(b, ", key: %s", c.KeyType)
 		}
 		if c.SharedSpace {
 			b.WriteString(", shared_space: true")

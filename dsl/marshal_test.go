@@ -207,6 +207,8 @@ func TestMarshalRoundTripDataOptions(t *testing.T) {
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  features:\n    - {name: a, columns: [1, 2]}\n    - {name: b, columns: [2, 3], fill: 0, transform: log}\n" +
 			"  ids:\n    - {name: c, columns: [1, 3], fill: 7, num_ids: 100}\n    - {name: d, column: 3, hash_buckets: 1000, shared_space: true, separator: \"|\", max_len: 5}\n    - {name: e, columns: [3, 4], hash_buckets: 10}\n",
 		"  delimiter: tab\n  ids:\n    - {name: c, column: 3, separator: \";\", max_len: 2}\n",
+		"  delimiter: tab\n  ids:\n    - {name: k, columns: [1, 3], key: hash64, shared_space: true}\n    - {name: u, column: 3, key: int64, fill: -9223372036854775807}\n" +
+			"    - {name: h, column: 3, key: hash64, separator: \"|\", max_len: 4}\n    - {name: v, column: 1, key: int64, separator: \";\", max_len: 2}\n",
 	} {
 		path := filepath.Join(dir, "m.yaml")
 		g, err := LoadBytes(path, []byte("psgraph: 1\ndata:\n  csv: train.tsv\n"+data))

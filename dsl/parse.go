@@ -101,101 +101,24 @@ var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normali
 
 func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1, Delimiter: ','}
-	var csvNode, synNode, featuresNode, idsNode, delimNode, streamNode, shuffleNode, headerNode, evalNode *yaml.Node
-	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) {
-		switch key {
-		case "csv":
-			csvNode = v
-			if s, ok := d.str(v, "data.csv"); ok {
-				if !filepath.IsAbs(s) {
-					s = filepath.Join(dir, s)
-				}
-				data.CSV = s
-				if st, err := os.Stat(s); err != nil {
-					d.errorf(v, "data file %s cannot be read: %v", s, errText(err))
-				} else if st.IsDir() {
-					d.errorf(v, "data file %s is a directory", s)
-				}
-			}
-		case "synthetic":
-			synNode = k
-			data.Synthetic = d.synthetic(v)
-		case "features":
-			featuresNode = v
-			data.Features = d.specs(v, "data.features", featureKeys)
-		case "label":
-			data.Label = d.column(v, "data.label", labelKeys)
-		case "ids":
-			idsNode = k
-			data.IDs = d.specs(v, "data.ids", idKeys)
-		case "normalize":
-			if s, ok := d.str(v, "data.normalize"); ok {
-				if !contains([]string{"none", "standard", "minmax"}, s) {
-					d.errorf(v, "data.normalize %q is not one of none, standard, minmax%s", s, suggest(s, []string{"none", "standard", "minmax"}))
-				}
-				data.Normalize = s
-			}
-		case "shuffle":
-			shuffleNode = v
-			data.Shuffle, _ = d.boolean(v, "data.shuffle")
-		case "delimiter":
-			delimNode = k
-			if b, ok := d.delimiter(v); ok {
-				data.Delimiter = b
-			}
-		case "stream":
-			streamNode = k
-			data.Stream, _ = d.boolean(v, "data.stream")
-		case "header":
-			headerNode = k
-			data.Header, _ = d.boolean(v, "data.header")
-		case "seed":
-			if s, ok := d.integer(v, "data.seed"); ok {
-				data.Seed = uint64(s)
-			}
-		case "eval":
-			evalNode = k
-			data.Eval = d.eval(v, dir)
-		}
-	})
-	d.checkEval(data, evalNode)
+	var at dataNodes
+	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) { d.dataField(data, &at, dir, key, k, v) })
+	d.checkEval(data, at.eval)
 	switch {
-	case data.CSV == "" && data.Synthetic == nil && csvNode == nil:
+	case data.CSV == "" && data.Synthetic == nil && at.csv == nil:
 		d.errorf(n, "data needs a source: `csv: FILE` or `synthetic: {rows, features, classes}`")
-	case csvNode != nil && synNode != nil:
-		d.errorf(synNode, "data has both csv (line %d) and synthetic; keep one of them", csvNode.Line)
+	case at.csv != nil && at.syn != nil:
+		d.errorf(at.syn, "data has both csv (line %d) and synthetic; keep one of them", at.csv.Line)
 	}
 	if data.Synthetic != nil {
-		if data.IDs != nil {
-			d.errorf(idsNode, "data.ids needs a csv source (synthetic data has only features and label); remove ids or use csv")
-		}
-		for _, c := range []struct {
-			node *yaml.Node
-			what string
-		}{{delimNode, "data.delimiter"}, {streamNode, "data.stream"}, {headerNode, "data.header"}} {
-			if c.node != nil {
-				d.errorf(c.node, "%s needs a csv source (synthetic data is generated in memory); remove it or use csv", c.what)
-			}
-		}
-		if len(data.Features) > 1 {
-			d.errorf(featuresNode, "data.features with a synthetic source is one variable of all its features: give one spec, features: {name: x}")
-		}
-		for _, c := range data.Features {
-			if c.Fill != nil {
-				d.errs = append(d.errs, Errorf(c.fillPos, "data.features.fill needs a csv source (synthetic data has no missing values); remove it"))
-			}
-			c.Lo, c.Hi = 0, data.Synthetic.Features
-		}
-		if data.Label != nil {
-			data.Label.Lo, data.Label.Hi = data.Synthetic.Features, data.Synthetic.Features+1
-		}
+		d.checkSynthetic(data, &at)
 	}
 	d.labelShape(data.Label)
 	if data.CSV != "" && len(d.errs) == 0 {
 		d.resolveNames(data)
 	}
 	if data.Stream && data.Shuffle {
-		d.errorf(shuffleNode, "data.shuffle cannot be used with stream: true: a streamed file is read in file order, and a shuffle over all rows needs them all in memory; shuffle the file once beforehand (e.g. `shuf -o shuffled.tsv train.tsv`) and set shuffle: false, or remove stream to load the file into memory")
+		d.errorf(at.shuffle, "data.shuffle cannot be used with stream: true: a streamed file is read in file order, and a shuffle over all rows needs them all in memory; shuffle the file once beforehand (e.g. `shuf -o shuffled.tsv train.tsv`) and set shuffle: false, or remove stream to load the file into memory")
 	}
 	if data.CSV != "" && len(d.errs) == 0 {
 		d.checkCSVWidth(data)
@@ -208,11 +131,108 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	if data.Features == nil && data.Label == nil && data.IDs == nil {
 		d.errorf(n, "data declares no variables: add features: {name: x, columns: [a, b]} and/or label: {name: y, column: c}")
 	}
+	d.declareData(g, data)
+	return data
+}
+
+// dataNodes are the keys of a data section that later checks point at.
+type dataNodes struct {
+	csv, syn, features, ids, delim, stream, shuffle, header, eval *yaml.Node
+}
+
+// dataField decodes one key of the data section.
+func (d *decoder) dataField(data *Data, at *dataNodes, dir, key string, k, v *yaml.Node) {
+	switch key {
+	case "csv":
+		at.csv = v
+		if s, ok := d.str(v, "data.csv"); ok {
+			if !filepath.IsAbs(s) {
+				s = filepath.Join(dir, s)
+			}
+			data.CSV = s
+			if st, err := os.Stat(s); err != nil {
+				d.errorf(v, "data file %s cannot be read: %v", s, errText(err))
+			} else if st.IsDir() {
+				d.errorf(v, "data file %s is a directory", s)
+			}
+		}
+	case "synthetic":
+		at.syn = k
+		data.Synthetic = d.synthetic(v)
+	case "features":
+		at.features = v
+		data.Features = d.specs(v, "data.features", featureKeys)
+	case "label":
+		data.Label = d.column(v, "data.label", labelKeys)
+	case "ids":
+		at.ids = k
+		data.IDs = d.specs(v, "data.ids", idKeys)
+	case "normalize":
+		if s, ok := d.str(v, "data.normalize"); ok {
+			if !contains([]string{"none", "standard", "minmax"}, s) {
+				d.errorf(v, "data.normalize %q is not one of none, standard, minmax%s", s, suggest(s, []string{"none", "standard", "minmax"}))
+			}
+			data.Normalize = s
+		}
+	case "shuffle":
+		at.shuffle = v
+		data.Shuffle, _ = d.boolean(v, "data.shuffle")
+	case "delimiter":
+		at.delim = k
+		if b, ok := d.delimiter(v); ok {
+			data.Delimiter = b
+		}
+	case "stream":
+		at.stream = k
+		data.Stream, _ = d.boolean(v, "data.stream")
+	case "header":
+		at.header = k
+		data.Header, _ = d.boolean(v, "data.header")
+	case "seed":
+		if s, ok := d.integer(v, "data.seed"); ok {
+			data.Seed = uint64(s)
+		}
+	case "eval":
+		at.eval = k
+		data.Eval = d.eval(v, dir)
+	}
+}
+
+// checkSynthetic refuses what a synthetic source cannot have and gives
+// its features and label their columns.
+func (d *decoder) checkSynthetic(data *Data, at *dataNodes) {
+	if data.IDs != nil {
+		d.errorf(at.ids, "data.ids needs a csv source (synthetic data has only features and label); remove ids or use csv")
+	}
+	for _, c := range []struct {
+		node *yaml.Node
+		what string
+	}{{at.delim, "data.delimiter"}, {at.stream, "data.stream"}, {at.header, "data.header"}} {
+		if c.node != nil {
+			d.errorf(c.node, "%s needs a csv source (synthetic data is generated in memory); remove it or use csv", c.what)
+		}
+	}
+	if len(data.Features) > 1 {
+		d.errorf(at.features, "data.features with a synthetic source is one variable of all its features: give one spec, features: {name: x}")
+	}
+	for _, c := range data.Features {
+		if c.Fill != nil {
+			d.errs = append(d.errs, Errorf(c.fillPos, "data.features.fill needs a csv source (synthetic data has no missing values); remove it"))
+		}
+		c.Lo, c.Hi = 0, data.Synthetic.Features
+	}
+	if data.Label != nil {
+		data.Label.Lo, data.Label.Hi = data.Synthetic.Features, data.Synthetic.Features+1
+	}
+}
+
+// declareData declares a variable of each of the data's columns.
+func (d *decoder) declareData(g *Graph, data *Data) {
 	for _, c := range data.Columns() {
 		if c.Name == "" {
 			continue
 		}
-		v := &Var{Name: c.Name, Kind: KindData, Pos: c.Pos, DType: ir.I32}
+		v := &Var{Name: c.Name, Kind: KindData, Pos: c.Pos, DType: c.IDType()}
 		switch {
 		case c == data.Label:
 			v.Shape = ir.Shape{-1}
@@ -226,7 +246,6 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		}
 		d.declare(g, v)
 	}
-	return data
 }
 
 // specs decodes data.features or data.ids: one spec (a mapping) or a list
@@ -438,109 +457,17 @@ func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
 var (
 	featureKeys = []string{"name", "columns", "fill", "transform"}
 	labelKeys   = []string{"name", "column", "columns", "dtype"}
-	idKeys      = []string{"name", "column", "columns", "fill", "hash_buckets", "shared_space", "num_ids", "separator", "max_len"}
+	idKeys      = []string{"name", "column", "columns", "fill", "hash_buckets", "key", "shared_space", "num_ids", "separator", "max_len"}
 )
 
 // column decodes a data variable's column spec; allowed says which keys
 // its kind takes (a label has column, the others a columns range).
 func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 	c := &Column{Pos: d.pos(n), what: what, isFeatures: contains(allowed, "transform")}
-	var hashNode, sharedNode, numNode, maxLenNode *yaml.Node
+	var at columnNodes
 	ok := d.fields(n, what, allowed, func(key string, k, v *yaml.Node) {
-		switch key {
-		case "name":
-			c.Name, _ = d.str(v, what+".name")
-		case "column":
-			c.rangePos, c.rangeKey = d.pos(v), key
-			if v.Kind == yaml.ScalarNode && v.Tag == "!!str" { // a header name
-				c.names = []string{v.Value}
-			} else if x, ok := d.integer(v, what+".column"); ok {
-				if x < 0 {
-					d.errorf(v, "%s.column must be >= 0, got %d", what, x)
-				}
-				c.Lo, c.Hi = x, x+1
-			}
-		case "columns":
-			c.rangePos, c.rangeKey = d.pos(v), key
-			if names := stringItems(v); names != nil { // header names
-				c.names = names
-			} else if r, ok := d.ints(v, what+".columns"); ok {
-				if len(r) != 2 || r[0] < 0 || r[1] <= r[0] {
-					d.errorf(v, "%s.columns must be a half-open range [first, end) with 0 <= first < end, e.g. [0, 64], got %s", what, intList(r))
-				} else {
-					c.Lo, c.Hi = r[0], r[1]
-				}
-			}
-		case "dtype":
-			if s, ok := d.str(v, what+".dtype"); ok {
-				switch s {
-				case "float32":
-					c.Float = true
-				case "int32":
-				default:
-					d.errorf(v, "%s.dtype %q is not int32 (class ids, the default) or float32 (targets of a regression or a binary cross entropy)", what, s)
-				}
-			}
-		case "fill":
-			c.fillPos = d.pos(k)
-			if contains(allowed, "hash_buckets") { // ids: an integer id
-				if x, ok := d.integer(v, what+".fill"); ok {
-					if x < 0 || x > math.MaxInt32 {
-						d.errorf(v, "%s.fill must be an id in [0, %d], got %d", what, math.MaxInt32, x)
-					}
-					f := float64(x)
-					c.Fill = &f
-				}
-			} else if x, ok := d.number(v, what+".fill"); ok {
-				c.Fill = &x
-			}
-		case "transform":
-			if s, ok := d.str(v, what+".transform"); ok {
-				if !contains(transformNames, s) {
-					d.errorf(v, "%s.transform %q is not one of %s%s", what, s, strings.Join(transformNames, ", "), suggest(s, transformNames))
-				} else if s != "none" {
-					c.Transform = s
-				}
-			}
-		case "hash_buckets":
-			hashNode = k
-			if x, ok := d.integer(v, what+".hash_buckets"); ok {
-				if x <= 0 || x > math.MaxInt32 {
-					d.errorf(v, "%s.hash_buckets must be in [1, %d] (ids are int32), got %d; without hash_buckets the fields are integer ids, taken as they are", what, math.MaxInt32, x)
-				} else {
-					c.HashBuckets = x
-				}
-			}
-		case "shared_space":
-			sharedNode = k
-			c.SharedSpace, _ = d.boolean(v, what+".shared_space")
-		case "num_ids":
-			numNode = k
-			if x, ok := d.integer(v, what+".num_ids"); ok {
-				if x <= 0 || x > math.MaxInt32 {
-					d.errorf(v, "%s.num_ids must be in [1, %d] (ids are int32), got %d", what, math.MaxInt32, x)
-				} else {
-					c.NumIDs = x
-				}
-			}
-		case "separator":
-			c.sepPos = d.pos(k)
-			if s, ok := d.str(v, what+".separator"); ok {
-				if len(s) != 1 || s[0] == '\n' || s[0] == '\r' || s[0] == '"' || s[0] == ' ' || s[0] >= 0x80 {
-					d.errorf(v, "%s.separator must be one ASCII character other than a newline, a space or a quote (e.g. \"|\"), got %q", what, s)
-				} else {
-					c.Separator = s[0]
-				}
-			}
-		case "max_len":
-			maxLenNode = k
-			if x, ok := d.integer(v, what+".max_len"); ok {
-				if x <= 0 {
-					d.errorf(v, "%s.max_len must be positive, got %d", what, x)
-				} else {
-					c.MaxLen = x
-				}
-			}
+		if !d.columnRange(c, what, key, v) {
+			d.columnField(c, &at, what, allowed, key, k, v)
 		}
 	})
 	if !ok {
@@ -549,18 +476,156 @@ func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 	if c.Name == "" {
 		d.errorf(n, "%s needs a name", what)
 	}
-	if hashNode != nil && c.Fill != nil {
+	d.checkColumn(c, &at, what)
+	return c
+}
+
+// columnNodes are the keys of a column spec that its checks point at.
+type columnNodes struct{ hash, shared, num, maxLen, key, fill *yaml.Node }
+
+// columnRange decodes a column spec's name and columns (false: key is
+// another one).
+func (d *decoder) columnRange(c *Column, what, key string, v *yaml.Node) bool {
+	switch key {
+	case "name":
+		c.Name, _ = d.str(v, what+".name")
+	case "column":
+		c.rangePos, c.rangeKey = d.pos(v), key
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!str" { // a header name
+			c.names = []string{v.Value}
+		} else if x, ok := d.integer(v, what+".column"); ok {
+			if x < 0 {
+				d.errorf(v, "%s.column must be >= 0, got %d", what, x)
+			}
+			c.Lo, c.Hi = x, x+1
+		}
+	case "columns":
+		c.rangePos, c.rangeKey = d.pos(v), key
+		if names := stringItems(v); names != nil { // header names
+			c.names = names
+		} else if r, ok := d.ints(v, what+".columns"); ok {
+			if len(r) != 2 || r[0] < 0 || r[1] <= r[0] {
+				d.errorf(v, "%s.columns must be a half-open range [first, end) with 0 <= first < end, e.g. [0, 64], got %s", what, intList(r))
+			} else {
+				c.Lo, c.Hi = r[0], r[1]
+			}
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// columnField decodes the other keys of a column spec.
+func (d *decoder) columnField(c *Column, at *columnNodes, what string, allowed []string, key string, k, v *yaml.Node) {
+	switch key {
+	case "dtype":
+		if s, ok := d.str(v, what+".dtype"); ok {
+			switch s {
+			case "float32":
+				c.Float = true
+			case "int32":
+			default:
+				d.errorf(v, "%s.dtype %q is not int32 (class ids, the default) or float32 (targets of a regression or a binary cross entropy)", what, s)
+			}
+		}
+	case "fill":
+		c.fillPos, at.fill = d.pos(k), v
+		if contains(allowed, "hash_buckets") { // ids: an integer id or key, checked with the spec
+			if x, ok := d.int64(v, what+".fill"); ok {
+				f := float64(x)
+				c.Fill, c.FillKey = &f, x
+			}
+		} else if x, ok := d.number(v, what+".fill"); ok {
+			c.Fill = &x
+		}
+	case "transform":
+		if s, ok := d.str(v, what+".transform"); ok {
+			if !contains(transformNames, s) {
+				d.errorf(v, "%s.transform %q is not one of %s%s", what, s, strings.Join(transformNames, ", "), suggest(s, transformNames))
+			} else if s != "none" {
+				c.Transform = s
+			}
+		}
+	case "hash_buckets":
+		at.hash = k
+		if x, ok := d.integer(v, what+".hash_buckets"); ok {
+			if x <= 0 || x > math.MaxInt32 {
+				d.errorf(v, "%s.hash_buckets must be in [1, %d] (ids are int32), got %d; without hash_buckets the fields are integer ids, taken as they are", what, math.MaxInt32, x)
+			} else {
+				c.HashBuckets = x
+			}
+		}
+	case "key":
+		at.key = k
+		if s, ok := d.str(v, what+".key"); ok {
+			if !contains(KeyNames, s) {
+				d.errorf(v, "%s.key %q is not hash64 (each field's bytes hashed to a 64-bit key) or int64 (each field an integer, taken as it is)%s", what, s, suggest(s, KeyNames))
+			} else {
+				c.KeyType = s
+			}
+		}
+	case "shared_space":
+		at.shared = k
+		c.SharedSpace, _ = d.boolean(v, what+".shared_space")
+	case "num_ids":
+		at.num = k
+		if x, ok := d.integer(v, what+".num_ids"); ok {
+			if x <= 0 || x > math.MaxInt32 {
+				d.errorf(v, "%s.num_ids must be in [1, %d] (ids are int32), got %d", what, math.MaxInt32, x)
+			} else {
+				c.NumIDs = x
+			}
+		}
+	case "separator":
+		c.sepPos = d.pos(k)
+		if s, ok := d.str(v, what+".separator"); ok {
+			if len(s) != 1 || s[0] == '\n' || s[0] == '\r' || s[0] == '"' || s[0] == ' ' || s[0] >= 0x80 {
+				d.errorf(v, "%s.separator must be one ASCII character other than a newline, a space or a quote (e.g. \"|\"), got %q", what, s)
+			} else {
+				c.Separator = s[0]
+			}
+		}
+	case "max_len":
+		at.maxLen = k
+		if x, ok := d.integer(v, what+".max_len"); ok {
+			if x <= 0 {
+				d.errorf(v, "%s.max_len must be positive, got %d", what, x)
+			} else {
+				c.MaxLen = x
+			}
+		}
+	}
+}
+
+// checkColumn refuses keys of a column spec that do not go together.
+func (d *decoder) checkColumn(c *Column, at *columnNodes, what string) {
+	hashed := at.hash != nil || c.KeyType == KeyHash64
+	switch {
+	case at.hash != nil && c.Fill != nil:
 		d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with hash_buckets: an empty field is hashed as a value of its own; remove fill", what))
+	case c.KeyType == KeyHash64 && c.Fill != nil:
+		d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with key: hash64: an empty field is hashed as a value of its own; remove fill", what))
+	case c.Fill != nil && c.KeyType == KeyInt64 && c.FillKey == ir.PadKey:
+		d.errorf(at.fill, "%s.fill %d is the padding key of int64 keys (-2^63); choose another key", what, c.FillKey)
+	case c.Fill != nil && c.KeyType == "" && at.hash == nil && (c.FillKey < 0 || c.FillKey > math.MaxInt32):
+		d.errorf(at.fill, "%s.fill must be an id in [0, %d], got %d", what, math.MaxInt32, c.FillKey)
 	}
-	if sharedNode != nil && hashNode == nil {
-		d.errorf(sharedNode, "%s.shared_space applies to hashed ids (hash_buckets); integer ids are one space already: remove it", what)
+	if at.key != nil && at.hash != nil {
+		d.errorf(at.key, "%s.key reads 64-bit keys, and hash_buckets hashes into int32 ids in [0, N) for a table of N rows: give one of them (key: hash64 keeps the whole 64-bit hash, with no buckets)", what)
 	}
-	if numNode != nil && hashNode != nil {
-		d.errorf(numNode, "%s.num_ids is for integer ids; hashed ids are in [0, hash_buckets) already: remove num_ids", what)
+	if at.shared != nil && !hashed {
+		d.errorf(at.shared, "%s.shared_space applies to hashed ids (hash_buckets, or key: hash64); integer ids are one space already: remove it", what)
+	}
+	if at.num != nil && at.hash != nil {
+		d.errorf(at.num, "%s.num_ids is for integer ids; hashed ids are in [0, hash_buckets) already: remove num_ids", what)
+	}
+	if at.num != nil && at.key != nil {
+		d.errorf(at.num, "%s.num_ids bounds int32 ids read by a table of num_ids rows; 64-bit keys (key: %s) have no bound: remove num_ids", what, c.KeyType)
 	}
 	if c.sepPos.Line > 0 {
 		switch {
-		case maxLenNode == nil:
+		case at.maxLen == nil:
 			d.errs = append(d.errs, Errorf(c.sepPos, "%s.separator needs max_len: N, the most ids a field holds (the variable is [batch, N]; a field with more keeps its first N, and the run reports how many fields were cut)", what))
 		case c.rangeKey == "columns" && (len(c.names) > 1 || c.names == nil && c.Hi-c.Lo != 1):
 			d.errs = append(d.errs, Errorf(c.rangePos, "%s.separator reads one multi-valued column, but %s.columns names several; give column: N, or one spec per column", what, what))
@@ -568,10 +633,9 @@ func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 		if c.Fill != nil {
 			d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with separator: an empty field holds no ids (all padding); remove fill", what))
 		}
-	} else if maxLenNode != nil {
-		d.errorf(maxLenNode, "%s.max_len applies to a multi-valued column; add separator: \"|\" (the character between a field's ids) or remove max_len", what)
+	} else if at.maxLen != nil {
+		d.errorf(at.maxLen, "%s.max_len applies to a multi-valued column; add separator: \"|\" (the character between a field's ids) or remove max_len", what)
 	}
-	return c
 }
 
 var transformNames = []string{"none", "log"}
@@ -652,7 +716,7 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 				if s, ok := d.str(vv, what+".dtype"); ok {
 					dt, ok := ir.ParseDType(s)
 					if !ok {
-						d.errorf(vv, "%s.dtype %q is not float32 or int32", what, s)
+						d.errorf(vv, "%s.dtype %q is not float32, int32 or int64", what, s)
 					}
 					vr.DType = dt
 				}

@@ -247,6 +247,31 @@ func tableRows(op *Op, typeOf func(string) (ops.Type, bool)) (rows, d int, err e
 	return outs[0].MaxRows, outs[0].Shape[1], nil
 }
 
+// HasTables reports whether the placed graph g moves a sharded table's
+// rows (its transfer table has table transfers), without inferring types.
+func HasTables(g *Graph) bool {
+	for _, op := range g.Ops {
+		switch op.Type {
+		case "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
+			return true
+		}
+	}
+	return false
+}
+
+// TableShards lists the sharded tables a pserver's graph serves (the
+// shard variables), sorted.
+func TableShards(g *Graph) []string {
+	var out []string
+	for _, op := range g.Ops {
+		if op.Type == "serve_rows" {
+			out = append(out, op.Inputs[0])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Received lists the transfers of ts a node receives, one per name (a
 // table's rows come from every shard under one name): what its endpoint
 // accepts.

@@ -119,6 +119,21 @@ func (d *decoder) integer(n *yaml.Node, what string) (int, bool) {
 	return 0, false
 }
 
+// int64 decodes an integer of the whole int64 range (an ids spec's fill
+// of int64 keys), or a float with an integer value below 2^53.
+func (d *decoder) int64(n *yaml.Node, what string) (int64, bool) {
+	if n.Kind == yaml.ScalarNode && n.Tag != "!!str" {
+		if v, err := strconv.ParseInt(n.Value, 0, 64); err == nil {
+			return v, true
+		}
+		if f, err := strconv.ParseFloat(n.Value, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return int64(f), true
+		}
+	}
+	d.errorf(n, "%s must be an integer, got %s", what, kindName(n))
+	return 0, false
+}
+
 func (d *decoder) number(n *yaml.Node, what string) (float64, bool) {
 	if n.Kind == yaml.ScalarNode && n.Tag != "!!str" {
 		if f, err := strconv.ParseFloat(n.Value, 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {

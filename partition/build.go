@@ -81,9 +81,43 @@ func cmpStrict(a, b string) int {
 
 // buildTrainer fills the trainer's subgraph.
 func (s *splitter) buildTrainer(t *dsl.Graph) {
-	g, opt := s.g, s.opt
-	// Trainer variables: data, and every param or state not owned by a
-	// group placed on a pserver.
+	trainerOps, extra := s.trainerVars(t)
+	// Trainer ops in a canonical order, with recvs before the first reader
+	// of a parameter and sends right after its gradient is computed.
+	t.Ops = make([]*dsl.Op, 0, len(trainerOps)+extra)
+	nin := 0
+	for _, op := range trainerOps {
+		nin += len(op.Inputs)
+	}
+	b := &trainerBuild{s: s, t: t, names: slab[string]{buf: make([]string, nin)}, received: make(map[string]bool, len(s.names))}
+	// A sharded table's rows are fetched once, by the ids of all its
+	// lookups, before the first of them: each lookup follows every one of
+	// those ids.
+	b.tableIDs = s.tableIDs(trainerOps)
+	after := func(op *dsl.Op) []string {
+		if ops.ReadsTable(op.Type) {
+			return b.tableIDs[op.Inputs[0]]
+		}
+		return nil
+	}
+	if len(b.tableIDs) == 0 {
+		after = nil
+	}
+	for _, op := range canonicalOrder(trainerOps, after) {
+		b.add(op)
+	}
+	for _, op := range t.Ops {
+		if op.Type == "recv" || op.Type == "concat" {
+			op.Section = dsl.Forward
+		}
+	}
+}
+
+// trainerVars gives the trainer its variables (data, and every param or
+// state not owned by a group placed on a pserver) and assigns; it returns
+// the trainer's ops and a count of the ops split adds to them.
+func (s *splitter) trainerVars(t *dsl.Graph) (trainerOps []*dsl.Op, extra int) {
+	g := s.g
 	onTrainer := func(gr *group) bool { return gr == nil || gr.pin == trainerNode }
 	t.Vars = make(map[string]*dsl.Var, len(g.Vars))
 	t.Order = make([]string, 0, len(g.Vars))
@@ -97,8 +131,7 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 			t.AddVar(c)
 		}
 	}
-	trainerOps := s.trainerOps
-	extra := 0 // the ops split adds to the trainer
+	trainerOps = s.trainerOps
 	for _, gr := range s.byName {
 		switch {
 		case gr.pin == trainerNode:
@@ -117,98 +150,98 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 			t.Assigns = append(t.Assigns, a)
 		}
 	}
+	return trainerOps, extra
+}
 
-	// Trainer ops in a canonical order, with recvs before the first reader
-	// of a parameter and sends right after its gradient is computed.
-	t.Ops = make([]*dsl.Op, 0, len(trainerOps)+extra)
-	nin := 0
-	for _, op := range trainerOps {
-		nin += len(op.Inputs)
+// trainerBuild appends the trainer's ops, each with the receives its
+// parameters need before it and the sends of the gradients it computes
+// after it.
+type trainerBuild struct {
+	s        *splitter
+	t        *dsl.Graph
+	names    slab[string]
+	copies   slab[dsl.Op]
+	shapes   slab[int]
+	received map[string]bool
+	tableIDs map[string][]string
+}
+
+func (b *trainerBuild) add(op *dsl.Op) {
+	s := b.s
+	var inputs []string
+	if op.Inputs != nil {
+		inputs = b.names.take(len(op.Inputs))
 	}
-	names := slab[string]{buf: make([]string, nin)}
-	var copies slab[dsl.Op]
-	var shapes slab[int]
-	received := make(map[string]bool, len(s.names))
-	// A sharded table's rows are fetched once, by the ids of all its
-	// lookups, before the first of them: each lookup follows every one of
-	// those ids.
-	tableIDs := s.tableIDs(trainerOps)
-	after := func(op *dsl.Op) []string {
-		if ops.ReadsTable(op.Type) {
-			return tableIDs[op.Inputs[0]]
+	for i, in := range op.Inputs {
+		inputs[i] = in
+		// Trainer ops read no other name a group holds (checkEdges), so
+		// the small map of groups by parameter answers.
+		gr := s.groups[in]
+		if gr == nil {
+			continue
 		}
-		return nil
+		if gr.table {
+			inputs[i] = FetchedName(in) // lookups read the rows the trainer fetched
+		}
+		if gr.pin == trainerNode || b.received[in] {
+			continue
+		}
+		b.received[in] = true
+		b.receive(gr, in)
 	}
-	if len(tableIDs) == 0 {
-		after = nil
+	c := b.copies.one()
+	*c = *op
+	c.Place = ""
+	c.Inputs = inputs
+	b.t.Ops = append(b.t.Ops, c)
+	for _, out := range op.Outputs {
+		pn, ok := strings.CutSuffix(out, ops.GradSuffix)
+		if !ok {
+			continue // not a gradient
+		}
+		gr := s.groups[pn]
+		if gr == nil || gr.pin == trainerNode || out != dsl.GradName(gr.param.Name) {
+			continue
+		}
+		b.send(gr, out)
 	}
-	for _, op := range canonicalOrder(trainerOps, after) {
-		var inputs []string
-		if op.Inputs != nil {
-			inputs = names.take(len(op.Inputs))
-		}
-		for i, in := range op.Inputs {
-			inputs[i] = in
-			// Trainer ops read no other name a group holds (checkEdges), so
-			// the small map of groups by parameter answers.
-			gr := s.groups[in]
-			if gr == nil {
-				continue
-			}
-			if gr.table {
-				inputs[i] = FetchedName(in) // lookups read the rows the trainer fetched
-			}
-			if gr.pin == trainerNode || received[in] {
-				continue
-			}
-			received[in] = true
-			if gr.table {
-				t.Ops = append(t.Ops, s.fetchOp(gr, tableIDs[in]))
-				continue
-			}
-			dt := dtypeAttr(gr.param.DType)
-			for _, b := range gr.blocks {
-				t.Ops = append(t.Ops, newOp("recv", nil, []string{b.name}, gr.param.Pos,
-					attr{"var", b.name}, attr{"from", s.nodes[b.pserver]}, attr{"shape", shapes.clone(b.shape)}, attr{"dtype", dt}))
-			}
-			if len(gr.blocks) > 1 {
-				parts := make([]string, len(gr.blocks))
-				for j, b := range gr.blocks {
-					parts[j] = b.name
-				}
-				t.Ops = append(t.Ops, newOp("concat", parts, []string{in}, gr.param.Pos, attr{"axis", 0}))
-			}
-		}
-		c := copies.one()
-		*c = *op
-		c.Place = ""
-		c.Inputs = inputs
-		t.Ops = append(t.Ops, c)
-		for _, out := range op.Outputs {
-			pn, ok := strings.CutSuffix(out, ops.GradSuffix)
-			if !ok {
-				continue // not a gradient
-			}
-			gr := s.groups[pn]
-			if gr == nil || gr.pin == trainerNode || out != dsl.GradName(gr.param.Name) {
-				continue
-			}
-			if gr.table {
-				t.Ops = append(t.Ops, newOp("send_rows", []string{out}, nil, gr.param.Pos, attr{"var", out}, attr{"shards", opt.PServers}))
-				continue
-			}
-			for _, b := range gr.blocks {
-				if b.cut() {
-					t.Ops = append(t.Ops, newOp("slice_rows", []string{out}, []string{b.grad}, gr.param.Pos, attr{"start", b.start}, attr{"end", b.end}, attr{"axis", 0}))
-				}
-				t.Ops = append(t.Ops, newOp("send", []string{b.grad}, nil, gr.param.Pos, attr{"var", b.grad}, attr{"to", s.nodes[b.pserver]}))
-			}
-		}
+}
+
+// receive appends what gives the trainer parameter in of group gr: a
+// table's fetch, or the recv of each block (and their concat).
+func (b *trainerBuild) receive(gr *group, in string) {
+	s, t := b.s, b.t
+	if gr.table {
+		t.Ops = append(t.Ops, s.fetchOp(gr, b.tableIDs[in]))
+		return
 	}
-	for _, op := range t.Ops {
-		if op.Type == "recv" || op.Type == "concat" {
-			op.Section = dsl.Forward
+	dt := dtypeAttr(gr.param.DType)
+	for _, bl := range gr.blocks {
+		t.Ops = append(t.Ops, newOp("recv", nil, []string{bl.name}, gr.param.Pos,
+			attr{"var", bl.name}, attr{"from", s.nodes[bl.pserver]}, attr{"shape", b.shapes.clone(bl.shape)}, attr{"dtype", dt}))
+	}
+	if len(gr.blocks) > 1 {
+		parts := make([]string, len(gr.blocks))
+		for j, bl := range gr.blocks {
+			parts[j] = bl.name
 		}
+		t.Ops = append(t.Ops, newOp("concat", parts, []string{in}, gr.param.Pos, attr{"axis", 0}))
+	}
+}
+
+// send appends the sends of gradient out of group gr: a table's row
+// gradient to every shard, or each block's rows to its pserver.
+func (b *trainerBuild) send(gr *group, out string) {
+	s, t := b.s, b.t
+	if gr.table {
+		t.Ops = append(t.Ops, newOp("send_rows", []string{out}, nil, gr.param.Pos, attr{"var", out}, attr{"shards", s.opt.PServers}))
+		return
+	}
+	for _, bl := range gr.blocks {
+		if bl.cut() {
+			t.Ops = append(t.Ops, newOp("slice_rows", []string{out}, []string{bl.grad}, gr.param.Pos, attr{"start", bl.start}, attr{"end", bl.end}, attr{"axis", 0}))
+		}
+		t.Ops = append(t.Ops, newOp("send", []string{bl.grad}, nil, gr.param.Pos, attr{"var", bl.grad}, attr{"to", s.nodes[bl.pserver]}))
 	}
 }
 

@@ -46,11 +46,35 @@ func (s *splitter) checkClipNorm() error {
 // check) s.shared keeps the others, so isLocal and owner answer as
 // per-group sets would.
 func (s *splitter) collectGroups() error {
-	g := s.g
 	// The sorted variable names are needed below and by build; sort them
 	// while the ops are grouped.
 	sorted := make(chan []string, 1)
-	go func() { sorted <- sortedVarNames(g) }()
+	go func() { sorted <- sortedVarNames(s.g) }()
+	nOpt, err := s.groupOptimizerOps()
+	if err != nil {
+		<-sorted
+		return err
+	}
+	if err := s.groupStates(sorted); err != nil {
+		return err
+	}
+	if err := s.groupAssigns(); err != nil {
+		return err
+	}
+	s.trainerOps = make([]*dsl.Op, 0, len(s.g.Ops)-nOpt)
+	for _, op := range s.g.Ops {
+		if op.Section != dsl.Optimize && !(s.clipNorm > 0 && isClipNormOp(op)) {
+			s.trainerOps = append(s.trainerOps, op)
+		}
+	}
+	return nil
+}
+
+// groupOptimizerOps makes a group of each parameter's optimizer ops (an
+// optimizer's ops come one parameter after another) and lists the groups
+// in name order; it returns the count of optimizer ops.
+func (s *splitter) groupOptimizerOps() (int, error) {
+	g := s.g
 	var errs dsl.ErrorList
 	nOpt, nOut := 0, 0
 	for _, op := range g.Ops {
@@ -61,7 +85,7 @@ func (s *splitter) collectGroups() error {
 	}
 	s.groups = make(map[string]*group, min(nOpt, len(g.Vars)))
 	s.owner = make(map[string]*group, nOut+len(g.Vars))
-	var last *group // an optimizer's ops come one parameter after another
+	var last *group
 	for _, op := range g.Ops {
 		if op.Section != dsl.Optimize {
 			continue
@@ -95,10 +119,10 @@ func (s *splitter) collectGroups() error {
 		last = gr
 	}
 	if len(errs) > 0 {
-		return errs
+		return 0, errs
 	}
 	if len(s.groups) == 0 {
-		return dsl.Errorf(g.Train.Pos, "the model has no optimizer ops, so nothing would run on the pservers; add train.optimizer")
+		return 0, dsl.Errorf(g.Train.Pos, "the model has no optimizer ops, so nothing would run on the pservers; add train.optimizer")
 	}
 	s.names = make([]string, 0, len(s.groups))
 	for n := range s.groups {
@@ -109,9 +133,15 @@ func (s *splitter) collectGroups() error {
 	for i, n := range s.names {
 		s.byName[i] = s.groups[n]
 	}
-	// State belongs to the parameter named by `of`, or to the group whose
-	// ops read it. The lookups run in parts (they only read); what they
-	// find is taken in name order.
+	return nOpt, nil
+}
+
+// groupStates gives each state variable to its group: the parameter named
+// by `of`, or the group whose ops read it (none: trainer-side state). The
+// lookups run in parts (they only read); what they find is taken in name
+// order.
+func (s *splitter) groupStates(sorted <-chan []string) error {
+	g := s.g
 	type read struct {
 		state string
 		gr    *group
@@ -129,6 +159,7 @@ func (s *splitter) collectGroups() error {
 		}
 		return out
 	})
+	s.sorted = <-sorted
 	readers := map[string]*group{}
 	for _, r := range reads {
 		if other := readers[r.state]; other != nil && other != r.gr {
@@ -136,7 +167,6 @@ func (s *splitter) collectGroups() error {
 		}
 		readers[r.state] = r.gr
 	}
-	s.sorted = <-sorted
 	states := inParts(len(s.sorted), func(lo, hi int) (out []*dsl.Var) {
 		for _, name := range s.sorted[lo:hi] {
 			if v := g.Vars[name]; v.Kind == dsl.KindState {
@@ -162,6 +192,14 @@ func (s *splitter) collectGroups() error {
 		gr.state = append(gr.state, v)
 		s.addLocal(name, gr, true)
 	}
+	return nil
+}
+
+// groupAssigns gives each assign to the group that computes its target
+// (the others run on the trainer), and checks that every group assigns its
+// parameter a new value.
+func (s *splitter) groupAssigns() error {
+	g := s.g
 	owners := inParts(len(g.Assigns), func(lo, hi int) (out [][2]*group) {
 		for _, a := range g.Assigns[lo:hi] {
 			out = append(out, [2]*group{s.owner[a.Target], s.owner[a.Value]})
@@ -185,12 +223,6 @@ func (s *splitter) collectGroups() error {
 		}
 		if gr.assignValue() == "" {
 			return dsl.Errorf(gr.param.Pos, "param %s has optimizer ops but no assign %s = <new value>; the pserver would never update it", n, n)
-		}
-	}
-	s.trainerOps = make([]*dsl.Op, 0, len(g.Ops)-nOpt)
-	for _, op := range g.Ops {
-		if op.Section != dsl.Optimize && !(s.clipNorm > 0 && isClipNormOp(op)) {
-			s.trainerOps = append(s.trainerOps, op)
 		}
 	}
 	return nil

@@ -192,8 +192,11 @@ func newOp(typ string, inputs, outputs []string, pos dsl.Pos, attrs ...attr) *ds
 }
 
 func dtypeAttr(d ir.DType) string {
-	if d == ir.I32 {
+	switch d {
+	case ir.I32:
 		return "i32"
+	case ir.I64:
+		return "i64"
 	}
 	return "f32"
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"strings"
@@ -57,6 +58,15 @@ func f32(vals ...float32) []byte {
 	return b
 }
 
+// i64 encodes keys as an int64 payload: little-endian, 8 bytes each.
+func i64(vals ...int64) []byte {
+	b := make([]byte, 8*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+	return b
+}
+
 func conformance(t *testing.T, mk factory) {
 	ctx := context.Background()
 	spec := Spec{Var: "W", DType: F32, Bytes: 8}
@@ -90,6 +100,41 @@ func conformance(t *testing.T, mk factory) {
 		}
 		if log.count() != 1 {
 			t.Fatalf("the 20-byte message for an at-most-16 transfer: %d errors reported (%v), want 1", log.count(), log.all())
+		}
+	})
+	t.Run("int64 keys: up to the spec's size, dtype checked", func(t *testing.T) {
+		eps, log := mk(t, t0, p0)
+		eps[p0].Accept(Spec{Var: "K", DType: I64, Bytes: 32, AtMost: true})
+		sent := [][]int64{{math.MinInt64, -1, 0, math.MaxInt64}, {1 << 40}, {}}
+		for k, keys := range sent {
+			must(t, eps[t0].Send(ctx, p0, int64(k), "K", I64, i64(keys...)))
+		}
+		must(t, eps[t0].Send(ctx, p0, 3, "K", I64, make([]byte, 40))) // five keys, one too many
+		must(t, eps[t0].Send(ctx, p0, 4, "K", I32, make([]byte, 8)))  // int32 ids on an int64 transfer
+		must(t, eps[t0].Send(ctx, p0, 5, "K", I64, i64(5, 6)))
+		must(t, eps[t0].Flush(ctx))
+		sink := &Prefix{Buf: make([]byte, 32)}
+		for _, c := range []struct {
+			step int64
+			keys []int64 // nil: rejected
+		}{{0, sent[0]}, {1, sent[1]}, {2, sent[2]}, {3, nil}, {4, nil}, {5, []int64{5, 6}}} {
+			sink.N = 0
+			err := eps[p0].RecvSink(ctx, t0, c.step, "K", sink)
+			if c.keys == nil {
+				if !errors.Is(err, ErrRejected) {
+					t.Fatalf("step %d: want ErrRejected, got %v", c.step, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("step %d: %v", c.step, err)
+			}
+			if got := sink.Buf[:sink.N]; string(got) != string(i64(c.keys...)) {
+				t.Fatalf("step %d: received %v, sent %v", c.step, got, i64(c.keys...))
+			}
+		}
+		if log.count() != 2 {
+			t.Fatalf("want 2 rejections logged (too many keys, a wrong dtype), got %d: %v", log.count(), log.all())
 		}
 	})
 	t.Run("keyed by step and source", func(t *testing.T) {

@@ -34,6 +34,8 @@ type DType = ir.DType
 const (
 	F32 = ir.F32
 	I32 = ir.I32
+	// I64 is a payload of little-endian int64s: 64-bit feature keys.
+	I64 = ir.I64
 	// Rows is a row-sparse payload: n little-endian int32 row ids, then
 	// the n rows' float32 values.
 	Rows = ir.Rows

@@ -7,6 +7,7 @@ package ir
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -22,7 +23,26 @@ const (
 	// Rows is a row-sparse payload on the wire: n little-endian int32 row
 	// ids, then the n rows' float32 values. No variable has it.
 	Rows DType = 3
+	// I64 holds 64-bit feature keys (data.ids with key: hash64 or key:
+	// int64, hash_cross with dtype: int64) and the keys of dynamic tables.
+	I64 DType = 4
 )
+
+// PadKey is the int64 key that fills the empty slots of a multi-valued
+// ids column read as 64-bit keys: math.MinInt64, a value no hashed key
+// takes and an integer key may not be (docs/dsl.md, "64-bit keys"). Ops
+// reading int64 keys skip it as int32 ids < 0 are skipped.
+const PadKey int64 = math.MinInt64
+
+// HashKey is the int64 key of a 64-bit hash h: h's bits read as a
+// two's-complement int64, except the one hash whose bits are PadKey's
+// (2^63), which becomes PadKey+1, so that no hashed key is padding.
+func HashKey(h uint64) int64 {
+	if k := int64(h); k != PadKey {
+		return k
+	}
+	return PadKey + 1
+}
 
 func (d DType) String() string {
 	switch d {
@@ -32,12 +52,19 @@ func (d DType) String() string {
 		return "int32"
 	case Rows:
 		return "rows"
+	case I64:
+		return "int64"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
 // Size is the size of one element in bytes.
-func (d DType) Size() int { return 4 }
+func (d DType) Size() int {
+	if d == I64 {
+		return 8
+	}
+	return 4
+}
 
 // ParseDType maps a DSL dtype name to a DType.
 func ParseDType(s string) (DType, bool) {
@@ -46,6 +73,8 @@ func ParseDType(s string) (DType, bool) {
 		return F32, true
 	case "int32", "i32":
 		return I32, true
+	case "int64", "i64":
+		return I64, true
 	}
 	return Invalid, false
 }

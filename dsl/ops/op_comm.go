@@ -19,8 +19,10 @@ func parseDType(s string) (ir.DType, error) {
 		return ir.F32, nil
 	case "i32", "int32":
 		return ir.I32, nil
+	case "i64", "int64":
+		return ir.I64, nil
 	}
-	return 0, fmt.Errorf("dtype %q must be f32 or i32", s)
+	return 0, fmt.Errorf("dtype %q must be f32, i32 or i64", s)
 }
 
 // inferFromShapeAttr types an op whose output is described by its attrs.
@@ -49,7 +51,7 @@ func checkPeerAttr(a Attrs, name string) error {
 var (
 	attrVar   = AttrSpec{Name: "var", Kind: AttrString, Required: true, Doc: "transfer name: the variable or parameter block moved"}
 	attrShape = AttrSpec{Name: "shape", Kind: AttrInts, Required: true, Doc: "shape of the tensor received (-1: the batch)"}
-	attrDType = AttrSpec{Name: "dtype", Kind: AttrString, Default: "f32", Doc: "f32 or i32"}
+	attrDType = AttrSpec{Name: "dtype", Kind: AttrString, Default: "f32", Doc: "f32, i32 or i64"}
 )
 
 func init() {

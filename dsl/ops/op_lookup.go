@@ -44,6 +44,9 @@ func checkTableIDs(table, ids Type) error {
 	if table.DType != ir.F32 || len(table.Shape) != 2 {
 		return Errorf("table must be float32 [V, D], got %v", table)
 	}
+	if ids.DType == ir.I64 {
+		return Errorf("ids are 64-bit keys (%v), but a table [V, D] is read by int32 ids in [0, V): read the column with hash_buckets: V instead of key, or map the keys onto the rows with hash_cross (buckets: V)", ids)
+	}
 	if ids.DType != ir.I32 {
 		return Errorf("ids must be int32, got %v", ids)
 	}

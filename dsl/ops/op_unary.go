@@ -21,8 +21,18 @@ func init() {
 			// dx = dy / (2 y)
 			return []string{b.Emit("div", []string{g.OutGrads[0], b.Emit("scale", []string{g.Outputs[0]}, Attrs{"factor": 2.0})}, nil)}
 		}),
-		unary("identity", "y = x (a copy)",
-			func(b GradBuilder, g GradArgs) []string { return []string{g.OutGrads[0]} }),
+		&Def{
+			Name: "identity", Doc: "y = x (a copy); x float32, or int32 ids or int64 keys",
+			Inputs: []string{"x"}, Outputs: []string{"y"},
+			Infer: func(in []Type, _ Attrs) ([]Type, error) {
+				if !castable(in[0].DType) {
+					return nil, Errorf("input must be float32, int32 or int64, got %v", in[0])
+				}
+				return []Type{{DType: in[0].DType, Shape: in[0].Shape.Clone()}}, nil
+			},
+			Grad:        func(b GradBuilder, g GradArgs) []string { return []string{g.OutGrads[0]} },
+			ElementWise: true,
+		},
 		binaryHelper("relu_grad", "dx = dy where y > 0, else 0"),
 		binaryHelper("sigmoid_grad", "dx = dy * y * (1 - y)"),
 		binaryHelper("tanh_grad", "dx = dy * (1 - y²)"),

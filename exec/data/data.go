@@ -22,7 +22,8 @@ import (
 
 // Set is a data set held in memory, one row per example. A row's
 // features are those of every features spec side by side, in spec order,
-// and so are its ids.
+// and so are its int32 ids (ids specs without key) and its int64 keys
+// (ids specs with key).
 type Set struct {
 	Rows     int
 	Features []float32 // Rows x NF, normalized
@@ -32,6 +33,8 @@ type Set struct {
 	NT       int
 	IDs      []int32 // Rows x NI
 	NI       int
+	Keys     []int64 // Rows x NK
+	NK       int
 	spec     *dsl.Data
 	layout   []slot
 	// truncated: per ids spec, the fields of the file that held more than
@@ -86,7 +89,8 @@ const (
 	slotFeatures slotKind = iota
 	slotLabel             // int32 class ids [batch]
 	slotTargets           // float32 targets [batch, width]
-	slotIDs
+	slotIDs               // int32 ids [batch, width]
+	slotKeys              // int64 keys [batch, width]
 )
 
 // layoutOf is the slot of each of spec's data variables, in the order of
@@ -103,18 +107,23 @@ func layoutOf(spec *dsl.Data) []slot {
 	} else if c != nil {
 		out = append(out, slot{kind: slotLabel, width: 1})
 	}
-	off = 0
+	off, koff := 0, 0
 	for i, c := range spec.IDs {
+		if c.KeyType != "" {
+			out = append(out, slot{kind: slotKeys, off: koff, width: c.Width(), spec: i})
+			koff += c.Width()
+			continue
+		}
 		out = append(out, slot{kind: slotIDs, off: off, width: c.Width(), spec: i})
 		off += c.Width()
 	}
 	return out
 }
 
-// putRow writes one row (its features, label or targets, and ids) into
-// row b of the batch tensors dst, one per data variable in layout order;
-// a nil tensor is not fed.
-func putRow(layout []slot, dst []*tensor.Tensor, b int, feat []float32, label int32, tgt []float32, ids []int32) {
+// putRow writes one row (its features, label or targets, ids and keys)
+// into row b of the batch tensors dst, one per data variable in layout
+// order; a nil tensor is not fed.
+func putRow(layout []slot, dst []*tensor.Tensor, b int, feat []float32, label int32, tgt []float32, ids []int32, keys []int64) {
 	for i, t := range dst {
 		if t == nil {
 			continue
@@ -128,6 +137,8 @@ func putRow(layout []slot, dst []*tensor.Tensor, b int, feat []float32, label in
 			copy(t.F[b*sl.width:(b+1)*sl.width], tgt)
 		case slotIDs:
 			copy(t.I[b*sl.width:(b+1)*sl.width], ids[sl.off:sl.off+sl.width])
+		case slotKeys:
+			copy(t.L[b*sl.width:(b+1)*sl.width], keys[sl.off:sl.off+sl.width])
 		}
 	}
 }
@@ -189,7 +200,7 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 	}
 	defer f.Close()
 	p := newRowParser(spec)
-	s := &Set{NF: p.nf, NI: p.ni, NT: p.nt}
+	s := &Set{NF: p.nf, NI: p.ni, NK: p.nk, NT: p.nt}
 	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
 	var label int32
 	var out rowOut
@@ -213,8 +224,9 @@ func readCSV(spec *dsl.Data) (*Set, error) {
 		}
 		s.Features = slices.Grow(s.Features, p.nf)[:len(s.Features)+p.nf]
 		s.IDs = slices.Grow(s.IDs, p.ni)[:len(s.IDs)+p.ni]
+		s.Keys = slices.Grow(s.Keys, p.nk)[:len(s.Keys)+p.nk]
 		s.Targets = slices.Grow(s.Targets, p.nt)[:len(s.Targets)+p.nt]
-		p.rowOut(&out, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:])
+		p.rowOut(&out, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:], s.Keys[len(s.Keys)-p.nk:])
 		if err := p.parse(line, lr.line, &out); err != nil {
 			return nil, err
 		}
@@ -452,7 +464,7 @@ func (st *Stream) Fill(start int64, dst []*tensor.Tensor) error {
 		if s.Labels != nil {
 			label = s.Labels[r]
 		}
-		putRow(s.layout, dst, b, s.Features[r*s.NF:(r+1)*s.NF], label, s.Targets[r*s.NT:(r+1)*s.NT], s.IDs[r*s.NI:(r+1)*s.NI])
+		putRow(s.layout, dst, b, s.Features[r*s.NF:(r+1)*s.NF], label, s.Targets[r*s.NT:(r+1)*s.NT], s.IDs[r*s.NI:(r+1)*s.NI], s.Keys[r*s.NK:(r+1)*s.NK])
 	}
 	return nil
 }

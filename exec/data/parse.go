@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 )
 
 // maxLine bounds the length of one line of a data file.
@@ -46,6 +47,26 @@ func SharedHashID(field []byte, buckets int) int32 {
 	return bucketOf(hashKey(fnvOffset64, field), buckets)
 }
 
+// HashKey is the 64-bit key of a field of an ids spec with key: hash64:
+// the hash of HashID without the bucket map, as an int64,
+//
+//	h = FNV-1a 64 over the 4 bytes of col (little-endian uint32), then the field's bytes
+//	h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53; h ^= h >> 33
+//	key = h as a two's-complement int64, except 2^63 (the padding key's bits), which is -2^63 + 1
+//
+// so a field keeps its 64 bits and distinct strings collide only by
+// chance (about K²/2^65 pairs among K strings).
+func HashKey(col int, field []byte) int64 {
+	return ir.HashKey(hashKey(columnHash(col), field))
+}
+
+// SharedHashKey is the 64-bit key of a field of a spec with key: hash64
+// and shared_space: true: HashKey without the column, the same key in
+// every column of every shared spec.
+func SharedHashKey(field []byte) int64 {
+	return ir.HashKey(hashKey(fnvOffset64, field))
+}
+
 const (
 	fnvOffset64 = 14695981039346656037
 	fnvPrime64  = 1099511628211
@@ -65,8 +86,8 @@ func columnHash(col int) uint64 {
 
 // hashKey is the 64-bit key of a field: FNV-1a 64 continued from state h
 // (a column's, or the offset basis for a shared space) over the field's
-// bytes, then murmur3's 64-bit finalizer. Every id kind goes through it: a
-// bucket is bucketOf(hashKey(...)); a 64-bit key would be hashKey alone.
+// bytes, then murmur3's 64-bit finalizer. Every hashed id goes through
+// it: a bucket is bucketOf(hashKey(...)), a 64-bit key ir.HashKey(hashKey(...)).
 func hashKey(h uint64, field []byte) uint64 {
 	for _, b := range field {
 		h ^= uint64(b)
@@ -142,9 +163,10 @@ func (l *lineReader) skip(delim byte) (bool, error) {
 }
 
 // rowParser turns a line of a data file into one row's values: the
-// features of every features spec side by side (nf values), the label, and
-// the ids of every ids spec side by side (ni values). It reuses its field
-// slice: parsing a row allocates nothing.
+// features of every features spec side by side (nf values), the label, the
+// int32 ids of every ids spec without key side by side (ni values), and
+// the int64 keys of every spec with key side by side (nk values). It
+// reuses its field slice: parsing a row allocates nothing.
 type rowParser struct {
 	spec      *dsl.Data
 	file      string
@@ -154,6 +176,7 @@ type rowParser struct {
 	widthLine int // the first row's line
 	fields    [][]byte
 	nf, ni    int
+	nk        int // int64 keys (ids specs with key)
 	nt        int // float label (target) columns; 0 for class ids
 	feats     []featSpec
 	ids       []idSpec
@@ -169,35 +192,59 @@ type featSpec struct {
 }
 
 // rowOut is where the parser writes one row's values: each features spec's
-// into feat[i], each ids spec's into ids[j] (in spec order), and the label
-// (class id) or float targets. Streamed batches point them at the batch
-// tensors' rows, so a row is parsed in place.
+// into feat[i], each ids spec's into ids[j] (int32 ids) or keys[j] (int64
+// keys; in spec order, the other one nil), and the label (class id) or
+// float targets. Streamed batches point them at the batch tensors' rows,
+// so a row is parsed in place.
 type rowOut struct {
 	feat  [][]float32
 	label *int32
 	tgt   []float32
 	ids   [][]int32
+	keys  [][]int64
 }
 
 // rowOut points out at one row of contiguous values: feat (nf values),
-// ids (ni values), as a Set holds them.
-func (p *rowParser) rowOut(out *rowOut, feat []float32, label *int32, tgt []float32, ids []int32) {
-	out.feat, out.ids = out.feat[:0], out.ids[:0]
+// ids (ni values), keys (nk values), as a Set holds them.
+func (p *rowParser) rowOut(out *rowOut, feat []float32, label *int32, tgt []float32, ids []int32, keys []int64) {
+	out.feat, out.ids, out.keys = out.feat[:0], out.ids[:0], out.keys[:0]
 	for _, fs := range p.feats {
 		out.feat = append(out.feat, feat[fs.off:fs.off+fs.c.Width()])
 	}
 	for _, s := range p.ids {
-		out.ids = append(out.ids, ids[s.off:s.off+s.c.Width()])
+		if s.kind.wide() {
+			out.ids, out.keys = append(out.ids, nil), append(out.keys, keys[s.off:s.off+s.c.Width()])
+		} else {
+			out.ids, out.keys = append(out.ids, ids[s.off:s.off+s.c.Width()]), append(out.keys, nil)
+		}
 	}
 	out.label, out.tgt = label, tgt
 }
 
-// idSpec is an ids spec: its values go to the row's ids from off.
+// idKind is how an ids spec reads its fields.
+type idKind uint8
+
+const (
+	idsInteger idKind = iota // int32 ids, taken as they are
+	idsBuckets               // hash_buckets: int32 ids hashed into [0, buckets)
+	keysHash64               // key: hash64: int64 keys, the whole hash
+	keysInt64                // key: int64: int64 keys, taken as they are
+)
+
+// wide says whether the kind yields int64 keys.
+func (k idKind) wide() bool { return k >= keysHash64 }
+
+// hashed says whether the kind hashes its fields' bytes.
+func (k idKind) hashed() bool { return k == idsBuckets || k == keysHash64 }
+
+// idSpec is an ids spec: its values go to the row's ids (int32), or to
+// its keys (int64), from off.
 type idSpec struct {
 	c       *dsl.Column
+	kind    idKind
 	off     int
-	buckets int      // hashed ids: the buckets; 0: integer ids
-	seeds   []uint64 // hashed ids: the hash state of each column (columnHash, or fnvOffset64 shared)
+	buckets int      // idsBuckets: the buckets
+	seeds   []uint64 // hashed kinds: the hash state of each column (columnHash, or fnvOffset64 shared)
 	bound   int      // integer ids: num_ids (0: not stated)
 	sep     byte     // a multi-valued column: the separator (its width is max_len); 0: one id a field
 }
@@ -228,7 +275,15 @@ func newRowParser(spec *dsl.Data) *rowParser {
 	}
 	for _, c := range spec.IDs {
 		s := idSpec{c: c, off: p.ni, buckets: c.HashBuckets, bound: c.NumIDs, sep: c.Separator}
-		if s.buckets > 0 {
+		switch {
+		case c.KeyType == dsl.KeyHash64:
+			s.kind = keysHash64
+		case c.KeyType == dsl.KeyInt64:
+			s.kind = keysInt64
+		case c.HashBuckets > 0:
+			s.kind = idsBuckets
+		}
+		if s.kind.hashed() {
 			for col := c.Lo; col < c.Hi; col++ {
 				h := columnHash(col)
 				if c.SharedSpace {
@@ -237,8 +292,13 @@ func newRowParser(spec *dsl.Data) *rowParser {
 				s.seeds = append(s.seeds, h)
 			}
 		}
+		if s.kind.wide() {
+			s.off = p.nk
+			p.nk += c.Width()
+		} else {
+			p.ni += c.Width()
+		}
 		p.ids = append(p.ids, s)
-		p.ni += c.Width()
 	}
 	p.truncated = make([]int64, len(p.ids))
 	return p
@@ -344,32 +404,69 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 		*out.label = v
 	}
 	for j := range p.ids {
-		s, out := &p.ids[j], out.ids[j]
+		s := &p.ids[j]
+		var err error
 		switch {
+		case s.sep != 0 && s.kind.wide():
+			err = p.multiKeys(s, j, lineNo, out.keys[j])
 		case s.sep != 0:
-			if err := p.multi(s, j, lineNo, out); err != nil {
-				return err
-			}
-		case s.buckets > 0:
+			err = p.multi(s, j, lineNo, out.ids[j])
+		case s.kind == idsBuckets:
 			fields, buckets := p.fields[s.c.Lo:s.c.Hi], s.buckets
-			seeds, out := s.seeds[:len(fields)], out[:len(fields)]
+			seeds, out := s.seeds[:len(fields)], out.ids[j][:len(fields)]
 			for i, f := range fields {
 				out[i] = bucketOf(hashKey(seeds[i], f), buckets)
 			}
-		default:
+		case s.kind == keysHash64:
+			fields := p.fields[s.c.Lo:s.c.Hi]
+			seeds, out := s.seeds[:len(fields)], out.keys[j][:len(fields)]
+			for i, f := range fields {
+				out[i] = ir.HashKey(hashKey(seeds[i], f))
+			}
+		case s.kind == keysInt64:
+			out := out.keys[j]
 			for col := s.c.Lo; col < s.c.Hi; col++ {
-				v, err := p.integer(s.c, p.fields[col], col, lineNo, "ids")
-				if err != nil {
+				if out[col-s.c.Lo], err = p.key(s.c, p.fields[col], col, lineNo); err != nil {
 					return err
 				}
-				if s.bound > 0 && int(v) >= s.bound {
-					return p.errAt(lineNo, "column %d: id %d is not below num_ids %d of %s %q (%s); fix the row or raise num_ids (and the rows of the tables it reads)", col, v, s.bound, s.c.Key(), s.c.Name, s.c.Pos)
-				}
-				out[col-s.c.Lo] = v
 			}
+		default:
+			out := out.ids[j]
+			for col := s.c.Lo; col < s.c.Hi; col++ {
+				if out[col-s.c.Lo], err = p.id(s, p.fields[col], col, lineNo); err != nil {
+					return err
+				}
+			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// id reads an integer id field f (of column col) of ids spec s, checked
+// against its num_ids.
+func (p *rowParser) id(s *idSpec, f []byte, col, lineNo int) (int32, error) {
+	v, err := p.integer(s.c, f, col, lineNo, "ids")
+	if err == nil && s.bound > 0 && int(v) >= s.bound {
+		err = p.errAt(lineNo, "column %d: id %d is not below num_ids %d of %s %q (%s); fix the row or raise num_ids (and the rows of the tables it reads)", col, v, s.bound, s.c.Key(), s.c.Name, s.c.Pos)
+	}
+	return v, err
+}
+
+// nextPiece splits the next piece off a multi-valued field: the bytes up
+// to the separator, trimmed of spaces, and the rest after it (nil after
+// the last piece).
+func nextPiece(rest []byte, sep byte) (piece, after []byte) {
+	piece = rest
+	if i := bytes.IndexByte(rest, sep); i >= 0 {
+		piece, after = rest[:i], rest[i+1:]
+	}
+	if len(piece) > 0 && (piece[0] <= ' ' || piece[len(piece)-1] <= ' ') {
+		piece = dsl.TrimField(piece, sep)
+	}
+	return piece, after
 }
 
 // multi reads the field of a multi-valued ids column into out (max_len
@@ -378,35 +475,22 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 // ids the rest of the field is dropped and the field counted in
 // truncated[j].
 func (p *rowParser) multi(s *idSpec, j, lineNo int, out []int32) error {
-	col := s.c.Lo
-	rest := p.fields[col]
-	n := 0
-	for len(rest) > 0 {
-		piece := rest
-		if i := bytes.IndexByte(rest, s.sep); i >= 0 {
-			piece, rest = rest[:i], rest[i+1:]
-		} else {
-			rest = nil
-		}
-		if len(piece) > 0 && (piece[0] <= ' ' || piece[len(piece)-1] <= ' ') {
-			piece = dsl.TrimField(piece, s.sep)
-		}
-		if len(piece) == 0 {
+	col, n := s.c.Lo, 0
+	for rest := p.fields[col]; len(rest) > 0; {
+		var piece []byte
+		if piece, rest = nextPiece(rest, s.sep); len(piece) == 0 {
 			continue
 		}
 		if n == len(out) {
 			p.truncated[j]++
 			break
 		}
-		if s.buckets > 0 {
+		if s.kind == idsBuckets {
 			out[n] = bucketOf(hashKey(s.seeds[0], piece), s.buckets)
 		} else {
-			v, err := p.integer(s.c, piece, col, lineNo, "ids")
+			v, err := p.id(s, piece, col, lineNo)
 			if err != nil {
 				return err
-			}
-			if s.bound > 0 && int(v) >= s.bound {
-				return p.errAt(lineNo, "column %d: id %d is not below num_ids %d of %s %q (%s); fix the row or raise num_ids (and the rows of the tables it reads)", col, v, s.bound, s.c.Key(), s.c.Name, s.c.Pos)
 			}
 			out[n] = v
 		}
@@ -416,6 +500,56 @@ func (p *rowParser) multi(s *idSpec, j, lineNo int, out []int32) error {
 		out[n] = -1
 	}
 	return nil
+}
+
+// multiKeys is multi for int64 keys: the field's keys in order, hashed
+// (key: hash64) or integers (key: int64), then ir.PadKey in the slots
+// left.
+func (p *rowParser) multiKeys(s *idSpec, j, lineNo int, out []int64) error {
+	col, n := s.c.Lo, 0
+	for rest := p.fields[col]; len(rest) > 0; {
+		var piece []byte
+		if piece, rest = nextPiece(rest, s.sep); len(piece) == 0 {
+			continue
+		}
+		if n == len(out) {
+			p.truncated[j]++
+			break
+		}
+		if s.kind == keysHash64 {
+			out[n] = ir.HashKey(hashKey(s.seeds[0], piece))
+		} else {
+			v, err := p.key(s.c, piece, col, lineNo)
+			if err != nil {
+				return err
+			}
+			out[n] = v
+		}
+		n++
+	}
+	for ; n < len(out); n++ {
+		out[n] = ir.PadKey
+	}
+	return nil
+}
+
+// key reads an int64 key field f (of column col) of a spec with key:
+// int64: a decimal integer of the int64 range other than the padding key.
+func (p *rowParser) key(c *dsl.Column, f []byte, col, lineNo int) (int64, error) {
+	if len(f) == 0 {
+		if c.Fill != nil {
+			return c.FillKey, nil
+		}
+		return 0, p.errAt(lineNo, "column %d is empty; add fill: KEY to %s (%s) to stand in for missing keys, or key: hash64 to hash the column's strings", col, c.Key(), c.Pos)
+	}
+	v, ok := parseInt64(f)
+	switch {
+	case !ok:
+		return 0, p.errAt(lineNo, "column %d: %q is not an integer of the int64 range, because it is read as int64 keys %q (%s, key: int64); fix the row, or write key: hash64 to hash the column's strings", col, f, c.Name, c.Pos)
+	case v == ir.PadKey:
+		return 0, p.errAt(lineNo, "column %d: key %d is -2^63, the padding key of int64 keys, which %s %q (%s) cannot hold; fix the row, or write key: hash64 to hash the column", col, v, c.Key(), c.Name, c.Pos)
+	}
+	return v, nil
 }
 
 // integer reads a non-negative int32 of a label or an integer ids field f
@@ -469,6 +603,36 @@ func parseInt(b []byte) (int64, bool) {
 		n = -n
 	}
 	return n, true
+}
+
+// parseInt64 reads an optionally signed decimal integer of the int64
+// range, -2^63 to 2^63-1.
+func parseInt64(b []byte) (int64, bool) {
+	if n, ok := parseInt(b); ok {
+		return n, true
+	}
+	neg := false
+	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
+		neg = b[0] == '-'
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0') // 19 digits stay below 2^64
+	}
+	switch {
+	case neg && n <= 1<<63:
+		return int64(-n), true
+	case !neg && n < 1<<63:
+		return int64(n), true
+	}
+	return 0, false
 }
 
 // parseNumber reads a finite number.

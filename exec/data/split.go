@@ -108,13 +108,14 @@ func HeldOut(rows int, fraction float64, seed uint64) ([]bool, error) {
 
 // subset is the rows of s whose held value is want, in file order.
 func subset(s *Set, held []bool, want bool) *Set {
-	out := &Set{NF: s.NF, NI: s.NI, NT: s.NT, spec: s.spec, layout: s.layout, truncated: s.truncated}
+	out := &Set{NF: s.NF, NI: s.NI, NK: s.NK, NT: s.NT, spec: s.spec, layout: s.layout, truncated: s.truncated}
 	for r := 0; r < s.Rows; r++ {
 		if held[r] != want {
 			continue
 		}
 		out.Features = append(out.Features, s.Features[r*s.NF:(r+1)*s.NF]...)
 		out.IDs = append(out.IDs, s.IDs[r*s.NI:(r+1)*s.NI]...)
+		out.Keys = append(out.Keys, s.Keys[r*s.NK:(r+1)*s.NK]...)
 		if s.Labels != nil {
 			out.Labels = append(out.Labels, s.Labels[r])
 		}

@@ -37,8 +37,9 @@ type FileStream struct {
 	label int32
 	row   []float32 // one row's values, for a pass and for variables not fed
 	ids   []int32
+	keys  []int64
 	tgt   []float32 // float label (dtype: float32) scratch
-	// scratch points at row, label, tgt and ids; out at a batch row of
+	// scratch points at row, label, tgt, ids and keys; out at a batch row of
 	// the tensors being filled (scratch where a tensor is nil).
 	scratch, out rowOut
 	// layout places the variables' values in the batch tensors.
@@ -83,9 +84,9 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling) (*FileStream, error) 
 	}
 	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1, layout: layoutOf(spec)}
 	s.lr.r = bufio.NewReaderSize(f, buffer)
-	s.row, s.ids, s.tgt = make([]float32, s.p.nf), make([]int32, s.p.ni), make([]float32, s.p.nt)
-	s.p.rowOut(&s.scratch, s.row, &s.label, s.tgt, s.ids)
-	s.p.rowOut(&s.out, s.row, &s.label, s.tgt, s.ids)
+	s.row, s.ids, s.keys, s.tgt = make([]float32, s.p.nf), make([]int32, s.p.ni), make([]int64, s.p.nk), make([]float32, s.p.nt)
+	s.p.rowOut(&s.scratch, s.row, &s.label, s.tgt, s.ids, s.keys)
+	s.p.rowOut(&s.out, s.row, &s.label, s.tgt, s.ids, s.keys)
 	if err := s.rewind(); err != nil { // past the header
 		f.Close()
 		return nil, err
@@ -321,6 +322,8 @@ func (s *FileStream) at(dst []*tensor.Tensor, b int) *rowOut {
 				o.tgt = s.scratch.tgt
 			case slotIDs:
 				o.ids[sl.spec] = s.scratch.ids[sl.spec]
+			case slotKeys:
+				o.keys[sl.spec] = s.scratch.keys[sl.spec]
 			}
 		case sl.kind == slotFeatures:
 			o.feat[sl.spec] = t.F[b*sl.width : (b+1)*sl.width]
@@ -330,6 +333,8 @@ func (s *FileStream) at(dst []*tensor.Tensor, b int) *rowOut {
 			o.tgt = t.F[b*sl.width : (b+1)*sl.width]
 		case sl.kind == slotIDs:
 			o.ids[sl.spec] = t.I[b*sl.width : (b+1)*sl.width]
+		case sl.kind == slotKeys:
+			o.keys[sl.spec] = t.L[b*sl.width : (b+1)*sl.width]
 		}
 	}
 	return o

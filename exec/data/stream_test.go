@@ -40,7 +40,7 @@ func newBatch(spec *dsl.Data, rows int) batch {
 		b.all = append(b.all, b.labels)
 	}
 	for i, c := range spec.IDs {
-		b.all = append(b.all, tensor.New(tensor.I32, tensor.Shape{rows, c.Width()}))
+		b.all = append(b.all, tensor.New(c.IDType(), tensor.Shape{rows, c.Width()}))
 		if i == 0 {
 			b.ids = b.all[len(b.all)-1]
 		}
@@ -263,12 +263,15 @@ func TestCount(t *testing.T) {
 }
 
 // BenchmarkCriteoParse reads a generated Criteo file through a stream:
-// rows/s and MB/s of the parser.
+// rows/s and MB/s of the parser. "read" hashes the 26 categorical columns
+// into int32 ids (hash_buckets), "read64" into 64-bit keys (key: hash64).
 func BenchmarkCriteoParse(b *testing.B) {
+	spec64 := strings.Replace(criteoSpec, "hash_buckets: 1000}", "key: hash64}", 1)
 	for _, bc := range []struct {
 		name string
 		skip int // rows of other trainers between batches
-	}{{"read", 0}, {"read1of4", 3}} {
+		spec string
+	}{{"read", 0, criteoSpec}, {"read1of4", 3, criteoSpec}, {"read64", 0, spec64}} {
 		b.Run(bc.name, func(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "bench.tsv")
 			f, _ := os.Create(path)
@@ -278,7 +281,7 @@ func BenchmarkCriteoParse(b *testing.B) {
 			}
 			f.Close()
 			st, _ := os.Stat(path)
-			src := "psgraph: 1\ndata:\n  csv: " + path + "\n" + criteoSpec + "  stream: true\n"
+			src := "psgraph: 1\ndata:\n  csv: " + path + "\n" + bc.spec + "  stream: true\n"
 			g, err := dsl.LoadBytes(filepath.Join(b.TempDir(), "m.yaml"), []byte(src))
 			if err != nil {
 				b.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/psgraph/psgraph/exec/data"
 )
 
-// evaluator computes a model's loss and metrics over one data set with
+// Evaluator computes a model's loss and metrics over one data set with
 // the parameters it shares. Its programs are compiled once, so evaluating
 // every N steps of a run allocates nothing after setup.
 //
@@ -41,6 +41,8 @@ type Evaluator struct {
 	onChunk func(n int) error
 }
 
+// NewEvaluator returns the evaluator of g over an in-memory set or a
+// streamed file (in chunks of chunk rows), with the parameters params.
 func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, chunk int) (*Evaluator, error) {
 	e := &Evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
 	e.sums = make([]float64, len(e.targets))
@@ -76,7 +78,7 @@ func (e *Evaluator) Close() {
 	e.full.Close()
 }
 
-// run evaluates the set with the current values of the shared parameters:
+// Run evaluates the set with the current values of the shared parameters:
 // out[0] the loss, then the metrics in model order. It allocates nothing.
 func (e *Evaluator) Run(ctx context.Context) ([]float64, error) {
 	e.rt.Ctx = ctx
@@ -124,13 +126,13 @@ func (e *Evaluator) chunk(n int) error {
 	return nil
 }
 
-// heldOut is a run's held-out data: an in-memory set or a streamed file.
+// HeldOut is a run's held-out data: an in-memory set or a streamed file.
 type HeldOut struct {
 	Set  *data.Set
 	File *data.FileStream
 }
 
-// openHeldOut opens the held-out file of a streamed model (data.eval.csv),
+// OpenHeldOut opens the held-out file of a streamed model (data.eval.csv),
 // normalized with the training file's statistics.
 func OpenHeldOut(g *dsl.Graph, norm *data.Scaling) (*data.FileStream, error) {
 	spec, err := data.Other(g.Data, g.Data.Eval.CSV)
@@ -278,6 +280,8 @@ func (e *Evaluator) once(g *dsl.Graph) (float64, map[string]float64, error) {
 	return vals[0], metrics, nil
 }
 
+// JSONNum writes v for a JSON summary: 6 significant digits, null for
+// NaN and infinities.
 func JSONNum(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "null"

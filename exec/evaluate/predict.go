@@ -252,15 +252,24 @@ func (o output) columns(kind string) []string {
 }
 
 // appendRow writes row r of t as o's CSV fields: float32 values in their
-// shortest exact form.
+// shortest exact form, int32 ids and int64 keys as decimal integers.
 func (o output) appendRow(b []byte, t *tensor.Tensor, r int, kind string) []byte {
 	w := o.width
-	if t.DType == tensor.I32 {
+	switch t.DType {
+	case tensor.I32:
 		for j, v := range t.I[r*w : (r+1)*w] {
 			if j > 0 {
 				b = append(b, ',')
 			}
 			b = strconv.AppendInt(b, int64(v), 10)
+		}
+		return b
+	case tensor.I64: // 64-bit keys, every digit
+		for j, v := range t.L[r*w : (r+1)*w] {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, v, 10)
 		}
 		return b
 	}

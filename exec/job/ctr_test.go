@@ -5,12 +5,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/psgraph/psgraph/exec/evaluate"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/trainer"
+	"github.com/psgraph/psgraph/internal/testfix"
 
 	"github.com/rs/zerolog"
 
@@ -18,39 +18,6 @@ import (
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/data/criteo"
 )
-
-// ctrModel is a small click-through model on the Criteo format: hashed
-// categorical ids through an embedding, log-transformed integer features.
-const ctrModel = `psgraph: 1
-name: ctr
-data:
-  csv: train.tsv
-  delimiter: tab
-  label: {name: y, column: 0}
-  features: {name: dense, columns: [1, 14], fill: 0, transform: log}
-  ids: {name: cat, columns: [14, 40], hash_buckets: 500}
-  normalize: standard
-params:
-  emb: {shape: [500, 4], init: {type: normal, std: 0.1, seed: 1}}
-  We: {shape: [104, 2], init: {type: xavier_uniform, seed: 2}}
-  Wd: {shape: [13, 2], init: {type: xavier_uniform, seed: 3}}
-  b: {shape: [2]}
-ops:
-  - {type: lookup_table, inputs: [emb, cat], outputs: [e3]}
-  - {type: reshape, inputs: [e3], outputs: [e], attrs: {shape: [-1, 104]}}
-  - {type: matmul, inputs: [e, We], outputs: [ze]}
-  - {type: matmul, inputs: [dense, Wd], outputs: [zd]}
-  - {type: add, inputs: [ze, zd], outputs: [z]}
-  - {type: add, inputs: [z, b], outputs: [logits]}
-  - {type: softmax_cross_entropy, inputs: [logits, y], outputs: [loss]}
-  - {type: accuracy, inputs: [logits, y], outputs: [acc]}
-train:
-  loss: loss
-  metrics: [acc]
-  batch: 16
-  steps: 40
-  optimizer: {type: adagrad, lr: 0.1}
-`
 
 // ctrGraphs writes a generated Criteo file of rows rows and loads the CTR
 // model on it twice: in memory and streamed.
@@ -65,7 +32,7 @@ func ctrGraphs(t *testing.T, rows int64) (mem, stream *dsl.Graph) {
 		t.Fatal(err)
 	}
 	f.Close()
-	for i, src := range []string{ctrModel, strings.Replace(ctrModel, "  normalize: standard\n", "  normalize: standard\n  stream: true\n", 1)} {
+	for i, src := range []string{testfix.CTRModel(500, 16, 40, false), testfix.CTRModel(500, 16, 40, true)} {
 		path := filepath.Join(dir, []string{"mem.yaml", "stream.yaml"}[i])
 		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 			t.Fatal(err)

@@ -1,13 +1,11 @@
 package job
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,39 +13,13 @@ import (
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/trainer"
+	"github.com/psgraph/psgraph/internal/testfix"
 
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
-
-// readDigits reads examples/data/digits.csv by hand: 64 pixel columns and
-// the label.
-func readDigits(t *testing.T) ([][]float64, []int) {
-	t.Helper()
-	f, err := os.Open("../../examples/data/digits.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var xs [][]float64
-	var ys []int
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Split(strings.TrimSpace(sc.Text()), ",")
-		if len(fields) != 65 {
-			continue
-		}
-		row := make([]float64, 64)
-		for j := range row {
-			row[j], _ = strconv.ParseFloat(fields[j], 64)
-		}
-		y, _ := strconv.Atoi(fields[64])
-		xs, ys = append(xs, row), append(ys, y)
-	}
-	return xs, ys
-}
 
 // meanStd is the per-column mean and population standard deviation of
 // the rows keep selects (a std of 0 counts as 1), computed by hand.
@@ -148,7 +120,7 @@ func TestHeldOutUsesTrainingStatistics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xs, ys := readDigits(t)
+	xs, ys := testfix.Digits(t)
 	held, err := data.HeldOut(len(xs), 0.2, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +275,7 @@ func TestHeldOutFileUsesTrainingStatistics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xs, ys := readDigits(t)
+	xs, ys := testfix.Digits(t)
 	mean, std := meanStd(xs, func(i int) bool { return i < cut })
 	isHeld := func(i int) bool { return i >= cut }
 	var evals [2]map[string]float64

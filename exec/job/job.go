@@ -10,7 +10,6 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
-	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -138,26 +137,26 @@ func (j *Job) tablesFit(batch int) error {
 	if batch <= 0 { // the model's
 		batch = j.Trainer.Batch()
 	}
-	var types map[string]ops.Type
-	for _, op := range j.Trainer.Ops {
-		if op.Type != "fetch_rows" {
+	if !dsl.HasTables(j.Trainer) {
+		return nil
+	}
+	ts, err := j.Trainer.Transfers(batch, nil)
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if t.Kind != dsl.TableIDsTransfer || t.Recv {
 			continue
 		}
-		if types == nil {
-			var err error
-			if types, err = j.Trainer.Infer(batch); err != nil {
-				return err
-			}
+		g := j.PServers[t.Peer.Index]
+		ps, err := g.Transfers(max(g.Batch(), 1), nil)
+		if err != nil {
+			return err
 		}
-		v, rows := op.Attrs.String("var"), types[op.Outputs[0]].MaxRows
-		for i, g := range j.PServers {
-			for _, sop := range g.Ops {
-				if sop.Type != "serve_rows" || sop.Attrs.String("var") != v {
-					continue
-				}
-				if most := sop.Attrs.Int("max_rows"); rows > most {
-					return fmt.Errorf("with batch %d a trainer fetches up to %d rows of table %s per step, but pserver-%d accepts at most %d (the plan was split for batch %d): run the trainers with --batch %d or less, or split again with train.batch set to %d", batch, rows, v, i, most, g.Batch(), g.Batch(), batch)
-				}
+		for _, u := range ps {
+			if u.Kind == dsl.TableIDsTransfer && u.Var == t.Var && t.Bytes > u.Bytes {
+				rows, most := t.Shape[0], u.Shape[0]
+				return fmt.Errorf("with batch %d a trainer fetches up to %d rows of table %s per step, but %s accepts at most %d (the plan was split for batch %d): run the trainers with --batch %d or less, or split again with train.batch set to %d", batch, rows, t.Table, t.Peer, most, g.Batch(), g.Batch(), batch)
 			}
 		}
 	}

@@ -125,7 +125,7 @@ func jobEndpoints(t *testing.T, kind string, j *Job, batch int, rej *rejections)
 func tablePart(t *testing.T, j *Job, i int, ep transport.Endpoint) (*program.Program, *program.Runtime) {
 	t.Helper()
 	for _, part := range program.Components(j.PServers[i]) {
-		if !trainer.HasOp(part, "serve_rows") {
+		if len(dsl.TableShards(part)) == 0 {
 			continue
 		}
 		prog, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Trainers: j.Trainers, Async: j.Async}})

@@ -190,3 +190,77 @@ ops:
 		t.Errorf("crosses of (3, 5) and (5, 3): %v, salted %v; want 148, not 148 and salt 7 909", y, salted)
 	}
 }
+
+// A cast to int64 stops the run at a float that is no int64, and a cast
+// of int64 keys to int32 at a key that is no int32, naming the element;
+// the extremes that fit pass exactly.
+func TestCastRefusesOutOfRangeInt64(t *testing.T) {
+	p := compileModel(t, `psgraph: 1
+state:
+  x: {shape: [3]}
+  k: {shape: [3], dtype: int64}
+ops:
+  - {type: cast, inputs: [x], outputs: [y], attrs: {to: int64}}
+  - {type: cast, inputs: [k], outputs: [i], attrs: {to: int32}}
+`, 1)
+	for _, c := range []struct {
+		x    []float32
+		k    []int64
+		want string
+	}{
+		{[]float32{1, float32(math.NaN()), 2}, []int64{0, 0, 0}, "element 1 is NaN, which is not an int64"},
+		{[]float32{9.3e18, 0, 0}, []int64{0, 0, 0}, "element 0 is 9.3e+18, which is not an int64"},
+		{[]float32{0, 0, 0}, []int64{0, 0, 1 << 31}, "element 2 is 2147483648, which is not an int32"},
+		{[]float32{0, 0, 0}, []int64{math.MinInt32 - 1, 0, 0}, "element 0 is -2147483649, which is not an int32"},
+		{[]float32{-9223372036854775808, 9.2233715e18, -0.9}, []int64{math.MinInt32, math.MaxInt32, -1}, ""},
+	} {
+		copy(p.Scope["x"].F, c.x)
+		copy(p.Scope["k"].L, c.k)
+		err := runOnce(t, p)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("cast of %v, %v: %v", c.x, c.k, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("cast of %v, %v: error %v, want one containing %q", c.x, c.k, err, c.want)
+		}
+	}
+	if y := p.Scope["y"].L; y[0] != math.MinInt64 || y[1] != 9223371487098961920 || y[2] != 0 {
+		t.Errorf("cast of -2^63, the largest float32 below 2^63 and -0.9 to int64 gave %v", y)
+	}
+	if i := p.Scope["i"].I; i[0] != math.MinInt32 || i[1] != math.MaxInt32 || i[2] != -1 {
+		t.Errorf("cast of the int32 bounds and -1 from int64 gave %v", i)
+	}
+}
+
+// A cross keeps its value when ids widen: int32 ids and the int64 keys
+// of the same values (cast) cross into the same bucket and the same key,
+// negative ids included.
+func TestCrossKeepsItsValueWhenIDsWiden(t *testing.T) {
+	p := compileModel(t, `psgraph: 1
+state:
+  a: {shape: [4], dtype: int32}
+  b: {shape: [4, 2], dtype: int32}
+ops:
+  - {type: cast, inputs: [a], outputs: [a64], attrs: {to: int64}}
+  - {type: cast, inputs: [b], outputs: [b64], attrs: {to: int64}}
+  - {type: hash_cross, inputs: [a, b], outputs: [id32], attrs: {buckets: 1000}}
+  - {type: hash_cross, inputs: [a64, b64], outputs: [id64], attrs: {buckets: 1000}}
+  - {type: hash_cross, inputs: [a, b64], outputs: [mixed], attrs: {buckets: 1000}}
+  - {type: hash_cross, inputs: [a, b], outputs: [key32], attrs: {dtype: int64}}
+  - {type: hash_cross, inputs: [a64, b64], outputs: [key64], attrs: {dtype: int64}}
+`, 1)
+	copy(p.Scope["a"].I, []int32{3, -1, 0, math.MaxInt32})
+	copy(p.Scope["b"].I, []int32{5, 7, -2, 0, 1, 1, math.MinInt32, 9})
+	if err := runOnce(t, p); err != nil {
+		t.Fatal(err)
+	}
+	s := p.Scope
+	for r := range 4 {
+		if s["id32"].I[r] != s["id64"].I[r] || s["id32"].I[r] != s["mixed"].I[r] || s["key32"].L[r] != s["key64"].L[r] {
+			t.Errorf("row %d: buckets %d, %d, %d and keys %d, %d differ between int32 ids and int64 keys", r, s["id32"].I[r], s["id64"].I[r], s["mixed"].I[r], s["key32"].L[r], s["key64"].L[r])
+		}
+	}
+	if s["key32"].L[0] == s["key32"].L[1] {
+		t.Errorf("rows 0 and 1 cross into one key %d", s["key32"].L[0])
+	}
+}

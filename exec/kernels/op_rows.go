@@ -16,12 +16,7 @@ func init() {
 		w := (e - s) * inner
 		return func(Runtime) error {
 			for o := 0; o < outer; o++ {
-				src := o*n*inner + s*inner
-				if x.DType == tensor.F32 {
-					copy(y.F[o*w:(o+1)*w], x.F[src:src+w])
-				} else {
-					copy(y.I[o*w:(o+1)*w], x.I[src:src+w])
-				}
+				copyElems(y, o*w, x, o*n*inner+s*inner, w)
 			}
 			return nil
 		}, nil
@@ -51,11 +46,7 @@ func init() {
 				dst := o * total * inner
 				for _, x := range xs {
 					w := x.Shape[ax] * inner
-					if y.DType == tensor.F32 {
-						copy(y.F[dst:dst+w], x.F[o*w:(o+1)*w])
-					} else {
-						copy(y.I[dst:dst+w], x.I[o*w:(o+1)*w])
-					}
+					copyElems(y, dst, x, o*w, w)
 					dst += w
 				}
 			}
@@ -74,12 +65,7 @@ func init() {
 		return func(Runtime) error {
 			for i, x := range xs {
 				for o := range outer {
-					dst := (o*n + i) * inner
-					if y.DType == tensor.F32 {
-						copy(y.F[dst:dst+inner], x.F[o*inner:(o+1)*inner])
-					} else {
-						copy(y.I[dst:dst+inner], x.I[o*inner:(o+1)*inner])
-					}
+					copyElems(y, (o*n+i)*inner, x, o*inner, inner)
 				}
 			}
 			return nil

@@ -20,14 +20,29 @@ func init() {
 	})
 }
 
+// copyKernel copies x's elements into y, whatever their dtype: reshape,
+// identity (of a row-sparse value too: the rows its buffer holds).
 func copyKernel(x, y *tensor.Tensor) Kernel {
 	return func(Runtime) error {
-		if y.DType == tensor.I32 {
-			copy(y.I, x.I)
-		} else {
-			copy(y.F, x.F)
-		}
+		copy(y.F, x.F)
+		copy(y.I, x.I)
+		copy(y.L, x.L)
 		return nil
+	}
+}
+
+// copyElems copies n elements of src from flat index s into dst from flat
+// index d; both have dst's dtype. The rearranging kernels (reshape,
+// identity, slice_rows, concat, stack) move float32 values, int32 ids and
+// int64 keys through it alike.
+func copyElems(dst *tensor.Tensor, d int, src *tensor.Tensor, s, n int) {
+	switch dst.DType {
+	case tensor.I32:
+		copy(dst.I[d:d+n], src.I[s:s+n])
+	case tensor.I64:
+		copy(dst.L[d:d+n], src.L[s:s+n])
+	default:
+		copy(dst.F[d:d+n], src.F[s:s+n])
 	}
 }
 
@@ -48,25 +63,33 @@ func transposeKernel(x, y *tensor.Tensor, perm []int) Kernel {
 	dims := y.Shape.Clone()
 	idx := make([]int, rank)
 	return func(Runtime) error {
-		clear(idx)
-		n := y.Numel()
-		src := 0
-		for i := 0; i < n; i++ {
-			if y.DType == tensor.I32 {
-				y.I[i] = x.I[src]
-			} else {
-				y.F[i] = x.F[src]
-			}
-			for d := rank - 1; d >= 0; d-- {
-				idx[d]++
-				src += st[d]
-				if idx[d] < dims[d] {
-					break
-				}
-				src -= st[d] * dims[d]
-				idx[d] = 0
-			}
+		switch y.DType {
+		case tensor.I32:
+			transposeWalk(x.I, y.I, st, dims, idx)
+		case tensor.I64:
+			transposeWalk(x.L, y.L, st, dims, idx)
+		default:
+			transposeWalk(x.F, y.F, st, dims, idx)
 		}
 		return nil
+	}
+}
+
+// transposeWalk fills y in order from x, stepping st[d] in x when y's
+// axis d advances (idx is scratch of rank len(dims)).
+func transposeWalk[T float32 | int32 | int64](x, y []T, st, dims, idx []int) {
+	clear(idx)
+	rank, src := len(dims), 0
+	for i := range y {
+		y[i] = x[src]
+		for d := rank - 1; d >= 0; d-- {
+			idx[d]++
+			src += st[d]
+			if idx[d] < dims[d] {
+				break
+			}
+			src -= st[d] * dims[d]
+			idx[d] = 0
+		}
 	}
 }

@@ -28,7 +28,7 @@ func init() {
 			y[i] = float32(math.Sqrt(float64(v)))
 		}
 	})
-	unary("identity", func(x, y []float32) { copy(y, x) })
+	register("identity", func(k Args) (Kernel, error) { return copyKernel(k.In[0], k.Out[0]), nil })
 	binaryHelper("relu_grad", blas.ReluGrad)
 	binaryHelper("sigmoid_grad", func(dy, y, dx []float32) {
 		for i := range dx {

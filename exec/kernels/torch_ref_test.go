@@ -22,7 +22,7 @@ type torchCase struct {
 	Name    string   `json:"name"`
 	Op      string   `json:"op"`
 	Attrs   string   `json:"attrs"`
-	Inputs  []string `json:"inputs"` // per input: param (its gradient is checked), state or ids
+	Inputs  []string `json:"inputs"` // per input: param (its gradient is checked), state or ids (int32 ids or int64 keys)
 	Outputs int      `json:"outputs"`
 	Mode    string   `json:"mode"`  // train, or eval: the program evaluates (kernels.Args.Inference)
 	Batch   int      `json:"batch"` // train.batch; 0: 2
@@ -182,6 +182,14 @@ func compareTo(t *testing.T, what string, got, want *tensor.Tensor) {
 		for i := range want.I {
 			if got.I[i] != want.I[i] {
 				t.Errorf("%s[%d] = %d, torch %d", what, i, got.I[i], want.I[i])
+			}
+		}
+		return
+	}
+	if want.DType == tensor.I64 {
+		for i := range want.L {
+			if got.L[i] != want.L[i] {
+				t.Errorf("%s[%d] = %d, torch %d", what, i, got.L[i], want.L[i])
 			}
 		}
 		return

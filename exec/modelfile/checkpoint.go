@@ -148,7 +148,7 @@ func (c *Checkpointer) Restore(step int64, persistent map[string]*tensor.Tensor)
 	return nil
 }
 
-// resumeStep finds the step to resume from: want when it is >= 0 (it must
+// ResumeStep finds the step to resume from: want when it is >= 0 (it must
 // be kept), else the newest checkpoint; -1 when there is none.
 func (c *Checkpointer) ResumeStep(want int64) (int64, error) {
 	if c == nil || c.Dir == "" {

@@ -14,6 +14,11 @@ import (
 
 // safetensors: an 8-byte little-endian header length, a JSON header mapping
 // each name to {dtype, shape, data_offsets}, then the raw little-endian data.
+// psgraph writes and reads the dtypes F32 (float32), I32 (int32 ids) and
+// I64 (int64 keys), numpy's '<f4', '<i4' and '<i8'.
+
+// stDTypes maps a tensor's dtype to its safetensors name.
+var stDTypes = map[tensor.DType]string{tensor.F32: "F32", tensor.I32: "I32", tensor.I64: "I64"}
 
 type stEntry struct {
 	DType   string `json:"dtype"`
@@ -35,11 +40,11 @@ func SaveSafetensors(path string, tensors map[string]*tensor.Tensor, meta map[st
 	off := 0
 	for _, n := range names {
 		t := tensors[n]
-		dt := "F32"
-		if t.DType == tensor.I32 {
-			dt = "I32"
+		dt, ok := stDTypes[t.DType]
+		if !ok {
+			return fmt.Errorf("cannot write %s: tensor %q has dtype %v, which safetensors files of psgraph do not hold", path, n, t.DType)
 		}
-		size := t.Numel() * 4
+		size := t.Numel() * t.DType.Size()
 		shape := append([]int{}, t.Shape...)
 		header[n] = stEntry{DType: dt, Shape: shape, Offsets: [2]int{off, off + size}}
 		off += size
@@ -73,7 +78,8 @@ func SaveSafetensors(path string, tensors map[string]*tensor.Tensor, meta map[st
 	return nil
 }
 
-// LoadSafetensors reads every float32/int32 tensor of a safetensors file.
+// LoadSafetensors reads every float32, int32 and int64 tensor of a
+// safetensors file.
 func LoadSafetensors(path string) (map[string]*tensor.Tensor, map[string]string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -105,19 +111,29 @@ func LoadSafetensors(path string) (map[string]*tensor.Tensor, map[string]string,
 		if err := json.Unmarshal(msg, &e); err != nil {
 			return nil, nil, bad("entry %q: %v", name, err)
 		}
-		var dt tensor.DType
-		switch e.DType {
-		case "F32":
-			dt = tensor.F32
-		case "I32":
-			dt = tensor.I32
-		default:
-			return nil, nil, bad("tensor %q has dtype %s; psgraph reads F32 and I32", name, e.DType)
+		dt := tensor.Invalid
+		for d, n := range stDTypes {
+			if n == e.DType {
+				dt = d
+			}
 		}
-		t := tensor.New(dt, e.Shape)
-		if e.Offsets[0] < 0 || e.Offsets[1] > len(body) || e.Offsets[1]-e.Offsets[0] != t.Numel()*4 {
+		if dt == tensor.Invalid {
+			return nil, nil, bad("tensor %q has dtype %s; psgraph reads F32, I32 and I64", name, e.DType)
+		}
+		n := dt.Size()
+		for _, d := range e.Shape {
+			if d < 0 || d > len(body) {
+				return nil, nil, bad("tensor %q has shape %v", name, e.Shape)
+			}
+			n *= d
+			if n > len(body) {
+				break
+			}
+		}
+		if e.Offsets[0] < 0 || e.Offsets[1] > len(body) || e.Offsets[1]-e.Offsets[0] != n {
 			return nil, nil, bad("tensor %q: data offsets %v do not match shape %v", name, e.Offsets, e.Shape)
 		}
+		t := tensor.New(dt, e.Shape)
 		copy(t.Bytes(), body[e.Offsets[0]:e.Offsets[1]])
 		out[name] = t
 	}

@@ -2,7 +2,6 @@ package modelfile
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -14,19 +13,6 @@ import (
 // its shards (ServeOptions.Save), and MergeShards joins them with trainer
 // 0's file (the dense parameters) into one model file, the whole table
 // under its own name, as a local run would have saved it.
-
-// tableShards lists the lookup-table shards of a pserver graph: the
-// variables its serve_rows ops serve.
-func TableShards(g *dsl.Graph) []string {
-	var out []string
-	for _, op := range g.Ops {
-		if op.Type == "serve_rows" {
-			out = append(out, op.Inputs[0])
-		}
-	}
-	sort.Strings(out)
-	return out
-}
 
 // MergeShards writes into out the tensors of the file base (trainer 0's
 // --save: the dense parameters) and, whole, every lookup table whose

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // Hand-started trainers given different --steps or --batch are refused
@@ -24,7 +26,7 @@ func TestMismatchedTrainerRefused(t *testing.T) {
 		{"model batch", "--batch", [2]int{20, 20}, [2]int{0, 8}, [2]string{"--batch 16", "--batch 8"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			plan := writePlan(t, tinyModel, 2, 1)
+			plan := writePlan(t, testfix.TinyModel, 2, 1)
 			addr := freeAddr(t)
 			ps, _ := start(t, Options{Role: "pserver", Index: 0, Plan: plan, Listen: addr, ResumeStep: -1, TrainerTimeout: 10 * time.Second})
 			var trainers []<-chan outcome

@@ -12,6 +12,7 @@ import (
 
 	"github.com/psgraph/psgraph/exec/pserver"
 	"github.com/psgraph/psgraph/exec/trainer"
+	"github.com/psgraph/psgraph/internal/testfix"
 
 	"github.com/rs/zerolog"
 
@@ -20,28 +21,6 @@ import (
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
-
-const tinyModel = `psgraph: 1
-name: tiny
-data:
-  synthetic: {rows: 64, features: 4, classes: 3, seed: 7}
-  features: {name: x}
-  label: {name: y}
-params:
-  W: {shape: [4, 3], init: {type: xavier_uniform, seed: 1}}
-  b: {shape: [3]}
-ops:
-  - {type: matmul, inputs: [x, W], outputs: [z]}
-  - {type: add, inputs: [z, b], outputs: [logits]}
-  - {type: softmax_cross_entropy, inputs: [logits, y], outputs: [loss]}
-  - {type: accuracy, inputs: [logits, y], outputs: [acc]}
-train:
-  loss: loss
-  metrics: [acc]
-  batch: 16
-  steps: 1000
-  optimizer: {type: momentum, lr: 0.05}
-`
 
 // writePlan splits src like `psgraph split` and returns the plan's directory.
 func writePlan(t *testing.T, src string, trainers, pservers int) string {
@@ -120,7 +99,7 @@ func wait(t *testing.T, name string, ch <-chan outcome) outcome {
 // the steps asked for, the pserver serves as many, and what one sent the
 // other received.
 func TestRunPServerAndTrainer(t *testing.T) {
-	plan := writePlan(t, tinyModel, 1, 1)
+	plan := writePlan(t, testfix.TinyModel, 1, 1)
 	addr := freeAddr(t)
 	ps, _ := start(t, Options{Role: "pserver", Index: 0, Plan: plan, Listen: addr, Token: "secret", ResumeStep: -1, TrainerTimeout: 10 * time.Second})
 	tr, _ := start(t, Options{Role: "trainer", Index: 0, Plan: plan, PServers: []string{addr}, Token: "secret", Steps: 20, StartStep: -1, ConnectTimeout: 20 * time.Second})
@@ -155,8 +134,8 @@ func TestRunPServerAndTrainer(t *testing.T) {
 // with another one, is refused by a pserver that holds it, and a trainer
 // of another plan (another wire identity, JobHash) is refused as such.
 func TestPServerRefusesWrongTokenAndOtherJob(t *testing.T) {
-	plan := writePlan(t, tinyModel, 1, 1)
-	other := writePlan(t, strings.Replace(tinyModel, "name: tiny", "name: other", 1), 1, 1)
+	plan := writePlan(t, testfix.TinyModel, 1, 1)
+	other := writePlan(t, strings.Replace(testfix.TinyModel, "name: tiny", "name: other", 1), 1, 1)
 	addr := freeAddr(t)
 	ps, stop := start(t, Options{Role: "pserver", Index: 0, Plan: plan, Listen: addr, Token: "the-token", ResumeStep: -1})
 	cases := []struct {
@@ -186,15 +165,15 @@ func TestPServerRefusesWrongTokenAndOtherJob(t *testing.T) {
 }
 
 func TestJobHashIsTheModelsSourceAndName(t *testing.T) {
-	a, err := partition.ReadPlan(writePlan(t, tinyModel, 1, 1))
+	a, err := partition.ReadPlan(writePlan(t, testfix.TinyModel, 1, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := partition.ReadPlan(writePlan(t, tinyModel+"\n", 2, 1))
+	b, err := partition.ReadPlan(writePlan(t, testfix.TinyModel+"\n", 2, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := partition.HashSource([]byte(tinyModel)) + "/tiny"
+	want := partition.HashSource([]byte(testfix.TinyModel)) + "/tiny"
 	if got := JobHash(a); got != want {
 		t.Errorf("JobHash = %q, want %q", got, want)
 	}
@@ -206,7 +185,7 @@ func TestJobHashIsTheModelsSourceAndName(t *testing.T) {
 // Options that contradict the role or the plan are usage errors naming
 // the flag, found before the node listens or dials.
 func TestOptionMistakesAreUsageErrors(t *testing.T) {
-	plan := writePlan(t, tinyModel, 1, 1)
+	plan := writePlan(t, testfix.TinyModel, 1, 1)
 	ps := func(edit func(*Options)) Options {
 		o := Options{Role: "pserver", Index: 0, Plan: plan, Listen: "127.0.0.1:0", ResumeStep: -1}
 		edit(&o)

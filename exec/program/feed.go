@@ -48,6 +48,7 @@ func (f *Feeder) CopyPrefix(src *Feeder) {
 		if dst != nil {
 			copy(dst.F, src.Dst[i].F)
 			copy(dst.I, src.Dst[i].I)
+			copy(dst.L, src.Dst[i].L)
 		}
 	}
 }

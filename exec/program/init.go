@@ -23,6 +23,7 @@ func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Sh
 			return fmt.Errorf("%s: initializer %s needs a float32 variable", name, in.Type)
 		}
 		clear(t.I)
+		clear(t.L)
 		return nil
 	}
 	if fullShape == nil {

@@ -87,62 +87,18 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	keep := make([]bool, len(g.Ops))
-	if opt.Targets == nil {
-		for i := range keep {
-			keep[i] = true
-		}
-	} else {
-		prod := g.Producers()
-		var mark func(string)
-		mark = func(v string) {
-			i, ok := prod[v]
-			if _, given := opt.Shared[v]; !ok || keep[i] || given {
-				return
-			}
-			keep[i] = true
-			for _, in := range g.Ops[i].Inputs {
-				mark(in)
-			}
-		}
-		for _, t := range opt.Targets {
-			if _, ok := types[t]; !ok {
-				return nil, fmt.Errorf("%s: %q is not a variable of the model", g.File, t)
-			}
-			mark(t)
-		}
+	keep, err := kept(g, opt, types)
+	if err != nil {
+		return nil, err
 	}
 	p := &Program{Graph: g, Scope: Scope{}, Node: opt.Node}
-	alias := map[string]string{}
+	c := &compiler{p: p, opt: opt, types: types, alias: map[string]string{}}
 	if !opt.KeepTemps {
-		alias = inPlace(g, keep, types, opt)
-	}
-	var tensorOf func(name string) *tensor.Tensor
-	tensorOf = func(name string) *tensor.Tensor {
-		if t, ok := p.Scope[name]; ok {
-			return t
-		}
-		if x, ok := alias[name]; ok {
-			t := tensorOf(x)
-			p.Scope[name] = t
-			return t
-		}
-		t, ok := opt.Shared[name]
-		if ty := types[name]; !ok && ty.Sparse() {
-			rows := tensor.NewRowSet(ty.MaxRows)
-			if ty.RowSet != name {
-				rows = tensorOf(ty.RowSet).Rows
-			}
-			t = tensor.NewSparse(ty.Shape, ty.MaxRows, rows)
-		} else if !ok {
-			t = tensor.New(ty.DType, ty.Shape)
-		}
-		p.Scope[name] = t
-		return t
+		c.alias = inPlace(g, keep, types, opt)
 	}
 	for _, name := range g.Order {
 		if g.Vars[name].Kind.Persistent() || opt.Targets == nil {
-			tensorOf(name)
+			c.tensorOf(name)
 		}
 	}
 	index := map[int]int32{}
@@ -150,53 +106,15 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		if !keep[i] {
 			continue
 		}
-		op := g.Ops[i]
-		args := kernels.Args{Attrs: op.Attrs, Inference: opt.Targets != nil, Node: opt.Node}
-		for _, in := range op.Inputs {
-			args.In = append(args.In, tensorOf(in))
+		if err := c.build(g.Ops[i], batch); err != nil {
+			return nil, err
 		}
-		for _, o := range op.Outputs {
-			args.Out = append(args.Out, tensorOf(o))
-		}
-		if args.Attrs.Has("shape") {
-			args.Attrs = dsl.AttrsAtBatch(args.Attrs, batch)
-		}
-		def, _ := ops.Lookup(op.Type)
-		k, err := kernels.Build(op.Type, args)
-		if err != nil {
-			return nil, dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
-		}
-		if def.ElementWise && len(args.Out) == 1 && args.Out[0].Rows != nil {
-			k = onRows(k, args.Out[0])
-		}
-		index[i] = int32(len(p.nodes))
-		p.nodes = append(p.nodes, node{op: op, kernel: k})
+		index[i] = int32(len(p.nodes) - 1)
 	}
-	prod := g.Producers()
-	for i, n := range p.nodes {
-		seen := map[int32]bool{}
-		for _, in := range n.op.Inputs {
-			j, ok := prod[in]
-			if !ok {
-				continue
-			}
-			pj := index[j]
-			if seen[pj] {
-				continue
-			}
-			seen[pj] = true
-			p.nodes[pj].succ = append(p.nodes[pj].succ, int32(i))
-			p.nodes[i].npred++
-		}
-	}
-	for i, n := range p.nodes {
-		if n.npred == 0 {
-			p.roots = append(p.roots, int32(i))
-		}
-	}
+	p.link(index)
 	if opt.Targets == nil {
 		for _, a := range g.Assigns {
-			p.assigns = append(p.assigns, [2]*tensor.Tensor{tensorOf(a.Target), tensorOf(a.Value)})
+			p.assigns = append(p.assigns, [2]*tensor.Tensor{c.tensorOf(a.Target), c.tensorOf(a.Value)})
 		}
 	}
 	workers := opt.Workers
@@ -214,6 +132,123 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	}
 	p.sched = newScheduler(p, min(workers+blocking, len(p.nodes)))
 	return p, nil
+}
+
+// kept marks the ops a program runs: all of them, or with Targets the
+// ops the targets need (a shared variable is an input: what produces it
+// does not run).
+func kept(g *dsl.Graph, opt CompileOptions, types map[string]ops.Type) ([]bool, error) {
+	keep := make([]bool, len(g.Ops))
+	if opt.Targets == nil {
+		for i := range keep {
+			keep[i] = true
+		}
+		return keep, nil
+	}
+	prod := g.Producers()
+	var mark func(string)
+	mark = func(v string) {
+		i, ok := prod[v]
+		if _, given := opt.Shared[v]; !ok || keep[i] || given {
+			return
+		}
+		keep[i] = true
+		for _, in := range g.Ops[i].Inputs {
+			mark(in)
+		}
+	}
+	for _, t := range opt.Targets {
+		if _, ok := types[t]; !ok {
+			return nil, fmt.Errorf("%s: %q is not a variable of the model", g.File, t)
+		}
+		mark(t)
+	}
+	return keep, nil
+}
+
+// compiler allocates a program's tensors and builds its kernels.
+type compiler struct {
+	p     *Program
+	opt   CompileOptions
+	types map[string]ops.Type
+	alias map[string]string // an output written in place of its input
+}
+
+// tensorOf is the tensor of variable name, allocated at its first use: a
+// shared one, its alias's, or a new dense or row-sparse one.
+func (c *compiler) tensorOf(name string) *tensor.Tensor {
+	p := c.p
+	if t, ok := p.Scope[name]; ok {
+		return t
+	}
+	if x, ok := c.alias[name]; ok {
+		t := c.tensorOf(x)
+		p.Scope[name] = t
+		return t
+	}
+	t, ok := c.opt.Shared[name]
+	if ty := c.types[name]; !ok && ty.Sparse() {
+		rows := tensor.NewRowSet(ty.MaxRows)
+		if ty.RowSet != name {
+			rows = c.tensorOf(ty.RowSet).Rows
+		}
+		t = tensor.NewSparse(ty.Shape, ty.MaxRows, rows)
+	} else if !ok {
+		t = tensor.New(ty.DType, ty.Shape)
+	}
+	p.Scope[name] = t
+	return t
+}
+
+// build builds op's kernel for its tensors and appends its node.
+func (c *compiler) build(op *dsl.Op, batch int) error {
+	args := kernels.Args{Attrs: op.Attrs, Inference: c.opt.Targets != nil, Node: c.opt.Node}
+	for _, in := range op.Inputs {
+		args.In = append(args.In, c.tensorOf(in))
+	}
+	for _, o := range op.Outputs {
+		args.Out = append(args.Out, c.tensorOf(o))
+	}
+	if args.Attrs.Has("shape") {
+		args.Attrs = dsl.AttrsAtBatch(args.Attrs, batch)
+	}
+	def, _ := ops.Lookup(op.Type)
+	k, err := kernels.Build(op.Type, args)
+	if err != nil {
+		return dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
+	}
+	if def.ElementWise && len(args.Out) == 1 && args.Out[0].Rows != nil {
+		k = onRows(k, args.Out[0])
+	}
+	c.p.nodes = append(c.p.nodes, node{op: op, kernel: k})
+	return nil
+}
+
+// link gives each node its successors and count of predecessors (index:
+// a graph op's node) and lists the nodes that start a step.
+func (p *Program) link(index map[int]int32) {
+	prod := p.Graph.Producers()
+	for i, n := range p.nodes {
+		seen := map[int32]bool{}
+		for _, in := range n.op.Inputs {
+			j, ok := prod[in]
+			if !ok {
+				continue
+			}
+			pj, kept := index[j]
+			if !kept || seen[pj] { // produced by an op the program does not run: a shared input
+				continue
+			}
+			seen[pj] = true
+			p.nodes[pj].succ = append(p.nodes[pj].succ, int32(i))
+			p.nodes[i].npred++
+		}
+	}
+	for i, n := range p.nodes {
+		if n.npred == 0 {
+			p.roots = append(p.roots, int32(i))
+		}
+	}
 }
 
 // inPlace picks outputs that may share their input's buffer: an
@@ -478,7 +513,7 @@ func (p *Program) Batch() int {
 	return 0
 }
 
-// persistentOf returns the persistent variables of a program's scope.
+// PersistentOf returns the persistent variables of a program's scope.
 func PersistentOf(p *Program) Scope {
 	s := Scope{}
 	for _, name := range p.Graph.Order {

@@ -403,3 +403,42 @@ type cancelledComm struct{ kernels.NoRendezvous }
 func (cancelledComm) Recv(ctx context.Context, _ int64, _ ir.Node, _ string, _ []byte) (int, error) {
 	return 0, ctx.Err()
 }
+
+// A program compiled for targets with a shared input runs the ops after
+// that input even when the op producing it (which does not run) comes
+// first: no node waits on an op the program left out.
+func TestTargetsAfterASharedInputRun(t *testing.T) {
+	g, err := dsl.LoadBytes("shared.yaml", []byte(`psgraph: 1
+state:
+  x: {shape: [4]}
+ops:
+  - {type: relu, inputs: [x], outputs: [y]}
+  - {type: scale, inputs: [y], outputs: [z], attrs: {factor: 3}}
+  - {type: scale, inputs: [y], outputs: [w], attrs: {factor: 2}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := tensor.New(tensor.F32, tensor.Shape{4})
+	copy(y.F, []float32{1, -2, 3, 0.5})
+	p, err := Compile(g, CompileOptions{Targets: []string{"z", "w"}, Shared: Scope{"y": y}, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(&Runtime{Ctx: context.Background()}) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step never ended: a node waits on an op the program does not run")
+	}
+	defer p.Close()
+	for i := range y.F {
+		if z, w := p.Scope["z"].F[i], p.Scope["w"].F[i]; z != 3*y.F[i] || w != 2*y.F[i] {
+			t.Fatalf("z = %v, w = %v; want 3y and 2y of y = %v", p.Scope["z"].F, p.Scope["w"].F, y.F)
+		}
+	}
+}

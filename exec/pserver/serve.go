@@ -360,7 +360,7 @@ func saveShards(path string, g *dsl.Graph, parts []*part) error {
 	for _, p := range parts {
 		maps.Copy(all, p.prog.Scope)
 	}
-	return modelfile.SaveTensors(path, g.Name, modelfile.TableShards(g), all)
+	return modelfile.SaveTensors(path, g.Name, dsl.TableShards(g), all)
 }
 
 // snapshot gathers the persistent variables of a pserver's parts for one

@@ -88,12 +88,13 @@ func (p Position) Bytes() []byte {
 	return b
 }
 
+// DecodePosition reads a position written by Position.Bytes.
 func DecodePosition(b []byte) Position {
 	return Position{Sent: int64(binary.LittleEndian.Uint64(b)), Need: int64(binary.LittleEndian.Uint64(b[8:])), Rejoin: b[16] == 1,
 		Steps: int64(binary.LittleEndian.Uint64(b[24:])), Batch: int64(binary.LittleEndian.Uint64(b[32:]))}
 }
 
-// checkRun compares trainer i's run with trainer j's, heard before it: the
+// CheckRun compares trainer i's run with trainer j's, heard before it: the
 // trainers of a job read the data stream at (step x trainers + index) x
 // batch, so their batches must be equal, and a sync pserver waits for every
 // trainer's gradients at every step, so their steps must be equal too
@@ -109,6 +110,7 @@ func CheckRun(i int, p Position, j int, q Position, async bool) error {
 	return nil
 }
 
+// StepBytes encodes a step: a resume message.
 func StepBytes(s int64) []byte {
 	b := make([]byte, 8)
 	binary.LittleEndian.PutUint64(b, uint64(s))

@@ -20,6 +20,7 @@ const (
 	Invalid = ir.Invalid
 	F32     = ir.F32
 	I32     = ir.I32
+	I64     = ir.I64
 )
 
 // ParseDType maps a DSL dtype name to a DType.
@@ -28,8 +29,8 @@ func ParseDType(s string) (DType, bool) { return ir.ParseDType(s) }
 // Shape is a list of dimensions (ir.Shape). A scalar has an empty shape.
 type Shape = ir.Shape
 
-// Tensor is a dense row-major tensor. Exactly one of F and I is used,
-// according to DType.
+// Tensor is a dense row-major tensor. Exactly one of F, I and L is used,
+// according to DType: F for float32, I for int32 ids, L for int64 keys.
 //
 // A row-sparse tensor (Rows != nil) holds only some rows of its Shape
 // [height, ...]: row i of F is row Rows.IDs[i] of the dense value, so F
@@ -40,6 +41,7 @@ type Tensor struct {
 	Shape Shape
 	F     []float32
 	I     []int32
+	L     []int64
 	Rows  *RowSet
 }
 
@@ -128,9 +130,12 @@ func (t *Tensor) Fit() {
 func New(dt DType, shape Shape) *Tensor {
 	t := &Tensor{DType: dt, Shape: shape.Clone()}
 	n := shape.Numel()
-	if dt == I32 {
+	switch dt {
+	case I32:
 		t.I = make([]int32, n)
-	} else {
+	case I64:
+		t.L = make([]int64, n)
+	default:
 		t.F = make([]float32, n)
 	}
 	return t
@@ -139,6 +144,11 @@ func New(dt DType, shape Shape) *Tensor {
 // FromF32 wraps data (not copied) as a float32 tensor.
 func FromF32(shape Shape, data []float32) *Tensor {
 	return &Tensor{DType: F32, Shape: shape.Clone(), F: data}
+}
+
+// FromI64 wraps data (not copied) as an int64 tensor.
+func FromI64(shape Shape, data []int64) *Tensor {
+	return &Tensor{DType: I64, Shape: shape.Clone(), L: data}
 }
 
 // Numel is the number of elements.
@@ -150,6 +160,8 @@ func (t *Tensor) Bytes() []byte {
 	switch {
 	case t.DType == I32 && len(t.I) > 0:
 		return unsafe.Slice((*byte)(unsafe.Pointer(&t.I[0])), 4*len(t.I))
+	case t.DType == I64 && len(t.L) > 0:
+		return unsafe.Slice((*byte)(unsafe.Pointer(&t.L[0])), 8*len(t.L))
 	case len(t.F) > 0:
 		return unsafe.Slice((*byte)(unsafe.Pointer(&t.F[0])), 4*len(t.F))
 	}
@@ -160,13 +172,17 @@ func (t *Tensor) Bytes() []byte {
 func SwapData(a, b *Tensor) {
 	a.F, b.F = b.F, a.F
 	a.I, b.I = b.I, a.I
+	a.L, b.L = b.L, a.L
 }
 
 // CopyFrom copies src's data into t; shapes must have the same element count.
 func (t *Tensor) CopyFrom(src *Tensor) {
-	if t.DType == I32 {
+	switch t.DType {
+	case I32:
 		copy(t.I, src.I)
-	} else {
+	case I64:
+		copy(t.L, src.L)
+	default:
 		copy(t.F, src.F)
 	}
 }
@@ -177,4 +193,14 @@ func F32View(b []byte) []float32 {
 		return nil
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+// I64View returns b's memory as int64s, without copying (len(b)/8 of
+// them). b must be 8-byte aligned, as a Tensor's Bytes and the transport's
+// receive buffers are.
+func I64View(b []byte) []int64 {
+	if len(b) < 8 {
+		return nil
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8)
 }

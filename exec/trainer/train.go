@@ -236,7 +236,7 @@ func (r *run) openData() error {
 	// Who evaluates the held-out data: a local run, and trainer 0 of a
 	// split job, with the parameters it received. A trainer of a job with
 	// lookup tables holds only the rows it fetched, so it does not.
-	r.tables = opt.Comm != nil && HasOp(g, "fetch_rows")
+	r.tables = opt.Comm != nil && dsl.HasTables(g)
 	r.evaluates = g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0 && !r.tables)
 	if g.Data.Eval != nil && r.tables && opt.TrainerIndex == 0 {
 		opt.Log.Warn().Msg("data.eval: a trainer of a job with lookup tables holds only the table rows it fetched, so it does not evaluate the held-out data; evaluate the saved model with psgraph eval")
@@ -591,15 +591,6 @@ func (m *tailMean) fill(sum *Summary) {
 	for i, name := range m.names[1:] {
 		sum.Metrics[name] = m.sums[i+1] / float64(m.n)
 	}
-}
-
-func HasOp(g *dsl.Graph, typ string) bool {
-	for _, op := range g.Ops {
-		if op.Type == typ {
-			return true
-		}
-	}
-	return false
 }
 
 func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s program.Scope, sps float64, role string) {

@@ -20,12 +20,17 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def write_safetensors(path, tensors, meta):
+def write_safetensors(path, tensors, meta, wide=frozenset()):
+    """Integer tensors are written as I32, except those named in wide
+    (int64 keys), written as I64."""
     header, offset, blobs = {"__metadata__": meta}, 0, []
     for name in sorted(tensors):
         t = tensors[name]
-        a = np.ascontiguousarray(t, dtype="<i4" if t.dtype.kind == "i" else "<f4")
-        header[name] = {"dtype": "I32" if a.dtype.kind == "i" else "F32", "shape": list(a.shape),
+        kind = "F32"
+        if t.dtype.kind == "i":
+            kind = "I64" if name in wide else "I32"
+        a = np.ascontiguousarray(t, dtype={"F32": "<f4", "I32": "<i4", "I64": "<i8"}[kind])
+        header[name] = {"dtype": kind, "shape": list(a.shape),
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
         blobs.append(a.tobytes())
@@ -45,11 +50,16 @@ class Cases:
     def __init__(self, seed):
         self.rng = np.random.default_rng(seed)
         self.tensors, self.meta = {}, []
+        self.wide = set()  # the names of int64 tensors
 
     def run(self, name, op, attrs, inputs, fn, mode="train", batch=0):
+        """An input array of dtype int64, and an int64 output of torch,
+        is an int64 tensor (I64); other integers are int32."""
         ts, kinds = [], []
         for i, (kind, a) in enumerate(inputs):
             self.tensors[f"{name}.in{i}"] = a
+            if a.dtype == np.int64:
+                self.wide.add(f"{name}.in{i}")
             t = torch.tensor(a)
             if kind == "param":
                 t.requires_grad_(True)
@@ -60,6 +70,8 @@ class Cases:
             outs = (outs,)
         for i, o in enumerate(outs):
             self.tensors[f"{name}.out{i}"] = o.detach().numpy()
+            if o.dtype == torch.int64:
+                self.wide.add(f"{name}.out{i}")
         if "param" in kinds:
             r = self.rng.uniform(-1, 1, size=outs[0].shape).astype(np.float32)
             self.tensors[f"{name}.R"] = r
@@ -71,7 +83,7 @@ class Cases:
                           "outputs": len(outs), "mode": mode, "batch": batch})
 
     def write(self, path):
-        write_safetensors(path, self.tensors, {"cases": json.dumps(self.meta)})
+        write_safetensors(path, self.tensors, {"cases": json.dumps(self.meta)}, self.wide)
 
 
 def first_max(x, dim, keepdim=False):

@@ -181,119 +181,136 @@ func (p *painter) run(ops string) error {
 		if op == "" {
 			return nil
 		}
+		var err error
 		switch op {
 		case "E", "e":
-			var v [4]float64
-			for i := range v {
-				f, err := p.num()
-				if err != nil {
-					return err
-				}
-				v[i] = f
-			}
-			path := func() { p.c.DrawEllipse(p.x(v[0]), p.y(v[1]), v[2]*pngScale, v[3]*pngScale) }
-			if op == "E" {
-				p.fillPath(path)
-			}
-			p.stroke(path)
+			err = p.ellipse(op)
 		case "P", "p", "L", "B", "b":
-			pts, err := p.points()
-			if err != nil {
-				return err
-			}
-			if len(pts) == 0 {
-				continue
-			}
-			path := func() {
-				p.c.NewSubPath()
-				p.c.MoveTo(p.x(pts[0][0]), p.y(pts[0][1]))
-				if op == "B" || op == "b" {
-					for i := 1; i+2 < len(pts); i += 3 {
-						p.c.CubicTo(p.x(pts[i][0]), p.y(pts[i][1]), p.x(pts[i+1][0]), p.y(pts[i+1][1]), p.x(pts[i+2][0]), p.y(pts[i+2][1]))
-					}
-				} else {
-					for _, pt := range pts[1:] {
-						p.c.LineTo(p.x(pt[0]), p.y(pt[1]))
-					}
-				}
-				if op != "L" && op != "B" {
-					p.c.ClosePath()
-				}
-			}
-			if op == "P" || op == "b" {
-				p.fillPath(path)
-			}
-			p.stroke(path)
+			err = p.polygon(op)
 		case "T":
-			var v [4]float64
-			for i := range v {
-				f, err := p.num()
-				if err != nil {
-					return err
-				}
-				v[i] = f
-			}
-			text, err := p.str()
-			if err != nil {
-				return err
-			}
-			p.c.SetFontFace(p.face())
-			p.c.SetColor(p.pen)
-			p.c.DrawStringAnchored(text, p.x(v[0]), p.y(v[1]), (v[2]+1)/2, 0)
+			err = p.text()
 		case "F":
-			size, err := p.num()
-			if err != nil {
-				return err
+			var size float64
+			if size, err = p.num(); err == nil {
+				if _, err = p.str(); err == nil {
+					p.fontSize = size
+				}
 			}
-			if _, err := p.str(); err != nil {
-				return err
-			}
-			p.fontSize = size
 		case "C", "c":
-			s, err := p.str()
-			if err != nil {
-				return err
-			}
-			col := parseColor(s)
-			if op == "C" {
-				p.fill = col
-			} else {
-				p.pen = col
+			var s string
+			if s, err = p.str(); err == nil {
+				if op == "C" {
+					p.fill = parseColor(s)
+				} else {
+					p.pen = parseColor(s)
+				}
 			}
 		case "S":
-			s, err := p.str()
-			if err != nil {
-				return err
-			}
-			switch {
-			case s == "dashed":
-				p.dash = []float64{5 * pngScale, 3 * pngScale}
-			case s == "dotted":
-				p.dash = []float64{1 * pngScale, 3 * pngScale}
-			case s == "solid":
-				p.dash = nil
-			case s == "bold":
-				p.lineWidth = 2
-			case strings.HasPrefix(s, "setlinewidth("):
-				if f, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(s, "setlinewidth("), ")"), 64); err == nil {
-					p.lineWidth = f
-				}
+			var s string
+			if s, err = p.str(); err == nil {
+				p.style(s)
 			}
 		case "t":
-			if _, err := p.num(); err != nil {
-				return err
-			}
+			_, err = p.num()
 		case "I":
-			for range 4 {
-				if _, err := p.num(); err != nil {
-					return err
-				}
-			}
-			if _, err := p.str(); err != nil {
-				return err
+			if _, err = p.nums(4); err == nil {
+				_, err = p.str()
 			}
 		default:
 			return fmt.Errorf("xdot: unknown operation %q", op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// nums reads n numbers.
+func (p *painter) nums(n int) ([]float64, error) {
+	v := make([]float64, n)
+	for i := range v {
+		f, err := p.num()
+		if err != nil {
+			return nil, err
+		}
+		v[i] = f
+	}
+	return v, nil
+}
+
+// ellipse draws an E (filled) or e (outlined) ellipse.
+func (p *painter) ellipse(op string) error {
+	v, err := p.nums(4)
+	if err != nil {
+		return err
+	}
+	path := func() { p.c.DrawEllipse(p.x(v[0]), p.y(v[1]), v[2]*pngScale, v[3]*pngScale) }
+	if op == "E" {
+		p.fillPath(path)
+	}
+	p.stroke(path)
+	return nil
+}
+
+// polygon draws a P/p polygon, an L polyline or a B/b B-spline.
+func (p *painter) polygon(op string) error {
+	pts, err := p.points()
+	if err != nil || len(pts) == 0 {
+		return err
+	}
+	path := func() {
+		p.c.NewSubPath()
+		p.c.MoveTo(p.x(pts[0][0]), p.y(pts[0][1]))
+		if op == "B" || op == "b" {
+			for i := 1; i+2 < len(pts); i += 3 {
+				p.c.CubicTo(p.x(pts[i][0]), p.y(pts[i][1]), p.x(pts[i+1][0]), p.y(pts[i+1][1]), p.x(pts[i+2][0]), p.y(pts[i+2][1]))
+			}
+		} else {
+			for _, pt := range pts[1:] {
+				p.c.LineTo(p.x(pt[0]), p.y(pt[1]))
+			}
+		}
+		if op != "L" && op != "B" {
+			p.c.ClosePath()
+		}
+	}
+	if op == "P" || op == "b" {
+		p.fillPath(path)
+	}
+	p.stroke(path)
+	return nil
+}
+
+// text draws a T text operation.
+func (p *painter) text() error {
+	v, err := p.nums(4)
+	if err != nil {
+		return err
+	}
+	text, err := p.str()
+	if err != nil {
+		return err
+	}
+	p.c.SetFontFace(p.face())
+	p.c.SetColor(p.pen)
+	p.c.DrawStringAnchored(text, p.x(v[0]), p.y(v[1]), (v[2]+1)/2, 0)
+	return nil
+}
+
+// style applies an S style operation.
+func (p *painter) style(s string) {
+	switch {
+	case s == "dashed":
+		p.dash = []float64{5 * pngScale, 3 * pngScale}
+	case s == "dotted":
+		p.dash = []float64{1 * pngScale, 3 * pngScale}
+	case s == "solid":
+		p.dash = nil
+	case s == "bold":
+		p.lineWidth = 2
+	case strings.HasPrefix(s, "setlinewidth("):
+		if f, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(s, "setlinewidth("), ")"), 64); err == nil {
+			p.lineWidth = f
 		}
 	}
 }

@@ -200,120 +200,21 @@ func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 	if err := opt.Check(); err != nil {
 		return nil, err
 	}
-	opt = opt.withDefaults()
-	r := rand.New(rand.NewPCG(opt.Seed, 0xc417e0))
-	var zipf [CatColumns]*rand.Zipf
-	for c := range zipf {
-		zipf[c] = rand.NewZipf(r, opt.Zipf, 1, uint64(opt.Vocab-1))
-	}
-	// The history draws from a stream of its own, so the other fields
-	// are those of a file without it.
-	var hr *rand.Rand
-	var hzipf *rand.Zipf
-	if opt.History > 0 {
-		hr = rand.New(rand.NewPCG(opt.Seed, 0x415707))
-		hzipf = rand.NewZipf(hr, opt.Zipf, 1, uint64(opt.Vocab-1))
-	}
-	fm := opt.Truth == "fm"
-	var st *Stats
-	var ranked []uint64 // float32 bits of p << 1 | label, per row
-	if stats {
-		st = &Stats{Rows: opt.Rows}
-		ranked = make([]uint64, 0, opt.Rows)
-	}
+	g := newGenerator(opt.withDefaults(), stats)
+	bw := bufio.NewWriterSize(w, 1<<16)
 	var pw *bufio.Writer
 	if opt.Probs != nil {
 		pw = bufio.NewWriterSize(opt.Probs, 1<<16)
 	}
-	var ranks [informative]int64 // the row's rank of each informative column; -1: missing
-	bw := bufio.NewWriterSize(w, 1<<16)
-	line := make([]byte, 0, 512)
 	var pline []byte
-	drift := opt.driftIDs()
-	for i := int64(0); i < opt.Rows; i++ {
-		var first uint64 // the index of rank 0 (Window)
-		if drift > 0 {
-			first = window(drift, i, opt.Rows)
-		}
-		line = line[:0]
-		line = append(line, '?', '\t') // the label, once z is known
-		z := bias
-		if fm {
-			z = fmBias
-		}
-		for j := 0; j < IntColumns; j++ {
-			if r.Float64() >= intMissing[j] {
-				x := int64(-math.Log(1-r.Float64()) * intMean[j])
-				if j == 1 {
-					x -= 3 // I2 of the Kaggle set starts at -3
-				}
-				line = appendInt(line, x)
-				if x > 0 {
-					z += intWeight[j] * math.Log1p(float64(x))
-				}
-			}
-			line = append(line, '\t')
-		}
-		for c := 0; c < CatColumns; c++ {
-			if c < informative {
-				ranks[c] = -1
-			}
-			if r.Float64() >= catMissing[c] {
-				k := zipf[c].Uint64() + first
-				line = appendHex(line, idOf(opt.Seed, c, uint32(k)))
-				if c < informative {
-					z += weightOf(opt.Seed, c, uint32(k))
-					ranks[c] = int64(k)
-				}
-			}
-			if c < CatColumns-1 {
-				line = append(line, '\t')
-			}
-		}
-		if fm {
-			z += pairwise(opt.Seed, &ranks)
-		}
-		if hr != nil {
-			line = append(line, '\t')
-			n := hr.IntN(opt.History + 1)
-			var sum [FactorDim]float64
-			for h := 0; h < n; h++ {
-				k := uint32(hzipf.Uint64() + first)
-				if h > 0 {
-					line = append(line, HistorySeparator)
-				}
-				line = appendHex(line, idOf(opt.Seed, 0, k))
-				for d := range sum {
-					sum[d] += factorOf(opt.Seed, 0, k, d)
-				}
-			}
-			z += historyTerm(opt.Seed, ranks[0], n, &sum)
-		}
-		line = append(line, '\n')
-		p := 1 / (1 + math.Exp(-z))
-		click := r.Float64() < p
-		if click {
-			line[0] = '1'
-		} else {
-			line[0] = '0'
-		}
-		if _, err := bw.Write(line); err != nil {
+	for i := int64(0); i < g.opt.Rows; i++ {
+		p, click := g.row(i)
+		if _, err := bw.Write(g.line); err != nil {
 			return nil, err
 		}
-		p32 := float32(p)
-		if st != nil {
-			b := uint64(math.Float32bits(p32)) << 1
-			if click {
-				b |= 1
-				st.Clicks++
-				st.LogLoss -= math.Log(float64(p32))
-			} else {
-				st.LogLoss -= math.Log1p(-float64(p32))
-			}
-			ranked = append(ranked, b)
-		}
+		g.record(p, click)
 		if pw != nil {
-			pline = strconv.AppendFloat(pline[:0], float64(p32), 'g', -1, 32)
+			pline = strconv.AppendFloat(pline[:0], float64(p), 'g', -1, 32)
 			pline = append(pline, '\n')
 			if _, err := pw.Write(pline); err != nil {
 				return nil, err
@@ -328,11 +229,140 @@ func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 	if err := bw.Flush(); err != nil {
 		return nil, err
 	}
-	if st != nil {
+	if st := g.st; st != nil {
 		st.LogLoss /= float64(st.Rows)
-		st.AUC, st.ExpectedAUC = aucOf(ranked)
+		st.AUC, st.ExpectedAUC = aucOf(g.ranked)
 	}
-	return st, nil
+	return g.st, nil
+}
+
+// generator draws a file's rows one after another.
+type generator struct {
+	opt   Options
+	r     *rand.Rand
+	zipf  [CatColumns]*rand.Zipf
+	hr    *rand.Rand // the history's own stream, so the other fields are those of a file without it
+	hzipf *rand.Zipf
+	fm    bool
+	drift uint64
+	ranks [informative]int64 // the row's rank of each informative column; -1: missing
+	line  []byte
+	// statistics (nil: none): the float32 bits of p << 1 | label, per row
+	st     *Stats
+	ranked []uint64
+}
+
+func newGenerator(opt Options, stats bool) *generator {
+	g := &generator{opt: opt, fm: opt.Truth == "fm", drift: opt.driftIDs(), line: make([]byte, 0, 512)}
+	g.r = rand.New(rand.NewPCG(opt.Seed, 0xc417e0))
+	for c := range g.zipf {
+		g.zipf[c] = rand.NewZipf(g.r, opt.Zipf, 1, uint64(opt.Vocab-1))
+	}
+	if opt.History > 0 {
+		g.hr = rand.New(rand.NewPCG(opt.Seed, 0x415707))
+		g.hzipf = rand.NewZipf(g.hr, opt.Zipf, 1, uint64(opt.Vocab-1))
+	}
+	if stats {
+		g.st = &Stats{Rows: opt.Rows}
+		g.ranked = make([]uint64, 0, opt.Rows)
+	}
+	return g
+}
+
+// row draws row i into g.line and returns its true click probability and
+// its drawn label.
+func (g *generator) row(i int64) (float32, bool) {
+	var first uint64 // the index of rank 0 (Window)
+	if g.drift > 0 {
+		first = window(g.drift, i, g.opt.Rows)
+	}
+	line := append(g.line[:0], '?', '\t') // the label, once z is known
+	z := bias
+	if g.fm {
+		z = fmBias
+	}
+	for j := 0; j < IntColumns; j++ {
+		if g.r.Float64() >= intMissing[j] {
+			x := int64(-math.Log(1-g.r.Float64()) * intMean[j])
+			if j == 1 {
+				x -= 3 // I2 of the Kaggle set starts at -3
+			}
+			line = appendInt(line, x)
+			if x > 0 {
+				z += intWeight[j] * math.Log1p(float64(x))
+			}
+		}
+		line = append(line, '\t')
+	}
+	for c := 0; c < CatColumns; c++ {
+		if c < informative {
+			g.ranks[c] = -1
+		}
+		if g.r.Float64() >= catMissing[c] {
+			k := g.zipf[c].Uint64() + first
+			line = appendHex(line, idOf(g.opt.Seed, c, uint32(k)))
+			if c < informative {
+				z += weightOf(g.opt.Seed, c, uint32(k))
+				g.ranks[c] = int64(k)
+			}
+		}
+		if c < CatColumns-1 {
+			line = append(line, '\t')
+		}
+	}
+	if g.fm {
+		z += pairwise(g.opt.Seed, &g.ranks)
+	}
+	if g.hr != nil {
+		var dz float64
+		line, dz = g.history(line, first)
+		z += dz
+	}
+	line = append(line, '\n')
+	p := 1 / (1 + math.Exp(-z))
+	click := g.r.Float64() < p
+	if click {
+		line[0] = '1'
+	} else {
+		line[0] = '0'
+	}
+	g.line = line
+	return float32(p), click
+}
+
+// history appends the row's history column and returns its term of z.
+func (g *generator) history(line []byte, first uint64) ([]byte, float64) {
+	line = append(line, '\t')
+	n := g.hr.IntN(g.opt.History + 1)
+	var sum [FactorDim]float64
+	for h := 0; h < n; h++ {
+		k := uint32(g.hzipf.Uint64() + first)
+		if h > 0 {
+			line = append(line, HistorySeparator)
+		}
+		line = appendHex(line, idOf(g.opt.Seed, 0, k))
+		for d := range sum {
+			sum[d] += factorOf(g.opt.Seed, 0, k, d)
+		}
+	}
+	return line, historyTerm(g.opt.Seed, g.ranks[0], n, &sum)
+}
+
+// record adds a row's probability and label to the statistics.
+func (g *generator) record(p32 float32, click bool) {
+	st := g.st
+	if st == nil {
+		return
+	}
+	b := uint64(math.Float32bits(p32)) << 1
+	if click {
+		b |= 1
+		st.Clicks++
+		st.LogLoss -= math.Log(float64(p32))
+	} else {
+		st.LogLoss -= math.Log1p(-float64(p32))
+	}
+	g.ranked = append(g.ranked, b)
 }
 
 // pairwise is the factorization machine's term of Truth "fm": the sum of

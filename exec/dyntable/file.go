@@ -1,0 +1,617 @@
+package dyntable
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// Layout is what a cut's file holds.
+type Layout uint8
+
+const (
+	// Checkpoint holds everything Apply needs to continue bitwise: keys,
+	// values, state, meta, removed keys, the admission sketch and the
+	// table's scalars.
+	Checkpoint Layout = iota
+	// Model holds keys and values: what evaluation and prediction read
+	// (LoadModel).
+	Model
+	// ModelWithState adds the optimizer state.
+	ModelWithState
+)
+
+// FormatVersion is the "psgraph.dyntable" metadata of the files this
+// package writes.
+const FormatVersion = "1"
+
+// The tensors of a cut's file, for a table named <name> holding n rows
+// (docs: doc.go, "Files"):
+//
+//	<name>.keys           I64 [n]        the keys
+//	<name>                F32 [n, dim]   their values
+//	<name>.state          F32 [n, state] optimizer state (Checkpoint, ModelWithState)
+//	<name>.meta           U64 [n]        last-seen step | sightings<<32, or LFU priority (Checkpoint)
+//	<name>.removed        I64 [r]        keys removed since the previous cut (Checkpoint, deltas)
+//	<name>.sketch_chunks  I64 [m]        admission sketch chunks (Checkpoint with admission)
+//	<name>.sketch         U8  [m, 1024]  their bytes
+//
+// and in __metadata__ the table's configuration and scalars.
+
+// WriteSafetensors writes the cut as a safetensors file into w (from
+// offset 0; an *os.File, or an atomicfile.File) and returns its size. It
+// takes the table's lock only a batch at a time. A cut is written once;
+// Commit it after the file is durable, or Abort it.
+func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size int64, err error) {
+	if layout == Checkpoint && c.kind == Export {
+		return 0, errors.New("dynamic table: an export is written as a model file; take a Snapshot for a checkpoint")
+	}
+	if err := c.start(); err != nil {
+		return 0, err
+	}
+	defer func() { c.finish(err == nil) }()
+	t := c.t
+	d, sw := int64(t.dim), int64(t.width-t.dim)
+	n, err := c.count()
+	if err != nil {
+		return 0, err
+	}
+	ckpt := layout == Checkpoint
+	tensors := []stTensor{{name + ".keys", "I64", []int64{n}}, {name, "F32", []int64{n, d}}}
+	if !ckpt && layout != ModelWithState {
+		sw = 0
+	}
+	if sw > 0 {
+		tensors = append(tensors, stTensor{name + ".state", "F32", []int64{n, sw}})
+	}
+	if ckpt {
+		tensors = append(tensors, stTensor{name + ".meta", "U64", []int64{n}})
+	}
+	if ckpt || c.kind == Delta {
+		tensors = append(tensors, stTensor{name + ".removed", "I64", []int64{int64(len(c.removed))}})
+	}
+	m := int64(c.chunkCount())
+	if ckpt && t.sk != nil {
+		tensors = append(tensors, stTensor{name + ".sketch_chunks", "I64", []int64{m}}, stTensor{name + ".sketch", "U8", []int64{m, chunkBytes}})
+	}
+	l, err := layoutSafetensors(tensors, c.metadata(name, layout, sw))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := w.WriteAt(l.header, 0); err != nil {
+		return 0, err
+	}
+	if ckpt && t.sk != nil {
+		ids := make([]int64, 0, m)
+		at := l.start[name+".sketch"]
+		err := c.eachChunk(func(i int, b []byte) error {
+			ids = append(ids, int64(i))
+			_, err := w.WriteAt(b, at)
+			at += int64(len(b))
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		if int64(len(ids)) != m {
+			return 0, fmt.Errorf("dynamic table %s: internal error: %d sketch chunks written of %d", name, len(ids), m)
+		}
+		if _, err := w.WriteAt(bytesOf(ids), l.start[name+".sketch_chunks"]); err != nil {
+			return 0, err
+		}
+	} else {
+		c.skipSketch()
+	}
+	at := map[string]int64{}
+	for _, x := range tensors {
+		at[x.name] = l.start[x.name]
+	}
+	put := func(name string, b []byte) error {
+		o, ok := at[name]
+		if !ok {
+			return nil
+		}
+		_, err := w.WriteAt(b, o)
+		at[name] = o + int64(len(b))
+		return err
+	}
+	got, err := c.eachRow(func(b *Batch) error {
+		if err := put(name+".keys", bytesOf(b.Keys)); err != nil {
+			return err
+		}
+		if err := put(name, bytesOf(b.Values)); err != nil {
+			return err
+		}
+		if err := put(name+".state", bytesOf(b.State)); err != nil {
+			return err
+		}
+		return put(name+".meta", bytesOf(b.Meta))
+	})
+	if err != nil {
+		return 0, err
+	}
+	if got != n {
+		return 0, fmt.Errorf("dynamic table %s: internal error: %d rows written of %d", name, got, n)
+	}
+	if err := put(name+".removed", bytesOf(c.removed)); err != nil {
+		return 0, err
+	}
+	return l.size, nil
+}
+
+// Each hands an Export's rows to fn batch by batch (a custom sink:
+// another format, a socket); it takes the table's lock a batch at a time,
+// and reuses the batch's slices after fn returns. It is called once per
+// cut. Snapshots and deltas, which also carry the sketch and the removed
+// keys, are written with WriteSafetensors.
+func (c *Cut) Each(fn func(b *Batch) error) error {
+	if c.kind != Export {
+		return errors.New("dynamic table: Each writes exports; write a snapshot or a delta with WriteSafetensors")
+	}
+	if err := c.start(); err != nil {
+		return err
+	}
+	c.skipSketch()
+	_, err := c.eachRow(fn)
+	c.finish(err == nil)
+	return err
+}
+
+// Removed is the keys removed since the previous cut (valid until Commit
+// or Abort).
+func (c *Cut) Removed() []int64 { return c.removed }
+
+func (c *Cut) metadata(name string, layout Layout, stateWidth int64) map[string]string {
+	t := c.t
+	cfg := &t.cfg
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	m := map[string]string{
+		"psgraph.dyntable": FormatVersion,
+		"table":            name,
+		"kind":             c.kind.String(),
+		"layout":           [...]string{"checkpoint", "model", "model+state"}[layout],
+		"dim":              i(int64(t.dim)),
+		"state_width":      i(stateWidth),
+		"step":             i(int64(c.step)),
+		"seq":              u(c.seq),
+		"base":             u(c.base),
+	}
+	if layout != Checkpoint {
+		return m
+	}
+	for k, v := range configMeta(cfg) {
+		m[k] = v
+	}
+	m["sketch_bytes"] = "0"
+	if t.sk != nil {
+		m["sketch_bytes"] = i(int64(len(t.sk.b)))
+	}
+	m["watermark"] = i(c.w)
+	m["live"] = i(c.live)
+	for k, name := range counterNames {
+		m[name] = u(c.counters[k])
+	}
+	return m
+}
+
+var counterNames = [5]string{"admitted", "evicted_ttl", "evicted_capacity", "deleted", "reclaimed"}
+
+// configMeta is what a checkpoint records of the configuration, and what
+// Apply requires of the table it restores into.
+func configMeta(cfg *Config) map[string]string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	return map[string]string{
+		"seed":       strconv.FormatUint(cfg.Seed, 10),
+		"min_count":  strconv.Itoa(cfg.MinCount),
+		"admit_prob": f(cfg.AdmitProb),
+		"ttl_steps":  strconv.FormatInt(cfg.TTL, 10),
+		"capacity":   strconv.Itoa(cfg.Capacity),
+		"evict":      cfg.Evict.String(),
+	}
+}
+
+// Apply restores a checkpoint file written by WriteSafetensors
+// (Checkpoint layout) into the table: a snapshot into a new table, then
+// each delta after it, in order. The table must have the configuration
+// of the one that wrote it. The file is checked before anything is
+// applied (its header, shapes, configuration and place in the chain); a
+// read error or a malformed row while applying leaves the table part
+// restored, to be discarded.
+func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
+	f, err := openSafetensors(r, size, "dynamic table "+name)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cut != nil {
+		return errors.New("dynamic table: cannot restore while a cut is open")
+	}
+	what := f.what
+	meta := f.meta
+	if meta["psgraph.dyntable"] != FormatVersion {
+		return fmt.Errorf("%s is not a dynamic table file of format %s (metadata %q)", what, FormatVersion, meta["psgraph.dyntable"])
+	}
+	if meta["layout"] != "checkpoint" {
+		return fmt.Errorf("%s is a %s file; a table restores from checkpoint files (read a model file with LoadModel)", what, meta["layout"])
+	}
+	want := configMeta(&t.cfg)
+	want["dim"], want["state_width"] = strconv.Itoa(t.dim), strconv.Itoa(t.width-t.dim)
+	want["sketch_bytes"] = "0"
+	if t.sk != nil {
+		want["sketch_bytes"] = strconv.Itoa(len(t.sk.b))
+	}
+	for _, k := range sortedKeys(want) {
+		if meta[k] != want[k] {
+			return fmt.Errorf("%s was written by a table with %s %s; this table has %s (restore with the model's configuration, or start afresh)", what, k, meta[k], want[k])
+		}
+	}
+	num := func(k string) (int64, error) {
+		v, err := strconv.ParseInt(meta[k], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: metadata %s %q is not a number", what, k, meta[k])
+		}
+		return v, nil
+	}
+	unum := func(k string) (uint64, error) {
+		v, err := strconv.ParseUint(meta[k], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: metadata %s %q is not a number", what, k, meta[k])
+		}
+		return v, nil
+	}
+	var sc struct {
+		step, w, live int64
+		seq, base     uint64
+		counters      [5]uint64
+	}
+	for _, x := range []struct {
+		k string
+		v *int64
+	}{{"step", &sc.step}, {"watermark", &sc.w}, {"live", &sc.live}} {
+		if *x.v, err = num(x.k); err != nil {
+			return err
+		}
+	}
+	for _, x := range []struct {
+		k string
+		v *uint64
+	}{{"seq", &sc.seq}, {"base", &sc.base}} {
+		if *x.v, err = unum(x.k); err != nil {
+			return err
+		}
+	}
+	for k, name := range counterNames {
+		if sc.counters[k], err = unum(name); err != nil {
+			return err
+		}
+	}
+	kind := meta["kind"]
+	switch {
+	case kind == "snapshot" && (t.rows.hw != 0 || t.tracking):
+		return fmt.Errorf("%s is a snapshot: restore it into a new table", what)
+	case kind == "snapshot" && sc.base != sc.seq:
+		return fmt.Errorf("%s: a snapshot of chain %d numbered %d", what, sc.base, sc.seq)
+	case kind == "delta" && !t.tracking:
+		return fmt.Errorf("%s is a delta: restore its snapshot first", what)
+	case kind == "delta" && (sc.base != t.base || sc.seq != t.seq+1):
+		return fmt.Errorf("%s is delta %d after snapshot %d; this table was restored up to cut %d after snapshot %d: apply the files in order", what, sc.seq, sc.base, t.seq, t.base)
+	case kind != "snapshot" && kind != "delta":
+		return fmt.Errorf("%s: unknown kind %q", what, kind)
+	case sc.step < int64(t.now) || sc.step > maxStep:
+		return fmt.Errorf("%s is of step %d; this table is at step %d", what, sc.step, t.now)
+	case sc.w < t.w:
+		return fmt.Errorf("%s has eviction watermark %d below this table's %d", what, sc.w, t.w)
+	}
+	keys, err := f.tensor(name+".keys", "I64", -1)
+	if err != nil {
+		return err
+	}
+	n := keys.Shape[0]
+	d, sw := int64(t.dim), int64(t.width-t.dim)
+	vals, err := f.tensor(name, "F32", n, d)
+	if err != nil {
+		return err
+	}
+	var state stEntry
+	if sw > 0 {
+		if state, err = f.tensor(name+".state", "F32", n, sw); err != nil {
+			return err
+		}
+	}
+	metas, err := f.tensor(name+".meta", "U64", n)
+	if err != nil {
+		return err
+	}
+	removed, err := f.tensor(name+".removed", "I64", -1)
+	if err != nil {
+		return err
+	}
+	var chunkIDs, chunks stEntry
+	var ids []int64
+	if t.sk != nil {
+		if chunkIDs, err = f.tensor(name+".sketch_chunks", "I64", -1); err != nil {
+			return err
+		}
+		m := chunkIDs.Shape[0]
+		if chunks, err = f.tensor(name+".sketch", "U8", m, chunkBytes); err != nil {
+			return err
+		}
+		if kind == "snapshot" && int(m) != t.sk.chunks() {
+			return fmt.Errorf("%s: a snapshot of %d sketch chunks for a sketch of %d", what, m, t.sk.chunks())
+		}
+		ids = make([]int64, m)
+		if err := f.read(chunkIDs, 0, bytesOf(ids)); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if id < 0 || id >= int64(t.sk.chunks()) {
+				return fmt.Errorf("%s: sketch chunk %d of a sketch of %d", what, id, t.sk.chunks())
+			}
+		}
+	}
+
+	// The scalars first: rows already here that the watermark kills die.
+	t.now = uint32(sc.step)
+	t.raise(sc.w)
+	rm := make([]int64, min(removed.Shape[0], cutBatch))
+	for at := int64(0); at < removed.Shape[0]; at += int64(len(rm)) {
+		b := rm[:min(int64(len(rm)), removed.Shape[0]-at)]
+		if err := f.read(removed, at*8, bytesOf(b)); err != nil {
+			return err
+		}
+		for _, key := range b {
+			t.applyRemove(key)
+		}
+	}
+	bk := make([]int64, min(n, cutBatch))
+	bm := make([]uint64, len(bk))
+	bv := make([]float32, len(bk)*int(d))
+	bs := make([]float32, len(bk)*int(sw))
+	for at := int64(0); at < n; at += int64(len(bk)) {
+		k := min(int64(len(bk)), n-at)
+		if err := f.read(keys, at*8, bytesOf(bk[:k])); err != nil {
+			return err
+		}
+		if err := f.read(metas, at*8, bytesOf(bm[:k])); err != nil {
+			return err
+		}
+		if err := f.read(vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
+			return err
+		}
+		if err := f.read(state, at*4*sw, bytesOf(bs[:k*sw])); err != nil {
+			return err
+		}
+		for i := range k {
+			if bm[i] == freeMeta || t.dead(bm[i]) {
+				return fmt.Errorf("%s: row %d (key %d) was not live at step %d (meta %#x)", what, at+i, bk[i], sc.step, bm[i])
+			}
+			if err := t.applyRow(bk[i], bm[i], bv[i*d:(i+1)*d], bs[i*sw:(i+1)*sw]); err != nil {
+				return err
+			}
+		}
+	}
+	if t.sk != nil {
+		b := make([]byte, chunkBytes)
+		for i, id := range ids {
+			if err := f.read(chunks, int64(i)*chunkBytes, b); err != nil {
+				return err
+			}
+			copy(t.sk.b[id<<chunkBits:], b)
+		}
+	}
+	t.admitted, t.evictedTTL, t.evictedCap, t.deleted, t.reclaimed = sc.counters[0], sc.counters[1], sc.counters[2], sc.counters[3], sc.counters[4]
+	t.seq, t.base, t.tracking = sc.seq, sc.base, true
+	clear(t.dirty)
+	clear(t.born)
+	clear(t.skDirty)
+	t.removed = t.removed[:0]
+	if t.live != sc.live {
+		return fmt.Errorf("%s: the table holds %d live rows after it, the file says %d: the files do not belong together", what, t.live, sc.live)
+	}
+	return nil
+}
+
+func (t *Table) applyRemove(key int64) {
+	s, pos, slot, found := t.idx.find(&t.rows, key, uint32(indexHash(key)>>32))
+	if !found {
+		return
+	}
+	if m := t.rows.meta(slot); !t.dead(m) {
+		t.live--
+		if t.mode != modeNone {
+			t.hist.add(t.score(m), -1)
+		}
+	}
+	t.idx.remove(s, pos)
+	t.rows.release(slot)
+}
+
+// applyRow sets key's row to the given meta, values and state.
+func (t *Table) applyRow(key int64, meta uint64, vals, state []float32) error {
+	hi := uint32(indexHash(key) >> 32)
+	_, _, slot, found := t.idx.find(&t.rows, key, hi)
+	if found {
+		if m := t.rows.meta(slot); !t.dead(m) {
+			t.live--
+			if t.mode != modeNone {
+				t.hist.add(t.score(m), -1)
+			}
+		}
+	} else {
+		var ok bool
+		if slot, ok = t.allocSlot(); !ok || !t.idx.insert(hi, slot) {
+			return errors.New("dynamic table: a shard holds at most 2^31 rows")
+		}
+	}
+	rec := t.rows.rec(slot)
+	rec[0], rec[1] = uint64(key), meta
+	f := floatsOf(rec[2:], t.width)
+	copy(f, vals)
+	copy(f[t.dim:], state)
+	t.live++
+	if t.mode != modeNone {
+		t.hist.add(t.score(meta), 1)
+	}
+	return nil
+}
+
+// LoadModel reads the table name of a file written by WriteSafetensors
+// (any layout) as a lookup-only table for evaluation and prediction:
+// Read gives a key's value, or def (nil: zeros) for a key the file does
+// not hold.
+func LoadModel(r io.ReaderAt, size int64, name string, def []float32) (*Table, error) {
+	f, err := openSafetensors(r, size, "model file")
+	if err != nil {
+		return nil, err
+	}
+	keys, err := f.tensor(name+".keys", "I64", -1)
+	if err != nil {
+		return nil, err
+	}
+	n := keys.Shape[0]
+	vals, err := f.tensor(name, "F32", n, -1)
+	if err != nil {
+		return nil, err
+	}
+	d := vals.Shape[1]
+	t, err := New(Config{Dim: int(d), Default: def})
+	if err != nil {
+		return nil, fmt.Errorf("model file: table %s: %w", name, err)
+	}
+	bk := make([]int64, min(n, cutBatch))
+	bv := make([]float32, len(bk)*int(d))
+	for at := int64(0); at < n; at += int64(len(bk)) {
+		k := min(int64(len(bk)), n-at)
+		if err := f.read(keys, at*8, bytesOf(bk[:k])); err != nil {
+			return nil, err
+		}
+		if err := f.read(vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
+			return nil, err
+		}
+		for i := range k {
+			if slot := t.find(bk[i]); slot >= 0 {
+				return nil, fmt.Errorf("model file: table %s holds key %d twice", name, bk[i])
+			}
+			if err := t.applyRow(bk[i], stepMeta(0, 1), bv[i*d:(i+1)*d], nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return t, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sortStrings(out)
+	return out
+}
+
+// MergeModels writes into w one model file holding table name whole,
+// from the model files its shards' pservers wrote (Export cuts: their
+// keys are disjoint), each tensor the shards' concatenated in the order
+// given; the state is kept when every shard holds it. It returns the
+// file's size. Nothing is held in memory but a buffer.
+func MergeModels(w io.WriterAt, name string, shards []io.ReaderAt, sizes []int64) (int64, error) {
+	if len(shards) == 0 || len(shards) != len(sizes) {
+		return 0, fmt.Errorf("merging table %s: %d shard files with %d sizes", name, len(shards), len(sizes))
+	}
+	type part struct {
+		f            *stFile
+		keys, values stEntry
+		state        *stEntry
+	}
+	parts := make([]part, len(shards))
+	var n, dim, sw int64
+	withState := true
+	for i, r := range shards {
+		f, err := openSafetensors(r, sizes[i], fmt.Sprintf("shard %d of table %s", i, name))
+		if err != nil {
+			return 0, err
+		}
+		p := part{f: f}
+		if p.keys, err = f.tensor(name+".keys", "I64", -1); err != nil {
+			return 0, err
+		}
+		if p.values, err = f.tensor(name, "F32", p.keys.Shape[0], -1); err != nil {
+			return 0, err
+		}
+		if i == 0 {
+			dim = p.values.Shape[1]
+		} else if p.values.Shape[1] != dim {
+			return 0, fmt.Errorf("%s has rows of %d values, shard 0 of %d: the files are not shards of one table", f.what, p.values.Shape[1], dim)
+		}
+		if _, ok := f.entries[name+".state"]; ok {
+			st, err := f.tensor(name+".state", "F32", p.keys.Shape[0], -1)
+			if err != nil {
+				return 0, err
+			}
+			if i > 0 && withState && st.Shape[1] != sw {
+				return 0, fmt.Errorf("%s has %d state columns, shard 0 %d", f.what, st.Shape[1], sw)
+			}
+			sw, p.state = st.Shape[1], &st
+		} else {
+			withState = false
+		}
+		n += p.keys.Shape[0]
+		parts[i] = p
+	}
+	tensors := []stTensor{{name + ".keys", "I64", []int64{n}}, {name, "F32", []int64{n, dim}}}
+	if !withState {
+		sw = 0
+	}
+	if sw > 0 {
+		tensors = append(tensors, stTensor{name + ".state", "F32", []int64{n, sw}})
+	}
+	meta := map[string]string{"psgraph.dyntable": FormatVersion, "table": name, "kind": "export", "dim": strconv.FormatInt(dim, 10),
+		"state_width": strconv.FormatInt(sw, 10), "layout": "model", "shards": strconv.Itoa(len(shards))}
+	if sw > 0 {
+		meta["layout"] = "model+state"
+	}
+	if s, ok := parts[0].f.meta["step"]; ok {
+		meta["step"] = s
+	}
+	l, err := layoutSafetensors(tensors, meta)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := w.WriteAt(l.header, 0); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 1<<20)
+	copyTensor := func(dst string, src func(p part) *stEntry) error {
+		at := l.start[dst]
+		for _, p := range parts {
+			e := src(p)
+			size := e.Offsets[1] - e.Offsets[0]
+			for off := int64(0); off < size; off += int64(len(buf)) {
+				b := buf[:min(int64(len(buf)), size-off)]
+				if err := p.f.read(*e, off, b); err != nil {
+					return err
+				}
+				if _, err := w.WriteAt(b, at); err != nil {
+					return err
+				}
+				at += int64(len(b))
+			}
+		}
+		return nil
+	}
+	if err := copyTensor(name+".keys", func(p part) *stEntry { return &p.keys }); err != nil {
+		return 0, err
+	}
+	if err := copyTensor(name, func(p part) *stEntry { return &p.values }); err != nil {
+		return 0, err
+	}
+	if sw > 0 {
+		if err := copyTensor(name+".state", func(p part) *stEntry { return p.state }); err != nil {
+			return 0, err
+		}
+	}
+	return l.size, nil
+}

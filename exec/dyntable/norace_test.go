@@ -1,0 +1,5 @@
+//go:build !race
+
+package dyntable
+
+const raceEnabled = false
