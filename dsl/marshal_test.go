@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -47,45 +48,47 @@ func TestMarshalRoundTrip(t *testing.T) {
 	}
 }
 
-// withGeneratedData returns the path of an example model to load. The CTR
-// example and the model zoo read files that psgraph gen criteo writes and
-// git ignores (examples/README.md); when they are absent, the model is
-// loaded from a copy beside small generated files of the same names.
+// withGeneratedData returns the path of an example model to load. The
+// CTR-shaped examples read files that psgraph gen criteo writes and git
+// ignores (examples/README.md): data/NAME.tsv, as data.csv and data.eval's
+// csv. When one of them is absent, the model is loaded from a copy beside
+// small generated files of those names (with the FM truth and a history
+// column, so every example's columns are there).
 func withGeneratedData(t *testing.T, model string) string {
 	t.Helper()
-	files := map[string][]string{"ctr.yaml": {"ctr.tsv"}}
-	for _, m := range []string{"dlrm.yaml", "dcn-v2.yaml", "deepfm.yaml", "logreg.yaml"} {
-		files[m] = []string{"zoo-train.tsv", "zoo-eval.tsv"}
-	}
-	need := files[filepath.Base(model)]
-	missing := false
-	for _, f := range need {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(model), "data", f)); err != nil {
-			missing = true
+	src := mustRead(t, model)
+	var missing []string
+	for _, m := range dataFileRef.FindAllSubmatch(src, -1) {
+		name := string(m[1])
+		if _, err := os.Stat(filepath.Join(filepath.Dir(model), "data", name)); err != nil {
+			missing = append(missing, name)
 		}
 	}
-	if !missing {
+	if len(missing) == 0 {
 		return model
 	}
 	dir := t.TempDir()
 	var b bytes.Buffer
-	if err := criteo.Write(&b, criteo.Options{Rows: 100, Seed: 1}); err != nil {
+	if err := criteo.Write(&b, criteo.Options{Rows: 100, Seed: 1, Truth: "fm", History: 8}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range need {
-		if err := os.WriteFile(filepath.Join(dir, "data", f), b.Bytes(), 0o644); err != nil {
+	for _, name := range missing {
+		if err := os.WriteFile(filepath.Join(dir, "data", name), b.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	dst := filepath.Join(dir, filepath.Base(model))
-	if err := os.WriteFile(dst, mustRead(t, model), 0o644); err != nil {
+	if err := os.WriteFile(dst, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dst
 }
+
+// dataFileRef finds the generated data files a model reads: csv: data/NAME.tsv.
+var dataFileRef = regexp.MustCompile(`csv: data/([\w.-]+\.tsv)`)
 
 func TestMarshalUnexpanded(t *testing.T) {
 	g, err := Parse("../examples/digits-mlp.yaml", mustRead(t, "../examples/digits-mlp.yaml"))

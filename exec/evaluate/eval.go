@@ -242,12 +242,12 @@ func (r *EvalResult) MarshalJSON() ([]byte, error) {
 // EvalModel computes the loss and metrics of a model's saved parameters
 // over a data set, with the normalization statistics saved with them:
 // --data FILE, else the model's held-out data (data.eval), else its data.
+// A model without a label column is evaluated alike: its loss reads other
+// data (a two-tower model's in-batch softmax, whose positives are the
+// rows' own items).
 func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult, error) {
 	if g.Train == nil || g.Data == nil {
 		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "eval needs the model's data and train sections (train.loss and train.metrics are what it computes)")
-	}
-	if g.Data.Label == nil {
-		return nil, dsl.Errorf(g.Data.Pos, "eval needs labels: data has no label column; use psgraph predict to compute outputs without labels")
 	}
 	params, norm, err := modelfile.LoadModel(g, opt.InitFrom, opt.Log)
 	if err != nil {

@@ -37,6 +37,13 @@ func binaryKernel(op binOp, k Args) Kernel {
 	case ky == bcSame && (kx == bcScalar || kx == bcSuffix):
 		return func(Runtime) error { binRowsX(op, x.F, y.F, z.F); return nil }
 	}
+	if ok, colFirst := outerShapes(x.Shape, y.Shape, z.Shape); ok {
+		col, row := x, y
+		if !colFirst {
+			col, row = y, x
+		}
+		return func(Runtime) error { binOuter(op, col.F, row.F, z.F, colFirst); return nil }
+	}
 	it := newIndexer(x.Shape, y.Shape, z.Shape)
 	return func(Runtime) error {
 		it.reset()

@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"math"
+
+	"github.com/psgraph/psgraph/exec/blas"
 )
 
 // Classification losses and metrics over logits [batch, classes] and
@@ -12,6 +14,7 @@ func init() {
 	register("softmax_cross_entropy", func(k Args) (Kernel, error) {
 		logits, label, loss := k.In[0], k.In[1], k.Out[0]
 		rows, c := logits.Shape[0], logits.Shape[1]
+		scratch := make([]float32, c)
 		return func(Runtime) error {
 			var total float64
 			for r := 0; r < rows; r++ {
@@ -20,7 +23,7 @@ func init() {
 				if y < 0 || y >= c {
 					return labelRange(r, y, c)
 				}
-				mx, lse := logSumExp(row)
+				mx, lse := logSumExp(row, scratch)
 				total += lse + float64(mx) - float64(row[y])
 			}
 			loss.F[0] = float32(total / float64(rows))
@@ -74,35 +77,26 @@ func labelRange(row, y, c int) error {
 	return fmt.Errorf("label %d in batch row %d is outside [0, %d): the data has more classes than the logits", y, row, c)
 }
 
-// logSumExp returns the row max and log(sum(exp(row - max))).
-func logSumExp(row []float32) (float32, float64) {
+// logSumExp returns the row max and log(sum(exp(row - max))); scratch
+// holds the exponentials, len(row) of them.
+func logSumExp(row, scratch []float32) (float32, float64) {
+	mx := rowMax(row)
+	return mx, math.Log(float64(blas.ExpSub(row, mx, scratch)))
+}
+
+func rowMax(row []float32) float32 {
 	mx := row[0]
 	for _, v := range row {
 		if v > mx {
 			mx = v
 		}
 	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v - mx))
-	}
-	return mx, math.Log(s)
+	return mx
 }
 
 // softmaxRow writes softmax(row) into out.
 func softmaxRow(row, out []float32) {
-	mx := row[0]
-	for _, v := range row {
-		if v > mx {
-			mx = v
-		}
-	}
-	var s float32
-	for j, v := range row {
-		e := float32(math.Exp(float64(v - mx)))
-		out[j] = e
-		s += e
-	}
+	s := blas.ExpSub(row, rowMax(row), out)
 	inv := 1 / s
 	for j := range out {
 		out[j] *= inv
