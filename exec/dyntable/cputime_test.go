@@ -2,24 +2,14 @@ package dyntable
 
 import (
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // The machine the benchmarks run on may be shared: wall-clock time then
-// counts the time other processes held the processor. threadCPU is the
-// calling thread's processor time (Linux CLOCK_THREAD_CPUTIME_ID, to the
-// nanosecond), which does not; a benchmark locks its goroutine to its
-// thread and reports both.
-func threadCPU() time.Duration {
-	var ts syscall.Timespec
-	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 3 /* CLOCK_THREAD_CPUTIME_ID */, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
-		return 0
-	}
-	return time.Duration(ts.Nano())
-}
+// counts the time other processes held the processor. threadCPU (one file
+// per operating system) is the calling thread's processor time, which does
+// not; a benchmark locks its goroutine to its thread and reports both.
 
 // cpuClock measures a benchmark's thread time from start to report.
 type cpuClock struct{ t0 time.Duration }
