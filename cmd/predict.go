@@ -31,7 +31,8 @@ output 1 where the probability is at least 0.5), prob (the softmax or
 sigmoid probabilities) or any variable of the model computed without the
 label (e.g. logits). The default: pred,prob for a softmax classifier, prob
 for a sigmoid one, the prediction for an mse loss. The last line of stdout
-is JSON: out, rows and columns.`,
+is JSON: out, rows, the number of columns and the first few names
+(first_columns; the header line has them all).`,
 		Example: `  psgraph predict examples/digits-mlp.yaml --init-from digits.safetensors --data examples/data/digits.csv -o pred.csv
   psgraph predict examples/digits-mlp.yaml --init-from digits.safetensors --data examples/data/digits.csv -o out.csv --outputs logits,prob`,
 		Args: exactArgs(1, "one model file"),

@@ -51,12 +51,16 @@ type coalescingConn struct {
 	kick    chan struct{}
 	done    chan struct{}
 	stop    sync.Once
-	bufs    net.Buffers
-	arr     [2][]byte
+	// rdone is closed when a read from the network failed (the peer's
+	// end, or the connection's): yamux's receive loop reads no more.
+	rdone chan struct{}
+	rstop sync.Once
+	bufs  net.Buffers
+	arr   [2][]byte
 }
 
 func newCoalescingConn(raw net.Conn, t *TCP) *coalescingConn {
-	c := &coalescingConn{Conn: raw, t: t, idle: 3 * t.cfg.KeepAlive, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &coalescingConn{Conn: raw, t: t, idle: 3 * t.cfg.KeepAlive, kick: make(chan struct{}, 1), done: make(chan struct{}), rdone: make(chan struct{})}
 	c.drained.L = &c.mu
 	go c.flusher()
 	return c
@@ -77,6 +81,7 @@ func (c *coalescingConn) Read(b []byte) (int, error) {
 	if len(b) >= readAhead/2 {
 		n, err := c.Conn.Read(b)
 		c.t.bytesRecv.Add(int64(n))
+		c.readFailed(err)
 		return n, err
 	}
 	if c.rmem == nil {
@@ -90,6 +95,7 @@ func (c *coalescingConn) Read(b []byte) (int, error) {
 	if k < n {
 		err = nil // the rest is served first; a read error comes again
 	}
+	c.readFailed(err)
 	return k, err
 }
 
@@ -140,6 +146,14 @@ func (c *coalescingConn) Write(b []byte) (int, error) {
 	default:
 	}
 	return len(b), nil
+}
+
+// readFailed records that reading from the network ended (err != nil,
+// handed to yamux's receive loop, which then stops reading).
+func (c *coalescingConn) readFailed(err error) {
+	if err != nil {
+		c.rstop.Do(func() { close(c.rdone) })
+	}
 }
 
 // take hands the pending bytes to the caller, who writes them; called
@@ -206,10 +220,21 @@ func (c *coalescingConn) flusher() {
 
 // Close writes what is pending (within closeDrain), then closes the
 // connection: a Done or an abort frame queued just before is not lost.
+//
+// It closes gracefully (lingers): it shuts its sending side (the peer
+// reads everything written, then its end), and waits, within closeDrain,
+// until the peer closed its side too and every byte it sent was read.
+// Closing a socket whose received bytes were not all read makes the
+// kernel reset the connection and drop what this side wrote but had not
+// transmitted yet: under load, a node stopping the job lost its abort
+// frame and last messages that way, and its peers waited for it to come
+// back instead of stopping (TestBadBatchStopsTheJob failed 3 runs in
+// 101 on a loaded machine; TestCoalescingConnCloseDeliversWithUnreadInput).
 func (c *coalescingConn) Close() error {
 	c.mu.Lock()
+	deadline := time.Now().Add(closeDrain)
 	if c.err == nil && (len(c.buf) > 0 || c.writing) {
-		c.Conn.SetWriteDeadline(time.Now().Add(closeDrain))
+		c.Conn.SetWriteDeadline(deadline)
 		select {
 		case c.kick <- struct{}{}:
 		default:
@@ -218,10 +243,34 @@ func (c *coalescingConn) Close() error {
 			c.drained.Wait()
 		}
 	}
+	graceful := c.err == nil
 	if c.err == nil {
 		c.err = net.ErrClosed
 	}
 	c.mu.Unlock()
 	c.stop.Do(func() { close(c.done) })
+	if hc, ok := c.Conn.(interface{ CloseWrite() error }); graceful && ok && hc.CloseWrite() == nil {
+		c.linger(deadline)
+	}
 	return c.Conn.Close()
+}
+
+// linger waits until deadline for the peer's end: while yamux's receive
+// loop reads, until its read fails; then it reads and drops what is left
+// itself (the loop may have stopped on an error of its own).
+func (c *coalescingConn) linger(deadline time.Time) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.rdone:
+	case <-t.C:
+		return
+	}
+	c.Conn.SetReadDeadline(deadline)
+	buf := make([]byte, 4096)
+	for {
+		if _, err := c.Conn.Read(buf); err != nil {
+			return
+		}
+	}
 }

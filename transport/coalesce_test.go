@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -145,3 +146,67 @@ func TestCoalescingConnReadAhead(t *testing.T) {
 		t.Fatalf("a %d-byte read took %d reads of the connection; want 1, straight into the caller's memory", len(large), rc.reads-1)
 	}
 }
+
+// Close of a connection whose peer sent bytes this side had not read yet
+// still delivers everything written before it: it shuts the sending side
+// and reads the peer's bytes until the peer's end, instead of closing a
+// socket with unread input, which makes the kernel reset the connection
+// and drop what was written but not transmitted yet (a node's last
+// messages and its abort frame were lost that way under load). Real
+// loopback TCP: the peer sends 64 KiB nobody reads before Close starts (a
+// receive loop held back, as on a loaded machine), this side writes 16
+// MiB, more than the socket buffers hold, and closes at once.
+func TestCoalescingConnCloseDeliversWithUnreadInput(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		n   int64
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		p, err := ln.Accept()
+		if err != nil {
+			got <- result{0, err}
+			return
+		}
+		defer p.Close()
+		p.Write(make([]byte, 64<<10)) // unread by the other side when it closes
+		n, err := io.Copy(io.Discard, p)
+		got <- result{n, err}
+	}()
+	raw, err := net.Dial("tcp", "127.0.0.1:"+portOf(ln.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCoalescingConn(raw, &TCP{cfg: Config{KeepAlive: time.Minute}})
+	const size = 16 << 20
+	if n, err := c.Write(make([]byte, size)); err != nil || n != size {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	// The receive loop runs only once Close started: the peer's bytes
+	// wait in the socket until then.
+	closing := make(chan struct{})
+	go func() {
+		<-closing
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	close(closing)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.n != size {
+		t.Fatalf("the peer read %d of %d bytes, then %v; want all of them and a clean end (a reset drops what was not transmitted yet)", r.n, size, r.err)
+	}
+}
+
+func portOf(a net.Addr) string { return fmt.Sprint(a.(*net.TCPAddr).Port) }

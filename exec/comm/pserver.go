@@ -200,12 +200,26 @@ func (c *PServer) Flush(ctx context.Context) error {
 	}
 }
 
-// Finish flushes and tells every trainer this pserver is done.
+// Finish flushes (riding out a trainer lost at the end too, as Flush
+// does) and tells every trainer this pserver is done.
 func (c *PServer) Finish(ctx context.Context) error {
-	if err := c.ep.Flush(ctx); err != nil {
+	if err := c.Flush(ctx); err != nil {
 		return err
 	}
 	return c.done(ctx)
+}
+
+// RideOut is what a receive that failed with err does when it cannot go
+// on itself (the end of the job, which waits for every trainer's Done):
+// when err is a trainer's lost connection and the pserver waits for lost
+// trainers, it waits for the trainer to come back and returns nil (receive
+// again: what the loss cut off is written again); otherwise err.
+func (c *PServer) RideOut(ctx context.Context, err error) error {
+	var pe *transport.PeerError
+	if c.timeout <= 0 || !lostPeer(err) || !errors.As(err, &pe) || ctx.Err() != nil {
+		return err
+	}
+	return c.awaitTrainer(ctx, pe.Peer, -1, err)
 }
 
 // recvAny receives the next piece of v from any trainer into dst (or

@@ -44,6 +44,9 @@ type link struct {
 	since time.Time
 	sent  map[string]*sentMsg
 	got   map[string]*atomic.Int64 // last step received, rejoin.Learning before any
+	// replies are the transfers of got the pserver sends in reply to the
+	// step's gradients (clip.norm's partial norm): rejoin.Where's replies.
+	replies map[string]bool
 }
 
 // sentMsg is the last message sent on one transfer. Its payload is the
@@ -86,7 +89,8 @@ func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 	c.start.Store(start)
 	c.links = map[transport.NodeID]*link{}
 	for _, p := range c.peers {
-		c.links[p] = &link{id: p, m: rejoin.Link{Peer: p.String(), Async: c.async}, sent: map[string]*sentMsg{}, got: map[string]*atomic.Int64{}}
+		c.links[p] = &link{id: p, m: rejoin.Link{Peer: p.String(), Async: c.async}, sent: map[string]*sentMsg{}, got: map[string]*atomic.Int64{},
+			replies: map[string]bool{}}
 	}
 	ts, err := g.Transfers(batch, nil)
 	if err != nil {
@@ -105,6 +109,7 @@ func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 		got := &atomic.Int64{}
 		got.Store(rejoin.Learning)
 		l.got[t.Var] = got
+		l.replies[t.Var] = t.Kind == dsl.ClipPartTransfer
 	}
 	prod := g.Producers()
 	for _, t := range ts {
@@ -184,11 +189,15 @@ func (c *Trainer) position(l *link) rejoin.Position {
 		sent = append(sent, rejoin.SentState{Has: m.has, Request: m.request, Step: m.step})
 		m.mu.Unlock()
 	}
-	got := make([]int64, 0, len(l.got))
-	for _, k := range l.got {
-		got = append(got, k.Load())
+	var got, replies []int64
+	for v, k := range l.got {
+		if l.replies[v] {
+			replies = append(replies, k.Load())
+		} else {
+			got = append(got, k.Load())
+		}
 	}
-	return rejoin.Where(c.start.Load(), sent, got, c.steps, c.batch)
+	return rejoin.Where(c.start.Load(), sent, got, replies, c.steps, c.batch)
 }
 
 // Send implements kernels.Rendezvous: it queues v@step for pserver to and

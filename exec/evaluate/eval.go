@@ -223,10 +223,15 @@ type EvalResult struct {
 	Rows    int
 	Loss    float64
 	Metrics map[string]float64
-	order   []string
+	// Note says that the loss or a metric depends on the rows batched
+	// together and was computed at another batch than training's
+	// (BatchNote); "" otherwise.
+	Note  string
+	order []string
 }
 
-// MarshalJSON writes data, rows and loss, then the metrics in model order.
+// MarshalJSON writes data, rows and loss, then the metrics in model
+// order, then the note when there is one.
 func (r *EvalResult) MarshalJSON() ([]byte, error) {
 	var b strings.Builder
 	d, _ := json.Marshal(r.Data)
@@ -234,6 +239,10 @@ func (r *EvalResult) MarshalJSON() ([]byte, error) {
 	for _, m := range r.order {
 		k, _ := json.Marshal(m)
 		fmt.Fprintf(&b, ",%s:%s", k, JSONNum(r.Metrics[m]))
+	}
+	if r.Note != "" {
+		n, _ := json.Marshal(r.Note)
+		fmt.Fprintf(&b, `,"note":%s`, n)
 	}
 	b.WriteString("}")
 	return []byte(b.String()), nil
@@ -289,11 +298,14 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 		}
 	}
 	res.Data = path
-	ev, err := NewEvaluator(g, set, file, params, EvalChunk)
+	ev, err := NewEvaluator(g, set, file, params, max(g.Batch(), EvalChunk))
 	if err != nil {
 		return nil, err
 	}
 	defer ev.Close()
+	if res.Note = BatchNote(g, ev.Chunk(), g.Batch()); res.Note != "" {
+		opt.Log.Warn().Msg(res.Note)
+	}
 	vals, err := ev.Run(ctx)
 	if err != nil {
 		return nil, err
@@ -317,7 +329,7 @@ func Evaluate(g *dsl.Graph, set *data.Set, params program.Scope) (loss float64, 
 	return ev.once(g)
 }
 
-// EvalChunk is the number of rows EvaluateStream evaluates at once (the
+// EvalChunk is the number of rows an evaluation computes at once (the
 // training batch when that is larger).
 const EvalChunk = 1024
 
@@ -353,4 +365,36 @@ func JSONNum(v float64) string {
 		return "null"
 	}
 	return strconv.FormatFloat(v, 'g', 6, 64)
+}
+
+// BatchNote is what to say about an evaluation in chunks of chunk rows of
+// a model trained at batch batch: "" unless its loss or a metric depends
+// on the rows batched together (dsl.Graph.Coupled: in-batch negatives)
+// and chunk is not batch. Such a value is then that of chunk-row batches,
+// not comparable with the training batches' values.
+func BatchNote(g *dsl.Graph, chunk, batch int) string {
+	if g.Train == nil || chunk == batch {
+		return ""
+	}
+	var names []string
+	var where *dsl.Coupling
+	for _, v := range append([]string{g.Train.Loss}, g.Train.Metrics...) {
+		c, err := g.Coupled(v)
+		if err != nil || c == nil {
+			continue
+		}
+		names = append(names, v)
+		if where == nil {
+			where = c
+		}
+	}
+	if where == nil {
+		return ""
+	}
+	verb := "depends"
+	if len(names) > 1 {
+		verb = "depend"
+	}
+	return fmt.Sprintf("%s %s on the rows batched together (%s, at %s): this evaluation ran in chunks of %d rows (the last one holds the rest), not at the training batch of %d, so these values are those of %d-row batches and differ from the training batches' for that reason too",
+		strings.Join(names, " and "), verb, where.Why, where.Pos, chunk, batch, chunk)
 }

@@ -3,6 +3,7 @@ package evaluate
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,9 +36,25 @@ type PredictOptions struct {
 
 // PredictResult says what Predict wrote.
 type PredictResult struct {
-	Out     string   `json:"out"`
-	Rows    int      `json:"rows"`
-	Columns []string `json:"columns"`
+	Out     string
+	Rows    int
+	Columns []string // the header's, in order
+}
+
+// shownColumns is how many column names the JSON summary lists: a DLRM's
+// feature outputs have hundreds, which the file's header line holds.
+const shownColumns = 8
+
+// MarshalJSON writes out, rows, the number of columns and the names of
+// the first few (all of them when there are at most shownColumns):
+// {"out":"pred.csv","rows":1797,"columns":11,"first_columns":["pred","prob_0",...]}.
+func (r *PredictResult) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Out          string   `json:"out"`
+		Rows         int      `json:"rows"`
+		Columns      int      `json:"columns"`
+		FirstColumns []string `json:"first_columns"`
+	}{r.Out, r.Rows, len(r.Columns), r.Columns[:min(len(r.Columns), shownColumns)]})
 }
 
 // head is what a model's loss says about its output: a softmax or

@@ -3,6 +3,7 @@ package job
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -205,5 +206,57 @@ train: {loss: loss, batch: 10, steps: 5, optimizer: {type: sgd, lr: 0.1}}
 	}
 	if res.Rows != rows || strings.Count(string(raw), "\n") != rows+1 {
 		t.Errorf("%d rows predicted, %d lines written; want %d and a header", res.Rows, strings.Count(string(raw), "\n"), rows)
+	}
+}
+
+// predict's JSON summary names the number of columns and the first few,
+// so its line stays short for a wide output (a DLRM's features have
+// hundreds): digits' hidden layer h writes 128 columns, the header line
+// has them all, the summary 8 names in under 200 bytes.
+func TestPredictSummaryStaysShort(t *testing.T) {
+	g := load(t, "../../examples/digits-mlp.yaml")
+	dir := t.TempDir()
+	save := filepath.Join(dir, "digits.safetensors")
+	if _, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Steps: 2, Save: save, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		outputs []string
+		columns int
+		first   []string
+	}{
+		{[]string{"h"}, 128, []string{"h_0", "h_1", "h_2", "h_3", "h_4", "h_5", "h_6", "h_7"}},
+		{[]string{"pred"}, 1, []string{"pred"}},
+	} {
+		out := filepath.Join(dir, "out.csv")
+		res, err := evaluate.Predict(context.Background(), g, evaluate.PredictOptions{InitFrom: save, Data: "../../examples/data/digits.csv", Out: out, Outputs: c.outputs, Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Out          string   `json:"out"`
+			Rows         int      `json:"rows"`
+			Columns      int      `json:"columns"`
+			FirstColumns []string `json:"first_columns"`
+		}
+		if err := json.Unmarshal(js, &got); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header := strings.Split(string(raw[:bytes.IndexByte(raw, '\n')]), ",")
+		t.Logf("%v: %d bytes: %s", c.outputs, len(js), js)
+		if got.Out != out || got.Rows != 1797 || got.Columns != c.columns || len(header) != c.columns || fmt.Sprint(got.FirstColumns) != fmt.Sprint(c.first) || fmt.Sprint(header[:len(c.first)]) != fmt.Sprint(c.first) {
+			t.Errorf("summary %s, header of %d columns; want %d rows, %d columns, first %v", js, len(header), 1797, c.columns, c.first)
+		}
+		if len(js) > 200 {
+			t.Errorf("the summary line is %d bytes: %s", len(js), js)
+		}
 	}
 }

@@ -108,10 +108,12 @@ type restartCase struct {
 	// its checkpoint, until the job is where the victim should die; killed
 	// runs once the victim's endpoint closed, before its new incarnation
 	// starts; resumed once the new incarnation heard every trainer.
-	wrap    func(i int, ep transport.Endpoint) transport.Endpoint
-	ready   func(ctx context.Context) error
-	killed  func()
-	resumed func()
+	wrap func(i int, ep transport.Endpoint) transport.Endpoint
+	// wrapVictim wraps the victim's first incarnation's endpoint.
+	wrapVictim func(ep transport.Endpoint) transport.Endpoint
+	ready      func(ctx context.Context) error
+	killed     func()
+	resumed    func()
 }
 
 // hookedEP is an endpoint whose sends and receives a test watches or
@@ -255,7 +257,11 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 	defer stop1()
 	stopped := make(chan error, 1)
 	go func() {
-		_, err := j.RunPServer(ctx1, v, hub.Endpoint(pservers[v]), serveOpt(v, zerolog.New(first)))
+		var ep transport.Endpoint = hub.Endpoint(pservers[v])
+		if rc.wrapVictim != nil {
+			ep = rc.wrapVictim(ep)
+		}
+		_, err := j.RunPServer(ctx1, v, ep, serveOpt(v, zerolog.New(first)))
 		stopped <- err
 	}()
 	for i := range trainers {

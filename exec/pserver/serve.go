@@ -334,25 +334,46 @@ func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.PServer, k int64) 
 		buf := make([]byte, t.Bytes)
 		ep := c.Endpoint()
 		if c.Async() || t.Count != c.Trainers() {
-			if key, err := ep.RecvAny(ctx, t.Var, buf); !errors.Is(err, transport.ErrAllDone) {
+			for {
+				key, err := ep.RecvAny(ctx, t.Var, buf)
+				if errors.Is(err, transport.ErrAllDone) {
+					break
+				}
 				if err == nil {
 					return fmt.Errorf("%s arrived after the trainers finished", key)
 				}
-				return err
+				// A connection lost at the end: its Done is written again.
+				if err := c.RideOut(ctx, err); err != nil {
+					return err
+				}
 			}
 			continue
 		}
 		for i := range c.Trainers() {
-			err := ep.Recv(ctx, transport.Trainer(i), k, t.Var, buf)
-			switch {
-			case err == nil:
-				return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, t.Var, k)
-			case !errors.Is(err, transport.ErrPeerDone):
+			if err := awaitDone(ctx, c, i, k, t.Var, buf); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// awaitDone waits until trainer i said Done with nothing more of v at
+// step k, riding out a connection lost meanwhile (what the loss cut off,
+// the Done included, is written again).
+func awaitDone(ctx context.Context, c *comm.PServer, i int, k int64, v string, buf []byte) error {
+	for {
+		err := c.Endpoint().Recv(ctx, transport.Trainer(i), k, v, buf)
+		switch {
+		case err == nil:
+			return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, v, k)
+		case errors.Is(err, transport.ErrPeerDone):
+			return nil
+		}
+		if err := c.RideOut(ctx, err); err != nil {
+			return err
+		}
+	}
 }
 
 // saveShards writes the lookup-table shards of a pserver's parts to path.

@@ -219,7 +219,11 @@ func (s *scenario) run(t *testing.T, cmd string) string {
 		if a["got-none"] == "true" {
 			got = append(got, Learning)
 		}
-		return showPos(Where(a.int(t, "start", 0), sent, got, 100, 16))
+		replies := a.ints(t, "replied")
+		if a["replied-none"] == "true" {
+			replies = append(replies, Learning)
+		}
+		return showPos(Where(a.int(t, "start", 0), sent, got, replies, 100, 16))
 	case "plan-resend":
 		m := SentState{Has: a["has"] != "false", Request: a["request"] == "true", Step: a.int(t, "step", 0), Answer: a.int(t, "answer", Learning)}
 		steps := PlanResend(m, a.int(t, "resume", 0), a["async"] == "true")

@@ -49,9 +49,19 @@ const PositionBytes = 40
 // Where is a trainer's position with respect to one pserver, from its
 // records of that pserver's transfers: the trainer's first step (Learning
 // until it learned it), what it last sent on each transfer (a request does
-// not count: it carries no gradient) and the last step it received of
-// each (Learning: none yet), and its run's steps and batch.
-func Where(start int64, sent []SentState, got []int64, steps, batch int64) Position {
+// not count: it carries no gradient), the last step it received of each
+// parameter (Learning: none yet), the last step it received of each reply
+// to its gradients (train.clip.norm's partial norm, sent by the pserver
+// once it has every trainer's gradients of the step), and its run's steps
+// and batch.
+//
+// A trainer still waiting for a reply of step k has not finished step k
+// with this pserver, whatever it sent: the pserver must take its
+// gradients of k again (it re-sends them) and answer, so its Sent is at
+// most k-1. Counting those gradients as sent would start a restarted
+// pserver at k+1, where no reply of k comes, and the trainer could not
+// go on (ResumeConflict).
+func Where(start int64, sent []SentState, got, replies []int64, steps, batch int64) Position {
 	if start == Learning {
 		return Position{Sent: Learning, Need: Learning, Steps: steps, Batch: batch}
 	}
@@ -67,6 +77,12 @@ func Where(start int64, sent []SentState, got []int64, steps, batch int64) Posit
 			need = k + 1
 		}
 		pos.Need = min(pos.Need, need)
+	}
+	for _, k := range replies {
+		if k == Learning {
+			k = start - 1
+		}
+		pos.Sent = min(pos.Sent, k) // waits for the reply of k+1: not done with k+1
 	}
 	if pos.Need == math.MaxInt64 { // receives nothing from it
 		pos.Need = pos.Sent + 1

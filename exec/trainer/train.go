@@ -97,6 +97,10 @@ type Summary struct {
 	// the node did not evaluate.
 	Eval     map[string]float64
 	EvalRows int
+	// Note says that the loss or a metric depends on the rows batched
+	// together and an evaluation computed it at another batch than the
+	// training batch (evaluate.BatchNote); "" otherwise.
+	Note string
 }
 
 // MarshalJSON writes the fixed keys first, then the metrics in model order.
@@ -114,6 +118,10 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 			k, _ := json.Marshal("eval_" + m)
 			fmt.Fprintf(&b, ",%s:%s", k, evaluate.JSONNum(s.Eval["eval_"+m]))
 		}
+	}
+	if s.Note != "" {
+		n, _ := json.Marshal(s.Note)
+		fmt.Fprintf(&b, `,"note":%s`, n)
 	}
 	b.WriteString("}")
 	return []byte(b.String()), nil
@@ -509,6 +517,7 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 			return nil, err
 		}
 		sum.EvalRows = r.ev.Rows
+		sum.Note = r.batchNote(r.ev)
 		sum.Eval = map[string]float64{"eval_loss": vals[0]}
 		for i, m := range g.Train.Metrics {
 			sum.Eval["eval_"+m] = vals[i+1]
@@ -529,11 +538,24 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sum.Note == "" {
+		sum.Note = r.batchNote(ev)
+	}
 	sum.Loss = vals[0]
 	for i, m := range g.Train.Metrics {
 		sum.Metrics[m] = vals[i+1]
 	}
 	return sum, nil
+}
+
+// batchNote is evaluate.BatchNote of an evaluation by ev, logged as a
+// warning when there is one.
+func (r *run) batchNote(ev *evaluate.Evaluator) string {
+	note := evaluate.BatchNote(r.g, ev.Chunk(), r.batch)
+	if note != "" {
+		r.opt.Log.Warn().Msg(note)
+	}
+	return note
 }
 
 // finalParams receives the parameters the pservers serve after the last
