@@ -46,6 +46,10 @@ func runTableJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt trainer.R
 	if err := modelfile.MergeShards(out, opt.Save, plan.PServers, shards); err != nil {
 		t.Fatal(err)
 	}
+	// Trainer 0's file is the whole model already, its tables pulled from
+	// the pservers at the end: the pservers' own shard files merged into
+	// it change no byte.
+	sameBytes(t, out, opt.Save)
 	return out
 }
 
