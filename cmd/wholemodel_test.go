@@ -2,6 +2,7 @@ package cmd_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -92,3 +93,64 @@ func TestHandRunTableJobSavesWholeModel(t *testing.T) {
 func maxRSS(p *proc) int64 { return launch.PeakRSS(p.cmd.ProcessState) }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// A 2x2 CTR job with a held-out file, started role by role: trainer 0
+// evaluates the held-out rows every eval_every steps and at the end,
+// pulling the table rows each chunk looks up from the pservers, and its
+// final numbers (an exact AUC over every held-out row) are those psgraph
+// eval computes from the model it saved, to the bit.
+func TestHandRunTableJobEvaluatesHeldOut(t *testing.T) {
+	held := filepath.Join(t.TempDir(), "held.tsv")
+	ok(t, psgraph(t, "gen", "criteo", "-o", held, "--rows", "3000", "--seed", "2"))
+	model := ctrExample(t, func(s string) string {
+		s = strings.Replace(s, "  stream: true\n", "  stream: true\n  eval: {csv: "+held+"}\n", 1)
+		return strings.Replace(s, "  steps: 780\n", "  steps: 780\n  eval_every: 20\n", 1)
+	})
+	dir := filepath.Dir(model)
+	plan := filepath.Join(dir, "plan")
+	ok(t, psgraph(t, "split", model, "--trainers", "2", "--pservers", "2", "-o", plan))
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	env := []string{"PSGRAPH_TOKEN=test-token"}
+	saved, metrics := filepath.Join(dir, "model.safetensors"), filepath.Join(dir, "metrics.jsonl")
+	var ps []*proc
+	for i, a := range addrs {
+		ps = append(ps, start(t, fmt.Sprintf("pserver-%d", i), env, "run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", a))
+	}
+	t0 := start(t, "trainer-0", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", strings.Join(addrs, ","), "--steps", "60", "--save", saved, "--metrics", metrics)
+	t1 := start(t, "trainer-1", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pserver-endpoints", strings.Join(addrs, ","), "--steps", "60")
+	var r0 result
+	for i, p := range append([]*proc{t0, t1}, ps...) {
+		r := p.wait(t, 2*time.Minute)
+		if r.code != 0 {
+			t.Fatalf("%s exit %d\n%s", p.name, r.code, r.stderr)
+		}
+		if i == 0 {
+			r0 = r
+		}
+	}
+	s := summary(t, r0)
+	e := summary(t, psgraph(t, "eval", model, "--init-from", saved))
+	t.Logf("trainer 0's summary %v; eval of its model %v", s, e)
+	if e["rows"] != 3000.0 || s["eval_rows"] != 3000.0 {
+		t.Fatalf("eval evaluated %v rows, trainer 0 %v; want the 3000 held-out rows", e["rows"], s["eval_rows"])
+	}
+	for _, k := range []string{"loss", "auc", "acc"} {
+		if s["eval_"+k] == nil || s["eval_"+k] != e[k] {
+			t.Errorf("held-out %s: trainer 0 %v, psgraph eval of its model %v; want equal", k, s["eval_"+k], e[k])
+		}
+	}
+	raw, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []float64
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["eval_auc"] != nil {
+			at = append(at, m["step"].(float64))
+		}
+	}
+	if fmt.Sprint(at) != "[20 40 60]" {
+		t.Errorf("trainer 0's metrics have eval lines at steps %v, want [20 40 60]", at)
+	}
+}

@@ -266,13 +266,11 @@ func (r *run) openData() error {
 		return err
 	}
 	// Who evaluates the held-out data: a local run, and trainer 0 of a
-	// split job, with the parameters it received. A trainer of a job with
-	// lookup tables holds only the rows it fetched, so it does not.
+	// split job, with the parameters it received (and, in a job with
+	// lookup tables, the rows each chunk looks up, pulled from the
+	// pservers).
 	r.tables = opt.Comm != nil && dsl.HasTables(g)
-	r.evaluates = g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0 && !r.tables)
-	if g.Data.Eval != nil && r.tables && opt.TrainerIndex == 0 {
-		opt.Log.Warn().Msg("data.eval: a trainer of a job with lookup tables holds only the table rows it fetched, so it does not evaluate the held-out data; evaluate the saved model with psgraph eval")
-	}
+	r.evaluates = g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0)
 	if r.tables && opt.Save != "" && opt.TrainerIndex != 0 {
 		opt.Log.Warn().Str("file", opt.Save).Msg("--save: in a job with lookup tables trainer 0 saves the whole model; this trainer saves its dense parameters only")
 	}
