@@ -47,6 +47,11 @@ func TestHandRunTableJobSavesWholeModel(t *testing.T) {
 			t.Fatalf("%s exit %d\n%s", p.name, r.code, r.stderr)
 		}
 	}
+	for _, l := range strings.Split(t0.stderrText(), "\n") {
+		if strings.Contains(l, "pulled the tables into the file") {
+			t.Log(l)
+		}
+	}
 	table := int64(wholeModelRows) * 16 * 4
 	rss := maxRSS(t0)
 	t.Logf("peak RSS: trainer-0 (saving) %.0f MiB, trainer-1 %.0f MiB, pserver-0 %.0f MiB; the table %.0f MiB", mib(rss), mib(maxRSS(t1)), mib(maxRSS(ps[0])), mib(table))

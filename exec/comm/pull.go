@@ -103,6 +103,9 @@ func DecodePull(b []byte, height int, ids []int32) (Pull, error) {
 		return Pull{}, fmt.Errorf("a pull of %d ids carries %d", r.N, (len(b)-pullHeader)/4)
 	}
 	r.IDs = ids[:0]
+	if r.IDs == nil { // a list, even empty, not a range
+		r.IDs = []int32{}
+	}
 	for i := range r.N {
 		id := int32(binary.LittleEndian.Uint32(b[pullHeader+4*i:]))
 		if id < 0 || int(id) >= height {

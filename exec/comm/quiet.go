@@ -18,12 +18,17 @@ type quiet struct {
 	vs    []string // what the loop waits for while idle
 	grads []int64  // per trainer: the last step received, -1 before any
 	wake  []chan struct{}
+	// now is a context already cancelled: Pending with it only looks
+	// (made once, so that a step allocates nothing).
+	now context.Context
 }
 
 // TrackQuiet makes the part track when its loop is quiet (an async
 // part reading the row gradient grad; see Quiet).
 func (p *Part) TrackQuiet(grad string) {
-	q := &quiet{grad: grad, grads: make([]int64, p.c.trainers)}
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	q := &quiet{grad: grad, grads: make([]int64, p.c.trainers), now: now}
 	for i := range q.grads {
 		q.grads[i] = -1
 	}
@@ -62,7 +67,7 @@ func (p *Part) Quiet(ctx context.Context, who int, step int64, read func()) erro
 		// Idle, and still nothing pending: a message that arrived since the
 		// loop found none is pending until the loop takes it, which it
 		// cannot before this returns.
-		if q.idle && (who < 0 || who >= len(q.grads) || q.grads[who] >= step) && !p.anyPending(ctx, q.vs) {
+		if q.idle && (who < 0 || who >= len(q.grads) || q.grads[who] >= step) && !p.anyPending(q.vs) {
 			read()
 			q.mu.Unlock()
 			return nil
@@ -81,9 +86,7 @@ func (p *Part) Quiet(ctx context.Context, who int, step int64, read func()) erro
 // pendingQuiet is Pending for a tracked part: when nothing is pending
 // the loop is marked idle while it waits.
 func (p *Part) pendingQuiet(ctx context.Context, vs []string) (string, error) {
-	now, cancel := context.WithCancel(ctx)
-	cancel()
-	v, err := p.c.ep.Pending(now, vs)
+	v, err := p.c.ep.Pending(p.q.now, vs)
 	switch {
 	case err == nil:
 		return v, nil
@@ -96,9 +99,7 @@ func (p *Part) pendingQuiet(ctx context.Context, vs []string) (string, error) {
 }
 
 // anyPending reports whether a message of vs is pending now.
-func (p *Part) anyPending(ctx context.Context, vs []string) bool {
-	now, cancel := context.WithCancel(ctx)
-	cancel()
-	_, err := p.c.ep.Pending(now, vs)
+func (p *Part) anyPending(vs []string) bool {
+	_, err := p.c.ep.Pending(p.q.now, vs)
 	return err == nil
 }

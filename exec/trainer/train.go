@@ -593,8 +593,18 @@ func (r *run) save(names []string, params program.Scope) error {
 	for _, t := range tables {
 		more = append(more, tableEntry(r.ctx, opt.Comm, t, int64(r.steps)))
 	}
-	opt.Log.Info().Int("tables", len(tables)).Str("file", opt.Save).Msg("saving the whole model: pulling the tables from the pservers")
-	return modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, more)
+	var bytes int64
+	for _, t := range tables {
+		bytes += 4 * int64(t.rows) * int64(t.width)
+	}
+	opt.Log.Info().Int("tables", len(tables)).Int64("table_bytes", bytes).Str("file", opt.Save).Msg("saving the whole model: pulling the tables from the pservers")
+	start := time.Now()
+	if err := modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, more); err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	opt.Log.Info().Float64("seconds", math.Round(secs*100)/100).Float64("mb_per_s", math.Round(float64(bytes)/1e6/secs)).Msg("pulled the tables into the file")
+	return nil
 }
 
 // receiveFinal runs the recvs of the parameters the pservers serve (a
