@@ -225,27 +225,24 @@ func TestEvalPredictAfterTrain2x2(t *testing.T) {
 	}
 }
 
-// In a 2x2 job with an embedding table the trainers do not evaluate the
-// held-out rows (each holds only the table rows it fetched): trainer 0
-// warns and its summary has no eval_*; psgraph eval of the saved file,
-// whose table train merged from the pservers' shards, evaluates them, and
-// predict's pred column gives its accuracy.
-func TestTableJobLeavesHeldOutToEval(t *testing.T) {
+// In a 2x2 job with an embedding table trainer 0 evaluates the held-out
+// rows, pulling the table rows they look up from the pservers: its
+// summary's eval_* are what psgraph eval of the saved file (the whole
+// model, its table pulled from the pservers) computes, and predict's pred
+// column gives that accuracy.
+func TestTableJobEvaluatesHeldOut(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "ids.safetensors")
 	tr := psgraph(t, "train", "testdata/eval/ids-heldout.yaml", "--trainers", "2", "--pservers", "2", "--save", model)
 	ok(t, tr)
-	if !strings.Contains(tr.stderr, "does not evaluate the held-out data; evaluate the saved model with psgraph eval") {
-		t.Errorf("no warning that the trainers do not evaluate:\n%s", tr.stderr)
-	}
-	if s := summary(t, tr); s["eval_loss"] != nil || s["loss"] == nil {
-		t.Errorf("trainer 0's summary %v: want a loss and no eval_loss", s)
-	}
 	ev := psgraph(t, "eval", "testdata/eval/ids-heldout.yaml", "--init-from", model)
 	ok(t, ev)
 	e := summary(t, ev)
 	if e["data"] != "held-out" || e["rows"] != 50.0 {
 		t.Fatalf("eval %v: want the 50 held-out rows of 200", e)
+	}
+	if s := summary(t, tr); s["eval_rows"] != 50.0 || s["eval_loss"] != e["loss"] || s["eval_acc"] != e["acc"] {
+		t.Errorf("trainer 0's summary %v: want eval_loss and eval_acc over the 50 held-out rows equal to eval's %v", s, e)
 	}
 	out := filepath.Join(dir, "pred.csv")
 	ok(t, psgraph(t, "predict", "testdata/eval/ids-heldout.yaml", "--init-from", model, "--data", "testdata/sparse/ids.csv", "-o", out))

@@ -115,7 +115,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	}
 	_, maxprocsSet := os.LookupEnv("GOMAXPROCS")
 	lo := launch.PlanOptions{
-		Dir: dir, Endpoints: addrs, Trainers: opt.Trainers, Tables: plan.Info.HasTables(), Token: token,
+		Dir: dir, Endpoints: addrs, Trainers: opt.Trainers, Token: token,
 		NumCPU: runtime.NumCPU(), GOMAXPROCSSet: maxprocsSet,
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
 		LogFormat: o.log.format, LogLevel: o.log.level, LogEvery: o.log.every,
@@ -126,9 +126,6 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	fmt.Fprint(c.ErrOrStderr(), plan.Summary())
 	res, err := launch.Run(c.Context(), children, launch.Options{Log: c.ErrOrStderr()})
 	if err != nil {
-		return err
-	}
-	if err := launch.MergeTableShards(o.save, plan.PServers, launch.ShardFiles(lo)); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", res.PeakRSSLine(children))

@@ -266,6 +266,7 @@ type Part struct {
 	params []Initial
 	m      *rejoin.Part // nil: the part does not wait for lost trainers
 	now    []int64      // the trainers' incarnations, read before each receive
+	q      *quiet       // nil: not tracked (TrackQuiet)
 }
 
 // Part returns the rendezvous of a part that serves params and started
@@ -331,6 +332,9 @@ func (p *Part) RecvAny(ctx context.Context, v string, dst []byte) (int, ir.Node,
 	if err != nil {
 		return 0, ir.Node{}, 0, err
 	}
+	if p.q != nil {
+		p.q.received(v, k.Src.Index, k.Step)
+	}
 	if sink != nil {
 		return sink.N, k.Src, k.Step, nil
 	}
@@ -340,6 +344,13 @@ func (p *Part) RecvAny(ctx context.Context, v string, dst []byte) (int, ir.Node,
 // Pending implements kernels.Rendezvous. A trainer lost meanwhile gets the
 // timeout to come back, as for a gradient.
 func (p *Part) Pending(ctx context.Context, vs []string) (string, error) {
+	if p.q != nil {
+		return p.pendingQuiet(ctx, vs)
+	}
+	return p.pendingWait(ctx, vs)
+}
+
+func (p *Part) pendingWait(ctx context.Context, vs []string) (string, error) {
 	c := p.c
 	for {
 		v, err := c.ep.Pending(ctx, vs)

@@ -31,6 +31,8 @@ type Trainer struct {
 	// trainer's position: equal to the watch's epoch when every pserver is
 	// up to date (rejoinRestarted's one-load check).
 	told atomic.Int64
+	// pulls numbers the trainer's pulls (pull.go).
+	pulls pullSeq
 }
 
 // link is the trainer's memory of one pserver: its protocol state, what it

@@ -116,6 +116,11 @@ func (e *Evaluator) ReportTo(rep *progress.Reporter, what string) {
 	e.rep, e.what, e.phase = rep, what, &progress.Phase{}
 }
 
+// Use makes the evaluation's communication ops (a table's fetch_rows in
+// a trainer's graph) talk through rv: trainer 0 of a job with tables
+// pulls the rows each chunk looks up from the pservers.
+func (e *Evaluator) Use(rv kernels.Rendezvous) { e.rt.RV = rv }
+
 // Close releases the evaluator's programs.
 func (e *Evaluator) Close() {
 	if e.chunks != nil {

@@ -1,10 +1,12 @@
 package job
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -230,6 +232,42 @@ func TestAsyncConvergesInmem(t *testing.T) {
 	sums := runInmemJob(t, g, 2, 2, true, trainer.RunOptions{Steps: 500, Log: zerolog.Nop()}, 0)
 	if acc := sums[0].Metrics["acc"]; acc < 0.95 {
 		t.Fatalf("async 2x2 digits accuracy %.3f, want >= 0.95", acc)
+	}
+}
+
+// sameDense checks that every tensor of b is in a, bit for bit (a, trainer
+// 0's file of a job with tables, holds the tables too).
+func sameDense(t *testing.T, a, b string) {
+	t.Helper()
+	ta, _, err := modelfile.LoadSafetensors(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, _, err := modelfile.LoadSafetensors(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, y := range tb {
+		x := ta[name]
+		if x == nil || !x.Shape.Equal(y.Shape) || !slices.Equal(x.F, y.F) {
+			t.Errorf("%s: %s and %s differ", name, a, b)
+		}
+	}
+}
+
+// sameBytes checks that two files are equal byte for byte.
+func sameBytes(t *testing.T, a, b string) {
+	t.Helper()
+	x, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := os.ReadFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(x, y) {
+		t.Errorf("%s (%d bytes) and %s (%d bytes) differ", a, len(x), b, len(y))
 	}
 }
 

@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/pserver"
@@ -66,11 +67,15 @@ func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
 		return nil, err
 	}
 	for _, s := range specs {
-		if s.Var == comm.PositionVar || s.Var == comm.ResumeVar {
-			return nil, fmt.Errorf("the graph of %s has a transfer named %q, a name psgraph reserves for its own messages; rename that variable", id, s.Var)
+		if strings.HasPrefix(s.Var, "psgraph/") {
+			return nil, fmt.Errorf("the graph of %s has a transfer named %q, and psgraph reserves names beginning with psgraph/ for its own messages; rename that variable", id, s.Var)
 		}
 	}
-	return append(specs, ctrl), nil
+	ts, err := g.Transfers(batch, nil)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(specs, ctrl), comm.PullSpecs(ts)...), nil
 }
 
 // RunPServer serves pserver i's subgraph over ep until every trainer is done.

@@ -46,6 +46,10 @@ func runTableJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt trainer.R
 	if err := modelfile.MergeShards(out, opt.Save, plan.PServers, shards); err != nil {
 		t.Fatal(err)
 	}
+	// Trainer 0's file is the whole model already, its tables pulled from
+	// the pservers at the end: the pservers' own shard files merged into
+	// it change no byte.
+	sameBytes(t, out, opt.Save)
 	return out
 }
 
@@ -357,6 +361,32 @@ func TestTableJobCheckpointResumeInmem(t *testing.T) {
 			}
 			resumed := runTableJob(t, g, c.n, c.m, c.async, trainer.RunOptions{Steps: 40, Batch: 8, InitFrom: init, Log: zerolog.Nop(), Checkpoint: ck, StartStep: -1})
 			compareParams(t, whole, resumed, 0)
+		})
+	}
+}
+
+// Trainer 0 of a table job evaluates the held-out rows with table rows
+// pulled from the pservers; at the end, sync and async, its numbers are
+// those of the whole model it saved, evaluated as psgraph eval does (an
+// async shard answers the final pulls once every trainer's updates are
+// in, as it does for the saved model).
+func TestTableJobHeldOutEqualsEvalInmem(t *testing.T) {
+	g := load(t, "../../testdata/eval/ids-heldout.yaml")
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			save := filepath.Join(t.TempDir(), "model.safetensors")
+			sums := runInmemJob(t, g, 2, 2, async, trainer.RunOptions{Steps: 50, Batch: 8, Save: save, Log: zerolog.Nop()}, 0)
+			res, err := evaluate.EvalModel(context.Background(), g, evaluate.EvalOptions{InitFrom: save, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sums[0]
+			if s.Eval == nil || s.EvalRows != res.Rows || s.Eval["eval_loss"] != res.Loss || s.Eval["eval_acc"] != res.Metrics["acc"] {
+				t.Fatalf("trainer 0 evaluated %v over %d rows; the saved model evaluates to loss %v, acc %v over %d", s.Eval, s.EvalRows, res.Loss, res.Metrics["acc"], res.Rows)
+			}
+			if sums[1].Eval != nil {
+				t.Errorf("trainer 1 evaluated the held-out data too: %v", sums[1].Eval)
+			}
 		})
 	}
 }

@@ -140,7 +140,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	for i, ch := range children {
 		res.Stdout[ch.Name] = outs[i].Bytes()
 		if st := procs[i].ProcessState; st != nil {
-			res.PeakRSS[ch.Name] = peakRSS(st)
+			res.PeakRSS[ch.Name] = PeakRSS(st)
 			res.State[ch.Name] = st
 		}
 	}

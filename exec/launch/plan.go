@@ -6,14 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
-
-	"github.com/psgraph/psgraph/dsl"
 
 	"github.com/psgraph/psgraph/transport"
 )
@@ -24,7 +21,6 @@ type PlanOptions struct {
 	Dir       string   // the plan's directory ('psgraph split' output)
 	Endpoints []string // each pserver's host:port, by index: one pserver each
 	Trainers  int
-	Tables    bool   // the plan has lookup tables (its pservers save their shards for Save)
 	Token     string // the job's shared secret, every child's PSGRAPH_TOKEN
 
 	// NumCPU is this machine's core count and GOMAXPROCSSet whether the
@@ -34,7 +30,7 @@ type PlanOptions struct {
 
 	Steps, Batch int    // 0: the model's
 	InitFrom     string // read by the pservers
-	Save         string // trainer 0's file, merged with the pservers' table shards
+	Save         string // trainer 0's file: the whole model, tables pulled from the pservers
 	Metrics      string // trainer 0's file; MetricsFile names the others'
 	LogFormat    string
 	LogLevel     string // "" or "info": the children's default
@@ -62,14 +58,10 @@ func Plan(o PlanOptions) []Child {
 		common = append(common, "--log-every", strconv.Itoa(o.LogEvery))
 	}
 	var children []Child
-	shards := ShardFiles(o)
 	for i, addr := range o.Endpoints {
 		args := append([]string{"run", "--role", "pserver", "--index", strconv.Itoa(i), "--listen", addr}, common...)
 		if o.InitFrom != "" {
 			args = append(args, "--init-from", o.InitFrom)
-		}
-		if shards != nil {
-			args = append(args, "--save", shards[i])
 		}
 		if o.CheckpointDir != "" {
 			args = append(args, "--checkpoint-dir", o.CheckpointDir, "--checkpoint-every", strconv.Itoa(o.CheckpointEvery))
@@ -112,20 +104,6 @@ func GOMAXPROCS(numCPU, processes int) int {
 	return max(1, numCPU/processes)
 }
 
-// ShardFiles are the files pserver i saves its lookup-table shards to,
-// in the plan's directory, for MergeTableShards to join into Save (nil
-// without Save or without tables).
-func ShardFiles(o PlanOptions) []string {
-	if o.Save == "" || !o.Tables {
-		return nil
-	}
-	var out []string
-	for i := range o.Endpoints {
-		out = append(out, filepath.Join(o.Dir, fmt.Sprintf("shards-pserver-%d.safetensors", i)))
-	}
-	return out
-}
-
 // MetricsFile is trainer i's progress file: the given name for trainer 0,
 // NAME.trainer-i.EXT for the others.
 func MetricsFile(path string, i int) string {
@@ -148,21 +126,6 @@ func Resume(dir string, pservers int) (int64, error) {
 		ids = append(ids, transport.PServer(i))
 	}
 	return modelfile.CommonCheckpoint(dir, ids)
-}
-
-// MergeTableShards joins the pservers' table shards into save (which
-// trainer 0 wrote) and removes them.
-func MergeTableShards(save string, pservers []*dsl.Graph, shards []string) error {
-	if len(shards) == 0 {
-		return nil
-	}
-	if err := modelfile.MergeShards(save, save, pservers, shards); err != nil {
-		return err
-	}
-	for _, f := range shards {
-		os.Remove(f)
-	}
-	return nil
 }
 
 // PeakRSSLine reports each child's peak resident memory in MiB, in the

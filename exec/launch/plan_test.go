@@ -60,11 +60,11 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
-			name: "1x2 with tables and save: the pservers save their shards in the plan",
-			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 1, Tables: true, Token: "t0k3n", NumCPU: 3, LogFormat: "console", Save: "out.safetensors"},
+			name: "1x2 with save: trainer 0 saves the whole model (tables pulled from the pservers)",
+			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 1, Token: "t0k3n", NumCPU: 3, LogFormat: "console", Save: "out.safetensors"},
 			want: []Child{
-				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--save", "plan/shards-pserver-0.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--save", "plan/shards-pserver-1.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
 				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--save", "out.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
 			},
 		},
@@ -96,21 +96,6 @@ func TestGOMAXPROCS(t *testing.T) {
 		if got := GOMAXPROCS(c.cpus, c.procs); got != c.want {
 			t.Errorf("GOMAXPROCS(%d cores, %d processes) = %d, want %d", c.cpus, c.procs, got, c.want)
 		}
-	}
-}
-
-func TestShardFilesOnlyWithSaveAndTables(t *testing.T) {
-	o := PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Tables: true}
-	if got := ShardFiles(o); got != nil {
-		t.Errorf("without Save: %v, want none", got)
-	}
-	o.Save, o.Tables = "out.safetensors", false
-	if got := ShardFiles(o); got != nil {
-		t.Errorf("without tables: %v, want none", got)
-	}
-	o.Tables = true
-	if got, want := ShardFiles(o), []string{"plan/shards-pserver-0.safetensors", "plan/shards-pserver-1.safetensors"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("ShardFiles = %v, want %v", got, want)
 	}
 }
 

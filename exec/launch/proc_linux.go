@@ -11,8 +11,8 @@ func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
 
-// peakRSS is a finished child's peak resident set in bytes (Linux reports KiB).
-func peakRSS(st *os.ProcessState) int64 {
+// PeakRSS is a finished child's peak resident set in bytes (Linux reports KiB).
+func PeakRSS(st *os.ProcessState) int64 {
 	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
 		return ru.Maxrss * 1024
 	}

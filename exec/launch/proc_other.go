@@ -10,5 +10,5 @@ import (
 // childAttr: no process-group or parent-death settings on this system.
 func childAttr() *syscall.SysProcAttr { return nil }
 
-// peakRSS is not measured on this system.
-func peakRSS(*os.ProcessState) int64 { return 0 }
+// PeakRSS is not measured on this system.
+func PeakRSS(*os.ProcessState) int64 { return 0 }

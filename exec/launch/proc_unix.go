@@ -12,9 +12,9 @@ import (
 // signal it can catch.
 func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
-// peakRSS is a finished child's peak resident set in bytes (the BSDs and
+// PeakRSS is a finished child's peak resident set in bytes (the BSDs and
 // macOS report bytes).
-func peakRSS(st *os.ProcessState) int64 {
+func PeakRSS(st *os.ProcessState) int64 {
 	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
 		return ru.Maxrss
 	}

@@ -3,6 +3,7 @@ package modelfile
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -53,6 +54,13 @@ func NormFromMeta(file string, meta map[string]string) (*data.Scaling, error) {
 // SaveModel writes the named tensors of a scope and the normalization
 // statistics of the training data (nil: none) to a safetensors file.
 func SaveModel(path, model string, names []string, s map[string]*tensor.Tensor, norm *data.Scaling) error {
+	return SaveModelStreamed(path, model, names, s, norm, nil)
+}
+
+// SaveModelStreamed is SaveModel with more tensors whose data is written
+// as the file is (a sharded table pulled from the pservers chunk by
+// chunk): the file is the one SaveModel writes of all of them at once.
+func SaveModelStreamed(path, model string, names []string, s map[string]*tensor.Tensor, norm *data.Scaling, more []Entry) error {
 	out := map[string]*tensor.Tensor{}
 	for _, name := range names {
 		if t, ok := s[name]; ok {
@@ -61,7 +69,19 @@ func SaveModel(path, model string, names []string, s map[string]*tensor.Tensor, 
 	}
 	meta := map[string]string{"model": model, "format": "pt"}
 	normMeta(meta, norm)
-	return SaveSafetensors(path, out, meta)
+	entries := make([]Entry, 0, len(out)+len(more))
+	for n, t := range out {
+		entries = append(entries, Entry{Name: n, DType: t.DType, Shape: t.Shape, Write: func(w io.Writer) error {
+			_, err := w.Write(t.Bytes())
+			return err
+		}})
+	}
+	for _, e := range more {
+		if _, dup := out[e.Name]; !dup {
+			entries = append(entries, e)
+		}
+	}
+	return SaveStreamed(path, entries, meta)
 }
 
 // LoadModel reads a model's parameters and its own state (dsl.ModelVars)

@@ -1,12 +1,14 @@
 package modelfile
 
 import (
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"sort"
+	"slices"
+	"strings"
 
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/internal/atomicfile"
@@ -28,25 +30,52 @@ type stEntry struct {
 
 // SaveSafetensors writes tensors by name, atomically (temporary file, fsync, rename).
 func SaveSafetensors(path string, tensors map[string]*tensor.Tensor, meta map[string]string) error {
-	names := make([]string, 0, len(tensors))
-	for n := range tensors {
-		names = append(names, n)
+	entries := make([]Entry, 0, len(tensors))
+	for n, t := range tensors {
+		entries = append(entries, Entry{Name: n, DType: t.DType, Shape: t.Shape, Write: func(w io.Writer) error {
+			_, err := w.Write(t.Bytes())
+			return err
+		}})
 	}
-	sort.Strings(names)
+	return SaveStreamed(path, entries, meta)
+}
+
+// Entry is one tensor of a file written by SaveStreamed: its name, dtype
+// and shape, and Write, which writes its DType.Size() x numel bytes in
+// order (in pieces, so that a tensor larger than memory can come from
+// elsewhere: a sharded table pulled from the pservers chunk by chunk).
+type Entry struct {
+	Name  string
+	DType tensor.DType
+	Shape []int
+	Write func(w io.Writer) error
+}
+
+// SaveStreamed writes the entries as a safetensors file, atomically. The
+// header is written first, from the entries' shapes; then each entry, in
+// name order, writes its data. The bytes are those SaveSafetensors writes
+// for the same tensors (it is SaveStreamed of its tensors); a Write that
+// writes another number of bytes than its shape holds fails the save.
+func SaveStreamed(path string, entries []Entry, meta map[string]string) error {
+	entries = slices.Clone(entries)
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 	header := map[string]any{}
 	if len(meta) > 0 {
 		header["__metadata__"] = meta
 	}
 	off := 0
-	for _, n := range names {
-		t := tensors[n]
-		dt, ok := stDTypes[t.DType]
+	sizes := make([]int, len(entries))
+	for i, e := range entries {
+		dt, ok := stDTypes[e.DType]
 		if !ok {
-			return fmt.Errorf("cannot write %s: tensor %q has dtype %v, which safetensors files of psgraph do not hold", path, n, t.DType)
+			return fmt.Errorf("cannot write %s: tensor %q has dtype %v, which safetensors files of psgraph do not hold", path, e.Name, e.DType)
 		}
-		size := t.Numel() * t.DType.Size()
-		shape := append([]int{}, t.Shape...)
-		header[n] = stEntry{DType: dt, Shape: shape, Offsets: [2]int{off, off + size}}
+		size := e.DType.Size()
+		for _, d := range e.Shape {
+			size *= d
+		}
+		sizes[i] = size
+		header[e.Name] = stEntry{DType: dt, Shape: append([]int{}, e.Shape...), Offsets: [2]int{off, off + size}}
 		off += size
 	}
 	hj, err := json.Marshal(header)
@@ -57,25 +86,41 @@ func SaveSafetensors(path string, tensors map[string]*tensor.Tensor, meta map[st
 		hj = append(hj, ' ')
 	}
 	err = atomicfile.Write(path, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
 		var n8 [8]byte
 		binary.LittleEndian.PutUint64(n8[:], uint64(len(hj)))
-		if _, err := w.Write(n8[:]); err != nil {
+		if _, err := bw.Write(n8[:]); err != nil {
 			return err
 		}
-		if _, err := w.Write(hj); err != nil {
+		if _, err := bw.Write(hj); err != nil {
 			return err
 		}
-		for _, n := range names {
-			if _, err := w.Write(tensors[n].Bytes()); err != nil {
-				return err
+		for i, e := range entries {
+			cw := &countingWriter{w: bw}
+			if err := e.Write(cw); err != nil {
+				return fmt.Errorf("tensor %q: %w", e.Name, err)
+			}
+			if cw.n != int64(sizes[i]) {
+				return fmt.Errorf("tensor %q: %d bytes written, its shape %v holds %d", e.Name, cw.n, e.Shape, sizes[i])
 			}
 		}
-		return nil
+		return bw.Flush()
 	})
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", path, err)
 	}
 	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // LoadSafetensors reads every float32, int32 and int64 tensor of a

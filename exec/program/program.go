@@ -64,6 +64,10 @@ type Program struct {
 	// waits for the ops still running: the distributed runtime cancels the
 	// step's context there, so recvs blocked on other nodes return.
 	OnError func(error)
+	// Commit, when set, is locked while Run's assigns write the step's
+	// values into the persistent variables: a pserver reads a table shard
+	// for a pull under it, between two steps' writes.
+	Commit sync.Locker
 }
 
 type node struct {
@@ -316,6 +320,10 @@ func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOp
 func (p *Program) Run(rt kernels.Runtime) error {
 	if err := p.sched.run(rt); err != nil {
 		return err
+	}
+	if p.Commit != nil {
+		p.Commit.Lock()
+		defer p.Commit.Unlock()
 	}
 	for _, a := range p.assigns {
 		if a[1].Rows != nil {

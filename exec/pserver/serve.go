@@ -139,6 +139,12 @@ type part struct {
 	params []comm.Initial
 	// step is the step the loop reached when it stopped.
 	step int64
+	// rv is the part's rendezvous (runParts makes it); applied how far
+	// its loop is, commit the lock of its assigns, for pulls of a table
+	// shard it holds (pull.go).
+	rv      *comm.Part
+	applied stepsApplied
+	commit  sync.RWMutex
 }
 
 // compileParts compiles each part of the pserver's graph and gives its
@@ -211,7 +217,12 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 {
 		snap = &snapshot{ck: ck, log: opt.Log, parts: len(parts), pending: map[int64]*pendingCk{}}
 	}
-	errs := make([]error, len(parts))
+	for _, p := range parts {
+		p.rv = c.Part(p.params, first)
+		p.applied.advance(first)
+	}
+	servers := shardServers(parts, c.Async())
+	errs := make([]error, len(parts)+len(servers))
 	var streamed atomic.Int64
 	var wg sync.WaitGroup
 	for i, p := range parts {
@@ -224,6 +235,17 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 			}
 		}()
 	}
+	for i, s := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.serve(ctx, c)
+			if err != nil && !comm.Finished(err) {
+				errs[len(parts)+i] = err
+				cancel()
+			}
+		}()
+	}
 	wg.Wait()
 	var last int64
 	var failed error
@@ -231,7 +253,9 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 		if err != nil && !comm.Finished(err) && (failed == nil || errors.Is(failed, context.Canceled) && !errors.Is(err, context.Canceled)) {
 			failed = err
 		}
-		last = max(last, parts[i].step)
+		if i < len(parts) {
+			last = max(last, parts[i].step)
+		}
 	}
 	return last, int(streamed.Load()), failed
 }
@@ -273,7 +297,7 @@ func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, o
 // trainers are done (a finished error) or something fails.
 // The first part (counts) also counts the pserver's steps for Prometheus.
 func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64, counts bool) (int64, error) {
-	rv := c.Part(p.params, first)
+	rv := p.rv
 	rt := &program.Runtime{Ctx: ctx, RV: rv}
 	logEvery := int64(max(opt.LogEvery, 1))
 	vars := program.PersistentOf(p.prog)
@@ -301,6 +325,7 @@ func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, 
 		if err != nil {
 			return k, err
 		}
+		p.applied.advance(k + 1)
 		if opt.Prom != nil {
 			now := time.Now()
 			opt.Prom.Update(now.Sub(stepStart))

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/evaluate"
 	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
@@ -146,6 +147,9 @@ type Comm interface {
 	LearnStep(ctx context.Context, g *dsl.Graph) (int64, error)
 	// Traffic is what the endpoint moved so far.
 	Traffic() transport.Traffic
+	// Pull receives rows of pserver shard's part of table (comm.Pull):
+	// trainer 0 of a job with tables evaluates and saves through it.
+	Pull(ctx context.Context, shard int, table string, r comm.Pull, dst []float32) error
 }
 
 // Train runs the training loop of a model on this node: feed the step's
@@ -197,8 +201,10 @@ type run struct {
 	norm   *data.Scaling
 	held   evaluate.HeldOut
 	// tables: a trainer of a job with lookup tables; evaluates: it
-	// evaluates the held-out data.
+	// evaluates the held-out data. pulls is the evaluation's rendezvous
+	// in a job with tables (pull.go).
 	tables, evaluates bool
+	pulls             *pullRendezvous
 	prog              *program.Program
 	feed              *program.Feeder
 	rt                *program.Runtime
@@ -268,12 +274,13 @@ func (r *run) openData() error {
 		return err
 	}
 	// Who evaluates the held-out data: a local run, and trainer 0 of a
-	// split job, with the parameters it received. A trainer of a job with
-	// lookup tables holds only the rows it fetched, so it does not.
+	// split job, with the parameters it received (and, in a job with
+	// lookup tables, the rows each chunk looks up, pulled from the
+	// pservers).
 	r.tables = opt.Comm != nil && dsl.HasTables(g)
-	r.evaluates = g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0 && !r.tables)
-	if g.Data.Eval != nil && r.tables && opt.TrainerIndex == 0 {
-		opt.Log.Warn().Msg("data.eval: a trainer of a job with lookup tables holds only the table rows it fetched, so it does not evaluate the held-out data; evaluate the saved model with psgraph eval")
+	r.evaluates = g.Data.Eval != nil && (opt.Comm == nil || opt.TrainerIndex == 0)
+	if r.tables && opt.Save != "" && opt.TrainerIndex != 0 {
+		opt.Log.Warn().Str("file", opt.Save).Msg("--save: in a job with lookup tables trainer 0 saves the whole model; this trainer saves its dense parameters only")
 	}
 	if r.evaluates && g.Data.Stream {
 		f, err := evaluate.OpenHeldOut(g, r.norm)
@@ -349,6 +356,14 @@ func (r *run) compile() error {
 	}
 	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
 	r.closers = append(r.closers, r.ev.Close)
+	if r.tables {
+		tables, err := tablesOf(g, r.batch)
+		if err != nil {
+			return err
+		}
+		r.pulls = newPullRendezvous(opt.Comm, tables)
+		r.ev.Use(r.pulls)
+	}
 	return nil
 }
 
@@ -427,6 +442,9 @@ func (r *run) loop(start time.Time) error {
 			}
 		}
 		if r.ev != nil && r.g.Train.EvalEvery > 0 && (k+1)%r.g.Train.EvalEvery == 0 && k < r.steps-1 {
+			if r.pulls != nil { // the rows as of this step (pull.go)
+				r.pulls.at, r.pulls.final = int64(k+1), false
+			}
 			if _, err := logEval(r.ctx, r.ev, k+1, r.g, opt, r.metrics); err != nil {
 				return err
 			}
@@ -484,9 +502,11 @@ func (r *run) logStep(lg *stepLog, k int) error {
 	return nil
 }
 
-// end finishes the run: a trainer receives the final parameters and
-// finishes with its pservers; the parameters are saved; the summary gets
-// the held-out evaluation and the loss and metrics over the data set.
+// end finishes the run: a trainer receives the final parameters; the
+// parameters are saved (trainer 0 of a job with tables pulls every table
+// into the file) and the held-out data evaluated; a trainer then
+// finishes with its pservers (which serve its pulls until then); the
+// summary gets the loss and metrics over the data set.
 func (r *run) end(elapsed float64) (*Summary, error) {
 	g, opt := r.g, r.opt
 	reportTruncated(opt.Log, r.set, r.file)
@@ -494,24 +514,25 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 	for _, name := range names {
 		params[name] = r.prog.Scope[name]
 	}
-	if opt.Comm != nil {
-		if err := r.finalParams(params); err != nil {
+	if opt.Comm != nil && len(opt.Params) > 0 {
+		if err := r.receiveFinal(params); err != nil {
 			return nil, err
 		}
+	}
+	if opt.Comm != nil {
 		names = append(names, opt.Params...)
 	}
 	if opt.Save != "" {
-		if err := modelfile.SaveModel(opt.Save, g.Name, names, params, r.norm); err != nil {
+		if err := r.save(names, params); err != nil {
 			return nil, err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
 	sum := &Summary{Role: opt.Role, Steps: r.steps, Seconds: elapsed, StepsPerS: float64(r.steps-r.first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
-	if opt.Comm != nil {
-		tr := opt.Comm.Traffic() // the pservers are done: nothing more arrives
-		sum.SentBytes, sum.RecvBytes, sum.WireSentBytes, sum.WireRecvBytes = tr.Sent, tr.Recv, tr.WireSent, tr.WireRecv
-	}
 	if r.ev != nil {
+		if r.pulls != nil { // the rows of the job's end
+			r.pulls.at, r.pulls.final = int64(r.steps), true
+		}
 		vals, err := logEval(r.ctx, r.ev, r.steps, g, opt, r.metrics)
 		if err != nil {
 			return nil, err
@@ -521,6 +542,11 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		sum.Eval = map[string]float64{"eval_loss": vals[0]}
 		for i, m := range g.Train.Metrics {
 			sum.Eval["eval_"+m] = vals[i+1]
+		}
+	}
+	if opt.Comm != nil {
+		if err := r.finish(sum); err != nil {
+			return nil, err
 		}
 	}
 	if r.tail != nil {
@@ -558,22 +584,48 @@ func (r *run) batchNote(ev *evaluate.Evaluator) string {
 	return note
 }
 
-// finalParams receives the parameters the pservers serve after the last
-// update (those of step `steps`) into params, and finishes with the
-// pservers.
-func (r *run) finalParams(params program.Scope) error {
-	opt := r.opt
-	if len(opt.Params) > 0 {
-		if err := r.receiveFinal(params); err != nil {
-			return err
-		}
-	}
-	if err := opt.Comm.Finish(r.ctx); err != nil {
+// finish tells the pservers this trainer is done, waits until they are,
+// and puts the traffic into the summary.
+func (r *run) finish(sum *Summary) error {
+	c := r.opt.Comm
+	if err := c.Finish(r.ctx); err != nil {
 		return err
 	}
-	for _, err := range opt.Comm.AwaitPeers(r.ctx) {
-		opt.Log.Warn().Err(err).Msg("after the last step")
+	for _, err := range c.AwaitPeers(r.ctx) {
+		r.opt.Log.Warn().Err(err).Msg("after the last step")
 	}
+	tr := c.Traffic() // the pservers are done: nothing more arrives
+	sum.SentBytes, sum.RecvBytes, sum.WireSentBytes, sum.WireRecvBytes = tr.Sent, tr.Recv, tr.WireSent, tr.WireRecv
+	return nil
+}
+
+// save writes the named parameters to --save; in a job with tables (only
+// trainer 0 saves there) with every table whole, pulled from the pservers
+// as of the job's end while the file is written.
+func (r *run) save(names []string, params program.Scope) error {
+	g, opt := r.g, r.opt
+	if !r.tables || opt.TrainerIndex != 0 {
+		return modelfile.SaveModel(opt.Save, g.Name, names, params, r.norm)
+	}
+	tables, err := tablesOf(g, r.batch)
+	if err != nil {
+		return err
+	}
+	var more []modelfile.Entry
+	for _, t := range tables {
+		more = append(more, tableEntry(r.ctx, opt.Comm, t, int64(r.steps)))
+	}
+	var bytes int64
+	for _, t := range tables {
+		bytes += 4 * int64(t.rows) * int64(t.width)
+	}
+	opt.Log.Info().Int("tables", len(tables)).Int64("table_bytes", bytes).Str("file", opt.Save).Msg("saving the whole model: pulling the tables from the pservers")
+	start := time.Now()
+	if err := modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, more); err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	opt.Log.Info().Float64("seconds", math.Round(secs*100)/100).Float64("mb_per_s", math.Round(float64(bytes)/1e6/secs)).Msg("pulled the tables into the file")
 	return nil
 }
 

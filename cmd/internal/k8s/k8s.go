@@ -478,9 +478,6 @@ func pserverJob(o Options, in partition.PlanInfo, i int) *batchv1.Job {
 		"--trainer-timeout=" + o.TrainerTimeout.String(),
 		"--log-format=json",
 	}
-	if in.HasTables() {
-		args = append(args, "--save="+CheckpointMount+"/"+PServerJob(o.Name, i)+".shards.safetensors")
-	}
 	c := corev1.Container{Name: "pserver", Args: args,
 		Env:          o.env("pserver", envValue("PSGRAPH_LISTEN", "0.0.0.0:"+strconv.Itoa(o.Port))),
 		Ports:        []corev1.ContainerPort{{Name: "psgraph", ContainerPort: int32(o.Port)}},

@@ -453,8 +453,9 @@ func TestManifests(t *testing.T) {
 }
 
 // TestManifestsTableJob: a sync job with lookup tables cannot take a
-// restarted trainer back, so its trainers get no retries; its pservers
-// save their shards on their claims.
+// restarted trainer back, so its trainers get no retries; trainer 0's
+// --save is the whole model (it pulls the tables from the pservers), so
+// the pservers save no shards of their own.
 func TestManifestsTableJob(t *testing.T) {
 	dir, p := writePlan(t, "../../../testdata/sparse/emb-sgd.yaml", 2, 2, partition.DefaultMinBlockSize)
 	if !p.Info.HasTables() {
@@ -469,8 +470,8 @@ func TestManifestsTableJob(t *testing.T) {
 	checkInvariants(t, o, p, m)
 	for i := range 2 {
 		c := m.jobs[k8s.PServerJob(o.Name, i)].Spec.Template.Spec.Containers[0]
-		if save, _ := argOf(c, "--save"); !strings.HasPrefix(save, k8s.CheckpointMount+"/") {
-			t.Errorf("pserver %d saves its shards to %q, not on its claim", i, save)
+		if save, ok := argOf(c, "--save"); ok {
+			t.Errorf("pserver %d saves its shards to %q; trainer 0's file holds the tables", i, save)
 		}
 	}
 }

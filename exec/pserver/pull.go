@@ -1,0 +1,149 @@
+package pserver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// A pserver answers pulls of its table shards (comm.Pull: trainer 0's
+// held-out evaluation and the whole model it saves) on one goroutine per
+// shard beside the parts' loops. The shard is read between two steps'
+// writes (under its part's Commit lock) and only once it is as far as the
+// pull asks: in a sync job once the part applied every step below the
+// pull's At (the trainer that asks ran those steps, and the part cannot
+// apply the next one before that trainer asks for its rows, so the rows
+// it reads are those of step At); in an async job at once, or, for the
+// job's end, once every other trainer finished and the part applied
+// everything (comm.Part.Quiet).
+
+// stepsApplied is how far a part is: the steps it applied (reached), and
+// the pulls waiting for it to go further.
+type stepsApplied struct {
+	mu      sync.Mutex
+	reached int64
+	waiters []chan struct{}
+}
+
+// advance records that the part applied every step below k.
+func (p *stepsApplied) advance(k int64) {
+	p.mu.Lock()
+	p.reached = k
+	for _, c := range p.waiters {
+		close(c)
+	}
+	p.waiters = p.waiters[:0]
+	p.mu.Unlock()
+}
+
+// await waits until the part applied every step below k.
+func (p *stepsApplied) await(ctx context.Context, k int64) error {
+	for {
+		p.mu.Lock()
+		if p.reached >= k {
+			p.mu.Unlock()
+			return nil
+		}
+		c := make(chan struct{})
+		p.waiters = append(p.waiters, c)
+		p.mu.Unlock()
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// shardServer answers the pulls of one table shard.
+type shardServer struct {
+	table string         // the table (the transfers' name)
+	shard *tensor.Tensor // this pserver's rows of it, in local order
+	part  *part
+}
+
+// shardServers lists the table shards of the parts, marking each part
+// that holds one: its assigns take the Commit lock, and in an async job
+// its loop tracks when it is quiet.
+func shardServers(parts []*part, async bool) []*shardServer {
+	var out []*shardServer
+	for _, p := range parts {
+		for _, op := range p.prog.Graph.Ops {
+			if op.Type != "serve_rows" {
+				continue
+			}
+			t := op.Attrs.String("var")
+			out = append(out, &shardServer{table: t, shard: p.prog.Scope[op.Inputs[0]], part: p})
+			p.prog.Commit = &p.commit
+			if async {
+				p.rv.TrackQuiet(ops.GradName(t))
+			}
+		}
+	}
+	return out
+}
+
+// serve answers pulls until every trainer is done (a finished error) or
+// ctx ends.
+func (s *shardServer) serve(ctx context.Context, c *comm.PServer) error {
+	w := s.shard.RowWidth()
+	height := s.shard.Shape[0]
+	buf := make([]byte, comm.PullSpec(s.table, w).Bytes)
+	ids := make([]int32, 0, comm.PullRows(w))
+	// One reply buffer per trainer: a trainer sends its next pull only
+	// once it received the last reply, which may change only then.
+	replies := make([][]float32, c.Trainers())
+	for {
+		k, b, err := c.RecvPull(ctx, s.table, buf)
+		if err != nil {
+			return err
+		}
+		r, err := comm.DecodePull(b, height, ids)
+		if err != nil {
+			return fmt.Errorf("%s pulled rows of %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
+		}
+		who := k.Src.Index
+		if replies[who] == nil {
+			replies[who] = make([]float32, comm.PullRows(w)*w)
+		}
+		rows := replies[who][:r.Rows()*w]
+		read := func() {
+			if r.IDs == nil {
+				copy(rows, s.shard.F[r.First*w:(r.First+r.N)*w])
+				return
+			}
+			for i, id := range r.IDs {
+				copy(rows[i*w:(i+1)*w], s.shard.F[int(id)*w:(int(id)+1)*w])
+			}
+		}
+		if err := s.read(ctx, c, who, r, read); err != nil {
+			return err
+		}
+		if err := c.ReplyPull(ctx, k, s.table, rows); err != nil {
+			return err
+		}
+	}
+}
+
+// read runs read once the shard is as far as r asks (see above).
+func (s *shardServer) read(ctx context.Context, c *comm.PServer, who int, r comm.Pull, read func()) error {
+	switch {
+	case !c.Async():
+		if err := s.part.applied.await(ctx, r.At); err != nil {
+			return err
+		}
+	case r.Final:
+		if err := c.AwaitOthers(ctx, who); err != nil {
+			return err
+		}
+		return s.part.rv.Quiet(ctx, who, r.At-1, read)
+	}
+	s.part.commit.RLock()
+	defer s.part.commit.RUnlock()
+	read()
+	return nil
+}

@@ -1,0 +1,179 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/kernels"
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// Trainer 0 of a job with sharded lookup tables reads table rows from the
+// pservers outside the steps (comm.Pull): the rows each chunk of its
+// held-out evaluation looks up, and, to save the whole model, every row
+// of every table, chunk by chunk, straight into the file.
+
+// table is a sharded lookup table as a trainer sees it: rows x width,
+// row r held by pserver r mod shards as its local row r div shards.
+type table struct {
+	name                string
+	rows, width, shards int
+}
+
+// localRows is how many rows shard s holds.
+func (t table) localRows(s int) int {
+	if t.rows <= s {
+		return 0
+	}
+	return (t.rows - s + t.shards - 1) / t.shards
+}
+
+// tablesOf lists the sharded tables the trainer's graph fetches rows of.
+func tablesOf(g *dsl.Graph, batch int) (map[string]table, error) {
+	types, err := g.Infer(batch)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := g.Transfers(batch, types)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]table{}
+	for _, t := range ts {
+		if t.Kind != dsl.TableRowsTransfer || !t.Recv {
+			continue
+		}
+		name := t.Op.Attrs.String("var")
+		out[name] = table{name: name, rows: types[t.Op.Outputs[0]].Shape[0], width: t.Shape[1], shards: t.Op.Attrs.Int("shards")}
+	}
+	return out, nil
+}
+
+// pullRendezvous is the rendezvous of trainer 0's held-out evaluation in
+// a job with tables: the evaluation's fetch_rows sends each shard the ids
+// of its chunk and receives their rows; here the ids are kept and the rows
+// pulled, PullRows at a time, as of step at (final: the job's end).
+type pullRendezvous struct {
+	c      Comm
+	tables map[string]table
+	byIDs  map[string]string // a table's ids transfer -> the table
+	byRows map[string]string // its rows transfer -> the table
+	ids    map[ir.Node]map[string][]int32
+	at     int64
+	final  bool
+}
+
+func newPullRendezvous(c Comm, tables map[string]table) *pullRendezvous {
+	r := &pullRendezvous{c: c, tables: tables, byIDs: map[string]string{}, byRows: map[string]string{}, ids: map[ir.Node]map[string][]int32{}}
+	for name := range tables {
+		r.byIDs[ops.TableIDs(name)] = name
+		r.byRows[ops.TableRows(name)] = name
+	}
+	return r
+}
+
+var errEvalSends = fmt.Errorf("the held-out evaluation of a job with tables only fetches table rows")
+
+func (r *pullRendezvous) Send(_ context.Context, _ int64, to ir.Node, v string, _ ir.DType, payload []byte) error {
+	t, ok := r.byIDs[v]
+	if !ok {
+		return fmt.Errorf("send %s: %w", v, errEvalSends)
+	}
+	if r.ids[to] == nil {
+		r.ids[to] = map[string][]int32{}
+	}
+	ids := r.ids[to][t][:0]
+	for i := 0; i+4 <= len(payload); i += 4 {
+		ids = append(ids, int32(uint32(payload[i])|uint32(payload[i+1])<<8|uint32(payload[i+2])<<16|uint32(payload[i+3])<<24))
+	}
+	r.ids[to][t] = ids
+	return nil
+}
+
+func (r *pullRendezvous) Recv(ctx context.Context, _ int64, from ir.Node, v string, dst []byte) (int, error) {
+	name, ok := r.byRows[v]
+	if !ok {
+		return 0, fmt.Errorf("recv %s: %w", v, errEvalSends)
+	}
+	t := r.tables[name]
+	ids := r.ids[from][name]
+	out := tensor.F32View(dst)
+	per := comm.PullRows(t.width)
+	for lo := 0; lo < len(ids); lo += per {
+		hi := min(lo+per, len(ids))
+		req := comm.Pull{At: r.at, Final: r.final, IDs: ids[lo:hi]}
+		if err := r.c.Pull(ctx, from.Index, name, req, out[lo*t.width:hi*t.width]); err != nil {
+			return 0, fmt.Errorf("pulling rows of %s from %s for the held-out evaluation: %w", name, from, err)
+		}
+	}
+	return 4 * len(ids) * t.width, nil
+}
+
+func (r *pullRendezvous) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
+	return errEvalSends
+}
+func (r *pullRendezvous) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
+	return 0, ir.Node{}, 0, errEvalSends
+}
+func (r *pullRendezvous) Pending(context.Context, []string) (string, error) {
+	return "", errEvalSends
+}
+
+var _ kernels.Rendezvous = (*pullRendezvous)(nil)
+
+// tableEntry is a whole table of the saved model, pulled from its shards
+// as of the job's end (step at) chunk by chunk as the file is written:
+// each chunk's global rows, PullRows of them, are pulled from every shard
+// at once and interleaved, so the trainer holds two chunks, never the
+// table.
+func tableEntry(ctx context.Context, c Comm, t table, at int64) modelfile.Entry {
+	return modelfile.Entry{Name: t.name, DType: tensor.F32, Shape: []int{t.rows, t.width}, Write: func(w io.Writer) error {
+		per := comm.PullRows(t.width)
+		chunk := make([]float32, per*t.width)
+		shard := make([][]float32, t.shards)
+		for s := range shard {
+			shard[s] = make([]float32, ((per+t.shards-1)/t.shards)*t.width)
+		}
+		errs := make([]error, t.shards)
+		for a := 0; a < t.rows; a += per {
+			b := min(a+per, t.rows)
+			// shard s holds the global rows s, s+M, ...: of [a, b) the
+			// local rows [first(s, a), first(s, b)).
+			first := func(s, g int) int { return max(0, (g-s+t.shards-1)/t.shards) }
+			var wg sync.WaitGroup
+			for s := range t.shards {
+				lo, hi := first(s, a), first(s, b)
+				if hi <= lo {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req := comm.Pull{At: at, Final: true, First: lo, N: hi - lo}
+					errs[s] = c.Pull(ctx, s, t.name, req, shard[s][:(hi-lo)*t.width])
+				}()
+			}
+			wg.Wait()
+			for s, err := range errs {
+				if err != nil {
+					return fmt.Errorf("pulling rows of %s from pserver-%d: %w", t.name, s, err)
+				}
+			}
+			for g := a; g < b; g++ {
+				s, l := g%t.shards, g/t.shards-first(g%t.shards, a)
+				copy(chunk[(g-a)*t.width:(g-a+1)*t.width], shard[s][l*t.width:(l+1)*t.width])
+			}
+			if _, err := w.Write(tensor.F32Bytes(chunk[:(b-a)*t.width])); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+}
