@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -48,14 +47,6 @@ type CompileOptions struct {
 	// KeepTemps gives every temporary its own buffer, so all of them can be
 	// inspected after Run (otherwise element-wise ops may work in place).
 	KeepTemps bool
-	// FlushSends, when set, waits until the messages the last step handed
-	// to the rendezvous were written, so their memory may change (a
-	// trainer's comm.Trainer.Flush). Run calls it at the start of every
-	// step, while the ops that only prepare split kernels' requests (each
-	// Start and the ops it reads, none of which writes memory a send
-	// reads) run: a step's table requests leave while the last step's
-	// gradients are still being written. Every other op runs after it.
-	FlushSends func(ctx context.Context) error
 }
 
 // Program is a graph compiled for one node: every tensor allocated once,
@@ -126,9 +117,6 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		index[i] = int32(len(p.nodes) - 1)
 	}
 	p.link(index)
-	if opt.FlushSends != nil {
-		p.flushFirst(opt.FlushSends)
-	}
 	p.order = p.waitsLast()
 	if opt.Targets == nil {
 		for _, a := range g.Assigns {
@@ -145,9 +133,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	// node's progress.
 	blocking := 0
 	for i, n := range p.nodes {
-		if n.op == nil { // the flush
-			blocking++
-		} else if def, _ := ops.Lookup(n.op.Type); def.Blocking && !n.wait && !p.started(i) {
+		if def, _ := ops.Lookup(n.op.Type); def.Blocking && !n.wait && !p.started(i) {
 			blocking++
 		}
 	}
@@ -285,66 +271,6 @@ func (p *Program) link(index map[int]int32) {
 			p.nodes[i].npred++
 		}
 	}
-	for i, n := range p.nodes {
-		if n.npred == 0 {
-			p.roots = append(p.roots, int32(i))
-		}
-	}
-}
-
-// flushFirst adds a node that calls flush and runs before every node
-// except the early ones: each split kernel's Start and the ops it reads,
-// unless one of them blocks or writes a tensor a send reads (memory the
-// last step may still be writing out). An early node's output is read by
-// no send, and a Start's own request buffers were written out before the
-// last step's replies came, so the early nodes may run while flush waits.
-func (p *Program) flushFirst(flush func(context.Context) error) {
-	sent := map[*tensor.Tensor]bool{}
-	for _, n := range p.nodes {
-		if n.op.Type == "send" || n.op.Type == "send_rows" {
-			for _, in := range n.op.Inputs {
-				sent[p.Scope[in]] = true
-			}
-		}
-	}
-	preds := make([][]int32, len(p.nodes))
-	for i, n := range p.nodes {
-		for _, j := range n.succ {
-			preds[j] = append(preds[j], int32(i))
-		}
-	}
-	early := make([]bool, len(p.nodes))
-	var mark func(i int32)
-	mark = func(i int32) {
-		n := &p.nodes[i]
-		if def, _ := ops.Lookup(n.op.Type); early[i] || n.wait || def.Blocking && !p.started(int(i)) {
-			return
-		}
-		for _, o := range n.op.Outputs {
-			if sent[p.Scope[o]] {
-				return
-			}
-		}
-		early[i] = true
-		for _, j := range preds[i] {
-			mark(j)
-		}
-	}
-	for i := range p.nodes {
-		if p.started(i) {
-			mark(int32(i))
-		}
-	}
-	f := int32(len(p.nodes))
-	p.nodes = append(p.nodes, node{kernel: func(rt kernels.Runtime) error { return flush(rt.Context()) }})
-	for i := range f {
-		if early[i] || slices.ContainsFunc(preds[i], func(j int32) bool { return !early[j] }) {
-			continue // early, or after a node that runs after the flush
-		}
-		p.nodes[f].succ = append(p.nodes[f].succ, i)
-		p.nodes[i].npred++
-	}
-	p.roots = p.roots[:0]
 	for i, n := range p.nodes {
 		if n.npred == 0 {
 			p.roots = append(p.roots, int32(i))
@@ -565,7 +491,7 @@ func (s *scheduler) runSequential(rt kernels.Runtime) error {
 // opError names the op that failed; a cancelled step is reported as such,
 // not as a failure of whichever op was waiting.
 func opError(op *dsl.Op, err error) error {
-	if op == nil || errors.Is(err, context.Canceled) { // the flush's error is the rendezvous's own
+	if errors.Is(err, context.Canceled) {
 		return err
 	}
 	return fmt.Errorf("op %s (%v -> %v) at %s: %w", op.Type, op.Inputs, op.Outputs, op.Pos, err)

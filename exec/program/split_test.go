@@ -36,37 +36,6 @@ type shardRendezvous struct {
 	want      int         // requests a step holds: tables x shards
 	atFirst   int         // requests in flight when the first reply was waited for (-1: none yet)
 	recvCalls int
-	flushing  bool // a flush (CompileOptions.FlushSends) is waited for: no reply may be
-	atFlush   int  // requests sent when the flush returned (-1: none yet)
-}
-
-// flush stands for the wait of the last step's messages: it returns once
-// every request of the step was sent (the requests leave while it waits).
-func (r *shardRendezvous) flush(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.flushing = true
-	defer func() { r.flushing = false }()
-	if err := r.await(ctx, "the flush"); err != nil {
-		return err
-	}
-	r.atFlush = r.sent
-	return nil
-}
-
-// await waits, with r.mu held, until every request of the step was sent.
-func (r *shardRendezvous) await(ctx context.Context, who string) error {
-	if r.sent < r.want {
-		stop := context.AfterFunc(ctx, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
-		defer stop()
-	}
-	for r.sent < r.want {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s waited with %d of %d requests sent: the requests are not all in flight together", who, r.sent, r.want)
-		}
-		r.cond.Wait()
-	}
-	return nil
 }
 
 func newShardRendezvous(tables, shards, maxRows int) *shardRendezvous {
@@ -87,7 +56,7 @@ func newShardRendezvous(tables, shards, maxRows int) *shardRendezvous {
 // newStep forgets the last step's requests.
 func (r *shardRendezvous) newStep() {
 	r.mu.Lock()
-	r.sent, r.atFirst, r.recvCalls, r.atFlush = 0, -1, 0, -1
+	r.sent, r.atFirst, r.recvCalls = 0, -1, 0
 	r.mu.Unlock()
 }
 
@@ -110,11 +79,15 @@ func (r *shardRendezvous) Recv(ctx context.Context, _ int64, from ir.Node, v str
 	if r.recvCalls++; r.recvCalls == 1 {
 		r.atFirst = r.sent
 	}
-	if r.flushing {
-		return 0, fmt.Errorf("%s from %s was waited for before the flush returned", v, from)
+	if r.sent < r.want {
+		stop := context.AfterFunc(ctx, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
+		defer stop()
 	}
-	if err := r.await(ctx, "a reply"); err != nil {
-		return 0, fmt.Errorf("%s from %s: %w", v, from, err)
+	for r.sent < r.want {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("%s from %s waited for a reply with %d of %d requests sent: the requests are not all in flight together", v, from, r.sent, r.want)
+		}
+		r.cond.Wait()
 	}
 	t := r.tables[v]
 	rows := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst)/4)
@@ -241,40 +214,5 @@ func TestSplitStartErrorStopsTheStep(t *testing.T) {
 	err = p.Run(&Runtime{Ctx: ctx, RV: rv})
 	if err == nil || !strings.Contains(err.Error(), "op fetch_rows") || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want the fetch_rows of c1 to fail on id 50", err)
-	}
-}
-
-// With FlushSends (a trainer: the last step's messages are still being
-// written when a step starts), the table requests leave while the flush
-// waits, and no reply is waited for and no other op runs before it
-// returned: the twin's flush returns only once every request was sent.
-func TestSplitRequestsLeaveDuringTheFlush(t *testing.T) {
-	const tables, shards, rows, d, batch = 5, 2, 50, 4, 8
-	g := splitModel(t, tables, shards, rows, d)
-	for _, workers := range []int{1, 2} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			rv := newShardRendezvous(tables, shards, batch)
-			p, err := Compile(g, CompileOptions{Batch: batch, Workers: workers, FlushSends: rv.flush})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			p.OnError = func(error) { cancel() }
-			rt := &Runtime{Ctx: ctx, RV: rv}
-			sum := p.Scope[fmt.Sprintf("s%d", tables-1)]
-			for k := range 4 {
-				rv.newStep()
-				rt.StepNum = int64(k)
-				sum.F[0] = -1
-				if err := p.Run(rt); err != nil {
-					t.Fatal(err)
-				}
-				if rv.atFlush != tables*shards || rv.recvCalls != tables*shards || sum.F[0] < 0 {
-					t.Fatalf("step %d: the flush returned with %d of %d requests sent, %d replies received, sum %v", k, rv.atFlush, tables*shards, rv.recvCalls, sum.F[0])
-				}
-			}
-		})
 	}
 }

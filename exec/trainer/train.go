@@ -286,12 +286,8 @@ func (r *run) compile() error {
 	if r.evaluates && opt.Comm != nil {
 		pin = opt.Params // the received parameters, which evaluation reads
 	}
-	var flush func(context.Context) error
-	if opt.Comm != nil {
-		flush = opt.Comm.Flush // at each step's start, while the table requests leave
-	}
 	prog, err := program.Compile(g, program.CompileOptions{Batch: r.batch, Pin: pin,
-		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}, FlushSends: flush})
+		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
 	if err != nil {
 		return err
 	}
@@ -440,7 +436,12 @@ func (r *run) step(k int) error {
 		return err
 	}
 	r.rt.StepNum = int64(k)
-	return r.prog.Run(r.rt) // it flushes the last step's messages first (CompileOptions.FlushSends)
+	if r.opt.Comm != nil {
+		if err := r.opt.Comm.Flush(r.ctx); err != nil {
+			return err
+		}
+	}
+	return r.prog.Run(r.rt)
 }
 
 // stepLog is the rate of the steps since the last logged one.
