@@ -147,5 +147,50 @@ func Build(name string, a Args) (Kernel, error) {
 	return b(a)
 }
 
+// Split is a communication kernel cut in two, in the manner of
+// TensorFlow's RecvAsync: Start computes and hands its requests to the
+// rendezvous without blocking; Finish blocks until the peers' replies
+// arrived and writes the outputs. Run one after the other they are the
+// op's kernel. The executor runs every ready Start before any Finish, so
+// the requests of all of a step's split ops travel together and their
+// round trips overlap. A Finish waits on the peers only, never on another
+// op of its node's step (the peers answer without hearing more from this
+// node), so the executor may block on it on any goroutine.
+type Split struct{ Start, Finish Kernel }
+
+// SplitBuilder builds an op's kernel in two halves for concrete tensors.
+type SplitBuilder func(a Args) (Split, error)
+
+var splitBuilders = map[string]SplitBuilder{}
+
+// registerSplit registers a kernel built in two halves; Build gives both
+// run one after the other.
+func registerSplit(name string, b SplitBuilder) {
+	splitBuilders[name] = b
+	register(name, func(a Args) (Kernel, error) {
+		s, err := b(a)
+		if err != nil {
+			return nil, err
+		}
+		return func(rt Runtime) error {
+			if err := s.Start(rt); err != nil {
+				return err
+			}
+			return s.Finish(rt)
+		}, nil
+	})
+}
+
+// BuildSplit builds op name's kernel in its two halves; ok is false for an
+// op whose kernel is not split (build it with Build).
+func BuildSplit(name string, a Args) (s Split, ok bool, err error) {
+	b, ok := splitBuilders[name]
+	if !ok {
+		return Split{}, false, nil
+	}
+	s, err = b(a)
+	return s, true, err
+}
+
 // Names lists the ops that have a kernel, sorted.
 func Names() []string { return slices.Sorted(maps.Keys(builders)) }

@@ -14,7 +14,7 @@ import (
 // on a trainer, serve_rows and accumulate_rows on a pserver.
 
 func init() {
-	register("fetch_rows", fetchRowsKernel)
+	registerSplit("fetch_rows", fetchRowsKernel)
 	register("send_rows", sendRowsKernel)
 	register("serve_rows", serveRowsKernel)
 	register("accumulate_rows", accumulateRowsKernel)
@@ -42,7 +42,10 @@ func f32Bytes(x []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
 
-func fetchRowsKernel(k Args) (Kernel, error) {
+// fetchRowsKernel's Start sends each shard the ids it owns, its Finish
+// receives each shard's rows (Split: every table's requests leave before
+// any reply is waited for).
+func fetchRowsKernel(k Args) (Split, error) {
 	out, v := k.Out[0], k.Attrs.String("var")
 	m := k.Attrs.Int("shards")
 	height, d := out.Shape[0], out.RowWidth()
@@ -56,7 +59,7 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 		got[s] = make([]float32, maxRows*d)
 	}
 	idsVar, rowsVar := ops.TableIDs(v), ops.TableRows(v)
-	return func(rt Runtime) error {
+	start := func(rt Runtime) error {
 		rows := out.Rows
 		rows.Reset()
 		for _, in := range k.In {
@@ -84,6 +87,9 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 			}
 		}
 		out.Fit()
+		return nil
+	}
+	finish := func(rt Runtime) error {
 		for s := range m {
 			n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.PServer(s), rowsVar, f32Bytes(got[s]))
 			if err != nil {
@@ -97,7 +103,8 @@ func fetchRowsKernel(k Args) (Kernel, error) {
 			}
 		}
 		return nil
-	}, nil
+	}
+	return Split{Start: start, Finish: finish}, nil
 }
 
 func sendRowsKernel(k Args) (Kernel, error) {

@@ -58,6 +58,7 @@ type Program struct {
 	Node    kernels.Node
 	nodes   []node
 	roots   []int32
+	order   []int32             // the one-goroutine run's order: each wait as late as it can be
 	assigns [][2]*tensor.Tensor // target, next value (row-sparse: only its rows)
 	sched   *scheduler
 	// OnError, when set, is called once as soon as an op fails, before Run
@@ -75,6 +76,10 @@ type node struct {
 	kernel kernels.Kernel
 	succ   []int32
 	npred  int32
+	// wait marks the Finish of a split kernel (kernels.Split), whose Start
+	// is the node before it and its only predecessor: it runs only when no
+	// other ready node is left, so every Start's request is on its way first.
+	wait bool
 }
 
 // Compile builds a Program for g.
@@ -105,7 +110,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 			c.tensorOf(name)
 		}
 	}
-	index := map[int]int32{}
+	index := map[int]int32{} // a graph op's (last) node
 	for _, i := range order {
 		if !keep[i] {
 			continue
@@ -116,6 +121,7 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		index[i] = int32(len(p.nodes) - 1)
 	}
 	p.link(index)
+	p.order = p.waitsLast()
 	if opt.Targets == nil {
 		for _, a := range g.Assigns {
 			p.assigns = append(p.assigns, [2]*tensor.Tensor{c.tensorOf(a.Target), c.tensorOf(a.Value)})
@@ -125,9 +131,13 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
+	// A blocking op gets a goroutine of its own, so compute always has
+	// `workers` left while every blocking op waits. A split op's wait does
+	// not need one: it waits on the peers only, and ends without this
+	// node's progress.
 	blocking := 0
-	for _, n := range p.nodes {
-		if def, _ := ops.Lookup(n.op.Type); def.Blocking {
+	for i, n := range p.nodes {
+		if def, _ := ops.Lookup(n.op.Type); def.Blocking && !n.wait && !p.started(i) {
 			blocking++
 		}
 	}
@@ -217,6 +227,13 @@ func (c *compiler) build(op *dsl.Op, batch int) error {
 		args.Attrs = dsl.AttrsAtBatch(args.Attrs, batch)
 	}
 	def, _ := ops.Lookup(op.Type)
+	if split, ok, err := kernels.BuildSplit(op.Type, args); ok {
+		if err != nil {
+			return dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
+		}
+		c.p.nodes = append(c.p.nodes, node{op: op, kernel: split.Start}, node{op: op, kernel: split.Finish, wait: true})
+		return nil
+	}
 	k, err := kernels.Build(op.Type, args)
 	if err != nil {
 		return dsl.Errorf(op.Pos, "op %s: %v", op.Type, err)
@@ -228,11 +245,21 @@ func (c *compiler) build(op *dsl.Op, batch int) error {
 	return nil
 }
 
+// started reports whether n is the Start of a split kernel (the node
+// after it is its wait).
+func (p *Program) started(i int) bool { return i+1 < len(p.nodes) && p.nodes[i+1].wait }
+
 // link gives each node its successors and count of predecessors (index:
-// a graph op's node) and lists the nodes that start a step.
+// a graph op's last node, which a split op's readers follow) and lists the
+// nodes that start a step.
 func (p *Program) link(index map[int]int32) {
 	prod := p.Graph.Producers()
 	for i, n := range p.nodes {
+		if n.wait { // after its Start only
+			p.nodes[i-1].succ = append(p.nodes[i-1].succ, int32(i))
+			p.nodes[i].npred++
+			continue
+		}
 		seen := map[int32]bool{}
 		for _, in := range n.op.Inputs {
 			j, ok := prod[in]
@@ -253,6 +280,48 @@ func (p *Program) link(index map[int]int32) {
 			p.roots = append(p.roots, int32(i))
 		}
 	}
+}
+
+// waitsLast orders the nodes for a run on one goroutine: the stored
+// (topological) order, except that a wait is put off until no other node
+// is ready, so every split op's request leaves before the first reply is
+// waited for. Without waits it is the stored order: a pserver part's
+// blocking ops (serve_rows before accumulate_rows) run as written.
+func (p *Program) waitsLast() []int32 {
+	n := len(p.nodes)
+	order := make([]int32, 0, n)
+	pending := make([]int32, n)
+	ready := make([]bool, n)
+	for i := range p.nodes {
+		pending[i] = p.nodes[i].npred
+		ready[i] = pending[i] == 0
+	}
+	for len(order) < n {
+		pick, wait := -1, -1 // the first ready node, else the first ready wait
+		for i := range n {
+			if ready[i] && !p.nodes[i].wait {
+				pick = i
+				break
+			}
+			if ready[i] && wait < 0 {
+				wait = i
+			}
+		}
+		if pick < 0 {
+			pick = wait
+		}
+		if pick < 0 {
+			break // unreachable: the nodes form a DAG
+		}
+		ready[pick] = false
+		order = append(order, int32(pick))
+		for _, j := range p.nodes[pick].succ {
+			if pending[j]--; pending[j] == 0 {
+				ready[j] = true
+			}
+		}
+	}
+	return order
 }
 
 // inPlace picks outputs that may share their input's buffer: an
@@ -352,13 +421,18 @@ func (p *Program) Close() { p.sched.close() }
 // workers-1 helpers, which wait on a condition variable between steps. An
 // op whose predecessors are done becomes ready; the goroutine that made it
 // ready runs it next unless idle helpers can take surplus ready ops, so a
-// chain of dependent ops runs on one goroutine without hand-offs.
+// chain of dependent ops runs on one goroutine without hand-offs. A ready
+// wait (the Finish of a split kernel) is taken only by a goroutine that
+// finds no other ready node, oldest first: every Start's request leaves
+// before a goroutine blocks on a reply.
 type scheduler struct {
 	p       *Program
 	mu      sync.Mutex
 	cond    *sync.Cond
 	pending []int32
 	ready   []int32
+	waits   []int32 // ready waits; waits[head:] not yet taken
+	head    int
 	left    int // ops not yet finished this step
 	running int // ops being run
 	idle    int
@@ -371,7 +445,8 @@ type scheduler struct {
 }
 
 func newScheduler(p *Program, workers int) *scheduler {
-	s := &scheduler{p: p, pending: make([]int32, len(p.nodes)), ready: make([]int32, 0, len(p.nodes))}
+	s := &scheduler{p: p, pending: make([]int32, len(p.nodes)), ready: make([]int32, 0, len(p.nodes)),
+		waits: make([]int32, 0, len(p.nodes))}
 	s.cond = sync.NewCond(&s.mu)
 	if workers > 1 {
 		s.helpers = workers - 1
@@ -392,6 +467,7 @@ func (s *scheduler) run(rt kernels.Runtime) error {
 		s.pending[i] = s.p.nodes[i].npred
 	}
 	s.ready = append(s.ready[:0], s.p.roots...)
+	s.waits, s.head = s.waits[:0], 0
 	s.left = len(s.p.nodes)
 	s.err = nil
 	s.rt = rt
@@ -408,8 +484,7 @@ func (s *scheduler) run(rt kernels.Runtime) error {
 
 // runSequential is the one-goroutine path: ops in dependency order.
 func (s *scheduler) runSequential(rt kernels.Runtime) error {
-	// nodes are stored in topological order
-	for i := range s.p.nodes {
+	for _, i := range s.p.order {
 		n := &s.p.nodes[i]
 		if err := n.kernel(rt); err != nil {
 			if s.p.OnError != nil {
@@ -433,7 +508,7 @@ func opError(op *dsl.Op, err error) error {
 // work runs ready ops until the step is finished or failed. Called with mu held.
 func (s *scheduler) work() {
 	for {
-		for len(s.ready) == 0 && s.left > 0 && s.err == nil {
+		for len(s.ready) == 0 && s.head == len(s.waits) && s.left > 0 && s.err == nil {
 			s.idle++
 			s.cond.Wait()
 			s.idle--
@@ -441,8 +516,13 @@ func (s *scheduler) work() {
 		if s.left == 0 || s.err != nil {
 			return
 		}
-		i := s.ready[len(s.ready)-1]
-		s.ready = s.ready[:len(s.ready)-1]
+		var i int32
+		if k := len(s.ready); k > 0 {
+			i, s.ready = s.ready[k-1], s.ready[:k-1]
+		} else {
+			i = s.waits[s.head]
+			s.head++
+		}
 		s.running++
 		rt := s.rt
 		s.mu.Unlock()
@@ -463,14 +543,18 @@ func (s *scheduler) work() {
 		s.left--
 		for _, j := range n.succ {
 			if s.pending[j]--; s.pending[j] == 0 {
-				s.ready = append(s.ready, j)
+				if s.p.nodes[j].wait {
+					s.waits = append(s.waits, j)
+				} else {
+					s.ready = append(s.ready, j)
+				}
 			}
 		}
 		if s.left == 0 {
 			s.cond.Broadcast()
 			return
 		}
-		if len(s.ready) > 1 && s.idle > 0 {
+		if len(s.ready)+len(s.waits)-s.head > 1 && s.idle > 0 {
 			s.cond.Signal()
 		}
 	}
