@@ -44,7 +44,7 @@ func checkTableIDs(table, ids Type) error {
 	if table.DType != ir.F32 || len(table.Shape) != 2 {
 		return Errorf("table must be float32 [V, D], got %v", table)
 	}
-	if table.Shape[0] == ir.DynamicRows {
+	if table.Shape[0] == ir.DynamicRows && !table.Sparse() {
 		if ids.DType != ir.I64 {
 			return Errorf("table %v is dynamic: its rows are found by 64-bit key, so ids must be int64 keys (an ids spec with key: hash64 or key: int64, or hash_cross with dtype: int64), got %v", table.Shape, ids)
 		}

@@ -155,6 +155,9 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
 	}
+	if err := checkDynamic(g, opt); err != nil {
+		return nil, err
+	}
 	if opt.Comm != nil && opt.InitFrom != "" {
 		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
 	}
@@ -336,7 +339,7 @@ func (r *run) compile() error {
 			shared[name] = t
 		}
 	}
-	if r.ev, err = evaluate.NewEvaluator(g, r.held.Set, r.held.File, shared, max(r.batch, evaluate.EvalChunk)); err != nil {
+	if r.ev, err = evaluate.NewEvaluatorTables(g, r.held.Set, r.held.File, shared, r.prog.Tables, max(r.batch, evaluate.EvalChunk)); err != nil {
 		return err
 	}
 	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
@@ -519,7 +522,7 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		return sum, nil
 	}
 	// The pass over the whole training data (--final-pass).
-	ev, err := evaluate.NewEvaluator(g, r.set, r.file, params, max(r.batch, evaluate.EvalChunk))
+	ev, err := evaluate.NewEvaluatorTables(g, r.set, r.file, params, r.prog.Tables, max(r.batch, evaluate.EvalChunk))
 	if err != nil {
 		return nil, err
 	}
