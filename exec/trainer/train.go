@@ -496,6 +496,10 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		names = append(names, opt.Params...)
 	}
 	if opt.Save != "" {
+		var err error
+		if names, err = saveTables(r.prog, params, names); err != nil {
+			return nil, err
+		}
 		if err := modelfile.SaveModel(opt.Save, g.Name, names, params, r.norm); err != nil {
 			return nil, err
 		}
