@@ -2,13 +2,16 @@ package trainer
 
 import (
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 )
 
 // checkDynamic refuses what a run of a model with dynamic tables cannot
-// do yet: run split, or checkpoint them.
+// do yet: run as part of a split job.
 func checkDynamic(g *dsl.Graph, opt RunOptions) error {
 	dyn := g.DynamicParams()
 	if len(dyn) == 0 {
@@ -18,8 +21,6 @@ func checkDynamic(g *dsl.Graph, opt RunOptions) error {
 	switch {
 	case opt.Comm != nil:
 		return dsl.Errorf(pos, "%s is a dynamic table, which a split job does not hold yet; train the model with psgraph run --role local", dyn[0])
-	case opt.Checkpoint != nil:
-		return dsl.Errorf(pos, "%s is a dynamic table, which checkpoints do not hold yet; train without --checkpoint-dir", dyn[0])
 	}
 	return nil
 }
@@ -37,4 +38,53 @@ func saveTables(p *program.Program, params program.Scope, names []string) ([]str
 		names = append(names, program.KeysName(dt.Name))
 	}
 	return names, nil
+}
+
+// chains are the checkpoint chains of the program's dynamic tables.
+func chains(ck *modelfile.Checkpointer, p *program.Program) []*modelfile.TableChain {
+	var out []*modelfile.TableChain
+	for _, dt := range p.Lowered {
+		out = append(out, &modelfile.TableChain{Dir: ck.Dir, Node: ck.Node, Table: dt.Name})
+	}
+	return out
+}
+
+// saveChains cuts each dynamic table into its chain at step, before the
+// node's checkpoint of step is listed (a crash between the two leaves a
+// link the restore of an older step drops).
+func saveChains(ck *modelfile.Checkpointer, p *program.Program, step int64) error {
+	if len(p.Lowered) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(ck.Dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	m, _, err := ck.Manifest()
+	if err != nil {
+		return err
+	}
+	steps := append(slices.Clone(m.Steps), step)
+	slices.Sort(steps)
+	steps = slices.Compact(steps)
+	keep := ck.Keep
+	if keep <= 0 {
+		keep = 2
+	}
+	keepFrom := steps[max(0, len(steps)-keep)]
+	for _, c := range chains(ck, p) {
+		if err := c.Save(step, p.Tables[c.Table], keepFrom); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restoreChains restores each dynamic table to its chain's step.
+func restoreChains(ck *modelfile.Checkpointer, p *program.Program, step int64) error {
+	for _, c := range chains(ck, p) {
+		if err := c.Restore(step, p.Tables[c.Table]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

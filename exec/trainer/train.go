@@ -376,6 +376,9 @@ func (r *run) startStep() error {
 			if err := ck.Restore(c, program.PersistentOf(r.prog)); err != nil {
 				return err
 			}
+			if err := restoreChains(ck, r.prog, c); err != nil {
+				return err
+			}
 			r.first = int(c)
 			opt.Log.Info().Int64("step", c).Str("dir", ck.Dir).Msg("resumed from checkpoint")
 		}
@@ -411,6 +414,9 @@ func (r *run) loop(start time.Time) error {
 		// Every ck.Every steps, and at the last step: a finished run can be
 		// continued from where it ended.
 		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && ((k+1)%ck.Every == 0 || k == r.steps-1) {
+			if err := saveChains(ck, r.prog, int64(k+1)); err != nil {
+				return err
+			}
 			if err := ck.Save(int64(k+1), program.PersistentOf(r.prog)); err != nil {
 				return err
 			}
