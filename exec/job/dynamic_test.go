@@ -16,6 +16,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/evaluate"
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/trainer"
@@ -74,7 +75,8 @@ train: {loss: loss, batch: 8, steps: 50, optimizer: {type: adagrad, lr: 0.1}}
 func TestDynamicTableModelFile(t *testing.T) {
 	g, counts := dynamicJob(t, "{dim: 4, min_count: 2}")
 	save := filepath.Join(t.TempDir(), "model.safetensors")
-	sum, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Save: save, Log: zerolog.Nop(), FinalPass: trainer.FinalPassOn})
+	prom := metrics.New("local")
+	sum, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Save: save, Log: zerolog.Nop(), FinalPass: trainer.FinalPassOn, Prom: prom})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +100,39 @@ func TestDynamicTableModelFile(t *testing.T) {
 	}
 	if len(want) == len(counts) {
 		t.Fatal("every key was seen twice: the data tests no admission")
+	}
+
+	// The summary line and the Prometheus metrics count the same rows.
+	line, err := json.Marshal(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantJSON := fmt.Sprintf(`"tables":{"emb":{"live_rows":%d,"held_rows":%d,"admitted":%d,"evicted_ttl":0,"evicted_capacity":0,"bytes":`, len(want), len(want), len(want))
+	if !strings.Contains(string(line), wantJSON) {
+		t.Errorf("summary %s\nwant %s...", line, wantJSON)
+	}
+	families, err := prom.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauges := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if strings.HasPrefix(f.GetName(), "psgraph_dynamic_table_") {
+				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				name := f.GetName()
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" {
+						name += "." + l.GetValue()
+					}
+				}
+				gauges[name] = v
+			}
+		}
+	}
+	if gauges["psgraph_dynamic_table_live_rows"] != float64(len(want)) || gauges["psgraph_dynamic_table_admitted_total"] != float64(len(want)) ||
+		gauges["psgraph_dynamic_table_bytes"] != float64(sum.Tables[0].Bytes) || sum.Tables[0].Bytes <= 0 {
+		t.Errorf("metrics %v, want %d live rows and admissions, %d bytes", gauges, len(want), sum.Tables[0].Bytes)
 	}
 
 	res, err := evaluate.EvalModel(context.Background(), g, evaluate.EvalOptions{InitFrom: save, Log: zerolog.Nop()})

@@ -1,11 +1,14 @@
 package trainer
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"os"
 	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 )
@@ -87,4 +90,33 @@ func restoreChains(ck *modelfile.Checkpointer, p *program.Program, step int64) e
 		}
 	}
 	return nil
+}
+
+// tableStats is the state of the program's dynamic tables, in declaration
+// order (the Prometheus gauges and counters, the summary line).
+func tableStats(p *program.Program) []metrics.TableStats {
+	var out []metrics.TableStats
+	for _, dt := range p.Lowered {
+		st := p.Tables[dt.Name].Stats()
+		out = append(out, metrics.TableStats{Table: dt.Name, Live: st.Live, Held: st.Held,
+			Admitted: st.Admitted, EvictedTTL: st.EvictedTTL, EvictedCapacity: st.EvictedCapacity, Bytes: st.Bytes.Total()})
+	}
+	return out
+}
+
+// writeTables writes the summary's "tables" member.
+func writeTables(b *strings.Builder, tables []metrics.TableStats) {
+	if len(tables) == 0 {
+		return
+	}
+	b.WriteString(`,"tables":{`)
+	for i, t := range tables {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(t.Table)
+		fmt.Fprintf(b, `%s:{"live_rows":%d,"held_rows":%d,"admitted":%d,"evicted_ttl":%d,"evicted_capacity":%d,"bytes":%d}`,
+			k, t.Live, t.Held, t.Admitted, t.EvictedTTL, t.EvictedCapacity, t.Bytes)
+	}
+	b.WriteByte('}')
 }

@@ -97,6 +97,9 @@ type Summary struct {
 	// the node did not evaluate.
 	Eval     map[string]float64
 	EvalRows int
+	// Tables is the state of the run's dynamic tables at its end (live
+	// rows, admissions, evictions, bytes); nil without them.
+	Tables []metrics.TableStats
 }
 
 // MarshalJSON writes the fixed keys first, then the metrics in model order.
@@ -115,6 +118,7 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 			fmt.Fprintf(&b, ",%s:%s", k, evaluate.JSONNum(s.Eval["eval_"+m]))
 		}
 	}
+	writeTables(&b, s.Tables)
 	b.WriteString("}")
 	return []byte(b.String()), nil
 }
@@ -296,6 +300,9 @@ func (r *run) compile() error {
 	}
 	r.prog = prog
 	r.closers = append(r.closers, prog.Close)
+	if len(prog.Lowered) > 0 {
+		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(prog) })
+	}
 	if err := program.Init(prog, program.InitOptions{From: opt.InitFrom, Progress: r.progress()}); err != nil {
 		return err
 	}
@@ -511,7 +518,8 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
-	sum := &Summary{Role: opt.Role, Steps: r.steps, Seconds: elapsed, StepsPerS: float64(r.steps-r.first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
+	sum := &Summary{Role: opt.Role, Steps: r.steps, Seconds: elapsed, StepsPerS: float64(r.steps-r.first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics,
+		Tables: tableStats(r.prog)}
 	if opt.Comm != nil {
 		tr := opt.Comm.Traffic() // the pservers are done: nothing more arrives
 		sum.SentBytes, sum.RecvBytes, sum.WireSentBytes, sum.WireRecvBytes = tr.Sent, tr.Recv, tr.WireSent, tr.WireRecv
