@@ -35,7 +35,7 @@ func (n *Node) WatchTables(stats func() []TableStats) {
 }
 
 type tableCollector struct {
-	stats                              func() []TableStats
+	stats                             func() []TableStats
 	live, held, bytes, admit, evicted *prometheus.Desc
 }
 

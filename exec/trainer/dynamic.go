@@ -3,9 +3,9 @@ package trainer
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/metrics"
