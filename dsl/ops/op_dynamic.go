@@ -35,7 +35,7 @@ func init() {
 			}
 			return []Type{newRows(ir.Shape{ir.DynamicRows, a.Int("dim")}, n)}, nil
 		},
-		Blocking: true, Stateful: true,
+		Stateful: true,
 	}, &Def{
 		Name: "dyn_pos", Doc: "pos[...] = the row of rows (dyn_pull's output) holding the key ids[...]; padding keys get -1", Internal: true,
 		Inputs: []string{"rows", "ids"}, Outputs: []string{"pos"},
