@@ -36,7 +36,7 @@ func BenchmarkCTRDynamicVsFixed(b *testing.B) {
 		b.Fatal(err)
 	}
 	models := map[string]string{
-		"fixed-10M": strings.NewReplacer("hash_buckets: 1000000", "hash_buckets: 10000000", "[1000000, 16]", "[10000000, 16]", "csv: data/ctr.tsv", "csv: ctr.tsv").Replace(string(fixed)),
+		"fixed-10M":    strings.NewReplacer("hash_buckets: 1000000", "hash_buckets: 10000000", "[1000000, 16]", "[10000000, 16]", "csv: data/ctr.tsv", "csv: ctr.tsv").Replace(string(fixed)),
 		"dynamic-min1": strings.NewReplacer("min_count: 2, ttl_steps: 2000", "min_count: 1", "csv: data/ctr-drift.tsv", "csv: ctr.tsv").Replace(string(dynamic)),
 		"dynamic-min2": strings.NewReplacer("ttl_steps: 2000", "ttl_steps: 0", "csv: data/ctr-drift.tsv", "csv: ctr.tsv").Replace(string(dynamic)),
 	}
