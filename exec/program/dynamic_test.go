@@ -47,10 +47,23 @@ func writeDynData(t *testing.T, dir string) [][]int64 {
 // given dynamic: mapping, else fixed [dynVocab, 4] read by int32 ids),
 // a linear layer, softmax cross-entropy.
 func dynModel(t *testing.T, dir, dynamic, optimizer string) *dsl.Graph {
+	return dynModelBag(t, dir, dynamic, optimizer, false)
+}
+
+// dynModelBag is dynModel; with bag, the table is also read by an
+// embedding_bag of the same keys (two readers: their row gradients add).
+func dynModelBag(t *testing.T, dir, dynamic, optimizer string, bag bool) *dsl.Graph {
 	t.Helper()
-	table, ids := "emb: {shape: [300, 4], init: {type: normal, std: 0.1, seed: 7}}", "ids: {name: keys, columns: [1, 4]}"
+	key := ""
+	table := "emb: {shape: [300, 4], init: {type: normal, std: 0.1, seed: 7}}"
 	if dynamic != "" {
-		table, ids = "emb: {dynamic: "+dynamic+", init: {type: normal, std: 0.1, seed: 7}}", "ids: {name: keys, columns: [1, 4], key: int64}"
+		key, table = ", key: int64", "emb: {dynamic: "+dynamic+", init: {type: normal, std: 0.1, seed: 7}}"
+	}
+	ids := "ids: {name: keys, columns: [1, 4]" + key + "}"
+	width, head := 12, "  - {type: reshape, inputs: [e3], outputs: [e], attrs: {shape: [-1, 12]}}"
+	if bag {
+		ids = "ids:\n    - {name: keys, columns: [1, 4]" + key + "}\n    - {name: bagkeys, columns: [2, 4]" + key + "}"
+		width, head = 16, "  - {type: reshape, inputs: [e3], outputs: [e0], attrs: {shape: [-1, 12]}}\n  - {type: embedding_bag, inputs: [emb, bagkeys], outputs: [pb], attrs: {mode: mean}}\n  - {type: concat, inputs: [e0, pb], outputs: [e], attrs: {axis: 1}}"
 	}
 	src := fmt.Sprintf(`psgraph: 1
 name: dyn
@@ -60,14 +73,14 @@ data:
   %s
 params:
   %s
-  W: {shape: [12, 2], init: {type: normal, std: 0.1, seed: 8}}
+  W: {shape: [%d, 2], init: {type: normal, std: 0.1, seed: 8}}
 ops:
   - {type: lookup_table, inputs: [emb, keys], outputs: [e3]}
-  - {type: reshape, inputs: [e3], outputs: [e], attrs: {shape: [-1, 12]}}
+%s
   - {type: matmul, inputs: [e, W], outputs: [logits]}
   - {type: softmax_cross_entropy, inputs: [logits, y], outputs: [loss]}
 train: {loss: loss, batch: %d, steps: %d, optimizer: %s}
-`, ids, table, dynBatch, dynRows/dynBatch, optimizer)
+`, ids, table, width, head, dynBatch, dynRows/dynBatch, optimizer)
 	file := filepath.Join(dir, "m.yaml")
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -162,13 +175,18 @@ func TestDynamicTableAdmitsAndExpiresExactly(t *testing.T) {
 // parameters as a fixed table whose row k is key k: every row of a key
 // seen equals the fixed table's row, bit for bit, and so does W.
 func TestDynamicTableTrainsAsFixedTable(t *testing.T) {
-	for _, opt := range []string{"{type: sgd, lr: 0.1}", "{type: adagrad, lr: 0.1}", "{type: rowwise_adagrad, lr: 0.1}", "{type: adam, lr: 0.01}", "{type: ftrl, lr: 0.1}"} {
-		t.Run(opt, func(t *testing.T) {
+	for _, c := range []struct {
+		opt string
+		bag bool
+	}{{"{type: sgd, lr: 0.1}", false}, {"{type: adagrad, lr: 0.1}", false}, {"{type: rowwise_adagrad, lr: 0.1}", false},
+		{"{type: adam, lr: 0.01}", false}, {"{type: ftrl, lr: 0.1}", false}, {"{type: adagrad, lr: 0.1}", true}} {
+		opt := c.opt
+		t.Run(fmt.Sprintf("%s,bag=%v", opt, c.bag), func(t *testing.T) {
 			dir := t.TempDir()
 			keys := writeDynData(t, dir)
 			steps := dynRows / dynBatch
-			fixed := trainDyn(t, dynModel(t, dir, "", opt), steps)
-			dyn := trainDyn(t, dynModel(t, dir, "{dim: 4}", opt), steps)
+			fixed := trainDyn(t, dynModelBag(t, dir, "", opt, c.bag), steps)
+			dyn := trainDyn(t, dynModelBag(t, dir, "{dim: 4}", opt, c.bag), steps)
 			seen := map[int64]bool{}
 			for _, row := range keys {
 				for _, k := range row {
@@ -207,5 +225,36 @@ func TestDynamicTableTrainsAsFixedTable(t *testing.T) {
 				t.Errorf("%d values differ", diff)
 			}
 		})
+	}
+}
+
+// Once its keys have rows, a step of a dynamic table allocates nothing:
+// the pull's key index, the positions, gathers and scatter reuse their
+// buffers, and the table its pages.
+func TestDynamicStepDoesNotAllocate(t *testing.T) {
+	dir := t.TempDir()
+	writeDynData(t, dir)
+	g := dynModel(t, dir, "{dim: 4, ttl_steps: 1000}", "{type: adagrad, lr: 0.1}")
+	steps := dynRows / dynBatch
+	p := trainDyn(t, g, steps) // every key admitted
+	set, err := data.Load(g.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, f := data.NewOrderedStream(set), NewFeeder(g, p.Scope)
+	rt := &Runtime{Ctx: context.Background()}
+	k := steps
+	allocs := testing.AllocsPerRun(2*steps, func() {
+		if err := f.Fill(st, int64((k%steps)*dynBatch)); err != nil {
+			t.Fatal(err)
+		}
+		rt.StepNum = int64(k)
+		if err := p.Run(rt); err != nil {
+			t.Fatal(err)
+		}
+		k++
+	})
+	if allocs != 0 {
+		t.Errorf("%.2f allocations per step, want 0", allocs)
 	}
 }
