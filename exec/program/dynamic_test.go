@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 const (
@@ -256,5 +258,50 @@ func TestDynamicStepDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%.2f allocations per step, want 0", allocs)
+	}
+}
+
+// A model file's dynamic table that is not keys and rows of the table's
+// width (a wrong width, a key twice, the padding key, keys missing) is
+// refused with an error naming the file and the tensor, and nothing is
+// loaded.
+func TestLoadTableRefusesMalformedFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeDynData(t, dir)
+	g := dynModel(t, dir, "{dim: 4}", "{type: sgd, lr: 0.1}")
+	_, tables, err := dsl.LowerDynamic(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := func(k ...int64) *tensor.Tensor {
+		x := tensor.New(tensor.I64, tensor.Shape{len(k)})
+		copy(x.L, k)
+		return x
+	}
+	rows := func(n, w int) *tensor.Tensor { return tensor.New(tensor.F32, tensor.Shape{n, w}) }
+	for name, c := range map[string]struct {
+		keys, rows *tensor.Tensor
+		want       string
+	}{
+		"width":     {keys(1, 2), rows(2, 3), "m.safetensors: emb is float32[2, 3], want float32 [2, 4]"},
+		"count":     {keys(1, 2), rows(3, 4), "want float32 [2, 4]"},
+		"duplicate": {keys(1, 7, 1), rows(3, 4), "key 1 appears twice in emb.keys"},
+		"padding":   {keys(1, ir.PadKey), rows(2, 4), "is the padding key"},
+		"no keys":   {nil, rows(2, 4), "needs tensors emb.keys (int64 keys) and emb"},
+		"key dtype": {rows(2, 1), rows(2, 4), "emb.keys is float32[2, 1], want int64 [n] keys"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tab, err := NewTable(tables[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = LoadTable(tab, tables[0], c.keys, c.rows, "m.safetensors")
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "m.safetensors") {
+				t.Fatalf("error %v, want one naming the file and %q", err, c.want)
+			}
+			if live := tab.Stats().Live; live != 0 {
+				t.Errorf("%d rows loaded from a refused file", live)
+			}
+		})
 	}
 }
