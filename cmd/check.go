@@ -103,6 +103,10 @@ func printSummary(w io.Writer, g *dsl.Graph, rows, held int64) {
 	fmt.Fprintf(w, "params (%d):\n", len(byKind[dsl.KindParam]))
 	for _, n := range byKind[dsl.KindParam] {
 		t := g.Types[n]
+		if dy := g.Vars[n].Dynamic; dy != nil {
+			fmt.Fprintf(w, "  %-16s %-12v dynamic: %s\n", n, t.Shape, describeDynamic(dy))
+			continue
+		}
 		total += t.Shape.Numel()
 		fmt.Fprintf(w, "  %-16s %-12v %9d elements  %s\n", n, t.Shape, t.Shape.Numel(), partition.ByteSize(4*t.Shape.Numel()))
 	}
@@ -179,11 +183,29 @@ func rowSets(g *dsl.Graph) []string {
 	var out []string
 	for n, t := range g.Types {
 		if t.Sparse() && t.RowSet == n {
-			out = append(out, fmt.Sprintf("%s %s[%d, ...] rows<=%d (%d more values hold its rows)", n, t.DType, t.Shape[0], t.MaxRows, holders[n]))
+			out = append(out, fmt.Sprintf("%s %s[%s, ...] rows<=%d (%d more values hold its rows)", n, t.DType, strings.Trim(t.Shape[:1].String(), "[]"), t.MaxRows, holders[n]))
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// describeDynamic says how a dynamic table admits and evicts rows.
+func describeDynamic(dy *dsl.Dynamic) string {
+	parts := []string{"rows as keys are admitted"}
+	if dy.MinCount > 1 {
+		parts = append(parts, fmt.Sprintf("min_count %d", dy.MinCount))
+	}
+	if dy.Probability > 0 && dy.Probability < 1 {
+		parts = append(parts, fmt.Sprintf("probability %g", dy.Probability))
+	}
+	if dy.TTLSteps > 0 {
+		parts = append(parts, fmt.Sprintf("ttl %d steps", dy.TTLSteps))
+	}
+	if dy.Capacity > 0 {
+		parts = append(parts, fmt.Sprintf("capacity %d (%s)", dy.Capacity, dy.Policy))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func optName(o *dsl.Optimizer) string {

@@ -93,6 +93,9 @@ func (g *Graph) checkStructure() ([]int, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	if errs = g.checkDynamicReaders(); len(errs) > 0 {
+		return nil, errs
+	}
 	if inOrder {
 		order := make([]int, len(g.Ops))
 		for i := range order {
@@ -565,6 +568,10 @@ func (g *Graph) persistentNames() []string {
 // allocation at run time.
 const MaxElements = 1 << 31
 
+// dynamicShape reports whether s is a dynamic table's (or its state's, or
+// its rows'): rows that exist only for the keys admitted, never allocated whole.
+func dynamicShape(s ir.Shape) bool { return len(s) > 0 && s[0] == ir.DynamicRows }
+
 // numel returns the element count of s, or -1 when it exceeds MaxElements.
 func numel(s ir.Shape) int {
 	n := 1
@@ -587,13 +594,13 @@ func (g *Graph) checkSizes(types map[string]ops.Type, batch int) ErrorList {
 		errs = append(errs, Errorf(pos, "%s is %v at batch %d, more than %d elements; check the shape and train.batch", what, t.Shape, batch, MaxElements))
 	}
 	for _, name := range g.Order {
-		if t := types[name]; numel(t.Shape) < 0 {
+		if t := types[name]; numel(t.Shape) < 0 && !dynamicShape(t.Shape) {
 			big(g.Vars[name].Pos, fmt.Sprintf("%s %q", g.Vars[name].Kind, name), t)
 		}
 	}
 	for _, op := range g.Ops {
 		for _, o := range op.Outputs {
-			if t := types[o]; numel(t.Shape) < 0 {
+			if t := types[o]; numel(t.Shape) < 0 && !dynamicShape(t.Shape) {
 				big(op.Pos, fmt.Sprintf("op %s output %q", op.Type, o), t)
 				return errs
 			}

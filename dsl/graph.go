@@ -92,7 +92,10 @@ type Var struct {
 	// Optimizer is a parameter's own optimizer (params.P.optimizer), which
 	// overrides train.optimizer for it; nil: train.optimizer.
 	Optimizer *Optimizer
-	Pos       Pos
+	// Dynamic makes a parameter a dynamic table (params.P.dynamic): its
+	// Shape is [ir.DynamicRows, Dynamic.Dim].
+	Dynamic *Dynamic
+	Pos     Pos
 }
 
 // Block describes a row block: rows [Start, End) along dim 0 of the

@@ -324,8 +324,12 @@ func writeOptimizer(b *bytes.Buffer, o *Optimizer) {
 // init: {..}, place: .., of: .., block: {..}, optimizer: {..}} (the
 // optimizer when withOptimizer: before expansion).
 func writeVar(b *bytes.Buffer, v *Var, withOptimizer bool) {
-	b.WriteString("{shape: ")
-	writeIntList(b, v.Shape)
+	if dy := v.Dynamic; dy != nil {
+		writeDynamic(b, dy)
+	} else {
+		b.WriteString("{shape: ")
+		writeIntList(b, v.Shape)
+	}
 	if v.DType != ir.F32 {
 		b.WriteString(", dtype: ")
 		b.WriteString(v.DType.String())
@@ -369,6 +373,27 @@ func writeVar(b *bytes.Buffer, v *Var, withOptimizer bool) {
 	if o := v.Optimizer; o != nil && withOptimizer {
 		b.WriteString(", optimizer: ")
 		writeOptimizer(b, o)
+	}
+	b.WriteByte('}')
+}
+
+// writeDynamic opens a dynamic table's mapping with its dynamic: key.
+func writeDynamic(b *bytes.Buffer, dy *Dynamic) {
+	fmt.Fprintf(b, "{dynamic: {dim: %d", dy.Dim)
+	if dy.MinCount != 0 {
+		fmt.Fprintf(b, ", min_count: %d", dy.MinCount)
+	}
+	if dy.Probability != 0 {
+		fmt.Fprintf(b, ", probability: %s", strconv.FormatFloat(dy.Probability, 'g', -1, 64))
+	}
+	if dy.SketchBytes != 0 {
+		fmt.Fprintf(b, ", sketch_bytes: %d", dy.SketchBytes)
+	}
+	if dy.TTLSteps != 0 {
+		fmt.Fprintf(b, ", ttl_steps: %d", dy.TTLSteps)
+	}
+	if dy.Capacity != 0 {
+		fmt.Fprintf(b, ", capacity: %d, policy: %s", dy.Capacity, dy.Policy)
 	}
 	b.WriteByte('}')
 }

@@ -679,7 +679,7 @@ func (d *decoder) delimiter(n *yaml.Node) (byte, bool) {
 
 var (
 	varKeys   = []string{"shape", "init", "dtype", "place", "of", "block"}
-	paramKeys = append(append([]string{}, varKeys...), "optimizer")
+	paramKeys = append(append([]string{}, varKeys...), "optimizer", "dynamic")
 )
 
 func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
@@ -699,6 +699,13 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 					return
 				}
 				vr.Optimizer = d.optimizer(vv)
+			case "dynamic":
+				if kind != KindParam {
+					d.errorf(kk, "%s: only a parameter can be a dynamic table; declare %s under params", what, name)
+					return
+				}
+				hasShape = true
+				vr.Dynamic = d.dynamic(vv, what+".dynamic")
 			case "shape":
 				hasShape = true
 				if s, ok := d.ints(vv, what+".shape"); ok {
@@ -742,6 +749,9 @@ func (d *decoder) vars(n *yaml.Node, section string, kind VarKind, g *Graph) {
 		}
 		if vr.Init == nil {
 			vr.Init = &Init{Type: "zeros", Pos: vr.Pos}
+		}
+		if vr.Dynamic != nil {
+			d.checkDynamicVar(vr, v, what)
 		}
 		d.declare(g, vr)
 	})

@@ -34,6 +34,14 @@ const (
 // reading int64 keys skip it as int32 ids < 0 are skipped.
 const PadKey int64 = math.MinInt64
 
+// DynamicRows is the row count of a dynamic table's shape ([DynamicRows,
+// dim]): unknown, as rows are created when keys are admitted and removed
+// when they expire. Shape rules read only its dim; no tensor of that many
+// rows is ever allocated (the rows live in an exec/dyntable.Table). It is
+// large enough that no fixed table has it and small enough that its
+// product with any row width fits an int.
+const DynamicRows = 1 << 40
+
 // HashKey is the int64 key of a 64-bit hash h: h's bits read as a
 // two's-complement int64, except the one hash whose bits are PadKey's
 // (2^63), which becomes PadKey+1, so that no hashed key is padding.
@@ -112,6 +120,8 @@ func (s Shape) String() string {
 	for i, d := range s {
 		if d < 0 {
 			parts[i] = "batch"
+		} else if d == DynamicRows {
+			parts[i] = "dynamic"
 		} else {
 			parts[i] = fmt.Sprint(d)
 		}

@@ -44,6 +44,12 @@ func checkTableIDs(table, ids Type) error {
 	if table.DType != ir.F32 || len(table.Shape) != 2 {
 		return Errorf("table must be float32 [V, D], got %v", table)
 	}
+	if table.Shape[0] == ir.DynamicRows && !table.Sparse() {
+		if ids.DType != ir.I64 {
+			return Errorf("table %v is dynamic: its rows are found by 64-bit key, so ids must be int64 keys (an ids spec with key: hash64 or key: int64, or hash_cross with dtype: int64), got %v", table.Shape, ids)
+		}
+		return nil
+	}
 	if ids.DType == ir.I64 {
 		return Errorf("ids are 64-bit keys (%v), but a table [V, D] is read by int32 ids in [0, V): read the column with hash_buckets: V instead of key, or map the keys onto the rows with hash_cross (buckets: V)", ids)
 	}

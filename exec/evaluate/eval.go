@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
@@ -63,6 +64,12 @@ type aucMetric struct {
 // NewEvaluator evaluates the data of set (in memory) or file (streamed)
 // with the parameters params, in chunks of chunk rows.
 func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, chunk int) (*Evaluator, error) {
+	return NewEvaluatorTables(g, set, file, params, nil, chunk)
+}
+
+// NewEvaluatorTables is NewEvaluator for a model with dynamic tables,
+// which it reads from tables (by name) without changing them.
+func NewEvaluatorTables(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, tables map[string]*dyntable.Table, chunk int) (*Evaluator, error) {
 	e := &Evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
 	e.sums = make([]float64, len(e.targets))
 	e.rt = &program.Runtime{Ctx: context.Background()}
@@ -75,7 +82,7 @@ func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params pro
 		}
 	}
 	compile := func(batch int) (*program.Program, *program.Feeder, error) {
-		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: compileTargets, Shared: params, Workers: 1})
+		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: compileTargets, Shared: params, Tables: tables, Workers: 1})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -118,6 +118,9 @@ type Args struct {
 	Inference bool
 	// Node is the node's place in its job.
 	Node Node
+	// Dynamic holds this program's dynamic tables by name (the dyn_* ops;
+	// nil: none).
+	Dynamic map[string]*Dynamic
 }
 
 // Builder builds an op's kernel for concrete tensors.

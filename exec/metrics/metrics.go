@@ -41,6 +41,7 @@ var stepBuckets = prometheus.ExponentialBuckets(100e-6, 2.5, 16)
 type Node struct {
 	reg   *prometheus.Registry
 	start time.Time
+	name  string
 
 	steps      prometheus.Counter
 	stepTime   prometheus.Histogram
@@ -61,7 +62,7 @@ type Node struct {
 // New returns the metrics of node ("trainer-0", "pserver-1", "local"); every
 // series carries it as the label node.
 func New(node string) *Node {
-	n := &Node{reg: prometheus.NewRegistry(), start: time.Now()}
+	n := &Node{reg: prometheus.NewRegistry(), start: time.Now(), name: node}
 	n.ckStep.Store(-1)
 	c := prometheus.Labels{"node": node}
 	n.steps = prometheus.NewCounter(prometheus.CounterOpts{Name: "psgraph_steps_total", ConstLabels: c,

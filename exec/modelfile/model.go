@@ -110,6 +110,18 @@ func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (map[string]*tenso
 			return nil, nil, fmt.Errorf("%s: %s %q of %s is missing from the file; give the file psgraph saved for this model (--save)", file, what, name, g.File)
 		}
 		ty := types[name]
+		if dy := g.Vars[name].Dynamic; dy != nil {
+			// a dynamic table: its keys and their rows, checked when read (program.ReadTable)
+			keys, ok := ts[name+".keys"]
+			if !ok {
+				return nil, nil, fmt.Errorf("%s: the keys %q of dynamic table %s are missing from the file; give the file psgraph saved for this model (--save)", file, name+".keys", name)
+			}
+			if len(t.Shape) != 2 || t.Shape[1] != dy.Dim || t.DType != tensor.F32 {
+				return nil, nil, fmt.Errorf("%s: %q is %s%v in the file, but dynamic table %s of %s has rows of dim %d; the file belongs to another model", file, name, t.DType, t.Shape, name, g.File, dy.Dim)
+			}
+			params[name], params[name+".keys"] = t, keys
+			continue
+		}
 		if !t.Shape.Equal(ty.Shape) || t.DType != ty.DType {
 			return nil, nil, fmt.Errorf("%s: %q is %s%v in the file but %s%v in %s; the file belongs to another model", file, name, t.DType, t.Shape, ty.DType, ty.Shape, g.File)
 		}

@@ -2,7 +2,6 @@ package program
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -46,12 +45,7 @@ func initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Sh
 		rowLen = fullShape[1:].Numel()
 	}
 	fanIn, fanOut := fans(fullShape)
-	seed := uint64(in.Attrs.Int("seed"))
-	if !in.Attrs.Has("seed") {
-		h := fnv.New64a()
-		h.Write([]byte(name))
-		seed = h.Sum64()
-	}
+	seed := InitSeed(in, name)
 	// fill writes rows [lo, hi) of t, each from its own stream.
 	var fill func(r *rand.Rand, pcg *rand.PCG, lo, hi int)
 	rows := func(pcg *rand.PCG, lo, hi int, draw func(row []float32)) {

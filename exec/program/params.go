@@ -44,6 +44,9 @@ func Init(p *Program, o InitOptions) error {
 		if loaded, _, err = modelfile.LoadSafetensors(initFrom); err != nil {
 			return err
 		}
+		if err := loadTables(p, loaded, initFrom); err != nil {
+			return err
+		}
 		var unknown []string
 		for name := range loaded {
 			if v := g.Vars[name]; (v == nil || !v.Kind.Persistent()) && !g.HasBlocksOf(name) {

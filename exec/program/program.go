@@ -9,6 +9,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
@@ -47,6 +48,11 @@ type CompileOptions struct {
 	// KeepTemps gives every temporary its own buffer, so all of them can be
 	// inspected after Run (otherwise element-wise ops may work in place).
 	KeepTemps bool
+	// Tables binds dynamic tables to existing storage (the training
+	// program's, read by its evaluation; a saved model's); a table not
+	// given gets a new, empty one (dsl.LowerDynamic says how the graph
+	// reads them).
+	Tables map[string]*dyntable.Table
 }
 
 // Program is a graph compiled for one node: every tensor allocated once,
@@ -55,7 +61,11 @@ type Program struct {
 	Graph *dsl.Graph
 	Scope Scope
 	// Node is the node's place in its job, as compiled.
-	Node    kernels.Node
+	Node kernels.Node
+	// Tables are the program's dynamic tables by name, and Lowered the
+	// tables' layout (nil: the graph has none).
+	Tables  map[string]*dyntable.Table
+	Lowered []dsl.DynamicTable
 	nodes   []node
 	roots   []int32
 	order   []int32             // the one-goroutine run's order: each wait as late as it can be
@@ -88,6 +98,10 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	if batch <= 0 {
 		batch = max(g.Batch(), 1)
 	}
+	g, lowered, err := dsl.LowerDynamic(g)
+	if err != nil {
+		return nil, err
+	}
 	types, err := g.Infer(batch)
 	if err != nil {
 		return nil, err
@@ -100,8 +114,11 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Program{Graph: g, Scope: Scope{}, Node: opt.Node}
+	p := &Program{Graph: g, Scope: Scope{}, Node: opt.Node, Lowered: lowered}
 	c := &compiler{p: p, opt: opt, types: types, alias: map[string]string{}}
+	if c.dynamic, err = p.bindTables(opt); err != nil {
+		return nil, err
+	}
 	if !opt.KeepTemps {
 		c.alias = inPlace(g, keep, types, opt)
 	}
@@ -186,6 +203,8 @@ type compiler struct {
 	opt   CompileOptions
 	types map[string]ops.Type
 	alias map[string]string // an output written in place of its input
+	// dynamic: the dynamic tables' kernel state, by name.
+	dynamic map[string]*kernels.Dynamic
 }
 
 // tensorOf is the tensor of variable name, allocated at its first use: a
@@ -216,7 +235,7 @@ func (c *compiler) tensorOf(name string) *tensor.Tensor {
 
 // build builds op's kernel for its tensors and appends its node.
 func (c *compiler) build(op *dsl.Op, batch int) error {
-	args := kernels.Args{Attrs: op.Attrs, Inference: c.opt.Targets != nil, Node: c.opt.Node}
+	args := kernels.Args{Attrs: op.Attrs, Inference: c.opt.Targets != nil, Node: c.opt.Node, Dynamic: c.dynamic}
 	for _, in := range op.Inputs {
 		args.In = append(args.In, c.tensorOf(in))
 	}

@@ -102,6 +102,9 @@ type Summary struct {
 	// together and an evaluation computed it at another batch than the
 	// training batch (evaluate.BatchNote); "" otherwise.
 	Note string
+	// Tables is the state of the run's dynamic tables at its end (live
+	// rows, admissions, evictions, bytes); nil without them.
+	Tables []metrics.TableStats
 }
 
 // MarshalJSON writes the fixed keys first, then the metrics in model order.
@@ -124,6 +127,7 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 		n, _ := json.Marshal(s.Note)
 		fmt.Fprintf(&b, `,"note":%s`, n)
 	}
+	writeTables(&b, s.Tables)
 	b.WriteString("}")
 	return []byte(b.String()), nil
 }
@@ -166,6 +170,9 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	}
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
+	}
+	if err := checkDynamic(g, opt); err != nil {
+		return nil, err
 	}
 	if opt.Comm != nil && opt.InitFrom != "" {
 		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
@@ -308,6 +315,9 @@ func (r *run) compile() error {
 	}
 	r.prog = prog
 	r.closers = append(r.closers, prog.Close)
+	if len(prog.Lowered) > 0 {
+		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(prog) })
+	}
 	if err := program.Init(prog, program.InitOptions{From: opt.InitFrom, Progress: r.progress()}); err != nil {
 		return err
 	}
@@ -351,7 +361,7 @@ func (r *run) compile() error {
 			shared[name] = t
 		}
 	}
-	if r.ev, err = evaluate.NewEvaluator(g, r.held.Set, r.held.File, shared, max(r.batch, evaluate.EvalChunk)); err != nil {
+	if r.ev, err = evaluate.NewEvaluatorTables(g, r.held.Set, r.held.File, shared, r.prog.Tables, max(r.batch, evaluate.EvalChunk)); err != nil {
 		return err
 	}
 	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
@@ -396,6 +406,9 @@ func (r *run) startStep() error {
 			if err := ck.Restore(c, program.PersistentOf(r.prog)); err != nil {
 				return err
 			}
+			if err := restoreChains(ck, r.prog, c); err != nil {
+				return err
+			}
 			r.first = int(c)
 			opt.Log.Info().Int64("step", c).Str("dir", ck.Dir).Msg("resumed from checkpoint")
 		}
@@ -431,6 +444,9 @@ func (r *run) loop(start time.Time) error {
 		// Every ck.Every steps, and at the last step: a finished run can be
 		// continued from where it ended.
 		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && ((k+1)%ck.Every == 0 || k == r.steps-1) {
+			if err := saveChains(ck, r.prog, int64(k+1)); err != nil {
+				return err
+			}
 			if err := ck.Save(int64(k+1), program.PersistentOf(r.prog)); err != nil {
 				return err
 			}
@@ -523,12 +539,17 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		names = append(names, opt.Params...)
 	}
 	if opt.Save != "" {
+		var err error
+		if names, err = saveTables(r.prog, params, names); err != nil {
+			return nil, err
+		}
 		if err := r.save(names, params); err != nil {
 			return nil, err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
 	}
-	sum := &Summary{Role: opt.Role, Steps: r.steps, Seconds: elapsed, StepsPerS: float64(r.steps-r.first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics}
+	sum := &Summary{Role: opt.Role, Steps: r.steps, Seconds: elapsed, StepsPerS: float64(r.steps-r.first) / elapsed, Metrics: map[string]float64{}, order: g.Train.Metrics,
+		Tables: tableStats(r.prog)}
 	if r.ev != nil {
 		if r.pulls != nil { // the rows of the job's end
 			r.pulls.at, r.pulls.final = int64(r.steps), true
@@ -554,7 +575,7 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		return sum, nil
 	}
 	// The pass over the whole training data (--final-pass).
-	ev, err := evaluate.NewEvaluator(g, r.set, r.file, params, max(r.batch, evaluate.EvalChunk))
+	ev, err := evaluate.NewEvaluatorTables(g, r.set, r.file, params, r.prog.Tables, max(r.batch, evaluate.EvalChunk))
 	if err != nil {
 		return nil, err
 	}

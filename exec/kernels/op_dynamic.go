@@ -1,0 +1,198 @@
+package kernels
+
+import (
+	"fmt"
+
+	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// The kernels of a dynamic table's ops (dsl/ops/op_dynamic.go): the table
+// lives in a dyntable.Table; dyn_pull finds the step's distinct keys,
+// counts their sightings (admitting keys), and copies their rows into a
+// row-sparse tensor whose rows are positions 0..n-1; dyn_pos maps each
+// key of an ids input to its position; dyn_gather and dyn_scatter read
+// and write columns of the rows by the slots dyn_pull found.
+
+func init() {
+	register("dyn_pull", dynPullKernel)
+	register("dyn_pos", dynPosKernel)
+	register("dyn_gather", dynGatherKernel)
+	register("dyn_scatter", dynScatterKernel)
+}
+
+// SweepPerStep is the number of records a training step's dyn_scatter
+// sweeps for expired rows (dyntable.Table.Sweep).
+const SweepPerStep = 65536
+
+// Dynamic is one dynamic table of a program and what its ops share within
+// a step: the keys dyn_pull found, their counts and slots, and an
+// open-addressing index from key to position (no allocation per step).
+type Dynamic struct {
+	Table *dyntable.Table
+
+	keys   []int64
+	counts []uint32
+	slots  []int32
+	ikeys  []int64 // the index: key, and position+1 (0: empty)
+	ipos   []int32
+	mask   uint64
+}
+
+// NewDynamic wraps a table for one program.
+func NewDynamic(t *dyntable.Table) *Dynamic { return &Dynamic{Table: t} }
+
+func (d *Dynamic) size(maxKeys int) {
+	if cap(d.keys) >= maxKeys {
+		return
+	}
+	n := 16
+	for n < 2*maxKeys {
+		n *= 2
+	}
+	d.keys, d.counts, d.slots = make([]int64, 0, maxKeys), make([]uint32, maxKeys), make([]int32, maxKeys)
+	d.ikeys, d.ipos, d.mask = make([]int64, n), make([]int32, n), uint64(n-1)
+}
+
+func (d *Dynamic) bucket(key int64) uint64 {
+	b := uint64(key) * 0x9E3779B97F4A7C15 >> 20 & d.mask
+	for d.ipos[b] != 0 && d.ikeys[b] != key {
+		b = (b + 1) & d.mask
+	}
+	return b
+}
+
+// reset empties the index in time proportional to the keys it held.
+func (d *Dynamic) reset() {
+	for i := len(d.keys) - 1; i >= 0; i-- {
+		d.ipos[d.bucket(d.keys[i])] = 0
+	}
+	d.keys = d.keys[:0]
+}
+
+// add counts a sighting of key.
+func (d *Dynamic) add(key int64) {
+	b := d.bucket(key)
+	if p := d.ipos[b]; p != 0 {
+		d.counts[p-1]++
+		return
+	}
+	d.ikeys[b], d.ipos[b] = key, int32(len(d.keys)+1)
+	d.counts[len(d.keys)] = 1
+	d.keys = append(d.keys, key)
+}
+
+// pos is key's position this step, or -1.
+func (d *Dynamic) pos(key int64) int32 { return d.ipos[d.bucket(key)] - 1 }
+
+func dynamicOf(k Args) (*Dynamic, string, error) {
+	v := k.Attrs.String("var")
+	d := k.Dynamic[v]
+	if d == nil || d.Table == nil {
+		return nil, v, fmt.Errorf("dynamic table %s has no storage on this node (compile the program with its tables)", v)
+	}
+	return d, v, nil
+}
+
+func dynPullKernel(k Args) (Kernel, error) {
+	d, v, err := dynamicOf(k)
+	if err != nil {
+		return nil, err
+	}
+	out := k.Out[0]
+	d.size(cap(out.Rows.IDs))
+	if w := d.Table.Config().Dim; w != out.RowWidth() {
+		return nil, fmt.Errorf("dynamic table %s holds rows of %d floats, the graph reads %d", v, w, out.RowWidth())
+	}
+	ins := k.In
+	return func(rt Runtime) error {
+		d.reset()
+		for _, in := range ins {
+			for _, key := range in.L {
+				if key != ir.PadKey {
+					d.add(key)
+				}
+			}
+		}
+		n := len(d.keys)
+		rows := out.Rows
+		rows.Reset()
+		for i := range n {
+			rows.Add(int32(i))
+		}
+		out.Fit()
+		if k.Inference {
+			return d.Table.Read(d.keys, out.F)
+		}
+		if err := d.Table.Advance(rt.Step()); err != nil {
+			return fmt.Errorf("%s: %w", v, err)
+		}
+		return d.Table.Pull(d.keys, d.counts[:n], d.slots[:n], out.F)
+	}, nil
+}
+
+func dynPosKernel(k Args) (Kernel, error) {
+	d, v, err := dynamicOf(k)
+	if err != nil {
+		return nil, err
+	}
+	ids, pos := k.In[1], k.Out[0]
+	return func(Runtime) error {
+		for i, key := range ids.L {
+			if key == ir.PadKey {
+				pos.I[i] = -1
+				continue
+			}
+			p := d.pos(key)
+			if p < 0 {
+				return fmt.Errorf("key %d at flat position %d of ids %v was not pulled from %s; read it through the table's dyn_pull", key, i, ids.Shape, v)
+			}
+			pos.I[i] = p
+		}
+		return nil
+	}, nil
+}
+
+// slotsOf fills buf with the table slots of the rows r holds (positions
+// of dyn_pull's rows).
+func (d *Dynamic) slotsOf(r *tensor.RowSet, buf []int32) []int32 {
+	buf = buf[:len(r.IDs)]
+	for i, id := range r.IDs {
+		buf[i] = d.slots[id]
+	}
+	return buf
+}
+
+func dynGatherKernel(k Args) (Kernel, error) {
+	d, _, err := dynamicOf(k)
+	if err != nil {
+		return nil, err
+	}
+	out := k.Out[0]
+	col, width := k.Attrs.Int("col"), k.Attrs.Int("width")
+	buf := make([]int32, cap(out.Rows.IDs))
+	return func(Runtime) error {
+		out.Fit()
+		return d.Table.Gather(d.slotsOf(out.Rows, buf), col, width, out.F)
+	}, nil
+}
+
+func dynScatterKernel(k Args) (Kernel, error) {
+	d, v, err := dynamicOf(k)
+	if err != nil {
+		return nil, err
+	}
+	cols := k.Attrs.Ints("cols")
+	vals := k.In[:len(cols)]
+	buf := make([]int32, cap(vals[0].Rows.IDs))
+	return func(Runtime) error {
+		for i, x := range vals {
+			if err := d.Table.Scatter(d.slotsOf(x.Rows, buf), cols[i], x.RowWidth(), x.F); err != nil {
+				return fmt.Errorf("%s: %w", v, err)
+			}
+		}
+		d.Table.Sweep(SweepPerStep)
+		return nil
+	}, nil
+}

@@ -1,0 +1,173 @@
+package modelfile
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/internal/atomicfile"
+)
+
+// A dynamic table's checkpoints are a chain: a snapshot (every live row,
+// its state and meta, the admission sketch) and the deltas after it (the
+// rows written and keys removed since the previous cut), written by
+// dyntable's copy-on-write cuts beside the node's checkpoint of the same
+// step. DIR/N.T.chain.json lists the chain's files, oldest first; each
+// file DIR/N.T.step-<k>.<snapshot|delta>.safetensors is written to a
+// temporary file, synced and renamed before the list names it, and the cut
+// is committed only then. Restoring step k applies the last snapshot at
+// or before k, then its deltas up to k, in order, to an empty table: the
+// table at step k, bit for bit (dyntable.TestSnapshotDeltasRestoreBitwise,
+// TestDynamicTableCheckpointResumesBitwise).
+
+// TableChain saves and restores the checkpoint chain of one dynamic
+// table of a node.
+type TableChain struct {
+	Dir, Node, Table string
+	// SnapshotEvery makes every SnapshotEvery-th cut a snapshot (0: 4),
+	// the others deltas.
+	SnapshotEvery int
+}
+
+// ChainLink is one file of a chain.
+type ChainLink struct {
+	Step     int64  `json:"step"`
+	Snapshot bool   `json:"snapshot"`
+	File     string `json:"file"` // base name, in Dir
+}
+
+func (c *TableChain) listPath() string {
+	return filepath.Join(c.Dir, c.Node+"."+c.Table+".chain.json")
+}
+
+// Links reads the chain's list (none: empty).
+func (c *TableChain) Links() ([]ChainLink, error) {
+	b, err := os.ReadFile(c.listPath())
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var links []ChainLink
+	if err := json.Unmarshal(b, &links); err != nil {
+		return nil, fmt.Errorf("%s: %v (remove the checkpoint directory to start afresh)", c.listPath(), err)
+	}
+	return links, nil
+}
+
+func (c *TableChain) writeLinks(links []ChainLink) error {
+	b, _ := json.MarshalIndent(links, "", "  ")
+	return atomicfile.WriteBytes(c.listPath(), append(b, '\n'))
+}
+
+// Save cuts table t at step (a snapshot or a delta), writes the cut and
+// adds it to the chain; keepFrom is the oldest step a restore may still
+// ask for: the links before the snapshot it needs are dropped.
+func (c *TableChain) Save(step int64, t *dyntable.Table, keepFrom int64) error {
+	links, err := c.Links()
+	if err != nil {
+		return err
+	}
+	every := c.SnapshotEvery
+	if every <= 0 {
+		every = 4
+	}
+	since := 0 // deltas since the last snapshot
+	for i := len(links) - 1; i >= 0 && !links[i].Snapshot; i-- {
+		since++
+	}
+	kind, what := dyntable.Delta, "delta"
+	if len(links) == 0 || since+1 >= every {
+		kind, what = dyntable.Snapshot, "snapshot"
+	}
+	cut, err := t.Cut(kind)
+	if err != nil {
+		return fmt.Errorf("checkpoint of %s: %w", c.Table, err)
+	}
+	defer cut.Abort() // its rows go back to the next delta unless committed
+	name := c.Node + "." + c.Table + ".step-" + strconv.FormatInt(step, 10) + "." + what + ".safetensors"
+	f, err := atomicfile.Create(filepath.Join(c.Dir, name))
+	if err != nil {
+		return fmt.Errorf("checkpoint of %s: %w", c.Table, err)
+	}
+	defer f.Abort()
+	if _, err := cut.WriteSafetensors(f, c.Table, dyntable.Checkpoint); err != nil {
+		return fmt.Errorf("checkpoint of %s: %w", c.Table, err)
+	}
+	if err := f.Commit(); err != nil {
+		return fmt.Errorf("checkpoint of %s: %w", c.Table, err)
+	}
+	links = append(links, ChainLink{Step: step, Snapshot: kind == dyntable.Snapshot, File: name})
+	base := 0 // the last snapshot at or before keepFrom
+	for i, l := range links {
+		if l.Snapshot && l.Step <= keepFrom {
+			base = i
+		}
+	}
+	if err := c.writeLinks(links[base:]); err != nil {
+		return fmt.Errorf("checkpoint of %s: %w", c.Table, err)
+	}
+	if err := cut.Commit(); err != nil {
+		return err
+	}
+	for _, l := range links[:base] {
+		os.Remove(filepath.Join(c.Dir, l.File))
+	}
+	return nil
+}
+
+// Restore applies the chain up to step to t, an empty table of the
+// configuration the chain was written with, and drops the links after
+// step (a run resumed there writes its own).
+func (c *TableChain) Restore(step int64, t *dyntable.Table) error {
+	links, err := c.Links()
+	if err != nil {
+		return err
+	}
+	base := -1
+	end := 0
+	for i, l := range links {
+		if l.Step > step {
+			break
+		}
+		end = i + 1
+		if l.Snapshot {
+			base = i
+		}
+	}
+	if base < 0 || links[end-1].Step != step {
+		return fmt.Errorf("%s has no snapshot and deltas up to step %d of dynamic table %s; use a fresh --checkpoint-dir", c.listPath(), step, c.Table)
+	}
+	for _, l := range links[base:end] {
+		if err := applyFile(t, filepath.Join(c.Dir, l.File), c.Table); err != nil {
+			return err
+		}
+	}
+	if end < len(links) {
+		for _, l := range links[end:] {
+			os.Remove(filepath.Join(c.Dir, l.File))
+		}
+		return c.writeLinks(links[:end])
+	}
+	return nil
+}
+
+func applyFile(t *dyntable.Table, path, name string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := t.Apply(f, fi.Size(), name); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return nil
+}
