@@ -229,13 +229,51 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	if t.cut != nil {
 		return errors.New("dynamic table: cannot restore while a cut is open")
 	}
-	what := f.what
-	meta := f.meta
+	sc, err := t.checkChain(f)
+	if err != nil {
+		return err
+	}
+	ts, err := t.tensorsOf(f, name, sc.kind)
+	if err != nil {
+		return err
+	}
+	// The scalars first: rows already here that the watermark kills die.
+	t.now = uint32(sc.step)
+	t.raise(sc.w)
+	if err := t.applyFile(f, ts, sc.step); err != nil {
+		return err
+	}
+	t.admitted, t.evictedTTL, t.evictedCap, t.deleted, t.reclaimed = sc.counters[0], sc.counters[1], sc.counters[2], sc.counters[3], sc.counters[4]
+	t.seq, t.base, t.tracking = sc.seq, sc.base, true
+	clear(t.dirty)
+	clear(t.born)
+	clear(t.skDirty)
+	t.removed = t.removed[:0]
+	if t.live != sc.live {
+		return fmt.Errorf("%s: the table holds %d live rows after it, the file says %d: the files do not belong together", f.what, t.live, sc.live)
+	}
+	return nil
+}
+
+// chainScalars are the scalars of a checkpoint file's metadata.
+type chainScalars struct {
+	kind          string
+	step, w, live int64
+	seq, base     uint64
+	counters      [5]uint64
+}
+
+// checkChain checks a checkpoint file's metadata against the table: its
+// format, layout and configuration, and its place in the chain the table
+// was restored along so far; it returns the file's scalars.
+func (t *Table) checkChain(f *stFile) (chainScalars, error) {
+	var sc chainScalars
+	what, meta := f.what, f.meta
 	if meta["psgraph.dyntable"] != FormatVersion {
-		return fmt.Errorf("%s is not a dynamic table file of format %s (metadata %q)", what, FormatVersion, meta["psgraph.dyntable"])
+		return sc, fmt.Errorf("%s is not a dynamic table file of format %s (metadata %q)", what, FormatVersion, meta["psgraph.dyntable"])
 	}
 	if meta["layout"] != "checkpoint" {
-		return fmt.Errorf("%s is a %s file; a table restores from checkpoint files (read a model file with LoadModel)", what, meta["layout"])
+		return sc, fmt.Errorf("%s is a %s file; a table restores from checkpoint files (read a model file with LoadModel)", what, meta["layout"])
 	}
 	want := configMeta(&t.cfg)
 	want["dim"], want["state_width"] = strconv.Itoa(t.dim), strconv.Itoa(t.width-t.dim)
@@ -245,15 +283,8 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	}
 	for _, k := range sortedKeys(want) {
 		if meta[k] != want[k] {
-			return fmt.Errorf("%s was written by a table with %s %s; this table has %s (restore with the model's configuration, or start afresh)", what, k, meta[k], want[k])
+			return sc, fmt.Errorf("%s was written by a table with %s %s; this table has %s (restore with the model's configuration, or start afresh)", what, k, meta[k], want[k])
 		}
-	}
-	num := func(k string) (int64, error) {
-		v, err := strconv.ParseInt(meta[k], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: metadata %s %q is not a number", what, k, meta[k])
-		}
-		return v, nil
 	}
 	unum := func(k string) (uint64, error) {
 		v, err := strconv.ParseUint(meta[k], 10, 64)
@@ -262,17 +293,13 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 		}
 		return v, nil
 	}
-	var sc struct {
-		step, w, live int64
-		seq, base     uint64
-		counters      [5]uint64
-	}
+	var err error
 	for _, x := range []struct {
 		k string
 		v *int64
 	}{{"step", &sc.step}, {"watermark", &sc.w}, {"live", &sc.live}} {
-		if *x.v, err = num(x.k); err != nil {
-			return err
+		if *x.v, err = strconv.ParseInt(meta[x.k], 10, 64); err != nil {
+			return sc, fmt.Errorf("%s: metadata %s %q is not a number", what, x.k, meta[x.k])
 		}
 	}
 	for _, x := range []struct {
@@ -280,82 +307,96 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 		v *uint64
 	}{{"seq", &sc.seq}, {"base", &sc.base}} {
 		if *x.v, err = unum(x.k); err != nil {
-			return err
+			return sc, err
 		}
 	}
 	for k, name := range counterNames {
 		if sc.counters[k], err = unum(name); err != nil {
-			return err
+			return sc, err
 		}
 	}
-	kind := meta["kind"]
+	sc.kind = meta["kind"]
+	kind := sc.kind
 	switch {
 	case kind == "snapshot" && (t.rows.hw != 0 || t.tracking):
-		return fmt.Errorf("%s is a snapshot: restore it into a new table", what)
+		return sc, fmt.Errorf("%s is a snapshot: restore it into a new table", what)
 	case kind == "snapshot" && sc.base != sc.seq:
-		return fmt.Errorf("%s: a snapshot of chain %d numbered %d", what, sc.base, sc.seq)
+		return sc, fmt.Errorf("%s: a snapshot of chain %d numbered %d", what, sc.base, sc.seq)
 	case kind == "delta" && !t.tracking:
-		return fmt.Errorf("%s is a delta: restore its snapshot first", what)
+		return sc, fmt.Errorf("%s is a delta: restore its snapshot first", what)
 	case kind == "delta" && (sc.base != t.base || sc.seq != t.seq+1):
-		return fmt.Errorf("%s is delta %d after snapshot %d; this table was restored up to cut %d after snapshot %d: apply the files in order", what, sc.seq, sc.base, t.seq, t.base)
+		return sc, fmt.Errorf("%s is delta %d after snapshot %d; this table was restored up to cut %d after snapshot %d: apply the files in order", what, sc.seq, sc.base, t.seq, t.base)
 	case kind != "snapshot" && kind != "delta":
-		return fmt.Errorf("%s: unknown kind %q", what, kind)
+		return sc, fmt.Errorf("%s: unknown kind %q", what, kind)
 	case sc.step < int64(t.now) || sc.step > maxStep:
-		return fmt.Errorf("%s is of step %d; this table is at step %d", what, sc.step, t.now)
+		return sc, fmt.Errorf("%s is of step %d; this table is at step %d", what, sc.step, t.now)
 	case sc.w < t.w:
-		return fmt.Errorf("%s has eviction watermark %d below this table's %d", what, sc.w, t.w)
+		return sc, fmt.Errorf("%s has eviction watermark %d below this table's %d", what, sc.w, t.w)
 	}
-	keys, err := f.tensor(name+".keys", "I64", -1)
-	if err != nil {
-		return err
-	}
-	n := keys.Shape[0]
-	d, sw := int64(t.dim), int64(t.width-t.dim)
-	vals, err := f.tensor(name, "F32", n, d)
-	if err != nil {
-		return err
-	}
-	var state stEntry
-	if sw > 0 {
-		if state, err = f.tensor(name+".state", "F32", n, sw); err != nil {
-			return err
-		}
-	}
-	metas, err := f.tensor(name+".meta", "U64", n)
-	if err != nil {
-		return err
-	}
-	removed, err := f.tensor(name+".removed", "I64", -1)
-	if err != nil {
-		return err
-	}
-	var chunkIDs, chunks stEntry
-	var ids []int64
-	if t.sk != nil {
-		if chunkIDs, err = f.tensor(name+".sketch_chunks", "I64", -1); err != nil {
-			return err
-		}
-		m := chunkIDs.Shape[0]
-		if chunks, err = f.tensor(name+".sketch", "U8", m, chunkBytes); err != nil {
-			return err
-		}
-		if kind == "snapshot" && int(m) != t.sk.chunks() {
-			return fmt.Errorf("%s: a snapshot of %d sketch chunks for a sketch of %d", what, m, t.sk.chunks())
-		}
-		ids = make([]int64, m)
-		if err := f.read(chunkIDs, 0, bytesOf(ids)); err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if id < 0 || id >= int64(t.sk.chunks()) {
-				return fmt.Errorf("%s: sketch chunk %d of a sketch of %d", what, id, t.sk.chunks())
-			}
-		}
-	}
+	return sc, nil
+}
 
-	// The scalars first: rows already here that the watermark kills die.
-	t.now = uint32(sc.step)
-	t.raise(sc.w)
+// fileTensors are the tensors of a checkpoint file, checked against the
+// table's widths, and the ids of its sketch chunks.
+type fileTensors struct {
+	keys, vals, state, metas, removed, chunks stEntry
+	n, d, sw                                  int64
+	ids                                       []int64
+}
+
+// tensorsOf finds a checkpoint file's tensors of table name and checks
+// their shapes (and the sketch chunk ids) before anything is applied.
+func (t *Table) tensorsOf(f *stFile, name, kind string) (*fileTensors, error) {
+	ts := &fileTensors{d: int64(t.dim), sw: int64(t.width - t.dim)}
+	var err error
+	if ts.keys, err = f.tensor(name+".keys", "I64", -1); err != nil {
+		return nil, err
+	}
+	ts.n = ts.keys.Shape[0]
+	if ts.vals, err = f.tensor(name, "F32", ts.n, ts.d); err != nil {
+		return nil, err
+	}
+	if ts.sw > 0 {
+		if ts.state, err = f.tensor(name+".state", "F32", ts.n, ts.sw); err != nil {
+			return nil, err
+		}
+	}
+	if ts.metas, err = f.tensor(name+".meta", "U64", ts.n); err != nil {
+		return nil, err
+	}
+	if ts.removed, err = f.tensor(name+".removed", "I64", -1); err != nil {
+		return nil, err
+	}
+	if t.sk == nil {
+		return ts, nil
+	}
+	chunkIDs, err := f.tensor(name+".sketch_chunks", "I64", -1)
+	if err != nil {
+		return nil, err
+	}
+	m := chunkIDs.Shape[0]
+	if ts.chunks, err = f.tensor(name+".sketch", "U8", m, chunkBytes); err != nil {
+		return nil, err
+	}
+	if kind == "snapshot" && int(m) != t.sk.chunks() {
+		return nil, fmt.Errorf("%s: a snapshot of %d sketch chunks for a sketch of %d", f.what, m, t.sk.chunks())
+	}
+	ts.ids = make([]int64, m)
+	if err := f.read(chunkIDs, 0, bytesOf(ts.ids)); err != nil {
+		return nil, err
+	}
+	for _, id := range ts.ids {
+		if id < 0 || id >= int64(t.sk.chunks()) {
+			return nil, fmt.Errorf("%s: sketch chunk %d of a sketch of %d", f.what, id, t.sk.chunks())
+		}
+	}
+	return ts, nil
+}
+
+// applyFile applies a checked checkpoint file of step: its removals, its
+// rows and its sketch chunks, a batch of rows at a time.
+func (t *Table) applyFile(f *stFile, ts *fileTensors, step int64) error {
+	removed, n, d, sw := ts.removed, ts.n, ts.d, ts.sw
 	rm := make([]int64, min(removed.Shape[0], cutBatch))
 	for at := int64(0); at < removed.Shape[0]; at += int64(len(rm)) {
 		b := rm[:min(int64(len(rm)), removed.Shape[0]-at)]
@@ -372,21 +413,21 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	bs := make([]float32, len(bk)*int(sw))
 	for at := int64(0); at < n; at += int64(len(bk)) {
 		k := min(int64(len(bk)), n-at)
-		if err := f.read(keys, at*8, bytesOf(bk[:k])); err != nil {
+		if err := f.read(ts.keys, at*8, bytesOf(bk[:k])); err != nil {
 			return err
 		}
-		if err := f.read(metas, at*8, bytesOf(bm[:k])); err != nil {
+		if err := f.read(ts.metas, at*8, bytesOf(bm[:k])); err != nil {
 			return err
 		}
-		if err := f.read(vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
+		if err := f.read(ts.vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
 			return err
 		}
-		if err := f.read(state, at*4*sw, bytesOf(bs[:k*sw])); err != nil {
+		if err := f.read(ts.state, at*4*sw, bytesOf(bs[:k*sw])); err != nil {
 			return err
 		}
 		for i := range k {
 			if bm[i] == freeMeta || t.dead(bm[i]) {
-				return fmt.Errorf("%s: row %d (key %d) was not live at step %d (meta %#x)", what, at+i, bk[i], sc.step, bm[i])
+				return fmt.Errorf("%s: row %d (key %d) was not live at step %d (meta %#x)", f.what, at+i, bk[i], step, bm[i])
 			}
 			if err := t.applyRow(bk[i], bm[i], bv[i*d:(i+1)*d], bs[i*sw:(i+1)*sw]); err != nil {
 				return err
@@ -395,21 +436,12 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	}
 	if t.sk != nil {
 		b := make([]byte, chunkBytes)
-		for i, id := range ids {
-			if err := f.read(chunks, int64(i)*chunkBytes, b); err != nil {
+		for i, id := range ts.ids {
+			if err := f.read(ts.chunks, int64(i)*chunkBytes, b); err != nil {
 				return err
 			}
 			copy(t.sk.b[id<<chunkBits:], b)
 		}
-	}
-	t.admitted, t.evictedTTL, t.evictedCap, t.deleted, t.reclaimed = sc.counters[0], sc.counters[1], sc.counters[2], sc.counters[3], sc.counters[4]
-	t.seq, t.base, t.tracking = sc.seq, sc.base, true
-	clear(t.dirty)
-	clear(t.born)
-	clear(t.skDirty)
-	t.removed = t.removed[:0]
-	if t.live != sc.live {
-		return fmt.Errorf("%s: the table holds %d live rows after it, the file says %d: the files do not belong together", what, t.live, sc.live)
 	}
 	return nil
 }
