@@ -419,8 +419,7 @@ func aucOfScores(score []float64, click []bool) float64 {
 // rows (the features do not move) the first-order part of the logit stays
 // and the interactions' variance grows as S squared; the file's
 // Bayes-optimal AUC rises with S while what the first-order part alone
-// (the best a linear model of the ids can know) scores against the labels
-// falls.
+// scores against the labels falls.
 func TestInteractionScalesThePairwiseTerm(t *testing.T) {
 	var prev *Stats
 	prevS, prevLinear := 0.0, 1.0
