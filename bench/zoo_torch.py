@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The PyTorch side of psgraph's model zoo (docs/performance.md, "The model zoo").
 
-    /usr/bin/python3 bench/zoo_torch.py speed MODEL TRAIN.tsv [--steps N] [--threads T] [--rows R]
-    /usr/bin/python3 bench/zoo_torch.py auc MODEL TRAIN.tsv EVAL.tsv [--threads T] [--pred-in F]
+    /usr/bin/python3 bench/zoo_torch.py speed MODEL TRAIN.tsv [--steps N] [--threads T] [--rows R] [--cache]
+    /usr/bin/python3 bench/zoo_torch.py auc MODEL TRAIN.tsv EVAL.tsv [--threads T] [--pred-in F] [--cache]
     /usr/bin/python3 bench/zoo_torch.py init MODEL INIT.safetensors
 
 MODEL is dlrm, dcn-v2 or deepfm: examples/<MODEL>.yaml written in PyTorch
@@ -41,6 +41,7 @@ testdata/zoo/gen_reference.py imports the models and data reader from here.
 import argparse
 import json
 import math
+import os
 import struct
 import sys
 import time
@@ -75,13 +76,16 @@ def hash_id(col, field, buckets):
     return (h * buckets) >> 64
 
 
-def read_criteo(path, buckets):
+def read_criteo(path, buckets, limit=0):
     """label float32 [N, 1], dense float32 [N, 13] (log-transformed, not
-    standardized), ids int64 [N, 26]."""
+    standardized), ids int64 [N, 26]: the file's first `limit` rows (0:
+    all)."""
     label, dense, ids = [], [], []
     cache = [dict() for _ in range(FIELDS)]
     with open(path, "rb") as f:
         for line in f:
+            if limit and len(label) == limit:
+                break
             fs = line.rstrip(b"\n").split(b"\t")
             label.append(float(fs[0]))
             dense.append([float(v) if v.strip() else 0.0 for v in fs[1:1 + DENSE]])
@@ -96,6 +100,21 @@ def read_criteo(path, buckets):
     d = np.array(dense, dtype=np.float32).astype(np.float64)
     d = np.where(d > 0, np.log1p(np.maximum(d, 0)), d).astype(np.float32)
     return (np.array(label, dtype=np.float32).reshape(-1, 1), d, np.array(ids, dtype=np.int64))
+
+
+def read_cached(path, buckets, limit=0, cache=False):
+    """read_criteo, kept with cache in PATH.b<buckets>.r<limit>.npz beside
+    the file and read from there when present (a bench reads one file
+    for several models)."""
+    if not cache:
+        return read_criteo(path, buckets, limit)
+    c = f"{path}.b{buckets}.r{limit}.npz"
+    if os.path.exists(c):
+        z = np.load(c)
+        return z["label"], z["dense"], z["ids"]
+    label, dense, ids = read_criteo(path, buckets, limit)
+    np.savez(c, label=label, dense=dense, ids=ids)
+    return label, dense, ids
 
 
 def scaling(dense):
@@ -345,14 +364,13 @@ def main():
     ap.add_argument("--buckets", type=int, default=100000)
     ap.add_argument("--fused", action="store_true", help="one table per kind of table (see Trainer)")
     ap.add_argument("--pred-in")
+    ap.add_argument("--cache", action="store_true", help="keep the parsed files beside them (FILE.b<buckets>.r<rows>.npz) and read them from there")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.mode == "init":
         write_safetensors(a.train, {n: t.numpy() for n, t in example_init(a.model, a.buckets).items()})
         return
-    label, dense, ids = read_criteo(a.train, a.buckets)
-    if a.rows:
-        label, dense, ids = label[:a.rows], dense[:a.rows], ids[:a.rows]
+    label, dense, ids = read_cached(a.train, a.buckets, a.rows, a.cache)
     sc = scaling(dense)
     init = example_init(a.model, a.buckets)
     tr = Trainer(a.model, init, label, standardize(dense, sc), ids, fused=a.fused)
@@ -371,7 +389,7 @@ def main():
         for k in range(steps):
             tr.step(k)
         dt = time.perf_counter() - t0
-        el, ed, ei = read_criteo(a.eval, a.buckets)
+        el, ed, ei = read_cached(a.eval, a.buckets, 0, a.cache)
         with torch.no_grad():
             logit = torch.cat([tr.forward(torch.from_numpy(standardize(ed[i:i + 4096], sc)), torch.from_numpy(ei[i:i + 4096]))
                                for i in range(0, len(el), 4096)]).numpy().ravel()

@@ -86,6 +86,8 @@ func TestGenUsageErrorsExit2(t *testing.T) {
 		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--truth", "deep"}, `--truth must be linear or fm, got "deep"`},
 		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--history", "-2"}, "--history (the most ids of the history column) must be in [0, 1000], got -2"},
 		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--drift", "-1"}, "--drift (the share of the vocabulary its window slides by over the file) must be >= 0"},
+		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--truth", "fm", "--interaction", "0"}, "--interaction (the factor of the fm truth's pairwise term) must be a number > 0, got 0"},
+		{[]string{"gen", "criteo", "-o", out, "--rows", "10", "--interaction", "2"}, "--interaction scales the pairwise term of truth fm; truth is linear: set truth fm too"},
 	} {
 		r := psgraph(t, c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) {

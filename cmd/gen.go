@@ -56,7 +56,12 @@ the best AUC and an interaction model beats it
 to N ids of C1's vocabulary separated by |, interacting with the row's C1
 id in the logit. Neither changes the 39 features of a line
 (TestTruthAndHistoryKeepTheFeatures); docs/dsl.md states the formulas
-(TestProbsAreTheTruthOfEachLine).
+(TestProbsAreTheTruthOfEachLine). --interaction S (with --truth fm)
+multiplies the pairwise term by S: the strength of the interactions
+against the first-order part; S = 1 writes the file --truth fm always
+wrote (TestInteractionScalesThePairwiseTerm). A stronger S raises the
+Bayes-optimal AUC and lowers what a linear model reaches
+(TestGenInteractionStrength).
 
 --drift F slides each categorical column's vocabulary over the file by
 F x --vocab ids: new ids appear at the head of the Zipf distribution, old
@@ -67,14 +72,16 @@ window exactly).
 
 On stderr gen reports the click rate and the Bayes-optimal AUC of the file:
 the AUC its true click probabilities score against the labels drawn from
-them, and its expectation over label draws (TestGenReportsBayesAUC);
+them, and its expectation over label draws (TestGenReportsBayesAUC); and
+the variance over the rows of the logit's first-order part and of its
+interactions (TestStatsVariancesOfTheLogitsParts);
 --probs FILE writes each row's probability. Read the file with
   data: {csv: FILE, delimiter: tab, label: {name: y, column: 0},
          features: {name: dense, columns: [1, 14], fill: 0, transform: log},
          ids: {name: cat, columns: [14, 40], hash_buckets: 100000}}
 and the history with an ids spec of its own:
          {name: hist, column: 40, separator: "|", max_len: N, hash_buckets: ...}`,
-		Example: "  psgraph gen criteo -o train.tsv --rows 1000000 --seed 1\n  psgraph gen criteo -o tiny.tsv --rows 1000 --vocab 100 --zipf 1.5\n  psgraph gen criteo -o fm.tsv --rows 1000000 --truth fm --history 20\n  psgraph gen criteo -o drift.tsv --rows 3000000 --vocab 2000000 --drift 0.5",
+		Example: "  psgraph gen criteo -o train.tsv --rows 1000000 --seed 1\n  psgraph gen criteo -o tiny.tsv --rows 1000 --vocab 100 --zipf 1.5\n  psgraph gen criteo -o fm.tsv --rows 1000000 --truth fm --history 20\n  psgraph gen criteo -o strong.tsv --rows 300000 --vocab 1000 --truth fm --interaction 3\n  psgraph gen criteo -o drift.tsv --rows 3000000 --vocab 2000000 --drift 0.5",
 		Args:    exactArgs(0, "no arguments"),
 		RunE:    func(c *cobra.Command, args []string) error { return o.run(c) },
 	}
@@ -85,6 +92,7 @@ and the history with an ids spec of its own:
 	f.IntVar(&o.opt.Vocab, "vocab", criteo.DefaultVocab, "ids per categorical column")
 	f.Float64Var(&o.opt.Zipf, "zipf", criteo.DefaultZipf, "exponent s > 1 of the ids' Zipf distribution")
 	f.StringVar(&o.opt.Truth, "truth", "linear", "the label's model: linear, or fm (plus pairwise interactions of latent vectors of the ids)")
+	f.Float64Var(&o.opt.Interaction, "interaction", criteo.DefaultInteraction, "with --truth fm, multiply the pairwise interactions in the label's logit by this (their strength against the first-order part)")
 	f.IntVar(&o.opt.History, "history", 0, "append a history column of 0 to N ids of C1's vocabulary, separated by |, interacting with C1 in the label (0: none)")
 	f.Float64Var(&o.opt.Drift, "drift", 0, "slide each categorical column's vocabulary by this share of --vocab over the file: new ids take the head of the distribution, old ones fade (0: none)")
 	f.StringVar(&o.probs, "probs", "", "also write each row's true click probability to this file, one per line")
@@ -94,6 +102,9 @@ and the history with an ids spec of its own:
 func (o *genCriteoOptions) run(c *cobra.Command) error {
 	if o.out == "" {
 		return usagef("gen criteo needs -o FILE, the file to write")
+	}
+	if !(o.opt.Interaction > 0) { // Options read 0 as the default
+		return usagef("gen criteo: --interaction (the factor of the fm truth's pairwise term) must be a number > 0, got %g", o.opt.Interaction)
 	}
 	if err := o.opt.Check(); err != nil {
 		return usagef("gen criteo: --%v", err)
@@ -130,5 +141,7 @@ func (o *genCriteoOptions) run(c *cobra.Command) error {
 	fmt.Fprintf(c.OutOrStdout(), "wrote %d rows to %s (%.1f MiB)\n", o.opt.Rows, o.out, float64(st.Size())/(1<<20))
 	fmt.Fprintf(c.ErrOrStderr(), "%s: click rate %.6f; the true probabilities score AUC %.6f against the drawn labels (expected over label draws %.6f) and log loss %.6f: the Bayes-optimal model's\n",
 		o.out, float64(stats.Clicks)/float64(stats.Rows), stats.AUC, stats.ExpectedAUC, stats.LogLoss)
+	fmt.Fprintf(c.ErrOrStderr(), "%s: the logit's first-order part has variance %.4f over the rows, its interactions %.4f (--truth %s --interaction %g)\n",
+		o.out, stats.FirstOrderVar, stats.InteractionVar, o.opt.Truth, o.opt.Interaction)
 	return nil
 }

@@ -30,6 +30,23 @@ func genStats(t *testing.T, args ...string) (rate, auc, expected float64) {
 	return v[0], v[1], v[2]
 }
 
+var genVarLine = regexp.MustCompile(`the logit's first-order part has variance ([0-9.]+) over the rows, its interactions ([0-9.]+) \(--truth (\w+) --interaction ([0-9.]+)\)`)
+
+// genVariances runs psgraph gen criteo with args and returns the Bayes AUC
+// and the variances of the logit's parts it reports on stderr.
+func genVariances(t *testing.T, args ...string) (auc, first, inter float64) {
+	t.Helper()
+	r := psgraph(t, append([]string{"gen", "criteo"}, args...)...)
+	m, a := genVarLine.FindStringSubmatch(r.stderr), genAUCLine.FindStringSubmatch(r.stderr)
+	if r.code != 0 || m == nil || a == nil {
+		t.Fatalf("gen %v: exit %d, no AUC or variance line on stderr:\n%s%s", args, r.code, r.stdout, r.stderr)
+	}
+	auc, _ = strconv.ParseFloat(a[2], 64)
+	first, _ = strconv.ParseFloat(m[1], 64)
+	inter, _ = strconv.ParseFloat(m[2], 64)
+	return auc, first, inter
+}
+
 // The Bayes-optimal AUC gen reports is the AUC of the true probabilities
 // it writes with --probs against the file's labels, counted here by ranks
 // (ties at their mean rank), and the expected AUC its expectation over
@@ -37,7 +54,7 @@ func genStats(t *testing.T, args ...string) (rate, auc, expected float64) {
 func TestGenReportsBayesAUC(t *testing.T) {
 	dir := t.TempDir()
 	file, probs := filepath.Join(dir, "fm.tsv"), filepath.Join(dir, "p.txt")
-	rate, auc, expected := genStats(t, "-o", file, "--rows", "3000", "--seed", "2", "--vocab", "80", "--truth", "fm", "--history", "5", "--probs", probs)
+	rate, auc, expected := genStats(t, "-o", file, "--rows", "3000", "--seed", "2", "--vocab", "80", "--truth", "fm", "--interaction", "1.5", "--history", "5", "--probs", probs)
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -188,5 +205,31 @@ func TestGenFMTruthNeedsInteractions(t *testing.T) {
 	}
 	if d := aucs["fm model, fm truth"] - aucs["linear model, fm truth"]; !(d > 0.025) {
 		t.Errorf("on fm truth the FM model's held-out AUC is %.3f above the linear model's, want > 0.025", d)
+	}
+}
+
+// --interaction S multiplies the fm truth's pairwise term: gen reports the
+// same first-order variance and S^2 times the interactions' variance over
+// the same rows, a higher Bayes-optimal AUC, and a linear model of the ids
+// reaches less (held out) while the best reachable rises.
+func TestGenInteractionStrength(t *testing.T) {
+	dir := t.TempDir()
+	type run struct{ bayes, first, inter, linear float64 }
+	runs := map[string]run{}
+	for _, s := range []string{"1", "3"} {
+		file := filepath.Join(dir, "fm"+s+".tsv")
+		var r run
+		r.bayes, r.first, r.inter = genVariances(t, "-o", file, "--rows", "40000", "--seed", "1", "--vocab", "100", "--truth", "fm", "--interaction", s)
+		r.linear = heldOutAUC(t, dir, "lin"+s, file, linearOut)
+		runs[s] = r
+	}
+	t.Logf("--interaction 1: %+v; --interaction 3: %+v", runs["1"], runs["3"])
+	one, three := runs["1"], runs["3"]
+	if one.first != three.first || math.Abs(three.inter/one.inter-9) > 9e-3 {
+		t.Errorf("first-order variance %.4f then %.4f, interactions %.4f then %.4f: want equal and x9", one.first, three.first, one.inter, three.inter)
+	}
+	if !(three.bayes > one.bayes+0.03) || !(three.linear < one.linear-0.03) {
+		t.Errorf("Bayes AUC %.4f then %.4f, a linear model's held-out AUC %.4f then %.4f: want the first up and the second down by 0.03",
+			one.bayes, three.bayes, one.linear, three.linear)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,11 @@ func TestDefaultOutputIsUnchanged(t *testing.T) {
 		{Options{Rows: 5000, Seed: 1, Vocab: 100}, "b1170fb0b15460a8860b9e33f86978f5e37fecf2c46f2505640c8e022d24f076"},
 		{Options{Rows: 3000, Seed: 4}, "29a590dcefc8161f53c98a19122ec351e4ca8d44276ab9c3c543d2574de7268a"},
 		{Options{Rows: 3000, Seed: 4, Truth: "linear"}, "29a590dcefc8161f53c98a19122ec351e4ca8d44276ab9c3c543d2574de7268a"},
+		// --truth fm as it was written before --interaction existed, and
+		// with the default interaction strength spelled out
+		{Options{Rows: 3000, Seed: 4, Vocab: 200, Truth: "fm"}, "527c78431baec1c2d21698539cb0536dbfc0fe69ea8c5c79a10d4d13396dcebe"},
+		{Options{Rows: 3000, Seed: 4, Vocab: 200, Truth: "fm", Interaction: 1}, "527c78431baec1c2d21698539cb0536dbfc0fe69ea8c5c79a10d4d13396dcebe"},
+		{Options{Rows: 3000, Seed: 4, Vocab: 200, Truth: "fm", History: 5}, "4d261dc27c3d14578cc079d2d75422e6d8c4c604fca407e9e6fc76065b90e66f"},
 	} {
 		sum := sha256.Sum256(generate(t, c.opt))
 		if got := hex.EncodeToString(sum[:]); got != c.want {
@@ -29,11 +35,24 @@ func TestDefaultOutputIsUnchanged(t *testing.T) {
 	}
 }
 
+// The model zoo's data (bench/zoo-bench.sh, examples/README.md: gen
+// criteo --vocab 1000 --truth fm --interaction 2, seed 1) is the file its
+// AUCs were measured on: its first 3,000 rows (a row does not depend on
+// the file's length without drift) have the digest taken then. A change
+// of the generator fails here, and the zoo's AUCs in docs/performance.md
+// must be measured again.
+func TestZooDataIsPinned(t *testing.T) {
+	sum := sha256.Sum256(generate(t, Options{Rows: 3000, Seed: 1, Vocab: 1000, Truth: "fm", Interaction: 2}))
+	if got, want := hex.EncodeToString(sum[:]), "8cfd0610c18cbfcedc2d4e740e32e568093c8ffc6dba40c5cb571be02177b79b"; got != want {
+		t.Errorf("sha256 %s, want %s", got, want)
+	}
+}
+
 // Truth fm and the history change the labels (and append the history),
 // never the 39 features of a line.
 func TestTruthAndHistoryKeepTheFeatures(t *testing.T) {
 	base := lines(generate(t, Options{Rows: 3000, Seed: 2, Vocab: 50}))
-	for _, opt := range []Options{{Truth: "fm"}, {History: 6}, {Truth: "fm", History: 3}} {
+	for _, opt := range []Options{{Truth: "fm"}, {History: 6}, {Truth: "fm", History: 3}, {Truth: "fm", Interaction: 3}} {
 		opt.Rows, opt.Seed, opt.Vocab = 3000, 2, 50
 		got := lines(generate(t, opt))
 		differ := 0
@@ -65,9 +84,17 @@ func lines(out []byte) [][]string {
 
 // truthOf recomputes a line's click probability from its fields alone, as
 // the package doc states it: the linear part, the sum over pairs of
-// informative columns of <v_i, v_j> (for fm), and the history's
-// interaction with C1 (each written out, pair by pair).
+// informative columns of <v_i, v_j> times Interaction (for fm), and the
+// history's interaction with C1 (each written out, pair by pair).
 func truthOf(t *testing.T, f []string, opt Options, rank []map[string]uint32) float64 {
+	t.Helper()
+	first, inter := truthParts(t, f, opt, rank)
+	return 1 / (1 + math.Exp(-(first + inter)))
+}
+
+// truthParts is a line's logit in two parts: the first-order one and the
+// interactions (fm's pairs and the history).
+func truthParts(t *testing.T, f []string, opt Options, rank []map[string]uint32) (first, inter float64) {
 	t.Helper()
 	opt = opt.withDefaults()
 	z := bias
@@ -106,13 +133,15 @@ func truthOf(t *testing.T, f []string, opt Options, rank []map[string]uint32) fl
 		}
 		return s
 	}
+	var pairs float64
 	if opt.Truth == "fm" {
 		for i := range present {
 			for j := i + 1; j < len(present); j++ {
-				z += dot(vec(present[i].c, present[i].k), vec(present[j].c, present[j].k))
+				pairs += dot(vec(present[i].c, present[i].k), vec(present[j].c, present[j].k))
 			}
 		}
 	}
+	first, z = z, opt.Interaction*pairs
 	if opt.History > 0 {
 		z += historyBias
 		item := f[1+IntColumns]
@@ -128,14 +157,15 @@ func truthOf(t *testing.T, f []string, opt Options, rank []map[string]uint32) fl
 			}
 		}
 	}
-	return 1 / (1 + math.Exp(-z))
+	return first, z
 }
 
 // The probabilities written to Options.Probs are the truth of each line,
 // recomputed from its fields by the documented formula, and each label is
 // a draw from it (the log loss of the labels is that of such draws).
 func TestProbsAreTheTruthOfEachLine(t *testing.T) {
-	for _, opt := range []Options{{}, {Truth: "fm"}, {Truth: "fm", History: 5}, {History: 2}, {Truth: "fm", History: 3, Drift: 0.7}} {
+	for _, opt := range []Options{{}, {Truth: "fm"}, {Truth: "fm", History: 5}, {History: 2}, {Truth: "fm", History: 3, Drift: 0.7},
+		{Truth: "fm", Interaction: 2.5}, {Truth: "fm", History: 4, Interaction: 0.4}} {
 		opt.Rows, opt.Seed, opt.Vocab = 4000, 3, 60
 		var probs bytes.Buffer
 		opt.Probs = &probs
@@ -290,6 +320,11 @@ func TestCheckTruthAndHistory(t *testing.T) {
 		{Options{Rows: 1, History: -1}, "history (the most ids of the history column) must be in [0, 1000], got -1"},
 		{Options{Rows: 1, Drift: -0.5}, "drift (the share of the vocabulary its window slides by over the file) must be >= 0"},
 		{Options{Rows: 1, Vocab: 1 << 31, Drift: 1.5}, "with vocab x (1 + drift) at most 4294967295 ids, got 1.5"},
+		{Options{Rows: 1, Truth: "fm", Interaction: -2}, "interaction (the factor of the fm truth's pairwise term) must be a number > 0, got -2"},
+		{Options{Rows: 1, Truth: "fm", Interaction: math.NaN()}, "must be a number > 0, got NaN"},
+		{Options{Rows: 1, Truth: "fm", Interaction: math.Inf(1)}, "must be a number > 0, got +Inf"},
+		{Options{Rows: 1, Interaction: 2}, "interaction scales the pairwise term of truth fm; truth is linear: set truth fm too"},
+		{Options{Rows: 1, Truth: "linear", History: 3, Interaction: 0.5}, "truth is linear: set truth fm too"},
 	} {
 		if err := Write(&bytes.Buffer{}, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.opt, err, c.want)
@@ -299,7 +334,125 @@ func TestCheckTruthAndHistory(t *testing.T) {
 
 // desc names the options of a test case (without Probs).
 func desc(o Options) string {
-	return "truth " + o.Truth + " history " + strconv.Itoa(o.History) + " vocab " + strconv.Itoa(o.Vocab) + " drift " + strconv.FormatFloat(o.Drift, 'g', -1, 64)
+	return "truth " + o.Truth + " history " + strconv.Itoa(o.History) + " vocab " + strconv.Itoa(o.Vocab) + " drift " + strconv.FormatFloat(o.Drift, 'g', -1, 64) +
+		" interaction " + strconv.FormatFloat(o.Interaction, 'g', -1, 64)
+}
+
+// ranksOf maps each id of the informative columns' vocabularies (no
+// drift) to its rank.
+func ranksOf(opt Options) []map[string]uint32 {
+	rank := make([]map[string]uint32, informative)
+	for c := range rank {
+		rank[c] = map[string]uint32{}
+		for k := 0; k < opt.Vocab; k++ {
+			rank[c][string(appendHex(nil, idOf(opt.Seed, c, uint32(k))))] = uint32(k)
+		}
+	}
+	return rank
+}
+
+// variance is the population variance of x, in two passes.
+func variance(x []float64) float64 {
+	var mean, v float64
+	for _, e := range x {
+		mean += e
+	}
+	mean /= float64(len(x))
+	for _, e := range x {
+		v += (e - mean) * (e - mean)
+	}
+	return v / float64(len(x))
+}
+
+// Stats.FirstOrderVar and Stats.InteractionVar are the variances over the
+// rows of the logit's two parts, each recomputed from the line's fields.
+func TestStatsVariancesOfTheLogitsParts(t *testing.T) {
+	for _, opt := range []Options{{}, {Truth: "fm"}, {Truth: "fm", History: 4, Interaction: 1.7}, {History: 3}} {
+		opt.Rows, opt.Seed, opt.Vocab = 3000, 6, 60
+		var out bytes.Buffer
+		st, err := Generate(&out, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rank := ranksOf(opt)
+		var first, inter []float64
+		for _, f := range lines(out.Bytes()) {
+			a, b := truthParts(t, f, opt, rank)
+			first, inter = append(first, a), append(inter, b)
+		}
+		wantF, wantI := variance(first), variance(inter)
+		t.Logf("%s: first-order variance %.4f, interactions %.4f", desc(opt), wantF, wantI)
+		if math.Abs(st.FirstOrderVar-wantF) > 1e-9*(1+wantF) || math.Abs(st.InteractionVar-wantI) > 1e-9*(1+wantI) {
+			t.Errorf("%s: Stats say variances %.12f, %.12f; the lines' parts %.12f, %.12f", desc(opt), st.FirstOrderVar, st.InteractionVar, wantF, wantI)
+		}
+		if (opt.Truth == "fm" || opt.History > 0) != (wantI > 0.1) {
+			t.Errorf("%s: interaction variance %.4f", desc(opt), wantI)
+		}
+	}
+}
+
+// aucOfScores is the AUC of scores against labels (ties 1/2), by ranks.
+func aucOfScores(score []float64, click []bool) float64 {
+	idx := make([]int, len(score))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return score[idx[a]] < score[idx[b]] })
+	var pos, neg, wins float64
+	for i := 0; i < len(idx); {
+		j := i
+		var gp, gn float64
+		for ; j < len(idx) && score[idx[j]] == score[idx[i]]; j++ {
+			if click[idx[j]] {
+				gp++
+			} else {
+				gn++
+			}
+		}
+		wins += gp * (neg + gn/2)
+		pos, neg, i = pos+gp, neg+gn, j
+	}
+	return wins / (pos * neg)
+}
+
+// Interaction S multiplies the fm truth's pairwise term: over the same
+// rows (the features do not move) the first-order part of the logit stays
+// and the interactions' variance grows as S squared; the file's
+// Bayes-optimal AUC rises with S while what the first-order part alone
+// scores against the labels falls.
+func TestInteractionScalesThePairwiseTerm(t *testing.T) {
+	var prev *Stats
+	prevS, prevLinear := 0.0, 1.0
+	for _, s := range []float64{0.3, 1, 3} {
+		opt := Options{Rows: 20000, Seed: 8, Vocab: 100, Truth: "fm", Interaction: s}
+		var out bytes.Buffer
+		st, err := Generate(&out, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rank := ranksOf(opt)
+		var first []float64
+		var click []bool
+		for _, f := range lines(out.Bytes()) {
+			a, _ := truthParts(t, f, opt, rank)
+			first, click = append(first, a), append(click, f[0] == "1")
+		}
+		linear := aucOfScores(first, click)
+		t.Logf("interaction %g: click rate %.3f, Bayes AUC %.4f, the first-order part's AUC %.4f, variances %.3f (first order) and %.3f (interactions)",
+			s, float64(st.Clicks)/float64(st.Rows), st.AUC, linear, st.FirstOrderVar, st.InteractionVar)
+		if prev != nil {
+			ratio := st.InteractionVar / prev.InteractionVar
+			if st.FirstOrderVar != prev.FirstOrderVar || math.Abs(ratio-(s/prevS)*(s/prevS)) > 1e-9 {
+				t.Errorf("interaction %g after %g: first-order variance %.12f after %.12f, interactions' variance x%.12f, want equal and x%.12f",
+					s, prevS, st.FirstOrderVar, prev.FirstOrderVar, ratio, (s/prevS)*(s/prevS))
+			}
+			if !(st.AUC > prev.AUC+0.02) || !(linear < prevLinear-0.02) {
+				t.Errorf("interaction %g after %g: Bayes AUC %.4f after %.4f, first-order part's AUC %.4f after %.4f; want the first up and the second down by 0.02",
+					s, prevS, st.AUC, prev.AUC, linear, prevLinear)
+			}
+		}
+		prev, prevS, prevLinear = st, s, linear
+	}
 }
 
 // With Drift F a column's vocabulary window slides down by D =
