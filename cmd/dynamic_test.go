@@ -58,8 +58,8 @@ func TestCTRDynamicExample(t *testing.T) {
 		t.Errorf("eval: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = psgraph(t, "split", file, "--trainers", "2", "--pservers", "2", "-o", filepath.Join(dir, "plan"))
-	if r.code != 1 || !strings.Contains(r.stderr, "emb is a dynamic table, which psgraph split does not shard over pservers yet") {
-		t.Errorf("split: exit %d, want 1 and the reason\n%s", r.code, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "a dynamic table: sharded by key over 2 pservers") {
+		t.Errorf("split: exit %d, want 0 and the table sharded by key\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -16,11 +16,14 @@ import (
 // one opt.Tables holds, or a new table (training only: an evaluation
 // reads a trained table).
 func (p *Program) bindTables(opt CompileOptions) (map[string]*kernels.Dynamic, error) {
+	out := remoteTables(p.Graph)
 	if len(p.Lowered) == 0 {
-		return nil, nil
+		return out, nil
 	}
 	p.Tables = map[string]*dyntable.Table{}
-	out := map[string]*kernels.Dynamic{}
+	if out == nil {
+		out = map[string]*kernels.Dynamic{}
+	}
 	for _, dt := range p.Lowered {
 		t := opt.Tables[dt.Name]
 		if rows, ok := opt.Shared[dt.Name]; ok && t == nil && rows != nil {
@@ -45,6 +48,22 @@ func (p *Program) bindTables(opt CompileOptions) (map[string]*kernels.Dynamic, e
 	return out, nil
 }
 
+// remoteTables gives each dynamic table a trainer of a split job fetches
+// (fetch_rows of shape [dynamic, D]) the step's key index its fetch,
+// dyn_pos and send_rows share; the table itself lives on the pservers.
+func remoteTables(g *dsl.Graph) map[string]*kernels.Dynamic {
+	var out map[string]*kernels.Dynamic
+	for _, op := range g.Ops {
+		if shape := op.Attrs.Ints("shape"); op.Type == "fetch_rows" && len(shape) == 2 && shape[0] == ir.DynamicRows {
+			if out == nil {
+				out = map[string]*kernels.Dynamic{}
+			}
+			out[op.Attrs.String("var")] = kernels.NewDynamic(nil)
+		}
+	}
+	return out
+}
+
 // NewTable makes an empty dyntable.Table for dynamic table dt: its rows
 // drawn by (seed, key) as exec/program draws row key of a fixed table
 // with the same initializer and seed (Initialize), its optimizer state
@@ -52,7 +71,7 @@ func (p *Program) bindTables(opt CompileOptions) (map[string]*kernels.Dynamic, e
 func NewTable(dt dsl.DynamicTable) (*dyntable.Table, error) {
 	dy := dt.Dynamic
 	cfg := dyntable.Config{
-		Dim: dy.Dim, StateWidth: dt.StateWidth, Seed: InitSeed(dt.Init, dt.Name),
+		Dim: dy.Dim, StateWidth: dt.StateWidth, Seed: InitSeed(dt.Init, dy.TableName(dt.Name)),
 		MinCount: dy.MinCount, AdmitProb: dy.Probability, SketchBytes: dy.SketchBytes,
 		TTL: int64(dy.TTLSteps), Capacity: dy.Capacity,
 	}

@@ -72,6 +72,9 @@ type ServeSummary struct {
 	RecvBytes     int64 `json:"recv_bytes"`
 	WireSentBytes int64 `json:"wire_sent_bytes"`
 	WireRecvBytes int64 `json:"wire_recv_bytes"`
+	// Tables is the state of this pserver's shards of dynamic tables at
+	// the end, by table.
+	Tables map[string]TableSummary `json:"tables,omitempty"`
 }
 
 // Serve runs a pserver's subgraph (its endpoint accepts the graph's
@@ -99,6 +102,9 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	restored, err := restore(parts, opt)
 	if err != nil {
 		return nil, err
+	}
+	if len(tableStats(parts)) > 0 {
+		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(parts) })
 	}
 	// Every trainer tells this pserver where it is; a fresh job starts at
 	// the restored step (0 without a checkpoint), a restart into a running
@@ -129,7 +135,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	tr := c.Traffic()
 	return &ServeSummary{Role: c.Endpoint().Self().String(), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
 		Streamed: streamed, Parts: len(parts),
-		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv}, nil
+		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv, Tables: tableSummaries(parts)}, nil
 }
 
 // part is one loop of a pserver: a parameter block's update, compiled,
@@ -407,7 +413,13 @@ func saveShards(path string, g *dsl.Graph, parts []*part) error {
 	for _, p := range parts {
 		maps.Copy(all, p.prog.Scope)
 	}
-	return modelfile.SaveTensors(path, g.Name, dsl.TableShards(g), all)
+	var shards []string
+	for _, n := range dsl.TableShards(g) {
+		if !g.Vars[n].IsDynamic() { // a dynamic shard's rows: its dyntable.Table
+			shards = append(shards, n)
+		}
+	}
+	return modelfile.SaveTensors(path, g.Name, shards, all)
 }
 
 // snapshot gathers the persistent variables of a pserver's parts for one

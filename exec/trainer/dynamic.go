@@ -8,22 +8,29 @@ import (
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 )
 
-// checkDynamic refuses what a run of a model with dynamic tables cannot
-// do yet: run as part of a split job.
+// checkDynamic refuses what a trainer of a split job with dynamic tables
+// cannot do yet: pull their rows outside the steps (data.eval, --save).
 func checkDynamic(g *dsl.Graph, opt RunOptions) error {
-	dyn := g.DynamicParams()
-	if len(dyn) == 0 {
+	if opt.Comm == nil {
 		return nil
 	}
-	pos := g.Vars[dyn[0]].Pos
-	switch {
-	case opt.Comm != nil:
-		return dsl.Errorf(pos, "%s is a dynamic table, which a split job does not hold yet; train the model with psgraph run --role local", dyn[0])
+	for _, op := range g.Ops {
+		if shape := op.Attrs.Ints("shape"); op.Type != "fetch_rows" || len(shape) != 2 || shape[0] != ir.DynamicRows {
+			continue
+		}
+		v := op.Attrs.String("var")
+		switch {
+		case opt.Save != "" && opt.TrainerIndex == 0:
+			return dsl.Errorf(op.Pos, "%s is a dynamic table, whose rows trainer 0 cannot pull into --save yet; run without --save", v)
+		case g.Data != nil && g.Data.Eval != nil && opt.TrainerIndex == 0:
+			return dsl.Errorf(g.Data.Eval.Pos, "%s is a dynamic table, whose rows trainer 0 cannot pull for data.eval yet; evaluate the saved model with psgraph eval", v)
+		}
 	}
 	return nil
 }
