@@ -39,6 +39,8 @@ const pullBase int64 = 1 << 62
 const (
 	pullFinal = 1 << iota
 	pullRange
+	pullKeys  // a dynamic shard's keys (int64) instead of its rows
+	pullCount // a dynamic shard's live rows (uint64) instead of its rows
 )
 
 // Pull is a request for rows of one pserver's shard of a table.
@@ -53,7 +55,16 @@ type Pull struct {
 	// IDs are the local rows asked for; nil: the rows [First, First+N).
 	IDs      []int32
 	First, N int
+	// Of a dynamic table's shard (a range; docs/wire.md, "Pulls"): Keys
+	// asks for the keys of entries [First, First+N) of the shard's rows
+	// in ascending key order (int64, two float32 words each) instead of
+	// their rows; Count for the number of those rows (uint64, two words).
+	Keys, Count bool
 }
+
+// DynamicPullKeys is how many keys of a dynamic table of row width width
+// one pull moves at most (as many bytes as PullRows rows).
+func DynamicPullKeys(width int) int { return PullRows(width) * max(width, 1) / 2 }
 
 // Rows is how many rows the request asks for.
 func (r Pull) Rows() int {
@@ -70,6 +81,12 @@ func (r Pull) encode() []byte {
 	if r.Final {
 		flags |= pullFinal
 	}
+	if r.Keys {
+		flags |= pullKeys
+	}
+	if r.Count {
+		flags |= pullCount
+	}
 	n := len(r.IDs)
 	if r.IDs == nil {
 		flags |= pullRange
@@ -82,6 +99,22 @@ func (r Pull) encode() []byte {
 		binary.LittleEndian.PutUint32(b[pullHeader+4*i:], uint32(id))
 	}
 	return b
+}
+
+// DecodeDynamicPull reads a request of a dynamic table's shard: a range
+// of its rows or keys in ascending key order, or its row count; the
+// range is checked against the shard's rows (n) once they are known.
+func DecodeDynamicPull(b []byte) (Pull, error) {
+	if len(b) != pullHeader {
+		return Pull{}, fmt.Errorf("a pull of a dynamic table's shard of %d bytes, not a header of %d (a dynamic shard is pulled by range)", len(b), pullHeader)
+	}
+	flags := binary.LittleEndian.Uint32(b[8:])
+	r := Pull{At: int64(binary.LittleEndian.Uint64(b)), Final: flags&pullFinal != 0, Keys: flags&pullKeys != 0, Count: flags&pullCount != 0,
+		First: int(int32(binary.LittleEndian.Uint32(b[12:]))), N: int(int32(binary.LittleEndian.Uint32(b[16:])))}
+	if flags&pullRange == 0 || r.First < 0 || r.N < 0 {
+		return Pull{}, fmt.Errorf("a pull of a dynamic table's shard must be a range, got flags %#x, first %d, n %d", flags, r.First, r.N)
+	}
+	return r, nil
 }
 
 // DecodePull reads a request of rows of a shard of height rows, checking

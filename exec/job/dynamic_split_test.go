@@ -3,15 +3,20 @@ package job
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/rs/zerolog"
 
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/evaluate"
+	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/trainer"
 )
 
-// dynamicLive is the live rows of table emb over the pservers' summaries
-// of the last job runJobInmem ran.
+// dynamicLive is the live rows of table over the pservers' summaries of
+// the jobs runJobInmem ran since the last call.
 func dynamicLive(t *testing.T, table string) int64 {
 	t.Helper()
 	servedMu.Lock()
@@ -24,19 +29,143 @@ func dynamicLive(t *testing.T, table string) int64 {
 	return live
 }
 
-func TestDynamicSplitRunsInmem(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprint(async), func(t *testing.T) {
-			g, _ := dynamicJob(t, "{dim: 4, min_count: 2}")
-			local, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Steps: 20, Batch: 16, Log: zerolog.Nop()})
+// dynamicRows reads a model file's dynamic table as key -> row, and its
+// dense tensors.
+func dynamicRows(t *testing.T, path, table string) (map[int64][]float32, map[string][]float32) {
+	t.Helper()
+	ts, _, err := modelfile.LoadSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, rows := ts[table+".keys"], ts[table]
+	if keys == nil || rows == nil {
+		t.Fatalf("%s holds no %s.keys and %s", path, table, table)
+	}
+	d := rows.Shape[1]
+	out := map[int64][]float32{}
+	for i, k := range keys.L {
+		if _, dup := out[k]; dup {
+			t.Fatalf("%s: key %d twice", path, k)
+		}
+		out[k] = rows.F[i*d : (i+1)*d]
+	}
+	dense := map[string][]float32{}
+	for n, x := range ts {
+		if n != table && n != table+".keys" {
+			dense[n] = x.F
+		}
+	}
+	return out, dense
+}
+
+// runDynamicSplit trains g as an n x m job in process with batch b per
+// trainer, trainer 0 saving the whole model; it returns the file and the
+// live rows the pservers' summaries count.
+func runDynamicSplit(t *testing.T, g *dsl.Graph, n, m int, async bool, steps, b int) (string, int64) {
+	t.Helper()
+	dynamicLive(t, "")
+	save := filepath.Join(t.TempDir(), "dist.safetensors")
+	runInmemJob(t, g, n, m, async, trainer.RunOptions{Steps: steps, Batch: b, Save: save, Log: zerolog.Nop()}, 0)
+	return save, dynamicLive(t, "emb")
+}
+
+// A dynamic table sharded by key over M pservers trains what one node
+// trains: N sync trainers with batch b against one node with batch N*b
+// give the same keys (the live rows: every trainer's sightings of a step
+// are counted before any is answered, so min_count admits as on one
+// node), and the same rows and dense parameters up to float32 rounding:
+// one node sums a key's gradient over the whole batch in batch order,
+// the job sums each trainer's half and then averages the halves, and
+// float32 addition is not associative (so not bitwise; relative
+// difference <= 1e-5); with one trainer nothing is averaged and the job
+// is bitwise the local run. Trainer 0's --save pulls every shard's keys and
+// rows into one file, which eval reads to the loss local eval gives.
+func TestDynamicSplitEqualsLocalInmem(t *testing.T) {
+	for _, c := range []struct {
+		dynamic  string
+		opt      string
+		n, m     int
+		minCount int
+	}{
+		{"{dim: 4, min_count: 2}", "adagrad, lr: 0.1", 2, 2, 2},
+		{"{dim: 4}", "sgd, lr: 0.1", 2, 3, 1},
+		{"{dim: 4, min_count: 3, ttl_steps: 5}", "adam, lr: 0.01", 2, 2, 3},
+		{"{dim: 4, min_count: 3}", "adam, lr: 0.01", 2, 2, 3},
+		{"{dim: 4, min_count: 2, ttl_steps: 5}", "adam, lr: 0.01", 2, 2, 3},
+		{"{dim: 4, ttl_steps: 5}", "adam, lr: 0.01", 2, 2, 3},
+		{"{dim: 4, min_count: 2}", "adagrad, lr: 0.1", 1, 2, 2},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%dx%d", c.dynamic, c.opt, c.n, c.m), func(t *testing.T) {
+			g, _ := dynamicJobWith(t, c.dynamic, c.opt)
+			const steps, b = 20, 8
+			local := filepath.Join(t.TempDir(), "local.safetensors")
+			sum, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Steps: steps, Batch: b * c.n, Save: local, Log: zerolog.Nop()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			servedMu.Lock()
-			served = nil
-			servedMu.Unlock()
-			runInmemJob(t, g, 2, 2, async, trainer.RunOptions{Steps: 20, Batch: 8, Log: zerolog.Nop()}, 0)
-			t.Logf("local %+v dist live %d", local.Tables, dynamicLive(t, "emb"))
+			dist, live := runDynamicSplit(t, g, c.n, c.m, false, steps, b)
+			if want := sum.Tables[0].Live; live != want || want == 0 {
+				t.Errorf("the pservers hold %d live rows, one node %d", live, want)
+			}
+			lr, ld := dynamicRows(t, local, "emb")
+			dr, dd := dynamicRows(t, dist, "emb")
+			if len(lr) != len(dr) {
+				t.Fatalf("%d keys saved by the job, %d by one node", len(dr), len(lr))
+			}
+			var a, bb []float32
+			for k, x := range lr {
+				y, ok := dr[k]
+				if !ok {
+					t.Fatalf("key %d saved by one node, not by the job", k)
+				}
+				a, bb = append(a, x...), append(bb, y...)
+			}
+			worst := relDiff(bb, a)
+			for n, x := range ld {
+				if d := relDiff(dd[n], x); d > worst {
+					worst = d
+				}
+			}
+			t.Logf("%d keys; largest relative difference %.2g", len(lr), worst)
+			if worst > 1e-5 || c.n == 1 && worst != 0 {
+				t.Errorf("relative difference %.2g > 1e-5 (one trainer: want 0, nothing is averaged)", worst)
+			}
+			le, err := evaluate.EvalModel(context.Background(), g, evaluate.EvalOptions{InitFrom: local, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			de, err := evaluate.EvalModel(context.Background(), g, evaluate.EvalOptions{InitFrom: dist, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := relDiff([]float32{float32(de.Loss)}, []float32{float32(le.Loss)}); d > 1e-5 {
+				t.Errorf("eval of the job's file: loss %v, of one node's %v", de.Loss, le.Loss)
+			}
 		})
+	}
+}
+
+// An async job trains a dynamic table too: every key seen min_count
+// times over the job has a row (admission counts each request's
+// sightings as it comes), and the saved file holds exactly the live rows.
+func TestDynamicSplitAsyncInmem(t *testing.T) {
+	g, counts := dynamicJob(t, "{dim: 4, min_count: 2}")
+	const steps, b = 25, 8 // 2 x 25 x 8 = 400 rows: the file once
+	dist, live := runDynamicSplit(t, g, 2, 2, true, steps, b)
+	rows, _ := dynamicRows(t, dist, "emb")
+	var want []int64
+	for k, c := range counts {
+		if c >= 2 {
+			want = append(want, k)
+		}
+	}
+	var got []int64
+	for k := range rows {
+		got = append(got, k)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) || live != int64(len(want)) {
+		t.Errorf("%d keys saved, %d live: want the %d keys seen twice", len(got), live, len(want))
 	}
 }

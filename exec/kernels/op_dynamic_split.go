@@ -243,10 +243,16 @@ func dynServeKernel(k Args) (Kernel, error) {
 		}
 		return rt.Rendezvous().Send(rt.Context(), step, ir.Trainer(src), rowsVar, ir.F32, f32Bytes(rows))
 	}
-	return func(rt Runtime) error {
+	// The table moves to the step once a request of it arrived: a loop
+	// that starts a step after the job's end (its receive fails) must not
+	// expire rows of the last one.
+	advance := func(rt Runtime) error {
 		if err := d.Table.Advance(rt.Step()); err != nil {
 			return fmt.Errorf("%s: %w", sp.table, err)
 		}
+		return nil
+	}
+	return func(rt Runtime) error {
 		if !k.Node.Async && count == trainers {
 			// Every request is checked, then every sighting counted, then
 			// every reply read: a key admitted by the step's sightings reads
@@ -260,6 +266,9 @@ func dynServeKernel(k Args) (Kernel, error) {
 					return err
 				}
 				sizes[t] = n
+			}
+			if err := advance(rt); err != nil {
+				return err
 			}
 			for t := range trainers {
 				keys, counts, _ := sp.request(t, reqs[t], sizes[t])
@@ -291,6 +300,9 @@ func dynServeKernel(k Args) (Kernel, error) {
 			}
 			keys, counts, err := sp.request(src.Index, reqs[0], n)
 			if err != nil {
+				return err
+			}
+			if err := advance(rt); err != nil {
 				return err
 			}
 			if err := d.Table.Lookup(keys, counts, slots[:len(keys)]); err != nil {

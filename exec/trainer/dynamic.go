@@ -1,21 +1,26 @@
 package trainer
 
 import (
+	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // checkDynamic refuses what a trainer of a split job with dynamic tables
-// cannot do yet: pull their rows outside the steps (data.eval, --save).
+// cannot do yet: pull their rows for a held-out evaluation (data.eval).
 func checkDynamic(g *dsl.Graph, opt RunOptions) error {
 	if opt.Comm == nil {
 		return nil
@@ -26,8 +31,6 @@ func checkDynamic(g *dsl.Graph, opt RunOptions) error {
 		}
 		v := op.Attrs.String("var")
 		switch {
-		case opt.Save != "" && opt.TrainerIndex == 0:
-			return dsl.Errorf(op.Pos, "%s is a dynamic table, whose rows trainer 0 cannot pull into --save yet; run without --save", v)
 		case g.Data != nil && g.Data.Eval != nil && opt.TrainerIndex == 0:
 			return dsl.Errorf(g.Data.Eval.Pos, "%s is a dynamic table, whose rows trainer 0 cannot pull for data.eval yet; evaluate the saved model with psgraph eval", v)
 		}
@@ -126,4 +129,47 @@ func writeTables(b *strings.Builder, tables []metrics.TableStats) {
 			k, t.Live, t.Held, t.Admitted, t.EvictedTTL, t.EvictedCapacity, t.Bytes)
 	}
 	b.WriteByte('}')
+}
+
+// dynamicEntries are the model file's tensors of dynamic table t, pulled
+// from its shards at the job's end (step at) as the file is written: the
+// keys T.keys (int64 [n]) and their rows T (float32 [n, dim]), shard
+// after shard, each shard's in ascending key order. It first asks every
+// shard for its row count (the file's header needs n); it returns n.
+func dynamicEntries(ctx context.Context, c Comm, t table, at int64) ([]modelfile.Entry, int, error) {
+	counts := make([]int, t.shards)
+	n := 0
+	word := make([]float32, 2)
+	for s := range t.shards {
+		if err := c.Pull(ctx, s, t.name, comm.Pull{At: at, Final: true, Count: true}, word); err != nil {
+			return nil, 0, fmt.Errorf("pulling the row count of dynamic table %s from pserver-%d: %w", t.name, s, err)
+		}
+		counts[s] = int(binary.LittleEndian.Uint64(tensor.F32Bytes(word)))
+		n += counts[s]
+	}
+	// write streams the shards' keys (keys) or rows, per entries at a time.
+	write := func(w io.Writer, keys bool) error {
+		per, width := comm.PullRows(t.width), t.width
+		if keys {
+			per, width = comm.DynamicPullKeys(t.width), 2
+		}
+		buf := make([]float32, per*width)
+		for s := range t.shards {
+			for lo := 0; lo < counts[s]; lo += per {
+				k := min(per, counts[s]-lo)
+				req := comm.Pull{At: at, Final: true, First: lo, N: k, Keys: keys}
+				if err := c.Pull(ctx, s, t.name, req, buf[:k*width]); err != nil {
+					return fmt.Errorf("pulling rows of dynamic table %s from pserver-%d: %w", t.name, s, err)
+				}
+				if _, err := w.Write(tensor.F32Bytes(buf[:k*width])); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return []modelfile.Entry{
+		{Name: program.KeysName(t.name), DType: tensor.I64, Shape: []int{n}, Write: func(w io.Writer) error { return write(w, true) }},
+		{Name: t.name, DType: tensor.F32, Shape: []int{n, t.width}, Write: func(w io.Writer) error { return write(w, false) }},
+	}, n, nil
 }

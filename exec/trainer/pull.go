@@ -25,6 +25,8 @@ import (
 type table struct {
 	name                string
 	rows, width, shards int
+	// dynamic: a dynamic table (rows is ir.DynamicRows), sharded by key.
+	dynamic bool
 }
 
 // localRows is how many rows shard s holds.
@@ -51,7 +53,8 @@ func tablesOf(g *dsl.Graph, batch int) (map[string]table, error) {
 			continue
 		}
 		name := t.Op.Attrs.String("var")
-		out[name] = table{name: name, rows: types[t.Op.Outputs[0]].Shape[0], width: t.Shape[1], shards: t.Op.Attrs.Int("shards")}
+		rows := types[t.Op.Outputs[0]].Shape[0]
+		out[name] = table{name: name, rows: rows, width: t.Shape[1], shards: t.Op.Attrs.Int("shards"), dynamic: rows == ir.DynamicRows}
 	}
 	return out, nil
 }

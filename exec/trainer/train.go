@@ -633,11 +633,18 @@ func (r *run) save(names []string, params program.Scope) error {
 		return err
 	}
 	var more []modelfile.Entry
-	for _, t := range tables {
-		more = append(more, tableEntry(r.ctx, opt.Comm, t, int64(r.steps)))
-	}
 	var bytes int64
 	for _, t := range tables {
+		if t.dynamic {
+			es, n, err := dynamicEntries(r.ctx, opt.Comm, t, int64(r.steps))
+			if err != nil {
+				return err
+			}
+			more = append(more, es...)
+			bytes += int64(n) * int64(8+4*t.width)
+			continue
+		}
+		more = append(more, tableEntry(r.ctx, opt.Comm, t, int64(r.steps)))
 		bytes += 4 * int64(t.rows) * int64(t.width)
 	}
 	opt.Log.Info().Int("tables", len(tables)).Int64("table_bytes", bytes).Str("file", opt.Save).Msg("saving the whole model: pulling the tables from the pservers")

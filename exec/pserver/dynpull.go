@@ -1,0 +1,131 @@
+package pserver
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sort"
+
+	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// dynShardServer answers the pulls of a pserver's shard of a dynamic
+// table: trainer 0's --save at the job's end asks for its row count,
+// then its keys and its rows by range of the shard's rows in ascending
+// key order (docs/wire.md, "Pulls"). The first such pull exports the
+// table (dyntable.Export, once the shard is final) and sorts it; the
+// table changes no more, so every later pull reads that export.
+type dynShardServer struct {
+	table string // the table (the transfers' name)
+	t     *dyntable.Table
+	part  *part
+
+	keys []int64   // the export, in ascending key order
+	vals []float32 // their rows
+	done bool
+}
+
+func (s *dynShardServer) serve(ctx context.Context, c *comm.PServer) error {
+	w := s.t.Config().Dim
+	buf := make([]byte, comm.PullSpec(s.table, w).Bytes)
+	replies := make([][]float32, c.Trainers())
+	for {
+		k, b, err := c.RecvPull(ctx, s.table, buf)
+		if err != nil {
+			return err
+		}
+		r, err := comm.DecodeDynamicPull(b)
+		if err == nil && !r.Final {
+			err = fmt.Errorf("a pull at step %d before the job's end (a dynamic table's rows are pulled only to save the model)", r.At)
+		}
+		if err != nil {
+			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
+		}
+		who := k.Src.Index
+		if replies[who] == nil {
+			replies[who] = make([]float32, comm.PullRows(w)*w)
+		}
+		var exportErr error
+		if err := s.part.readAt(ctx, c, who, r, func() { exportErr = s.export() }); err != nil {
+			return err
+		}
+		if exportErr != nil {
+			return fmt.Errorf("exporting dynamic table %s for %s: %w", s.table, k.Src, exportErr)
+		}
+		rows, err := s.reply(r, w, replies[who])
+		if err != nil {
+			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
+		}
+		if err := c.ReplyPull(ctx, k, s.table, rows); err != nil {
+			return err
+		}
+	}
+}
+
+// reply fills buf with what r asks for and returns it.
+func (s *dynShardServer) reply(r comm.Pull, w int, buf []float32) ([]float32, error) {
+	n := len(s.keys)
+	switch {
+	case r.Count:
+		out := buf[:2]
+		binary.LittleEndian.PutUint64(tensor.F32Bytes(out), uint64(n))
+		return out, nil
+	case r.First+r.N > n:
+		return nil, fmt.Errorf("a pull of entries [%d, %d) of a shard of %d rows", r.First, r.First+r.N, n)
+	case r.Keys:
+		if r.N > comm.DynamicPullKeys(w) {
+			return nil, fmt.Errorf("a pull of %d keys, more than %d", r.N, comm.DynamicPullKeys(w))
+		}
+		out := buf[:2*r.N]
+		b := tensor.F32Bytes(out)
+		for i, key := range s.keys[r.First : r.First+r.N] {
+			binary.LittleEndian.PutUint64(b[8*i:], uint64(key))
+		}
+		return out, nil
+	case r.N > comm.PullRows(w):
+		return nil, fmt.Errorf("a pull of %d rows, more than %d", r.N, comm.PullRows(w))
+	}
+	out := buf[:r.N*w]
+	copy(out, s.vals[r.First*w:(r.First+r.N)*w])
+	return out, nil
+}
+
+// export reads the final table's rows into keys and vals, in ascending
+// key order, once.
+func (s *dynShardServer) export() error {
+	if s.done {
+		return nil
+	}
+	c, err := s.t.Cut(dyntable.Export)
+	if err != nil {
+		return err
+	}
+	defer c.Abort() // after Commit it does nothing
+	var keys []int64
+	var vals []float32
+	if err := c.Each(func(b *dyntable.Batch) error {
+		keys = append(keys, b.Keys...)
+		vals = append(vals, b.Values...)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := c.Commit(); err != nil {
+		return err
+	}
+	w := s.t.Config().Dim
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return keys[order[a]] < keys[order[b]] })
+	s.keys, s.vals = make([]int64, len(keys)), make([]float32, len(vals))
+	for i, j := range order {
+		s.keys[i] = keys[j]
+		copy(s.vals[i*w:(i+1)*w], vals[j*w:(j+1)*w])
+	}
+	s.done = true
+	return nil
+}
