@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/evaluate"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/trainer"
+	"github.com/psgraph/psgraph/transport"
 )
 
 // dynamicLive is the live rows of table over the pservers' summaries of
@@ -168,4 +171,108 @@ func TestDynamicSplitAsyncInmem(t *testing.T) {
 	if !slices.Equal(got, want) || live != int64(len(want)) {
 		t.Errorf("%d keys saved, %d live: want the %d keys seen twice", len(got), live, len(want))
 	}
+}
+
+// A pserver holding a shard of a dynamic table, stopped mid-run and
+// started again, resumes from its checkpoint as with a fixed table: each
+// checkpoint cuts the shard into its snapshot-and-deltas chain
+// (modelfile.TableChain) before the node's manifest lists the step, and
+// the new process applies the chain to an empty table. Restarted at its
+// checkpoint's step (the staged cases, as TestPServerRestartTableInmem
+// stages them: one trainer a step ahead, a request lost with the old
+// process), the job ends bitwise as an undisturbed one; restarted
+// wherever it falls, sync and async, with the loss of an undisturbed one.
+func TestPServerRestartDynamicInmem(t *testing.T) {
+	g, _ := dynamicJob(t, "{dim: 4, min_count: 2, ttl_steps: 40}")
+	const steps, batch = 200, 8
+	plain, _ := runDynamicSplit(t, g, 2, 2, false, steps, batch)
+	for _, c := range []struct {
+		name   string
+		victim int
+		async  bool
+		stage  func(*restartCase) []int
+	}{
+		{"one trainer ahead", 1, false, stageOneAhead},
+		{"a request lost", 0, false, stageDynamicRequestLost},
+		{"unstaged", 1, false, nil},
+		{"unstaged", 0, true, nil},
+	} {
+		t.Run(fmt.Sprintf("%s/pserver-%d/async=%v", c.name, c.victim, c.async), func(t *testing.T) {
+			rc := restartCase{g: g, async: c.async, steps: steps, batch: batch, every: 25, killAfter: 100, victim: c.victim}
+			var wantResent []int
+			if c.stage != nil {
+				wantResent = c.stage(&rc)
+			}
+			r := runRestartCase(t, rc)
+			t.Logf("stopped with checkpoint %d; restarted at step %d; the trainers re-sent %v messages", r.killedAt, r.second.First, resentBy(t, r.trainers))
+			if !strings.Contains(r.log, "restarted into a running job") {
+				t.Errorf("the restarted pserver did not say it joined a running job:\n%s", r.log)
+			}
+			chain := &modelfile.TableChain{Dir: r.ckDir, Node: fmt.Sprintf("pserver-%d", c.victim), Table: fmt.Sprintf("emb.s%d", c.victim)}
+			links, err := chain.Links()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(links) == 0 || !links[0].Snapshot || links[len(links)-1].Step != r.manifest.Steps[len(r.manifest.Steps)-1] {
+				t.Errorf("pserver-%d's chain %+v, its checkpoints %v: want a snapshot, then deltas up to the newest checkpoint", c.victim, links, r.manifest.Steps)
+			}
+			if r.second.Tables["emb"].Live == 0 {
+				t.Errorf("the restarted pserver's summary holds no live rows: %+v", r.second.Tables)
+			}
+			if c.stage != nil {
+				if r.second.First != 100 || fmt.Sprint(resentBy(t, r.trainers)) != fmt.Sprint(wantResent) {
+					t.Errorf("restarted at %d with the trainers re-sending %v, want 100 and %v", r.second.First, resentBy(t, r.trainers), wantResent)
+				}
+				sameBytes(t, plain, r.saved[0]) // nothing lost: the same keys, rows and dense parameters
+				return
+			}
+			ref := plain
+			if c.async {
+				ref, _ = runDynamicSplit(t, g, 2, 2, true, steps, batch)
+			}
+			lp, lr := evalModel(t, g, ref), evalModel(t, g, r.saved[0])
+			t.Logf("loss %.4f undisturbed, %.4f with the restart", lp, lr)
+			if lr > 1.1*lp {
+				t.Errorf("loss %.4f after the restart, %.4f undisturbed", lr, lp)
+			}
+		})
+	}
+}
+
+// stageDynamicRequestLost stages "a request lost" for a dynamic table:
+// pserver-0 (W and a shard) dies at step 100 holding trainer-0's request
+// of 100, while trainer-1's is held until the old process is gone (lost
+// with it). A sync dynamic shard answers no request of a step before it
+// counted every trainer's (dyn_serve), so neither trainer has its rows of
+// 100: each re-sends its request of 100, nothing else.
+func stageDynamicRequestLost(rc *restartCase) (resent []int) {
+	ids := ops.TableIDs("emb")
+	t0Asked, t1Held, release := newSignal(), newSignal(), newSignal()
+	rc.wrap = func(i int, ep transport.Endpoint) transport.Endpoint {
+		h := &hookedEP{Endpoint: ep}
+		if i == 0 {
+			h.afterSend = func(to transport.NodeID, step int64, v string) {
+				if to == transport.PServer(0) && v == ids && step == 100 {
+					t0Asked.fire()
+				}
+			}
+		} else {
+			h.beforeSend = func(ctx context.Context, to transport.NodeID, step int64, v string) error {
+				if to == transport.PServer(0) && v == ids && step == 100 {
+					t1Held.fire()
+					return release.wait(ctx)
+				}
+				return nil
+			}
+		}
+		return h
+	}
+	rc.ready = func(ctx context.Context) error {
+		if err := t0Asked.wait(ctx); err != nil {
+			return err
+		}
+		return t1Held.wait(ctx)
+	}
+	rc.killed = release.fire
+	return []int{1, 1}
 }

@@ -3,8 +3,10 @@ package modelfile
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/psgraph/psgraph/exec/dyntable"
@@ -168,6 +170,61 @@ func applyFile(t *dyntable.Table, path, name string) error {
 	}
 	if err := t.Apply(f, fi.Size(), name); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// KeepFrom is the oldest step a restore may still ask for once the
+// node's checkpoint of step is listed: the Keep newest (2 when unset) of
+// the manifest's steps and step.
+func (c *Checkpointer) KeepFrom(step int64) (int64, error) {
+	m, _, err := c.Manifest()
+	if err != nil {
+		return 0, err
+	}
+	steps := append(slices.Clone(m.Steps), step)
+	slices.Sort(steps)
+	steps = slices.Compact(steps)
+	keep := c.Keep
+	if keep <= 0 {
+		keep = 2
+	}
+	return steps[max(0, len(steps)-keep)], nil
+}
+
+// SaveTables cuts each dynamic table into its chain at step (a node's
+// tables by name), before the node's checkpoint of step is listed (a
+// crash between the two leaves a link the restore of an older step
+// drops). Call it between steps, on the goroutine that changes the
+// tables.
+func (c *Checkpointer) SaveTables(step int64, tables map[string]*dyntable.Table) error {
+	if len(tables) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	keepFrom, err := c.KeepFrom(step)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(tables)) {
+		ch := &TableChain{Dir: c.Dir, Node: c.Node, Table: name}
+		if err := ch.Save(step, tables[name], keepFrom); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RestoreTables restores each dynamic table (new and empty) to its
+// chain's step.
+func (c *Checkpointer) RestoreTables(step int64, tables map[string]*dyntable.Table) error {
+	for _, name := range slices.Sorted(maps.Keys(tables)) {
+		ch := &TableChain{Dir: c.Dir, Node: c.Node, Table: name}
+		if err := ch.Restore(step, tables[name]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -98,6 +98,8 @@ func (s *dynShardServer) export() error {
 	if s.done {
 		return nil
 	}
+	s.part.cuts.Lock() // a checkpoint of the last step may still be writing
+	defer s.part.cuts.Unlock()
 	c, err := s.t.Cut(dyntable.Export)
 	if err != nil {
 		return err

@@ -151,6 +151,20 @@ type part struct {
 	rv      *comm.Part
 	applied stepsApplied
 	commit  sync.RWMutex
+	// cuts orders the cuts of the part's dynamic shards (one open at a
+	// time): its checkpoints' and the export a pull at the end reads.
+	cuts sync.Mutex
+}
+
+// saveTables cuts the part's dynamic shards into their checkpoint chains
+// at step (between steps, on its loop).
+func (p *part) saveTables(ck *modelfile.Checkpointer, step int64) error {
+	if len(p.prog.Tables) == 0 {
+		return nil
+	}
+	p.cuts.Lock()
+	defer p.cuts.Unlock()
+	return ck.SaveTables(step, p.prog.Tables)
 }
 
 // compileParts compiles each part of the pserver's graph and gives its
@@ -207,6 +221,9 @@ func restore(parts []*part, opt ServeOptions) (int64, error) {
 	}
 	for _, p := range parts {
 		if err := opt.Checkpoint.Restore(restored, program.PersistentOf(p.prog)); err != nil {
+			return 0, err
+		}
+		if err := opt.Checkpoint.RestoreTables(restored, p.prog.Tables); err != nil {
 			return 0, err
 		}
 	}
@@ -282,6 +299,11 @@ func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, o
 			all = all && p.step == last
 		}
 		if all {
+			for _, p := range parts {
+				if err := p.saveTables(ck, last); err != nil {
+					return c.StopJob(err)
+				}
+			}
 			if err := ck.Save(last, vars); err != nil {
 				return c.StopJob(err)
 			}
@@ -341,6 +363,11 @@ func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, 
 			}
 		}
 		if snap != nil && (k+1)%int64(snap.ck.Every) == 0 {
+			// The part's dynamic shards are cut between its steps, on its
+			// loop, before the checkpoint that lists the step is written.
+			if err := p.saveTables(snap.ck, k+1); err != nil {
+				return k, err
+			}
 			if err := snap.add(k+1, vars); err != nil {
 				return k, err
 			}

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"slices"
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -53,53 +51,15 @@ func saveTables(p *program.Program, params program.Scope, names []string) ([]str
 	return names, nil
 }
 
-// chains are the checkpoint chains of the program's dynamic tables.
-func chains(ck *modelfile.Checkpointer, p *program.Program) []*modelfile.TableChain {
-	var out []*modelfile.TableChain
-	for _, dt := range p.Lowered {
-		out = append(out, &modelfile.TableChain{Dir: ck.Dir, Node: ck.Node, Table: dt.Name})
-	}
-	return out
-}
-
 // saveChains cuts each dynamic table into its chain at step, before the
-// node's checkpoint of step is listed (a crash between the two leaves a
-// link the restore of an older step drops).
+// node's checkpoint of step is listed (modelfile.Checkpointer.SaveTables).
 func saveChains(ck *modelfile.Checkpointer, p *program.Program, step int64) error {
-	if len(p.Lowered) == 0 {
-		return nil
-	}
-	if err := os.MkdirAll(ck.Dir, 0o755); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	m, _, err := ck.Manifest()
-	if err != nil {
-		return err
-	}
-	steps := append(slices.Clone(m.Steps), step)
-	slices.Sort(steps)
-	steps = slices.Compact(steps)
-	keep := ck.Keep
-	if keep <= 0 {
-		keep = 2
-	}
-	keepFrom := steps[max(0, len(steps)-keep)]
-	for _, c := range chains(ck, p) {
-		if err := c.Save(step, p.Tables[c.Table], keepFrom); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ck.SaveTables(step, p.Tables)
 }
 
 // restoreChains restores each dynamic table to its chain's step.
 func restoreChains(ck *modelfile.Checkpointer, p *program.Program, step int64) error {
-	for _, c := range chains(ck, p) {
-		if err := c.Restore(step, p.Tables[c.Table]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ck.RestoreTables(step, p.Tables)
 }
 
 // tableStats is the state of the program's dynamic tables, in declaration
