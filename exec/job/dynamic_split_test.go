@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/psgraph/psgraph/exec/evaluate"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/trainer"
+	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -275,4 +277,30 @@ func stageDynamicRequestLost(rc *restartCase) (resent []int) {
 	}
 	rc.killed = release.fire
 	return []int{1, 1}
+}
+
+// Trainer 0 of a split job with a dynamic table cannot yet pull its rows
+// for a held-out evaluation: the run is refused at data.eval, naming the
+// table, before any step.
+func TestDynamicSplitRefusesHeldOutEval(t *testing.T) {
+	g, _ := dynamicJob(t, "{dim: 4}")
+	src, err := os.ReadFile(g.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(filepath.Dir(g.File), "eval.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(string(src), "  csv: d.csv\n", "  csv: d.csv\n  eval: {fraction: 0.1}\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g = load(t, path)
+	plan, err := partition.Split(g, partition.Options{Trainers: 1, PServers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: 1, Params: plan.Info.ServedParams()}
+	hub := transport.NewHub(func(error) {}, append(j.TrainerIDs(), j.PServerIDs()...)...)
+	_, err = j.RunTrainer(context.Background(), 0, hub.Endpoint(transport.Trainer(0)), trainer.RunOptions{Steps: 1, Log: zerolog.Nop()})
+	if err == nil || !strings.Contains(err.Error(), "emb is a dynamic table, whose rows trainer 0 cannot pull for data.eval yet") || !strings.Contains(err.Error(), "eval.yaml:") {
+		t.Fatalf("got %v, want the refusal at data.eval", err)
+	}
 }
