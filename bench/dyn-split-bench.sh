@@ -3,7 +3,9 @@
 # ttl: every key a row) beside the same job with
 # examples/ctr.yaml's fixed table (1M buckets, and 10M), started role by
 # role on loopback so each process's peak RSS is measured (GNU time) and
-# each pserver's summary (its dynamic shard's live rows) is kept.
+# each pserver's summary (its dynamic shard's live rows) is kept; trainer 0
+# saves the whole model (--save), so the pservers' RSS includes the end's
+# pulls.
 # Usage: bench/dyn-split-bench.sh [DIR] (default: a new temporary directory)
 # Prints, per model: trainer-0's steps/s, each pserver's peak RSS and live
 # rows, and the RSS bound 1.3 x live x (dim + state) x 4 B + 64 MiB.
@@ -30,8 +32,9 @@ for m in ${MODELS:-dynamic dynamic-min1 fixed-1M fixed-10M}; do
 			>"$DIR/$m.ps$i.out" 2>"$DIR/$m.ps$i.err" &
 	done
 	for i in 0 1; do
+		save=(); [ $i = 0 ] && save=(--save "$DIR/$m.safetensors") # the whole model, every shard pulled at the end
 		/usr/bin/time -f "%M" -o "$DIR/$m.t$i.rss" "$PSG" run --role trainer --index $i --plan "$DIR/$m.plan" --pservers "$a0,$a1" \
-			--steps "$STEPS" --batch "$BATCH" --log-every 0 >"$DIR/$m.t$i.out" 2>"$DIR/$m.t$i.err" &
+			--steps "$STEPS" --batch "$BATCH" --log-every 0 "${save[@]}" >"$DIR/$m.t$i.out" 2>"$DIR/$m.t$i.err" &
 	done
 	wait
 	python3 - "$DIR" "$m" <<'PY'

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/dyntable"
@@ -14,16 +14,16 @@ import (
 // dynShardServer answers the pulls of a pserver's shard of a dynamic
 // table: trainer 0's --save at the job's end asks for its row count,
 // then its keys and its rows by range of the shard's rows in ascending
-// key order (docs/wire.md, "Pulls"). The first such pull exports the
-// table (dyntable.Export, once the shard is final) and sorts it; the
-// table changes no more, so every later pull reads that export.
+// key order (docs/wire.md, "Pulls"). The first such pull lists the
+// table's keys (a dyntable.Export cut, once the shard is final) and sorts
+// them: 8 bytes a live row, held until the job ends; the rows are read
+// from the table (Table.Read) range by range as they are asked for.
 type dynShardServer struct {
 	table string // the table (the transfers' name)
 	t     *dyntable.Table
 	part  *part
 
-	keys []int64   // the export, in ascending key order
-	vals []float32 // their rows
+	keys []int64 // the shard's live keys, ascending
 	done bool
 }
 
@@ -88,12 +88,13 @@ func (s *dynShardServer) reply(r comm.Pull, w int, buf []float32) ([]float32, er
 		return nil, fmt.Errorf("a pull of %d rows, more than %d", r.N, comm.PullRows(w))
 	}
 	out := buf[:r.N*w]
-	copy(out, s.vals[r.First*w:(r.First+r.N)*w])
+	if err := s.t.Read(s.keys[r.First:r.First+r.N], out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
-// export reads the final table's rows into keys and vals, in ascending
-// key order, once.
+// export lists the final table's keys in ascending order, once.
 func (s *dynShardServer) export() error {
 	if s.done {
 		return nil
@@ -105,11 +106,9 @@ func (s *dynShardServer) export() error {
 		return err
 	}
 	defer c.Abort() // after Commit it does nothing
-	var keys []int64
-	var vals []float32
+	keys := make([]int64, 0, s.t.Stats().Live)
 	if err := c.Each(func(b *dyntable.Batch) error {
 		keys = append(keys, b.Keys...)
-		vals = append(vals, b.Values...)
 		return nil
 	}); err != nil {
 		return err
@@ -117,17 +116,7 @@ func (s *dynShardServer) export() error {
 	if err := c.Commit(); err != nil {
 		return err
 	}
-	w := s.t.Config().Dim
-	order := make([]int, len(keys))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return keys[order[a]] < keys[order[b]] })
-	s.keys, s.vals = make([]int64, len(keys)), make([]float32, len(vals))
-	for i, j := range order {
-		s.keys[i] = keys[j]
-		copy(s.vals[i*w:(i+1)*w], vals[j*w:(j+1)*w])
-	}
-	s.done = true
+	slices.Sort(keys)
+	s.keys, s.done = keys, true
 	return nil
 }
