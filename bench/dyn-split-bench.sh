@@ -28,12 +28,12 @@ for m in ${MODELS:-dynamic dynamic-min1 fixed-1M fixed-10M}; do
 	export PSGRAPH_TOKEN=bench
 	for i in 0 1; do
 		addr=$a0; [ $i = 1 ] && addr=$a1
-		/usr/bin/time -f "%M" -o "$DIR/$m.ps$i.rss" "$PSG" run --role pserver --index $i --plan "$DIR/$m.plan" --listen "$addr" \
+		/usr/bin/time -f "%M %U %S" -o "$DIR/$m.ps$i.rss" "$PSG" run --role pserver --index $i --plan "$DIR/$m.plan" --listen "$addr" \
 			>"$DIR/$m.ps$i.out" 2>"$DIR/$m.ps$i.err" &
 	done
 	for i in 0 1; do
 		save=(); [ $i = 0 ] && save=(--save "$DIR/$m.safetensors") # the whole model, every shard pulled at the end
-		/usr/bin/time -f "%M" -o "$DIR/$m.t$i.rss" "$PSG" run --role trainer --index $i --plan "$DIR/$m.plan" --pservers "$a0,$a1" \
+		/usr/bin/time -f "%M %U %S" -o "$DIR/$m.t$i.rss" "$PSG" run --role trainer --index $i --plan "$DIR/$m.plan" --pservers "$a0,$a1" \
 			--steps "$STEPS" --batch "$BATCH" --log-every 0 "${save[@]}" >"$DIR/$m.t$i.out" 2>"$DIR/$m.t$i.err" &
 	done
 	wait
@@ -42,9 +42,13 @@ import json, sys
 d, m = sys.argv[1], sys.argv[2]
 last = lambda f: json.loads(open(f).read().strip().splitlines()[-1])
 t0 = last(f"{d}/{m}.t0.out")
-print(f"{m}: trainer-0 {t0['steps']} steps in {t0['seconds']:.1f} s = {t0['steps_per_s']:.1f} steps/s, auc {t0.get('auc')}")
+# GNU time's last line: peak RSS (KiB), user and system CPU seconds.
+usage = lambda f: open(f).read().split()[-3:]
+cpu = sum(float(u) + float(s) for f in ("t0", "t1", "ps0", "ps1") for _, u, s in [usage(f"{d}/{m}.{f}.rss")])
+print(f"{m}: trainer-0 {t0['steps']} steps in {t0['seconds']:.1f} s = {t0['steps_per_s']:.1f} steps/s, auc {t0.get('auc')}; "
+      f"CPU of the 4 processes {cpu:.1f} s = {1000 * cpu / t0['steps']:.1f} ms a step (start, init and save included)")
 for i in (0, 1):
-    rss = int(open(f"{d}/{m}.ps{i}.rss").read().split()[-1]) * 1024
+    rss = int(usage(f"{d}/{m}.ps{i}.rss")[0]) * 1024
     ps = last(f"{d}/{m}.ps{i}.out")
     live = ps.get("tables", {}).get("emb", {}).get("live_rows")
     line = f"  pserver-{i}: peak RSS {rss / 2**20:.1f} MiB"
