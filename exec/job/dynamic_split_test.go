@@ -183,10 +183,11 @@ func TestDynamicSplitAsyncInmem(t *testing.T) {
 // checkpoint's step (the staged cases, as TestPServerRestartTableInmem
 // stages them: one trainer a step ahead, a request lost with the old
 // process), the job ends bitwise as an undisturbed one; restarted
-// wherever it falls, sync and async, with the loss of an undisturbed one.
+// wherever it falls, sync and async, with the loss of an undisturbed one
+// (async: within 1.5x the mean of five, whose losses vary run to run).
 func TestPServerRestartDynamicInmem(t *testing.T) {
 	g, _ := dynamicJob(t, "{dim: 4, min_count: 2, ttl_steps: 40}")
-	const steps, batch = 200, 8
+	const steps, batch = 400, 8
 	plain, _ := runDynamicSplit(t, g, 2, 2, false, steps, batch)
 	for _, c := range []struct {
 		name   string
@@ -228,14 +229,20 @@ func TestPServerRestartDynamicInmem(t *testing.T) {
 				sameBytes(t, plain, r.saved[0]) // nothing lost: the same keys, rows and dense parameters
 				return
 			}
-			ref := plain
+			lp, lr, tol := evalModel(t, g, plain), evalModel(t, g, r.saved[0]), 1.1
 			if c.async {
-				ref, _ = runDynamicSplit(t, g, 2, 2, true, steps, batch)
+				// An async job's loss varies from run to run (single
+				// undisturbed runs of this one gave 0.07 to 0.23): the
+				// mean of five undisturbed runs, with room.
+				lp, tol = 0, 1.5
+				for range 5 {
+					ref, _ := runDynamicSplit(t, g, 2, 2, true, steps, batch)
+					lp += evalModel(t, g, ref) / 5
+				}
 			}
-			lp, lr := evalModel(t, g, ref), evalModel(t, g, r.saved[0])
 			t.Logf("loss %.4f undisturbed, %.4f with the restart", lp, lr)
-			if lr > 1.1*lp {
-				t.Errorf("loss %.4f after the restart, %.4f undisturbed", lr, lp)
+			if lr > tol*lp {
+				t.Errorf("loss %.4f after the restart, %.4f undisturbed (x%.2f allowed)", lr, lp, tol)
 			}
 		})
 	}

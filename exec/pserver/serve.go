@@ -19,7 +19,6 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/metrics"
-	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -271,7 +270,7 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 	}
 	wg.Wait()
 	var last int64
-	var failed error
+	failed := snap.wait() // the checkpoints written in the background
 	for i, err := range errs {
 		if err != nil && !comm.Finished(err) && (failed == nil || errors.Is(failed, context.Canceled) && !errors.Is(err, context.Canceled)) {
 			failed = err
@@ -364,11 +363,9 @@ func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, 
 		}
 		if snap != nil && (k+1)%int64(snap.ck.Every) == 0 {
 			// The part's dynamic shards are cut between its steps, on its
-			// loop, before the checkpoint that lists the step is written.
-			if err := p.saveTables(snap.ck, k+1); err != nil {
-				return k, err
-			}
-			if err := snap.add(k+1, vars); err != nil {
+			// loop, and written beside its next steps; the checkpoint that
+			// lists the step is written once they are.
+			if err := snap.add(k+1, vars, p.cutTables(snap.ck, k+1)); err != nil {
 				return k, err
 			}
 		}
@@ -447,50 +444,4 @@ func saveShards(path string, g *dsl.Graph, parts []*part) error {
 		}
 	}
 	return modelfile.SaveTensors(path, g.Name, shards, all)
-}
-
-// snapshot gathers the persistent variables of a pserver's parts for one
-// step: each part copies its own when it finished that step, and the last
-// one writes the checkpoint. Parts never wait for each other.
-type snapshot struct {
-	write   sync.Mutex // one Save at a time: they share the manifest
-	mu      sync.Mutex
-	ck      *modelfile.Checkpointer
-	log     zerolog.Logger
-	parts   int
-	pending map[int64]*pendingCk
-}
-
-type pendingCk struct {
-	left    int
-	tensors map[string]*tensor.Tensor
-}
-
-func (s *snapshot) add(step int64, vars program.Scope) error {
-	s.mu.Lock()
-	p, ok := s.pending[step]
-	if !ok {
-		p = &pendingCk{left: s.parts, tensors: map[string]*tensor.Tensor{}}
-		s.pending[step] = p
-	}
-	for name, t := range vars {
-		c := tensor.New(t.DType, t.Shape)
-		c.CopyFrom(t)
-		p.tensors[name] = c
-	}
-	p.left--
-	done := p.left == 0
-	if done {
-		delete(s.pending, step)
-	}
-	s.mu.Unlock()
-	if done {
-		s.write.Lock()
-		defer s.write.Unlock()
-		if err := s.ck.Save(step, p.tensors); err != nil {
-			return err
-		}
-		s.log.Info().Int64("step", step).Str("dir", s.ck.Dir).Msg("checkpoint saved")
-	}
-	return nil
 }
