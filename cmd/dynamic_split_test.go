@@ -46,6 +46,10 @@ func TestTrainCTRDynamicSplit(t *testing.T) {
 
 	plan := filepath.Join(dir, "plan")
 	ok(t, psgraph(t, "split", file, "--trainers", "2", "--pservers", "2", "-o", plan))
+	// A pserver's --save writes fixed shards only: refused, pointing at trainer 0.
+	if r := psgraph(t, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", freeAddr(t), "--save", filepath.Join(dir, "ps.safetensors")); r.code != 2 || !strings.Contains(r.stderr, "shards only dynamic tables, whose rows trainer 0's --save pulls") {
+		t.Errorf("pserver --save: exit %d, want 2 and the reason\n%s", r.code, r.stderr)
+	}
 	addrs := []string{freeAddr(t), freeAddr(t)}
 	env := []string{"PSGRAPH_TOKEN=test-token"}
 	hand := filepath.Join(dir, "hand.safetensors")

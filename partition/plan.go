@@ -113,6 +113,17 @@ func (in *PlanInfo) ServedParams() []string {
 	return out
 }
 
+// HasFixedTables reports whether the plan shards a lookup table of fixed
+// rows (whose shards a pserver's --save writes), not only dynamic ones.
+func (in *PlanInfo) HasFixedTables() bool {
+	for i := range in.Params {
+		if in.Params[i].Table() && !in.Params[i].Dynamic() {
+			return true
+		}
+	}
+	return false
+}
+
 // HasTables reports whether the plan shards a lookup table.
 func (in *PlanInfo) HasTables() bool {
 	for i := range in.Params {
