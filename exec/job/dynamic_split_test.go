@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -14,6 +15,7 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/evaluate"
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/trainer"
 	"github.com/psgraph/psgraph/partition"
@@ -341,5 +343,46 @@ func TestDynamicJobCheckpointResumeInmem(t *testing.T) {
 			resumed := run(40, -1)
 			sameBytes(t, whole, resumed)
 		})
+	}
+}
+
+// Each pserver's Prometheus metrics report its shard of a dynamic table
+// under the table's name, as its summary line does: live rows, admissions
+// and bytes (psgraph_dynamic_table_*).
+func TestDynamicSplitMetrics(t *testing.T) {
+	g, _ := dynamicJob(t, "{dim: 4, min_count: 2}")
+	nodes := map[transport.NodeID]*metrics.Node{}
+	var mu sync.Mutex
+	pserverProm = func(id transport.NodeID) *metrics.Node {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes[id] = metrics.New(id.String())
+		return nodes[id]
+	}
+	defer func() { pserverProm = nil }()
+	_, live := runDynamicSplit(t, g, 2, 2, false, 20, 8)
+	var total float64
+	for id, n := range nodes {
+		families, err := n.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "table" && l.GetValue() == "emb" && strings.HasPrefix(f.GetName(), "psgraph_dynamic_table_") {
+						got[f.GetName()] += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		if got["psgraph_dynamic_table_live_rows"] <= 0 || got["psgraph_dynamic_table_admitted_total"] != got["psgraph_dynamic_table_live_rows"] || got["psgraph_dynamic_table_bytes"] <= 0 {
+			t.Errorf("%s's metrics of emb %v: want live rows, as many admissions (no eviction), bytes", id, got)
+		}
+		total += got["psgraph_dynamic_table_live_rows"]
+	}
+	if len(nodes) != 2 || total != float64(live) {
+		t.Errorf("%d pservers' metrics count %v live rows, their summaries %d", len(nodes), total, live)
 	}
 }
