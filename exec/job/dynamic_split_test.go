@@ -18,7 +18,6 @@ import (
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/trainer"
-	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -288,60 +287,39 @@ func stageDynamicRequestLost(rc *restartCase) (resent []int) {
 	return []int{1, 1}
 }
 
-// Trainer 0 of a split job with a dynamic table cannot yet pull its rows
-// for a held-out evaluation: the run is refused at data.eval, naming the
-// table, before any step.
-func TestDynamicSplitRefusesHeldOutEval(t *testing.T) {
-	g, _ := dynamicJob(t, "{dim: 4}")
+// Trainer 0 of a job with a dynamic table evaluates the held-out rows
+// with the rows of their keys pulled from the shards (a key without a row
+// reads the default); at the end, sync and async, its numbers are those
+// of the whole model it saved, evaluated as psgraph eval does. Trainer 1
+// evaluates nothing.
+func TestDynamicSplitHeldOutEqualsEvalInmem(t *testing.T) {
+	g, _ := dynamicJob(t, "{dim: 4, min_count: 2}")
 	src, err := os.ReadFile(g.File)
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(filepath.Dir(g.File), "eval.yaml")
-	if err := os.WriteFile(path, []byte(strings.Replace(string(src), "  csv: d.csv\n", "  csv: d.csv\n  eval: {fraction: 0.1}\n", 1)), 0o644); err != nil {
+	edited := strings.Replace(string(src), "  csv: d.csv\n", "  csv: d.csv\n  eval: {fraction: 0.25}\n", 1)
+	edited = strings.Replace(edited, "steps: 50,", "steps: 50, eval_every: 10,", 1)
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	g = load(t, path)
-	plan, err := partition.Split(g, partition.Options{Trainers: 1, PServers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: 1, Params: plan.Info.ServedParams()}
-	hub := transport.NewHub(func(error) {}, append(j.TrainerIDs(), j.PServerIDs()...)...)
-	_, err = j.RunTrainer(context.Background(), 0, hub.Endpoint(transport.Trainer(0)), trainer.RunOptions{Steps: 1, Log: zerolog.Nop()})
-	if err == nil || !strings.Contains(err.Error(), "emb is a dynamic table, whose rows trainer 0 cannot pull for data.eval yet") || !strings.Contains(err.Error(), "eval.yaml:") {
-		t.Fatalf("got %v, want the refusal at data.eval", err)
-	}
-}
-
-// A job with a dynamic table stopped after a checkpoint and rerun from
-// the pservers' checkpoints (each shard's chain up to the step, the dense
-// blocks, the trainers starting there) ends bitwise where the
-// uninterrupted job ends: keys, rows and dense parameters (sync 2x2 and
-// 2x3; async with one trainer).
-func TestDynamicJobCheckpointResumeInmem(t *testing.T) {
-	g, _ := dynamicJobWith(t, "{dim: 4, min_count: 2, ttl_steps: 15}", "adam, lr: 0.01")
-	for _, c := range []struct {
-		n, m  int
-		async bool
-	}{{2, 2, false}, {2, 3, false}, {1, 2, true}} {
-		t.Run(fmt.Sprintf("%dx%d/async=%v", c.n, c.m, c.async), func(t *testing.T) {
-			whole, _ := runDynamicSplit(t, g, c.n, c.m, c.async, 40, 8)
-			ck := &modelfile.Checkpointer{Dir: filepath.Join(t.TempDir(), "ck"), Every: 10}
-			run := func(steps, start int) string {
-				save := filepath.Join(t.TempDir(), "m.safetensors")
-				runInmemJob(t, g, c.n, c.m, c.async, trainer.RunOptions{Steps: steps, Batch: 8, Save: save, Log: zerolog.Nop(), Checkpoint: ck, StartStep: start}, 0)
-				return save
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			save := filepath.Join(t.TempDir(), "model.safetensors")
+			sums := runInmemJob(t, g, 2, 2, async, trainer.RunOptions{Steps: 50, Batch: 8, Save: save, Log: zerolog.Nop()}, 0)
+			res, err := evaluate.EvalModel(context.Background(), g, evaluate.EvalOptions{InitFrom: save, Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
 			}
-			run(25, 0)
-			for i := range c.m {
-				links, err := (&modelfile.TableChain{Dir: ck.Dir, Node: fmt.Sprintf("pserver-%d", i), Table: fmt.Sprintf("emb.s%d", i)}).Links()
-				if err != nil || len(links) == 0 || links[len(links)-1].Step != 25 {
-					t.Errorf("pserver-%d's chain %+v (%v): want links up to the last step, 25", i, links, err)
-				}
+			s := sums[0]
+			if s.Eval == nil || s.EvalRows != res.Rows || res.Rows == 0 || s.Eval["eval_loss"] != res.Loss {
+				t.Fatalf("trainer 0 evaluated %v over %d rows; the saved model evaluates to loss %v over %d", s.Eval, s.EvalRows, res.Loss, res.Rows)
 			}
-			resumed := run(40, -1)
-			sameBytes(t, whole, resumed)
+			if sums[1].Eval != nil {
+				t.Errorf("trainer 1 evaluated the held-out data too: %v", sums[1].Eval)
+			}
 		})
 	}
 }

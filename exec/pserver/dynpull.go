@@ -12,16 +12,20 @@ import (
 )
 
 // dynShardServer answers the pulls of a pserver's shard of a dynamic
-// table: trainer 0's --save at the job's end asks for its row count,
-// then its keys and its rows by range of the shard's rows in ascending
-// key order (docs/wire.md, "Pulls"). The first such pull lists the
-// table's keys (a dyntable.Export cut, once the shard is final) and sorts
-// them: 8 bytes a live row, held until the job ends; the rows are read
-// from the table (Table.Read) range by range as they are asked for.
+// table (docs/wire.md, "Pulls"). Trainer 0's held-out evaluation asks
+// for the rows of its chunk's keys (the default row for a key without
+// one), read as the fixed shards' rows are, once the shard is as far as
+// the pull asks (part.readAt; Table.Read changes nothing). Its --save at
+// the job's end asks for the shard's row count, then its keys and its
+// rows by range of the shard's rows in ascending key order: the first
+// such pull lists the table's keys (a dyntable.Export cut, once the
+// shard is final) and sorts them, 8 bytes a live row, held until the job
+// ends; the rows are read from the table range by range.
 type dynShardServer struct {
-	table string // the table (the transfers' name)
-	t     *dyntable.Table
-	part  *part
+	table         string // the table (the transfers' name)
+	t             *dyntable.Table
+	part          *part
+	shard, shards int
 
 	keys []int64 // the shard's live keys, ascending
 	done bool
@@ -30,16 +34,14 @@ type dynShardServer struct {
 func (s *dynShardServer) serve(ctx context.Context, c *comm.PServer) error {
 	w := s.t.Config().Dim
 	buf := make([]byte, comm.PullSpec(s.table, w).Bytes)
+	keys := make([]int64, 0, comm.DynamicPullKeyList(w))
 	replies := make([][]float32, c.Trainers())
 	for {
 		k, b, err := c.RecvPull(ctx, s.table, buf)
 		if err != nil {
 			return err
 		}
-		r, err := comm.DecodeDynamicPull(b)
-		if err == nil && !r.Final {
-			err = fmt.Errorf("a pull at step %d before the job's end (a dynamic table's rows are pulled only to save the model)", r.At)
-		}
+		r, err := s.decode(b, keys)
 		if err != nil {
 			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
 		}
@@ -47,21 +49,46 @@ func (s *dynShardServer) serve(ctx context.Context, c *comm.PServer) error {
 		if replies[who] == nil {
 			replies[who] = make([]float32, comm.PullRows(w)*w)
 		}
-		var exportErr error
-		if err := s.part.readAt(ctx, c, who, r, func() { exportErr = s.export() }); err != nil {
+		var rows []float32
+		var readErr error
+		read := func() {
+			if r.KeyList != nil {
+				rows = replies[who][:len(r.KeyList)*w]
+				readErr = s.t.Read(r.KeyList, rows)
+				return
+			}
+			if readErr = s.export(); readErr == nil {
+				rows, readErr = s.reply(r, w, replies[who])
+			}
+		}
+		if err := s.part.readAt(ctx, c, who, r, read); err != nil {
 			return err
 		}
-		if exportErr != nil {
-			return fmt.Errorf("exporting dynamic table %s for %s: %w", s.table, k.Src, exportErr)
-		}
-		rows, err := s.reply(r, w, replies[who])
-		if err != nil {
-			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
+		if readErr != nil {
+			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, readErr)
 		}
 		if err := c.ReplyPull(ctx, k, s.table, rows); err != nil {
 			return err
 		}
 	}
+}
+
+// decode reads a pull and checks what can be checked before the shard is
+// read: a list of keys of this shard, or a range at the job's end.
+func (s *dynShardServer) decode(b []byte, keys []int64) (comm.Pull, error) {
+	r, err := comm.DecodeDynamicPull(b, keys)
+	switch {
+	case err != nil:
+		return r, err
+	case r.KeyList == nil && !r.Final:
+		return r, fmt.Errorf("a pull of a range at step %d, before the job's end (a dynamic shard's rows are pulled by range only to save the model)", r.At)
+	}
+	for _, key := range r.KeyList {
+		if sh := dyntable.ShardOf(key, s.shards); sh != s.shard {
+			return r, fmt.Errorf("a pull of key %d from shard %d of %d, but the key belongs to shard %d", key, s.shard, s.shards, sh)
+		}
+	}
+	return r, nil
 }
 
 // reply fills buf with what r asks for and returns it.
@@ -74,7 +101,7 @@ func (s *dynShardServer) reply(r comm.Pull, w int, buf []float32) ([]float32, er
 		return out, nil
 	case r.First+r.N > n:
 		return nil, fmt.Errorf("a pull of entries [%d, %d) of a shard of %d rows", r.First, r.First+r.N, n)
-	case r.Keys:
+	case r.ReplyKeys:
 		if r.N > comm.DynamicPullKeys(w) {
 			return nil, fmt.Errorf("a pull of %d keys, more than %d", r.N, comm.DynamicPullKeys(w))
 		}

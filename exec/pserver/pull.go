@@ -85,7 +85,8 @@ func shardServers(parts []*part, async bool) []puller {
 				out = append(out, &shardServer{table: t, shard: p.prog.Scope[op.Inputs[0]], part: p})
 			case "dyn_serve":
 				t = op.Attrs.String("transfer")
-				out = append(out, &dynShardServer{table: t, t: p.prog.Tables[op.Attrs.String("var")], part: p})
+				out = append(out, &dynShardServer{table: t, t: p.prog.Tables[op.Attrs.String("var")], part: p,
+					shard: op.Attrs.Int("shard"), shards: op.Attrs.Int("shards")})
 			default:
 				continue
 			}

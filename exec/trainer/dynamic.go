@@ -8,7 +8,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/metrics"
@@ -16,25 +15,6 @@ import (
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
-
-// checkDynamic refuses what a trainer of a split job with dynamic tables
-// cannot do yet: pull their rows for a held-out evaluation (data.eval).
-func checkDynamic(g *dsl.Graph, opt RunOptions) error {
-	if opt.Comm == nil {
-		return nil
-	}
-	for _, op := range g.Ops {
-		if shape := op.Attrs.Ints("shape"); op.Type != "fetch_rows" || len(shape) != 2 || shape[0] != ir.DynamicRows {
-			continue
-		}
-		v := op.Attrs.String("var")
-		switch {
-		case g.Data != nil && g.Data.Eval != nil && opt.TrainerIndex == 0:
-			return dsl.Errorf(g.Data.Eval.Pos, "%s is a dynamic table, whose rows trainer 0 cannot pull for data.eval yet; evaluate the saved model with psgraph eval", v)
-		}
-	}
-	return nil
-}
 
 // saveTables adds each dynamic table's keys and rows to params, as a
 // model file holds them (program.TableTensors), and returns names with
@@ -117,7 +97,7 @@ func dynamicEntries(ctx context.Context, c Comm, t table, at int64) ([]modelfile
 		for s := range t.shards {
 			for lo := 0; lo < counts[s]; lo += per {
 				k := min(per, counts[s]-lo)
-				req := comm.Pull{At: at, Final: true, First: lo, N: k, Keys: keys}
+				req := comm.Pull{At: at, Final: true, First: lo, N: k, ReplyKeys: keys}
 				if err := c.Pull(ctx, s, t.name, req, buf[:k*width]); err != nil {
 					return fmt.Errorf("pulling rows of dynamic table %s from pserver-%d: %w", t.name, s, err)
 				}
@@ -132,4 +112,34 @@ func dynamicEntries(ctx context.Context, c Comm, t table, at int64) ([]modelfile
 		{Name: program.KeysName(t.name), DType: tensor.I64, Shape: []int{n}, Write: func(w io.Writer) error { return write(w, true) }},
 		{Name: t.name, DType: tensor.F32, Shape: []int{n, t.width}, Write: func(w io.Writer) error { return write(w, false) }},
 	}, n, nil
+}
+
+// keepKeys keeps the keys of a dynamic table's request to shard to (its
+// n keys, then their n counts, which an evaluation does not count).
+func (r *pullRendezvous) keepKeys(to ir.Node, table string, payload []byte) {
+	if r.keys[to] == nil {
+		r.keys[to] = map[string][]int64{}
+	}
+	n := len(payload) / 12
+	keys := r.keys[to][table][:0]
+	for i := range n {
+		keys = append(keys, int64(binary.LittleEndian.Uint64(payload[8*i:])))
+	}
+	r.keys[to][table] = keys
+}
+
+// pullKeys pulls the rows of the keys kept for shard from of dynamic
+// table t into dst, DynamicPullKeyList at a time, as of step at.
+func (r *pullRendezvous) pullKeys(ctx context.Context, from ir.Node, t table, dst []byte) (int, error) {
+	keys := r.keys[from][t.name]
+	out := tensor.F32View(dst)
+	per := comm.DynamicPullKeyList(t.width)
+	for lo := 0; lo < len(keys); lo += per {
+		hi := min(lo+per, len(keys))
+		req := comm.Pull{At: r.at, Final: r.final, KeyList: keys[lo:hi]}
+		if err := r.c.Pull(ctx, from.Index, t.name, req, out[lo*t.width:hi*t.width]); err != nil {
+			return 0, fmt.Errorf("pulling rows of dynamic table %s from %s for the held-out evaluation: %w", t.name, from, err)
+		}
+	}
+	return 4 * len(keys) * t.width, nil
 }

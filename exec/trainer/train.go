@@ -171,9 +171,6 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
 	}
-	if err := checkDynamic(g, opt); err != nil {
-		return nil, err
-	}
 	if opt.Comm != nil && opt.InitFrom != "" {
 		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
 	}
