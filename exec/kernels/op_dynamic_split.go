@@ -235,10 +235,21 @@ func dynServeKernel(k Args) (Kernel, error) {
 		reqs[t] = make([]byte, 12*sp.maxRows)
 		replies[t] = make([]float32, sp.maxRows*sp.width)
 	}
-	slots := make([]int32, sp.maxRows)
-	reply := func(rt Runtime, src int, step int64, keys []int64) error {
+	slots := make([][]int32, trainers) // each request's, from its Lookup
+	for t := range slots {
+		slots[t] = make([]int32, sp.maxRows)
+	}
+	var missed missedKeys
+	missed.size(sp.maxRows)
+	// reply sends trainer src the rows of keys, whose slots their Lookup
+	// gave; in sync mode a key without a row then may have been admitted
+	// by a later request of the step, so those are found again (refind).
+	reply := func(rt Runtime, src int, step int64, keys []int64, slots []int32, refind bool) error {
+		if refind {
+			missed.refind(d.Table, keys, slots)
+		}
 		rows := replies[src][:len(keys)*sp.width]
-		if err := d.Table.Read(keys, rows); err != nil {
+		if err := d.Table.Gather(slots, 0, sp.width, rows); err != nil {
 			return err
 		}
 		return rt.Rendezvous().Send(rt.Context(), step, ir.Trainer(src), rowsVar, ir.F32, f32Bytes(rows))
@@ -272,13 +283,13 @@ func dynServeKernel(k Args) (Kernel, error) {
 			}
 			for t := range trainers {
 				keys, counts, _ := sp.request(t, reqs[t], sizes[t])
-				if err := d.Table.Lookup(keys, counts, slots[:len(keys)]); err != nil {
+				if err := d.Table.Lookup(keys, counts, slots[t][:len(keys)]); err != nil {
 					return fmt.Errorf("%s: %w", sp.table, err)
 				}
 			}
 			for t := range trainers {
 				keys, _, _ := sp.request(t, reqs[t], sizes[t])
-				if err := reply(rt, t, rt.Step(), keys); err != nil {
+				if err := reply(rt, t, rt.Step(), keys, slots[t][:len(keys)], t < trainers-1); err != nil {
 					return err
 				}
 			}
@@ -305,14 +316,43 @@ func dynServeKernel(k Args) (Kernel, error) {
 			if err := advance(rt); err != nil {
 				return err
 			}
-			if err := d.Table.Lookup(keys, counts, slots[:len(keys)]); err != nil {
+			if err := d.Table.Lookup(keys, counts, slots[0][:len(keys)]); err != nil {
 				return fmt.Errorf("%s: %w", sp.table, err)
 			}
-			if err := reply(rt, src.Index, step, keys); err != nil {
+			if err := reply(rt, src.Index, step, keys, slots[0][:len(keys)], false); err != nil {
 				return err
 			}
 		}
 	}, nil
+}
+
+// missedKeys finds again the keys a Lookup left without a row.
+type missedKeys struct {
+	keys  []int64
+	at    []int32 // their places in the request
+	slots []int32
+}
+
+func (m *missedKeys) size(n int) {
+	m.keys, m.at, m.slots = make([]int64, 0, n), make([]int32, 0, n), make([]int32, n)
+}
+
+// refind sets the slots of keys that have none (NoRow) to their rows'
+// now, if they have one.
+func (m *missedKeys) refind(t *dyntable.Table, keys []int64, slots []int32) {
+	m.keys, m.at = m.keys[:0], m.at[:0]
+	for i, s := range slots {
+		if s == dyntable.NoRow {
+			m.keys, m.at = append(m.keys, keys[i]), append(m.at, int32(i))
+		}
+	}
+	if len(m.keys) == 0 {
+		return
+	}
+	t.Find(m.keys, m.slots[:len(m.keys)])
+	for j, i := range m.at {
+		slots[i] = m.slots[j]
+	}
 }
 
 func dynAccumulateKernel(k Args) (Kernel, error) {
