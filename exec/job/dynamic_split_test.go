@@ -364,3 +364,23 @@ func TestDynamicSplitMetrics(t *testing.T) {
 		t.Errorf("%d pservers' metrics count %v live rows, their summaries %d", len(nodes), total, live)
 	}
 }
+
+// A dynamic table's capacity bounds the live rows of the whole table: each
+// of M shards holds ceil(capacity / M) rows at a step boundary (LRU and
+// LFU), so the job's live rows after its last step are at most the
+// capacity plus the last step's new keys, as on one node. (With the whole
+// capacity per shard, the LRU job ends with 123 live rows here; LFU, which
+// evicts every row of the lowest priority at once, stays under the bound
+// either way.)
+func TestDynamicSplitCapacity(t *testing.T) {
+	for _, policy := range []string{"lru", "lfu"} {
+		t.Run(policy, func(t *testing.T) {
+			g, counts := dynamicJob(t, "{dim: 4, capacity: 60, policy: "+policy+"}")
+			_, live := runDynamicSplit(t, g, 2, 2, false, 25, 8) // the file once
+			const lastStep = 2 * 8 * 3                           // the most keys a step adds
+			if live <= 0 || live > 60+lastStep || len(counts) <= 2*(60+lastStep) {
+				t.Errorf("%d live rows of %d keys; want at most the capacity 60 + %d", live, len(counts), lastStep)
+			}
+		})
+	}
+}

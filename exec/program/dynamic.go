@@ -75,6 +75,11 @@ func NewTable(dt dsl.DynamicTable) (*dyntable.Table, error) {
 		MinCount: dy.MinCount, AdmitProb: dy.Probability, SketchBytes: dy.SketchBytes,
 		TTL: int64(dy.TTLSteps), Capacity: dy.Capacity,
 	}
+	if sh := dy.Shard; sh != nil && dy.Capacity > 0 {
+		// A pserver's shard of a table split over Count pservers holds its
+		// part of the capacity (the keys spread evenly over the shards).
+		cfg.Capacity = (dy.Capacity + sh.Count - 1) / sh.Count
+	}
 	if dy.Policy == "lfu" {
 		cfg.Evict = dyntable.LFU
 	}
