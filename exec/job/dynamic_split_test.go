@@ -384,3 +384,40 @@ func TestDynamicSplitCapacity(t *testing.T) {
 		})
 	}
 }
+
+// --init-from a model file with a dynamic table starts a split job's
+// shards from it: each pserver loads the file's keys its shard holds
+// (dyntable.ShardOf), so N trainers with batch b from the file train what
+// one node with batch N*b trains from it (float32 summation order aside,
+// as TestDynamicSplitEqualsLocalInmem says).
+func TestDynamicSplitInitFrom(t *testing.T) {
+	g, _ := dynamicJob(t, "{dim: 4, min_count: 2}")
+	dir := t.TempDir()
+	init := filepath.Join(dir, "init.safetensors")
+	if _, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Steps: 20, Batch: 16, Save: init, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(dir, "local.safetensors")
+	if _, err := trainer.Train(context.Background(), g, trainer.RunOptions{Role: "local", Steps: 5, Batch: 16, InitFrom: init, Save: local, Log: zerolog.Nop()}); err != nil {
+		t.Fatal(err)
+	}
+	dist := filepath.Join(dir, "dist.safetensors")
+	runInmemJob(t, g, 2, 2, false, trainer.RunOptions{Steps: 5, Batch: 8, InitFrom: init, Save: dist, Log: zerolog.Nop()}, 0)
+	lr, ld := dynamicRows(t, local, "emb")
+	dr, dd := dynamicRows(t, dist, "emb")
+	ir, _ := dynamicRows(t, init, "emb")
+	if len(dr) != len(lr) || len(dr) < len(ir) {
+		t.Fatalf("%d keys after the job, %d after one node, %d in the file", len(dr), len(lr), len(ir))
+	}
+	var a, b []float32
+	for k, x := range lr {
+		a, b = append(a, x...), append(b, dr[k]...)
+	}
+	worst := relDiff(b, a)
+	for n, x := range ld {
+		worst = max(worst, relDiff(dd[n], x))
+	}
+	if worst > 1e-5 {
+		t.Errorf("relative difference %.2g > 1e-5", worst)
+	}
+}

@@ -239,15 +239,41 @@ func ReadTable(dt dsl.DynamicTable, keys, rows *tensor.Tensor, file string) (*dy
 // --init-from file, and takes those tensors out of loaded.
 func loadTables(p *Program, loaded map[string]*tensor.Tensor, file string) error {
 	for _, dt := range p.Lowered {
-		keys, rows := loaded[KeysName(dt.Name)], loaded[dt.Name]
+		name := dt.Dynamic.TableName(dt.Name) // a pserver's shard reads its table's
+		keys, rows := loaded[KeysName(name)], loaded[name]
 		if rows == nil {
-			return fmt.Errorf("%s: parameter %q (a dynamic table) is missing from the file", file, dt.Name)
+			return fmt.Errorf("%s: parameter %q (a dynamic table) is missing from the file", file, name)
+		}
+		if sh := dt.Dynamic.Shard; sh != nil {
+			if err := checkTableTensors(dt, keys, rows, file); err != nil {
+				return err
+			}
+			keys, rows = shardRows(keys, rows, sh)
 		}
 		if err := LoadTable(p.Tables[dt.Name], dt, keys, rows, file); err != nil {
 			return err
 		}
-		delete(loaded, KeysName(dt.Name))
-		delete(loaded, dt.Name)
+		delete(loaded, KeysName(name))
+		delete(loaded, name)
 	}
 	return nil
+}
+
+// shardRows is the keys of a model file's dynamic table that a pserver's
+// shard holds (dyntable.ShardOf), and their rows.
+func shardRows(keys, rows *tensor.Tensor, sh *dsl.DynamicShard) (*tensor.Tensor, *tensor.Tensor) {
+	d := rows.RowWidth()
+	var ks []int64
+	var vs []float32
+	for i, k := range keys.L {
+		if dyntable.ShardOf(k, sh.Count) == sh.Index {
+			ks = append(ks, k)
+			vs = append(vs, rows.F[i*d:(i+1)*d]...)
+		}
+	}
+	kt := tensor.New(tensor.I64, tensor.Shape{len(ks)})
+	copy(kt.L, ks)
+	rt := tensor.New(tensor.F32, tensor.Shape{len(ks), d})
+	copy(rt.F, vs)
+	return kt, rt
 }
