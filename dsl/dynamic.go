@@ -28,14 +28,34 @@ type Dynamic struct {
 	// Capacity > 0 bounds the live rows, evicting by Policy.
 	Capacity int
 	Policy   string // "lru" (default) or "lfu"
-	Pos      Pos
+	// Shard is set on a pserver's shard of a table split over pservers
+	// (psgraph split writes it: shard: {of: T, index: j, count: M}): the
+	// shard holds the keys k with dyntable.ShardOf(k, M) == j of table Of,
+	// whose name seeds its rows and names its files.
+	Shard *DynamicShard
+	Pos   Pos
+}
+
+// DynamicShard is which part of a dynamic table a pserver's shard holds.
+type DynamicShard struct {
+	Of           string
+	Index, Count int
+}
+
+// TableName is the name of the dynamic table a variable holds or is a
+// shard of: what seeds its rows and names it in model files.
+func (d *Dynamic) TableName(name string) string {
+	if d != nil && d.Shard != nil {
+		return d.Shard.Of
+	}
+	return name
 }
 
 // DynamicPolicies are the eviction policies of a dynamic table with a capacity.
 var DynamicPolicies = []string{"lru", "lfu"}
 
 // dynamicKeys are the keys of params.P.dynamic.
-var dynamicKeys = []string{"dim", "min_count", "probability", "sketch_bytes", "ttl_steps", "capacity", "policy"}
+var dynamicKeys = []string{"dim", "min_count", "probability", "sketch_bytes", "ttl_steps", "capacity", "policy", "shard"}
 
 // DynamicInits are the initializers a dynamic table takes: each draws a
 // row from (seed, key) alone (he_normal and xavier_uniform read a row
@@ -101,6 +121,8 @@ func (d *decoder) dynamic(n *yaml.Node, what string) *Dynamic {
 				}
 				dy.Policy = s
 			}
+		case "shard":
+			dy.Shard = d.dynamicShard(v, w)
 		}
 	}) {
 		return nil
@@ -114,6 +136,29 @@ func (d *decoder) dynamic(n *yaml.Node, what string) *Dynamic {
 		d.errorf(policyNode, "%s: lfu eviction cannot be combined with ttl_steps (an lfu table orders its rows by frequency, not by step); use policy: lru with ttl_steps", what)
 	}
 	return dy
+}
+
+// dynamicShard parses params.P.dynamic.shard: {of, index, count}, which
+// psgraph split writes into a pserver's graph.
+func (d *decoder) dynamicShard(n *yaml.Node, what string) *DynamicShard {
+	sh := &DynamicShard{}
+	has := 0
+	d.fields(n, what, []string{"of", "index", "count"}, func(key string, _, v *yaml.Node) {
+		has++
+		switch key {
+		case "of":
+			sh.Of, _ = d.str(v, what+".of")
+		case "index":
+			sh.Index, _ = d.integer(v, what+".index")
+		case "count":
+			sh.Count, _ = d.integer(v, what+".count")
+		}
+	})
+	if has != 3 || sh.Of == "" || sh.Count < 1 || sh.Index < 0 || sh.Index >= sh.Count {
+		d.errorf(n, "%s must be {of: <table>, index: j, count: M} with 0 <= j < M (psgraph split writes it for a pserver's shard of a dynamic table)", what)
+		return nil
+	}
+	return sh
 }
 
 // checkDynamicVar checks what a dynamic parameter's declaration may hold
@@ -175,7 +220,8 @@ func (g *Graph) checkDynamicReaders() ErrorList {
 			def, _ := ops.Lookup(op.Type)
 			table := def != nil && i == 0 && def.ReadsTable ||
 				def != nil && i == 2 && def.RowGrad ||
-				op.Type == "gather_rows" && i == 0
+				op.Type == "gather_rows" && i == 0 ||
+				op.Type == "serve_rows" && i == 0 // a pserver's shard
 			if !table {
 				errs = append(errs, Errorf(op.Pos, "op %s reads dynamic table %q as its input %d; a dynamic table's rows exist only for the keys looked up, so only lookup_table and embedding_bag (as their table) read it", op.Type, in, i))
 			}

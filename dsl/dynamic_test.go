@@ -83,3 +83,48 @@ func TestDynamicTableParsesAndExpands(t *testing.T) {
 		t.Fatalf("reparsed dynamic = %+v", d)
 	}
 }
+
+// A pserver's graph serves a dynamic table only as its shard: split's
+// shard: {of, index, count} lowers to dyn_serve and dyn_accumulate with
+// the shard's place; the same graph without it is refused at the op.
+func TestLowerDynamicShard(t *testing.T) {
+	path := filepath.Join("..", "partition", "testdata", "split", "dynamic-2x2", "pserver-1.yaml")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := dsl.LoadBytes(path, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, tables, err := dsl.LowerDynamic(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) != 1 || tables[0].Name != "emb.s1" || tables[0].Dynamic.TableName(tables[0].Name) != "emb" || tables[0].StateWidth != 4 {
+		t.Fatalf("lowered tables %+v", tables)
+	}
+	served := map[string]bool{}
+	for _, op := range l.Ops {
+		if op.Type == "dyn_serve" || op.Type == "dyn_accumulate" {
+			served[op.Type] = op.Attrs.Int("shard") == 1 && op.Attrs.Int("shards") == 2 && op.Attrs.String("var") == "emb.s1"
+		}
+		if op.Type == "serve_rows" || op.Type == "accumulate_rows" || op.Type == "gather_rows" {
+			t.Errorf("op %s left after lowering", op.Type)
+		}
+	}
+	if !served["dyn_serve"] || !served["dyn_accumulate"] {
+		t.Errorf("lowered serve and accumulate: %v, want both on shard 1 of 2", served)
+	}
+	unsharded := strings.Replace(string(src), ", shard: {of: emb, index: 1, count: 2}", "", 1)
+	if unsharded == string(src) {
+		t.Fatal("the golden pserver file has no shard key")
+	}
+	g, err = dsl.LoadBytes(path, []byte(unsharded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dsl.LowerDynamic(g); err == nil || !strings.Contains(err.Error(), "op serve_rows serves dynamic table emb.s1, which is not a pserver's shard") {
+		t.Errorf("got %v, want the refusal", err)
+	}
+}

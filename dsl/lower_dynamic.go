@@ -32,8 +32,9 @@ type DynamicState struct {
 // DynamicRowsName is the name of the rows dyn_pull fetches of table p.
 func DynamicRowsName(p string) string { return p + "@rows" }
 
-// dynamicPosName is the name of the rows ids read in p's pulled rows.
-func dynamicPosName(p, ids string) string { return p + "@pos." + ids }
+// DynamicPosName is the name of the positions of ids's keys in the rows
+// pulled (or, on a trainer of a split job, fetched) of dynamic table p.
+func DynamicPosName(p, ids string) string { return p + "@pos." + ids }
 
 // LowerDynamic returns a copy of g in which each dynamic table is read
 // and updated through the dyn_* ops (dsl/ops/op_dynamic.go) instead of a
@@ -92,11 +93,20 @@ func (l *Graph) lowerTable(p string) (DynamicTable, error) {
 	var pull *Op
 	var ids []string
 	var gathered []string
+	served := false
 	n := len(l.Ops)
 	for i := 0; i < n; i++ {
 		op := l.Ops[i]
 		def, _ := ops.Lookup(op.Type)
 		switch {
+		case (op.Type == "serve_rows" && len(op.Inputs) == 1 && op.Inputs[0] == p) ||
+			(op.Type == "accumulate_rows" && len(op.Outputs) == 1 && op.Outputs[0] == GradName(p)):
+			sh := pv.Dynamic.Shard
+			if sh == nil {
+				return t, Errorf(op.Pos, "op %s serves dynamic table %s, which is not a pserver's shard (its dynamic: has no shard: {of, index, count}); split the model with psgraph split", op.Type, p)
+			}
+			served = true
+			*op = *lowerServe(op, p, dim, sh)
 		case def != nil && def.ReadsTable && len(op.Inputs) > 1 && op.Inputs[0] == p:
 			if pull == nil {
 				pull = NewOp("dyn_pull", nil, []string{rows}, ops.Attrs{"var": p, "dim": dim}, Forward, op.Pos)
@@ -104,9 +114,9 @@ func (l *Graph) lowerTable(p string) (DynamicTable, error) {
 			if !slices.Contains(ids, op.Inputs[1]) {
 				ids = append(ids, op.Inputs[1])
 			}
-			op.Inputs[0], op.Inputs[1] = rows, dynamicPosName(p, op.Inputs[1])
+			op.Inputs[0], op.Inputs[1] = rows, DynamicPosName(p, op.Inputs[1])
 		case def != nil && def.RowGrad && len(op.Inputs) > 2 && op.Inputs[2] == p:
-			op.Inputs[1], op.Inputs[2] = dynamicPosName(p, op.Inputs[1]), rows
+			op.Inputs[1], op.Inputs[2] = DynamicPosName(p, op.Inputs[1]), rows
 		case op.Type == "gather_rows" && len(op.Inputs) == 2:
 			c, ok := cols[op.Inputs[0]]
 			if !ok {
@@ -123,13 +133,16 @@ func (l *Graph) lowerTable(p string) (DynamicTable, error) {
 			}
 		}
 	}
-	if pull == nil {
+	if pull == nil && !served {
 		return t, Errorf(pv.Pos, "dynamic table %s is read by no lookup_table or embedding_bag; use it in the model or remove it", p)
 	}
-	pull.Inputs = ids
-	lowered := []*Op{pull}
-	for _, in := range ids {
-		lowered = append(lowered, NewOp("dyn_pos", []string{rows, in}, []string{dynamicPosName(p, in)}, ops.Attrs{"var": p}, Forward, pull.Pos))
+	var lowered []*Op
+	if pull != nil {
+		pull.Inputs = ids
+		lowered = append(lowered, pull)
+		for _, in := range ids {
+			lowered = append(lowered, NewOp("dyn_pos", []string{rows, in}, []string{DynamicPosName(p, in)}, ops.Attrs{"var": p}, Forward, pull.Pos))
+		}
 	}
 	var values []string
 	var at []int
@@ -148,4 +161,19 @@ func (l *Graph) lowerTable(p string) (DynamicTable, error) {
 	}
 	l.Ops = append(lowered, l.Ops...)
 	return t, nil
+}
+
+// lowerServe is the dyn_serve or dyn_accumulate of a pserver's shard p
+// of a dynamic table in place of op, its serve_rows or accumulate_rows:
+// the same transfers (attribute transfer, op's var) and counts, over the
+// shard's dyntable.Table.
+func lowerServe(op *Op, p string, dim int, sh *DynamicShard) *Op {
+	typ := "dyn_serve"
+	if op.Type == "accumulate_rows" {
+		typ = "dyn_accumulate"
+	}
+	c := NewOp(typ, nil, op.Outputs, ops.Attrs{"var": p, "transfer": op.Attrs.String("var"), "count": op.Attrs.Int("count"),
+		"max_rows": op.Attrs.Int("max_rows"), "dim": dim, "shard": sh.Index, "shards": sh.Count}, op.Section, op.Pos)
+	c.Param = op.Param
+	return c
 }

@@ -395,6 +395,11 @@ func writeDynamic(b *bytes.Buffer, dy *Dynamic) {
 	if dy.Capacity != 0 {
 		fmt.Fprintf(b, ", capacity: %d, policy: %s", dy.Capacity, dy.Policy)
 	}
+	if sh := dy.Shard; sh != nil {
+		b.WriteString(", shard: {of: ")
+		writeString(b, sh.Of)
+		fmt.Fprintf(b, ", index: %d, count: %d}", sh.Index, sh.Count)
+	}
 	b.WriteByte('}')
 }
 

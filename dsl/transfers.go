@@ -180,33 +180,35 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 		}
 		return []Transfer{t}, nil
 	case "fetch_rows", "send_rows":
-		rows, d, err := tableRows(op, typeOf)
+		rows, d, dyn, err := tableRows(op, typeOf)
 		if err != nil {
 			return nil, err
 		}
 		m := op.Attrs.Int("shards")
+		ids, grad := idsPayload(rows, d, dyn)
 		out := make([]Transfer, 0, 2*m)
 		for s := range m {
 			p := ir.PServer(s)
 			if op.Type == "send_rows" {
-				out = append(out, Transfer{Var: v, Kind: TableGradTransfer, Peer: p, DType: ir.Rows, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * (1 + d), AtMost: true, Table: v, Op: op})
+				out = append(out, Transfer{Var: v, Kind: TableGradTransfer, Peer: p, DType: ir.Rows, Shape: ir.Shape{rows, d}, Bytes: grad, AtMost: true, Table: v, Op: op})
 				continue
 			}
 			out = append(out,
-				Transfer{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Peer: p, DType: ir.I32, Shape: ir.Shape{rows}, Bytes: 4 * rows, AtMost: true, Table: v, Op: op},
+				Transfer{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Peer: p, DType: ids.dt, Shape: ir.Shape{rows}, Bytes: ids.bytes, AtMost: true, Table: v, Op: op},
 				Transfer{Var: ops.TableRows(v), Kind: TableRowsTransfer, Recv: true, Peer: p, DType: ir.F32, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * d, AtMost: true, Table: v, Op: op})
 		}
 		return out, nil
 	case "serve_rows":
-		rows, d := op.Attrs.Int("max_rows"), 0
+		rows, d, dyn := op.Attrs.Int("max_rows"), 0, false
 		if sv := g.Vars[op.Inputs[0]]; sv != nil && len(sv.Shape) == 2 {
-			d = sv.Shape[1]
+			d, dyn = sv.Shape[1], sv.Shape[0] == ir.DynamicRows
 		} else if ty, ok := typeOf(op.Inputs[0]); ok && len(ty.Shape) == 2 {
-			d = ty.Shape[1]
+			d, dyn = ty.Shape[1], ty.Shape[0] == ir.DynamicRows
 		}
+		ids, _ := idsPayload(rows, d, dyn)
 		every := ir.Node{Role: ir.TrainerRole, Index: -1}
 		return []Transfer{
-			{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Recv: true, Peer: every, DType: ir.I32, Shape: ir.Shape{rows}, Bytes: 4 * rows, AtMost: true, Count: op.Attrs.Int("count"), Table: op.Inputs[0], Op: op},
+			{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Recv: true, Peer: every, DType: ids.dt, Shape: ir.Shape{rows}, Bytes: ids.bytes, AtMost: true, Count: op.Attrs.Int("count"), Table: op.Inputs[0], Op: op},
 			{Var: ops.TableRows(v), Kind: TableRowsTransfer, Peer: every, DType: ir.F32, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * d, AtMost: true, Table: op.Inputs[0], Op: op},
 		}, nil
 	case "accumulate_rows":
@@ -215,36 +217,55 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 		if len(shape) == 2 {
 			d = shape[1]
 		}
+		_, grad := idsPayload(rows, d, len(shape) == 2 && shape[0] == ir.DynamicRows)
 		return []Transfer{{Var: v, Kind: TableGradTransfer, Recv: true, Peer: ir.Node{Role: ir.TrainerRole, Index: -1}, DType: ir.Rows,
-			Shape: ir.Shape{rows, d}, Bytes: 4 * rows * (1 + d), AtMost: true, Count: op.Attrs.Int("count"), Table: v, Op: op}}, nil
+			Shape: ir.Shape{rows, d}, Bytes: grad, AtMost: true, Count: op.Attrs.Int("count"), Table: v, Op: op}}, nil
 	}
 	return nil, nil
 }
 
+// idsPayload is the size of a table's request (its dtype and bytes) and
+// of its row gradient, for rows rows of width d: a fixed table's ids are
+// int32 local rows, a row gradient's rows an int32 id and d floats each;
+// a dynamic table's request is rows int64 keys then rows uint32 counts
+// (dtype Rows: not one tensor), a row gradient's rows an int64 key and d
+// floats each (docs/wire.md).
+func idsPayload(rows, d int, dynamic bool) (ids struct {
+	dt    ir.DType
+	bytes int
+}, grad int) {
+	if dynamic {
+		ids.dt, ids.bytes = ir.Rows, 12*rows
+		return ids, rows * (8 + 4*d)
+	}
+	ids.dt, ids.bytes = ir.I32, 4*rows
+	return ids, 4 * rows * (1 + d)
+}
+
 // tableRows is the most rows a trainer's table op moves per shard and
-// step, and the table's row width: fetch_rows's output type, by its rule
-// in the catalog, or send_rows's row gradient.
-func tableRows(op *Op, typeOf func(string) (ops.Type, bool)) (rows, d int, err error) {
+// step, the table's row width and whether it is dynamic: fetch_rows's
+// output type, by its rule in the catalog, or send_rows's row gradient.
+func tableRows(op *Op, typeOf func(string) (ops.Type, bool)) (rows, d int, dynamic bool, err error) {
 	in := make([]ops.Type, len(op.Inputs))
 	for i, name := range op.Inputs {
 		t, ok := typeOf(name)
 		if !ok {
-			return 0, 0, fmt.Errorf("the type of %q is unknown", name)
+			return 0, 0, false, fmt.Errorf("the type of %q is unknown", name)
 		}
 		in[i] = t
 	}
 	if op.Type == "send_rows" {
 		if len(in) != 1 || len(in[0].Shape) != 2 {
-			return 0, 0, fmt.Errorf("g must be a row gradient of a [V, D] table, got %v", in)
+			return 0, 0, false, fmt.Errorf("g must be a row gradient of a [V, D] table, got %v", in)
 		}
-		return in[0].MaxRows, in[0].Shape[1], nil
+		return in[0].MaxRows, in[0].Shape[1], in[0].Shape[0] == ir.DynamicRows, nil
 	}
 	def, _ := ops.Lookup(op.Type)
 	outs, err := def.Infer(in, op.Attrs)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
-	return outs[0].MaxRows, outs[0].Shape[1], nil
+	return outs[0].MaxRows, outs[0].Shape[1], outs[0].Shape[0] == ir.DynamicRows, nil
 }
 
 // HasTables reports whether the placed graph g moves a sharded table's

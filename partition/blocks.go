@@ -75,6 +75,15 @@ func (s *splitter) cutBlocks() error {
 // spread over every pserver whatever their distribution's head.
 func (s *splitter) shardTable(gr *group) error {
 	shape, m := gr.param.Shape, s.opt.PServers
+	if gr.param.IsDynamic() {
+		// Shard j holds the keys dyntable.ShardOf places there; its rows
+		// come and go with them, so its bytes are not known up front.
+		gr.whole = fmt.Sprintf("a dynamic table: sharded by key over %d pservers (key k on pserver dyntable.ShardOf(k, %d))", m, m)
+		for j := range m {
+			gr.blocks = append(gr.blocks, &block{g: gr, name: ShardName(gr.param.Name, j), start: j, end: j + 1, stride: m, pserver: j, shape: shape.Clone()})
+		}
+		return nil
+	}
 	if shape[0] < m {
 		return dsl.Errorf(gr.param.Pos, "lookup table %s has %d rows, fewer than the %d pservers it would be sharded over; use at most %d pservers", gr.param.Name, shape[0], m, shape[0])
 	}

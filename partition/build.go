@@ -189,6 +189,7 @@ func (b *trainerBuild) add(op *dsl.Op) {
 		b.received[in] = true
 		b.receive(gr, in)
 	}
+	b.dynamicPositions(op, inputs)
 	c := b.copies.one()
 	*c = *op
 	c.Place = ""
@@ -213,6 +214,14 @@ func (b *trainerBuild) receive(gr *group, in string) {
 	s, t := b.s, b.t
 	if gr.table {
 		t.Ops = append(t.Ops, s.fetchOp(gr, b.tableIDs[in]))
+		if gr.param.IsDynamic() {
+			// Each lookup reads the fetched rows by the positions of its keys.
+			for _, ids := range b.tableIDs[in] {
+				pos := newOp("dyn_pos", []string{FetchedName(in), ids}, []string{dsl.DynamicPosName(in, ids)}, gr.param.Pos, attr{"var", in})
+				pos.Section = dsl.Forward
+				t.Ops = append(t.Ops, pos)
+			}
+		}
 		return
 	}
 	dt := dtypeAttr(gr.param.DType)
@@ -226,6 +235,27 @@ func (b *trainerBuild) receive(gr *group, in string) {
 			parts[j] = bl.name
 		}
 		t.Ops = append(t.Ops, newOp("concat", parts, []string{in}, gr.param.Pos, attr{"axis", 0}))
+	}
+}
+
+// dynamicPositions points a lookup of a dynamic table, or its gradient,
+// at the positions of its keys in the fetched rows (dyn_pos) instead of
+// the keys: the rows a trainer fetched are 0..n-1 in the order their keys
+// were first met (dsl.LowerDynamic does the same on one node).
+func (b *trainerBuild) dynamicPositions(op *dsl.Op, inputs []string) {
+	def, _ := ops.Lookup(op.Type)
+	if def == nil || len(op.Inputs) < 2 {
+		return
+	}
+	table := ""
+	switch {
+	case def.ReadsTable:
+		table = op.Inputs[0]
+	case def.RowGrad && len(op.Inputs) > 2:
+		table = op.Inputs[2]
+	}
+	if gr := b.s.groups[table]; gr != nil && gr.table && gr.param.IsDynamic() {
+		inputs[1] = dsl.DynamicPosName(table, op.Inputs[1])
 	}
 }
 
@@ -290,6 +320,14 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 			c.Name, c.Place, c.Pos = ren(v.Name), "", v.Pos
 			if c.Of != "" {
 				c.Of = ren(c.Of)
+			}
+			if dy := v.Dynamic; dy != nil { // a shard of a dynamic table: the keys ShardOf places here
+				d := *dy
+				d.Shard = &dsl.DynamicShard{Of: v.Name, Index: b.pserver, Count: s.opt.PServers}
+				c.Dynamic = &d
+			}
+			if gr.param.IsDynamic() {
+				return c // its rows and state live in the shard's table, shaped [dynamic, ...]
 			}
 			if (b.cut() || gr.table) && rowAligned(v.Shape, gr.param.Shape, gr.table) {
 				c.Shape = shapes.clone(b.shape)

@@ -97,6 +97,10 @@ type ParamInfo struct {
 // the pservers (fetched by id, never sent whole to a trainer).
 func (pi *ParamInfo) Table() bool { return len(pi.Blocks) > 0 && pi.Blocks[0].Stride > 0 }
 
+// Dynamic reports whether the parameter is a dynamic table (sharded by
+// key over the pservers, each shard a dyntable.Table).
+func (pi *ParamInfo) Dynamic() bool { return len(pi.Shape) > 0 && pi.Shape[0] == ir.DynamicRows }
+
 // ServedParams lists the parameters that pservers send the trainers whole
 // (every parameter on a pserver but the lookup tables), in plan order.
 func (in *PlanInfo) ServedParams() []string {
@@ -107,6 +111,17 @@ func (in *PlanInfo) ServedParams() []string {
 		}
 	}
 	return out
+}
+
+// HasFixedTables reports whether the plan shards a lookup table of fixed
+// rows (whose shards a pserver's --save writes), not only dynamic ones.
+func (in *PlanInfo) HasFixedTables() bool {
+	for i := range in.Params {
+		if in.Params[i].Table() && !in.Params[i].Dynamic() {
+			return true
+		}
+	}
+	return false
 }
 
 // HasTables reports whether the plan shards a lookup table.
@@ -204,6 +219,9 @@ func (s *splitter) describe(p *Plan, blocks []*block) {
 	for _, n := range params {
 		v := s.g.Vars[n]
 		pi := ParamInfo{Name: n, Shape: v.Shape.Clone(), Bytes: v.Shape.Numel() * v.DType.Size(), Node: trainerNode}
+		if v.IsDynamic() {
+			pi.Bytes = 0 // its rows come and go with the keys
+		}
 		gr := s.groups[n]
 		switch {
 		case gr == nil:

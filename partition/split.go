@@ -94,10 +94,6 @@ func Split(g *dsl.Graph, opt Options) (*Plan, error) {
 			return nil, err
 		}
 	}
-	if dyn := g.DynamicParams(); len(dyn) > 0 {
-		v := g.Vars[dyn[0]]
-		return nil, dsl.Errorf(v.Pos, "%s is a dynamic table, which psgraph split does not shard over pservers yet (issue 23); train the model on one node with psgraph run --role local", dyn[0])
-	}
 	s := &splitter{g: g, opt: opt, groups: map[string]*group{}}
 	if c := g.Train.Clip; c != nil && c.Norm > 0 {
 		if opt.Mode == Async {

@@ -37,6 +37,7 @@ var goldenCases = []struct {
 	{"whole-nonelementwise", Options{Trainers: 2, PServers: 3, MinBlockSize: 100000}},
 	{"tables-2x3", Options{Trainers: 2, PServers: 3}},
 	{"bags-2x2", Options{Trainers: 2, PServers: 2}},
+	{"dynamic-2x2", Options{Trainers: 2, PServers: 2}},
 }
 
 func loadModel(t testing.TB, path string) (*dsl.Graph, []byte) {
@@ -215,6 +216,18 @@ func checkBlocks(t *testing.T, p *Plan) {
 	t.Helper()
 	for _, pi := range p.Info.Params {
 		if pi.Node != "pserver" {
+			continue
+		}
+		if pi.Dynamic() {
+			// Shard j holds the keys dyntable.ShardOf places on pserver j.
+			m := len(pi.Blocks)
+			for j, b := range pi.Blocks {
+				v := p.PServers[b.PServer].Vars[b.Var]
+				if b.PServer != j || b.Stride != m || v == nil || v.Block != nil || !v.IsDynamic() || v.Dynamic.Shard == nil ||
+					*v.Dynamic.Shard != (dsl.DynamicShard{Of: pi.Name, Index: j, Count: m}) {
+					t.Errorf("%s: shard %d is %+v (declared %+v), want the keys of shard %d of %d on pserver:%d", pi.Name, j, b, v, j, m, j)
+				}
+			}
 			continue
 		}
 		if pi.Table() {
@@ -689,13 +702,18 @@ func TestStitchingBack(t *testing.T) {
 			got := map[string]int{}
 			for _, op := range p.Trainer.Ops {
 				switch {
-				case op.Type == "recv" || op.Type == "send" || op.Type == "fetch_rows" || op.Type == "send_rows":
+				case op.Type == "recv" || op.Type == "send" || op.Type == "fetch_rows" || op.Type == "send_rows" || op.Type == "dyn_pos":
 					continue
 				case op.Type == "slice_rows" && p.isBlockGrad(op.Outputs[0]): // a gradient block
 					continue
 				}
 				op := *op
-				op.Inputs = mapNames(op.Inputs, func(x string) string { return strings.TrimSuffix(x, "@fetched") })
+				op.Inputs = mapNames(op.Inputs, func(x string) string {
+					if _, ids, ok := strings.Cut(x, "@pos."); ok { // a dynamic table's positions: its keys
+						return ids
+					}
+					return strings.TrimSuffix(x, "@fetched")
+				})
 				switch op.Type {
 				case "concat":
 					if _, isParam := src.Vars[op.Outputs[0]]; isParam {

@@ -89,5 +89,48 @@ func init() {
 			return []Type{}, nil
 		},
 		Stateful: true,
+	}, &Def{
+		Name: "dyn_serve", Doc: "a pserver's serve_rows of its shard of dynamic table `var`: answers each trainer's distinct keys and their counts (transfer `transfer`@ids) with their rows (`transfer`@rows), counting the sightings and admitting keys once every request of the step was counted (sync)", Internal: true,
+		Outputs: []string{},
+		Attrs:   serveAttrs(),
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if err := checkServeAttrs(a); err != nil {
+				return nil, err
+			}
+			return []Type{}, nil
+		},
+		Blocking: true, Stateful: true,
+	}, &Def{
+		Name: "dyn_accumulate", Doc: "a pserver's accumulate_rows of its shard of dynamic table `var`: blocks until `count` row gradients by key (transfer `transfer`) arrived, checks every piece before merging any, and outputs their mean by key (rows are positions in the step's keys, whose slots dyn_gather and dyn_scatter read)", Internal: true,
+		Outputs: []string{"g"},
+		Attrs:   serveAttrs(),
+		Infer: func(in []Type, a Attrs) ([]Type, error) {
+			if err := checkServeAttrs(a); err != nil {
+				return nil, err
+			}
+			return []Type{newRows(ir.Shape{ir.DynamicRows, a.Int("dim")}, a.Int("count")*a.Int("max_rows"))}, nil
+		},
+		Blocking: true,
 	})
+}
+
+// serveAttrs are the attributes of dyn_serve and dyn_accumulate.
+func serveAttrs() []AttrSpec {
+	return []AttrSpec{attrVar,
+		{Name: "transfer", Kind: AttrString, Required: true, Doc: "the transfer's name (the table's, or its gradient's)"},
+		{Name: "count", Kind: AttrInt, Required: true, Doc: "requests or pieces per step: the trainer count in sync mode, 1 in async mode"},
+		{Name: "max_rows", Kind: AttrInt, Required: true, Doc: "the most keys one request or piece holds"},
+		{Name: "dim", Kind: AttrInt, Required: true, Doc: "the row width"},
+		{Name: "shard", Kind: AttrInt, Required: true, Doc: "this shard's index: it holds the keys k with dyntable.ShardOf(k, shards) == shard"},
+		{Name: "shards", Kind: AttrInt, Required: true, Doc: "the shards of the table"}}
+}
+
+func checkServeAttrs(a Attrs) error {
+	if a.Int("count") < 1 || a.Int("max_rows") < 1 || a.Int("dim") < 1 {
+		return Errorf("count, max_rows and dim must be at least 1")
+	}
+	if a.Int("shard") < 0 || a.Int("shard") >= a.Int("shards") {
+		return Errorf("shard %d of %d: want 0 <= shard < shards", a.Int("shard"), a.Int("shards"))
+	}
+	return nil
 }

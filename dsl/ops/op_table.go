@@ -17,7 +17,7 @@ import (
 
 func init() {
 	register(&Def{
-		Name: "fetch_rows", Doc: "sends each shard of table `var` the unique ids of the inputs it owns (id mod shards), and outputs the rows they answer (row-sparse); ids < 0 are padding and not fetched", Internal: true,
+		Name: "fetch_rows", Doc: "sends each shard of table `var` the unique ids of the inputs it owns (id mod shards), and outputs the rows they answer (row-sparse); ids < 0 are padding and not fetched. A dynamic table's (shape [dynamic, D]): int64 keys, sent with their counts to the shard dyntable.ShardOf names, the rows 0..n-1 in order of first sight (dyn_pos maps keys to them)", Internal: true,
 		Outputs: []string{"rows"}, MinInputs: 1, MaxInputs: -1,
 		Attrs: []AttrSpec{
 			attrVar,
@@ -33,10 +33,14 @@ func init() {
 			if a.Int("shards") < 1 {
 				return nil, Errorf("shards must be at least 1, got %d", a.Int("shards"))
 			}
+			want := ir.I32
+			if shape[0] == ir.DynamicRows { // a dynamic table's: int64 keys
+				want = ir.I64
+			}
 			n := 0
 			for i, t := range in {
-				if t.DType != ir.I32 || t.Sparse() {
-					return nil, Errorf("input %d must be int32 ids, got %v", i, t)
+				if t.DType != want || t.Sparse() {
+					return nil, Errorf("input %d must be %s ids, got %v", i, want, t)
 				}
 				n += t.Shape.Numel()
 			}

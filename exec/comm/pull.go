@@ -39,6 +39,9 @@ const pullBase int64 = 1 << 62
 const (
 	pullFinal = 1 << iota
 	pullRange
+	pullKeys    // a dynamic shard's keys (int64) instead of its rows
+	pullCount   // a dynamic shard's live rows (uint64) instead of its rows
+	pullKeyList // the rows of a dynamic shard's keys listed (int64)
 )
 
 // Pull is a request for rows of one pserver's shard of a table.
@@ -53,10 +56,30 @@ type Pull struct {
 	// IDs are the local rows asked for; nil: the rows [First, First+N).
 	IDs      []int32
 	First, N int
+	// Of a dynamic table's shard (docs/wire.md, "Pulls"): ReplyKeys asks
+	// for the keys of entries [First, First+N) of the shard's rows in
+	// ascending key order (int64, two float32 words each) instead of
+	// their rows; Count for the number of those rows (uint64, two words);
+	// KeyList, when not nil, for the rows of those keys (the default row
+	// for a key without one), not a range.
+	ReplyKeys, Count bool
+	KeyList          []int64
 }
+
+// DynamicPullKeyList is how many listed keys of a dynamic table of row
+// width width one pull asks for at most (the request's size as PullSpec
+// allows it).
+func DynamicPullKeyList(width int) int { return PullRows(width) / 2 }
+
+// DynamicPullKeys is how many keys of a dynamic table of row width width
+// one pull moves at most (as many bytes as PullRows rows).
+func DynamicPullKeys(width int) int { return PullRows(width) * max(width, 1) / 2 }
 
 // Rows is how many rows the request asks for.
 func (r Pull) Rows() int {
+	if r.KeyList != nil {
+		return len(r.KeyList)
+	}
 	if r.IDs != nil {
 		return len(r.IDs)
 	}
@@ -70,6 +93,15 @@ func (r Pull) encode() []byte {
 	if r.Final {
 		flags |= pullFinal
 	}
+	if r.ReplyKeys {
+		flags |= pullKeys
+	}
+	if r.Count {
+		flags |= pullCount
+	}
+	if r.KeyList != nil {
+		return r.encodeKeys(flags)
+	}
 	n := len(r.IDs)
 	if r.IDs == nil {
 		flags |= pullRange
@@ -82,6 +114,49 @@ func (r Pull) encode() []byte {
 		binary.LittleEndian.PutUint32(b[pullHeader+4*i:], uint32(id))
 	}
 	return b
+}
+
+// encodeKeys is the request of a list of a dynamic table's keys: the
+// header (first 0, n the keys), then the keys (int64).
+func (r Pull) encodeKeys(flags uint32) []byte {
+	b := make([]byte, pullHeader+8*len(r.KeyList))
+	binary.LittleEndian.PutUint64(b, uint64(r.At))
+	binary.LittleEndian.PutUint32(b[8:], flags|pullKeyList)
+	binary.LittleEndian.PutUint32(b[16:], uint32(len(r.KeyList)))
+	for i, k := range r.KeyList {
+		binary.LittleEndian.PutUint64(b[pullHeader+8*i:], uint64(k))
+	}
+	return b
+}
+
+// DecodeDynamicPull reads a request of a dynamic table's shard: a range
+// of its rows or keys in ascending key order, or its row count (the
+// range is checked against the shard's rows once they are known), or the
+// rows of a list of keys, read into keys (reused).
+func DecodeDynamicPull(b []byte, keys []int64) (Pull, error) {
+	if len(b) < pullHeader {
+		return Pull{}, fmt.Errorf("a pull of a dynamic table's shard of %d bytes, shorter than its header (%d)", len(b), pullHeader)
+	}
+	flags := binary.LittleEndian.Uint32(b[8:])
+	r := Pull{At: int64(binary.LittleEndian.Uint64(b)), Final: flags&pullFinal != 0, ReplyKeys: flags&pullKeys != 0, Count: flags&pullCount != 0,
+		First: int(int32(binary.LittleEndian.Uint32(b[12:]))), N: int(int32(binary.LittleEndian.Uint32(b[16:])))}
+	if flags&pullKeyList != 0 {
+		if r.N < 0 || len(b) != pullHeader+8*r.N || r.ReplyKeys || r.Count {
+			return Pull{}, fmt.Errorf("a pull of %d keys of a dynamic table's shard carries %d bytes of keys (flags %#x)", r.N, len(b)-pullHeader, flags)
+		}
+		r.KeyList = keys[:0]
+		if r.KeyList == nil { // a list, even empty, not a range
+			r.KeyList = []int64{}
+		}
+		for i := range r.N {
+			r.KeyList = append(r.KeyList, int64(binary.LittleEndian.Uint64(b[pullHeader+8*i:])))
+		}
+		return r, nil
+	}
+	if len(b) != pullHeader || flags&pullRange == 0 || r.First < 0 || r.N < 0 {
+		return Pull{}, fmt.Errorf("a pull of a dynamic table's shard must be a range or a list of keys, got %d bytes, flags %#x, first %d, n %d", len(b), flags, r.First, r.N)
+	}
+	return r, nil
 }
 
 // DecodePull reads a request of rows of a shard of height rows, checking

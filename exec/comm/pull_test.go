@@ -59,3 +59,45 @@ func TestPullRows(t *testing.T) {
 		}
 	}
 }
+
+// A pull of a dynamic table's shard round-trips through its bytes (a
+// list of keys, the padding key and both extremes included; a range of
+// keys or rows; the row count), and a request of broken length or a
+// range before the job's end is refused before anything is read.
+func TestDynamicPullRequestBytes(t *testing.T) {
+	for _, r := range []Pull{
+		{At: 41, KeyList: []int64{3, -1 << 63, 1<<63 - 1, 0}},
+		{At: 9, KeyList: []int64{}},
+		{At: 7, Final: true, First: 2, N: 5, ReplyKeys: true},
+		{At: 7, Final: true, First: 0, N: 3},
+		{At: 7, Final: true, Count: true},
+	} {
+		got, err := DecodeDynamicPull(r.encode(), nil)
+		if err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+		same := got.At == r.At && got.Final == r.Final && got.ReplyKeys == r.ReplyKeys && got.Count == r.Count && got.Rows() == r.Rows()
+		if r.KeyList == nil {
+			same = same && got.KeyList == nil && got.First == r.First && got.N == r.N
+		} else {
+			same = same && got.KeyList != nil && slices.Equal(got.KeyList, r.KeyList)
+		}
+		if !same {
+			t.Errorf("%+v came back as %+v", r, got)
+		}
+	}
+	short := Pull{At: 1, KeyList: []int64{1, 2}}.encode()
+	binary.LittleEndian.PutUint32(short[16:], 3) // claims 3 keys, carries 2
+	for _, c := range []struct {
+		b    []byte
+		want string
+	}{
+		{short, "a pull of 3 keys of a dynamic table's shard carries 16 bytes"},
+		{Pull{At: 1, IDs: []int32{1}}.encode(), "must be a range or a list of keys"},
+		{make([]byte, 19), "shorter than its header"},
+	} {
+		if _, err := DecodeDynamicPull(c.b, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want %q", c.b, err, c.want)
+		}
+	}
+}

@@ -246,15 +246,20 @@ func (c *Trainer) resendAll(ctx context.Context, l *link, s int64) error {
 func (c *Trainer) resend(ctx context.Context, p transport.NodeID, v string, m *sentMsg, s int64) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := rejoin.SentState{Has: m.has, Request: m.request, Step: m.step, Answer: rejoin.Learning}
+	st := rejoin.SentState{Has: m.has, Request: m.request, Step: m.step, Answer: rejoin.Learning,
+		Counted: m.counted, Prev: m.hasPrev && m.prevStep == m.step-1}
 	if m.answer != nil {
 		st.Answer = m.answer.Load()
 	}
 	steps := rejoin.PlanResend(st, s, c.async)
 	for i, r := range steps {
 		var payload []byte
-		if r.Last {
+		switch {
+		case r.Last:
 			payload = m.payload
+			m.lent = true
+		case r.Prev:
+			payload = m.prev
 			m.lent = true
 		}
 		if err := c.ep.Send(ctx, p, r.Step, v, m.dt, payload); err != nil {

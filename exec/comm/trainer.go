@@ -72,6 +72,13 @@ type sentMsg struct {
 	lent    bool
 	request bool
 	answer  *atomic.Int64
+	// counted: a dynamic table's request, kept (copied) with the one
+	// before it (prev, of prevStep), for a restarted shard to count their
+	// sightings again (rejoin.SentState.Counted).
+	counted  bool
+	prev     []byte
+	prevStep int64
+	hasPrev  bool
 }
 
 // NewTrainer returns the communication of a trainer with these pservers.
@@ -123,7 +130,8 @@ func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 			return err
 		}
 		if t.Kind.Request() { // a table's ids: answered by its rows
-			l.sent[t.Var] = &sentMsg{request: true, answer: l.got[ops.TableRows(t.Table)]}
+			sh := t.Op.Attrs.Ints("shape")
+			l.sent[t.Var] = &sentMsg{request: true, answer: l.got[ops.TableRows(t.Table)], counted: len(sh) == 2 && sh[0] == ir.DynamicRows}
 			continue
 		}
 		l.sent[t.Var] = &sentMsg{own: !fedBy(g, prod, t.Op.Inputs[0], t.Peer.Attr())}
@@ -229,6 +237,10 @@ func (c *Trainer) Send(ctx context.Context, step int64, to ir.Node, v string, dt
 
 // note records the message; the caller holds m.mu.
 func (m *sentMsg) note(step int64, dt ir.DType, payload []byte) {
+	if m.counted {
+		m.noteCounted(step, dt, payload)
+		return
+	}
 	m.has, m.step, m.dt = true, step, dt
 	switch {
 	case m.own && m.lent:
@@ -238,6 +250,20 @@ func (m *sentMsg) note(step int64, dt ir.DType, payload []byte) {
 	default:
 		m.payload = payload
 	}
+}
+
+// noteCounted records a counted request by copy, keeping the one before;
+// a buffer lent to a resend is not written again (the caller holds m.mu).
+func (m *sentMsg) noteCounted(step int64, dt ir.DType, payload []byte) {
+	reuse := m.prev
+	if m.lent {
+		reuse, m.lent = nil, false
+	}
+	if m.has {
+		m.prev, m.prevStep, m.hasPrev = m.payload, m.step, true
+	}
+	m.payload = append(reuse[:0], payload...)
+	m.has, m.step, m.dt = true, step, dt
 }
 
 var errTrainerAny = errors.New("a trainer receives from one pserver at a time")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/pserver"
 	"github.com/psgraph/psgraph/exec/trainer"
@@ -33,6 +34,8 @@ var (
 	// shardDir, when set, is where runJobInmem's pservers save their
 	// lookup-table shards (pserver-<i>.safetensors).
 	shardDir string
+	// pserverProm, when set, gives runJobInmem's pservers their metrics.
+	pserverProm func(transport.NodeID) *metrics.Node
 )
 
 // runInmemJob runs a whole job in this process over the in-memory transport.
@@ -88,6 +91,9 @@ func runJobInmem(t *testing.T, j *Job, opt trainer.RunOptions) []*trainer.Summar
 			so := pserver.ServeOptions{InitFrom: opt.InitFrom, Log: zerolog.Nop(), ResumeStep: -1, NoStream: serveWhole}
 			if shardDir != "" {
 				so.Save = filepath.Join(shardDir, id.String()+".safetensors")
+			}
+			if pserverProm != nil {
+				so.Prom = pserverProm(id)
 			}
 			if ck := opt.Checkpoint; ck != nil {
 				so.Checkpoint = &modelfile.Checkpointer{Dir: ck.Dir, Every: ck.Every, Node: id.String(), Model: j.PServers[i].Name}

@@ -27,6 +27,12 @@ import (
 // with min_count 2; it returns the model and each key's count.
 func dynamicJob(t *testing.T, dynamic string) (*dsl.Graph, map[int64]int) {
 	t.Helper()
+	return dynamicJobWith(t, dynamic, "adagrad, lr: 0.1")
+}
+
+// dynamicJobWith is dynamicJob trained by train.optimizer {type: opt}.
+func dynamicJobWith(t *testing.T, dynamic, opt string) (*dsl.Graph, map[int64]int) {
+	t.Helper()
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(3, 4))
 	var b strings.Builder
@@ -58,7 +64,7 @@ ops:
   - {type: reshape, inputs: [e3], outputs: [e], attrs: {shape: [-1, 12]}}
   - {type: matmul, inputs: [e, W], outputs: [logits]}
   - {type: softmax_cross_entropy, inputs: [logits, y], outputs: [loss]}
-train: {loss: loss, batch: 8, steps: 50, optimizer: {type: adagrad, lr: 0.1}}
+train: {loss: loss, batch: 8, steps: 50, optimizer: {type: ` + opt + `}}
 `
 	path := filepath.Join(dir, "m.yaml")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {

@@ -469,7 +469,6 @@ func resentBy(t *testing.T, logs []string) []int {
 func TestPServerRestartTableInmem(t *testing.T) {
 	const init = "../../testdata/sparse/init.safetensors"
 	g := load(t, "../../testdata/sparse/emb-adagrad.yaml")
-	ids, rows := ops.TableIDs("emb"), ops.TableRows("emb")
 	// The undisturbed job's model.
 	plain := runTableJob(t, g, 2, 2, false, trainer.RunOptions{Steps: 400, Batch: 8, InitFrom: init, Log: zerolog.Nop()})
 	plan, err := partition.Split(g, partition.Options{Trainers: 2, PServers: 2})
@@ -479,78 +478,14 @@ func TestPServerRestartTableInmem(t *testing.T) {
 	if w := plan.Info.Params[0]; w.Name != "W" || w.Blocks[0].PServer != 0 {
 		t.Fatalf("the staged restarts expect W on pserver-0, the plan has %+v", w)
 	}
-	oneAhead := func(rc *restartCase) (resent []int) {
-		t0Asked, t1HasRows, release := newSignal(), newSignal(), newSignal()
-		rc.wrap = func(i int, ep transport.Endpoint) transport.Endpoint {
-			h := &hookedEP{Endpoint: ep}
-			if i == 0 {
-				h.afterSend = func(to transport.NodeID, step int64, v string) {
-					if to == transport.PServer(1) && v == ids && step == 101 {
-						t0Asked.fire()
-					}
-				}
-			} else {
-				h.afterRecv = func(src transport.NodeID, step int64, v string) {
-					if src == transport.PServer(1) && v == rows && step == 100 {
-						t1HasRows.fire()
-					}
-				}
-				h.beforeRecv = func(ctx context.Context, src transport.NodeID, step int64, v string) error {
-					if src == transport.PServer(0) && v == "W" && step == 100 {
-						return release.wait(ctx)
-					}
-					return nil
-				}
-			}
-			return h
-		}
-		rc.ready = func(ctx context.Context) error {
-			if err := t0Asked.wait(ctx); err != nil {
-				return err
-			}
-			return t1HasRows.wait(ctx)
-		}
-		rc.resumed = release.fire
-		return []int{3, 1}
-	}
-	requestLost := func(rc *restartCase) (resent []int) {
-		t0Asked, t1Held, release := newSignal(), newSignal(), newSignal()
-		rc.wrap = func(i int, ep transport.Endpoint) transport.Endpoint {
-			h := &hookedEP{Endpoint: ep}
-			if i == 0 {
-				h.afterSend = func(to transport.NodeID, step int64, v string) {
-					if to == transport.PServer(0) && v == ids && step == 101 {
-						t0Asked.fire()
-					}
-				}
-			} else {
-				h.beforeSend = func(ctx context.Context, to transport.NodeID, step int64, v string) error {
-					if to == transport.PServer(0) && v == ids && step == 100 {
-						t1Held.fire()
-						return release.wait(ctx)
-					}
-					return nil
-				}
-			}
-			return h
-		}
-		rc.ready = func(ctx context.Context) error {
-			if err := t0Asked.wait(ctx); err != nil {
-				return err
-			}
-			return t1Held.wait(ctx)
-		}
-		rc.killed = release.fire
-		return []int{4, 1}
-	}
 	for _, c := range []struct {
 		name   string
 		victim int
 		async  bool
 		stage  func(*restartCase) []int
 	}{
-		{"one trainer ahead", 1, false, oneAhead},
-		{"a request lost", 0, false, requestLost},
+		{"one trainer ahead", 1, false, stageOneAhead},
+		{"a request lost", 0, false, stageRequestLost},
 		{"unstaged", 1, false, nil},
 		{"unstaged", 0, false, nil},
 		{"unstaged", 1, true, nil},
@@ -610,6 +545,78 @@ func TestPServerRestartTableInmem(t *testing.T) {
 	}
 }
 
+// stageOneAhead stages the restart "one trainer ahead" of a job whose
+// table is emb and W is on pserver-0 (TestPServerRestartTableInmem says
+// how); it returns the messages each trainer re-sends.
+func stageOneAhead(rc *restartCase) (resent []int) {
+	ids, rows := ops.TableIDs("emb"), ops.TableRows("emb")
+	t0Asked, t1HasRows, release := newSignal(), newSignal(), newSignal()
+	rc.wrap = func(i int, ep transport.Endpoint) transport.Endpoint {
+		h := &hookedEP{Endpoint: ep}
+		if i == 0 {
+			h.afterSend = func(to transport.NodeID, step int64, v string) {
+				if to == transport.PServer(1) && v == ids && step == 101 {
+					t0Asked.fire()
+				}
+			}
+		} else {
+			h.afterRecv = func(src transport.NodeID, step int64, v string) {
+				if src == transport.PServer(1) && v == rows && step == 100 {
+					t1HasRows.fire()
+				}
+			}
+			h.beforeRecv = func(ctx context.Context, src transport.NodeID, step int64, v string) error {
+				if src == transport.PServer(0) && v == "W" && step == 100 {
+					return release.wait(ctx)
+				}
+				return nil
+			}
+		}
+		return h
+	}
+	rc.ready = func(ctx context.Context) error {
+		if err := t0Asked.wait(ctx); err != nil {
+			return err
+		}
+		return t1HasRows.wait(ctx)
+	}
+	rc.resumed = release.fire
+	return []int{3, 1}
+}
+
+// stageRequestLost stages the restart "a request lost" (see
+// TestPServerRestartTableInmem).
+func stageRequestLost(rc *restartCase) (resent []int) {
+	ids := ops.TableIDs("emb")
+	t0Asked, t1Held, release := newSignal(), newSignal(), newSignal()
+	rc.wrap = func(i int, ep transport.Endpoint) transport.Endpoint {
+		h := &hookedEP{Endpoint: ep}
+		if i == 0 {
+			h.afterSend = func(to transport.NodeID, step int64, v string) {
+				if to == transport.PServer(0) && v == ids && step == 101 {
+					t0Asked.fire()
+				}
+			}
+		} else {
+			h.beforeSend = func(ctx context.Context, to transport.NodeID, step int64, v string) error {
+				if to == transport.PServer(0) && v == ids && step == 100 {
+					t1Held.fire()
+					return release.wait(ctx)
+				}
+				return nil
+			}
+		}
+		return h
+	}
+	rc.ready = func(ctx context.Context) error {
+		if err := t0Asked.wait(ctx); err != nil {
+			return err
+		}
+		return t1Held.wait(ctx)
+	}
+	rc.killed = release.fire
+	return []int{4, 1}
+}
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {

@@ -133,7 +133,8 @@ func dynPullKernel(k Args) (Kernel, error) {
 }
 
 func dynPosKernel(k Args) (Kernel, error) {
-	d, v, err := dynamicOf(k)
+	v := k.Attrs.String("var")
+	d, err := remoteOf(k, v) // the pull's index (on a trainer of a split job, the fetch's)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,9 @@ func f32Bytes(x []float32) []byte {
 // receives each shard's rows (Split: every table's requests leave before
 // any reply is waited for).
 func fetchRowsKernel(k Args) (Split, error) {
+	if k.Out[0].Shape[0] == ir.DynamicRows {
+		return dynFetchKernel(k)
+	}
 	out, v := k.Out[0], k.Attrs.String("var")
 	m := k.Attrs.Int("shards")
 	height, d := out.Shape[0], out.RowWidth()
@@ -108,6 +111,9 @@ func fetchRowsKernel(k Args) (Split, error) {
 }
 
 func sendRowsKernel(k Args) (Kernel, error) {
+	if k.In[0].Shape[0] == ir.DynamicRows {
+		return dynSendRowsKernel(k)
+	}
 	g, v := k.In[0], k.Attrs.String("var")
 	m := k.Attrs.Int("shards")
 	d := g.RowWidth()

@@ -108,7 +108,10 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 	if o.Metrics != "" || o.Steps != 0 || o.Batch != 0 {
 		return nil, usagef("--metrics, --steps and --batch are trainer flags; a pserver serves until its trainers are done")
 	}
-	if o.Save != "" && !plan.Info.HasTables() {
+	if o.Save != "" && !plan.Info.HasFixedTables() {
+		if plan.Info.HasTables() {
+			return nil, usagef("--save on a pserver writes its shards of the plan's fixed lookup tables, and this plan shards only dynamic tables, whose rows trainer 0's --save pulls into the whole model; give --save to trainer 0")
+		}
 		return nil, usagef("--save on a pserver writes its shards of the plan's lookup tables, and this plan has none; give --save to trainer 0")
 	}
 	addr := o.Listen

@@ -16,11 +16,14 @@ import (
 // one opt.Tables holds, or a new table (training only: an evaluation
 // reads a trained table).
 func (p *Program) bindTables(opt CompileOptions) (map[string]*kernels.Dynamic, error) {
+	out := remoteTables(p.Graph)
 	if len(p.Lowered) == 0 {
-		return nil, nil
+		return out, nil
 	}
 	p.Tables = map[string]*dyntable.Table{}
-	out := map[string]*kernels.Dynamic{}
+	if out == nil {
+		out = map[string]*kernels.Dynamic{}
+	}
 	for _, dt := range p.Lowered {
 		t := opt.Tables[dt.Name]
 		if rows, ok := opt.Shared[dt.Name]; ok && t == nil && rows != nil {
@@ -45,6 +48,22 @@ func (p *Program) bindTables(opt CompileOptions) (map[string]*kernels.Dynamic, e
 	return out, nil
 }
 
+// remoteTables gives each dynamic table a trainer of a split job fetches
+// (fetch_rows of shape [dynamic, D]) the step's key index its fetch,
+// dyn_pos and send_rows share; the table itself lives on the pservers.
+func remoteTables(g *dsl.Graph) map[string]*kernels.Dynamic {
+	var out map[string]*kernels.Dynamic
+	for _, op := range g.Ops {
+		if shape := op.Attrs.Ints("shape"); op.Type == "fetch_rows" && len(shape) == 2 && shape[0] == ir.DynamicRows {
+			if out == nil {
+				out = map[string]*kernels.Dynamic{}
+			}
+			out[op.Attrs.String("var")] = kernels.NewDynamic(nil)
+		}
+	}
+	return out
+}
+
 // NewTable makes an empty dyntable.Table for dynamic table dt: its rows
 // drawn by (seed, key) as exec/program draws row key of a fixed table
 // with the same initializer and seed (Initialize), its optimizer state
@@ -52,9 +71,14 @@ func (p *Program) bindTables(opt CompileOptions) (map[string]*kernels.Dynamic, e
 func NewTable(dt dsl.DynamicTable) (*dyntable.Table, error) {
 	dy := dt.Dynamic
 	cfg := dyntable.Config{
-		Dim: dy.Dim, StateWidth: dt.StateWidth, Seed: InitSeed(dt.Init, dt.Name),
+		Dim: dy.Dim, StateWidth: dt.StateWidth, Seed: InitSeed(dt.Init, dy.TableName(dt.Name)),
 		MinCount: dy.MinCount, AdmitProb: dy.Probability, SketchBytes: dy.SketchBytes,
 		TTL: int64(dy.TTLSteps), Capacity: dy.Capacity,
+	}
+	if sh := dy.Shard; sh != nil && dy.Capacity > 0 {
+		// A pserver's shard of a table split over Count pservers holds its
+		// part of the capacity (the keys spread evenly over the shards).
+		cfg.Capacity = (dy.Capacity + sh.Count - 1) / sh.Count
 	}
 	if dy.Policy == "lfu" {
 		cfg.Evict = dyntable.LFU
@@ -215,15 +239,41 @@ func ReadTable(dt dsl.DynamicTable, keys, rows *tensor.Tensor, file string) (*dy
 // --init-from file, and takes those tensors out of loaded.
 func loadTables(p *Program, loaded map[string]*tensor.Tensor, file string) error {
 	for _, dt := range p.Lowered {
-		keys, rows := loaded[KeysName(dt.Name)], loaded[dt.Name]
+		name := dt.Dynamic.TableName(dt.Name) // a pserver's shard reads its table's
+		keys, rows := loaded[KeysName(name)], loaded[name]
 		if rows == nil {
-			return fmt.Errorf("%s: parameter %q (a dynamic table) is missing from the file", file, dt.Name)
+			return fmt.Errorf("%s: parameter %q (a dynamic table) is missing from the file", file, name)
+		}
+		if sh := dt.Dynamic.Shard; sh != nil {
+			if err := checkTableTensors(dt, keys, rows, file); err != nil {
+				return err
+			}
+			keys, rows = shardRows(keys, rows, sh)
 		}
 		if err := LoadTable(p.Tables[dt.Name], dt, keys, rows, file); err != nil {
 			return err
 		}
-		delete(loaded, KeysName(dt.Name))
-		delete(loaded, dt.Name)
+		delete(loaded, KeysName(name))
+		delete(loaded, name)
 	}
 	return nil
+}
+
+// shardRows is the keys of a model file's dynamic table that a pserver's
+// shard holds (dyntable.ShardOf), and their rows.
+func shardRows(keys, rows *tensor.Tensor, sh *dsl.DynamicShard) (*tensor.Tensor, *tensor.Tensor) {
+	d := rows.RowWidth()
+	var ks []int64
+	var vs []float32
+	for i, k := range keys.L {
+		if dyntable.ShardOf(k, sh.Count) == sh.Index {
+			ks = append(ks, k)
+			vs = append(vs, rows.F[i*d:(i+1)*d]...)
+		}
+	}
+	kt := tensor.New(tensor.I64, tensor.Shape{len(ks)})
+	copy(kt.L, ks)
+	rt := tensor.New(tensor.F32, tensor.Shape{len(ks), d})
+	copy(rt.F, vs)
+	return kt, rt
 }

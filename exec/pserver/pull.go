@@ -59,6 +59,11 @@ func (p *stepsApplied) await(ctx context.Context, k int64) error {
 	}
 }
 
+// puller answers the pulls of one table shard until the job ends.
+type puller interface {
+	serve(ctx context.Context, c *comm.PServer) error
+}
+
 // shardServer answers the pulls of one table shard.
 type shardServer struct {
 	table string         // the table (the transfers' name)
@@ -69,15 +74,22 @@ type shardServer struct {
 // shardServers lists the table shards of the parts, marking each part
 // that holds one: its assigns take the Commit lock, and in an async job
 // its loop tracks when it is quiet.
-func shardServers(parts []*part, async bool) []*shardServer {
-	var out []*shardServer
+func shardServers(parts []*part, async bool) []puller {
+	var out []puller
 	for _, p := range parts {
 		for _, op := range p.prog.Graph.Ops {
-			if op.Type != "serve_rows" {
+			var t string
+			switch op.Type {
+			case "serve_rows":
+				t = op.Attrs.String("var")
+				out = append(out, &shardServer{table: t, shard: p.prog.Scope[op.Inputs[0]], part: p})
+			case "dyn_serve":
+				t = op.Attrs.String("transfer")
+				out = append(out, &dynShardServer{table: t, t: p.prog.Tables[op.Attrs.String("var")], part: p,
+					shard: op.Attrs.Int("shard"), shards: op.Attrs.Int("shards")})
+			default:
 				continue
 			}
-			t := op.Attrs.String("var")
-			out = append(out, &shardServer{table: t, shard: p.prog.Scope[op.Inputs[0]], part: p})
 			p.prog.Commit = &p.commit
 			if async {
 				p.rv.TrackQuiet(ops.GradName(t))
@@ -131,19 +143,24 @@ func (s *shardServer) serve(ctx context.Context, c *comm.PServer) error {
 
 // read runs read once the shard is as far as r asks (see above).
 func (s *shardServer) read(ctx context.Context, c *comm.PServer, who int, r comm.Pull, read func()) error {
+	return s.part.readAt(ctx, c, who, r, read)
+}
+
+// readAt runs read once the part is as far as r asks (see above).
+func (p *part) readAt(ctx context.Context, c *comm.PServer, who int, r comm.Pull, read func()) error {
 	switch {
 	case !c.Async():
-		if err := s.part.applied.await(ctx, r.At); err != nil {
+		if err := p.applied.await(ctx, r.At); err != nil {
 			return err
 		}
 	case r.Final:
 		if err := c.AwaitOthers(ctx, who); err != nil {
 			return err
 		}
-		return s.part.rv.Quiet(ctx, who, r.At-1, read)
+		return p.rv.Quiet(ctx, who, r.At-1, read)
 	}
-	s.part.commit.RLock()
-	defer s.part.commit.RUnlock()
+	p.commit.RLock()
+	defer p.commit.RUnlock()
 	read()
 	return nil
 }

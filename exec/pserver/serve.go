@@ -19,7 +19,6 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/metrics"
-	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
 )
 
@@ -72,6 +71,9 @@ type ServeSummary struct {
 	RecvBytes     int64 `json:"recv_bytes"`
 	WireSentBytes int64 `json:"wire_sent_bytes"`
 	WireRecvBytes int64 `json:"wire_recv_bytes"`
+	// Tables is the state of this pserver's shards of dynamic tables at
+	// the end, by table.
+	Tables map[string]TableSummary `json:"tables,omitempty"`
 }
 
 // Serve runs a pserver's subgraph (its endpoint accepts the graph's
@@ -99,6 +101,9 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	restored, err := restore(parts, opt)
 	if err != nil {
 		return nil, err
+	}
+	if len(tableStats(parts)) > 0 {
+		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(parts) })
 	}
 	// Every trainer tells this pserver where it is; a fresh job starts at
 	// the restored step (0 without a checkpoint), a restart into a running
@@ -129,7 +134,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	tr := c.Traffic()
 	return &ServeSummary{Role: c.Endpoint().Self().String(), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
 		Streamed: streamed, Parts: len(parts),
-		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv}, nil
+		SentBytes: tr.Sent, RecvBytes: tr.Recv, WireSentBytes: tr.WireSent, WireRecvBytes: tr.WireRecv, Tables: tableSummaries(parts)}, nil
 }
 
 // part is one loop of a pserver: a parameter block's update, compiled,
@@ -145,6 +150,20 @@ type part struct {
 	rv      *comm.Part
 	applied stepsApplied
 	commit  sync.RWMutex
+	// cuts orders the cuts of the part's dynamic shards (one open at a
+	// time): its checkpoints' and the export a pull at the end reads.
+	cuts sync.Mutex
+}
+
+// saveTables cuts the part's dynamic shards into their checkpoint chains
+// at step (between steps, on its loop).
+func (p *part) saveTables(ck *modelfile.Checkpointer, step int64) error {
+	if len(p.prog.Tables) == 0 {
+		return nil
+	}
+	p.cuts.Lock()
+	defer p.cuts.Unlock()
+	return ck.SaveTables(step, p.prog.Tables)
 }
 
 // compileParts compiles each part of the pserver's graph and gives its
@@ -203,6 +222,9 @@ func restore(parts []*part, opt ServeOptions) (int64, error) {
 		if err := opt.Checkpoint.Restore(restored, program.PersistentOf(p.prog)); err != nil {
 			return 0, err
 		}
+		if err := opt.Checkpoint.RestoreTables(restored, p.prog.Tables); err != nil {
+			return 0, err
+		}
 	}
 	opt.Log.Info().Int64("step", restored).Str("dir", opt.Checkpoint.Dir).Msg("resumed from checkpoint")
 	return restored, nil
@@ -248,7 +270,7 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 	}
 	wg.Wait()
 	var last int64
-	var failed error
+	failed := snap.wait() // the checkpoints written in the background
 	for i, err := range errs {
 		if err != nil && !comm.Finished(err) && (failed == nil || errors.Is(failed, context.Canceled) && !errors.Is(err, context.Canceled)) {
 			failed = err
@@ -276,6 +298,11 @@ func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, o
 			all = all && p.step == last
 		}
 		if all {
+			for _, p := range parts {
+				if err := p.saveTables(ck, last); err != nil {
+					return c.StopJob(err)
+				}
+			}
 			if err := ck.Save(last, vars); err != nil {
 				return c.StopJob(err)
 			}
@@ -335,7 +362,10 @@ func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, 
 			}
 		}
 		if snap != nil && (k+1)%int64(snap.ck.Every) == 0 {
-			if err := snap.add(k+1, vars); err != nil {
+			// The part's dynamic shards are cut between its steps, on its
+			// loop, and written beside its next steps; the checkpoint that
+			// lists the step is written once they are.
+			if err := snap.add(k+1, vars, p.cutTables(snap.ck, k+1)); err != nil {
 				return k, err
 			}
 		}
@@ -407,51 +437,11 @@ func saveShards(path string, g *dsl.Graph, parts []*part) error {
 	for _, p := range parts {
 		maps.Copy(all, p.prog.Scope)
 	}
-	return modelfile.SaveTensors(path, g.Name, dsl.TableShards(g), all)
-}
-
-// snapshot gathers the persistent variables of a pserver's parts for one
-// step: each part copies its own when it finished that step, and the last
-// one writes the checkpoint. Parts never wait for each other.
-type snapshot struct {
-	write   sync.Mutex // one Save at a time: they share the manifest
-	mu      sync.Mutex
-	ck      *modelfile.Checkpointer
-	log     zerolog.Logger
-	parts   int
-	pending map[int64]*pendingCk
-}
-
-type pendingCk struct {
-	left    int
-	tensors map[string]*tensor.Tensor
-}
-
-func (s *snapshot) add(step int64, vars program.Scope) error {
-	s.mu.Lock()
-	p, ok := s.pending[step]
-	if !ok {
-		p = &pendingCk{left: s.parts, tensors: map[string]*tensor.Tensor{}}
-		s.pending[step] = p
-	}
-	for name, t := range vars {
-		c := tensor.New(t.DType, t.Shape)
-		c.CopyFrom(t)
-		p.tensors[name] = c
-	}
-	p.left--
-	done := p.left == 0
-	if done {
-		delete(s.pending, step)
-	}
-	s.mu.Unlock()
-	if done {
-		s.write.Lock()
-		defer s.write.Unlock()
-		if err := s.ck.Save(step, p.tensors); err != nil {
-			return err
+	var shards []string
+	for _, n := range dsl.TableShards(g) {
+		if !g.Vars[n].IsDynamic() { // a dynamic shard's rows: its dyntable.Table
+			shards = append(shards, n)
 		}
-		s.log.Info().Int64("step", step).Str("dir", s.ck.Dir).Msg("checkpoint saved")
 	}
-	return nil
+	return modelfile.SaveTensors(path, g.Name, shards, all)
 }

@@ -225,7 +225,8 @@ func (s *scenario) run(t *testing.T, cmd string) string {
 		}
 		return showPos(Where(a.int(t, "start", 0), sent, got, replies, 100, 16))
 	case "plan-resend":
-		m := SentState{Has: a["has"] != "false", Request: a["request"] == "true", Step: a.int(t, "step", 0), Answer: a.int(t, "answer", Learning)}
+		m := SentState{Has: a["has"] != "false", Request: a["request"] == "true", Step: a.int(t, "step", 0), Answer: a.int(t, "answer", Learning),
+			Counted: a["counted"] == "true", Prev: a["prev"] == "true"}
 		steps := PlanResend(m, a.int(t, "resume", 0), a["async"] == "true")
 		if len(steps) == 0 {
 			return "none"
@@ -234,6 +235,8 @@ func (s *scenario) run(t *testing.T, cmd string) string {
 		for _, r := range steps {
 			if r.Last {
 				out = append(out, fmt.Sprintf("step %d: the last message", r.Step))
+			} else if r.Prev {
+				out = append(out, fmt.Sprintf("step %d: the message before the last", r.Step))
 			} else {
 				out = append(out, fmt.Sprintf("step %d: an empty request", r.Step))
 			}

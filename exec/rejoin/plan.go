@@ -85,6 +85,10 @@ type SentState struct {
 	Request bool  // a table's request (fetch_rows), not a gradient
 	Step    int64 // the step it was sent for
 	Answer  int64 // a request's: last step of the reply received (Learning: none)
+	// Counted: a dynamic table's request, whose keys' sightings the shard
+	// counts (admission, last seen), so a step's request is sent again
+	// whole, not empty; Prev: the trainer kept the request of Step-1 too.
+	Counted, Prev bool
 }
 
 // ResendStep is one message PlanResend sends again: for step, the last
@@ -92,6 +96,8 @@ type SentState struct {
 type ResendStep struct {
 	Step int64
 	Last bool
+	// Prev: the message before the last (a counted request of Step-1).
+	Prev bool
 }
 
 // PlanResend lists what a trainer sends again on one transfer to a
@@ -100,7 +106,10 @@ type ResendStep struct {
 // for every step from s to the last, the last one's ids if the trainer
 // still waits for their rows and an empty request for a step whose rows
 // it already has (it moved on), because a sync pserver serves every
-// trainer at every step before it takes the step's gradients. Async
+// trainer at every step before it takes the step's gradients; a counted
+// request (a dynamic table's) is sent again whole for the steps the
+// trainer kept (the last and, with Prev, the one before), so the shard
+// counts its keys' sightings as the lost process did. Async
 // pservers serve what comes: only a request still waiting is re-sent.
 func PlanResend(m SentState, s int64, async bool) []ResendStep {
 	if !m.Has || m.Step < s {
@@ -116,6 +125,10 @@ func PlanResend(m SentState, s int64, async bool) []ResendStep {
 		case waiting && k == m.Step:
 			out = append(out, ResendStep{Step: k, Last: true})
 		case waiting || async: // waits for nothing older than its last request
+		case m.Counted && k == m.Step:
+			out = append(out, ResendStep{Step: k, Last: true})
+		case m.Counted && m.Prev && k == m.Step-1:
+			out = append(out, ResendStep{Step: k, Prev: true})
 		default:
 			out = append(out, ResendStep{Step: k})
 		}

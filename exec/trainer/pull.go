@@ -25,6 +25,8 @@ import (
 type table struct {
 	name                string
 	rows, width, shards int
+	// dynamic: a dynamic table (rows is ir.DynamicRows), sharded by key.
+	dynamic bool
 }
 
 // localRows is how many rows shard s holds.
@@ -51,7 +53,8 @@ func tablesOf(g *dsl.Graph, batch int) (map[string]table, error) {
 			continue
 		}
 		name := t.Op.Attrs.String("var")
-		out[name] = table{name: name, rows: types[t.Op.Outputs[0]].Shape[0], width: t.Shape[1], shards: t.Op.Attrs.Int("shards")}
+		rows := types[t.Op.Outputs[0]].Shape[0]
+		out[name] = table{name: name, rows: rows, width: t.Shape[1], shards: t.Op.Attrs.Int("shards"), dynamic: rows == ir.DynamicRows}
 	}
 	return out, nil
 }
@@ -66,12 +69,14 @@ type pullRendezvous struct {
 	byIDs  map[string]string // a table's ids transfer -> the table
 	byRows map[string]string // its rows transfer -> the table
 	ids    map[ir.Node]map[string][]int32
+	keys   map[ir.Node]map[string][]int64 // a dynamic table's (its requests' keys)
 	at     int64
 	final  bool
 }
 
 func newPullRendezvous(c Comm, tables map[string]table) *pullRendezvous {
-	r := &pullRendezvous{c: c, tables: tables, byIDs: map[string]string{}, byRows: map[string]string{}, ids: map[ir.Node]map[string][]int32{}}
+	r := &pullRendezvous{c: c, tables: tables, byIDs: map[string]string{}, byRows: map[string]string{}, ids: map[ir.Node]map[string][]int32{},
+		keys: map[ir.Node]map[string][]int64{}}
 	for name := range tables {
 		r.byIDs[ops.TableIDs(name)] = name
 		r.byRows[ops.TableRows(name)] = name
@@ -85,6 +90,10 @@ func (r *pullRendezvous) Send(_ context.Context, _ int64, to ir.Node, v string, 
 	t, ok := r.byIDs[v]
 	if !ok {
 		return fmt.Errorf("send %s: %w", v, errEvalSends)
+	}
+	if r.tables[t].dynamic {
+		r.keepKeys(to, t, payload)
+		return nil
 	}
 	if r.ids[to] == nil {
 		r.ids[to] = map[string][]int32{}
@@ -103,6 +112,9 @@ func (r *pullRendezvous) Recv(ctx context.Context, _ int64, from ir.Node, v stri
 		return 0, fmt.Errorf("recv %s: %w", v, errEvalSends)
 	}
 	t := r.tables[name]
+	if t.dynamic {
+		return r.pullKeys(ctx, from, t, dst)
+	}
 	ids := r.ids[from][name]
 	out := tensor.F32View(dst)
 	per := comm.PullRows(t.width)

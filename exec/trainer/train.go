@@ -171,9 +171,6 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
 	}
-	if err := checkDynamic(g, opt); err != nil {
-		return nil, err
-	}
 	if opt.Comm != nil && opt.InitFrom != "" {
 		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
 	}
@@ -633,11 +630,18 @@ func (r *run) save(names []string, params program.Scope) error {
 		return err
 	}
 	var more []modelfile.Entry
-	for _, t := range tables {
-		more = append(more, tableEntry(r.ctx, opt.Comm, t, int64(r.steps)))
-	}
 	var bytes int64
 	for _, t := range tables {
+		if t.dynamic {
+			es, n, err := dynamicEntries(r.ctx, opt.Comm, t, int64(r.steps))
+			if err != nil {
+				return err
+			}
+			more = append(more, es...)
+			bytes += int64(n) * int64(8+4*t.width)
+			continue
+		}
+		more = append(more, tableEntry(r.ctx, opt.Comm, t, int64(r.steps)))
 		bytes += 4 * int64(t.rows) * int64(t.width)
 	}
 	opt.Log.Info().Int("tables", len(tables)).Int64("table_bytes", bytes).Str("file", opt.Save).Msg("saving the whole model: pulling the tables from the pservers")

@@ -1,0 +1,149 @@
+package pserver
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/exec/tensor"
+)
+
+// dynShardServer answers the pulls of a pserver's shard of a dynamic
+// table (docs/wire.md, "Pulls"). Trainer 0's held-out evaluation asks
+// for the rows of its chunk's keys (the default row for a key without
+// one), read as the fixed shards' rows are, once the shard is as far as
+// the pull asks (part.readAt; Table.Read changes nothing). Its --save at
+// the job's end asks for the shard's row count, then its keys and its
+// rows by range of the shard's rows in ascending key order: the first
+// such pull lists the table's keys (a dyntable.Export cut, once the
+// shard is final) and sorts them, 8 bytes a live row, held until the job
+// ends; the rows are read from the table range by range.
+type dynShardServer struct {
+	table         string // the table (the transfers' name)
+	t             *dyntable.Table
+	part          *part
+	shard, shards int
+
+	keys []int64 // the shard's live keys, ascending
+	done bool
+}
+
+func (s *dynShardServer) serve(ctx context.Context, c *comm.PServer) error {
+	w := s.t.Config().Dim
+	buf := make([]byte, comm.PullSpec(s.table, w).Bytes)
+	keys := make([]int64, 0, comm.DynamicPullKeyList(w))
+	replies := make([][]float32, c.Trainers())
+	for {
+		k, b, err := c.RecvPull(ctx, s.table, buf)
+		if err != nil {
+			return err
+		}
+		r, err := s.decode(b, keys)
+		if err != nil {
+			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
+		}
+		who := k.Src.Index
+		if replies[who] == nil {
+			replies[who] = make([]float32, comm.PullRows(w)*w)
+		}
+		var rows []float32
+		var readErr error
+		read := func() {
+			if r.KeyList != nil {
+				rows = replies[who][:len(r.KeyList)*w]
+				readErr = s.t.Read(r.KeyList, rows)
+				return
+			}
+			if readErr = s.export(); readErr == nil {
+				rows, readErr = s.reply(r, w, replies[who])
+			}
+		}
+		if err := s.part.readAt(ctx, c, who, r, read); err != nil {
+			return err
+		}
+		if readErr != nil {
+			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, readErr)
+		}
+		if err := c.ReplyPull(ctx, k, s.table, rows); err != nil {
+			return err
+		}
+	}
+}
+
+// decode reads a pull and checks what can be checked before the shard is
+// read: a list of keys of this shard, or a range at the job's end.
+func (s *dynShardServer) decode(b []byte, keys []int64) (comm.Pull, error) {
+	r, err := comm.DecodeDynamicPull(b, keys)
+	switch {
+	case err != nil:
+		return r, err
+	case r.KeyList == nil && !r.Final:
+		return r, fmt.Errorf("a pull of a range at step %d, before the job's end (a dynamic shard's rows are pulled by range only to save the model)", r.At)
+	}
+	for _, key := range r.KeyList {
+		if sh := dyntable.ShardOf(key, s.shards); sh != s.shard {
+			return r, fmt.Errorf("a pull of key %d from shard %d of %d, but the key belongs to shard %d", key, s.shard, s.shards, sh)
+		}
+	}
+	return r, nil
+}
+
+// reply fills buf with what r asks for and returns it.
+func (s *dynShardServer) reply(r comm.Pull, w int, buf []float32) ([]float32, error) {
+	n := len(s.keys)
+	switch {
+	case r.Count:
+		out := buf[:2]
+		binary.LittleEndian.PutUint64(tensor.F32Bytes(out), uint64(n))
+		return out, nil
+	case r.First+r.N > n:
+		return nil, fmt.Errorf("a pull of entries [%d, %d) of a shard of %d rows", r.First, r.First+r.N, n)
+	case r.ReplyKeys:
+		if r.N > comm.DynamicPullKeys(w) {
+			return nil, fmt.Errorf("a pull of %d keys, more than %d", r.N, comm.DynamicPullKeys(w))
+		}
+		out := buf[:2*r.N]
+		b := tensor.F32Bytes(out)
+		for i, key := range s.keys[r.First : r.First+r.N] {
+			binary.LittleEndian.PutUint64(b[8*i:], uint64(key))
+		}
+		return out, nil
+	case r.N > comm.PullRows(w):
+		return nil, fmt.Errorf("a pull of %d rows, more than %d", r.N, comm.PullRows(w))
+	}
+	out := buf[:r.N*w]
+	if err := s.t.Read(s.keys[r.First:r.First+r.N], out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// export lists the final table's keys in ascending order, once.
+func (s *dynShardServer) export() error {
+	if s.done {
+		return nil
+	}
+	s.part.cuts.Lock() // a checkpoint of the last step may still be writing
+	defer s.part.cuts.Unlock()
+	c, err := s.t.Cut(dyntable.Export)
+	if err != nil {
+		return err
+	}
+	defer c.Abort() // after Commit it does nothing
+	keys := make([]int64, 0, s.t.Stats().Live)
+	if err := c.Each(func(b *dyntable.Batch) error {
+		keys = append(keys, b.Keys...)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := c.Commit(); err != nil {
+		return err
+	}
+	slices.Sort(keys)
+	s.keys, s.done = keys, true
+	return nil
+}
