@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 )
 
@@ -56,6 +57,7 @@ type Table struct {
 	sink  uint64 // where prefetch's loads go
 
 	sweepBuf []int32
+	slabs    *slabMem // the slabs of rows and idx (slabs.go)
 
 	admitted, evictedTTL, evictedCap, deleted, reclaimed uint64
 
@@ -78,8 +80,10 @@ func New(cfg Config) (*Table, error) {
 	}
 	cfg.StateInit = append([]float32(nil), cfg.StateInit...)
 	cfg.Default = append([]float32(nil), cfg.Default...)
-	t := &Table{cfg: cfg, dim: cfg.Dim, width: cfg.Dim + cfg.StateWidth, idx: newIndex(), w: -1, batch: cutBatch, sweepBuf: make([]int32, 0, sweepBatch)}
-	t.rows = newRows(t.width)
+	a := new(slabMem)
+	t := &Table{cfg: cfg, dim: cfg.Dim, width: cfg.Dim + cfg.StateWidth, idx: newIndex(a), w: -1, batch: cutBatch, sweepBuf: make([]int32, 0, sweepBatch), slabs: a}
+	t.rows = newRows(t.width, a)
+	runtime.AddCleanup(t, (*slabMem).release, a)
 	switch {
 	case cfg.Capacity > 0 && cfg.Evict == LFU:
 		t.mode, t.w = modeLFU, 0
