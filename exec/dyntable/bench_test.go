@@ -47,7 +47,7 @@ func zipfBatches(n int, imax uint64, seed uint64) [][]int64 {
 var benchShared struct {
 	once      sync.Once
 	tab       *Table
-	heapBytes uint64 // heap the table holds, and its slabs mapped outside it
+	heapBytes uint64 // heap the table holds
 	batches   [][]int64
 	uniform   [][]int64
 }
@@ -64,7 +64,7 @@ func sharedTable(b *testing.B) *Table {
 		s.tab = fill(b, benchCfg, benchRows)
 		runtime.GC()
 		runtime.ReadMemStats(&m1)
-		s.heapBytes = m1.HeapAlloc - m0.HeapAlloc + uint64(s.tab.slabs.bytes())
+		s.heapBytes = m1.HeapAlloc - m0.HeapAlloc
 		s.batches = zipfBatches(64, benchRows, 7)
 		rng := rand.New(rand.NewPCG(8, 8))
 		for range 64 {
@@ -420,7 +420,7 @@ func BenchmarkSweep(b *testing.B) {
 // BenchmarkSegmentSplit splits a full index segment: the most work one
 // insertion ever does in the index.
 func BenchmarkSegmentSplit(b *testing.B) {
-	r := newRows(1, new(slabMem))
+	r := newRows(1)
 	keys := make([]int64, segMax)
 	for i := range keys {
 		keys[i] = int64(i)
@@ -430,7 +430,7 @@ func BenchmarkSegmentSplit(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		x := newIndex(new(slabMem))
+		x := newIndex()
 		for i, k := range keys {
 			x.dir[0].put(uint32(indexHash(k)>>32), int32(i))
 		}

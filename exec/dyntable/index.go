@@ -44,19 +44,10 @@ type index struct {
 	n       int // entries
 	segs    int
 	scratch []uint64
-	slab    slab // the segments after the first segFrom
 }
 
-func newIndex(a *slabMem) index {
-	return index{dir: []*segment{{e: make([]uint64, segSize)}}, segs: 1, scratch: make([]uint64, segSize), slab: slab{a: a}}
-}
-
-// newSegment returns a segment's zero entries.
-func (x *index) newSegment() []uint64 {
-	if x.segs < segFrom {
-		return make([]uint64, segSize)
-	}
-	return x.slab.take(segSize, slabSegs)
+func newIndex() index {
+	return index{dir: []*segment{{e: make([]uint64, segSize)}}, segs: 1, scratch: make([]uint64, segSize)}
 }
 
 func (x *index) segment(hi uint32) *segment {
@@ -124,7 +115,7 @@ func (x *index) split(s *segment, hi uint32) bool {
 	clear(s.e)
 	s.n = 0
 	s.depth++
-	ns := &segment{e: x.newSegment(), depth: s.depth}
+	ns := &segment{e: make([]uint64, segSize), depth: s.depth}
 	x.segs++
 	bit := uint32(1) << (32 - s.depth)
 	for _, e := range x.scratch {

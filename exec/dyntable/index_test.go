@@ -10,8 +10,8 @@ import (
 // across the wrap of a segment; every key must be found at its slot and
 // every deleted key not found.
 func TestIndexAgainstMap(t *testing.T) {
-	r := newRows(1, new(slabMem))
-	x := newIndex(new(slabMem))
+	r := newRows(1)
+	x := newIndex()
 	ref := map[int64]int32{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var live []int64

@@ -32,14 +32,13 @@ type rows struct {
 	width  int // floats per row: dim + state
 	stride int // words per record
 	pages  [][]uint64
-	slab   slab  // the pages after the first slabFrom
 	hw     int32 // slots [0, hw) were handed out at least once
 	free   int32 // first free slot, -1 when none
 	nfree  int32
 }
 
-func newRows(width int, a *slabMem) rows {
-	return rows{width: width, stride: 2 + (width+1)/2, free: -1, slab: slab{a: a}}
+func newRows(width int) rows {
+	return rows{width: width, stride: 2 + (width+1)/2, free: -1}
 }
 
 func (r *rows) rec(slot int32) []uint64 {
@@ -89,7 +88,7 @@ func (r *rows) alloc() (slot int32, ok bool) {
 		return 0, false
 	}
 	if int(r.hw>>pageBits) == len(r.pages) {
-		r.pages = append(r.pages, r.newPage())
+		r.pages = append(r.pages, make([]uint64, pageRows*r.stride))
 	}
 	r.hw++
 	return r.hw - 1, true
@@ -108,11 +107,3 @@ func (r *rows) held() int { return int(r.hw - r.nfree) }
 
 // bytes is the memory of the pages.
 func (r *rows) bytes() int64 { return int64(len(r.pages)) * pageRows * int64(r.stride) * 8 }
-
-func (r *rows) newPage() []uint64 {
-	n := pageRows * r.stride
-	if len(r.pages) < slabFrom {
-		return make([]uint64, n)
-	}
-	return r.slab.take(n, slabPages)
-}
