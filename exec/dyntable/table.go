@@ -520,14 +520,21 @@ func (t *Table) Gather(slots []int32, col, width int, dst []float32) error {
 	if err := t.checkCols(col, width, len(slots), len(dst)); err != nil {
 		return err
 	}
+	// Check every slot first: a loop of independent loads of the records,
+	// which the processor overlaps (see resolveHomes); the copies then
+	// find them in the cache.
+	for _, slot := range slots {
+		if slot >= 0 {
+			if err := t.checkSlot(slot); err != nil {
+				return err
+			}
+		}
+	}
 	for i, slot := range slots {
 		out := dst[i*width : (i+1)*width]
 		if slot < 0 {
 			copy(out, t.blank[col:col+width])
 			continue
-		}
-		if err := t.checkSlot(slot); err != nil {
-			return err
 		}
 		copy(out, t.rows.floats(slot)[col:col+width])
 	}
