@@ -338,9 +338,12 @@ func (c *Cut) eachRow(fn func(b *Batch) error) (int64, error) {
 		return err
 	}
 	// hold runs body under the lock, timed.
+	// low: the arena's ready chunks ran low at the last hold (read under
+	// the lock: the owner's copies take them).
+	low := true
 	hold := func(body func()) error {
 		var ready [][]uint64
-		if len(c.arena.ready) < readyChunks/2 {
+		if low {
 			ready = c.arena.prepare(readyChunks)
 		}
 		t.mu.Lock()
@@ -354,6 +357,7 @@ func (c *Cut) eachRow(fn func(b *Batch) error) (int64, error) {
 			c.holding(true)
 		}
 		body()
+		low = len(c.arena.ready) < readyChunks/2
 		c.maxHold = max(c.maxHold, time.Since(t0))
 		if c.holding != nil {
 			c.holding(false)

@@ -17,10 +17,14 @@
 // it grows one segment split at a time (no operation rehashes more than
 // 1664 entries, about 10 µs: BenchmarkSegmentSplit) and never has two
 // copies of itself; new rows take new pages, and nothing is ever copied
-// to grow. Lookups
-// of a batch prefetch a group of keys' index entries and records before
-// resolving them. No Go map, no pointer per row, nothing for the garbage
-// collector to scan but the directory.
+// to grow. A batch's lookups take 64 keys at a time: a loop loads their
+// home index entries, a second the records those point to, so that the
+// processor overlaps each lookup's two cache misses with the other
+// keys' (the loads are independent of each other); the keys are then
+// resolved from what was loaded, without a second hash or probe. Pull
+// copies each group's values while they are cached, and Gather checks
+// all its slots before it copies. No Go map, no pointer per row, nothing
+// for the garbage collector to scan but the directory.
 //
 // Memory per live row is 8 (key) + 8 (meta) + 4*(Dim+StateWidth) + ~13
 // (index) bytes: 161 bytes for Dim 16 with adagrad's 16 floats of state,

@@ -53,9 +53,13 @@ type Table struct {
 	live  int64
 	hand  int32  // next record Sweep and admissions inspect
 	batch int32  // records a cut copies per hold of the lock (cutBatch)
-	sink  uint64 // where prefetch's loads go
+	sink  uint64 // where sweep's plain loads go (the compiler must keep them)
 
 	sweepBuf []int32
+	// A batch lookup's scratch (resolveHomes).
+	his       [lookupChunk]uint32
+	homes     [lookupChunk]int32
+	readSlots [lookupChunk]int32
 
 	admitted, evictedTTL, evictedCap, deleted, reclaimed uint64
 
@@ -187,21 +191,61 @@ func (t *Table) raise(to int64) int64 {
 func (t *Table) Lookup(keys []int64, counts []uint32, slots []int32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.lookup(keys, counts, slots)
+	return t.lookup(keys, counts, slots, nil)
 }
 
-func (t *Table) lookup(keys []int64, counts []uint32, slots []int32) error {
+// lookup is Lookup, and with dst the copy of Pull: each group of keys'
+// values are copied while their records are in the cache.
+func (t *Table) lookup(keys []int64, counts []uint32, slots []int32, dst []float32) error {
 	slots = slots[:len(keys)]
-	for i, key := range keys {
-		if i%prefetchGroup == 0 {
-			t.prefetch(keys[i:min(i+prefetchGroup, len(keys))])
+	for lo := 0; lo < len(keys); lo += lookupChunk {
+		hi := min(lo+lookupChunk, len(keys))
+		t.resolveHomes(keys[lo:hi])
+		var cs []uint32
+		if counts != nil {
+			cs = counts[lo:hi]
 		}
+		if err := t.lookupChunk(keys[lo:hi], cs, slots[lo:hi]); err != nil {
+			return err
+		}
+		if dst != nil {
+			t.copyValues(slots[lo:hi], dst[lo*t.dim:hi*t.dim])
+		}
+	}
+	return nil
+}
+
+// copyValues copies the values of slots' rows into dst, the default row
+// for NoRow.
+func (t *Table) copyValues(slots []int32, dst []float32) {
+	d := t.dim
+	for i, slot := range slots {
+		if slot < 0 {
+			copy(dst[i*d:(i+1)*d], t.blank[:d])
+		} else {
+			copy(dst[i*d:(i+1)*d], t.rows.floats(slot)[:d])
+		}
+	}
+}
+
+// lookupChunk is lookup of at most lookupChunk keys, once resolveHomes
+// found those at home.
+func (t *Table) lookupChunk(keys []int64, counts []uint32, slots []int32) error {
+	for i, key := range keys {
 		c := 1
 		if counts != nil && counts[i] > 1 {
 			c = int(counts[i])
 		}
-		h := indexHash(key)
-		hi := uint32(h >> 32)
+		if slot := t.homes[i]; slot >= 0 && t.rows.key(slot) == key {
+			// Still key's row unless an admission before it in the
+			// batch freed it (free records have meta freeMeta).
+			if m := t.rows.meta(slot); m != freeMeta && !t.dead(m) {
+				t.touch(slot, m, c)
+				slots[i] = slot
+				continue
+			}
+		}
+		hi := t.his[i]
 		s, pos, slot, found := t.idx.find(&t.rows, key, hi)
 		if found {
 			m := t.rows.meta(slot)
@@ -382,31 +426,53 @@ func (t *Table) removeAt(s *segment, pos uint32, slot int32, key int64) {
 	t.rows.release(slot)
 }
 
-// prefetchGroup is the number of keys whose index entries and records
-// prefetch loads together.
-const prefetchGroup = 32
+// lookupChunk is the number of keys a batch lookup resolves together.
+const lookupChunk = 64
 
-// prefetch loads the home index entries of keys, then the records they
-// point to, so that the lookups that follow hit the cache: a lookup in a
-// large table costs two cache misses (an entry, a record), which one key
-// at a time pays in sequence, and a group of independent loads pays
-// together (the processor overlaps them). Plain loads stand for prefetch
-// instructions, which Go does not offer.
-func (t *Table) prefetch(keys []int64) {
-	var his [prefetchGroup]uint32
-	var acc uint64
+// resolveHomes finds, for each of keys (at most lookupChunk), the slot of
+// its row if its index entry is at its home position (most are: the
+// index is at most 81% full), else -1, into t.homes, and its hash's top
+// bits into t.his. It loads the keys' entries, then their records, each
+// in a loop of independent loads: a lookup in a large table costs two
+// cache misses (an entry, then a record), which one key at a time pays in
+// sequence and a group of keys pays together (the processor overlaps
+// them); the keys' own lookups then find both in the cache.
+func (t *Table) resolveHomes(keys []int64) {
+	his, homes := t.his[:len(keys)], t.homes[:len(keys)]
+	var ents [lookupChunk]uint64
 	for j, key := range keys {
 		hi := uint32(indexHash(key) >> 32)
 		his[j] = hi
-		acc += t.idx.segment(hi).e[hi&segMask]
+		ents[j] = t.idx.segment(hi).e[hi&segMask]
 	}
-	for j := range keys {
-		hi := his[j]
-		if e := t.idx.segment(hi).e[hi&segMask]; e != 0 {
-			acc += t.rows.meta(int32(uint32(e)) - 1)
+	for j, e := range ents[:len(keys)] {
+		homes[j] = -1
+		if e>>32 == uint64(his[j]) {
+			if slot := int32(uint32(e)) - 1; t.rows.key(slot) == keys[j] {
+				homes[j] = slot
+			}
 		}
 	}
-	t.sink = acc
+}
+
+// findChunk is Find of at most lookupChunk keys.
+func (t *Table) findChunk(keys []int64, slots []int32) {
+	t.resolveHomes(keys)
+	for i, key := range keys {
+		slot := t.homes[i]
+		if slot < 0 {
+			_, _, s, found := t.idx.find(&t.rows, key, t.his[i])
+			if !found {
+				slots[i] = NoRow
+				continue
+			}
+			slot = s
+		}
+		if t.dead(t.rows.meta(slot)) {
+			slot = NoRow
+		}
+		slots[i] = slot
+	}
 }
 
 // Find resolves keys to the slots of their live rows, NoRow for the
@@ -414,11 +480,9 @@ func (t *Table) prefetch(keys []int64) {
 func (t *Table) Find(keys []int64, slots []int32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for i, key := range keys {
-		if i%prefetchGroup == 0 {
-			t.prefetch(keys[i:min(i+prefetchGroup, len(keys))])
-		}
-		slots[i] = t.find(key)
+	for lo := 0; lo < len(keys); lo += lookupChunk {
+		hi := min(lo+lookupChunk, len(keys))
+		t.findChunk(keys[lo:hi], slots[lo:hi])
 	}
 }
 
@@ -456,14 +520,21 @@ func (t *Table) Gather(slots []int32, col, width int, dst []float32) error {
 	if err := t.checkCols(col, width, len(slots), len(dst)); err != nil {
 		return err
 	}
+	// Check every slot first: a loop of independent loads of the records,
+	// which the processor overlaps (see resolveHomes); the copies then
+	// find them in the cache.
+	for _, slot := range slots {
+		if slot >= 0 {
+			if err := t.checkSlot(slot); err != nil {
+				return err
+			}
+		}
+	}
 	for i, slot := range slots {
 		out := dst[i*width : (i+1)*width]
 		if slot < 0 {
 			copy(out, t.blank[col:col+width])
 			continue
-		}
-		if err := t.checkSlot(slot); err != nil {
-			return err
 		}
 		copy(out, t.rows.floats(slot)[col:col+width])
 	}
@@ -503,18 +574,7 @@ func (t *Table) Pull(keys []int64, counts []uint32, slots []int32, dst []float32
 	if err := t.checkCols(0, t.dim, len(keys), len(dst)); err != nil {
 		return err
 	}
-	if err := t.lookup(keys, counts, slots); err != nil {
-		return err
-	}
-	d := t.dim
-	for i, slot := range slots[:len(keys)] {
-		if slot < 0 {
-			copy(dst[i*d:(i+1)*d], t.blank[:d])
-		} else {
-			copy(dst[i*d:(i+1)*d], t.rows.floats(slot)[:d])
-		}
-	}
-	return nil
+	return t.lookup(keys, counts, slots, dst)
 }
 
 // Read copies the values of keys' rows into dst (the default row for keys
@@ -527,15 +587,12 @@ func (t *Table) Read(keys []int64, dst []float32) error {
 		return err
 	}
 	d := t.dim
-	for i, key := range keys {
-		if i%prefetchGroup == 0 {
-			t.prefetch(keys[i:min(i+prefetchGroup, len(keys))])
-		}
-		if slot := t.find(key); slot >= 0 {
-			copy(dst[i*d:(i+1)*d], t.rows.floats(slot)[:d])
-		} else {
-			copy(dst[i*d:(i+1)*d], t.blank[:d])
-		}
+	slots := t.readSlots[:0]
+	for lo := 0; lo < len(keys); lo += lookupChunk {
+		hi := min(lo+lookupChunk, len(keys))
+		slots = slots[:hi-lo]
+		t.findChunk(keys[lo:hi], slots)
+		t.copyValues(slots, dst[lo*d:hi*d])
 	}
 	return nil
 }
@@ -600,7 +657,7 @@ func (t *Table) sweep(n int) (freed int, more bool) {
 			dead = append(dead, slot)
 		}
 	}
-	// Load the dead rows' index entries together (see prefetch).
+	// Load the dead rows' index entries together (see resolveHomes).
 	var acc uint64
 	for _, slot := range dead {
 		hi := uint32(indexHash(t.rows.key(slot)) >> 32)

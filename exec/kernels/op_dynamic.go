@@ -35,9 +35,15 @@ type Dynamic struct {
 	keys   []int64
 	counts []uint32
 	slots  []int32
-	ikeys  []int64 // the index: key, and position+1 (0: empty)
-	ipos   []int32
+	index  []keyPos // open addressing, linear probing
 	mask   uint64
+}
+
+// keyPos is an entry of Dynamic's index: a key and its position+1 (0: an
+// empty entry), side by side so that a probe reads one cache line.
+type keyPos struct {
+	key int64
+	pos int32
 }
 
 // NewDynamic wraps a table for one program.
@@ -52,12 +58,12 @@ func (d *Dynamic) size(maxKeys int) {
 		n *= 2
 	}
 	d.keys, d.counts, d.slots = make([]int64, 0, maxKeys), make([]uint32, maxKeys), make([]int32, maxKeys)
-	d.ikeys, d.ipos, d.mask = make([]int64, n), make([]int32, n), uint64(n-1)
+	d.index, d.mask = make([]keyPos, n), uint64(n-1)
 }
 
 func (d *Dynamic) bucket(key int64) uint64 {
 	b := uint64(key) * 0x9E3779B97F4A7C15 >> 20 & d.mask
-	for d.ipos[b] != 0 && d.ikeys[b] != key {
+	for e := &d.index[b]; e.pos != 0 && e.key != key; e = &d.index[b] {
 		b = (b + 1) & d.mask
 	}
 	return b
@@ -66,25 +72,25 @@ func (d *Dynamic) bucket(key int64) uint64 {
 // reset empties the index in time proportional to the keys it held.
 func (d *Dynamic) reset() {
 	for i := len(d.keys) - 1; i >= 0; i-- {
-		d.ipos[d.bucket(d.keys[i])] = 0
+		d.index[d.bucket(d.keys[i])].pos = 0
 	}
 	d.keys = d.keys[:0]
 }
 
 // add counts a sighting of key.
 func (d *Dynamic) add(key int64) {
-	b := d.bucket(key)
-	if p := d.ipos[b]; p != 0 {
-		d.counts[p-1]++
+	e := &d.index[d.bucket(key)]
+	if e.pos != 0 {
+		d.counts[e.pos-1]++
 		return
 	}
-	d.ikeys[b], d.ipos[b] = key, int32(len(d.keys)+1)
+	e.key, e.pos = key, int32(len(d.keys)+1)
 	d.counts[len(d.keys)] = 1
 	d.keys = append(d.keys, key)
 }
 
 // pos is key's position this step, or -1.
-func (d *Dynamic) pos(key int64) int32 { return d.ipos[d.bucket(key)] - 1 }
+func (d *Dynamic) pos(key int64) int32 { return d.index[d.bucket(key)].pos - 1 }
 
 func dynamicOf(k Args) (*Dynamic, string, error) {
 	v := k.Attrs.String("var")
