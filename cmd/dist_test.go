@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/tensor"
+	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -147,15 +147,10 @@ func TestNodeSummariesCountTraffic(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nobody listens on.
+// freeAddr returns a loopback address nobody listens on (testfix.FreeAddr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testfix.FreeAddr(t)
 }
 
 type proc struct {

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,15 +44,10 @@ func writePlan(t *testing.T, src string, trainers, pservers int) string {
 	return out
 }
 
-// freeAddr returns a loopback address nobody listens on.
+// freeAddr returns a loopback address nobody listens on (testfix.FreeAddr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testfix.FreeAddr(t)
 }
 
 type outcome struct {
