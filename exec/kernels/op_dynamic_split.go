@@ -109,20 +109,9 @@ func dynFetchKernel(k Args) (Split, error) {
 		}
 		return nil
 	}
+	what := "keys of dynamic table " + v
 	finish := func(rt Runtime) error {
-		for s := range m {
-			n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.PServer(s), rowsVar, f32Bytes(got[s]))
-			if err != nil {
-				return err
-			}
-			if want := 4 * w * len(pos[s]); n != want {
-				return fmt.Errorf("pserver-%d answered %d bytes for %d keys of dynamic table %s (%d bytes); the pservers run another plan than this trainer: use one split for the whole job", s, n, len(pos[s]), v, want)
-			}
-			for i, p := range pos[s] {
-				copy(out.F[int(p)*w:(int(p)+1)*w], got[s][i*w:(i+1)*w])
-			}
-		}
-		return nil
+		return recvShardRows(rt, rowsVar, got, pos, out.F, w, what)
 	}
 	return Split{Start: start, Finish: finish}, nil
 }

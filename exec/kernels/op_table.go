@@ -92,22 +92,31 @@ func fetchRowsKernel(k Args) (Split, error) {
 		out.Fit()
 		return nil
 	}
+	what := "rows of " + v
 	finish := func(rt Runtime) error {
-		for s := range m {
-			n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.PServer(s), rowsVar, f32Bytes(got[s]))
-			if err != nil {
-				return err
-			}
-			if want := 4 * d * len(ids[s]); n != want {
-				return fmt.Errorf("pserver-%d answered %d bytes for %d rows of %s (%d bytes); the pservers run another plan than this trainer: use one split for the whole job", s, n, len(ids[s]), v, want)
-			}
-			for i, slot := range slots[s] {
-				copy(out.F[int(slot)*d:(int(slot)+1)*d], got[s][i*d:(i+1)*d])
-			}
-		}
-		return nil
+		return recvShardRows(rt, rowsVar, got, slots, out.F, d, what)
 	}
 	return Split{Start: start, Finish: finish}, nil
+}
+
+// recvShardRows is the Finish of a sharded fetch: it receives shard s's
+// reply of rowsVar into got[s] and copies its i-th row (width w) to row
+// at[s][i] of out; what names the request in the error of a reply of
+// another size.
+func recvShardRows(rt Runtime, rowsVar string, got [][]float32, at [][]int32, out []float32, w int, what string) error {
+	for s := range got {
+		n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.PServer(s), rowsVar, f32Bytes(got[s]))
+		if err != nil {
+			return err
+		}
+		if want := 4 * w * len(at[s]); n != want {
+			return fmt.Errorf("pserver-%d answered %d bytes for %d %s (%d bytes); the pservers run another plan than this trainer: use one split for the whole job", s, n, len(at[s]), what, want)
+		}
+		for i, p := range at[s] {
+			copy(out[int(p)*w:(int(p)+1)*w], got[s][i*w:(i+1)*w])
+		}
+	}
+	return nil
 }
 
 func sendRowsKernel(k Args) (Kernel, error) {
