@@ -207,11 +207,52 @@ func PServerMemory(in partition.PlanInfo, p int) int64 {
 }
 
 // TrainerMemory is the default memory of a trainer: every parameter it
-// receives, its gradient, and the model's activations (bounded here by
-// the parameters again), twice: 6*B, plus trainerBase (the data set of a
-// non-streamed model is in memory too: raise --memory for a large one).
+// holds whole (B_d: all but the lookup tables), its gradient, and the
+// model's activations (bounded here by the parameters again), twice:
+// 6*B_d; a lookup table's rows come a batch at a time, so what a step
+// moves of the tables (R: the largest payload of each of their transfers)
+// counts instead of the tables, four times (the fetched rows, their
+// gradient, and the pserver's reply and request buffers); plus
+// trainerBase (the data set of a non-streamed model is in memory too:
+// raise --memory for a large one). Trainer 0's --save streams the tables
+// to its file through buffers of at most 1 MiB, so their size never
+// counts.
 func TrainerMemory(in partition.PlanInfo) int64 {
-	return roundMi(trainerBase + 6*int64(totalBytes(in)))
+	dense := 0
+	for i := range in.Params {
+		if !in.Params[i].Table() {
+			dense += in.Params[i].Bytes
+		}
+	}
+	return roundMi(trainerBase + 6*int64(dense) + 4*int64(tableStepBytes(in)))
+}
+
+// tableStepBytes is the most a step moves of the lookup tables between a
+// trainer and the pservers: the largest payload of every transfer of ids,
+// rows or row gradients (the transfers whose size varies, at_most).
+func tableStepBytes(in partition.PlanInfo) int {
+	b := 0
+	for _, tr := range in.Transfers {
+		if !tr.AtMost {
+			continue
+		}
+		n := 1
+		for _, d := range tr.Shape {
+			n *= d
+		}
+		switch tr.DType {
+		case "i64":
+			b += 8 * n
+		case "rows": // values, and an id of at most 8 bytes beside each row
+			b += 4 * n
+			if len(tr.Shape) > 0 {
+				b += 8 * tr.Shape[0]
+			}
+		default:
+			b += 4 * n
+		}
+	}
+	return b
 }
 
 // CheckpointBytes is the default claim of pserver p: the two checkpoints

@@ -570,3 +570,52 @@ func TestDockerfileShipsWhatManifestsRun(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainerMemoryLeavesTablesOut: a trainer fetches a lookup table's
+// rows a batch at a time, so its default memory is the same for a table
+// of 1M rows and of 50M rows (3.2 GB), and stays below what the pservers
+// holding the table get; a pserver's memory grows with its shard.
+func TestTrainerMemoryLeavesTablesOut(t *testing.T) {
+	src, err := os.ReadFile("../../../examples/ctr.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos := map[int]partition.PlanInfo{}
+	for _, rows := range []int{1_000_000, 50_000_000} {
+		dir := t.TempDir()
+		data := filepath.Join(dir, "ctr.tsv") // two rows in Criteo's format: label, 13 counts, 26 categories
+		row := "1" + strings.Repeat("\t3", 13) + strings.Repeat("\t68fd1e64", 26) + "\n"
+		if err := os.WriteFile(data, []byte(row+strings.Replace(row, "1", "0", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		y := strings.ReplaceAll(string(src), "1000000", strconv.Itoa(rows))
+		y = strings.ReplaceAll(y, "csv: data/ctr.tsv", "csv: "+data)
+		model := filepath.Join(dir, "ctr.yaml")
+		if err := os.WriteFile(model, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, p := writePlan(t, model, 2, 2, partition.DefaultMinBlockSize)
+		if !p.Info.HasTables() {
+			t.Fatalf("%d rows: the plan shards no table", rows)
+		}
+		infos[rows] = p.Info
+	}
+	small, big := infos[1_000_000], infos[50_000_000]
+	if a, b := k8s.TrainerMemory(small), k8s.TrainerMemory(big); a != b {
+		t.Errorf("trainer memory %d MiB with a 1M-row table, %d MiB with 50M rows: want the same", a>>20, b>>20)
+	}
+	table := 0
+	for _, pi := range big.Params {
+		if pi.Table() {
+			table += pi.Bytes
+		}
+	}
+	if tm := k8s.TrainerMemory(big); tm >= int64(table) {
+		t.Errorf("trainer memory %d MiB is not below the 50M-row table's %d MiB", tm>>20, table>>20)
+	}
+	for i := range 2 {
+		if a, b := k8s.PServerMemory(small, i), k8s.PServerMemory(big, i); b <= a || b < int64(table/2) {
+			t.Errorf("pserver %d: memory %d MiB (1M rows), %d MiB (50M rows): want it to grow with its %d MiB shard", i, a>>20, b>>20, table/2>>20)
+		}
+	}
+}
