@@ -468,10 +468,24 @@ func flowInts(s []int) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
+// syncedFile is a plan file being written: Close flushes it to the disk
+// first, so a crash after Write returned leaves the whole plan, never a
+// renamed file whose bytes were still in the page cache.
+type syncedFile struct{ *os.File }
+
+func (f syncedFile) Close() error {
+	err := f.File.Sync()
+	if cerr := f.File.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // Write creates dir and writes the plan's files into it, removing
 // pserver files of an earlier plan with more pservers. Each file is
 // written beside its final name and renamed into place once all are
-// written, so a failed write leaves an earlier plan as it was.
+// written, so a failed write leaves an earlier plan as it was. Files
+// and directory are synced before Write returns.
 func (p *Plan) Write(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -481,12 +495,13 @@ func (p *Plan) Write(dir string) error {
 	tempName := func(name string) string { return filepath.Join(dir, "."+name+".tmp") }
 	err := p.render(dir, func(name string) (io.WriteCloser, error) {
 		f, err := os.OpenFile(tempName(name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err == nil {
-			mu.Lock()
-			temps = append(temps, name)
-			mu.Unlock()
+		if err != nil {
+			return nil, err
 		}
-		return f, err
+		mu.Lock()
+		temps = append(temps, name)
+		mu.Unlock()
+		return syncedFile{f}, nil
 	})
 	if err != nil {
 		for _, n := range temps {
@@ -511,6 +526,10 @@ func (p *Plan) Write(dir string) error {
 		if err := os.Rename(tempName(n), filepath.Join(dir, n)); err != nil {
 			return err
 		}
+	}
+	if d, err := os.Open(dir); err == nil { // the renames themselves
+		d.Sync()
+		d.Close()
 	}
 	return nil
 }
