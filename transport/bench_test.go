@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -117,4 +118,85 @@ func BenchmarkRoundTrip64B(b *testing.B) {
 	b.ReportMetric(per, "us/rt")
 	b.ReportMetric(rawPer, "raw-us/rt")
 	b.ReportMetric(per/rawPer, "x-raw")
+}
+
+// BenchmarkStepBurst is the message pattern of a table-heavy step: a
+// trainer sends n small messages (each on its transfer) and two large
+// ones to a pserver, which receives them all and answers as many; one op
+// is one such step. It reports the process's CPU time per message (both
+// ends run in this process), the figure the transport's per-message
+// overhead shows in.
+func BenchmarkStepBurst(b *testing.B) {
+	b.Run("small", func(b *testing.B) { stepBurst(b, 64, 4<<10, 4<<10) })
+	b.Run("mixed", func(b *testing.B) { stepBurst(b, 64, 4<<10, 512<<10) })
+}
+
+func stepBurst(b *testing.B, n, small, large int) {
+	m, _ := tcpJob(b, nil, Trainer(0), PServer(0))
+	ps, tr := m[PServer(0)], m[Trainer(0)]
+	names := make([]string, n+2)
+	for i := range names {
+		names[i] = fmt.Sprintf("v%d", i)
+		size := small
+		if i >= n {
+			size = large
+		}
+		ps.Accept(Spec{Var: names[i], DType: F32, Bytes: size})
+		tr.Accept(Spec{Var: names[i] + "@r", DType: F32, Bytes: size})
+	}
+	buf := func(i int) []byte {
+		if i >= n {
+			return make([]byte, large)
+		}
+		return make([]byte, small)
+	}
+	src, mid, dst := make([][]byte, n+2), make([][]byte, n+2), make([][]byte, n+2)
+	for i := range src {
+		src[i], mid[i], dst[i] = buf(i), buf(i), buf(i)
+	}
+	ctx := context.Background()
+	serve := func(step int64) error {
+		for i, v := range names {
+			if err := ps.Recv(ctx, Trainer(0), step, v, mid[i]); err != nil {
+				return err
+			}
+		}
+		for i, v := range names {
+			if err := ps.Send(ctx, Trainer(0), step, v+"@r", F32, mid[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	step := func(s int64) {
+		for i, v := range names {
+			must(b, tr.Send(ctx, PServer(0), s, v, F32, src[i]))
+		}
+		for i, v := range names {
+			must(b, tr.Recv(ctx, PServer(0), s, v+"@r", dst[i]))
+		}
+	}
+	errc := make(chan error, 1)
+	total := int64(b.N) + 20
+	go func() {
+		for s := int64(0); s < total; s++ {
+			if err := serve(s); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for s := int64(0); s < 20; s++ {
+		step(s)
+	}
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for s := int64(20); s < total; s++ {
+		step(s)
+	}
+	b.StopTimer()
+	cpu := processCPU() - cpu0
+	must(b, <-errc)
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(2*len(names))/1e3, "cpu-us/msg")
 }
