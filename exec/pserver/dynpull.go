@@ -27,56 +27,35 @@ type dynShardServer struct {
 	part          *part
 	shard, shards int
 
-	keys []int64 // the shard's live keys, ascending
-	done bool
+	keys   []int64 // the shard's live keys, ascending
+	done   bool
+	keyBuf []int64 // a pull's keys
+
 }
 
 func (s *dynShardServer) serve(ctx context.Context, c *comm.PServer) error {
 	w := s.t.Config().Dim
-	buf := make([]byte, comm.PullSpec(s.table, w).Bytes)
-	keys := make([]int64, 0, comm.DynamicPullKeyList(w))
-	replies := make([][]float32, c.Trainers())
-	for {
-		k, b, err := c.RecvPull(ctx, s.table, buf)
-		if err != nil {
-			return err
-		}
-		r, err := s.decode(b, keys)
-		if err != nil {
-			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
-		}
-		who := k.Src.Index
-		if replies[who] == nil {
-			replies[who] = make([]float32, comm.PullRows(w)*w)
-		}
-		var rows []float32
-		var readErr error
-		read := func() {
-			if r.KeyList != nil {
-				rows = replies[who][:len(r.KeyList)*w]
-				readErr = s.t.Read(r.KeyList, rows)
-				return
-			}
-			if readErr = s.export(); readErr == nil {
-				rows, readErr = s.reply(r, w, replies[who])
-			}
-		}
-		if err := s.part.readAt(ctx, c, who, r, read); err != nil {
-			return err
-		}
-		if readErr != nil {
-			return fmt.Errorf("%s pulled rows of dynamic table %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, readErr)
-		}
-		if err := c.ReplyPull(ctx, k, s.table, rows); err != nil {
-			return err
-		}
+	s.keyBuf = make([]int64, 0, comm.DynamicPullKeyList(w))
+	return servePulls(ctx, c, s.part, s.table, "dynamic table "+s.table, w, s)
+}
+
+// read reads the rows of r's keys (the default row for a key without
+// one), or, at the job's end, what r asks of the final shard.
+func (s *dynShardServer) read(r comm.Pull, buf []float32) ([]float32, error) {
+	if r.KeyList != nil {
+		rows := buf[:len(r.KeyList)*s.t.Config().Dim]
+		return rows, s.t.Read(r.KeyList, rows)
 	}
+	if err := s.export(); err != nil {
+		return nil, err
+	}
+	return s.reply(r, s.t.Config().Dim, buf)
 }
 
 // decode reads a pull and checks what can be checked before the shard is
 // read: a list of keys of this shard, or a range at the job's end.
-func (s *dynShardServer) decode(b []byte, keys []int64) (comm.Pull, error) {
-	r, err := comm.DecodeDynamicPull(b, keys)
+func (s *dynShardServer) decode(b []byte) (comm.Pull, error) {
+	r, err := comm.DecodeDynamicPull(b, s.keyBuf)
 	switch {
 	case err != nil:
 		return r, err

@@ -38,7 +38,7 @@ func TestDynamicPullDecode(t *testing.T) {
 			theirs = k
 		}
 	}
-	if r, err := s.decode(keyPull(false, mine, mine), nil); err != nil || len(r.KeyList) != 2 {
+	if r, err := s.decode(keyPull(false, mine, mine)); err != nil || len(r.KeyList) != 2 {
 		t.Errorf("a pull of its own keys: %+v, %v", r, err)
 	}
 	range_ := make([]byte, 20)
@@ -50,7 +50,7 @@ func TestDynamicPullDecode(t *testing.T) {
 		{keyPull(false, mine, theirs), "key " + strconv.FormatInt(theirs, 10) + " from shard 0 of 2, but the key belongs to shard 1"},
 		{range_, "a pull of a range at step 0, before the job's end"},
 	} {
-		if _, err := s.decode(c.b, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := s.decode(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("got %v, want %q", err, c.want)
 		}
 	}

@@ -64,11 +64,53 @@ type puller interface {
 	serve(ctx context.Context, c *comm.PServer) error
 }
 
+// shardReader is what a fixed and a dynamic shard answer pulls with: how
+// a pull is decoded and checked before the shard is read, and how its
+// reply is read (under part.readAt) into a trainer's reply buffer.
+type shardReader interface {
+	decode(b []byte) (comm.Pull, error)
+	read(r comm.Pull, buf []float32) ([]float32, error)
+}
+
+// servePulls answers the pulls of table, of rows w wide, from sr until
+// every trainer is done (a finished error) or ctx ends. what names the
+// table in errors.
+func servePulls(ctx context.Context, c *comm.PServer, p *part, table, what string, w int, sr shardReader) error {
+	buf := make([]byte, comm.PullSpec(table, w).Bytes)
+	// One reply buffer per trainer: a trainer sends its next pull only
+	// once it received the last reply, which may change only then.
+	replies := make([][]float32, c.Trainers())
+	for {
+		k, b, err := c.RecvPull(ctx, table, buf)
+		if err != nil {
+			return err
+		}
+		r, bad := sr.decode(b)
+		var rows []float32
+		if bad == nil {
+			who := k.Src.Index
+			if replies[who] == nil {
+				replies[who] = make([]float32, comm.PullRows(w)*w)
+			}
+			if err := p.readAt(ctx, c, who, r, func() { rows, bad = sr.read(r, replies[who]) }); err != nil {
+				return err
+			}
+		}
+		if bad != nil {
+			return fmt.Errorf("%s pulled rows of %s: %v; nothing was served (the trainer runs another plan)", k.Src, what, bad)
+		}
+		if err := c.ReplyPull(ctx, k, table, rows); err != nil {
+			return err
+		}
+	}
+}
+
 // shardServer answers the pulls of one table shard.
 type shardServer struct {
 	table string         // the table (the transfers' name)
 	shard *tensor.Tensor // this pserver's rows of it, in local order
 	part  *part
+	ids   []int32
 }
 
 // shardServers lists the table shards of the parts, marking each part
@@ -99,51 +141,28 @@ func shardServers(parts []*part, async bool) []puller {
 	return out
 }
 
-// serve answers pulls until every trainer is done (a finished error) or
-// ctx ends.
 func (s *shardServer) serve(ctx context.Context, c *comm.PServer) error {
 	w := s.shard.RowWidth()
-	height := s.shard.Shape[0]
-	buf := make([]byte, comm.PullSpec(s.table, w).Bytes)
-	ids := make([]int32, 0, comm.PullRows(w))
-	// One reply buffer per trainer: a trainer sends its next pull only
-	// once it received the last reply, which may change only then.
-	replies := make([][]float32, c.Trainers())
-	for {
-		k, b, err := c.RecvPull(ctx, s.table, buf)
-		if err != nil {
-			return err
-		}
-		r, err := comm.DecodePull(b, height, ids)
-		if err != nil {
-			return fmt.Errorf("%s pulled rows of %s: %v; nothing was served (the trainer runs another plan)", k.Src, s.table, err)
-		}
-		who := k.Src.Index
-		if replies[who] == nil {
-			replies[who] = make([]float32, comm.PullRows(w)*w)
-		}
-		rows := replies[who][:r.Rows()*w]
-		read := func() {
-			if r.IDs == nil {
-				copy(rows, s.shard.F[r.First*w:(r.First+r.N)*w])
-				return
-			}
-			for i, id := range r.IDs {
-				copy(rows[i*w:(i+1)*w], s.shard.F[int(id)*w:(int(id)+1)*w])
-			}
-		}
-		if err := s.read(ctx, c, who, r, read); err != nil {
-			return err
-		}
-		if err := c.ReplyPull(ctx, k, s.table, rows); err != nil {
-			return err
-		}
-	}
+	s.ids = make([]int32, 0, comm.PullRows(w))
+	return servePulls(ctx, c, s.part, s.table, s.table, w, s)
 }
 
-// read runs read once the shard is as far as r asks (see above).
-func (s *shardServer) read(ctx context.Context, c *comm.PServer, who int, r comm.Pull, read func()) error {
-	return s.part.readAt(ctx, c, who, r, read)
+func (s *shardServer) decode(b []byte) (comm.Pull, error) {
+	return comm.DecodePull(b, s.shard.Shape[0], s.ids)
+}
+
+// read copies the rows r asks for: a range, or a list of local rows.
+func (s *shardServer) read(r comm.Pull, buf []float32) ([]float32, error) {
+	w := s.shard.RowWidth()
+	rows := buf[:r.Rows()*w]
+	if r.IDs == nil {
+		copy(rows, s.shard.F[r.First*w:(r.First+r.N)*w])
+		return rows, nil
+	}
+	for i, id := range r.IDs {
+		copy(rows[i*w:(i+1)*w], s.shard.F[int(id)*w:(int(id)+1)*w])
+	}
+	return rows, nil
 }
 
 // readAt runs read once the part is as far as r asks (see above).
