@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -323,8 +324,16 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 	select {
 	case <-done:
 	case <-time.After(60 * time.Second):
+		buf := make([]byte, 8<<20)
+		buf = buf[:runtime.Stack(buf, true)]
 		cancel()
-		t.Fatalf("the job did not finish within 60 s; the restarted pserver's log:\n%s", second.String())
+		var ended []string
+		for len(errs) > 0 {
+			ended = append(ended, (<-errs).Error())
+		}
+		first := first.String()
+		first = first[max(0, len(first)-3000):]
+		t.Fatalf("the job did not finish within 60 s; errors so far: %q\nthe first incarnation's log ends:\n%s\nthe restarted pserver's log:\n%s\nthe goroutines then:\n%s", ended, first, second.String(), buf)
 	}
 	close(errs)
 	for err := range errs {
