@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"testing"
@@ -400,9 +401,12 @@ func restoreShard(t *testing.T, dir string, step int64) *dyntable.Table {
 // process's processor time per step (trainer, pserver and writer
 // together); *-max-rq-ms is the time the process's threads spent
 // runnable but waiting for a processor during the step of the class's
-// slowest pull, and *-max-nonrq-ms the largest latency less that wait
-// (what descheduling cannot account for); snap-s and delta-s are the
-// writes' mean time.
+// slowest pull, *-max-gsched-ms the longest a goroutine of the process
+// waited for a Go processor in that step (runtime/metrics
+// /sched/latencies, a bucket's upper bound: the writer, the pserver's
+// loop and the trainer share GOMAXPROCS), and *-max-nonrq-ms the largest
+// latency less its step's run-queue wait (what descheduling cannot
+// account for); snap-s and delta-s are the writes' mean time.
 func BenchmarkPServerSnapshotPause(b *testing.B) {
 	const batch, fill, every = 256, 158, 400
 	steps := 4*b.N*every + every/2
@@ -411,7 +415,10 @@ func BenchmarkPServerSnapshotPause(b *testing.B) {
 	cpu, rq := make([]time.Duration, steps+1), make([]time.Duration, steps+1)
 	q := &runQueue{}
 	defer q.close()
+	sl := newSchedLatency()
+	sched := make([]time.Duration, steps+1)
 	cpu[0], rq[0] = cpuTime(), q.wait()
+	sl.since()
 	res := pauseRun{batch: batch, every: every, ckDir: b.TempDir(), steps: steps,
 		keys: func(k int, dst []int64) {
 			if k >= fill {
@@ -423,7 +430,7 @@ func BenchmarkPServerSnapshotPause(b *testing.B) {
 			}
 		},
 		after: func(k int) {
-			cpu[k+1], rq[k+1] = cpuTime(), q.wait()
+			cpu[k+1], rq[k+1], sched[k+1] = cpuTime(), q.wait(), sl.since()
 		},
 	}.run(b)
 	b.StopTimer()
@@ -437,18 +444,19 @@ func BenchmarkPServerSnapshotPause(b *testing.B) {
 		if p.step < fill {
 			continue // filling the table
 		}
-		lat, c, wait := p.end.Sub(p.start), cpu[p.step+1]-cpu[p.step], max(0, rq[p.step+1]-rq[p.step])
+		lat, c := p.end.Sub(p.start), cpu[p.step+1]-cpu[p.step]
+		wait, gwait := max(0, rq[p.step+1]-rq[p.step]), sched[p.step+1]
 		if isCut[p.step] {
-			classes["cut"].add(lat, 0, wait)
+			classes["cut"].add(lat, 0, wait, gwait)
 		}
 		w, in := during(p, ws)
 		switch {
 		case !in:
-			classes["base"].add(lat, c, wait)
+			classes["base"].add(lat, c, wait, gwait)
 		case w.snapshot:
-			classes["snap"].add(lat, c, wait)
+			classes["snap"].add(lat, c, wait, gwait)
 		default:
-			classes["delta"].add(lat, c, wait)
+			classes["delta"].add(lat, c, wait, gwait)
 		}
 	}
 	var snapS, deltaS float64
@@ -473,12 +481,14 @@ func BenchmarkPServerSnapshotPause(b *testing.B) {
 
 // pauseClass is the pulls of one class of BenchmarkPServerSnapshotPause.
 type pauseClass struct {
-	lat, wait []time.Duration // per pull: its latency, its step's run-queue wait
-	cpu       time.Duration
+	// per pull: its latency, its step's run-queue wait, the longest a
+	// goroutine waited for a Go processor (P) in its step
+	lat, wait, gwait []time.Duration
+	cpu              time.Duration
 }
 
-func (c *pauseClass) add(lat, cpu, wait time.Duration) {
-	c.lat, c.wait, c.cpu = append(c.lat, lat), append(c.wait, wait), c.cpu+cpu
+func (c *pauseClass) add(lat, cpu, wait, gwait time.Duration) {
+	c.lat, c.wait, c.gwait, c.cpu = append(c.lat, lat), append(c.wait, wait), append(c.gwait, gwait), c.cpu+cpu
 }
 
 func (c *pauseClass) report(b *testing.B, name string) {
@@ -491,6 +501,7 @@ func (c *pauseClass) report(b *testing.B, name string) {
 		nonrq = max(nonrq, l-c.wait[i])
 	}
 	b.ReportMetric(ms(c.wait[worst]), name+"-max-rq-ms")
+	b.ReportMetric(ms(c.gwait[worst]), name+"-max-gsched-ms")
 	b.ReportMetric(ms(nonrq), name+"-max-nonrq-ms")
 	sorted := slices.Clone(c.lat)
 	slices.Sort(sorted)
@@ -504,4 +515,33 @@ func (c *pauseClass) report(b *testing.B, name string) {
 		b.ReportMetric(ms(c.cpu)/float64(len(c.lat)), name+"-cpu-ms/step")
 	}
 	b.ReportMetric(float64(len(c.lat)), name+"-pulls")
+}
+
+// schedLatency reads the Go scheduler's histogram of the time goroutines
+// spent runnable before running (runtime/metrics /sched/latencies).
+type schedLatency struct {
+	s    []metrics.Sample
+	prev []uint64
+}
+
+func newSchedLatency() *schedLatency {
+	return &schedLatency{s: []metrics.Sample{{Name: "/sched/latencies:seconds"}}}
+}
+
+// since is the upper bound of the highest bucket that gained a count
+// since the last call (0: none, or the metric is missing).
+func (l *schedLatency) since() time.Duration {
+	metrics.Read(l.s)
+	if l.s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	h := l.s[0].Value.Float64Histogram()
+	var most time.Duration
+	for i, n := range h.Counts {
+		if i < len(l.prev) && n > l.prev[i] {
+			most = time.Duration(min(h.Buckets[i+1], 1e3) * 1e9)
+		}
+	}
+	l.prev = append(l.prev[:0], h.Counts...)
+	return most
 }
