@@ -3,6 +3,7 @@ package dyntable
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -21,6 +22,13 @@ import (
 // set, and the walk skips it; the arena's records are written after the
 // walk. A lookup therefore waits at most for one batch (1024 records,
 // ~0.02 ms of work; BenchmarkSnapshotPause) however large the table.
+// The writer yields its processor after each hold (runtime.Gosched): Go's
+// mutex lets a running goroutine take the lock again before a waiter it
+// woke, for up to 1 ms at a time, and a writer whose holds follow each
+// other closely (a delta's count, a walk skipping most slots, a walk
+// whose rows are written to the page cache in microseconds) would keep
+// a lookup waiting that long at each of its acquisitions
+// (BenchmarkDeltaPause; BenchmarkPServerSnapshotPause in exec/job).
 //
 // A Snapshot holds every live row; a Delta the rows written since the
 // previous cut (a row a lookup saw is written: its last-seen step and
@@ -277,6 +285,9 @@ func (c *Cut) count() (int64, error) {
 			t.mu.Unlock()
 			return 0, errAborted
 		}
+		if c.holding != nil {
+			c.holding(true)
+		}
 		hi := min(lo+t.batch, c.end)
 		for slot := lo; slot < hi; slot++ {
 			if c.rows.has(slot) && !c.saved.has(slot) && c.liveAt(t.rows.meta(slot)) {
@@ -284,7 +295,11 @@ func (c *Cut) count() (int64, error) {
 			}
 		}
 		c.counted = hi
+		if c.holding != nil {
+			c.holding(false)
+		}
 		t.mu.Unlock()
+		runtime.Gosched()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -378,6 +393,7 @@ func (c *Cut) eachRow(fn func(b *Batch) error) (int64, error) {
 		if err != nil {
 			return n, err
 		}
+		runtime.Gosched()
 		if err := flush(); err != nil {
 			return n, err
 		}
@@ -420,6 +436,7 @@ func (c *Cut) eachChunk(fn func(i int, b []byte) error) error {
 		}
 		c.skCursor = hi
 		t.mu.Unlock()
+		runtime.Gosched()
 		for j, i := range ids {
 			if err := fn(i, buf[j*chunkBytes:(j+1)*chunkBytes]); err != nil {
 				return err
