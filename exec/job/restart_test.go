@@ -333,7 +333,11 @@ func runRestartCase(t *testing.T, rc restartCase) restartResult {
 		}
 		first := first.String()
 		first = first[max(0, len(first)-3000):]
-		t.Fatalf("the job did not finish within 60 s; errors so far: %q\nthe first incarnation's log ends:\n%s\nthe restarted pserver's log:\n%s\nthe goroutines then:\n%s", ended, first, second.String(), buf)
+		var tl strings.Builder
+		for i, l := range tlogs {
+			fmt.Fprintf(&tl, "trainer-%d:\n%s\n", i, l.String())
+		}
+		t.Fatalf("the job did not finish within 60 s; errors so far: %q\nthe first incarnation's log ends:\n%s\nthe restarted pserver's log:\n%s\nthe trainers' logs:\n%s\nthe goroutines then:\n%s", ended, first, second.String(), tl.String(), buf)
 	}
 	close(errs)
 	for err := range errs {
