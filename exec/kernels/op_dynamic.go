@@ -122,11 +122,7 @@ func dynPullKernel(k Args) (Kernel, error) {
 			}
 		}
 		n := len(d.keys)
-		rows := out.Rows
-		rows.Reset()
-		for i := range n {
-			rows.Add(int32(i))
-		}
+		out.Rows.Identity(n)
 		out.Fit()
 		if k.Inference {
 			return d.Table.Read(d.keys, out.F)
