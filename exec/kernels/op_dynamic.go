@@ -37,13 +37,25 @@ type Dynamic struct {
 	slots  []int32
 	index  []keyPos // open addressing, linear probing
 	mask   uint64
+	// ents are the keys' entries in index; hints the slots their entries
+	// remember from an earlier step (-1: none), valid while the table
+	// hintsOf's Generation is hintsGen (dyntable.Table.PullHinted).
+	ents     []int32
+	hints    []int32
+	hintsOf  *dyntable.Table
+	hintsGen uint64
 }
 
 // keyPos is an entry of Dynamic's index: a key and its position+1 (0: an
-// empty entry), side by side so that a probe reads one cache line.
+// entry no key holds this step), side by side so that a probe reads one
+// cache line, and slot+1, the slot of the key's row when a step last
+// pulled it (0: none). Reset clears positions only, so the entry of a key
+// pulled at consecutive steps (most are at their home) still holds its
+// slot.
 type keyPos struct {
-	key int64
-	pos int32
+	key  int64
+	pos  int32
+	slot int32
 }
 
 // NewDynamic wraps a table for one program.
@@ -58,7 +70,8 @@ func (d *Dynamic) size(maxKeys int) {
 		n *= 2
 	}
 	d.keys, d.counts, d.slots = make([]int64, 0, maxKeys), make([]uint32, maxKeys), make([]int32, maxKeys)
-	d.index, d.mask = make([]keyPos, n), uint64(n-1)
+	d.ents, d.hints = make([]int32, maxKeys), make([]int32, maxKeys)
+	d.index, d.mask, d.hintsOf = make([]keyPos, n), uint64(n-1), nil
 }
 
 func (d *Dynamic) bucket(key int64) uint64 {
@@ -71,22 +84,45 @@ func (d *Dynamic) bucket(key int64) uint64 {
 
 // reset empties the index in time proportional to the keys it held.
 func (d *Dynamic) reset() {
-	for i := len(d.keys) - 1; i >= 0; i-- {
-		d.index[d.bucket(d.keys[i])].pos = 0
+	for _, b := range d.ents[:len(d.keys)] {
+		d.index[b].pos = 0
 	}
 	d.keys = d.keys[:0]
 }
 
 // add counts a sighting of key.
 func (d *Dynamic) add(key int64) {
-	e := &d.index[d.bucket(key)]
+	b := d.bucket(key)
+	e := &d.index[b]
 	if e.pos != 0 {
 		d.counts[e.pos-1]++
 		return
 	}
-	e.key, e.pos = key, int32(len(d.keys)+1)
-	d.counts[len(d.keys)] = 1
+	n := len(d.keys)
+	if e.key != key {
+		e.key, e.slot = key, 0
+	}
+	e.pos = int32(n + 1)
+	d.ents[n], d.hints[n], d.counts[n] = int32(b), e.slot-1, 1
 	d.keys = append(d.keys, key)
+}
+
+// pull is Table.PullHinted of the step's keys with the slots their
+// entries remember, which it then updates.
+func (d *Dynamic) pull(dst []float32) error {
+	n := len(d.keys)
+	var hints []int32
+	if d.hintsOf == d.Table {
+		hints = d.hints[:n]
+	}
+	if err := d.Table.PullHinted(d.keys, d.counts[:n], hints, d.hintsGen, d.slots[:n], dst); err != nil {
+		return err
+	}
+	for i, b := range d.ents[:n] {
+		d.index[b].slot = d.slots[i] + 1
+	}
+	d.hintsOf, d.hintsGen = d.Table, d.Table.Generation()
+	return nil
 }
 
 // pos is key's position this step, or -1.
@@ -130,7 +166,7 @@ func dynPullKernel(k Args) (Kernel, error) {
 		if err := d.Table.Advance(rt.Step()); err != nil {
 			return fmt.Errorf("%s: %w", v, err)
 		}
-		return d.Table.Pull(d.keys, d.counts[:n], d.slots[:n], out.F)
+		return d.pull(out.F)
 	}, nil
 }
 
@@ -157,9 +193,9 @@ func dynPosKernel(k Args) (Kernel, error) {
 	}, nil
 }
 
-// slotsOf fills buf with the table slots of the rows r holds (positions
-// of dyn_pull's rows).
-func (d *Dynamic) slotsOf(r *tensor.RowSet, buf []int32) []int32 {
+// Slots fills buf with the table slots of the rows r holds (positions of
+// dyn_pull's rows, or dyn_accumulate's).
+func (d *Dynamic) Slots(r *tensor.RowSet, buf []int32) []int32 {
 	buf = buf[:len(r.IDs)]
 	for i, id := range r.IDs {
 		buf[i] = d.slots[id]
@@ -177,7 +213,7 @@ func dynGatherKernel(k Args) (Kernel, error) {
 	buf := make([]int32, cap(out.Rows.IDs))
 	return func(Runtime) error {
 		out.Fit()
-		return d.Table.Gather(d.slotsOf(out.Rows, buf), col, width, out.F)
+		return d.Table.Gather(d.Slots(out.Rows, buf), col, width, out.F)
 	}, nil
 }
 
@@ -191,7 +227,7 @@ func dynScatterKernel(k Args) (Kernel, error) {
 	buf := make([]int32, cap(vals[0].Rows.IDs))
 	return func(Runtime) error {
 		for i, x := range vals {
-			if err := d.Table.Scatter(d.slotsOf(x.Rows, buf), cols[i], x.RowWidth(), x.F); err != nil {
+			if err := d.Table.Scatter(d.Slots(x.Rows, buf), cols[i], x.RowWidth(), x.F); err != nil {
 				return fmt.Errorf("%s: %w", v, err)
 			}
 		}
