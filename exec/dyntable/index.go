@@ -43,7 +43,6 @@ type index struct {
 	depth   uint8
 	n       int // entries
 	segs    int
-	removed uint64 // entries removed so far (Table.Generation)
 	scratch []uint64
 }
 
@@ -158,7 +157,6 @@ func (x *index) remove(s *segment, pos uint32) {
 	}
 	s.e[i] = 0
 	s.n--
-	x.removed++
 	x.n--
 }
 

@@ -191,22 +191,16 @@ func (t *Table) raise(to int64) int64 {
 func (t *Table) Lookup(keys []int64, counts []uint32, slots []int32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.lookup(keys, counts, nil, slots, nil)
+	return t.lookup(keys, counts, slots, nil)
 }
 
 // lookup is Lookup, and with dst the copy of Pull: each group of keys'
 // values are copied while their records are in the cache.
-// hints, when not nil, are slots the keys' rows may be at (see
-// PullHinted).
-func (t *Table) lookup(keys []int64, counts []uint32, hints, slots []int32, dst []float32) error {
+func (t *Table) lookup(keys []int64, counts []uint32, slots []int32, dst []float32) error {
 	slots = slots[:len(keys)]
 	for lo := 0; lo < len(keys); lo += lookupChunk {
 		hi := min(lo+lookupChunk, len(keys))
-		var hs []int32
-		if hints != nil {
-			hs = hints[lo:hi]
-		}
-		t.resolveHomes(keys[lo:hi], hs)
+		t.resolveHomes(keys[lo:hi])
 		var cs []uint32
 		if counts != nil {
 			cs = counts[lo:hi]
@@ -442,25 +436,19 @@ const lookupChunk = 64
 // in a loop of independent loads: a lookup in a large table costs two
 // cache misses (an entry, then a record), which one key at a time pays in
 // sequence and a group of keys pays together (the processor overlaps
-// them); the keys' own lookups then find both in the cache. A key with a
-// hint (hints[j] >= 0) skips its entry: its record is checked at the
-// hinted slot, as at the entry's.
-func (t *Table) resolveHomes(keys []int64, hints []int32) {
+// them); the keys' own lookups then find both in the cache.
+func (t *Table) resolveHomes(keys []int64) {
 	his, homes := t.his[:len(keys)], t.homes[:len(keys)]
 	var ents [lookupChunk]uint64
 	for j, key := range keys {
 		hi := uint32(indexHash(key) >> 32)
 		his[j] = hi
-		if hints != nil && hints[j] >= 0 {
-			ents[j] = uint64(hi)<<32 | uint64(uint32(hints[j]+1))
-			continue
-		}
 		ents[j] = t.idx.segment(hi).e[hi&segMask]
 	}
 	for j, e := range ents[:len(keys)] {
 		homes[j] = -1
 		if e>>32 == uint64(his[j]) {
-			if slot := int32(uint32(e)) - 1; slot < t.rows.hw && t.rows.key(slot) == keys[j] {
+			if slot := int32(uint32(e)) - 1; t.rows.key(slot) == keys[j] {
 				homes[j] = slot
 			}
 		}
@@ -469,7 +457,7 @@ func (t *Table) resolveHomes(keys []int64, hints []int32) {
 
 // findChunk is Find of at most lookupChunk keys.
 func (t *Table) findChunk(keys []int64, slots []int32) {
-	t.resolveHomes(keys, nil)
+	t.resolveHomes(keys)
 	for i, key := range keys {
 		slot := t.homes[i]
 		if slot < 0 {
@@ -586,34 +574,7 @@ func (t *Table) Pull(keys []int64, counts []uint32, slots []int32, dst []float32
 	if err := t.checkCols(0, t.dim, len(keys), len(dst)); err != nil {
 		return err
 	}
-	return t.lookup(keys, counts, nil, slots, dst)
-}
-
-// PullHinted is Pull with hints: hints[i] >= 0 is the slot keys[i]'s row
-// had when the table's Generation was gen (the slots a Pull returned), -1
-// none. A hint saves the lookup of the key's index entry (a cache miss in
-// a large table); it is used only while no row was removed since gen, and
-// checked against the record (its key, a live row) as an entry is, so a
-// wrong one costs the lookup it would have saved, never a wrong row.
-func (t *Table) PullHinted(keys []int64, counts []uint32, hints []int32, gen uint64, slots []int32, dst []float32) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err := t.checkCols(0, t.dim, len(keys), len(dst)); err != nil {
-		return err
-	}
-	if gen != t.idx.removed || len(hints) < len(keys) {
-		hints = nil
-	}
-	return t.lookup(keys, counts, hints, slots, dst)
-}
-
-// Generation counts the rows removed from the table so far: while it
-// stays the same, every slot a lookup returned still holds its key's row
-// (or that row is dead).
-func (t *Table) Generation() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.idx.removed
+	return t.lookup(keys, counts, slots, dst)
 }
 
 // Read copies the values of keys' rows into dst (the default row for keys

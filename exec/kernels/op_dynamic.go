@@ -37,25 +37,15 @@ type Dynamic struct {
 	slots  []int32
 	index  []keyPos // open addressing, linear probing
 	mask   uint64
-	// ents are the keys' entries in index; hints the slots their entries
-	// remember from an earlier step (-1: none), valid while the table
-	// hintsOf's Generation is hintsGen (dyntable.Table.PullHinted).
-	ents     []int32
-	hints    []int32
-	hintsOf  *dyntable.Table
-	hintsGen uint64
+	// ents are the keys' entries in index, which reset clears.
+	ents []int32
 }
 
 // keyPos is an entry of Dynamic's index: a key and its position+1 (0: an
-// entry no key holds this step), side by side so that a probe reads one
-// cache line, and slot+1, the slot of the key's row when a step last
-// pulled it (0: none). Reset clears positions only, so the entry of a key
-// pulled at consecutive steps (most are at their home) still holds its
-// slot.
+// empty entry), side by side so that a probe reads one cache line.
 type keyPos struct {
-	key  int64
-	pos  int32
-	slot int32
+	key int64
+	pos int32
 }
 
 // NewDynamic wraps a table for one program.
@@ -70,8 +60,8 @@ func (d *Dynamic) size(maxKeys int) {
 		n *= 2
 	}
 	d.keys, d.counts, d.slots = make([]int64, 0, maxKeys), make([]uint32, maxKeys), make([]int32, maxKeys)
-	d.ents, d.hints = make([]int32, maxKeys), make([]int32, maxKeys)
-	d.index, d.mask, d.hintsOf = make([]keyPos, n), uint64(n-1), nil
+	d.ents = make([]int32, maxKeys)
+	d.index, d.mask = make([]keyPos, n), uint64(n-1)
 }
 
 func (d *Dynamic) bucket(key int64) uint64 {
@@ -99,30 +89,9 @@ func (d *Dynamic) add(key int64) {
 		return
 	}
 	n := len(d.keys)
-	if e.key != key {
-		e.key, e.slot = key, 0
-	}
-	e.pos = int32(n + 1)
-	d.ents[n], d.hints[n], d.counts[n] = int32(b), e.slot-1, 1
+	e.key, e.pos = key, int32(n+1)
+	d.ents[n], d.counts[n] = int32(b), 1
 	d.keys = append(d.keys, key)
-}
-
-// pull is Table.PullHinted of the step's keys with the slots their
-// entries remember, which it then updates.
-func (d *Dynamic) pull(dst []float32) error {
-	n := len(d.keys)
-	var hints []int32
-	if d.hintsOf == d.Table {
-		hints = d.hints[:n]
-	}
-	if err := d.Table.PullHinted(d.keys, d.counts[:n], hints, d.hintsGen, d.slots[:n], dst); err != nil {
-		return err
-	}
-	for i, b := range d.ents[:n] {
-		d.index[b].slot = d.slots[i] + 1
-	}
-	d.hintsOf, d.hintsGen = d.Table, d.Table.Generation()
-	return nil
 }
 
 // pos is key's position this step, or -1.
@@ -166,7 +135,7 @@ func dynPullKernel(k Args) (Kernel, error) {
 		if err := d.Table.Advance(rt.Step()); err != nil {
 			return fmt.Errorf("%s: %w", v, err)
 		}
-		return d.pull(out.F)
+		return d.Table.Pull(d.keys, d.counts[:n], d.slots[:n], out.F)
 	}, nil
 }
 
