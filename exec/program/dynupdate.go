@@ -6,6 +6,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
@@ -212,21 +213,17 @@ type dynUpdate struct {
 	chunk   int            // rows per chunk
 	crows   *tensor.RowSet // the chunk tensors' rows: 0..m-1
 	windows []dynWindow
-	gathers []dynColumns
+	gathers []*tensor.Tensor // chunk tensors, by gathered columns
+	gcols   []dyntable.Cols
 	chain   []kernels.Kernel
-	writes  []dynColumns
+	writes  []*tensor.Tensor // chunk tensors, by scattered columns
+	wcols   []dyntable.Cols
 	slots   []int32
 }
 
 // dynWindow is a chunk tensor viewing rows [lo, hi) of a whole one.
 type dynWindow struct {
 	t, src *tensor.Tensor
-}
-
-// dynColumns is a chunk tensor and the table columns it reads or writes.
-type dynColumns struct {
-	t          *tensor.Tensor
-	col, width int
 }
 
 // buildDynUpdate builds pl's node: its kernels at chunk size, on tensors
@@ -261,7 +258,8 @@ func (c *compiler) buildDynUpdate(pl *dynPlan) error {
 	}
 	for _, j := range pl.gathers {
 		o := g.Ops[j]
-		u.gathers = append(u.gathers, dynColumns{t: chunkOf(o.Outputs[0]), col: o.Attrs.Int("col"), width: o.Attrs.Int("width")})
+		u.gathers = append(u.gathers, chunkOf(o.Outputs[0]))
+		u.gcols = append(u.gcols, dyntable.Cols{Col: o.Attrs.Int("col"), Width: o.Attrs.Int("width")})
 	}
 	tensorOf := func(x string) *tensor.Tensor {
 		if t, ok := local[x]; ok {
@@ -285,7 +283,8 @@ func (c *compiler) buildDynUpdate(pl *dynPlan) error {
 	}
 	for i, col := range op.Attrs.Ints("cols") {
 		x := pl.values[i]
-		u.writes = append(u.writes, dynColumns{t: tensorOf(x), col: col, width: c.types[x].Shape[1:].Numel()})
+		u.writes = append(u.writes, tensorOf(x))
+		u.wcols = append(u.wcols, dyntable.Cols{Col: col, Width: c.types[x].Shape[1:].Numel()})
 	}
 	c.p.nodes = append(c.p.nodes, node{op: op, kernel: u.run})
 	return nil
@@ -303,21 +302,23 @@ func (u *dynUpdate) run(rt kernels.Runtime) error {
 			rw := w.src.RowWidth()
 			w.t.F = w.src.F[lo*rw : hi*rw]
 		}
-		for _, gc := range u.gathers {
-			gc.t.Fit()
-			if err := t.Gather(slots[lo:hi], gc.col, gc.width, gc.t.F); err != nil {
-				return fmt.Errorf("%s: %w", u.name, err)
-			}
+		for i, g := range u.gathers {
+			g.Fit()
+			u.gcols[i].F = g.F
+		}
+		if err := t.GatherCols(slots[lo:hi], u.gcols); err != nil {
+			return fmt.Errorf("%s: %w", u.name, err)
 		}
 		for _, k := range u.chain {
 			if err := k(rt); err != nil {
 				return err
 			}
 		}
-		for _, wc := range u.writes {
-			if err := t.Scatter(slots[lo:hi], wc.col, wc.width, wc.t.F); err != nil {
-				return fmt.Errorf("%s: %w", u.name, err)
-			}
+		for i, w := range u.writes {
+			u.wcols[i].F = w.F
+		}
+		if err := t.ScatterCols(slots[lo:hi], u.wcols); err != nil {
+			return fmt.Errorf("%s: %w", u.name, err)
 		}
 	}
 	t.Sweep(kernels.SweepPerStep)
