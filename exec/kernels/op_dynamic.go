@@ -37,6 +37,8 @@ type Dynamic struct {
 	slots  []int32
 	index  []keyPos // open addressing, linear probing
 	mask   uint64
+	// ents are the keys' entries in index, which reset clears.
+	ents []int32
 }
 
 // keyPos is an entry of Dynamic's index: a key and its position+1 (0: an
@@ -58,6 +60,7 @@ func (d *Dynamic) size(maxKeys int) {
 		n *= 2
 	}
 	d.keys, d.counts, d.slots = make([]int64, 0, maxKeys), make([]uint32, maxKeys), make([]int32, maxKeys)
+	d.ents = make([]int32, maxKeys)
 	d.index, d.mask = make([]keyPos, n), uint64(n-1)
 }
 
@@ -71,21 +74,23 @@ func (d *Dynamic) bucket(key int64) uint64 {
 
 // reset empties the index in time proportional to the keys it held.
 func (d *Dynamic) reset() {
-	for i := len(d.keys) - 1; i >= 0; i-- {
-		d.index[d.bucket(d.keys[i])].pos = 0
+	for _, b := range d.ents[:len(d.keys)] {
+		d.index[b].pos = 0
 	}
 	d.keys = d.keys[:0]
 }
 
 // add counts a sighting of key.
 func (d *Dynamic) add(key int64) {
-	e := &d.index[d.bucket(key)]
+	b := d.bucket(key)
+	e := &d.index[b]
 	if e.pos != 0 {
 		d.counts[e.pos-1]++
 		return
 	}
-	e.key, e.pos = key, int32(len(d.keys)+1)
-	d.counts[len(d.keys)] = 1
+	n := len(d.keys)
+	e.key, e.pos = key, int32(n+1)
+	d.ents[n], d.counts[n] = int32(b), 1
 	d.keys = append(d.keys, key)
 }
 
@@ -122,11 +127,7 @@ func dynPullKernel(k Args) (Kernel, error) {
 			}
 		}
 		n := len(d.keys)
-		rows := out.Rows
-		rows.Reset()
-		for i := range n {
-			rows.Add(int32(i))
-		}
+		out.Rows.Identity(n)
 		out.Fit()
 		if k.Inference {
 			return d.Table.Read(d.keys, out.F)
@@ -161,9 +162,9 @@ func dynPosKernel(k Args) (Kernel, error) {
 	}, nil
 }
 
-// slotsOf fills buf with the table slots of the rows r holds (positions
-// of dyn_pull's rows).
-func (d *Dynamic) slotsOf(r *tensor.RowSet, buf []int32) []int32 {
+// Slots fills buf with the table slots of the rows r holds (positions of
+// dyn_pull's rows, or dyn_accumulate's).
+func (d *Dynamic) Slots(r *tensor.RowSet, buf []int32) []int32 {
 	buf = buf[:len(r.IDs)]
 	for i, id := range r.IDs {
 		buf[i] = d.slots[id]
@@ -181,7 +182,7 @@ func dynGatherKernel(k Args) (Kernel, error) {
 	buf := make([]int32, cap(out.Rows.IDs))
 	return func(Runtime) error {
 		out.Fit()
-		return d.Table.Gather(d.slotsOf(out.Rows, buf), col, width, out.F)
+		return d.Table.Gather(d.Slots(out.Rows, buf), col, width, out.F)
 	}, nil
 }
 
@@ -195,7 +196,7 @@ func dynScatterKernel(k Args) (Kernel, error) {
 	buf := make([]int32, cap(vals[0].Rows.IDs))
 	return func(Runtime) error {
 		for i, x := range vals {
-			if err := d.Table.Scatter(d.slotsOf(x.Rows, buf), cols[i], x.RowWidth(), x.F); err != nil {
+			if err := d.Table.Scatter(d.Slots(x.Rows, buf), cols[i], x.RowWidth(), x.F); err != nil {
 				return fmt.Errorf("%s: %w", v, err)
 			}
 		}

@@ -86,13 +86,11 @@ func dynFetchKernel(k Args) (Split, error) {
 				}
 			}
 		}
-		rows := out.Rows
-		rows.Reset()
+		out.Rows.Identity(len(d.keys))
 		for s := range m {
 			pos[s] = pos[s][:0]
 		}
 		for i, key := range d.keys {
-			rows.Add(int32(i))
 			s := dyntable.ShardOf(key, m)
 			pos[s] = append(pos[s], int32(i))
 		}
@@ -399,10 +397,7 @@ func dynAccumulateKernel(k Args) (Kernel, error) {
 			}
 		}
 		n := len(d.keys)
-		out.Rows.Reset()
-		for i := range n {
-			out.Rows.Add(int32(i))
-		}
+		out.Rows.Identity(n)
 		out.Fit()
 		clear(out.F)
 		for t := range count {

@@ -119,8 +119,9 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	if c.dynamic, err = p.bindTables(opt); err != nil {
 		return nil, err
 	}
+	fused := planDynUpdates(g, keep, types, order, opt)
 	if !opt.KeepTemps {
-		c.alias = inPlace(g, keep, types, opt)
+		c.alias = inPlace(withFused(g, fused), keep, types, opt)
 	}
 	for _, name := range g.Order {
 		if g.Vars[name].Kind.Persistent() || opt.Targets == nil {
@@ -132,7 +133,11 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 		if !keep[i] {
 			continue
 		}
-		if err := c.build(g.Ops[i], batch); err != nil {
+		build := func() error { return c.build(g.Ops[i], batch) }
+		if pl := fused[i]; pl != nil {
+			build = func() error { return c.buildDynUpdate(pl) }
+		}
+		if err := build(); err != nil {
 			return nil, err
 		}
 		index[i] = int32(len(p.nodes) - 1)

@@ -51,12 +51,16 @@ type Tensor struct {
 // Slot map a row to its position through an index that the producer
 // builds as it adds rows (open addressing over a power-of-two table at
 // most half full, cleared in time proportional to the rows it held), so a
-// step allocates nothing.
+// step allocates nothing. A producer whose rows are the positions 0..n-1
+// (a dynamic table's pulled rows) fills the set with Identity instead: row
+// r is then at slot r and nothing is hashed, unless a later Add of a row
+// past n builds the index.
 type RowSet struct {
 	IDs   []int32
 	keys  []int32 // row + 1; 0 is empty
 	slots []int32
 	mask  uint32
+	ident bool // IDs are 0..len(IDs)-1 and keys is empty
 }
 
 // NewSparse allocates a row-sparse float32 tensor of dense shape shape
@@ -78,6 +82,10 @@ func NewRowSet(maxRows int) *RowSet {
 
 // Reset empties the set.
 func (s *RowSet) Reset() {
+	if s.ident {
+		s.ident, s.IDs = false, s.IDs[:0]
+		return
+	}
 	if len(s.IDs) > len(s.keys)/8 {
 		clear(s.keys)
 	} else {
@@ -98,9 +106,36 @@ func (s *RowSet) bucket(r int32) uint32 {
 	return b
 }
 
+// Identity empties the set and fills it with rows 0..n-1, row r at slot
+// r (n <= cap(IDs)), in time proportional to n and without hashing.
+func (s *RowSet) Identity(n int) {
+	s.Reset()
+	s.IDs = s.IDs[:n]
+	for i := range s.IDs {
+		s.IDs[i] = int32(i)
+	}
+	s.ident = true
+}
+
+// index builds the hashed index of an identity set's rows, before an Add
+// of a row it does not hold.
+func (s *RowSet) index() {
+	s.ident = false
+	for i, r := range s.IDs {
+		b := s.bucket(r)
+		s.keys[b], s.slots[b] = r+1, int32(i)
+	}
+}
+
 // Add returns the slot of row r, appending it to IDs if absent (fresh).
 // The set must have room (at most cap(IDs) rows).
 func (s *RowSet) Add(r int32) (slot int, fresh bool) {
+	if s.ident {
+		if r >= 0 && int(r) < len(s.IDs) {
+			return int(r), false
+		}
+		s.index()
+	}
 	b := s.bucket(r)
 	if s.keys[b] != 0 {
 		return int(s.slots[b]), false
@@ -112,6 +147,12 @@ func (s *RowSet) Add(r int32) (slot int, fresh bool) {
 
 // Slot returns the slot of row r, or -1 when the set does not hold it.
 func (s *RowSet) Slot(r int32) int {
+	if s.ident {
+		if r >= 0 && int(r) < len(s.IDs) {
+			return int(r)
+		}
+		return -1
+	}
 	if b := s.bucket(r); s.keys[b] != 0 {
 		return int(s.slots[b])
 	}
