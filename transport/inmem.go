@@ -16,9 +16,18 @@ type Inmem struct {
 	in   *inbox
 
 	mu   sync.Mutex
-	sent map[NodeID]int64
+	sent map[NodeID]sentTo
 
 	sentBytes, recvBytes atomic.Int64 // payload (Traffic)
+}
+
+// sentTo counts the messages sent to one incarnation of a peer (what Done
+// announces to it). Keyed by the incarnation the message went to, a send
+// racing the peer's Restart counts toward the old incarnation, never
+// toward the new one, which would then wait for a message it never gets.
+type sentTo struct {
+	inc uint64
+	n   int64
 }
 
 // Hub connects the in-memory endpoints of one job.
@@ -40,7 +49,7 @@ func NewHub(onError func(error), ids ...NodeID) *Hub {
 				peers = append(peers, o)
 			}
 		}
-		h.nodes[id] = &Inmem{self: id, inc: newIncarnation(), hub: h, in: newInbox(id, peers, onError), sent: map[NodeID]int64{}}
+		h.nodes[id] = &Inmem{self: id, inc: newIncarnation(), hub: h, in: newInbox(id, peers, onError), sent: map[NodeID]sentTo{}}
 	}
 	for _, e := range h.nodes {
 		for _, p := range e.in.peers {
@@ -58,7 +67,7 @@ func NewHub(onError func(error), ids ...NodeID) *Hub {
 func (h *Hub) Restart(id NodeID, accept ...Spec) *Inmem {
 	h.mu.Lock()
 	old := h.nodes[id]
-	e := &Inmem{self: id, inc: newIncarnation(), hub: h, in: newInbox(id, old.in.peers, h.onError), sent: map[NodeID]int64{}}
+	e := &Inmem{self: id, inc: newIncarnation(), hub: h, in: newInbox(id, old.in.peers, h.onError), sent: map[NodeID]sentTo{}}
 	e.in.accept(accept)
 	for _, p := range e.in.peers { // before any peer can send to it
 		e.in.connected(p, h.nodes[p].inc)
@@ -67,9 +76,6 @@ func (h *Hub) Restart(id NodeID, accept ...Spec) *Inmem {
 	peers := h.nodes
 	h.mu.Unlock()
 	for _, p := range e.in.peers {
-		peers[p].mu.Lock()
-		delete(peers[p].sent, id)
-		peers[p].mu.Unlock()
 		if peers[p].in.connected(id, e.inc) {
 			peers[p].in.onError(&PeerError{id, ErrPeerRestarted})
 		}
@@ -109,9 +115,7 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	e.sent[to]++
-	e.mu.Unlock()
+	e.count(to, p.inc, 1)
 	// Counted as TCP counts it: the payload crossed, whether the peer
 	// accepts it or not.
 	e.sentBytes.Add(int64(len(payload)))
@@ -162,11 +166,22 @@ func (e *Inmem) Done(_ context.Context, to NodeID) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	n := e.sent[to]
-	e.mu.Unlock()
-	p.in.done(e.self, e.inc, n)
+	p.in.done(e.self, e.inc, e.count(to, p.inc, 0))
 	return nil
+}
+
+// count adds add messages to those sent to incarnation inc of to and
+// returns how many went to it.
+func (e *Inmem) count(to NodeID, inc uint64, add int64) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.sent[to]
+	if c.inc != inc {
+		c = sentTo{inc: inc}
+	}
+	c.n += add
+	e.sent[to] = c
+	return c.n
 }
 
 func (e *Inmem) WaitDone(ctx context.Context, peer NodeID) error {
