@@ -51,7 +51,7 @@ func (g *Graph) checkStructure() ([]int, error) {
 			}
 			errs = append(errs, Errorf(op.Pos, "op %s takes %s %v, got %d%s", op.Type, want, def.Inputs, len(op.Inputs), hint))
 		}
-		if len(op.Outputs) != len(def.Outputs) {
+		if !def.OutputsOK(len(op.Outputs)) {
 			errs = append(errs, Errorf(op.Pos, "op %s has %s %v, got %d", op.Type, plural(len(def.Outputs), "output"), def.Outputs, len(op.Outputs)))
 		}
 		for _, o := range op.Outputs {

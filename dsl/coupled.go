@@ -67,6 +67,14 @@ func (g *Graph) Coupled(name string) (*Coupling, error) {
 		}
 		for _, o := range op.Outputs {
 			dep[o] = inDep
+			if types[o].Sparse() {
+				// A split trainer's fetched table rows (fetch_rows,
+				// fetch_tables): the table's values at the batch's ids,
+				// which a lookup reads row by row, not a value computed
+				// over the rows.
+				dep[o] = false
+				continue
+			}
 			s := types[o].Shape
 			n := batchAxes(s, sym)
 			switch {

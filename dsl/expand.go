@@ -165,7 +165,7 @@ func (g *Graph) speculateOptimizer(params []string, batch int) *speculated {
 		if !ok {
 			return nil
 		}
-		if lo, hi := def.NumInputs(); len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) || len(op.Outputs) != len(def.Outputs) {
+		if lo, hi := def.NumInputs(); len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) || !def.OutputsOK(len(op.Outputs)) {
 			return nil
 		}
 		for _, in := range op.Inputs {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -78,6 +79,9 @@ type Transfer struct {
 	// serves; Initial, a pserver's parameter it sends before step 0.
 	Table   string
 	Initial string
+	// Tables are the tables of a bundle's transfer (Table is then
+	// ops.TableBundle), in the order of their parts in every message.
+	Tables []BundledTable
 	// Op is the op of the node's graph that sends or receives it.
 	Op *Op
 }
@@ -99,7 +103,8 @@ func (g *Graph) Transfers(batch int, types map[string]ops.Type) ([]Transfer, err
 	}
 	for _, op := range g.Ops {
 		switch op.Type {
-		case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
+		case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows",
+			"fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
 		default:
 			continue
 		}
@@ -211,6 +216,8 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 			{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Recv: true, Peer: every, DType: ids.dt, Shape: ir.Shape{rows}, Bytes: ids.bytes, AtMost: true, Count: op.Attrs.Int("count"), Table: op.Inputs[0], Op: op},
 			{Var: ops.TableRows(v), Kind: TableRowsTransfer, Peer: every, DType: ir.F32, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * d, AtMost: true, Table: op.Inputs[0], Op: op},
 		}, nil
+	case "fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
+		return bundleTransfers(g, op, typeOf)
 	case "accumulate_rows":
 		rows, shape := op.Attrs.Int("max_rows"), op.Attrs.Ints("shape")
 		d := 0
@@ -273,7 +280,7 @@ func tableRows(op *Op, typeOf func(string) (ops.Type, bool)) (rows, d int, dynam
 func HasTables(g *Graph) bool {
 	for _, op := range g.Ops {
 		switch op.Type {
-		case "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
+		case "fetch_rows", "send_rows", "serve_rows", "accumulate_rows", "fetch_tables", "serve_tables":
 			return true
 		}
 	}
@@ -285,8 +292,11 @@ func HasTables(g *Graph) bool {
 func TableShards(g *Graph) []string {
 	var out []string
 	for _, op := range g.Ops {
-		if op.Type == "serve_rows" {
+		switch op.Type {
+		case "serve_rows":
 			out = append(out, op.Inputs[0])
+		case "serve_tables":
+			out = append(out, op.Inputs...)
 		}
 	}
 	slices.Sort(out)
@@ -314,4 +324,105 @@ func SortTransfers(ts []Transfer) {
 	slices.SortStableFunc(ts, func(a, b Transfer) int {
 		return cmp.Or(cmp.Compare(a.Var, b.Var), cmp.Compare(a.Peer.Index, b.Peer.Index))
 	})
+}
+
+// BundledTable is one table of a bundle's transfers: its name (the
+// table's, on a pserver too), row width, and the most rows one message
+// holds of it.
+type BundledTable struct {
+	Name           string
+	Width, MaxRows int
+}
+
+// BundleTables lists the tables of a bundled table op (fetch_tables,
+// send_tables, serve_tables, accumulate_tables), in message order.
+func BundleTables(g *Graph, op *Op, typeOf func(string) (ops.Type, bool)) ([]BundledTable, error) {
+	var out []BundledTable
+	switch op.Type {
+	case "fetch_tables", "send_tables":
+		names := op.Outputs
+		suffix := ops.FetchedSuffix
+		if op.Type == "send_tables" {
+			names, suffix = op.Inputs, ops.GradSuffix
+		}
+		for _, n := range names {
+			t, ok := typeOf(n)
+			if !ok || len(t.Shape) != 2 {
+				return nil, fmt.Errorf("the type of %q is unknown", n)
+			}
+			out = append(out, BundledTable{Name: strings.TrimSuffix(n, suffix), Width: t.Shape[1], MaxRows: t.MaxRows})
+		}
+	case "serve_tables", "accumulate_tables":
+		names, most := op.Inputs, op.Attrs.Ints("max_rows")
+		if op.Type == "accumulate_tables" {
+			names = op.Outputs
+		}
+		shapes := op.Attrs.Ints("shapes")
+		for i, n := range names {
+			n = strings.TrimSuffix(n, ops.GradSuffix)
+			w := 0
+			if v := g.Vars[n]; v != nil && len(v.Shape) == 2 {
+				w = v.Shape[1]
+				if v.Block != nil {
+					n = v.Block.Of
+				}
+			} else if 2*i+1 < len(shapes) {
+				w = shapes[2*i+1]
+			}
+			if i >= len(most) || w < 1 {
+				return nil, fmt.Errorf("table %d of %v: no row width or max_rows", i, names)
+			}
+			out = append(out, BundledTable{Name: n, Width: w, MaxRows: most[i]})
+		}
+	}
+	return out, nil
+}
+
+// BundleSizes is the most bytes of a bundle's request (every table's
+// count, then their int32 ids), reply (their rows) and row gradient
+// (every table's count, then each table's ids and values) per message.
+func BundleSizes(ts []BundledTable) (ids, rows, grad int) {
+	ids, grad = 4*len(ts), 4*len(ts)
+	for _, t := range ts {
+		ids += 4 * t.MaxRows
+		rows += 4 * t.MaxRows * t.Width
+		grad += 4 * t.MaxRows * (1 + t.Width)
+	}
+	return ids, rows, grad
+}
+
+// bundleTransfers is the transfers of a bundled table op.
+func bundleTransfers(g *Graph, op *Op, typeOf func(string) (ops.Type, bool)) ([]Transfer, error) {
+	tables, err := BundleTables(g, op, typeOf)
+	if err != nil {
+		return nil, err
+	}
+	v := op.Attrs.String("var")
+	ids, rows, grad := BundleSizes(tables)
+	idsT := Transfer{Var: ops.TableIDs(v), Kind: TableIDsTransfer, DType: ir.I32, Shape: ir.Shape{ids / 4}, Bytes: ids, AtMost: true, Table: v, Tables: tables, Op: op}
+	rowsT := Transfer{Var: ops.TableRows(v), Kind: TableRowsTransfer, DType: ir.F32, Shape: ir.Shape{rows / 4}, Bytes: rows, AtMost: true, Table: v, Tables: tables, Op: op}
+	gradT := Transfer{Var: v, Kind: TableGradTransfer, DType: ir.Rows, Shape: ir.Shape{grad / 4}, Bytes: grad, AtMost: true, Table: v, Tables: tables, Op: op}
+	every := ir.Node{Role: ir.TrainerRole, Index: -1}
+	switch op.Type {
+	case "fetch_tables", "send_tables":
+		m := op.Attrs.Int("shards")
+		var out []Transfer
+		for s := range m {
+			p := ir.PServer(s)
+			if op.Type == "send_tables" {
+				gradT.Peer = p
+				out = append(out, gradT)
+				continue
+			}
+			idsT.Peer, rowsT.Peer, rowsT.Recv = p, p, true
+			out = append(out, idsT, rowsT)
+		}
+		return out, nil
+	case "serve_tables":
+		idsT.Peer, idsT.Recv, idsT.Count, rowsT.Peer = every, true, op.Attrs.Int("count"), every
+		return []Transfer{idsT, rowsT}, nil
+	default: // accumulate_tables
+		gradT.Peer, gradT.Recv, gradT.Count = every, true, op.Attrs.Int("count")
+		return []Transfer{gradT}, nil
+	}
 }

@@ -19,18 +19,30 @@ import (
 // transfers, so with clip.norm they follow.
 func (s *splitter) build() *Plan {
 	p, blocks := s.newPlan()
+	tables := s.bundled()
+	late := s.clipNorm > 0 || tables != nil // the description follows what joins both sides
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		s.buildPServers(p, blocks)
-		if s.clipNorm == 0 {
+		if !late {
 			s.describe(p, blocks)
 		}
 	}()
 	s.buildTrainer(p.Trainer)
+	if tables != nil {
+		tables = s.bundleTrainer(p.Trainer, tables)
+	}
 	<-done
+	if tables != nil {
+		for _, ps := range p.PServers {
+			bundlePServer(ps, tables)
+		}
+	}
 	if s.clipNorm > 0 {
 		s.buildClipNorm(p, blocks)
+	}
+	if late {
 		s.describe(p, blocks)
 	}
 	return p

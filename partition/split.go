@@ -35,6 +35,11 @@ type Options struct {
 	// Source is the source model's path and SourceSHA256 the hash of its
 	// bytes (HashSource); both are only recorded in the plan.
 	Source, SourceSHA256 string
+	// SeparateTables keeps one fetch and one row-gradient transfer per
+	// fixed table instead of bundling every table's into one message per
+	// pserver and direction (bundle.go): the plan before bundles, for
+	// comparison.
+	SeparateTables bool
 }
 
 // Node names used in placements and transfers.

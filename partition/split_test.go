@@ -17,6 +17,7 @@ import (
 	"github.com/psgraph/psgraph/exec/program"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 
 	"github.com/psgraph/psgraph/exec/tensor"
 )
@@ -158,6 +159,8 @@ func checkTransfers(t *testing.T, p *Plan) {
 			switch op.Type {
 			case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
 				seen[key{op.Type, n, op.Attrs.String("var")}]++
+			case "fetch_tables", "send_tables", "serve_tables", "accumulate_tables": // a bundle: as the per-table ops
+				seen[key{strings.Replace(op.Type, "_tables", "_rows", 1), n, op.Attrs.String("var")}]++
 			}
 		}
 	}
@@ -168,6 +171,9 @@ func checkTransfers(t *testing.T, p *Plan) {
 			// A lookup table: one fetch_rows and one send_rows per table on
 			// the trainer, one serve_rows and accumulate_rows per shard.
 			table, kind, _ := strings.Cut(tr.Var, "@")
+			if rest, ok := strings.CutPrefix(tr.Var, ops.TableBundle+"@"); ok {
+				table, kind = ops.TableBundle, rest
+			}
 			ps := tr.To
 			if kind == "rows" {
 				ps = tr.From
@@ -702,7 +708,8 @@ func TestStitchingBack(t *testing.T) {
 			got := map[string]int{}
 			for _, op := range p.Trainer.Ops {
 				switch {
-				case op.Type == "recv" || op.Type == "send" || op.Type == "fetch_rows" || op.Type == "send_rows" || op.Type == "dyn_pos":
+				case op.Type == "recv" || op.Type == "send" || op.Type == "fetch_rows" || op.Type == "send_rows" || op.Type == "dyn_pos" ||
+					op.Type == "fetch_tables" || op.Type == "send_tables":
 					continue
 				case op.Type == "slice_rows" && p.isBlockGrad(op.Outputs[0]): // a gradient block
 					continue
@@ -732,7 +739,8 @@ func TestStitchingBack(t *testing.T) {
 			// count the ops of block 0 (or the whole parameter) once.
 			for _, ps := range p.PServers {
 				for _, op := range ps.Ops {
-					if op.Type == "accumulate" || op.Type == "send" || op.Type == "serve_rows" || op.Type == "accumulate_rows" {
+					if op.Type == "accumulate" || op.Type == "send" || op.Type == "serve_rows" || op.Type == "accumulate_rows" ||
+						op.Type == "serve_tables" || op.Type == "accumulate_tables" {
 						continue
 					}
 					param := blockOf[op.Param]

@@ -157,7 +157,10 @@ type Def struct {
 	// Variadic ops set MinInputs/MaxInputs (MaxInputs -1: unbounded).
 	Inputs, Outputs      []string
 	MinInputs, MaxInputs int
-	Attrs                []AttrSpec
+	// Variadic outputs (the bundled table ops) set MinOutputs/MaxOutputs
+	// the same way.
+	MinOutputs, MaxOutputs int
+	Attrs                  []AttrSpec
 	// Infer computes the output types from the input types and attrs.
 	Infer func(in []Type, a Attrs) ([]Type, error)
 	// Grad returns one gradient var name per input ("" for none). Nil means
@@ -214,6 +217,20 @@ func (d *Def) NumInputs() (min, max int) {
 		return d.MinInputs, d.MaxInputs
 	}
 	return len(d.Inputs), len(d.Inputs)
+}
+
+// NumOutputs reports the allowed output count.
+func (d *Def) NumOutputs() (min, max int) {
+	if d.MinOutputs != 0 || d.MaxOutputs != 0 {
+		return d.MinOutputs, d.MaxOutputs
+	}
+	return len(d.Outputs), len(d.Outputs)
+}
+
+// OutputsOK reports whether n outputs are allowed.
+func (d *Def) OutputsOK(n int) bool {
+	lo, hi := d.NumOutputs()
+	return n >= lo && (hi < 0 || n <= hi)
 }
 
 var catalog = map[string]*Def{}

@@ -41,3 +41,13 @@ func indexed(v, prefix string) bool {
 	i, err := strconv.Atoi(v[len(prefix):])
 	return err == nil && i >= 0 && strconv.Itoa(i) == v[len(prefix):]
 }
+
+// TableBundle is the transfer name of the bundled fetches of a split
+// job's fixed tables (fetch_tables, serve_tables): one request and one
+// reply per trainer, pserver and step for every table, not one per table.
+// Its row gradients travel as GradName(TableBundle) (send_tables,
+// accumulate_tables).
+const TableBundle = "tables@bundle"
+
+// FetchedSuffix ends the trainer's variable of a table's fetched rows.
+const FetchedSuffix = "@fetched"

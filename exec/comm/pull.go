@@ -316,15 +316,20 @@ func PullSpecs(ts []dsl.Transfer) []transport.Spec {
 		if t.Kind != dsl.TableRowsTransfer {
 			continue
 		}
-		table, width := t.Op.Attrs.String("var"), t.Shape[1]
-		if seen[table] {
-			continue
+		tables := t.Tables // a bundle's: each of its tables is pulled by its name
+		if tables == nil {
+			tables = []dsl.BundledTable{{Name: t.Op.Attrs.String("var"), Width: t.Shape[1]}}
 		}
-		seen[table] = true
-		if t.Recv {
-			out = append(out, PulledSpec(table, width))
-		} else {
-			out = append(out, PullSpec(table, width))
+		for _, tb := range tables {
+			if seen[tb.Name] {
+				continue
+			}
+			seen[tb.Name] = true
+			if t.Recv {
+				out = append(out, PulledSpec(tb.Name, tb.Width))
+			} else {
+				out = append(out, PullSpec(tb.Name, tb.Width))
+			}
 		}
 	}
 	return out

@@ -177,7 +177,7 @@ func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
 			return false
 		}
 		op := g.Ops[i]
-		if op.Type == "recv" && op.Attrs.String("from") == peer || op.Type == "fetch_rows" { // rows of every pserver
+		if op.Type == "recv" && op.Attrs.String("from") == peer || op.Type == "fetch_rows" || op.Type == "fetch_tables" { // rows of every pserver
 			return true
 		}
 		for _, in := range op.Inputs {

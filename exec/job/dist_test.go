@@ -45,18 +45,7 @@ func runInmemJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt trainer.R
 	if async {
 		mode = partition.Async
 	}
-	plan, err := partition.Split(g, partition.Options{Trainers: n, PServers: m, Mode: mode, MinBlockSize: minBlock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Run what split would write: every file goes through Marshal and Load.
-	dir := t.TempDir()
-	if err := plan.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	if plan, err = partition.ReadPlan(dir); err != nil {
-		t.Fatal(err)
-	}
+	plan := splitWritten(t, g, partition.Options{Trainers: n, PServers: m, Mode: mode, MinBlockSize: minBlock})
 	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: n, Async: async, Params: plan.Info.ServedParams()}
 	cut := false
 	for _, p := range plan.Info.Params {
@@ -66,6 +55,24 @@ func runInmemJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt trainer.R
 		t.Fatalf("min block size %d cut no parameter; the test means to run row blocks", minBlock)
 	}
 	return runJobInmem(t, j, opt)
+}
+
+// splitWritten splits g as split would write it: every file goes through
+// Marshal and Load.
+func splitWritten(t *testing.T, g *dsl.Graph, opt partition.Options) *partition.Plan {
+	t.Helper()
+	plan, err := partition.Split(g, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := plan.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if plan, err = partition.ReadPlan(dir); err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
 
 func runJobInmem(t *testing.T, j *Job, opt trainer.RunOptions) []*trainer.Summary {

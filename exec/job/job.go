@@ -160,8 +160,11 @@ func (j *Job) tablesFit(batch int) error {
 		}
 		for _, u := range ps {
 			if u.Kind == dsl.TableIDsTransfer && u.Var == t.Var && t.Bytes > u.Bytes {
-				rows, most := t.Shape[0], u.Shape[0]
-				return fmt.Errorf("with batch %d a trainer fetches up to %d rows of table %s per step, but %s accepts at most %d (the plan was split for batch %d): run the trainers with --batch %d or less, or split again with train.batch set to %d", batch, rows, t.Table, t.Peer, most, g.Batch(), g.Batch(), batch)
+				rows, most, table := t.Shape[0], u.Shape[0], "table "+t.Table
+				if t.Tables != nil { // a bundle's request: every table's count, then their ids
+					rows, most, table = rows-len(t.Tables), most-len(t.Tables), fmt.Sprintf("its %d tables", len(t.Tables))
+				}
+				return fmt.Errorf("with batch %d a trainer fetches up to %d rows of %s per step, but %s accepts at most %d (the plan was split for batch %d): run the trainers with --batch %d or less, or split again with train.batch set to %d", batch, rows, table, t.Peer, most, g.Batch(), g.Batch(), batch)
 			}
 		}
 	}

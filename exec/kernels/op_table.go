@@ -165,7 +165,6 @@ func serveRowsKernel(k Args) (Kernel, error) {
 	height, d := table.Shape[0], table.RowWidth()
 	idsVar, rowsVar := ops.TableIDs(v), ops.TableRows(v)
 	gradVar := ops.GradName(v)
-	either := []string{gradVar, idsVar} // a pending gradient first: requests read the newest rows
 	ids := make([]int32, maxRows)
 	// One reply per trainer, kept until it was written: in sync mode until
 	// the next step's flush; in async mode until that trainer's next
@@ -191,10 +190,27 @@ func serveRowsKernel(k Args) (Kernel, error) {
 		}
 		return rt.Rendezvous().Send(rt.Context(), step, ir.Trainer(src), rowsVar, ir.F32, f32Bytes(rows))
 	}
+	return serveRequests(k, count, idsVar, gradVar, i32Bytes(ids), serve), nil
+}
+
+// serveRequests is the loop of a pserver's table op (serve_rows,
+// serve_tables): serve answers the request of n bytes in buf from trainer
+// src for step. Sync, with every trainer's request counted: each
+// trainer's request of the step in trainer order. Async: requests as they
+// come until a row gradient (gradVar) is pending, which the accumulate op
+// takes next (a gradient already pending goes first, so every request
+// reads the rows with every gradient that arrived before it applied). A
+// shard must not wait for a gradient while a request is pending: the
+// trainer computes its gradient only once every shard answered it, so two
+// shards each waiting for the gradient of the trainer the other has not
+// answered would wait forever.
+func serveRequests(k Args, count int, idsVar, gradVar string, buf []byte, serve func(rt Runtime, src int, step int64, n int) error) Kernel {
+	trainers := k.Node.TrainerCount()
+	either := []string{gradVar, idsVar} // a pending gradient first: requests read the newest rows
 	return func(rt Runtime) error {
 		if !k.Node.Async && count == trainers {
 			for t := range trainers {
-				n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(t), idsVar, i32Bytes(ids))
+				n, err := rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(t), idsVar, buf)
 				if err != nil {
 					return err
 				}
@@ -204,14 +220,6 @@ func serveRowsKernel(k Args) (Kernel, error) {
 			}
 			return nil
 		}
-		// Async: serve requests as they come until a row gradient is
-		// pending, which accumulate_rows takes next (a gradient already
-		// pending goes first, so every request reads the rows with every
-		// gradient that arrived before it applied). A shard must not wait
-		// for a gradient while a request is pending: the trainer computes
-		// its gradient only once every shard answered it, so two shards
-		// each waiting for the gradient of the trainer the other has not
-		// answered would wait forever.
 		for {
 			next, err := rt.Rendezvous().Pending(rt.Context(), either)
 			if err != nil {
@@ -220,7 +228,7 @@ func serveRowsKernel(k Args) (Kernel, error) {
 			if next == gradVar {
 				return nil
 			}
-			n, src, step, err := rt.Rendezvous().RecvAny(rt.Context(), idsVar, i32Bytes(ids))
+			n, src, step, err := rt.Rendezvous().RecvAny(rt.Context(), idsVar, buf)
 			if err != nil {
 				return err
 			}
@@ -228,7 +236,7 @@ func serveRowsKernel(k Args) (Kernel, error) {
 				return err
 			}
 		}
-	}, nil
+	}
 }
 
 func accumulateRowsKernel(k Args) (Kernel, error) {

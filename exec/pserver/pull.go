@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -116,7 +117,7 @@ type shardServer struct {
 // shardServers lists the table shards of the parts, marking each part
 // that holds one: its assigns take the Commit lock, and in an async job
 // its loop tracks when it is quiet.
-func shardServers(parts []*part, async bool) []puller {
+func shardServers(parts []*part, async bool) ([]puller, error) {
 	var out []puller
 	for _, p := range parts {
 		for _, op := range p.prog.Graph.Ops {
@@ -125,6 +126,15 @@ func shardServers(parts []*part, async bool) []puller {
 			case "serve_rows":
 				t = op.Attrs.String("var")
 				out = append(out, &shardServer{table: t, shard: p.prog.Scope[op.Inputs[0]], part: p})
+			case "serve_tables": // a bundle: one shard server per table, pulled by the table's name
+				t = op.Attrs.String("var")
+				tables, err := dsl.BundleTables(p.prog.Graph, op, nil)
+				if err != nil {
+					return nil, dsl.Errorf(op.Pos, "%s: %v", op.Type, err)
+				}
+				for i, tb := range tables {
+					out = append(out, &shardServer{table: tb.Name, shard: p.prog.Scope[op.Inputs[i]], part: p})
+				}
 			case "dyn_serve":
 				t = op.Attrs.String("transfer")
 				out = append(out, &dynShardServer{table: t, t: p.prog.Tables[op.Attrs.String("var")], part: p,
@@ -138,7 +148,7 @@ func shardServers(parts []*part, async bool) []puller {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (s *shardServer) serve(ctx context.Context, c *comm.PServer) error {

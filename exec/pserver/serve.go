@@ -243,7 +243,10 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 		p.rv = c.Part(p.params, first)
 		p.applied.advance(first)
 	}
-	servers := shardServers(parts, c.Async())
+	servers, err := shardServers(parts, c.Async())
+	if err != nil {
+		return 0, 0, err
+	}
 	errs := make([]error, len(parts)+len(servers))
 	var streamed atomic.Int64
 	var wg sync.WaitGroup

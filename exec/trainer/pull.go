@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"sync"
@@ -27,6 +28,10 @@ type table struct {
 	rows, width, shards int
 	// dynamic: a dynamic table (rows is ir.DynamicRows), sharded by key.
 	dynamic bool
+	// bundle: the transfer of the bundle the table's fetch is part of
+	// (ops.TableBundle; "": none), order its place in the bundle.
+	bundle string
+	order  int
 }
 
 // localRows is how many rows shard s holds.
@@ -52,6 +57,12 @@ func tablesOf(g *dsl.Graph, batch int) (map[string]table, error) {
 		if t.Kind != dsl.TableRowsTransfer || !t.Recv {
 			continue
 		}
+		if t.Tables != nil { // a bundle's: every table of it
+			for i, tb := range t.Tables {
+				out[tb.Name] = table{name: tb.Name, rows: types[t.Op.Outputs[i]].Shape[0], width: tb.Width, shards: t.Op.Attrs.Int("shards"), bundle: t.Table, order: i}
+			}
+			continue
+		}
 		name := t.Op.Attrs.String("var")
 		rows := types[t.Op.Outputs[0]].Shape[0]
 		out[name] = table{name: name, rows: rows, width: t.Shape[1], shards: t.Op.Attrs.Int("shards"), dynamic: rows == ir.DynamicRows}
@@ -68,25 +79,72 @@ type pullRendezvous struct {
 	tables map[string]table
 	byIDs  map[string]string // a table's ids transfer -> the table
 	byRows map[string]string // its rows transfer -> the table
-	ids    map[ir.Node]map[string][]int32
-	keys   map[ir.Node]map[string][]int64 // a dynamic table's (its requests' keys)
-	at     int64
-	final  bool
+	// bundles lists the tables of each bundle by its ids and by its rows
+	// transfer, in message order.
+	bundles map[string][]string
+	ids     map[ir.Node]map[string][]int32
+	keys    map[ir.Node]map[string][]int64 // a dynamic table's (its requests' keys)
+	at      int64
+	final   bool
 }
 
 func newPullRendezvous(c Comm, tables map[string]table) *pullRendezvous {
 	r := &pullRendezvous{c: c, tables: tables, byIDs: map[string]string{}, byRows: map[string]string{}, ids: map[ir.Node]map[string][]int32{},
 		keys: map[ir.Node]map[string][]int64{}}
-	for name := range tables {
+	r.bundles = map[string][]string{}
+	for name, t := range tables {
 		r.byIDs[ops.TableIDs(name)] = name
 		r.byRows[ops.TableRows(name)] = name
+		if t.bundle == "" {
+			continue
+		}
+		for _, v := range []string{ops.TableIDs(t.bundle), ops.TableRows(t.bundle)} {
+			b := r.bundles[v]
+			for len(b) <= t.order {
+				b = append(b, "")
+			}
+			b[t.order] = name
+			r.bundles[v] = b
+		}
 	}
 	return r
+}
+
+// sendBundle keeps each table's ids of a bundled request (every table's
+// count, then their ids: fetch_tables).
+func (r *pullRendezvous) sendBundle(to ir.Node, names []string, payload []byte) error {
+	ids := make([]int32, len(payload)/4)
+	for i := range ids {
+		ids[i] = int32(binary.LittleEndian.Uint32(payload[4*i:]))
+	}
+	if len(ids) < len(names) || len(payload)%4 != 0 {
+		return fmt.Errorf("a bundled request of %d bytes for %d tables", len(payload), len(names))
+	}
+	at := len(names)
+	for i, name := range names {
+		c := int(ids[i])
+		if c < 0 || at+c > len(ids) {
+			return fmt.Errorf("a bundled request of %d bytes: table %s's count %d does not fit", len(payload), name, c)
+		}
+		r.keepIDs(to, name, ids[at:at+c])
+		at += c
+	}
+	return nil
+}
+
+func (r *pullRendezvous) keepIDs(to ir.Node, name string, ids []int32) {
+	if r.ids[to] == nil {
+		r.ids[to] = map[string][]int32{}
+	}
+	r.ids[to][name] = append(r.ids[to][name][:0], ids...)
 }
 
 var errEvalSends = fmt.Errorf("the held-out evaluation of a job with tables only fetches table rows")
 
 func (r *pullRendezvous) Send(_ context.Context, _ int64, to ir.Node, v string, _ ir.DType, payload []byte) error {
+	if names, ok := r.bundles[v]; ok {
+		return r.sendBundle(to, names, payload)
+	}
 	t, ok := r.byIDs[v]
 	if !ok {
 		return fmt.Errorf("send %s: %w", v, errEvalSends)
@@ -107,10 +165,27 @@ func (r *pullRendezvous) Send(_ context.Context, _ int64, to ir.Node, v string, 
 }
 
 func (r *pullRendezvous) Recv(ctx context.Context, _ int64, from ir.Node, v string, dst []byte) (int, error) {
+	if names, ok := r.bundles[v]; ok { // each table's rows in turn
+		n := 0
+		for _, name := range names {
+			k, err := r.recv(ctx, from, name, dst[n:])
+			if err != nil {
+				return 0, err
+			}
+			n += k
+		}
+		return n, nil
+	}
 	name, ok := r.byRows[v]
 	if !ok {
 		return 0, fmt.Errorf("recv %s: %w", v, errEvalSends)
 	}
+	return r.recv(ctx, from, name, dst)
+}
+
+// recv pulls from the rows of table name that the evaluation's request
+// asked for, into dst.
+func (r *pullRendezvous) recv(ctx context.Context, from ir.Node, name string, dst []byte) (int, error) {
 	t := r.tables[name]
 	if t.dynamic {
 		return r.pullKeys(ctx, from, t, dst)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 )
 
 // Options select how much of a graph is drawn.
@@ -122,7 +123,8 @@ func newDrawing(g *dsl.Graph, prefix string, opt Options) *drawing {
 
 func isComm(op *dsl.Op) bool {
 	switch op.Type {
-	case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows":
+	case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows",
+		"fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
 		return true
 	}
 	return false
@@ -211,6 +213,14 @@ func (d *drawing) opNode(w *writer, i int) {
 		label += fmt.Sprintf(" %s\nto %d fetches", op.Attrs.String("var"), op.Attrs.Int("count"))
 	case "accumulate_rows":
 		label += fmt.Sprintf(" %s\nrows of %d", op.Attrs.String("var"), op.Attrs.Int("count"))
+	case "fetch_tables":
+		label += fmt.Sprintf(" %s\nby id from %d shards", tableNames(op.Outputs, ops.FetchedSuffix), op.Attrs.Int("shards"))
+	case "send_tables":
+		label += fmt.Sprintf(" %s\nto %d shards", tableNames(op.Inputs, ops.GradSuffix), op.Attrs.Int("shards"))
+	case "serve_tables":
+		label += fmt.Sprintf(" %s\nto %d fetches", tableNames(op.Inputs, ""), op.Attrs.Int("count"))
+	case "accumulate_tables":
+		label += fmt.Sprintf(" %s\nrows of %d", tableNames(op.Outputs, ops.GradSuffix), op.Attrs.Int("count"))
 	}
 	shape := "box"
 	if isComm(op) {
@@ -344,4 +354,18 @@ func Model(g *dsl.Graph, opt Options) []byte {
 	d.edges(w)
 	footer(w)
 	return []byte(w.b.String())
+}
+
+// tableNames lists a bundled table op's tables, their names without
+// suffix, and how many at most four leave out.
+func tableNames(names []string, suffix string) string {
+	var out []string
+	for i, n := range names {
+		if i == 4 {
+			out = append(out, fmt.Sprintf("and %d more", len(names)-4))
+			break
+		}
+		out = append(out, strings.TrimSuffix(n, suffix))
+	}
+	return strings.Join(out, ", ")
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -58,13 +59,17 @@ func Plan(p *partition.Plan, opt Options) []byte {
 		}
 		s, r := from.findOp(t.Var, "send"), to.findOp(t.Var, "recv", "accumulate")
 		if t.AtMost { // a lookup table's: ids up, rows down, row gradients up
-			switch table, kind, _ := strings.Cut(t.Var, "@"); kind {
+			table, kind, _ := strings.Cut(t.Var, "@")
+			if rest, ok := strings.CutPrefix(t.Var, ops.TableBundle+"@"); ok { // the tables' bundle
+				table, kind = ops.TableBundle, rest
+			}
+			switch kind {
 			case "ids":
-				s, r = from.findOp(table, "fetch_rows"), to.findOp(table, "serve_rows")
+				s, r = from.findOp(table, "fetch_rows", "fetch_tables"), to.findOp(table, "serve_rows", "serve_tables")
 			case "rows":
-				s, r = from.findOp(table, "serve_rows"), to.findOp(table, "fetch_rows")
+				s, r = from.findOp(table, "serve_rows", "serve_tables"), to.findOp(table, "fetch_rows", "fetch_tables")
 			default:
-				s, r = from.findOp(t.Var, "send_rows"), to.findOp(t.Var, "accumulate_rows")
+				s, r = from.findOp(t.Var, "send_rows", "send_tables"), to.findOp(t.Var, "accumulate_rows", "accumulate_tables")
 			}
 		}
 		if s < 0 || r < 0 {

@@ -158,17 +158,27 @@ func TestPlanDrawsTableTransfers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := partition.Split(g, partition.Options{Trainers: 2, PServers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dot := string(viz.Plan(p, viz.Options{}))
-	if n, want := strings.Count(dot, "style=dashed"), len(p.Info.Transfers); n != want {
-		t.Errorf("%d dashed edges, want %d (one per transfer)", n, want)
-	}
-	for _, want := range []string{`emb@ids [32]`, `emb@rows [32, 8]`, `item@GRAD [16, 8]`, "rows 2, 5, ... (mod 3) of emb", `fetch_rows emb\nby id from 3 shards`} {
-		if !strings.Contains(dot, want) {
-			t.Errorf("the plan's DOT lacks %q", want)
+	for _, c := range []struct {
+		separate bool
+		want     []string
+	}{
+		{true, []string{`emb@ids [32]`, `emb@rows [32, 8]`, `item@GRAD [16, 8]`, "rows 2, 5, ... (mod 3) of emb", `fetch_rows emb\nby id from 3 shards`}},
+		// Bundled (partition/bundle.go): both tables' ids, rows and row
+		// gradients in one transfer per pserver and direction.
+		{false, []string{`tables@bundle@ids [50]`, `tables@bundle@rows [384]`, `tables@bundle@GRAD [434]`, "rows 2, 5, ... (mod 3) of emb", `fetch_tables emb, item\nby id from 3 shards`, `serve_tables emb.s0, item.s0\nto 2 fetches`}},
+	} {
+		p, err := partition.Split(g, partition.Options{Trainers: 2, PServers: 3, SeparateTables: c.separate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dot := string(viz.Plan(p, viz.Options{}))
+		if n, want := strings.Count(dot, "style=dashed"), len(p.Info.Transfers); n != want {
+			t.Errorf("separate tables %v: %d dashed edges, want %d (one per transfer)", c.separate, n, want)
+		}
+		for _, want := range c.want {
+			if !strings.Contains(dot, want) {
+				t.Errorf("separate tables %v: the plan's DOT lacks %q", c.separate, want)
+			}
 		}
 	}
 }
