@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/trainer"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/rs/zerolog"
@@ -151,5 +153,32 @@ func TestBundledTablesEqualSeparate(t *testing.T) {
 			}
 			t.Logf("held-out %v over %d rows, both ways", bs[0].Eval, bs[0].EvalRows)
 		})
+	}
+}
+
+// DLRM split 2x2 (docs/split.md, docs/performance.md): its 26 tables'
+// 156 transfers (ids, rows and row gradients per table and pserver)
+// become the bundle's 6, so the plan's 184 send/recv pairs become 34.
+func TestDLRMPlanBundlesItsTables(t *testing.T) {
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	if err := criteo.Write(&buf, criteo.Options{Rows: 200, Seed: 1, Truth: "fm"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "zoo.tsv"), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := zooModel(t, "dlrm", dir)
+	for _, c := range []struct {
+		separate bool
+		want     int
+	}{{false, 34}, {true, 184}} {
+		p, err := partition.Split(g, partition.Options{Trainers: 2, PServers: 2, SeparateTables: c.separate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(p.Info.Transfers); n != c.want {
+			t.Errorf("separate tables %v: %d send/recv pairs, want %d", c.separate, n, c.want)
+		}
 	}
 }
