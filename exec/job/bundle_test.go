@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/trainer"
 	"github.com/psgraph/psgraph/partition"
@@ -180,5 +181,57 @@ func TestDLRMPlanBundlesItsTables(t *testing.T) {
 		if n := len(p.Info.Transfers); n != c.want {
 			t.Errorf("separate tables %v: %d send/recv pairs, want %d", c.separate, n, c.want)
 		}
+	}
+}
+
+// A pserver of a bundled job restarts as one of a per-table job does
+// (TestPServerRestartTableInmem): staged so that it restarts at its
+// checkpoint's step with trainer 0 a step ahead, the trainers re-send
+// what the restart lost (the bundled request among it) and the job ends
+// with the model of an undisturbed run, byte for byte; unstaged, sync and
+// async, it rejoins and the job ends near the undisturbed loss.
+func TestPServerRestartBundledInmem(t *testing.T) {
+	g := bundleModel(t)
+	plain, _, plan := runPlanned(t, g, partition.Options{Trainers: 2, PServers: 2}, trainer.RunOptions{Steps: 300, Batch: 8, Log: zerolog.Nop()})
+	if countOps(plan.Trainer, "fetch_tables") != 1 {
+		t.Fatal("the plan does not bundle the tables")
+	}
+	if w := plan.Info.Params[len(plan.Info.Params)-1]; w.Name != "w" || w.Blocks[0].PServer != 0 {
+		t.Fatalf("the staged restart expects w on pserver-0, the plan has %+v", w)
+	}
+	for _, c := range []struct {
+		name   string
+		victim int
+		async  bool
+		stage  func(*restartCase) []int
+	}{
+		{"one trainer ahead", 1, false, stageOneAhead},
+		{"unstaged", 0, false, nil},
+		{"unstaged", 1, true, nil},
+	} {
+		t.Run(fmt.Sprintf("%s/pserver-%d/async=%v", c.name, c.victim, c.async), func(t *testing.T) {
+			rc := restartCase{g: g, async: c.async, steps: 300, batch: 8, every: 50, killAfter: 100, victim: c.victim, table: ops.TableBundle, dense: "w"}
+			var wantResent []int
+			if c.stage != nil {
+				wantResent = c.stage(&rc)
+			}
+			r := runRestartCase(t, rc)
+			t.Logf("stopped with checkpoint %d; restarted at step %d; the trainers re-sent %v messages", r.killedAt, r.second.First, resentBy(t, r.trainers))
+			if !strings.Contains(r.log, "restarted into a running job") {
+				t.Errorf("the restarted pserver did not say it joined a running job:\n%s", r.log)
+			}
+			if c.stage != nil {
+				if r.second.First != 100 || fmt.Sprint(resentBy(t, r.trainers)) != fmt.Sprint(wantResent) {
+					t.Errorf("restarted at %d with the trainers re-sending %v, want 100 and %v", r.second.First, resentBy(t, r.trainers), wantResent)
+				}
+				sameBytes(t, plain, r.saved[0])
+				return
+			}
+			lp, lr := evalModel(t, g, plain), evalModel(t, g, r.saved[0])
+			t.Logf("loss %.4f undisturbed, %.4f with the restart", lp, lr)
+			if lr > 1.1*lp {
+				t.Errorf("loss %.4f after the restart, %.4f undisturbed", lr, lp)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package job
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -103,6 +104,10 @@ type restartCase struct {
 	killAfter    int64 // the victim is stopped once it saved this step's checkpoint
 	victim       int   // the pserver that restarts
 	initFrom     string
+	// table and dense name the table transfer (default "emb") and the
+	// dense parameter on pserver-0 (default "W") that the staged cases
+	// watch and hold.
+	table, dense string
 
 	// Optional hooks that put the job into a chosen state for the restart:
 	// wrap wraps trainer i's endpoint; ready blocks, once the victim saved
@@ -562,7 +567,8 @@ func TestPServerRestartTableInmem(t *testing.T) {
 // table is emb and W is on pserver-0 (TestPServerRestartTableInmem says
 // how); it returns the messages each trainer re-sends.
 func stageOneAhead(rc *restartCase) (resent []int) {
-	ids, rows := ops.TableIDs("emb"), ops.TableRows("emb")
+	table, dense := cmp.Or(rc.table, "emb"), cmp.Or(rc.dense, "W")
+	ids, rows := ops.TableIDs(table), ops.TableRows(table)
 	t0Asked, t1HasRows, release := newSignal(), newSignal(), newSignal()
 	rc.wrap = func(i int, ep transport.Endpoint) transport.Endpoint {
 		h := &hookedEP{Endpoint: ep}
@@ -579,7 +585,7 @@ func stageOneAhead(rc *restartCase) (resent []int) {
 				}
 			}
 			h.beforeRecv = func(ctx context.Context, src transport.NodeID, step int64, v string) error {
-				if src == transport.PServer(0) && v == "W" && step == 100 {
+				if src == transport.PServer(0) && v == dense && step == 100 {
 					return release.wait(ctx)
 				}
 				return nil

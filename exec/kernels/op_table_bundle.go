@@ -211,7 +211,12 @@ func serveTablesKernel(k Args) (Kernel, error) {
 	four := func(int) int { return 4 }
 	serve := func(rt Runtime, src int, step int64, n int) error {
 		b := i32Bytes(ids)[:n]
-		if err := bundleParts(b, nt, most, four, counts); err != nil {
+		if n == 0 {
+			// An empty request asks for no rows of any table: what a
+			// trainer re-sends to a restarted pserver for a step whose
+			// rows it already has (rejoin.PlanResend).
+			clear(counts)
+		} else if err := bundleParts(b, nt, most, four, counts); err != nil {
 			return fmt.Errorf("trainer-%d sent a bundled request for rows of %d tables that does not add up: %v; nothing was served (the trainer runs another plan, or sends corrupt ids)", src, nt, err)
 		}
 		at := nt
