@@ -3,6 +3,7 @@ package partition
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -103,6 +104,9 @@ func TestSplitBundlesTables(t *testing.T) {
 	}
 	if bundles != 6 {
 		t.Errorf("%d bundle transfers in the plan, want 3 per pserver", bundles)
+	}
+	if want := "12 for lookup tables: ids up, rows down, row gradients up, those of 2 tables bundled"; !strings.Contains(p.Summary(), want) {
+		t.Errorf("the summary does not say %q:\n%s", want, p.Summary())
 	}
 	sep, err := Split(g, Options{Trainers: 2, PServers: 2, SeparateTables: true})
 	if err != nil {

@@ -650,6 +650,9 @@ func (p *Plan) Summary() string {
 	fmt.Fprintf(&b, "send/recv pairs: %d (%d parameter blocks to the trainers, %d gradient blocks to the pservers", len(in.Transfers), dense/2, dense/2)
 	if rows := len(in.Transfers) - dense - clip; rows > 0 {
 		fmt.Fprintf(&b, "; %d for lookup tables: ids up, rows down, row gradients up", rows)
+		if n := bundledTables(p.Trainer); n > 0 {
+			fmt.Fprintf(&b, ", those of %d tables bundled, one message per pserver and direction", n)
+		}
 	}
 	if clip > 0 {
 		fmt.Fprintf(&b, "; %d for clip.norm: each pserver's sum of squares to the trainers, the factor back", clip)
@@ -659,6 +662,20 @@ func (p *Plan) Summary() string {
 		fmt.Fprintf(&b, "warning: %s\n", w)
 	}
 	return b.String()
+}
+
+// bundledTables is how many tables the trainer's graph t fetches in its
+// bundle (fetch_tables), 0 without one.
+func bundledTables(t *dsl.Graph) int {
+	if t == nil {
+		return 0
+	}
+	for _, op := range t.Ops {
+		if op.Type == "fetch_tables" {
+			return len(op.Outputs)
+		}
+	}
+	return 0
 }
 
 // ByteSize formats a byte count for people: 32.0 KiB, 1.5 GiB.
