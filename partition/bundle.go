@@ -12,16 +12,16 @@ import (
 // column) moved each table's ids, rows and row gradient as messages of
 // their own: 26 tables over 2 pservers are 156 small messages per trainer
 // and step, and the cost of a message (its goroutine hand-offs and
-// stream reads on both ends) outweighed the bytes. bundleTables replaces
-// the per-table ops of every fixed table with one op per side and
-// direction: a trainer's fetch_tables (one request and one reply per
+// stream reads on both ends) outweighed the bytes. bundleTrainer and
+// bundlePServer replace the per-table ops of every fixed table with one
+// op per side and direction: a trainer's fetch_tables (one request and one reply per
 // pserver) and send_tables (one row gradient per pserver), a pserver's
 // serve_tables and accumulate_tables. Each table's part of a message is
 // what its own op moved, so the job computes exactly what the per-table
 // plan computes (TestBundledTablesEqualSeparate); dynamic tables keep
 // their own ops.
 
-// bundled lists the fixed sharded tables whose ops bundleTables joins, in
+// bundled lists the fixed sharded tables whose ops split bundles, in
 // name order (the order of their parts in every message): none unless
 // there are two.
 func (s *splitter) bundled() []string {
