@@ -2,6 +2,7 @@ package job
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/trainer"
 	"github.com/psgraph/psgraph/partition"
+	"github.com/psgraph/psgraph/transport"
 	"github.com/rs/zerolog"
 )
 
@@ -233,5 +235,30 @@ func TestPServerRestartBundledInmem(t *testing.T) {
 				t.Errorf("loss %.4f after the restart, %.4f undisturbed", lr, lp)
 			}
 		})
+	}
+}
+
+// A trainer run with a larger batch than a bundled plan was split for is
+// refused before it sends anything, as with one transfer per table
+// (TestTableTrainerBatchAbovePlan), counting the ids of every table of
+// the bundle (the request's per-table counts are not rows).
+func TestBundledTrainerBatchAbovePlan(t *testing.T) {
+	g := bundleModel(t) // batch 16: 16 + 16 + 32 ids a step (ec is read by both columns); batch 32: 32 + 30 + 50 (capped by the tables' rows)
+	plan, err := partition.Split(g, partition.Options{Trainers: 1, PServers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &Job{Trainer: plan.Trainer, PServers: plan.PServers, Trainers: 1, Params: plan.Info.ServedParams()}
+	eps := jobEndpoints(t, "inmem", j, 32, &rejections{})
+	_, err = j.RunTrainer(context.Background(), 0, eps[transport.Trainer(0)], trainer.RunOptions{Steps: 1, Batch: 32, Log: zerolog.Nop()})
+	want := "with batch 32 a trainer fetches up to 112 rows of its 3 tables per step, but pserver-0 accepts at most 64 (the plan was split for batch 16): run the trainers with --batch 16 or less"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a trainer of batch 32 on a bundled plan of batch 16: %v; want %q", err, want)
+	}
+	if tr := eps[transport.Trainer(0)].Traffic(); tr.Sent != 0 {
+		t.Errorf("the trainer sent %d bytes before refusing", tr.Sent)
+	}
+	if err := j.tablesFit(16); err != nil {
+		t.Errorf("batch 16: %v", err)
 	}
 }
