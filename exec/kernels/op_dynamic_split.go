@@ -358,7 +358,6 @@ func dynAccumulateKernel(k Args) (Kernel, error) {
 	for t := range bufs {
 		bufs[t] = make([]byte, sp.maxRows*row)
 	}
-	trainers := k.Node.TrainerCount()
 	gradVar := k.Attrs.String("transfer")
 	piece := func(t int) ([]int64, []float32) {
 		n := sizes[t] / row
@@ -368,15 +367,7 @@ func dynAccumulateKernel(k Args) (Kernel, error) {
 		// Every piece is checked before any is merged: a bad one applies nothing.
 		for t := range count {
 			var err error
-			srcs[t] = t
-			if !k.Node.Async && count == trainers {
-				sizes[t], err = rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(t), gradVar, bufs[t])
-			} else {
-				var from ir.Node
-				sizes[t], from, _, err = rt.Rendezvous().RecvAny(rt.Context(), gradVar, bufs[t])
-				srcs[t] = from.Index
-			}
-			if err != nil {
+			if sizes[t], srcs[t], err = recvPiece(rt, k, count, t, gradVar, bufs[t]); err != nil {
 				return err
 			}
 			if sizes[t]%row != 0 {

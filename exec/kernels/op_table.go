@@ -239,6 +239,19 @@ func serveRequests(k Args, count int, idsVar, gradVar string, buf []byte, serve 
 	}
 }
 
+// recvPiece receives piece i of the count row gradients of transfer v a
+// step of an accumulating op takes, into buf: in sync mode with a piece
+// from every trainer, trainer i's of the step; else the next one from any
+// trainer. It returns the piece's bytes and its trainer.
+func recvPiece(rt Runtime, k Args, count, i int, v string, buf []byte) (n, src int, err error) {
+	if !k.Node.Async && count == k.Node.TrainerCount() {
+		n, err = rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(i), v, buf)
+		return n, i, err
+	}
+	n, from, _, err := rt.Rendezvous().RecvAny(rt.Context(), v, buf)
+	return n, from.Index, err
+}
+
 func accumulateRowsKernel(k Args) (Kernel, error) {
 	out, v := k.Out[0], k.Attrs.String("var")
 	count, maxRows := k.Attrs.Int("count"), k.Attrs.Int("max_rows")
@@ -249,20 +262,11 @@ func accumulateRowsKernel(k Args) (Kernel, error) {
 	for t := range bufs {
 		bufs[t] = make([]byte, maxRows*4*(1+d))
 	}
-	trainers := k.Node.TrainerCount()
 	return func(rt Runtime) error {
 		// Every piece is checked before any is merged: a bad one applies nothing.
 		for t := range count {
 			var err error
-			srcs[t] = t
-			if !k.Node.Async && count == trainers {
-				sizes[t], err = rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(t), v, bufs[t])
-			} else {
-				var from ir.Node
-				sizes[t], from, _, err = rt.Rendezvous().RecvAny(rt.Context(), v, bufs[t])
-				srcs[t] = from.Index
-			}
-			if err != nil {
+			if sizes[t], srcs[t], err = recvPiece(rt, k, count, t, v, bufs[t]); err != nil {
 				return err
 			}
 			if sizes[t]%(4*(1+d)) != 0 {

@@ -258,20 +258,11 @@ func accumulateTablesKernel(k Args) (Kernel, error) {
 		counts[p] = make([]int, nt)
 	}
 	per := func(t int) int { return 4 * (1 + k.Out[t].RowWidth()) }
-	trainers := k.Node.TrainerCount()
 	return func(rt Runtime) error {
 		// Every piece is checked before any is merged: a bad one applies nothing.
 		for p := range count {
 			var err error
-			srcs[p] = p
-			if !k.Node.Async && count == trainers {
-				sizes[p], err = rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(p), v, bufs[p])
-			} else {
-				var from ir.Node
-				sizes[p], from, _, err = rt.Rendezvous().RecvAny(rt.Context(), v, bufs[p])
-				srcs[p] = from.Index
-			}
-			if err != nil {
+			if sizes[p], srcs[p], err = recvPiece(rt, k, count, p, v, bufs[p]); err != nil {
 				return err
 			}
 			b := bufs[p][:sizes[p]]

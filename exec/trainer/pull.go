@@ -84,6 +84,7 @@ type pullRendezvous struct {
 	bundles map[string][]string
 	ids     map[ir.Node]map[string][]int32
 	keys    map[ir.Node]map[string][]int64 // a dynamic table's (its requests' keys)
+	scratch []int32                        // decode's
 	at      int64
 	final   bool
 }
@@ -113,10 +114,7 @@ func newPullRendezvous(c Comm, tables map[string]table) *pullRendezvous {
 // sendBundle keeps each table's ids of a bundled request (every table's
 // count, then their ids: fetch_tables).
 func (r *pullRendezvous) sendBundle(to ir.Node, names []string, payload []byte) error {
-	ids := make([]int32, len(payload)/4)
-	for i := range ids {
-		ids[i] = int32(binary.LittleEndian.Uint32(payload[4*i:]))
-	}
+	ids := r.decode(payload)
 	if len(ids) < len(names) || len(payload)%4 != 0 {
 		return fmt.Errorf("a bundled request of %d bytes for %d tables", len(payload), len(names))
 	}
@@ -153,15 +151,18 @@ func (r *pullRendezvous) Send(_ context.Context, _ int64, to ir.Node, v string, 
 		r.keepKeys(to, t, payload)
 		return nil
 	}
-	if r.ids[to] == nil {
-		r.ids[to] = map[string][]int32{}
-	}
-	ids := r.ids[to][t][:0]
-	for i := 0; i+4 <= len(payload); i += 4 {
-		ids = append(ids, int32(uint32(payload[i])|uint32(payload[i+1])<<8|uint32(payload[i+2])<<16|uint32(payload[i+3])<<24))
-	}
-	r.ids[to][t] = ids
+	r.keepIDs(to, t, r.decode(payload))
 	return nil
+}
+
+// decode reads a request's int32 ids into the rendezvous's scratch
+// (valid until the next decode).
+func (r *pullRendezvous) decode(payload []byte) []int32 {
+	r.scratch = r.scratch[:0]
+	for i := 0; i+4 <= len(payload); i += 4 {
+		r.scratch = append(r.scratch, int32(binary.LittleEndian.Uint32(payload[i:])))
+	}
+	return r.scratch
 }
 
 func (r *pullRendezvous) Recv(ctx context.Context, _ int64, from ir.Node, v string, dst []byte) (int, error) {
