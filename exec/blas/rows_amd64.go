@@ -7,3 +7,9 @@ func gatherRows16(dst, src *float32, ids *int32, n int)
 
 //go:noescape
 func scatterRows16(dst, src *float32, ids *int32, n int)
+
+//go:noescape
+func gatherRowsW(dst, src *float32, ids *int32, n, w int)
+
+//go:noescape
+func scatterRowsW(dst, src *float32, ids *int32, n, w int)
