@@ -3,12 +3,14 @@ package program
 import (
 	"fmt"
 	"hash/fnv"
-	"sort"
+	"io"
+	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/kernels"
+	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -134,37 +136,86 @@ func InitSeed(in *dsl.Init, name string) uint64 {
 // (int64 [n]); the tensor name itself holds their rows (float32 [n, dim]).
 func KeysName(name string) string { return name + ".keys" }
 
+// TableKeys lists a table's live keys in ascending order: the order of
+// its keys and rows in a model file. It holds 8 bytes a row; the rows
+// stay in the table.
+func TableKeys(t *dyntable.Table) ([]int64, error) {
+	c, err := t.Cut(dyntable.Export)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Abort() // after Commit it does nothing
+	keys := make([]int64, 0, t.Stats().Live)
+	if err := c.Each(func(b *dyntable.Batch) error {
+		keys = append(keys, b.Keys...)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.Commit(); err != nil {
+		return nil, err
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// tableChunk is the rows TableEntries reads from a table and writes at a
+// time: about 1 MiB of values.
+func tableChunk(dim int) int { return max(1, (1<<20)/(4*max(dim, 1))) }
+
+// TableEntries are dynamic table name's two tensors of a model file, its
+// keys (int64 [n], ascending) and their values (float32 [n, dim]), written
+// as the file is: the rows are read from the table a chunk at a time
+// (Table.Read), so saving a table takes its keys' 8 bytes a row and one
+// chunk beside it, not a copy of the rows (TestTableEntriesStreamTheRows).
+// Nothing may change the table until the file is written.
+func TableEntries(name string, t *dyntable.Table) ([]modelfile.Entry, error) {
+	keys, err := TableKeys(t)
+	if err != nil {
+		return nil, err
+	}
+	dim := t.Config().Dim
+	return []modelfile.Entry{
+		{Name: KeysName(name), DType: tensor.I64, Shape: []int{len(keys)}, Write: func(w io.Writer) error {
+			per := tableChunk(2) // 8 bytes a key
+			for lo := 0; lo < len(keys); lo += per {
+				if _, err := w.Write(tensor.I64Bytes(keys[lo:min(lo+per, len(keys))])); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{Name: name, DType: tensor.F32, Shape: []int{len(keys), dim}, Write: func(w io.Writer) error {
+			per := tableChunk(dim)
+			buf := make([]float32, per*dim)
+			for lo := 0; lo < len(keys); lo += per {
+				hi := min(lo+per, len(keys))
+				out := buf[:(hi-lo)*dim]
+				if err := t.Read(keys[lo:hi], out); err != nil {
+					return fmt.Errorf("dynamic table %s: %w", name, err)
+				}
+				if _, err := w.Write(tensor.F32Bytes(out)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}, nil
+}
+
 // TableTensors exports a table's live rows as a model file holds them:
 // its keys (int64 [n], ascending) and their values (float32 [n, dim]).
 func TableTensors(t *dyntable.Table) (keys, rows *tensor.Tensor, err error) {
-	dim := t.Config().Dim
-	c, err := t.Cut(dyntable.Export)
+	ks, err := TableKeys(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer c.Abort() // after Commit it does nothing
-	var ks []int64
-	var vs []float32
-	if err := c.Each(func(b *dyntable.Batch) error {
-		ks = append(ks, b.Keys...)
-		vs = append(vs, b.Values...)
-		return nil
-	}); err != nil {
-		return nil, nil, err
-	}
-	if err := c.Commit(); err != nil {
-		return nil, nil, err
-	}
-	order := make([]int, len(ks))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return ks[order[a]] < ks[order[b]] })
+	dim := t.Config().Dim
 	keys = tensor.New(tensor.I64, tensor.Shape{len(ks)})
+	copy(keys.L, ks)
 	rows = tensor.New(tensor.F32, tensor.Shape{len(ks), dim})
-	for i, j := range order {
-		keys.L[i] = ks[j]
-		copy(rows.F[i*dim:(i+1)*dim], vs[j*dim:(j+1)*dim])
+	if err := t.Read(ks, rows.F); err != nil {
+		return nil, nil, err
 	}
 	return keys, rows, nil
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -107,22 +107,10 @@ func (s *dynShardServer) export() error {
 	}
 	s.part.cuts.Lock() // a checkpoint of the last step may still be writing
 	defer s.part.cuts.Unlock()
-	c, err := s.t.Cut(dyntable.Export)
+	keys, err := program.TableKeys(s.t)
 	if err != nil {
 		return err
 	}
-	defer c.Abort() // after Commit it does nothing
-	keys := make([]int64, 0, s.t.Stats().Live)
-	if err := c.Each(func(b *dyntable.Batch) error {
-		keys = append(keys, b.Keys...)
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := c.Commit(); err != nil {
-		return err
-	}
-	slices.Sort(keys)
 	s.keys, s.done = keys, true
 	return nil
 }

@@ -249,6 +249,14 @@ func F32Bytes(x []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
 
+// I64Bytes returns x's memory as bytes, without copying.
+func I64Bytes(x []int64) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 8*len(x))
+}
+
 // F32View returns b's memory as float32s, without copying (len(b)/4 of them).
 func F32View(b []byte) []float32 {
 	if len(b) < 4 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl/ir"
@@ -16,19 +17,21 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// saveTables adds each dynamic table's keys and rows to params, as a
-// model file holds them (program.TableTensors), and returns names with
-// the keys' tensors added.
-func saveTables(p *program.Program, params program.Scope, names []string) ([]string, error) {
+// tableEntries are the program's dynamic tables as a model file holds
+// them, each its keys and rows, streamed from the table while the file is
+// written (program.TableEntries: no copy of the rows); names loses the
+// tables' own names, whose tensors the entries write.
+func tableEntries(p *program.Program, names []string) ([]string, []modelfile.Entry, error) {
+	var more []modelfile.Entry
 	for _, dt := range p.Lowered {
-		keys, rows, err := program.TableTensors(p.Tables[dt.Name])
+		es, err := program.TableEntries(dt.Name, p.Tables[dt.Name])
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dt.Name, err)
+			return nil, nil, fmt.Errorf("%s: %w", dt.Name, err)
 		}
-		params[dt.Name], params[program.KeysName(dt.Name)] = rows, keys
-		names = append(names, program.KeysName(dt.Name))
+		more = append(more, es...)
+		names = slices.DeleteFunc(names, func(n string) bool { return n == dt.Name })
 	}
-	return names, nil
+	return names, more, nil
 }
 
 // saveChains cuts each dynamic table into its chain at step, before the

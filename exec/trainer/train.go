@@ -536,11 +536,11 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		names = append(names, opt.Params...)
 	}
 	if opt.Save != "" {
-		var err error
-		if names, err = saveTables(r.prog, params, names); err != nil {
+		names, local, err := tableEntries(r.prog, names)
+		if err != nil {
 			return nil, err
 		}
-		if err := r.save(names, params); err != nil {
+		if err := r.save(names, params, local); err != nil {
 			return nil, err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved parameters")
@@ -617,19 +617,20 @@ func (r *run) finish(sum *Summary) error {
 	return nil
 }
 
-// save writes the named parameters to --save; in a job with tables (only
-// trainer 0 saves there) with every table whole, pulled from the pservers
-// as of the job's end while the file is written.
-func (r *run) save(names []string, params program.Scope) error {
+// save writes the named parameters and the program's own dynamic tables
+// (local) to --save; in a job with tables (only trainer 0 saves there)
+// with every table whole, pulled from the pservers as of the job's end
+// while the file is written.
+func (r *run) save(names []string, params program.Scope, local []modelfile.Entry) error {
 	g, opt := r.g, r.opt
 	if !r.tables || opt.TrainerIndex != 0 {
-		return modelfile.SaveModel(opt.Save, g.Name, names, params, r.norm)
+		return modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, local)
 	}
 	tables, err := tablesOf(g, r.batch)
 	if err != nil {
 		return err
 	}
-	var more []modelfile.Entry
+	more := local
 	var bytes int64
 	for _, t := range tables {
 		if t.dynamic {
