@@ -161,7 +161,7 @@ func TableKeys(t *dyntable.Table) ([]int64, error) {
 
 // tableChunk is the rows TableEntries reads from a table and writes at a
 // time: about 1 MiB of values.
-func tableChunk(dim int) int { return max(1, (1<<20)/(4*max(dim, 1))) }
+func tableChunk(dim int) int { return max(1, (1<<20)/(4*dim)) }
 
 // TableEntries are dynamic table name's two tensors of a model file, its
 // keys (int64 [n], ascending) and their values (float32 [n, dim]), written
@@ -177,13 +177,8 @@ func TableEntries(name string, t *dyntable.Table) ([]modelfile.Entry, error) {
 	dim := t.Config().Dim
 	return []modelfile.Entry{
 		{Name: KeysName(name), DType: tensor.I64, Shape: []int{len(keys)}, Write: func(w io.Writer) error {
-			per := tableChunk(2) // 8 bytes a key
-			for lo := 0; lo < len(keys); lo += per {
-				if _, err := w.Write(tensor.I64Bytes(keys[lo:min(lo+per, len(keys))])); err != nil {
-					return err
-				}
-			}
-			return nil
+			_, err := w.Write(tensor.I64Bytes(keys))
+			return err
 		}},
 		{Name: name, DType: tensor.F32, Shape: []int{len(keys), dim}, Write: func(w io.Writer) error {
 			per := tableChunk(dim)
@@ -201,23 +196,6 @@ func TableEntries(name string, t *dyntable.Table) ([]modelfile.Entry, error) {
 			return nil
 		}},
 	}, nil
-}
-
-// TableTensors exports a table's live rows as a model file holds them:
-// its keys (int64 [n], ascending) and their values (float32 [n, dim]).
-func TableTensors(t *dyntable.Table) (keys, rows *tensor.Tensor, err error) {
-	ks, err := TableKeys(t)
-	if err != nil {
-		return nil, nil, err
-	}
-	dim := t.Config().Dim
-	keys = tensor.New(tensor.I64, tensor.Shape{len(ks)})
-	copy(keys.L, ks)
-	rows = tensor.New(tensor.F32, tensor.Shape{len(ks), dim})
-	if err := t.Read(ks, rows.F); err != nil {
-		return nil, nil, err
-	}
-	return keys, rows, nil
 }
 
 // checkTableTensors checks a model file's keys and rows of dynamic table

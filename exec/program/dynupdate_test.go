@@ -140,11 +140,11 @@ func TestDynUpdateFusedIsBitwiseUnfused(t *testing.T) {
 					t.Errorf("a fused step allocates %v times", a)
 				}
 			}
-			fk, fr, err := TableTensors(fused.Tables["emb"])
+			fk, fr, err := tableTensors(fused.Tables["emb"])
 			if err != nil {
 				t.Fatal(err)
 			}
-			pk, pr, err := TableTensors(plain.Tables["emb"])
+			pk, pr, err := tableTensors(plain.Tables["emb"])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // A dynamic table's tensors in a model file are written from the table as
@@ -88,4 +89,22 @@ func TestTableEntriesStreamTheRows(t *testing.T) {
 			t.Fatalf("row %d of the file (key %d) is %v, want %v", i, k, gotRows.F[i*dim:(i+1)*dim], want[j*dim:(j+1)*dim])
 		}
 	}
+}
+
+// tableTensors is a table's live rows as a model file holds them, whole
+// in memory (the tests compare two tables by them): its keys (int64 [n],
+// ascending) and their values (float32 [n, dim]).
+func tableTensors(t *dyntable.Table) (keys, rows *tensor.Tensor, err error) {
+	ks, err := TableKeys(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	dim := t.Config().Dim
+	keys = tensor.New(tensor.I64, tensor.Shape{len(ks)})
+	copy(keys.L, ks)
+	rows = tensor.New(tensor.F32, tensor.Shape{len(ks), dim})
+	if err := t.Read(ks, rows.F); err != nil {
+		return nil, nil, err
+	}
+	return keys, rows, nil
 }
