@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -328,5 +329,44 @@ func TestTrainStopsWhenAChildFails(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "pserver-") || !strings.Contains(r.stderr, "does-not-exist.safetensors") {
 		t.Errorf("stderr does not name the failed pserver and its error:\n%s", r.stderr)
+	}
+}
+
+// train connects its nodes over Unix-domain sockets unless --tcp: the plan
+// records the endpoints it chose, and a sync job trains bitwise the same
+// parameters over either (the transport moves bytes, never changes them).
+func TestTrainOverUnixSocketsEqualsTCP(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("train uses TCP on Windows")
+	}
+	saved := map[string][]byte{}
+	for _, net := range []string{"unix", "tcp"} {
+		dir := t.TempDir()
+		args := []string{"train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--steps", "60",
+			"--plan-dir", filepath.Join(dir, "plan"), "--save", filepath.Join(dir, "out.safetensors")}
+		if net == "tcp" {
+			args = append(args, "--tcp")
+		}
+		r := psgraph(t, args...)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", net, r.code, r.stderr)
+		}
+		p, err := partition.ReadPlan(filepath.Join(dir, "plan"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range p.Info.Endpoints {
+			if isUnix := strings.HasPrefix(ep, "unix:"); isUnix != (net == "unix") {
+				t.Errorf("train over %s recorded endpoint %q", net, ep)
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "out.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[net] = b
+	}
+	if !bytes.Equal(saved["unix"], saved["tcp"]) {
+		t.Fatalf("the job trained different parameters over Unix sockets (%d bytes) and TCP (%d bytes)", len(saved["unix"]), len(saved["tcp"]))
 	}
 }

@@ -77,8 +77,8 @@ func (n *netFlags) add(c *cobra.Command) {
 	f := c.Flags()
 	f.IntVar(&n.index, "index", -1, "this node's index among its role (env PSGRAPH_INDEX)")
 	f.StringVar(&n.plan, "plan", "", "the directory 'psgraph split' wrote (env PSGRAPH_PLAN)")
-	f.StringVar(&n.listen, "listen", "", "pserver: host:port to listen on (env PSGRAPH_LISTEN; default: the plan's endpoint)")
-	f.StringVar(&n.pservers, "pserver-endpoints", "", "trainer: host:port of every pserver, comma-separated (env PSGRAPH_PSERVERS; default: the plan's endpoints)")
+	f.StringVar(&n.listen, "listen", "", "pserver: host:port (or unix:PATH, a Unix-domain socket) to listen on (env PSGRAPH_LISTEN; default: the plan's endpoint)")
+	f.StringVar(&n.pservers, "pserver-endpoints", "", "trainer: host:port (or unix:PATH) of every pserver, comma-separated (env PSGRAPH_PSERVERS; default: the plan's endpoints)")
 	// --pservers is the pserver count in split and train; run took it as
 	// the address list before, and still does, with a warning.
 	f.StringVar(&n.pservers, "pservers", "", "")

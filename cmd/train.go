@@ -24,6 +24,7 @@ type trainOptions struct {
 	log      logFlags
 	ck       checkpointFlags
 	final    bool // --final-pass
+	tcp      bool // --tcp
 }
 
 func newTrainCmd() *cobra.Command {
@@ -31,11 +32,13 @@ func newTrainCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "train MODEL.yaml --trainers N --pservers M",
 		Short: "Run a whole distributed job on this machine",
-		Long: `Train splits the model, picks free loopback ports, starts every pserver
-and trainer as a child process of this binary, prefixes their log lines
-with the role, and prints trainer 0's JSON summary last. If a child fails
-the others are stopped and train exits non-zero with that child's error;
-Ctrl-C stops them all. The children share a freshly generated token.`,
+		Long: `Train splits the model, gives each pserver a Unix-domain socket in a
+private temporary directory (free loopback TCP ports with --tcp), starts
+every pserver and trainer as a child process of this binary, prefixes
+their log lines with the role, and prints trainer 0's JSON summary last.
+If a child fails the others are stopped and train exits non-zero with that
+child's error; Ctrl-C stops them all. The children share a freshly
+generated token.`,
 		Example: `  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2
   psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2 --mode async --save digits.safetensors`,
 		Args: exactArgs(1, "one model file"),
@@ -49,6 +52,7 @@ Ctrl-C stops them all. The children share a freshly generated token.`,
 	f.StringVar(&o.save, "save", "", "write the final parameters to a safetensors file (trainer 0)")
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one)")
+	f.BoolVar(&o.tcp, "tcp", false, "connect the nodes over loopback TCP ports instead of Unix-domain sockets (the path a job across machines takes)")
 	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
 	o.ck.add(c, false)
@@ -86,10 +90,11 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if !g.HasOptimizer() { // generated backward ops, no optimizer
 		return dsl.Errorf(g.Train.Pos, "train splits the model, and split needs its train.optimizer; this model holds generated backward ops instead (a subgraph?): run it with psgraph run")
 	}
-	addrs, err := launch.FreePorts(opt.PServers)
+	addrs, cleanup, err := o.endpoints(opt.PServers)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	opt.Endpoints = addrs
 	opt.SourceSHA256 = sum
 	plan, err := partition.Split(g, opt)
@@ -131,4 +136,23 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", res.PeakRSSLine(children))
 	fmt.Fprintln(c.OutOrStdout(), string(res.LastLine("trainer-0")))
 	return nil
+}
+
+// endpoints are the pservers' addresses: Unix-domain sockets in a private
+// temporary directory, which move a byte for about half the CPU of
+// loopback TCP (transport.BenchmarkLoopbackBytes), or with --tcp (or where
+// a socket path would be too long) free loopback ports.
+func (o *trainOptions) endpoints(n int) ([]string, func(), error) {
+	if !o.tcp && runtime.GOOS != "windows" {
+		dir, err := os.MkdirTemp("", "psgraph-sock-")
+		if err != nil {
+			return nil, nil, err
+		}
+		if addrs := launch.SocketPaths(dir, n); addrs != nil {
+			return addrs, func() { os.RemoveAll(dir) }, nil
+		}
+		os.RemoveAll(dir)
+	}
+	addrs, err := launch.FreePorts(n)
+	return addrs, func() {}, err
 }

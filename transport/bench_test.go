@@ -127,12 +127,22 @@ func BenchmarkRoundTrip64B(b *testing.B) {
 // ends run in this process), the figure the transport's per-message
 // overhead shows in.
 func BenchmarkStepBurst(b *testing.B) {
-	b.Run("small", func(b *testing.B) { stepBurst(b, 64, 4<<10, 4<<10) })
-	b.Run("mixed", func(b *testing.B) { stepBurst(b, 64, 4<<10, 512<<10) })
+	b.Run("small", func(b *testing.B) { stepBurst(b, nil, 64, 4<<10, 4<<10) })
+	b.Run("mixed", func(b *testing.B) { stepBurst(b, nil, 64, 4<<10, 512<<10) })
 }
 
-func stepBurst(b *testing.B, n, small, large int) {
-	m, _ := tcpJob(b, nil, Trainer(0), PServer(0))
+// BenchmarkDenseStep is a dense model's step between one trainer and one
+// pserver (DLRM's half of a 2x2 job: 1.1 MB of gradients up in 6
+// messages, as many parameters down), over loopback TCP and over a Unix
+// socket, the transport of `psgraph train` (addr.go). It reports the
+// process's CPU time per MB moved (both ends run in this process).
+func BenchmarkDenseStep(b *testing.B) {
+	b.Run("tcp", func(b *testing.B) { stepBurst(b, nil, 4, 64<<10, 448<<10) })
+	b.Run("unix", func(b *testing.B) { stepBurst(b, onUnix(b), 4, 64<<10, 448<<10) })
+}
+
+func stepBurst(b *testing.B, tweak func(*Config), n, small, large int) {
+	m, _ := tcpJob(b, tweak, Trainer(0), PServer(0))
 	ps, tr := m[PServer(0)], m[Trainer(0)]
 	names := make([]string, n+2)
 	for i := range names {
@@ -199,4 +209,5 @@ func stepBurst(b *testing.B, n, small, large int) {
 	cpu := processCPU() - cpu0
 	must(b, <-errc)
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(2*len(names))/1e3, "cpu-us/msg")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/(float64(2*(n*small+2*large))/1e6)/1e3, "cpu-us/MB")
 }

@@ -23,7 +23,8 @@ import (
 type Config struct {
 	// Self is this node's id.
 	Self NodeID
-	// Listen is the address a pserver listens on ("127.0.0.1:0" picks a port).
+	// Listen is the address a pserver listens on ("127.0.0.1:0" picks a
+	// port; "unix:PATH" is a Unix-domain socket, addr.go).
 	Listen string
 	// Peers are the nodes this one talks to. For Dial (trainers): pserver
 	// id -> address. For Listen (pservers): the trainer ids it expects
@@ -213,29 +214,16 @@ func Listen(ctx context.Context, cfg Config) (*TCP, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(t.cfg.Token) == 0 && !t.cfg.Insecure && !loopback(t.cfg.Listen) {
+	if len(t.cfg.Token) == 0 && !t.cfg.Insecure && !local(t.cfg.Listen) {
 		return nil, fmt.Errorf("%w: %s (set Config.Token, or Config.Insecure)", ErrNoToken, t.cfg.Listen)
 	}
-	var lc net.ListenConfig
-	t.ln, err = lc.Listen(ctx, "tcp", t.cfg.Listen)
+	t.ln, err = listen(ctx, t.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
 	return t, nil
-}
-
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Dial starts a trainer endpoint: it connects to every pserver in

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -46,6 +48,9 @@ func tcpJob(t testing.TB, tweak func(*Config), ids ...NodeID) (map[NodeID]*TCP, 
 		}
 		m[ps] = e
 		addrs[ps] = e.Addr().String()
+		if strings.HasPrefix(cfg.Listen, UnixPrefix) {
+			addrs[ps] = cfg.Listen
+		}
 	}
 	for _, tr := range trainers {
 		cfg := Config{Self: tr, Peers: addrs, Token: []byte("s3cret"), JobHash: "job", OnError: log.add, ConnectTimeout: 5 * time.Second}
@@ -78,6 +83,43 @@ func tcpFactory(t *testing.T, ids ...NodeID) (map[NodeID]Endpoint, *errLog) {
 }
 
 func TestTCPConformance(t *testing.T) { conformance(t, tcpFactory) }
+
+// onUnix is a tcpJob tweak: the pservers listen on Unix-domain sockets in
+// a fresh directory (a short path: a socket's path has at most 104 bytes).
+func onUnix(t testing.TB) func(*Config) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "psgraph-unix-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return func(c *Config) {
+		if c.Listen != "" {
+			c.Listen = UnixPrefix + filepath.Join(dir, c.Self.String()+".sock")
+		}
+	}
+}
+
+// The same suite with every pserver on a Unix-domain socket, the
+// transport of `psgraph train` (addr.go).
+func TestUnixConformance(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("psgraph train uses TCP on Windows")
+	}
+	conformance(t, func(t *testing.T, ids ...NodeID) (map[NodeID]Endpoint, *errLog) {
+		m, log := tcpJob(t, onUnix(t), ids...)
+		eps := map[NodeID]Endpoint{}
+		for id, e := range m {
+			eps[id] = e
+			if id.Role == ir.PServerRole {
+				if a := e.Addr(); a == nil || a.Network() != "unix" {
+					t.Fatalf("%s listens on %v, want a Unix socket", id, a)
+				}
+			}
+		}
+		return eps, log
+	})
+}
 
 // waitFor polls a condition (no fixed sleep stands in for it).
 func waitFor(t testing.TB, what string, cond func() bool) {

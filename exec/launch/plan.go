@@ -168,6 +168,21 @@ func FreePorts(n int) ([]string, error) {
 	return out, nil
 }
 
+// SocketPaths are n Unix-domain socket endpoints in dir, one per pserver
+// ("unix:DIR/ps-0.sock", transport.UnixPrefix), or nil when a path would
+// pass the 104 bytes every Unix allows a socket's path.
+func SocketPaths(dir string, n int) []string {
+	var out []string
+	for i := 0; i < n; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("ps-%d.sock", i))
+		if len(p) >= 104 {
+			return nil
+		}
+		out = append(out, transport.UnixPrefix+p)
+	}
+	return out
+}
+
 // NewToken is a fresh random 256-bit job token, hex-encoded.
 func NewToken() (string, error) {
 	b := make([]byte, 32)
