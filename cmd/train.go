@@ -38,7 +38,9 @@ every pserver and trainer as a child process of this binary, prefixes
 their log lines with the role, and prints trainer 0's JSON summary last.
 If a child fails the others are stopped and train exits non-zero with that
 child's error; Ctrl-C stops them all. The children share a freshly
-generated token.`,
+generated token, a share of the cores (GOMAXPROCS) and a GODEBUG that
+keeps the Go runtime's sysmon from parking at every idle moment of a
+step (docs/performance.md).`,
 		Example: `  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2
   psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2 --mode async --save digits.safetensors`,
 		Args: exactArgs(1, "one model file"),
@@ -121,7 +123,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	_, maxprocsSet := os.LookupEnv("GOMAXPROCS")
 	lo := launch.PlanOptions{
 		Dir: dir, Endpoints: addrs, Trainers: opt.Trainers, Token: token,
-		NumCPU: runtime.NumCPU(), GOMAXPROCSSet: maxprocsSet,
+		NumCPU: runtime.NumCPU(), GOMAXPROCSSet: maxprocsSet, GODEBUG: os.Getenv("GODEBUG"),
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
 		LogFormat: o.log.format, LogLevel: o.log.level, LogEvery: o.log.every,
 		FinalPass:     finalPassArg(c),

@@ -23,6 +23,9 @@ type Child struct {
 	Name string   // "pserver-0", "trainer-1": the log prefix
 	Args []string // arguments to the binary
 	Env  []string // extra environment (KEY=value)
+	// DropSchedTrace drops the Go runtime's "SCHED" lines from the
+	// child's stderr: the rare trace of SysmonNoPark's schedtrace period.
+	DropSchedTrace bool
 }
 
 // Options configures a launch.
@@ -92,7 +95,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 		c.SysProcAttr = childAttr()
 		outs[i] = &bytes.Buffer{}
 		c.Stdout = outs[i]
-		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu}
+		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu, dropSched: ch.DropSchedTrace}
 		c.Stderr = pw
 		if err := c.Start(); err != nil {
 			signalAll(procs[:i], syscall.SIGKILL)
@@ -171,6 +174,8 @@ type prefixWriter struct {
 	mu      *sync.Mutex
 	partial []byte
 	lastErr string
+	// dropSched: lines of the runtime's scheduler trace are not copied.
+	dropSched bool
 }
 
 func (w *prefixWriter) Write(p []byte) (int, error) {
@@ -187,6 +192,9 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 }
 
 func (w *prefixWriter) line(l string) {
+	if w.dropSched && strings.HasPrefix(l, "SCHED ") {
+		return
+	}
 	if strings.HasPrefix(l, "psgraph: ") {
 		w.lastErr = strings.TrimPrefix(l, "psgraph: ")
 	}

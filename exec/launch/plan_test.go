@@ -3,6 +3,7 @@ package launch
 import (
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
@@ -13,7 +14,7 @@ import (
 // Plan's children of `psgraph train`: pservers first, each with the
 // arguments of its `psgraph run` and the job's token and GOMAXPROCS.
 func TestPlan(t *testing.T) {
-	token := "PSGRAPH_TOKEN=t0k3n"
+	token, nopark := "PSGRAPH_TOKEN=t0k3n", "GODEBUG="+SysmonNoPark
 	cases := []struct {
 		name string
 		opt  PlanOptions
@@ -23,8 +24,8 @@ func TestPlan(t *testing.T) {
 			name: "1x1",
 			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"127.0.0.1:7000"}, Trainers: 1, Token: "t0k3n", NumCPU: 2, LogFormat: "console"},
 			want: []Child{
-				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
 			},
 		},
 		{
@@ -32,20 +33,20 @@ func TestPlan(t *testing.T) {
 			opt: PlanOptions{Dir: "plan", Endpoints: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Trainers: 2, Token: "t0k3n", NumCPU: 8,
 				Steps: 300, Batch: 32, InitFrom: "init.safetensors", Save: "out.safetensors", Metrics: "run.jsonl", LogFormat: "json", LogLevel: "debug", LogEvery: 50, FinalPass: "true"},
 			want: []Child{
-				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
-				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--save", "out.safetensors", "--metrics", "run.jsonl", "--final-pass=true"}, Env: []string{token, "GOMAXPROCS=2"}},
-				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--metrics", "run.trainer-1.jsonl", "--final-pass=true"}, Env: []string{token, "GOMAXPROCS=2"}},
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "127.0.0.1:7000", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2", nopark}, DropSchedTrace: true},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=2", nopark}, DropSchedTrace: true},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--save", "out.safetensors", "--metrics", "run.jsonl", "--final-pass=true"}, Env: []string{token, "GOMAXPROCS=2", nopark}, DropSchedTrace: true},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "127.0.0.1:7000,127.0.0.1:7001", "--plan", "plan", "--log-format", "json", "--log-level", "debug", "--log-every", "50", "--steps", "300", "--batch", "32", "--metrics", "run.trainer-1.jsonl", "--final-pass=true"}, Env: []string{token, "GOMAXPROCS=2", nopark}, DropSchedTrace: true},
 			},
 		},
 		{
 			name: "2x2 with a fresh checkpoint-dir",
 			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 2, Token: "t0k3n", NumCPU: 2, LogFormat: "console", CheckpointDir: "ck", CheckpointEvery: 50},
 			want: []Child{
-				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
 			},
 		},
 		{
@@ -53,19 +54,19 @@ func TestPlan(t *testing.T) {
 			opt: PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 2, Token: "t0k3n", NumCPU: 16, GOMAXPROCSSet: true, LogFormat: "console",
 				CheckpointDir: "ck", CheckpointEvery: 50, Resume: 100, Steps: 200},
 			want: []Child{
-				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token}},
-				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
-				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token}},
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token, nopark}, DropSchedTrace: true},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token, nopark}, DropSchedTrace: true},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token, nopark}, DropSchedTrace: true},
+				{Name: "trainer-1", Args: []string{"run", "--role", "trainer", "--index", "1", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--steps", "200", "--start-step", "100"}, Env: []string{token, nopark}, DropSchedTrace: true},
 			},
 		},
 		{
 			name: "1x2 with save: trainer 0 saves the whole model (tables pulled from the pservers)",
 			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 1, Token: "t0k3n", NumCPU: 3, LogFormat: "console", Save: "out.safetensors"},
 			want: []Child{
-				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1"}},
-				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--save", "out.safetensors"}, Env: []string{token, "GOMAXPROCS=1"}},
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "pserver-1", Args: []string{"run", "--role", "pserver", "--index", "1", "--listen", "b:2", "--plan", "plan", "--log-format", "console"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1,b:2", "--plan", "plan", "--log-format", "console", "--save", "out.safetensors"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
 			},
 		},
 	}
@@ -76,6 +77,53 @@ func TestPlan(t *testing.T) {
 				t.Errorf("Plan:\n%s\nwant:\n%s", show(got), show(c.want))
 			}
 		})
+	}
+}
+
+// train's children keep the GODEBUG they inherit, with sysmon kept from
+// parking unless the user traces the scheduler (then no line is dropped).
+func TestChildGODEBUG(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		quiet    bool
+	}{
+		{"", SysmonNoPark, true},
+		{"madvdontneed=1", "madvdontneed=1," + SysmonNoPark, true},
+		{"gctrace=1,schedtrace=1000", "gctrace=1,schedtrace=1000", false},
+		{"schedtrace=500", "schedtrace=500", false},
+	} {
+		got, quiet := ChildGODEBUG(c.in)
+		if got != c.want || quiet != c.quiet {
+			t.Errorf("ChildGODEBUG(%q) = %q, %v; want %q, %v", c.in, got, quiet, c.want, c.quiet)
+		}
+	}
+	kids := Plan(PlanOptions{Dir: "plan", Endpoints: []string{"a:1"}, Trainers: 1, Token: "t", NumCPU: 2, GODEBUG: "schedtrace=1000"})
+	for _, k := range kids {
+		if k.DropSchedTrace || strings.Contains(strings.Join(k.Env, " "), "GODEBUG") {
+			t.Errorf("%s with the user's own schedtrace: env %v, DropSchedTrace %v; want neither", k.Name, k.Env, k.DropSchedTrace)
+		}
+	}
+}
+
+// The runtime's scheduler-trace lines are dropped from a child's log when
+// asked; every other line, one that merely mentions SCHED included, is
+// copied with the child's prefix.
+func TestPrefixWriterDropsSchedTrace(t *testing.T) {
+	for _, drop := range []bool{true, false} {
+		var out strings.Builder
+		var mu sync.Mutex
+		w := &prefixWriter{name: "pserver-0", out: &out, mu: &mu, dropSched: drop}
+		w.Write([]byte("SCHED 0ms: gomaxprocs=1 idleprocs=1 threads=4\nready SCHED\npsgraph: boom\n"))
+		want := "pserver-0 | ready SCHED\npserver-0 | psgraph: boom\n"
+		if !drop {
+			want = "pserver-0 | SCHED 0ms: gomaxprocs=1 idleprocs=1 threads=4\n" + want
+		}
+		if out.String() != want {
+			t.Errorf("dropSched %v: log\n%s\nwant\n%s", drop, out.String(), want)
+		}
+		if w.lastErr != "boom" {
+			t.Errorf("last error %q, want boom", w.lastErr)
+		}
 	}
 }
 
