@@ -141,9 +141,9 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 }
 
 // endpoints are the pservers' addresses: Unix-domain sockets in a private
-// temporary directory, which move a byte for about half the CPU of
-// loopback TCP (transport.BenchmarkLoopbackBytes), or with --tcp (or where
-// a socket path would be too long) free loopback ports.
+// temporary directory, which move a dense step's bytes for less CPU than
+// loopback TCP (transport.BenchmarkDenseStep; docs/wire.md), or with --tcp
+// (or where a socket path would be too long) free loopback ports.
 func (o *trainOptions) endpoints(n int) ([]string, func(), error) {
 	if !o.tcp && runtime.GOOS != "windows" {
 		dir, err := os.MkdirTemp("", "psgraph-sock-")
