@@ -53,7 +53,7 @@ step (docs/performance.md).`,
 	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file (read by the pservers)")
 	f.StringVar(&o.save, "save", "", "write the final parameters to a safetensors file (trainer 0)")
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
-	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one)")
+	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one); its endpoints are this run's sockets, removed at the end (with --tcp, loopback ports)")
 	f.BoolVar(&o.tcp, "tcp", false, "connect the nodes over loopback TCP ports instead of Unix-domain sockets (the path a job across machines takes)")
 	addFinalPassFlag(c, &o.final)
 	o.log.add(c)

@@ -47,7 +47,10 @@ func local(addr string) bool {
 
 // listen listens on addr. A Unix socket file left by a process that died
 // without closing its listener (a SIGKILLed pserver) is removed first, once
-// a dial to it is refused; a live listener's file is left alone.
+// a dial to it is refused; a live listener's file is left alone. (Two
+// processes started at one path at the same instant could still race:
+// one that has bound but not yet listened also refuses dials. Each
+// pserver of a job has its own path.)
 func listen(ctx context.Context, addr string) (net.Listener, error) {
 	network, address := splitAddr(addr)
 	var lc net.ListenConfig
@@ -56,7 +59,10 @@ func listen(ctx context.Context, addr string) (net.Listener, error) {
 		return ln, err
 	}
 	fi, serr := os.Lstat(address)
-	if serr != nil || fi.Mode()&os.ModeSocket == 0 {
+	if serr != nil {
+		return nil, fmt.Errorf("%w (%v)", err, serr)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("%w (%s exists and is not a socket)", err, address)
 	}
 	var d net.Dialer

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -88,5 +89,19 @@ func TestUnixListenAfterAStaleSocket(t *testing.T) {
 	}
 	if b, err := os.ReadFile(plain); err != nil || string(b) != "keep me" {
 		t.Fatalf("the regular file was touched: %q, %v", b, err)
+	}
+}
+
+// TLS needs a host name to verify, which a Unix socket has not: a TLS
+// endpoint on one is refused up front, on both sides, saying what to do.
+func TestTLSOnAUnixSocketIsRefused(t *testing.T) {
+	cfg := &tls.Config{ServerName: "ps-0"}
+	_, err := Listen(context.Background(), Config{Self: PServer(0), Listen: "unix:/tmp/ps-0.sock", Token: []byte("t"), TLS: cfg, Peers: map[NodeID]string{Trainer(0): ""}})
+	if err == nil || !strings.Contains(err.Error(), "TLS on the Unix socket unix:/tmp/ps-0.sock") {
+		t.Errorf("Listen with TLS on a Unix socket: %v", err)
+	}
+	_, err = Dial(context.Background(), Config{Self: Trainer(0), Token: []byte("t"), TLS: cfg, Peers: map[NodeID]string{PServer(0): "unix:/tmp/ps-0.sock"}})
+	if err == nil || !strings.Contains(err.Error(), "use a TCP address for TLS") {
+		t.Errorf("Dial with TLS to a Unix socket: %v", err)
 	}
 }

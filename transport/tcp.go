@@ -191,6 +191,17 @@ func newTCP(cfg Config) (*TCP, error) {
 	}
 	t := &TCP{cfg: cfg, job: jobHash(cfg.JobHash), peers: map[NodeID]*peer{},
 		closing: make(chan struct{}), hs: map[net.Conn]struct{}{}, lostCh: make(chan struct{}), inc: newIncarnation()}
+	if cfg.TLS != nil {
+		addrs := []string{cfg.Listen}
+		for _, a := range cfg.Peers {
+			addrs = append(addrs, a)
+		}
+		for _, addr := range addrs {
+			if network, _ := splitAddr(addr); network == "unix" {
+				return nil, fmt.Errorf("transport: TLS on the Unix socket %s: only this host's processes reach it, and TLS needs a host name to verify; use a TCP address for TLS, or the socket without it", addr)
+			}
+		}
+	}
 	var ids []NodeID
 	for id, addr := range cfg.Peers {
 		if !id.Valid() || id.Index < 0 || len(id.String()) > maxName {

@@ -230,7 +230,18 @@ func TestPServerRestartDynamicInmem(t *testing.T) {
 				sameBytes(t, plain, r.saved[0]) // nothing lost: the same keys, rows and dense parameters
 				return
 			}
-			lp, lr, tol := evalModel(t, g, plain), evalModel(t, g, r.saved[0]), 1.1
+			// Unstaged, the restarted shard resumes from its checkpoint while
+			// the job went on: the steps in between are lost for its keys,
+			// how many depends on when the kill lands (0 to 21 seen). Each
+			// costs the final loss ~0.5% (0 lost: 0.0368, as undisturbed;
+			// 11: 0.0390; 13: 0.0398; 21: 0.0412), so the bound allows 1% a
+			// lost step on top of 10%; a restart that lost more than 50
+			// steps fails by itself.
+			lost := int(r.second.First - r.killedAt)
+			if lost > 50 {
+				t.Errorf("the restarted pserver resumed %d steps after its checkpoint %d (at %d): want at most 50", lost, r.killedAt, r.second.First)
+			}
+			lp, lr, tol := evalModel(t, g, plain), evalModel(t, g, r.saved[0]), 1.1+0.01*float64(max(lost, 0))
 			if c.async {
 				// An async job's loss on this file (labels that are coin
 				// flips, memorized over 16 passes) varies from run to run:
@@ -246,7 +257,7 @@ func TestPServerRestartDynamicInmem(t *testing.T) {
 					lp = max(lp, evalModel(t, g, ref))
 				}
 			}
-			t.Logf("loss %.4f undisturbed (async: the worst of five), %.4f with the restart", lp, lr)
+			t.Logf("loss %.4f undisturbed (async: the worst of five), %.4f with the restart, %d steps lost", lp, lr, lost)
 			if lr > tol*lp {
 				t.Errorf("loss %.4f after the restart, %.4f undisturbed (x%.2f allowed)", lr, lp, tol)
 			}

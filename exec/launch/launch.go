@@ -23,8 +23,10 @@ type Child struct {
 	Name string   // "pserver-0", "trainer-1": the log prefix
 	Args []string // arguments to the binary
 	Env  []string // extra environment (KEY=value)
-	// DropSchedTrace drops the Go runtime's "SCHED" lines from the
-	// child's stderr: the rare trace of SysmonNoPark's schedtrace period.
+	// DropSchedTrace drops the Go runtime's scheduler traces from the
+	// child's stderr: the rare "SCHED" line of SysmonNoPark's schedtrace
+	// period, and the per-P, M and G lines that follow it when a child
+	// dies of a fatal error (the error's own lines are kept).
 	DropSchedTrace bool
 }
 
@@ -176,6 +178,21 @@ type prefixWriter struct {
 	lastErr string
 	// dropSched: lines of the runtime's scheduler trace are not copied.
 	dropSched bool
+	inSched   bool // the last line was of such a trace
+}
+
+// schedDetail reports whether l is a line of the runtime's detailed
+// scheduler trace: "  P0: ...", "  M3: ...", "  G1: ...".
+func schedDetail(l string) bool {
+	r, ok := strings.CutPrefix(l, "  ")
+	if !ok || len(r) < 3 || !strings.ContainsRune("PMG", rune(r[0])) {
+		return false
+	}
+	i := 1
+	for i < len(r) && r[i] >= '0' && r[i] <= '9' {
+		i++
+	}
+	return i > 1 && i < len(r) && r[i] == ':'
 }
 
 func (w *prefixWriter) Write(p []byte) (int, error) {
@@ -192,8 +209,18 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 }
 
 func (w *prefixWriter) line(l string) {
-	if w.dropSched && strings.HasPrefix(l, "SCHED ") {
-		return
+	if w.dropSched {
+		// The runtime's trace: a "SCHED" line, and after it (in the dump
+		// a schedtrace setting adds to a fatal error) one indented line
+		// per P, M and G. The error itself, after the dump, is kept.
+		if strings.HasPrefix(l, "SCHED ") {
+			w.inSched = true
+			return
+		}
+		if w.inSched && schedDetail(l) {
+			return
+		}
+		w.inSched = false
 	}
 	if strings.HasPrefix(l, "psgraph: ") {
 		w.lastErr = strings.TrimPrefix(l, "psgraph: ")

@@ -112,8 +112,9 @@ func Plan(o PlanOptions) []Child {
 // schedtrace period the runtime never parks sysmon, which then backs off
 // to 10 ms while there is nothing to retake; the period, 2^31-1 ms (24.8
 // days of the monotonic clock, which starts at boot), means a process
-// prints the runtime's "SCHED" line at most once every 24.8 days, and
-// train drops those lines (Child.DropSchedTrace). Measured on 2 cores in
+// prints the runtime's "SCHED" line at most once every 24.8 days; a
+// schedtrace setting also makes a fatal error print a scheduler dump
+// before its stack. train drops both (Child.DropSchedTrace). Measured on 2 cores in
 // 2x2 jobs: digits 1,864-2,110 -> 3,051-3,342 steps/s, DLRM (batch 64)
 // 122-124 -> 161-205, DCN-v2 (batch 128) 128-140 -> 170-187
 // (docs/performance.md, "The runtime's sysmon kept awake").

@@ -113,10 +113,14 @@ func TestPrefixWriterDropsSchedTrace(t *testing.T) {
 		var out strings.Builder
 		var mu sync.Mutex
 		w := &prefixWriter{name: "pserver-0", out: &out, mu: &mu, dropSched: drop}
-		w.Write([]byte("SCHED 0ms: gomaxprocs=1 idleprocs=1 threads=4\nready SCHED\npsgraph: boom\n"))
-		want := "pserver-0 | ready SCHED\npserver-0 | psgraph: boom\n"
+		// A periodic line, then a fatal error's dump: SCHED, P, M and G
+		// lines, and the error after them.
+		sched := "SCHED 0ms: gomaxprocs=1 idleprocs=1 threads=4\n"
+		dump := "SCHED 12ms: gomaxprocs=1 idleprocs=0 threads=5 spinningthreads=0\n  P0: status=1 schedtick=3 m=0\n  M12: p=0 curg=1\n  G1: status=2() m=0 lockedm=0\n"
+		w.Write([]byte(sched + "ready SCHED\n" + dump + "panic: boom\n  P0 is fine\npsgraph: boom\n"))
+		want := "pserver-0 | ready SCHED\npserver-0 | panic: boom\npserver-0 |   P0 is fine\npserver-0 | psgraph: boom\n"
 		if !drop {
-			want = "pserver-0 | SCHED 0ms: gomaxprocs=1 idleprocs=1 threads=4\n" + want
+			want = "pserver-0 | " + strings.TrimSuffix(strings.ReplaceAll(sched+"ready SCHED\n"+dump+"panic: boom\n  P0 is fine\npsgraph: boom\n", "\n", "\npserver-0 | "), "pserver-0 | ")
 		}
 		if out.String() != want {
 			t.Errorf("dropSched %v: log\n%s\nwant\n%s", drop, out.String(), want)
