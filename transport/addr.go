@@ -63,13 +63,13 @@ func listen(ctx context.Context, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("%w (%v)", err, serr)
 	}
 	if fi.Mode()&os.ModeSocket == 0 {
-		return nil, fmt.Errorf("%w (%s exists and is not a socket)", err, address)
+		return nil, fmt.Errorf("%w (%s exists and is not a socket: move it, or listen on another path)", err, address)
 	}
 	var d net.Dialer
 	c, derr := d.DialContext(ctx, network, address)
 	if derr == nil {
 		c.Close()
-		return nil, fmt.Errorf("%w: another process listens on %s", err, address)
+		return nil, fmt.Errorf("%w: another process listens on %s (stop it, or listen on another path)", err, address)
 	}
 	if !errors.Is(derr, syscall.ECONNREFUSED) {
 		return nil, err

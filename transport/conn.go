@@ -173,7 +173,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 	if uc, ok := raw.(*net.UnixConn); ok {
 		// Loopback TCP sizes its buffers to the traffic; a Unix socket
 		// keeps its ~200 KiB default, and a 1 MB parameter block then
-		// costs the writer and the reader five sleeps and wake-ups each.
+		// costs the writer and the reader several sleeps and wake-ups.
 		// With 4 MiB (capped by net.core.wmem_max/rmem_max) DLRM's 2x2
 		// job on one machine ran 127-145 steps/s against 111 with the
 		// default and 107-123 over TCP (docs/performance.md).

@@ -114,8 +114,8 @@ func Plan(o PlanOptions) []Child {
 // days of the monotonic clock, which starts at boot), means a process
 // prints the runtime's "SCHED" line at most once every 24.8 days; a
 // schedtrace setting also makes a fatal error print a scheduler dump
-// before its stack. train drops both (Child.DropSchedTrace). Measured on 2 cores in
-// 2x2 jobs: digits 1,864-2,110 -> 3,051-3,342 steps/s, DLRM (batch 64)
+// before its stack. train drops both (Child.DropSchedTrace). Measured on
+// 2 cores in 2x2 jobs: digits 1,864-2,110 -> 3,051-3,342 steps/s, DLRM (batch 64)
 // 122-124 -> 161-205, DCN-v2 (batch 128) 128-140 -> 170-187
 // (docs/performance.md, "The runtime's sysmon kept awake").
 const SysmonNoPark = "schedtrace=2147483647"
@@ -209,7 +209,7 @@ func FreePorts(n int) ([]string, error) {
 
 // SocketPaths are n Unix-domain socket endpoints in dir, one per pserver
 // ("unix:DIR/ps-0.sock", transport.UnixPrefix), or nil when a path would
-// pass the 104 bytes every Unix allows a socket's path.
+// be longer than the 103 bytes every Unix allows a socket's path.
 func SocketPaths(dir string, n int) []string {
 	var out []string
 	for i := 0; i < n; i++ {
