@@ -165,3 +165,9 @@ scatterw_next:
 	CMPQ AX, CX
 	JLT scatterw_loop
 	RET
+
+// func Prefetch(p uintptr)
+TEXT ·Prefetch(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ p+0(FP), AX
+	PREFETCHT0 (AX)
+	RET

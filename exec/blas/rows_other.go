@@ -10,3 +10,6 @@ func gatherRowsW(dst, src *float32, ids *int32, n, w int) {
 func scatterRowsW(dst, src *float32, ids *int32, n, w int) {
 	scatterRowsWGo(dst, src, ids, n, w)
 }
+
+// Prefetch is a no-op here (see rows_amd64.go).
+func Prefetch(uintptr) {}

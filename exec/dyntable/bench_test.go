@@ -210,6 +210,43 @@ func BenchmarkUpdate(b *testing.B) {
 	clk.report(b, keys)
 }
 
+// BenchmarkUpdateCols is BenchmarkUpdate the way a step's fused update
+// runs it (program's dynUpdate): per chunk of 64 rows, GatherCols of
+// value and state, the update, ScatterCols back.
+func BenchmarkUpdateCols(b *testing.B) {
+	tab := sharedTable(b)
+	const chunk = 64
+	slots := make([]int32, benchBatch)
+	val := make([]float32, chunk*benchDim)
+	acc := make([]float32, chunk*benchDim)
+	cols := []Cols{{Col: 0, Width: benchDim}, {Col: benchDim, Width: benchDim}}
+	keys := 0
+	b.ReportAllocs()
+	clk := startCPU(b)
+	for i := range b.N {
+		ks := benchShared.batches[i%len(benchShared.batches)]
+		tab.Find(ks, slots)
+		for lo := 0; lo < len(ks); lo += chunk {
+			hi := min(lo+chunk, len(ks))
+			s := slots[lo:hi]
+			cols[0].F, cols[1].F = val[:len(s)*benchDim], acc[:len(s)*benchDim]
+			if err := tab.GatherCols(s, cols); err != nil {
+				b.Fatal(err)
+			}
+			for j, p := range cols[0].F {
+				g := float32(1e-3) * p
+				cols[1].F[j] += g * g
+				cols[0].F[j] -= 0.01 * g / (float32(math.Sqrt(float64(cols[1].F[j]))) + 1e-10)
+			}
+			if err := tab.ScatterCols(s, cols); err != nil {
+				b.Fatal(err)
+			}
+		}
+		keys += len(ks)
+	}
+	clk.report(b, keys)
+}
+
 // BenchmarkAdmit is the steady state of a table at its capacity: 2M rows
 // (LRU, ttl 1000 steps, min_count 2 with the default 1 MiB sketch), each
 // step a batch of which a quarter are keys never seen before (half of

@@ -44,6 +44,7 @@ type index struct {
 	n       int // entries
 	segs    int
 	scratch []uint64
+	slab    slab // the segments' entries
 }
 
 func newIndex() index {
@@ -71,6 +72,20 @@ func (x *index) find(r *rows, key int64, hi uint32) (s *segment, pos uint32, slo
 			}
 		}
 		pos = (pos + 1) & segMask
+	}
+}
+
+// probe returns the first entry from hi's home position on whose tag is
+// hi's (the entry of hi's key, unless two keys share the top 32 bits of
+// their hash), or 0 when an empty entry comes first. It reads no record.
+func (x *index) probe(hi uint32) uint64 {
+	s := x.segment(hi)
+	tag := uint64(hi) << 32
+	for pos := hi & segMask; ; pos = (pos + 1) & segMask {
+		e := s.e[pos]
+		if e == 0 || e&^0xffffffff == tag {
+			return e
+		}
 	}
 }
 
@@ -115,7 +130,7 @@ func (x *index) split(s *segment, hi uint32) bool {
 	clear(s.e)
 	s.n = 0
 	s.depth++
-	ns := &segment{e: make([]uint64, segSize), depth: s.depth}
+	ns := &segment{e: x.slab.take(segSize), depth: s.depth}
 	x.segs++
 	bit := uint32(1) << (32 - s.depth)
 	for _, e := range x.scratch {

@@ -1,6 +1,10 @@
 package dyntable
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/psgraph/psgraph/exec/blas"
+)
 
 // The rows live in pages of pageRows records each; a record is a row's
 // slot, its number fixed for the row's life, so the index can be rebuilt
@@ -32,6 +36,7 @@ type rows struct {
 	width  int // floats per row: dim + state
 	stride int // words per record
 	pages  [][]uint64
+	slab   slab
 	hw     int32 // slots [0, hw) were handed out at least once
 	free   int32 // first free slot, -1 when none
 	nfree  int32
@@ -82,15 +87,22 @@ func (r *rows) alloc() (slot int32, ok bool) {
 		slot = r.free
 		r.free = int32(r.key(slot))
 		r.nfree--
+		if r.free >= 0 {
+			r.prefetch(r.free, r.stride*8)
+		}
 		return slot, true
 	}
 	if r.hw >= maxSlots {
 		return 0, false
 	}
 	if int(r.hw>>pageBits) == len(r.pages) {
-		r.pages = append(r.pages, make([]uint64, pageRows*r.stride))
+		r.pages = append(r.pages, r.slab.take(pageRows*r.stride))
 	}
 	r.hw++
+	// The next new row's record is written soon: ask for its lines now.
+	if int(r.hw>>pageBits) < len(r.pages) {
+		r.prefetch(r.hw, r.stride*8)
+	}
 	return r.hw - 1, true
 }
 
@@ -107,3 +119,13 @@ func (r *rows) held() int { return int(r.hw - r.nfree) }
 
 // bytes is the memory of the pages.
 func (r *rows) bytes() int64 { return int64(len(r.pages)) * pageRows * int64(r.stride) * 8 }
+
+// prefetch asks for the cache lines of slot's record's first n bytes.
+func (r *rows) prefetch(slot int32, n int) {
+	p := r.pages[slot>>pageBits]
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(p))) + uintptr(int(slot&pageMask)*r.stride*8)
+	end := a + uintptr(n) - 1
+	for ; a <= end|63; a += 64 {
+		blas.Prefetch(a)
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"unsafe"
+
+	"github.com/psgraph/psgraph/exec/blas"
 )
 
 // NoRow is the slot of a key that has no row: Lookup did not admit it (or
@@ -56,6 +59,8 @@ type Table struct {
 	sink  uint64 // where sweep's plain loads go (the compiler must keep them)
 
 	sweepBuf []int32
+	// pullBytes are the bytes of a record a pull reads: key, meta, value.
+	pullBytes int
 	// A batch lookup's scratch (resolveHomes).
 	his       [lookupChunk]uint32
 	homes     [lookupChunk]int32
@@ -84,6 +89,7 @@ func New(cfg Config) (*Table, error) {
 	cfg.Default = append([]float32(nil), cfg.Default...)
 	t := &Table{cfg: cfg, dim: cfg.Dim, width: cfg.Dim + cfg.StateWidth, idx: newIndex(), w: -1, batch: cutBatch, sweepBuf: make([]int32, 0, sweepBatch)}
 	t.rows = newRows(t.width)
+	t.pullBytes = 16 + 4*t.dim
 	switch {
 	case cfg.Capacity > 0 && cfg.Evict == LFU:
 		t.mode, t.w = modeLFU, 0
@@ -438,24 +444,34 @@ func (t *Table) removeAt(s *segment, pos uint32, slot int32, key int64) {
 const lookupChunk = 64
 
 // resolveHomes finds, for each of keys (at most lookupChunk), the slot of
-// its row if its index entry is at its home position (most are: the
-// index is at most 81% full), else -1, into t.homes, and its hash's top
-// bits into t.his. It loads the keys' entries, then their records, each
-// in a loop of independent loads: a lookup in a large table costs two
-// cache misses (an entry, then a record), which one key at a time pays in
-// sequence and a group of keys pays together (the processor overlaps
-// them); the keys' own lookups then find both in the cache.
+// its row if the index holds it (or -1) into t.homes, and its hash's top
+// bits into t.his. A lookup in a large table costs two cache misses, an
+// index entry and then a record, which one key at a time pays in
+// sequence. Here a group of keys pays them together, in three loops: the
+// first asks for every key's home entry (blas.Prefetch), the second reads
+// the entries (probing on from home, in lines now cached) and asks for
+// the records they point to, the third compares the records' keys. The
+// processor keeps many misses in flight where a load waits for each; the
+// keys' own lookups then find entries and records in the cache
+// (BenchmarkPull, BenchmarkLookupUniform).
 func (t *Table) resolveHomes(keys []int64) {
 	his, homes := t.his[:len(keys)], t.homes[:len(keys)]
-	var ents [lookupChunk]uint64
 	for j, key := range keys {
 		hi := uint32(indexHash(key) >> 32)
 		his[j] = hi
-		ents[j] = t.idx.segment(hi).e[hi&segMask]
+		blas.Prefetch(uintptr(unsafe.Pointer(&t.idx.segment(hi).e[hi&segMask])))
+	}
+	var ents [lookupChunk]uint64
+	for j, hi := range his {
+		e := t.idx.probe(hi)
+		ents[j] = e
+		if e != 0 {
+			t.rows.prefetch(int32(uint32(e))-1, t.pullBytes)
+		}
 	}
 	for j, e := range ents[:len(keys)] {
 		homes[j] = -1
-		if e>>32 == uint64(his[j]) {
+		if e != 0 {
 			if slot := int32(uint32(e)) - 1; t.rows.key(slot) == keys[j] {
 				homes[j] = slot
 			}

@@ -2,8 +2,10 @@ package kernels
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
@@ -64,8 +66,12 @@ func (d *Dynamic) size(maxKeys int) {
 	d.index, d.mask = make([]keyPos, n), uint64(n-1)
 }
 
-func (d *Dynamic) bucket(key int64) uint64 {
-	b := uint64(key) * 0x9E3779B97F4A7C15 >> 20 & d.mask
+func (d *Dynamic) home(key int64) uint64 { return uint64(key) * 0x9E3779B97F4A7C15 >> 20 & d.mask }
+
+func (d *Dynamic) bucket(key int64) uint64 { return d.probe(key, d.home(key)) }
+
+// probe finds key's entry, or the empty one it would take, from home b on.
+func (d *Dynamic) probe(key int64, b uint64) uint64 {
 	for e := &d.index[b]; e.pos != 0 && e.key != key; e = &d.index[b] {
 		b = (b + 1) & d.mask
 	}
@@ -80,9 +86,32 @@ func (d *Dynamic) reset() {
 	d.keys = d.keys[:0]
 }
 
-// add counts a sighting of key.
-func (d *Dynamic) add(key int64) {
-	b := d.bucket(key)
+// addAll counts a sighting of each of keys but PadKey, a group of
+// addGroup keys at a time: it asks for their home entries first
+// (blas.Prefetch), then adds them, so that the group's cache misses in the
+// index overlap.
+func (d *Dynamic) addAll(keys []int64) {
+	var homes [addGroup]uint64
+	for lo := 0; lo < len(keys); lo += addGroup {
+		group := keys[lo:min(lo+addGroup, len(keys))]
+		for j, key := range group {
+			b := d.home(key)
+			homes[j] = b
+			blas.Prefetch(uintptr(unsafe.Pointer(&d.index[b])))
+		}
+		for j, key := range group {
+			if key != ir.PadKey {
+				d.add(key, homes[j])
+			}
+		}
+	}
+}
+
+const addGroup = 64
+
+// add counts a sighting of key, whose home entry is b.
+func (d *Dynamic) add(key int64, b uint64) {
+	b = d.probe(key, b)
 	e := &d.index[b]
 	if e.pos != 0 {
 		d.counts[e.pos-1]++
@@ -120,11 +149,7 @@ func dynPullKernel(k Args) (Kernel, error) {
 	return func(rt Runtime) error {
 		d.reset()
 		for _, in := range ins {
-			for _, key := range in.L {
-				if key != ir.PadKey {
-					d.add(key)
-				}
-			}
+			d.addAll(in.L)
 		}
 		n := len(d.keys)
 		out.Rows.Identity(n)

@@ -80,11 +80,7 @@ func dynFetchKernel(k Args) (Split, error) {
 	start := func(rt Runtime) error {
 		d.reset()
 		for _, in := range k.In {
-			for _, key := range in.L {
-				if key != ir.PadKey {
-					d.add(key)
-				}
-			}
+			d.addAll(in.L)
 		}
 		out.Rows.Identity(len(d.keys))
 		for s := range m {
@@ -384,7 +380,7 @@ func dynAccumulateKernel(k Args) (Kernel, error) {
 		for t := range count {
 			keys, _ := piece(t)
 			for _, key := range keys {
-				d.add(key)
+				d.add(key, d.home(key))
 			}
 		}
 		n := len(d.keys)

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/exec/blas"
 )
 
 // DType is an element type (ir.DType: the IR names it, the wire numbers it).
@@ -168,7 +169,7 @@ func (t *Tensor) Fit() {
 }
 
 // New allocates a zeroed tensor. One of hugeTensor bytes or more is backed
-// by transparent huge pages where the system offers them (adviseHuge).
+// by transparent huge pages where the system offers them (blas.AdviseHuge).
 func New(dt DType, shape Shape) *Tensor {
 	t := &Tensor{DType: dt, Shape: shape.Clone()}
 	n := shape.Numel()
@@ -176,17 +177,17 @@ func New(dt DType, shape Shape) *Tensor {
 	case I32:
 		t.I = make([]int32, n)
 		if n*4 >= hugeTensor {
-			adviseHuge(unsafe.Pointer(unsafe.SliceData(t.I)), uintptr(n*4))
+			blas.AdviseHuge(unsafe.Pointer(unsafe.SliceData(t.I)), uintptr(n*4))
 		}
 	case I64:
 		t.L = make([]int64, n)
 		if n*8 >= hugeTensor {
-			adviseHuge(unsafe.Pointer(unsafe.SliceData(t.L)), uintptr(n*8))
+			blas.AdviseHuge(unsafe.Pointer(unsafe.SliceData(t.L)), uintptr(n*8))
 		}
 	default:
 		t.F = make([]float32, n)
 		if n*4 >= hugeTensor {
-			adviseHuge(unsafe.Pointer(unsafe.SliceData(t.F)), uintptr(n*4))
+			blas.AdviseHuge(unsafe.Pointer(unsafe.SliceData(t.F)), uintptr(n*4))
 		}
 	}
 	return t

@@ -1,0 +1,52 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/psgraph/psgraph/dsl/ir"
+)
+
+// addAll, which asks for a group of keys' home entries before adding
+// them, against a map: 1,000 keys over 200 values (duplicates within and
+// across groups of addGroup), a tenth of them padding. The step's keys
+// are the distinct ones in order of first arrival, each counted as often
+// as it came, padding never; a second step after reset starts afresh.
+func TestDynamicAddAll(t *testing.T) {
+	d := &Dynamic{}
+	d.size(1000)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for step := range 2 {
+		keys := make([]int64, 1000)
+		for i := range keys {
+			keys[i] = int64(rng.Uint64N(200)) * 0x1000_0000_0001
+			if rng.IntN(10) == 0 {
+				keys[i] = ir.PadKey
+			}
+		}
+		var order []int64
+		count := map[int64]uint32{}
+		for _, k := range keys {
+			if k == ir.PadKey {
+				continue
+			}
+			if count[k] == 0 {
+				order = append(order, k)
+			}
+			count[k]++
+		}
+		d.reset()
+		d.addAll(keys)
+		if len(d.keys) != len(order) {
+			t.Fatalf("step %d: %d keys, want %d", step, len(d.keys), len(order))
+		}
+		for i, k := range order {
+			if d.keys[i] != k || d.counts[i] != count[k] || d.pos(k) != int32(i) {
+				t.Fatalf("step %d: key %d at %d: got key %d count %d pos %d, want count %d", step, k, i, d.keys[i], d.counts[i], d.pos(k), count[k])
+			}
+		}
+		if d.pos(ir.PadKey) != -1 {
+			t.Fatalf("step %d: padding has a position", step)
+		}
+	}
+}

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package tensor
-
-import "unsafe"
-
-func adviseHuge(unsafe.Pointer, uintptr) {}
