@@ -2,8 +2,9 @@
 // tables: one pserver's shard of a table whose rows are created when a
 // 64-bit feature key is admitted and removed when it expires or is
 // evicted, so memory follows the live keys instead of a vocabulary size
-// guessed up front. It imports only the standard library; the graph, the
-// split and the pserver use it (see Integration below).
+// guessed up front. It imports only the standard library and exec/blas
+// (a prefetch instruction, huge-page advice); the graph, the split and the
+// pserver use it (see Integration below).
 //
 // # Storage
 //
