@@ -5,13 +5,26 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// addAll, which asks for a group of keys' home entries before adding
-// them, against a map: 1,000 keys over 200 values (duplicates within and
-// across groups of addGroup), a tenth of them padding. The step's keys
-// are the distinct ones in order of first arrival, each counted as often
-// as it came, padding never; a second step after reset starts afresh.
+// order0 is the key the test adds first, from an input of its own: the
+// batch's first non-padding key (so it is counted twice).
+func order0(keys []int64) int64 {
+	for _, k := range keys {
+		if k != ir.PadKey {
+			return k
+		}
+	}
+	return 1
+}
+
+// addInputs (addAll, which asks for a group of keys' home entries before
+// adding them) against a map: two inputs, one key and 1,000 keys over 200
+// values (duplicates within and across groups of addGroup), a tenth of
+// them padding. The step's keys are the distinct ones in order of first
+// arrival, each counted as often as it came, padding never, and each flat
+// key's position is what dyn_pos copies; a second step starts afresh.
 func TestDynamicAddAll(t *testing.T) {
 	d := &Dynamic{}
 	d.size(1000)
@@ -26,7 +39,7 @@ func TestDynamicAddAll(t *testing.T) {
 		}
 		var order []int64
 		count := map[int64]uint32{}
-		for _, k := range keys {
+		for _, k := range append([]int64{order0(keys)}, keys...) {
 			if k == ir.PadKey {
 				continue
 			}
@@ -35,8 +48,9 @@ func TestDynamicAddAll(t *testing.T) {
 			}
 			count[k]++
 		}
-		d.reset()
-		d.addAll(keys)
+		ids := &tensor.Tensor{DType: tensor.I64, Shape: tensor.Shape{len(keys)}, L: keys}
+		other := &tensor.Tensor{DType: tensor.I64, Shape: tensor.Shape{1}, L: []int64{order0(keys)}}
+		d.addInputs([]*tensor.Tensor{other, ids})
 		if len(d.keys) != len(order) {
 			t.Fatalf("step %d: %d keys, want %d", step, len(d.keys), len(order))
 		}
@@ -47,6 +61,20 @@ func TestDynamicAddAll(t *testing.T) {
 		}
 		if d.pos(ir.PadKey) != -1 {
 			t.Fatalf("step %d: padding has a position", step)
+		}
+		// The positions dyn_pos copies: each flat key's, -1 for padding.
+		got := d.positions(ids)
+		for i, k := range keys {
+			want := int32(-1)
+			if k != ir.PadKey {
+				want = d.pos(k)
+			}
+			if got[i] != want {
+				t.Fatalf("step %d: flat key %d (%d) at position %d, want %d", step, i, k, got[i], want)
+			}
+		}
+		if d.positions(&tensor.Tensor{}) != nil {
+			t.Fatalf("step %d: positions of a tensor not added", step)
 		}
 	}
 }

@@ -41,6 +41,10 @@ type Dynamic struct {
 	mask   uint64
 	// ents are the keys' entries in index, which reset clears.
 	ents []int32
+	// The step's ids inputs, as added (addInputs), and each flat key's
+	// position (-1 for padding), which dyn_pos copies.
+	srcs []*tensor.Tensor
+	flat [][]int32
 }
 
 // keyPos is an entry of Dynamic's index: a key and its position+1 (0: an
@@ -84,13 +88,42 @@ func (d *Dynamic) reset() {
 		d.index[b].pos = 0
 	}
 	d.keys = d.keys[:0]
+	d.srcs = d.srcs[:0]
+}
+
+// addInputs resets the step's keys and adds the keys of each of ins
+// (addAll), keeping each flat key's position for dyn_pos (positions).
+func (d *Dynamic) addInputs(ins []*tensor.Tensor) {
+	d.reset()
+	d.srcs = append(d.srcs, ins...)
+	for len(d.flat) < len(ins) {
+		d.flat = append(d.flat, nil)
+	}
+	for i, in := range ins {
+		if cap(d.flat[i]) < len(in.L) {
+			d.flat[i] = make([]int32, len(in.L))
+		}
+		d.flat[i] = d.flat[i][:len(in.L)]
+		d.addAll(in.L, d.flat[i])
+	}
+}
+
+// positions is the position of each flat key of ids, a tensor addInputs
+// added this step, or nil.
+func (d *Dynamic) positions(ids *tensor.Tensor) []int32 {
+	for i, src := range d.srcs {
+		if src == ids {
+			return d.flat[i]
+		}
+	}
+	return nil
 }
 
 // addAll counts a sighting of each of keys but PadKey, a group of
 // addGroup keys at a time: it asks for their home entries first
 // (blas.Prefetch), then adds them, so that the group's cache misses in the
-// index overlap.
-func (d *Dynamic) addAll(keys []int64) {
+// index overlap. pos gets each key's position (-1 for PadKey).
+func (d *Dynamic) addAll(keys []int64, pos []int32) {
 	var homes [addGroup]uint64
 	for lo := 0; lo < len(keys); lo += addGroup {
 		group := keys[lo:min(lo+addGroup, len(keys))]
@@ -100,27 +133,31 @@ func (d *Dynamic) addAll(keys []int64) {
 			blas.Prefetch(uintptr(unsafe.Pointer(&d.index[b])))
 		}
 		for j, key := range group {
+			p := int32(-1)
 			if key != ir.PadKey {
-				d.add(key, homes[j])
+				p = d.add(key, homes[j])
 			}
+			pos[lo+j] = p
 		}
 	}
 }
 
 const addGroup = 64
 
-// add counts a sighting of key, whose home entry is b.
-func (d *Dynamic) add(key int64, b uint64) {
+// add counts a sighting of key, whose home entry is b, and returns its
+// position.
+func (d *Dynamic) add(key int64, b uint64) int32 {
 	b = d.probe(key, b)
 	e := &d.index[b]
 	if e.pos != 0 {
 		d.counts[e.pos-1]++
-		return
+		return e.pos - 1
 	}
 	n := len(d.keys)
 	e.key, e.pos = key, int32(n+1)
 	d.ents[n], d.counts[n] = int32(b), 1
 	d.keys = append(d.keys, key)
+	return int32(n)
 }
 
 // pos is key's position this step, or -1.
@@ -147,10 +184,7 @@ func dynPullKernel(k Args) (Kernel, error) {
 	}
 	ins := k.In
 	return func(rt Runtime) error {
-		d.reset()
-		for _, in := range ins {
-			d.addAll(in.L)
-		}
+		d.addInputs(ins)
 		n := len(d.keys)
 		out.Rows.Identity(n)
 		out.Fit()
@@ -172,6 +206,10 @@ func dynPosKernel(k Args) (Kernel, error) {
 	}
 	ids, pos := k.In[1], k.Out[0]
 	return func(Runtime) error {
+		if p := d.positions(ids); p != nil {
+			copy(pos.I, p) // the pull's positions of these very keys
+			return nil
+		}
 		for i, key := range ids.L {
 			if key == ir.PadKey {
 				pos.I[i] = -1

@@ -78,10 +78,7 @@ func dynFetchKernel(k Args) (Split, error) {
 	}
 	idsVar, rowsVar := ops.TableIDs(v), ops.TableRows(v)
 	start := func(rt Runtime) error {
-		d.reset()
-		for _, in := range k.In {
-			d.addAll(in.L)
-		}
+		d.addInputs(k.In)
 		out.Rows.Identity(len(d.keys))
 		for s := range m {
 			pos[s] = pos[s][:0]
