@@ -18,11 +18,13 @@
 // it grows one segment split at a time (no operation rehashes more than
 // 1664 entries, about 10 µs: BenchmarkSegmentSplit) and never has two
 // copies of itself; new rows take new pages, and nothing is ever copied
-// to grow. A batch's lookups take 64 keys at a time: a loop loads their
-// home index entries, a second the records those point to, so that the
-// processor overlaps each lookup's two cache misses with the other
-// keys' (the loads are independent of each other); the keys are then
-// resolved from what was loaded, without a second hash or probe. Pull
+// to grow. A batch's lookups take 64 keys at a time: a loop asks for
+// their home index entries (prefetch instructions), a second reads the
+// entries, probing on from home to the key's tag, and asks for the
+// records they point to, a third compares the keys, so that the
+// processor overlaps each lookup's two cache misses with the other keys';
+// only keys without a row (or behind another key's equal tag) are probed
+// again, in find. Pull
 // copies each group's values while they are cached, and Gather checks
 // all its slots before it copies. No Go map, no pointer per row, nothing
 // for the garbage collector to scan but the directory.

@@ -136,6 +136,9 @@ func TestResolveHomesAgainstFind(t *testing.T) {
 					offHome++
 				}
 			}
+			if tab.his[j] != hi {
+				t.Fatalf("key %d: his %x, want %x", key, tab.his[j], hi)
+			}
 			got := tab.homes[j]
 			if got == -1 && found {
 				// Allowed when a key whose hash has the same top 32 bits

@@ -241,7 +241,7 @@ func (t *Table) copyValues(slots []int32, dst []float32) {
 }
 
 // lookupChunk is lookup of at most lookupChunk keys, once resolveHomes
-// found those at home.
+// found those it could.
 func (t *Table) lookupChunk(keys []int64, counts []uint32, slots []int32) error {
 	for i, key := range keys {
 		c := 1
@@ -444,12 +444,14 @@ func (t *Table) removeAt(s *segment, pos uint32, slot int32, key int64) {
 const lookupChunk = 64
 
 // resolveHomes finds, for each of keys (at most lookupChunk), the slot of
-// its row if the index holds it (or -1) into t.homes, and its hash's top
-// bits into t.his. A lookup in a large table costs two cache misses, an
-// index entry and then a record, which one key at a time pays in
-// sequence. Here a group of keys pays them together, in three loops: the
+// its row if the index holds it (-1 if not, or if another key whose hash
+// has the same top 32 bits comes first in the probe) into t.homes, and
+// its hash's top bits into t.his. A lookup in a large table costs two
+// cache misses, an index entry and then a record, which one key at a
+// time pays in sequence. Here a group of keys pays them together, in three loops: the
 // first asks for every key's home entry (blas.Prefetch), the second reads
-// the entries (probing on from home, in lines now cached) and asks for
+// the entries (probing on from home: the home line is cached, a probe
+// past it rarely leaves it) and asks for
 // the records they point to, the third compares the records' keys. The
 // processor keeps many misses in flight where a load waits for each; the
 // keys' own lookups then find entries and records in the cache
@@ -545,7 +547,7 @@ func (t *Table) Gather(slots []int32, col, width int, dst []float32) error {
 		return err
 	}
 	// Check every slot first: a loop of independent loads of the records,
-	// which the processor overlaps (see resolveHomes); the copies then
+	// which the processor overlaps (docs/performance.md); the copies then
 	// find them in the cache.
 	for _, slot := range slots {
 		if slot >= 0 {
@@ -761,7 +763,8 @@ func (t *Table) sweep(n int) (freed int, more bool) {
 			dead = append(dead, slot)
 		}
 	}
-	// Load the dead rows' index entries together (see resolveHomes).
+	// Load the dead rows' index entries together (independent loads, which
+	// the processor overlaps).
 	var acc uint64
 	for _, slot := range dead {
 		hi := uint32(indexHash(t.rows.key(slot)) >> 32)

@@ -29,8 +29,10 @@ func TestDynamicAddAll(t *testing.T) {
 	d := &Dynamic{}
 	d.size(1000)
 	rng := rand.New(rand.NewPCG(5, 6))
-	for step := range 2 {
-		keys := make([]int64, 1000)
+	keys := make([]int64, 1000)
+	// One ids tensor, its contents rewritten every step, as a program's.
+	ids := &tensor.Tensor{DType: tensor.I64, Shape: tensor.Shape{len(keys)}, L: keys}
+	for step := range 3 {
 		for i := range keys {
 			keys[i] = int64(rng.Uint64N(200)) * 0x1000_0000_0001
 			if rng.IntN(10) == 0 {
@@ -48,7 +50,6 @@ func TestDynamicAddAll(t *testing.T) {
 			}
 			count[k]++
 		}
-		ids := &tensor.Tensor{DType: tensor.I64, Shape: tensor.Shape{len(keys)}, L: keys}
 		other := &tensor.Tensor{DType: tensor.I64, Shape: tensor.Shape{1}, L: []int64{order0(keys)}}
 		d.addInputs([]*tensor.Tensor{other, ids})
 		if len(d.keys) != len(order) {
@@ -75,6 +76,10 @@ func TestDynamicAddAll(t *testing.T) {
 		}
 		if d.positions(&tensor.Tensor{}) != nil {
 			t.Fatalf("step %d: positions of a tensor not added", step)
+		}
+		d.reset() // as dyn_accumulate's merge does: no positions left
+		if d.positions(ids) != nil {
+			t.Fatalf("step %d: positions kept after reset", step)
 		}
 	}
 }
