@@ -149,3 +149,54 @@ func TestMemoryFollowsLiveKeys(t *testing.T) {
 		t.Errorf("admitted %d, evicted %d, live %d", s.Admitted, s.EvictedTTL, s.Live)
 	}
 }
+
+// Sweep leaves a small share of expired rows to admissions: on a table
+// whose rows expire a few at a time, scattered over its records (keys
+// drawn at random from a vocabulary of 5,000: about 3,200 live rows, 18
+// expiring a step), it keeps the rows held within 1/sweepSlack of the
+// live ones and inspects about sweepSlack records per row freed, not the
+// whole table every step.
+func TestSweepKeepsSlack(t *testing.T) {
+	const vocab, perStep, ttl, steps = 5000, 50, 100, 3000
+	tab, _ := New(Config{Dim: 4, TTL: ttl})
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([]int64, perStep)
+	slots := make([]int32, perStep)
+	var scanned0, expired0 uint64
+	last := map[int64]int64{} // the reference: each key's last sighting
+	for step := int64(0); step < steps; step++ {
+		if err := tab.Advance(step); err != nil {
+			t.Fatal(err)
+		}
+		for i := range keys {
+			keys[i] = rng.Int64N(vocab)
+			last[keys[i]] = step
+		}
+		if err := tab.Lookup(keys, nil, slots); err != nil {
+			t.Fatal(err)
+		}
+		tab.Sweep(1 << 16)
+		s := tab.Stats()
+		if (s.Held-s.Live)*sweepSlack > s.Held {
+			t.Fatalf("step %d: %d rows held for %d live after Sweep, more than 1/%d expired", step, s.Held, s.Live, sweepSlack)
+		}
+		if step == steps/3 {
+			scanned0, expired0 = tab.swept, s.EvictedTTL
+		}
+	}
+	s := tab.Stats()
+	live := int64(0)
+	for _, seen := range last {
+		if seen+ttl > steps-1 {
+			live++
+		}
+	}
+	if s.Live != live {
+		t.Fatalf("%d live rows, want %d (keys seen in the last %d steps)", s.Live, live, ttl)
+	}
+	scanned, expired := tab.swept-scanned0, s.EvictedTTL-expired0
+	if perRow := float64(scanned) / float64(expired); perRow > 2*sweepSlack {
+		t.Errorf("%d records inspected for %d rows expired, %.0f a row: Sweep scans the table, not the expired rows", scanned, expired, perRow)
+	}
+	t.Logf("%d records inspected for %d rows expired (%.1f a row); %d held, %d live", scanned, expired, float64(scanned)/float64(expired), s.Held, s.Live)
+}

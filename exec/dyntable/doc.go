@@ -100,7 +100,11 @@
 // records, when its key is looked up again, or by Sweep: call Sweep(n)
 // every step (65536 records: about 0.2 ms when few are expired, plus
 // 0.2 µs per row freed; the lock is taken 2048 records at a time) to free
-// them in bounded work.
+// them in bounded work. Sweep leaves up to 1/64 of the held records
+// expired (admissions reuse them), so the rows held stay within 64/63 of
+// the live ones plus a step's admissions, and it inspects about 64
+// records per row freed rather than the table every few steps
+// (TestSweepKeepsSlack).
 // Counts of admissions and of evictions by ttl and by capacity match a
 // map-based reference exactly (TestTableAgainstReference); live rows stay
 // bounded on a drifting vocabulary and freed memory is reused
