@@ -348,8 +348,10 @@ func dynAccumulateKernel(k Args) (Kernel, error) {
 	bufs := make([][]byte, count)
 	sizes := make([]int, count)
 	srcs := make([]int, count)
+	at := make([][]int32, count) // each piece's keys' positions
 	for t := range bufs {
 		bufs[t] = make([]byte, sp.maxRows*row)
+		at[t] = make([]int32, sp.maxRows)
 	}
 	gradVar := k.Attrs.String("transfer")
 	piece := func(t int) ([]int64, []float32) {
@@ -373,12 +375,11 @@ func dynAccumulateKernel(k Args) (Kernel, error) {
 		}
 		// The step's keys in order of arrival are the rows' positions; the
 		// gradient is their mean over the pieces, in trainer order.
+		// addAll keeps each key's position (checkKeys refused PadKey).
 		d.reset()
 		for t := range count {
 			keys, _ := piece(t)
-			for _, key := range keys {
-				d.add(key, d.home(key))
-			}
+			d.addAll(keys, at[t][:len(keys)])
 		}
 		n := len(d.keys)
 		out.Rows.Identity(n)
@@ -386,9 +387,8 @@ func dynAccumulateKernel(k Args) (Kernel, error) {
 		clear(out.F)
 		for t := range count {
 			keys, vals := piece(t)
-			for i, key := range keys {
-				p := int(d.pos(key))
-				dst := out.F[p*w : (p+1)*w]
+			for i, p := range at[t][:len(keys)] {
+				dst := out.F[int(p)*w : (int(p)+1)*w]
 				for j, x := range vals[i*w : (i+1)*w] {
 					dst[j] += x
 				}
