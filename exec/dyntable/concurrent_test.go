@@ -181,7 +181,7 @@ func TestSweepKeepsSlack(t *testing.T) {
 			t.Fatalf("step %d: %d rows held for %d live after Sweep, more than 1/%d expired", step, s.Held, s.Live, sweepSlack)
 		}
 		if step == steps/3 {
-			scanned0, expired0 = tab.swept, s.EvictedTTL
+			scanned0, expired0 = tab.inspected, s.EvictedTTL
 		}
 	}
 	s := tab.Stats()
@@ -194,7 +194,7 @@ func TestSweepKeepsSlack(t *testing.T) {
 	if s.Live != live {
 		t.Fatalf("%d live rows, want %d (keys seen in the last %d steps)", s.Live, live, ttl)
 	}
-	scanned, expired := tab.swept-scanned0, s.EvictedTTL-expired0
+	scanned, expired := tab.inspected-scanned0, s.EvictedTTL-expired0
 	if perRow := float64(scanned) / float64(expired); perRow > 2*sweepSlack {
 		t.Errorf("%d records inspected for %d rows expired, %.0f a row: Sweep scans the table, not the expired rows", scanned, expired, perRow)
 	}

@@ -50,14 +50,14 @@ type Table struct {
 	pcg   *rand.PCG
 	rnd   *rand.Rand
 
-	now   uint32 // the current step
-	w     int64  // watermark: a row whose score is <= w is dead
-	hist  ring   // live rows by score, for scores in (w, ...)
-	live  int64
-	hand  int32  // next record Sweep and admissions inspect
-	swept uint64 // records Sweep and admissions inspected, for tests
-	batch int32  // records a cut copies per hold of the lock (cutBatch)
-	sink  uint64 // where sweep's plain loads go (the compiler must keep them)
+	now       uint32 // the current step
+	w         int64  // watermark: a row whose score is <= w is dead
+	hist      ring   // live rows by score, for scores in (w, ...)
+	live      int64
+	hand      int32  // next record Sweep and admissions inspect
+	inspected uint64 // records Sweep and admissions inspected, for tests
+	batch     int32  // records a cut copies per hold of the lock (cutBatch)
+	sink      uint64 // where sweep's plain loads go (the compiler must keep them)
 
 	sweepBuf []int32
 	// pullBytes are the bytes of a record a pull reads: key, meta, value.
@@ -411,7 +411,7 @@ func (t *Table) next() int32 {
 		t.hand = 0
 	}
 	t.hand++
-	t.swept++
+	t.inspected++
 	return t.hand - 1
 }
 
