@@ -2,7 +2,8 @@
 """The PyTorch side of psgraph's zoo models wide-deep, two-tower and
 multi-hot (examples/*.yaml): the same model, data and optimizers written in
 torch, for the benchmarks of docs/performance.md and the references of
-exec/job's TestZooModelsMatchTorch (testdata/zoo-sparse/gen_reference.py).
+exec/job's TestWideDeepMatchesTorch, TestMultiHotMatchesTorch and
+TestTwoTowerMatchesTorch (testdata/zoo-sparse/gen_reference.py).
 
     /usr/bin/python3 bench/zoo_sparse_torch.py init MODEL.yaml OUT.safetensors [--seed S]
     /usr/bin/python3 bench/zoo_sparse_torch.py bench MODEL.yaml --init INIT.safetensors

@@ -448,7 +448,7 @@ var idsPassThrough = map[string]bool{"reshape": true, "slice_rows": true, "ident
 // its rows: an op with a `table` and an `ids` input (lookup_table, and a
 // pooled lookup alike) whose ids come, directly or through ops that only
 // rearrange them, from an ids spec of hash_buckets or num_ids N, when the
-// table has fewer than N rows (TestCheckRefusesSmallTable).
+// table has fewer than N rows (dsl/testdata/errors table_smaller_than_buckets*).
 func (g *Graph) checkTableRows(types map[string]ops.Type) ErrorList {
 	if g.Data == nil {
 		return nil
