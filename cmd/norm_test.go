@@ -1,6 +1,7 @@
 package cmd_test
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -177,5 +178,89 @@ func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
 	}
 	if l, _ := s["eval_loss"].(float64); l == 0 || math.Abs(l-e["loss"].(float64)) > 1e-6 {
 		t.Errorf("the run's eval_loss %v, psgraph eval of the saved file %v", s["eval_loss"], e["loss"])
+	}
+}
+
+// A 2x2 job rerun from its checkpoints resumes the trainers' running
+// statistics with the pservers' parameters: each trainer checkpoints its
+// own (node trainer-<i>) at the pservers' steps and restores them at the
+// step the job resumes from, so the resumed job saves what the job without
+// a break saves, statistics and parameters alike. (bn-mlp.yaml: the
+// statistics depend on the parameters, so both must be resumed.)
+func TestBatchNormTrain2x2ResumesStatisticsFromCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	job := func(steps string, args ...string) (string, result) {
+		out := filepath.Join(t.TempDir(), "job.safetensors")
+		r := psgraph(t, append([]string{"train", "testdata/norm/bn-mlp.yaml", "--trainers", "2", "--pservers", "2",
+			"--steps", steps, "--save", out}, args...)...)
+		ok(t, r)
+		return out, r
+	}
+	ck := []string{"--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "6"}
+	straight, _ := job("24")
+	job("12", ck...)
+	for i := range 2 {
+		if _, err := os.Stat(filepath.Join(dir, "ck", fmt.Sprintf("trainer-%d.step-12.safetensors", i))); err != nil {
+			t.Fatalf("trainer-%d wrote no checkpoint of step 12: %v", i, err)
+		}
+	}
+	resumed, r := job("24", ck...)
+	if !strings.Contains(r.stderr, "resuming from the checkpoints of step 12") || !strings.Contains(r.stderr, "restored this trainer's own state") {
+		t.Fatalf("the rerun did not resume the trainers' state at step 12:\n%s", r.stderr)
+	}
+	a, b := readTensors(t, straight), readTensors(t, resumed)
+	for _, name := range []string{"bn_mean", "bn_var", "W1", "gamma", "W2"} {
+		if len(a[name]) == 0 || rel(b[name], a[name]) != 0 {
+			t.Errorf("%s: the resumed job saved %v, the job without a break %v", name, b[name], a[name])
+		}
+	}
+	// Without the trainers' checkpoints the statistics restart from their
+	// initial values: the resumed job would differ.
+	for i := range 2 {
+		if err := os.Remove(filepath.Join(dir, "ck", fmt.Sprintf("trainer-%d.json", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh, r := job("24", ck...)
+	if !strings.Contains(r.stderr, "starts from its initial values") {
+		t.Errorf("without its checkpoints a trainer did not say its state starts over:\n%s", r.stderr)
+	}
+	if c := readTensors(t, fresh); rel(c["bn_mean"], a["bn_mean"]) == 0 {
+		t.Errorf("bn_mean is the same without the trainers' checkpoints; the test would not discriminate")
+	}
+}
+
+// A 2x2 job started --init-from a saved model takes the running statistics
+// from it (the trainers read the model's own state, the pservers the
+// parameters). bn-input.yaml normalizes the features themselves, so a
+// trainer's batch statistics do not depend on the parameters, and N steps
+// from statistics s0 end at the run's from the initial ones plus
+// (1 - momentum)^N (s0 - initial): job B, started from job A's saved file
+// with A's rows, ends at A + 0.8^N (A - initial).
+func TestBatchNormTrain2x2ReadsStatisticsFromInitFrom(t *testing.T) {
+	const steps = 5
+	job := func(args ...string) string {
+		out := filepath.Join(t.TempDir(), "job.safetensors")
+		ok(t, psgraph(t, append([]string{"train", "testdata/norm/bn-input.yaml", "--trainers", "2", "--pservers", "2",
+			"--steps", fmt.Sprint(steps), "--save", out}, args...)...))
+		return out
+	}
+	from := job()
+	a, b := readTensors(t, from), readTensors(t, job("--init-from", from))
+	decay := math.Pow(0.8, steps)
+	for _, c := range []struct {
+		name string
+		init float64
+	}{{"bn_mean", 0}, {"bn_var", 1}} {
+		want := make([]float32, len(a[c.name]))
+		for j, v := range a[c.name] {
+			want[j] = float32(float64(v) + decay*(float64(v)-c.init))
+		}
+		if d := rel(b[c.name], want); len(want) == 0 || d > 1e-5 {
+			t.Errorf("%s: relative difference %.2g\n got %v\nwant %v (from %v)", c.name, d, b[c.name], want, a[c.name])
+		}
+		if rel(a[c.name], want) < 1e-2 {
+			t.Errorf("%s: the expected statistics are those of a fresh start; the test would not discriminate", c.name)
+		}
 	}
 }

@@ -50,7 +50,7 @@ step (docs/performance.md).`,
 	o.split.addPlacement(c)
 	f.IntVar(&o.steps, "steps", 0, "training steps, at least 1 (default: the model's train.steps or train.epochs)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
-	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file (read by the pservers)")
+	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file (read by the pservers; the trainers read the model's own state from it, such as batch_norm's running statistics)")
 	f.StringVar(&o.save, "save", "", "write the final parameters to a safetensors file (trainer 0)")
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one); its endpoints are this run's sockets, removed at the end (with --tcp, loopback ports)")
@@ -113,7 +113,12 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if _, err := o.ck.checkpointer("", g.Name); err != nil {
 		return err
 	}
-	resume, err := launch.Resume(o.ck.dir, opt.PServers)
+	state := len(plan.Trainer.ModelState()) > 0
+	trainersWithState := 0
+	if state {
+		trainersWithState = opt.Trainers
+	}
+	resume, err := launch.Resume(o.ck.dir, opt.PServers, trainersWithState)
 	if err != nil {
 		return err
 	}
@@ -128,6 +133,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		LogFormat: o.log.format, LogLevel: o.log.level, LogEvery: o.log.every,
 		FinalPass:     finalPassArg(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, Resume: resume,
+		TrainerState: state,
 	}
 	children := launch.Plan(lo)
 	fmt.Fprint(c.ErrOrStderr(), plan.Summary())

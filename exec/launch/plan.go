@@ -43,6 +43,10 @@ type PlanOptions struct {
 	CheckpointDir   string
 	CheckpointEvery int
 	Resume          int64 // the step every pserver has a checkpoint of (Resume); 0: a fresh job
+	// TrainerState: the trainers hold model state of their own
+	// (batch_norm's running statistics), so they too read --init-from and
+	// checkpoint into CheckpointDir.
+	TrainerState bool
 }
 
 // Plan returns the children of a `psgraph train` run, pservers first, each
@@ -88,6 +92,12 @@ func Plan(o PlanOptions) []Child {
 		}
 		if o.Batch > 0 {
 			args = append(args, "--batch", strconv.Itoa(o.Batch))
+		}
+		if o.TrainerState && o.InitFrom != "" {
+			args = append(args, "--init-from", o.InitFrom)
+		}
+		if o.TrainerState && o.CheckpointDir != "" {
+			args = append(args, "--checkpoint-dir", o.CheckpointDir, "--checkpoint-every", strconv.Itoa(o.CheckpointEvery))
 		}
 		if o.Save != "" && i == 0 {
 			args = append(args, "--save", o.Save)
@@ -155,14 +165,32 @@ func MetricsFile(path string, i int) string {
 
 // Resume is the step a rerun with checkpoint directory dir resumes at:
 // the newest step every one of the pservers has a checkpoint of (0: none,
-// or no dir).
-func Resume(dir string, pservers int) (int64, error) {
+// or no dir), and of the first trainers trainers (those holding model
+// state of their own) that have checkpoints in dir: a trainer that never
+// wrote one (a directory of a job without that state) does not hold the
+// others back, and starts its state from its initial values.
+func Resume(dir string, pservers, trainers int) (int64, error) {
 	if dir == "" {
 		return 0, nil
 	}
 	var ids []transport.NodeID
 	for i := 0; i < pservers; i++ {
 		ids = append(ids, transport.PServer(i))
+	}
+	step, err := modelfile.CommonCheckpoint(dir, ids)
+	if err != nil || step == 0 {
+		return step, err
+	}
+	for i := 0; i < trainers; i++ {
+		id := transport.Trainer(i)
+		if _, ok, err := (&modelfile.Checkpointer{Dir: dir, Node: id.String()}).Manifest(); err != nil {
+			return 0, err
+		} else if ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == pservers {
+		return step, nil
 	}
 	return modelfile.CommonCheckpoint(dir, ids)
 }

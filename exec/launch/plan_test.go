@@ -61,6 +61,15 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
+			name: "1x1 whose trainer holds state of its own: it reads init-from and checkpoints too",
+			opt: PlanOptions{Dir: "plan", Endpoints: []string{"a:1"}, Trainers: 1, Token: "t0k3n", NumCPU: 2, LogFormat: "console",
+				InitFrom: "init.safetensors", CheckpointDir: "ck", CheckpointEvery: 50, Resume: 100, TrainerState: true},
+			want: []Child{
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--init-from", "init.safetensors", "--checkpoint-dir", "ck", "--checkpoint-every", "50", "--resume-step", "100"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1", "--plan", "plan", "--log-format", "console", "--start-step", "100", "--init-from", "init.safetensors", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+			},
+		},
+		{
 			name: "1x2 with save: trainer 0 saves the whole model (tables pulled from the pservers)",
 			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 1, Token: "t0k3n", NumCPU: 3, LogFormat: "console", Save: "out.safetensors"},
 			want: []Child{
@@ -179,7 +188,8 @@ func TestResultLastLineAndPeakRSS(t *testing.T) {
 	}
 }
 
-// A rerun resumes at the newest step every pserver has a checkpoint of.
+// A rerun resumes at the newest step every pserver has a checkpoint of,
+// and every trainer that checkpoints state of its own.
 func TestResume(t *testing.T) {
 	save := func(dir, node string, steps ...int64) {
 		t.Helper()
@@ -190,19 +200,34 @@ func TestResume(t *testing.T) {
 			}
 		}
 	}
-	if got, err := Resume("", 2); got != 0 || err != nil {
+	if got, err := Resume("", 2, 0); got != 0 || err != nil {
 		t.Errorf("without a checkpoint dir: %d, %v; want 0, nil", got, err)
 	}
 	dir := t.TempDir()
-	if got, err := Resume(dir, 2); got != 0 || err != nil {
+	if got, err := Resume(dir, 2, 0); got != 0 || err != nil {
 		t.Errorf("an empty checkpoint dir: %d, %v; want 0, nil", got, err)
 	}
 	save(dir, "pserver-0", 50, 100)
-	if _, err := Resume(dir, 2); err == nil || !strings.Contains(err.Error(), "some pservers but not all") {
+	if _, err := Resume(dir, 2, 0); err == nil || !strings.Contains(err.Error(), "some pservers but not all") {
 		t.Errorf("pserver-1 has no checkpoint: %v, want an error saying so", err)
 	}
 	save(dir, "pserver-1", 50)
-	if got, err := Resume(dir, 2); got != 50 || err != nil {
+	if got, err := Resume(dir, 2, 0); got != 50 || err != nil {
 		t.Errorf("pserver-0 at 50 and 100, pserver-1 at 50: %d, %v; want 50", got, err)
+	}
+	// Trainers with state of their own count where they have checkpoints:
+	// trainer-0's newest is 50, trainer-1 has none (it does not hold the
+	// others back).
+	save(dir, "pserver-1", 100)
+	save(dir, "trainer-0", 50)
+	if got, err := Resume(dir, 2, 2); got != 50 || err != nil {
+		t.Errorf("pservers at 50 and 100, trainer-0 at 50: %d, %v; want 50", got, err)
+	}
+	if got, err := Resume(dir, 2, 0); got != 100 || err != nil {
+		t.Errorf("pservers at 50 and 100, trainers without state: %d, %v; want 100", got, err)
+	}
+	save(dir, "trainer-0", 100)
+	if got, err := Resume(dir, 2, 2); got != 100 || err != nil {
+		t.Errorf("pservers and trainer-0 at 100: %d, %v; want 100", got, err)
 	}
 }

@@ -50,7 +50,7 @@ type Options struct {
 	// Prom receives the node's metrics (nil: none; exec/metrics).
 	Prom *metrics.Node
 
-	CheckpointDir   string // pserver
+	CheckpointDir   string // pserver; a trainer of a model with state of its own
 	CheckpointEvery int    // pserver: 0: never
 	ResumeStep      int64  // pserver: < 0: the newest checkpoint
 	StartStep       int    // trainer: < 0: learn it from the pservers
@@ -139,11 +139,19 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 }
 
 func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.Summary, error) {
-	if o.InitFrom != "" {
-		return nil, usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers")
+	// A trainer holds no parameters; it holds the model's own state
+	// (batch_norm's running statistics), when the model has some, and
+	// reads that from --init-from and checkpoints it (docs/split.md).
+	state := plan.Trainer.ModelState()
+	if o.InitFrom != "" && len(state) == 0 {
+		return nil, usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers (a trainer reads only its model's own state from it, such as batch_norm's running statistics, and this model has none)")
 	}
-	if o.CheckpointDir != "" || o.CheckpointEvery != 0 {
-		return nil, usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step")
+	if (o.CheckpointDir != "" || o.CheckpointEvery != 0) && len(state) == 0 {
+		return nil, usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step (a trainer checkpoints only its model's own state, such as batch_norm's running statistics, and this model has none)")
+	}
+	ck, err := Checkpointer(o.CheckpointDir, o.CheckpointEvery, o.Name(), plan.Info.Model)
+	if err != nil {
+		return nil, err
 	}
 	addrs := plan.Info.Endpoints
 	if len(o.PServers) > 0 {
@@ -173,7 +181,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 	defer ep.Close()
 	return job.RunTrainer(ctx, o.Index, ep, trainer.RunOptions{
 		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom, FinalPass: o.FinalPass,
-		PServerTimeout: o.ConnectTimeout,
+		PServerTimeout: o.ConnectTimeout, InitFrom: o.InitFrom, Checkpoint: ck,
 	})
 }
 

@@ -27,10 +27,14 @@ import (
 
 // RunOptions configures a training run of one node.
 type RunOptions struct {
-	Role     string // "local", "trainer"
-	Steps    int    // 0: the model's train.steps
-	Batch    int    // 0: the model's train.batch
-	InitFrom string // safetensors file with initial parameters
+	Role  string // "local", "trainer"
+	Steps int    // 0: the model's train.steps
+	Batch int    // 0: the model's train.batch
+	// InitFrom is a safetensors file of initial values: a local run's
+	// parameters and state; a distributed trainer reads only its model's
+	// own state from it (ModelState: batch_norm's running statistics), the
+	// pservers serving the parameters.
+	InitFrom string
 	Save     string // safetensors file to write the final parameters to
 	Metrics  string // JSON-lines file, one object per logged step
 	LogEvery int    // log every N steps (0: about 10 lines per run)
@@ -43,7 +47,11 @@ type RunOptions struct {
 	// after its last step, to save and evaluate them.
 	Params []string
 	// Checkpoint, for a local run, saves the parameters and optimizer state
-	// every Every steps and resumes from the newest checkpoint.
+	// every Every steps and resumes from the newest checkpoint. A
+	// distributed trainer whose model has state of its own (ModelState)
+	// saves that state as node trainer-<index> at the steps the pservers
+	// checkpoint, and a trainer starting at step s > 0 restores it from its
+	// newest checkpoint at or before s (trainerState).
 	Checkpoint *modelfile.Checkpointer
 	// StartStep is the step a distributed trainer starts at: the step its
 	// pservers resumed from (0 for a fresh job); < 0: learn it from the
@@ -171,8 +179,8 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
 	}
-	if opt.Comm != nil && opt.InitFrom != "" {
-		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers")
+	if opt.Comm != nil && opt.InitFrom != "" && len(g.ModelState()) == 0 {
+		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers (a trainer reads from it only its model's own state, such as batch_norm's running statistics, and %s has none)", g.Name)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -315,7 +323,9 @@ func (r *run) compile() error {
 	if len(prog.Lowered) > 0 {
 		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(prog) })
 	}
-	if err := program.Init(prog, program.InitOptions{From: opt.InitFrom, Progress: r.progress()}); err != nil {
+	// A distributed trainer's file is a whole model: it takes the state
+	// it holds and leaves the parameters to the pservers.
+	if err := program.Init(prog, program.InitOptions{From: opt.InitFrom, Partial: opt.Comm != nil, Progress: r.progress()}); err != nil {
 		return err
 	}
 	prog.OnError = func(error) { r.cancel() }
@@ -393,6 +403,11 @@ func (r *run) startStep() error {
 			}
 		}
 	}
+	if opt.Comm != nil && r.first > 0 {
+		if err := r.state().restore(r.first, opt.Log); err != nil {
+			return err
+		}
+	}
 	if ck := opt.Checkpoint; ck != nil && opt.Comm == nil {
 		ck.Prom = opt.Prom
 		c, err := ck.ResumeStep(-1)
@@ -440,12 +455,18 @@ func (r *run) loop(start time.Time) error {
 		}
 		// Every ck.Every steps, and at the last step: a finished run can be
 		// continued from where it ended.
-		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && opt.Comm == nil && ((k+1)%ck.Every == 0 || k == r.steps-1) {
-			if err := saveChains(ck, r.prog, int64(k+1)); err != nil {
-				return err
-			}
-			if err := ck.Save(int64(k+1), program.PersistentOf(r.prog)); err != nil {
-				return err
+		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && ((k+1)%ck.Every == 0 || k == r.steps-1) {
+			if opt.Comm != nil {
+				if err := r.state().save(int64(k + 1)); err != nil {
+					return err
+				}
+			} else {
+				if err := saveChains(ck, r.prog, int64(k+1)); err != nil {
+					return err
+				}
+				if err := ck.Save(int64(k+1), program.PersistentOf(r.prog)); err != nil {
+					return err
+				}
 			}
 		}
 		// Step 1 is logged too, so a loss curve starts where training does.

@@ -1,0 +1,99 @@
+package trainer
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/rs/zerolog"
+
+	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/program"
+)
+
+// trainerState is a distributed trainer's part of the job's checkpoints:
+// the model's own state it holds (dsl.Graph.ModelState: batch_norm's
+// running statistics, docs/split.md), which no pserver has. Each trainer
+// keeps its own, as node trainer-<index> beside the pservers' files, saved
+// at the steps they checkpoint theirs; nil when the model has none or the
+// run has no checkpoints.
+type trainerState struct {
+	ck   *modelfile.Checkpointer
+	vars program.Scope
+}
+
+// state is the run's trainerState.
+func (r *run) state() *trainerState {
+	ck, names := r.opt.Checkpoint, r.g.ModelState()
+	if ck == nil || ck.Dir == "" || len(names) == 0 {
+		return nil
+	}
+	own := *ck
+	own.Node = fmt.Sprintf("trainer-%d", r.opt.TrainerIndex)
+	if own.Model == "" {
+		own.Model = r.g.Name
+	}
+	own.Prom = r.opt.Prom
+	s := &trainerState{ck: &own, vars: program.Scope{}}
+	for _, name := range names {
+		if t, ok := r.prog.Scope[name]; ok {
+			s.vars[name] = t
+		}
+	}
+	if len(s.vars) == 0 {
+		return nil
+	}
+	return s
+}
+
+// save writes the state as of the start of step.
+func (s *trainerState) save(step int64) error {
+	if s == nil {
+		return nil
+	}
+	return s.ck.Save(step, s.vars)
+}
+
+// restore reads the state of the newest checkpoint at or before step, the
+// step the job resumes at: that step's own after a rerun of the whole job
+// (the rerun resumes where every node has a checkpoint, trainers with
+// state included: launch.Resume), an earlier one for a trainer restarted
+// into a running job. Without any, the state keeps its initial values,
+// and the log says so.
+func (s *trainerState) restore(step int, log zerolog.Logger) error {
+	if s == nil {
+		return nil
+	}
+	m, ok, err := s.ck.Manifest()
+	if err != nil {
+		return err
+	}
+	at := int64(-1)
+	for _, c := range m.Steps {
+		if c <= int64(step) {
+			at = max(at, c)
+		}
+	}
+	if !ok || at < 0 {
+		log.Warn().Int("step", step).Str("dir", s.ck.Dir).Strs("state", s.names()).
+			Msg("no checkpoint of this trainer's own state at or before the job's step: that state starts from its initial values")
+		return nil
+	}
+	if err := s.ck.Restore(at, s.vars); err != nil {
+		return err
+	}
+	ev := log.Info().Int64("checkpoint", at).Str("dir", s.ck.Dir).Strs("state", s.names())
+	if at != int64(step) {
+		ev = ev.Int("job_step", step)
+	}
+	ev.Msg("restored this trainer's own state")
+	return nil
+}
+
+func (s *trainerState) names() []string {
+	var out []string
+	for name := range s.vars {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
