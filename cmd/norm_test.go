@@ -230,6 +230,61 @@ func TestBatchNormTrain2x2ResumesStatisticsFromCheckpoints(t *testing.T) {
 	}
 }
 
+// What a trainer holds beyond the model's own state is checkpointed with
+// it: a parameter placed on the trainer (a 1x1 job's W2) and its
+// optimizer's state resume bitwise too. And an async job of two trainers,
+// whose pservers count both trainers' steps, is rerun from its checkpoints
+// (each trainer restores its newest checkpoint before the pservers' step).
+func TestTrainerCheckpointsWhatItHolds(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("../testdata/norm/bn-mlp.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv, err := os.ReadFile("../testdata/norm/bn.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := strings.Replace(string(src), "W2: {shape: [8, 1], init: {type: he_normal, seed: 2}}", "W2: {shape: [8, 1], init: {type: he_normal, seed: 2}, place: trainer}", 1)
+	placed = strings.Replace(placed, "optimizer: {type: sgd, lr: 0.1}", "optimizer: {type: momentum, lr: 0.1, momentum: 0.9}", 1)
+	if placed == string(src) {
+		t.Fatal("bn-mlp.yaml changed; this test's edits no longer apply")
+	}
+	model := filepath.Join(dir, "placed.yaml")
+	for name, b := range map[string][]byte{model: []byte(placed), filepath.Join(dir, "bn.csv"): csv} {
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := func(model, steps string, args ...string) (string, result) {
+		out := filepath.Join(t.TempDir(), "job.safetensors")
+		r := psgraph(t, append([]string{"train", model, "--steps", steps, "--save", out}, args...)...)
+		ok(t, r)
+		return out, r
+	}
+	one := []string{"--trainers", "1", "--pservers", "1", "--checkpoint-every", "6"}
+	straight, _ := job(model, "24", "--trainers", "1", "--pservers", "1")
+	ck := filepath.Join(dir, "ck")
+	job(model, "12", append(one, "--checkpoint-dir", ck)...)
+	resumed, r := job(model, "24", append(one, "--checkpoint-dir", ck)...)
+	if !strings.Contains(r.stderr, "resuming from the checkpoints of step 12") {
+		t.Fatalf("the rerun did not resume at step 12:\n%s", r.stderr)
+	}
+	a, b := readTensors(t, straight), readTensors(t, resumed)
+	for _, name := range []string{"W2", "bn_mean", "W1"} {
+		if len(a[name]) == 0 || rel(b[name], a[name]) != 0 {
+			t.Errorf("%s: the resumed job saved %v, the job without a break %v", name, b[name], a[name])
+		}
+	}
+
+	async := []string{"--trainers", "2", "--pservers", "2", "--mode", "async", "--checkpoint-every", "6", "--checkpoint-dir", filepath.Join(dir, "ck-async")}
+	job("testdata/norm/bn-mlp.yaml", "12", async...)
+	_, r = job("testdata/norm/bn-mlp.yaml", "24", async...)
+	if !strings.Contains(r.stderr, "resuming from the checkpoints of step") || !strings.Contains(r.stderr, "restored this trainer's own state") {
+		t.Errorf("the async rerun did not resume the pservers and the trainers' state:\n%s", r.stderr)
+	}
+}
+
 // A 2x2 job started --init-from a saved model takes the running statistics
 // from it (the trainers read the model's own state, the pservers the
 // parameters). bn-input.yaml normalizes the features themselves, so a

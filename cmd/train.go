@@ -113,9 +113,15 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if _, err := o.ck.checkpointer("", g.Name); err != nil {
 		return err
 	}
-	state := len(plan.Trainer.ModelState()) > 0
+	// The trainers hold state of their own (batch_norm's running
+	// statistics, a parameter placed on them): they read --init-from and
+	// checkpoint it, and a rerun resumes where they have checkpoints too,
+	// except in an async job of several trainers, whose pservers count
+	// every trainer's steps (the trainers then restore their newest
+	// checkpoint before the pservers' step).
+	state := len(plan.Trainer.Persistent()) > 0
 	trainersWithState := 0
-	if state {
+	if state && (opt.Mode != partition.Async || opt.Trainers == 1) {
 		trainersWithState = opt.Trainers
 	}
 	resume, err := launch.Resume(o.ck.dir, opt.PServers, trainersWithState)

@@ -40,6 +40,18 @@ func (g *Graph) typeOf(name string) string {
 	return "[C]"
 }
 
+// Persistent lists, in declaration order, every variable whose value
+// lives from step to step: parameters and state, the optimizers' included.
+func (g *Graph) Persistent() []string {
+	var out []string
+	for _, n := range g.Order {
+		if g.Vars[n].Kind.Persistent() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // ModelVars is Params followed by ModelState: what a saved model holds.
 func (g *Graph) ModelVars() []string { return append(g.Params(), g.ModelState()...) }
 

@@ -165,10 +165,13 @@ func MetricsFile(path string, i int) string {
 
 // Resume is the step a rerun with checkpoint directory dir resumes at:
 // the newest step every one of the pservers has a checkpoint of (0: none,
-// or no dir), and of the first trainers trainers (those holding model
-// state of their own) that have checkpoints in dir: a trainer that never
-// wrote one (a directory of a job without that state) does not hold the
-// others back, and starts its state from its initial values.
+// or no dir), and of the first trainers trainers (those holding state of
+// their own) that have checkpoints in dir. A trainer that never wrote one
+// (a directory of a job without that state) does not hold the others
+// back, and starts its state from its initial values; when the trainers'
+// steps and the pservers' share none, the pservers' step stands and each
+// trainer restores its newest checkpoint before it (both logged by the
+// trainer).
 func Resume(dir string, pservers, trainers int) (int64, error) {
 	if dir == "" {
 		return 0, nil
@@ -192,7 +195,10 @@ func Resume(dir string, pservers, trainers int) (int64, error) {
 	if len(ids) == pservers {
 		return step, nil
 	}
-	return modelfile.CommonCheckpoint(dir, ids)
+	if both, err := modelfile.CommonCheckpoint(dir, ids); err == nil && both > 0 {
+		return both, nil
+	}
+	return step, nil
 }
 
 // PeakRSSLine reports each child's peak resident memory in MiB, in the

@@ -230,4 +230,13 @@ func TestResume(t *testing.T) {
 	if got, err := Resume(dir, 2, 2); got != 100 || err != nil {
 		t.Errorf("pservers and trainer-0 at 100: %d, %v; want 100", got, err)
 	}
+	// Trainers whose steps the pservers' do not share (an async job's
+	// pservers count every trainer's steps) leave the pservers' step.
+	odd := t.TempDir()
+	save(odd, "pserver-0", 36, 48)
+	save(odd, "pserver-1", 36, 48)
+	save(odd, "trainer-0", 18, 24)
+	if got, err := Resume(odd, 2, 1); got != 48 || err != nil {
+		t.Errorf("pservers at 36 and 48, trainer-0 at 18 and 24: %d, %v; want 48", got, err)
+	}
 }

@@ -126,25 +126,47 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // LoadSafetensors reads every float32, int32 and int64 tensor of a
 // safetensors file.
 func LoadSafetensors(path string) (map[string]*tensor.Tensor, map[string]string, error) {
-	raw, err := os.ReadFile(path)
+	return LoadSafetensorsOf(path, nil)
+}
+
+// LoadSafetensorsOf reads the tensors of a safetensors file whose names
+// want accepts (nil: all), each straight from the file into its tensor:
+// a node that needs a few tensors of a large model file reads those
+// bytes only, and holds no copy of the file.
+func LoadSafetensorsOf(path string, want func(name string) bool) (map[string]*tensor.Tensor, map[string]string, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
 	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	size := fi.Size()
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%s is not a valid safetensors file: %s", path, fmt.Sprintf(format, args...))
 	}
-	if len(raw) < 8 {
+	if size < 8 {
 		return nil, nil, bad("shorter than its 8-byte header length")
 	}
-	hl := binary.LittleEndian.Uint64(raw[:8])
-	if hl > uint64(len(raw)-8) || hl > 100<<20 {
+	var lenBuf [8]byte
+	if _, err := f.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	hl := binary.LittleEndian.Uint64(lenBuf[:])
+	if hl > uint64(size-8) || hl > 100<<20 {
 		return nil, nil, bad("header length %d exceeds the file", hl)
 	}
+	head := make([]byte, hl)
+	if _, err := f.ReadAt(head, 8); err != nil {
+		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
 	var header map[string]json.RawMessage
-	if err := json.Unmarshal(raw[8:8+hl], &header); err != nil {
+	if err := json.Unmarshal(head, &header); err != nil {
 		return nil, nil, bad("header: %v", err)
 	}
-	body := raw[8+hl:]
+	base, bodyLen := 8+int64(hl), size-8-int64(hl)
 	out := map[string]*tensor.Tensor{}
 	var meta map[string]string
 	for name, msg := range header {
@@ -165,21 +187,26 @@ func LoadSafetensors(path string) (map[string]*tensor.Tensor, map[string]string,
 		if dt == tensor.Invalid {
 			return nil, nil, bad("tensor %q has dtype %s; psgraph reads F32, I32 and I64", name, e.DType)
 		}
-		n := dt.Size()
+		n := int64(dt.Size())
 		for _, d := range e.Shape {
-			if d < 0 || d > len(body) {
+			if d < 0 || int64(d) > bodyLen {
 				return nil, nil, bad("tensor %q has shape %v", name, e.Shape)
 			}
-			n *= d
-			if n > len(body) {
+			n *= int64(d)
+			if n > bodyLen {
 				break
 			}
 		}
-		if e.Offsets[0] < 0 || e.Offsets[1] > len(body) || e.Offsets[1]-e.Offsets[0] != n {
+		if e.Offsets[0] < 0 || int64(e.Offsets[1]) > bodyLen || int64(e.Offsets[1]-e.Offsets[0]) != n {
 			return nil, nil, bad("tensor %q: data offsets %v do not match shape %v", name, e.Offsets, e.Shape)
 		}
+		if want != nil && !want(name) {
+			continue
+		}
 		t := tensor.New(dt, e.Shape)
-		copy(t.Bytes(), body[e.Offsets[0]:e.Offsets[1]])
+		if _, err := f.ReadAt(t.Bytes(), base+int64(e.Offsets[0])); err != nil && !(err == io.EOF && n == 0) {
+			return nil, nil, fmt.Errorf("cannot read %s: tensor %q: %w", path, name, err)
+		}
 		out[name] = t
 	}
 	return out, meta, nil

@@ -133,3 +133,46 @@ func writeRaw(t *testing.T, path, header string, body int) {
 		t.Fatal(err)
 	}
 }
+
+// LoadSafetensorsOf reads only the tensors asked for, each with its own
+// bytes (a big tensor it skips is never read), and still refuses a file
+// whose skipped entries are malformed.
+func TestLoadSafetensorsOfReadsWhatIsAsked(t *testing.T) {
+	big := tensor.New(tensor.F32, tensor.Shape{1 << 16, 4})
+	for i := range big.F {
+		big.F[i] = float32(i)
+	}
+	mean := tensor.FromF32(tensor.Shape{3}, []float32{1.5, -2, 7})
+	ids := tensor.New(tensor.I32, tensor.Shape{2})
+	copy(ids.I, []int32{4, -1})
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	if err := SaveSafetensors(path, map[string]*tensor.Tensor{"table": big, "bn_mean": mean, "ids": ids}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := LoadSafetensorsOf(path, func(name string) bool { return name != "table" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["table"] != nil {
+		t.Fatalf("read %d tensors (table %v), want bn_mean and ids only", len(got), got["table"] != nil)
+	}
+	if !slices.Equal(got["bn_mean"].F, mean.F) || !slices.Equal(got["ids"].I, ids.I) {
+		t.Errorf("read bn_mean %v, ids %v; want %v, %v", got["bn_mean"].F, got["ids"].I, mean.F, ids.I)
+	}
+	all, _, err := LoadSafetensors(path)
+	if err != nil || !slices.Equal(all["table"].F, big.F) {
+		t.Fatalf("the whole file read back wrong (%v)", err)
+	}
+	// A skipped entry whose offsets overrun the file is still an error.
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.safetensors")
+	if err := os.WriteFile(bad, raw[:len(raw)-4], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadSafetensorsOf(bad, func(string) bool { return false }); err == nil || !strings.Contains(err.Error(), "not a valid safetensors file") {
+		t.Errorf("a truncated file read with nothing asked: %v, want it refused", err)
+	}
+}

@@ -139,15 +139,16 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 }
 
 func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.Summary, error) {
-	// A trainer holds no parameters; it holds the model's own state
-	// (batch_norm's running statistics), when the model has some, and
-	// reads that from --init-from and checkpoints it (docs/split.md).
-	state := plan.Trainer.ModelState()
-	if o.InitFrom != "" && len(state) == 0 {
-		return nil, usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers (a trainer reads only its model's own state from it, such as batch_norm's running statistics, and this model has none)")
+	// A trainer holds no parameters unless one is placed on it; it holds
+	// the model's own state (batch_norm's running statistics), when the
+	// model has some, and reads what it holds from --init-from and
+	// checkpoints it (docs/split.md).
+	held := plan.Trainer.Persistent()
+	if o.InitFrom != "" && len(held) == 0 {
+		return nil, usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers (a trainer reads from it only what it holds, such as batch_norm's running statistics, and this plan's trainer holds nothing)")
 	}
-	if (o.CheckpointDir != "" || o.CheckpointEvery != 0) && len(state) == 0 {
-		return nil, usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step (a trainer checkpoints only its model's own state, such as batch_norm's running statistics, and this model has none)")
+	if (o.CheckpointDir != "" || o.CheckpointEvery != 0) && len(held) == 0 {
+		return nil, usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step (a trainer checkpoints only what it holds, such as batch_norm's running statistics, and this plan's trainer holds nothing)")
 	}
 	ck, err := Checkpointer(o.CheckpointDir, o.CheckpointEvery, o.Name(), plan.Info.Model)
 	if err != nil {

@@ -27,8 +27,11 @@ func InitPartial(p *Program, initFrom string, partial bool) error {
 
 // InitOptions configures Init.
 type InitOptions struct {
-	From     string // a safetensors file with the values ("": the initializers)
-	Partial  bool   // skip the file's tensors this node does not hold
+	From    string // a safetensors file with the values ("": the initializers)
+	Partial bool   // skip the file's tensors this node does not hold
+	// Select, when set, names the file's tensors to read (the others are
+	// not read at all): a node that takes a few tensors of a large file.
+	Select   func(name string) bool
 	Progress *progress.Reporter
 }
 
@@ -41,7 +44,7 @@ func Init(p *Program, o InitOptions) error {
 	var loaded map[string]*tensor.Tensor
 	if initFrom != "" {
 		var err error
-		if loaded, _, err = modelfile.LoadSafetensors(initFrom); err != nil {
+		if loaded, _, err = modelfile.LoadSafetensorsOf(initFrom, o.Select); err != nil {
 			return err
 		}
 		if err := loadTables(p, loaded, initFrom); err != nil {

@@ -11,11 +11,12 @@ import (
 )
 
 // trainerState is a distributed trainer's part of the job's checkpoints:
-// the model's own state it holds (dsl.Graph.ModelState: batch_norm's
-// running statistics, docs/split.md), which no pserver has. Each trainer
-// keeps its own, as node trainer-<index> beside the pservers' files, saved
-// at the steps they checkpoint theirs; nil when the model has none or the
-// run has no checkpoints.
+// the persistent variables it holds, which no pserver has (the model's own
+// state, dsl.Graph.ModelState: batch_norm's running statistics; a
+// parameter placed on the trainer and its optimizer's state;
+// docs/split.md). Each trainer keeps its own, as node trainer-<index>
+// beside the pservers' files, saved at the steps they checkpoint theirs;
+// nil when it holds none or the run has no checkpoints.
 type trainerState struct {
 	ck   *modelfile.Checkpointer
 	vars program.Scope
@@ -23,8 +24,8 @@ type trainerState struct {
 
 // state is the run's trainerState.
 func (r *run) state() *trainerState {
-	ck, names := r.opt.Checkpoint, r.g.ModelState()
-	if ck == nil || ck.Dir == "" || len(names) == 0 {
+	ck, vars := r.opt.Checkpoint, program.PersistentOf(r.prog)
+	if ck == nil || ck.Dir == "" || len(vars) == 0 {
 		return nil
 	}
 	own := *ck
@@ -33,16 +34,7 @@ func (r *run) state() *trainerState {
 		own.Model = r.g.Name
 	}
 	own.Prom = r.opt.Prom
-	s := &trainerState{ck: &own, vars: program.Scope{}}
-	for _, name := range names {
-		if t, ok := r.prog.Scope[name]; ok {
-			s.vars[name] = t
-		}
-	}
-	if len(s.vars) == 0 {
-		return nil
-	}
-	return s
+	return &trainerState{ck: &own, vars: vars}
 }
 
 // save writes the state as of the start of step.

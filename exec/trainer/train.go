@@ -31,9 +31,10 @@ type RunOptions struct {
 	Steps int    // 0: the model's train.steps
 	Batch int    // 0: the model's train.batch
 	// InitFrom is a safetensors file of initial values: a local run's
-	// parameters and state; a distributed trainer reads only its model's
-	// own state from it (ModelState: batch_norm's running statistics), the
-	// pservers serving the parameters.
+	// parameters and state; a distributed trainer reads from it only the
+	// persistent variables it holds (the model's own state, such as
+	// batch_norm's running statistics; a parameter placed on the trainer),
+	// the pservers serving the others.
 	InitFrom string
 	Save     string // safetensors file to write the final parameters to
 	Metrics  string // JSON-lines file, one object per logged step
@@ -48,10 +49,11 @@ type RunOptions struct {
 	Params []string
 	// Checkpoint, for a local run, saves the parameters and optimizer state
 	// every Every steps and resumes from the newest checkpoint. A
-	// distributed trainer whose model has state of its own (ModelState)
-	// saves that state as node trainer-<index> at the steps the pservers
-	// checkpoint, and a trainer starting at step s > 0 restores it from its
-	// newest checkpoint at or before s (trainerState).
+	// distributed trainer that holds persistent variables (the model's own
+	// state, a parameter placed on it) saves them as node trainer-<index>
+	// at the steps the pservers checkpoint, and a trainer starting at step
+	// s > 0 restores them from its newest checkpoint at or before s
+	// (trainerState).
 	Checkpoint *modelfile.Checkpointer
 	// StartStep is the step a distributed trainer starts at: the step its
 	// pservers resumed from (0 for a fresh job); < 0: learn it from the
@@ -179,8 +181,8 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
 	}
-	if opt.Comm != nil && opt.InitFrom != "" && len(g.ModelState()) == 0 {
-		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers (a trainer reads from it only its model's own state, such as batch_norm's running statistics, and %s has none)", g.Name)
+	if opt.Comm != nil && opt.InitFrom != "" && len(g.Persistent()) == 0 {
+		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers (a trainer reads from it only what it holds, such as batch_norm's running statistics, and this trainer of %s holds nothing)", g.Name)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -323,9 +325,14 @@ func (r *run) compile() error {
 	if len(prog.Lowered) > 0 {
 		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(prog) })
 	}
-	// A distributed trainer's file is a whole model: it takes the state
-	// it holds and leaves the parameters to the pservers.
-	if err := program.Init(prog, program.InitOptions{From: opt.InitFrom, Partial: opt.Comm != nil, Progress: r.progress()}); err != nil {
+	// A distributed trainer's file is a whole model: it reads the
+	// variables it holds and leaves the others to the pservers.
+	init := program.InitOptions{From: opt.InitFrom, Progress: r.progress()}
+	if opt.Comm != nil {
+		held := program.PersistentOf(prog)
+		init.Partial, init.Select = true, func(name string) bool { return held[name] != nil }
+	}
+	if err := program.Init(prog, init); err != nil {
 		return err
 	}
 	prog.OnError = func(error) { r.cancel() }
