@@ -415,7 +415,7 @@ func (g *Graph) checkTypes(types map[string]ops.Type, batch int) error {
 		v, ok := g.Vars[a.Target]
 		switch {
 		case !ok:
-			errs = append(errs, Errorf(a.Pos, "assign target %q is not a declared param or state variable%s; declare it under params: or state:", a.Target, suggest(a.Target, g.persistentNames())))
+			errs = append(errs, Errorf(a.Pos, "assign target %q is not a declared param or state variable%s; declare it under params: or state:", a.Target, suggest(a.Target, g.Persistent())))
 			continue
 		case !v.Kind.Persistent():
 			errs = append(errs, Errorf(a.Pos, "assign target %q is a %s variable; only params and state persist across steps, so assign to one of those", a.Target, v.Kind))
@@ -551,16 +551,6 @@ func (g *Graph) checkTrain(types map[string]ops.Type) ErrorList {
 		}
 	}
 	return errs
-}
-
-func (g *Graph) persistentNames() []string {
-	var out []string
-	for _, n := range g.Order {
-		if g.Vars[n].Kind.Persistent() {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // MaxElements bounds the elements of any one tensor (8 GiB of float32), so
