@@ -18,7 +18,8 @@ a ConfigMap holding the plan files, a headless Service JOB for the pservers,
 and one Job per node: JOB-pserver-<i> (reachable as JOB-pserver-<i>.JOB,
 checkpointing to its claim JOB-pserver-<i>-checkpoint, which a restarted
 pserver resumes from) and JOB-trainer-<i> (trainer 0 saves the model to the
-claim JOB-model). Every node is configured through PSGRAPH_* variables,
+claim JOB-model; trainers that hold state of their own, such as
+batch_norm's running statistics, checkpoint it to JOB-trainer-<i>-checkpoint). Every node is configured through PSGRAPH_* variables,
 serves Prometheus metrics and its probes on --metrics-port, and has
 resource requests derived from the plan unless --cpu and --memory say
 otherwise. The token comes from an existing Secret (--token-secret, key

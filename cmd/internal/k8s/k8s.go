@@ -187,6 +187,22 @@ func CheckpointClaim(job string, i int) string { return PServerJob(job, i) + "-c
 func ModelClaim(job string) string             { return job + "-model" }
 func ModelFile(job string) string              { return ModelMount + "/" + job + ".safetensors" }
 
+// TrainerCheckpointClaim names trainer i's checkpoint claim, which only
+// a trainer holding state of its own has (TrainerStateBytes).
+func TrainerCheckpointClaim(job string, i int) string { return TrainerJob(job, i) + "-checkpoint" }
+
+// TrainerStateBytes is the size of the persistent variables a trainer of
+// the plan holds (batch_norm's running statistics, a parameter placed on
+// the trainer: docs/split.md), which it checkpoints itself; 0 for the
+// usual plan, whose trainers hold none.
+func TrainerStateBytes(p *partition.Plan) int64 {
+	var b int64
+	for _, n := range p.Trainer.Persistent() {
+		b += 4 * int64(p.Trainer.Vars[n].Shape.Numel())
+	}
+	return b
+}
+
 // absoluteCSV finds a data path the trainer reads from the machine that split.
 var absoluteCSV = regexp.MustCompile(`(?m)^\s*csv:\s*"?(/[^"\n]*)`)
 
@@ -317,8 +333,12 @@ func Objects(dir string, o Options) ([]runtime.Object, []string, error) {
 		objs = append(objs, claim(o, CheckpointClaim(o.Name, i), "pserver", quantity(o.CheckpointSize, CheckpointBytes(p.Info, i))), pserverJob(o, p.Info, i))
 	}
 	objs = append(objs, claim(o, ModelClaim(o.Name), "trainer", quantity(o.ModelSize, ModelBytes(p.Info))))
+	held := TrainerStateBytes(p)
 	for i := range p.Info.Trainers {
-		objs = append(objs, trainerJob(o, p.Info, i))
+		if held > 0 {
+			objs = append(objs, claim(o, TrainerCheckpointClaim(o.Name, i), "trainer", quantity("", roundMi(max(claimMin, 12*held)))))
+		}
+		objs = append(objs, trainerJob(o, p.Info, i, held > 0))
 	}
 	return objs, warnings, nil
 }
@@ -532,11 +552,14 @@ func pserverJob(o Options, in partition.PlanInfo, i int) *batchv1.Job {
 }
 
 // trainerJob runs trainer i; trainer 0 saves the model to the model claim.
+// A trainer holding state of its own (checkpoints) checkpoints it to its
+// claim at the pservers' steps, and a restarted one restores its newest
+// checkpoint at or before the step it rejoins at.
 // A restarted trainer rejoins a dense job (it learns the running step from
 // the pservers), so trainers restart in place (OnFailure); a sync job with
 // lookup tables cannot take one back (the pservers stop the job), so its
 // trainers get no retries.
-func trainerJob(o Options, in partition.PlanInfo, i int) *batchv1.Job {
+func trainerJob(o Options, in partition.PlanInfo, i int, checkpoints bool) *batchv1.Job {
 	args := []string{"--connect-timeout=" + o.ConnectTimeout.String(), "--log-format=json"}
 	var vols []corev1.Volume
 	c := corev1.Container{Name: "trainer",
@@ -547,6 +570,11 @@ func trainerJob(o Options, in partition.PlanInfo, i int) *batchv1.Job {
 		args = append(args, "--save="+ModelFile(o.Name))
 		c.VolumeMounts = []corev1.VolumeMount{{Name: "model", MountPath: ModelMount}}
 		vols = append(vols, claimVolume("model", ModelClaim(o.Name)))
+	}
+	if checkpoints {
+		args = append(args, "--checkpoint-dir="+CheckpointMount, "--checkpoint-every="+strconv.Itoa(o.CheckpointEvery))
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "checkpoint", MountPath: CheckpointMount})
+		vols = append(vols, claimVolume("checkpoint", TrainerCheckpointClaim(o.Name, i)))
 	}
 	c.Args = args
 	restart, backoff := corev1.RestartPolicyOnFailure, int32(o.BackoffLimit)

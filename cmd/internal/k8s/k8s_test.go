@@ -159,8 +159,13 @@ func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests
 	t.Helper()
 	in := p.Info
 	M, N := in.PServers, in.Trainers
-	if len(m.cm) != 1 || len(m.svc) != 1 || len(m.jobs) != M+N || len(m.pvc) != M+1 {
-		t.Fatalf("%dx%d: %d ConfigMaps, %d Services, %d Jobs, %d claims; want 1, 1, %d, %d", N, M, len(m.cm), len(m.svc), len(m.jobs), len(m.pvc), M+N, M+1)
+	held := k8s.TrainerStateBytes(p)
+	claims := M + 1
+	if held > 0 {
+		claims += N // a claim per trainer for the state it holds
+	}
+	if len(m.cm) != 1 || len(m.svc) != 1 || len(m.jobs) != M+N || len(m.pvc) != claims {
+		t.Fatalf("%dx%d: %d ConfigMaps, %d Services, %d Jobs, %d claims; want 1, 1, %d, %d", N, M, len(m.cm), len(m.svc), len(m.jobs), len(m.pvc), M+N, claims)
 	}
 	cm := m.cm[o.Name+"-plan"]
 	svc := m.svc[o.Name]
@@ -369,6 +374,31 @@ func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests
 		} else if saves {
 			t.Errorf("trainer %d saves the model too (%s)", i, save)
 		}
+		// the state it holds, if any: checkpointed on its own claim
+		dir, ckpt := argOf(c, "--checkpoint-dir")
+		var claim string
+		for _, vm := range c.VolumeMounts {
+			if ckpt && vm.MountPath == dir {
+				for _, v := range tmpl.Spec.Volumes {
+					if v.Name == vm.Name && v.PersistentVolumeClaim != nil {
+						claim = v.PersistentVolumeClaim.ClaimName
+					}
+				}
+			}
+		}
+		switch {
+		case held > 0 && claim != k8s.TrainerCheckpointClaim(o.Name, i):
+			t.Errorf("trainer %d holds %d bytes of state and checkpoints to %q on claim %q, want its own claim %s", i, held, dir, claim, k8s.TrainerCheckpointClaim(o.Name, i))
+		case held > 0:
+			if every, _ := argOf(c, "--checkpoint-every"); every != strconv.Itoa(o.CheckpointEvery) {
+				t.Errorf("trainer %d checkpoints every %q steps, the pservers every %d", i, every, o.CheckpointEvery)
+			}
+			if size := m.pvc[claim].Spec.Resources.Requests[corev1.ResourceStorage]; size.Value() < 3*held {
+				t.Errorf("trainer %d's claim of %s cannot hold a checkpoint of its %d bytes", i, size.String(), held)
+			}
+		case ckpt:
+			t.Errorf("trainer %d holds nothing and checkpoints to %q", i, dir)
+		}
 		dense := k8s.TrainersRestart(in) != ""
 		if dense && (tmpl.Spec.RestartPolicy != corev1.RestartPolicyOnFailure || *job.Spec.BackoffLimit != int32(o.BackoffLimit)) ||
 			!dense && (tmpl.Spec.RestartPolicy != corev1.RestartPolicyNever || *job.Spec.BackoffLimit != 0) {
@@ -472,6 +502,30 @@ func TestManifestsTableJob(t *testing.T) {
 		c := m.jobs[k8s.PServerJob(o.Name, i)].Spec.Template.Spec.Containers[0]
 		if save, ok := argOf(c, "--save"); ok {
 			t.Errorf("pserver %d saves its shards to %q; trainer 0's file holds the tables", i, save)
+		}
+	}
+}
+
+// TestManifestsTrainerState: trainers that hold state of their own
+// (bn-mlp's batch_norm statistics) checkpoint it, each to its own claim,
+// at the pservers' steps; the invariants check it (and that the usual
+// plan's trainers have no claim of their own).
+func TestManifestsTrainerState(t *testing.T) {
+	dir, p := writePlan(t, "../../../testdata/norm/bn-mlp.yaml", 2, 2, partition.DefaultMinBlockSize)
+	if k8s.TrainerStateBytes(p) != 2*8*4 {
+		t.Fatalf("bn-mlp's trainer holds %d bytes, want its two 8-float statistics", k8s.TrainerStateBytes(p))
+	}
+	o := opts()
+	o.Defaults()
+	src, _, err := k8s.Manifests(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decode(t, src)
+	checkInvariants(t, o, p, m)
+	for i := range 2 {
+		if m.pvc[k8s.TrainerCheckpointClaim(o.Name, i)] == nil {
+			t.Errorf("no claim %s", k8s.TrainerCheckpointClaim(o.Name, i))
 		}
 	}
 }
