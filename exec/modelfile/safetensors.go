@@ -197,7 +197,7 @@ func LoadSafetensorsOf(path string, want func(name string) bool) (map[string]*te
 				break
 			}
 		}
-		if e.Offsets[0] < 0 || int64(e.Offsets[1]) > bodyLen || int64(e.Offsets[1]-e.Offsets[0]) != n {
+		if e.Offsets[0] < 0 || e.Offsets[1] < e.Offsets[0] || int64(e.Offsets[1]) > bodyLen || int64(e.Offsets[1])-int64(e.Offsets[0]) != n {
 			return nil, nil, bad("tensor %q: data offsets %v do not match shape %v", name, e.Offsets, e.Shape)
 		}
 		if want != nil && !want(name) {

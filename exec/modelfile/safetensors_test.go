@@ -111,11 +111,17 @@ func TestSafetensorsRefusesBadEntries(t *testing.T) {
 		"negative": {`{"dtype":"I64","shape":[-2],"data_offsets":[0,16]}`, "has shape [-2]"},
 		"huge":     {`{"dtype":"F32","shape":[1000000000000,1000000000000],"data_offsets":[0,16]}`, "has shape"},
 		"f64":      {`{"dtype":"F64","shape":[2],"data_offsets":[0,16]}`, "psgraph reads F32, I32 and I64"},
+		// offsets whose difference wraps around to the shape's 8 bytes
+		"wrapped": {`{"dtype":"I64","shape":[1],"data_offsets":[9223372036854775807,-9223372036854775801]}`, "do not match shape [1]"},
 	} {
 		path := filepath.Join(dir, name)
 		writeRaw(t, path, `{"x":`+c.entry+`}`, 16)
 		if _, _, err := LoadSafetensors(path); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `"x"`) {
 			t.Errorf("%s: %v, want an error naming \"x\" with %q", name, err, c.want)
+		}
+		// refused even when the entry is not asked for
+		if _, _, err := LoadSafetensorsOf(path, func(string) bool { return false }); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s, read with nothing asked: %v, want an error with %q", name, err, c.want)
 		}
 	}
 }

@@ -198,7 +198,8 @@ func TrainerCheckpointClaim(job string, i int) string { return TrainerJob(job, i
 func TrainerStateBytes(p *partition.Plan) int64 {
 	var b int64
 	for _, n := range p.Trainer.Persistent() {
-		b += 4 * int64(p.Trainer.Vars[n].Shape.Numel())
+		v := p.Trainer.Vars[n]
+		b += int64(v.DType.Size()) * int64(v.Shape.Numel())
 	}
 	return b
 }
