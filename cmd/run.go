@@ -177,7 +177,7 @@ and received, docs/runtime.md).`,
 	f.StringVar(&o.role, "role", "", "required: local (the whole model on this node), trainer or pserver (env PSGRAPH_ROLE)")
 	f.IntVar(&o.steps, "steps", 0, "training steps, at least 1 (default: the model's train.steps or train.epochs)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
-	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file; trainer: only the model's own state (batch_norm's running statistics), when it has some")
+	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file (a local run or trainer also takes a saved model's normalization statistics); trainer: only the model's own state (batch_norm's running statistics), when it has some")
 	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file; pserver: write its shards of the lookup tables (psgraph train merges them into trainer 0's file)")
 	f.StringVar(&o.metrics, "metrics", "", "local, trainer: write one JSON object per logged step to this file")
 	addFinalPassFlag(c, &o.final)

@@ -139,7 +139,7 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		LogFormat: o.log.format, LogLevel: o.log.level, LogEvery: o.log.every,
 		FinalPass:     finalPassArg(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, Resume: resume,
-		TrainerState: state,
+		TrainerState: state, TrainerNormalizes: plan.Trainer.Normalizes(),
 	}
 	children := launch.Plan(lo)
 	fmt.Fprint(c.ErrOrStderr(), plan.Summary())

@@ -52,6 +52,12 @@ func (g *Graph) Persistent() []string {
 	return out
 }
 
+// Normalizes says whether the model's data section normalizes its
+// features (whose statistics a saved model carries).
+func (g *Graph) Normalizes() bool {
+	return g.Data != nil && g.Data.Normalize != "" && g.Data.Normalize != "none"
+}
+
 // ModelVars is Params followed by ModelState: what a saved model holds.
 func (g *Graph) ModelVars() []string { return append(g.Params(), g.ModelState()...) }
 

@@ -47,6 +47,9 @@ type PlanOptions struct {
 	// (batch_norm's running statistics), so they too read --init-from and
 	// checkpoint into CheckpointDir.
 	TrainerState bool
+	// TrainerNormalizes: the trainers normalize their features, so they
+	// read --init-from for the statistics a saved model carries.
+	TrainerNormalizes bool
 }
 
 // Plan returns the children of a `psgraph train` run, pservers first, each
@@ -93,7 +96,7 @@ func Plan(o PlanOptions) []Child {
 		if o.Batch > 0 {
 			args = append(args, "--batch", strconv.Itoa(o.Batch))
 		}
-		if o.TrainerState && o.InitFrom != "" {
+		if (o.TrainerState || o.TrainerNormalizes) && o.InitFrom != "" {
 			args = append(args, "--init-from", o.InitFrom)
 		}
 		if o.TrainerState && o.CheckpointDir != "" {

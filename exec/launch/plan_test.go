@@ -70,6 +70,15 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
+			name: "1x1 whose trainer normalizes: it reads init-from for the statistics, and checkpoints nothing",
+			opt: PlanOptions{Dir: "plan", Endpoints: []string{"a:1"}, Trainers: 1, Token: "t0k3n", NumCPU: 2, LogFormat: "console",
+				InitFrom: "init.safetensors", CheckpointDir: "ck", CheckpointEvery: 50, TrainerNormalizes: true},
+			want: []Child{
+				{Name: "pserver-0", Args: []string{"run", "--role", "pserver", "--index", "0", "--listen", "a:1", "--plan", "plan", "--log-format", "console", "--init-from", "init.safetensors", "--checkpoint-dir", "ck", "--checkpoint-every", "50"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+				{Name: "trainer-0", Args: []string{"run", "--role", "trainer", "--index", "0", "--pserver-endpoints", "a:1", "--plan", "plan", "--log-format", "console", "--init-from", "init.safetensors"}, Env: []string{token, "GOMAXPROCS=1", nopark}, DropSchedTrace: true},
+			},
+		},
+		{
 			name: "1x2 with save: trainer 0 saves the whole model (tables pulled from the pservers)",
 			opt:  PlanOptions{Dir: "plan", Endpoints: []string{"a:1", "b:2"}, Trainers: 1, Token: "t0k3n", NumCPU: 3, LogFormat: "console", Save: "out.safetensors"},
 			want: []Child{

@@ -181,8 +181,8 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
 		return nil, stepsMissing(g)
 	}
-	if opt.Comm != nil && opt.InitFrom != "" && len(g.Persistent()) == 0 {
-		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers (a trainer reads from it only what it holds, such as batch_norm's running statistics, and this trainer of %s holds nothing)", g.Name)
+	if opt.Comm != nil && opt.InitFrom != "" && len(g.Persistent()) == 0 && !g.Normalizes() {
+		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers (a trainer reads from it only what it holds, such as batch_norm's running statistics, and the normalization statistics, and this trainer of %s needs neither)", g.Name)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -256,6 +256,33 @@ func (r *run) train() (*Summary, error) {
 	return r.end(time.Since(start).Seconds())
 }
 
+// savedScaling is the normalization of a run started --init-from a saved
+// model: the statistics the file holds (its --save's), which its
+// parameters were trained for, instead of the data's own, so training on
+// new data goes on with the features scaled as before (and reads no pass
+// for them); nil when the model does not normalize or the file holds no
+// statistics (an initial file written elsewhere). A file saved with
+// another normalize mode than the model's is refused.
+func savedScaling(g *dsl.Graph, opt RunOptions) (*data.Scaling, error) {
+	mode := g.Data.Normalize
+	if opt.InitFrom == "" || !g.Normalizes() {
+		return nil, nil
+	}
+	_, meta, err := modelfile.LoadSafetensorsOf(opt.InitFrom, func(string) bool { return false })
+	if err != nil {
+		return nil, err
+	}
+	sc, err := modelfile.NormFromMeta(opt.InitFrom, meta)
+	if err != nil || sc == nil {
+		return nil, err
+	}
+	if sc.Mode != mode {
+		return nil, fmt.Errorf("%s: its features were normalized with %s, and %s says normalize: %s; set normalize: %s to go on from it (or start from a file without statistics)", opt.InitFrom, sc.Mode, g.Data.Pos, mode, sc.Mode)
+	}
+	opt.Log.Info().Str("file", opt.InitFrom).Str("normalize", mode).Msg("normalizing the features with the statistics saved in --init-from, not the data's own")
+	return sc, nil
+}
+
 // openData opens the training data and the held-out data and resolves
 // the run's steps.
 func (r *run) openData() error {
@@ -265,15 +292,24 @@ func (r *run) openData() error {
 		r.batch = g.Train.Batch
 	}
 	r.n = max(opt.TrainerCount, 1)
+	saved, err := savedScaling(g, opt)
+	if err != nil {
+		return err
+	}
 	if g.Data.Stream {
-		f, err := data.OpenStreamProgress(g.Data, r.progress())
+		var f *data.FileStream
+		if saved != nil {
+			f, err = data.OpenStreamScaled(g.Data, saved)
+		} else {
+			f, err = data.OpenStreamProgress(g.Data, r.progress())
+		}
 		if err != nil {
 			return err
 		}
 		r.closers = append(r.closers, func() { f.Close() })
 		r.file, r.stream, r.norm = f, f, f.Scaling()
 	} else {
-		sp, err := data.LoadSplitProgress(g.Data, nil, r.progress())
+		sp, err := data.LoadSplitProgress(g.Data, saved, r.progress())
 		if err != nil {
 			return err
 		}
@@ -283,7 +319,6 @@ func (r *run) openData() error {
 	if r.set != nil {
 		rows = func() (int64, error) { return int64(r.set.Rows), nil }
 	}
-	var err error
 	if r.steps, err = StepsOf(g, opt.Steps, r.batch, r.n, rows); err != nil {
 		return err
 	}
