@@ -2,6 +2,7 @@ package cmd_test
 
 import (
 	"bytes"
+	bin "encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -322,13 +323,30 @@ func rel(a, b []float32) float64 {
 // A failing child stops the job: train exits non-zero with its error and
 // no child outlives it.
 func TestTrainStopsWhenAChildFails(t *testing.T) {
-	// A missing --init-from file makes both pservers fail at start.
-	r := psgraph(t, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--init-from", "does-not-exist.safetensors")
-	if r.code == 0 {
-		t.Fatal("train succeeded with a missing --init-from file")
+	// An --init-from file of another model (one tensor, x, none of
+	// digits-mlp's parameters) makes both pservers fail at start; train
+	// itself reads only the file's header (its normalization statistics:
+	// none).
+	other := filepath.Join(t.TempDir(), "other-model.safetensors")
+	header := `{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`
+	for len(header)%8 != 0 {
+		header += " "
 	}
-	if !strings.Contains(r.stderr, "pserver-") || !strings.Contains(r.stderr, "does-not-exist.safetensors") {
+	file := append(bin.LittleEndian.AppendUint64(nil, uint64(len(header))), header...)
+	if err := os.WriteFile(other, append(file, 0, 0, 128, 63), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := psgraph(t, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--init-from", other)
+	if r.code == 0 {
+		t.Fatal("train succeeded with another model's --init-from file")
+	}
+	if !strings.Contains(r.stderr, "pserver-") || !strings.Contains(r.stderr, "other-model.safetensors") {
 		t.Errorf("stderr does not name the failed pserver and its error:\n%s", r.stderr)
+	}
+	// A missing file is refused before any child starts.
+	r = psgraph(t, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--init-from", "does-not-exist.safetensors")
+	if r.code != 1 || !strings.Contains(r.stderr, "does-not-exist.safetensors") || strings.Contains(r.stderr, "pserver-0") {
+		t.Errorf("a missing --init-from file: exit %d, want 1 from train itself\n%s", r.code, r.stderr)
 	}
 }
 

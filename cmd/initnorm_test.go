@@ -114,8 +114,21 @@ train: {loss: loss, batch: 10, steps: 6, optimizer: {type: sgd, lr: 0.1}}
 			t.Errorf("%s: no log line saying the file's statistics are used:\n%s", c.name, r.stderr)
 		}
 	}
-	r := psgraph(t, "run", "--role", "local", minmax, "--init-from", from)
-	if r.code != 1 || !strings.Contains(r.stderr, "normalized with standard") || !strings.Contains(r.stderr, "minmax.yaml:") {
-		t.Errorf("minmax model from a standard file: exit %d\n%s", r.code, r.stderr)
+	// Another mode, none included, is refused at the model's
+	// data.normalize (line 7 of the files above; none: the data section),
+	// locally and by train before any child starts.
+	none := model("none.yaml", "day2.csv", "")
+	for _, c := range []struct {
+		args []string
+		at   string
+	}{
+		{[]string{"run", "--role", "local", minmax}, "minmax.yaml:7:14:"},
+		{[]string{"train", minmax, "--trainers", "2", "--pservers", "2"}, "minmax.yaml:7:14:"},
+		{[]string{"run", "--role", "local", none}, "none.yaml:4:3:"},
+	} {
+		r := psgraph(t, append(c.args, "--init-from", from)...)
+		if r.code != 1 || !strings.Contains(r.stderr, c.at) || !strings.Contains(r.stderr, "normalized by standard") || strings.Contains(r.stderr, "pserver-0") {
+			t.Errorf("%v from a standard file: exit %d, want 1 and an error at %s\n%s", c.args, r.code, c.at, r.stderr)
+		}
 	}
 }

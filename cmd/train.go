@@ -10,6 +10,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/launch"
+	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -50,7 +51,7 @@ step (docs/performance.md).`,
 	o.split.addPlacement(c)
 	f.IntVar(&o.steps, "steps", 0, "training steps, at least 1 (default: the model's train.steps or train.epochs)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
-	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file (read by the pservers; the trainers read the model's own state from it, such as batch_norm's running statistics)")
+	f.StringVar(&o.initFrom, "init-from", "", "load initial parameters by name from a safetensors file (read by the pservers; the trainers read the model's own state from it, such as batch_norm's running statistics, and the normalization statistics a saved model carries)")
 	f.StringVar(&o.save, "save", "", "write the final parameters to a safetensors file (trainer 0)")
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one); its endpoints are this run's sockets, removed at the end (with --tcp, loopback ports)")
@@ -91,6 +92,12 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	}
 	if !g.HasOptimizer() { // generated backward ops, no optimizer
 		return dsl.Errorf(g.Train.Pos, "train splits the model, and split needs its train.optimizer; this model holds generated backward ops instead (a subgraph?): run it with psgraph run")
+	}
+	// The trainers take the file's normalization statistics: a mode the
+	// model does not share is refused here, at the user's file, before
+	// any child starts.
+	if _, err := modelfile.SavedScaling(g, o.initFrom); err != nil {
+		return err
 	}
 	addrs, cleanup, err := o.endpoints(opt.PServers)
 	if err != nil {

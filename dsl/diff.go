@@ -52,6 +52,7 @@ func Diff(a, b *Graph) string {
 	if a.Data != nil {
 		da, db := *a.Data, *b.Data
 		da.Pos, db.Pos = Pos{}, Pos{}
+		da.NormalizePos, db.NormalizePos = Pos{}, Pos{}
 		strip := func(c *Column) *Column {
 			if c == nil {
 				return nil

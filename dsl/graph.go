@@ -258,8 +258,10 @@ type Data struct {
 	Label     *Column
 	IDs       []*Column
 	Normalize string
-	Shuffle   bool
-	Seed      uint64
+	// NormalizePos is where normalize is given (zero: not given, none).
+	NormalizePos Pos
+	Shuffle      bool
+	Seed         uint64
 	// Delimiter separates the fields of a line (default ',').
 	Delimiter byte
 	// Stream reads the file from disk as training goes instead of loading

@@ -172,7 +172,7 @@ func (d *decoder) dataField(data *Data, at *dataNodes, dir, key string, k, v *ya
 			if !contains([]string{"none", "standard", "minmax"}, s) {
 				d.errorf(v, "data.normalize %q is not one of none, standard, minmax%s", s, suggest(s, []string{"none", "standard", "minmax"}))
 			}
-			data.Normalize = s
+			data.Normalize, data.NormalizePos = s, d.pos(v)
 		}
 	case "shuffle":
 		at.shuffle = v

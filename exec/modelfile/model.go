@@ -51,6 +51,35 @@ func NormFromMeta(file string, meta map[string]string) (*data.Scaling, error) {
 	return sc, nil
 }
 
+// SavedScaling is the normalization a run started --init-from file takes:
+// the statistics the file carries (a model saved by run or train), which
+// its parameters were trained for, instead of the data's own; nil when
+// the file holds none (an initial file drawn elsewhere) or there is no
+// file. The model's data.normalize must be the file's mode: one that
+// differs, none included, is refused at data.normalize. It reads the
+// file's header only.
+func SavedScaling(g *dsl.Graph, file string) (*data.Scaling, error) {
+	if file == "" || g.Data == nil {
+		return nil, nil
+	}
+	_, meta, err := LoadSafetensorsOf(file, func(string) bool { return false })
+	if err != nil {
+		return nil, err
+	}
+	sc, err := NormFromMeta(file, meta)
+	if err != nil || sc == nil {
+		return nil, err
+	}
+	if mode := g.Data.Normalize; sc.Mode != mode {
+		pos := g.Data.NormalizePos
+		if pos.Line == 0 {
+			pos = g.Data.Pos
+		}
+		return nil, dsl.Errorf(pos, "data.normalize is %s, and --init-from %s was saved with its features normalized by %s (its parameters were trained on them so); set normalize: %s to go on from it, or start from a file without normalization statistics", mode, file, sc.Mode, sc.Mode)
+	}
+	return sc, nil
+}
+
 // SaveModel writes the named tensors of a scope and the normalization
 // statistics of the training data (nil: none) to a safetensors file.
 func SaveModel(path, model string, names []string, s map[string]*tensor.Tensor, norm *data.Scaling) error {

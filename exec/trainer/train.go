@@ -256,33 +256,6 @@ func (r *run) train() (*Summary, error) {
 	return r.end(time.Since(start).Seconds())
 }
 
-// savedScaling is the normalization of a run started --init-from a saved
-// model: the statistics the file holds (its --save's), which its
-// parameters were trained for, instead of the data's own, so training on
-// new data goes on with the features scaled as before (and reads no pass
-// for them); nil when the model does not normalize or the file holds no
-// statistics (an initial file written elsewhere). A file saved with
-// another normalize mode than the model's is refused.
-func savedScaling(g *dsl.Graph, opt RunOptions) (*data.Scaling, error) {
-	mode := g.Data.Normalize
-	if opt.InitFrom == "" || !g.Normalizes() {
-		return nil, nil
-	}
-	_, meta, err := modelfile.LoadSafetensorsOf(opt.InitFrom, func(string) bool { return false })
-	if err != nil {
-		return nil, err
-	}
-	sc, err := modelfile.NormFromMeta(opt.InitFrom, meta)
-	if err != nil || sc == nil {
-		return nil, err
-	}
-	if sc.Mode != mode {
-		return nil, fmt.Errorf("%s: its features were normalized with %s, and %s says normalize: %s; set normalize: %s to go on from it (or start from a file without statistics)", opt.InitFrom, sc.Mode, g.Data.Pos, mode, sc.Mode)
-	}
-	opt.Log.Info().Str("file", opt.InitFrom).Str("normalize", mode).Msg("normalizing the features with the statistics saved in --init-from, not the data's own")
-	return sc, nil
-}
-
 // openData opens the training data and the held-out data and resolves
 // the run's steps.
 func (r *run) openData() error {
@@ -292,8 +265,17 @@ func (r *run) openData() error {
 		r.batch = g.Train.Batch
 	}
 	r.n = max(opt.TrainerCount, 1)
-	saved, err := savedScaling(g, opt)
+	saved, err := modelfile.SavedScaling(g, opt.InitFrom)
 	if err != nil {
+		return err
+	}
+	opened := func(err error) error {
+		if err != nil && saved != nil {
+			return fmt.Errorf("with the normalization statistics of --init-from %s: %w", opt.InitFrom, err)
+		}
+		if saved != nil {
+			opt.Log.Info().Str("file", opt.InitFrom).Str("normalize", saved.Mode).Msg("normalizing the features with the statistics saved in --init-from, not the data's own")
+		}
 		return err
 	}
 	if g.Data.Stream {
@@ -303,14 +285,14 @@ func (r *run) openData() error {
 		} else {
 			f, err = data.OpenStreamProgress(g.Data, r.progress())
 		}
-		if err != nil {
+		if err := opened(err); err != nil {
 			return err
 		}
 		r.closers = append(r.closers, func() { f.Close() })
 		r.file, r.stream, r.norm = f, f, f.Scaling()
 	} else {
 		sp, err := data.LoadSplitProgress(g.Data, saved, r.progress())
-		if err != nil {
+		if err := opened(err); err != nil {
 			return err
 		}
 		r.set, r.stream, r.norm, r.held.Set = sp.Train, data.NewStream(sp.Train), sp.Norm, sp.Eval
