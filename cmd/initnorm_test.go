@@ -33,8 +33,9 @@ func savedNorm(t *testing.T, path string) map[string]string {
 // not the new data's own: yesterday's model goes on with today's rows
 // (here iris with every feature times 3 plus 10) scaled as before, in
 // memory, streamed and in a 2x2 job, and saves those statistics again.
-// Without --init-from the same data gives its own; a file saved with
-// another normalize mode is refused at the data section.
+// Without --init-from the same data gives its own; a local run resumed
+// from its checkpoints keeps the statistics it was trained with; a file
+// saved with another normalize mode is refused at data.normalize.
 func TestInitFromKeepsNormalization(t *testing.T) {
 	dir := t.TempDir()
 	raw, err := os.ReadFile("../examples/data/iris.csv")
@@ -114,6 +115,21 @@ train: {loss: loss, batch: 10, steps: 6, optimizer: {type: sgd, lr: 0.1}}
 			t.Errorf("%s: no log line saying the file's statistics are used:\n%s", c.name, r.stderr)
 		}
 	}
+	// A local run started --init-from and resumed from its checkpoint
+	// without it goes on with the statistics it was trained with, which
+	// the checkpoint carries.
+	for _, m := range []string{day2, day2s} {
+		ck := []string{"--checkpoint-dir", filepath.Join(t.TempDir(), "ck"), "--checkpoint-every", "3"}
+		save(append([]string{"run", "--role", "local", m, "--steps", "3", "--init-from", from}, ck...)...)
+		got, r := save(append([]string{"run", "--role", "local", m, "--steps", "6"}, ck...)...)
+		if !strings.Contains(r.stderr, "resumed from checkpoint") || !strings.Contains(r.stderr, "statistics of the checkpoint resumed from") {
+			t.Fatalf("%s: the second run did not resume with the checkpoint's statistics:\n%s", m, r.stderr)
+		}
+		if got["shift"] != m1["shift"] || got["scale"] != m1["scale"] {
+			t.Errorf("%s resumed: saved statistics %v, want those it was trained with, %v", m, got, m1)
+		}
+	}
+
 	// Another mode, none included, is refused at the model's
 	// data.normalize (line 7 of the files above; none: the data section),
 	// locally and by train before any child starts.

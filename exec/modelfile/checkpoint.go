@@ -37,6 +37,19 @@ type Checkpointer struct {
 	// Prom, when set, learns of every checkpoint saved or restored
 	// (psgraph_checkpoint_age_seconds).
 	Prom *metrics.Node
+	// Meta is written into every checkpoint's metadata beside its own
+	// keys: a local run's normalization statistics (NormMeta).
+	Meta map[string]string
+}
+
+// Metadata reads the metadata of the checkpoint of step (its header
+// only).
+func (c *Checkpointer) Metadata(step int64) (map[string]string, error) {
+	_, meta, err := LoadSafetensorsOf(c.file(step), func(string) bool { return false })
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	return meta, nil
 }
 
 // Manifest lists a node's checkpoints.
@@ -77,6 +90,11 @@ func (c *Checkpointer) Save(step int64, tensors map[string]*tensor.Tensor) error
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	meta := map[string]string{"node": c.Node, "model": c.Model, "step": strconv.FormatInt(step, 10), "format": "pt"}
+	for k, v := range c.Meta {
+		if _, own := meta[k]; !own {
+			meta[k] = v
+		}
+	}
 	if err := SaveSafetensors(c.file(step), tensors, meta); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}

@@ -37,6 +37,14 @@ func normMeta(meta map[string]string, sc *data.Scaling) {
 	meta[metaNormalize], meta[metaShift], meta[metaScale] = sc.Mode, list(sc.Shift), list(sc.Scale)
 }
 
+// NormMeta is the metadata of normalization statistics sc (nil: none),
+// as a saved model holds them.
+func NormMeta(sc *data.Scaling) map[string]string {
+	meta := map[string]string{}
+	normMeta(meta, sc)
+	return meta
+}
+
 // NormFromMeta reads the normalization statistics saved with a model (nil
 // when the file has none).
 func NormFromMeta(file string, meta map[string]string) (*data.Scaling, error) {
@@ -70,14 +78,35 @@ func SavedScaling(g *dsl.Graph, file string) (*data.Scaling, error) {
 	if err != nil || sc == nil {
 		return nil, err
 	}
+	return sc, sameMode(g, sc, "--init-from "+file)
+}
+
+// CheckpointScaling is the normalization a local run resumed from its
+// checkpoint of step takes: the statistics that checkpoint was trained
+// with (Checkpointer.Meta), which may be another file's (--init-from)
+// than the data's own; nil when it holds none.
+func CheckpointScaling(g *dsl.Graph, ck *Checkpointer, step int64) (*data.Scaling, error) {
+	meta, err := ck.Metadata(step)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := NormFromMeta(ck.file(step), meta)
+	if err != nil || sc == nil {
+		return nil, err
+	}
+	return sc, sameMode(g, sc, "the checkpoint "+ck.file(step))
+}
+
+// sameMode refuses statistics of another mode than the model's.
+func sameMode(g *dsl.Graph, sc *data.Scaling, what string) error {
 	if mode := g.Data.Normalize; sc.Mode != mode {
 		pos := g.Data.NormalizePos
 		if pos.Line == 0 {
 			pos = g.Data.Pos
 		}
-		return nil, dsl.Errorf(pos, "data.normalize is %s, and --init-from %s was saved with its features normalized by %s (its parameters were trained on them so); set normalize: %s to go on from it, or start from a file without normalization statistics", mode, file, sc.Mode, sc.Mode)
+		return dsl.Errorf(pos, "data.normalize is %s, and %s was saved with its features normalized by %s (its parameters were trained on them so); set normalize: %s to go on from it, or start from a file without normalization statistics", mode, what, sc.Mode, sc.Mode)
 	}
-	return sc, nil
+	return nil
 }
 
 // SaveModel writes the named tensors of a scope and the normalization

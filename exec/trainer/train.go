@@ -269,12 +269,29 @@ func (r *run) openData() error {
 	if err != nil {
 		return err
 	}
+	from, what := opt.InitFrom, "saved in --init-from"
+	// A local run resumed from a checkpoint goes on with the statistics
+	// that checkpoint was trained with (--init-from's, when the run that
+	// wrote it had one), with or without --init-from now.
+	if ck := opt.Checkpoint; ck != nil && opt.Comm == nil && g.Normalizes() {
+		if c, err := ck.ResumeStep(-1); err != nil {
+			return err
+		} else if c >= 0 {
+			sc, err := modelfile.CheckpointScaling(g, ck, c)
+			if err != nil {
+				return err
+			}
+			if sc != nil {
+				saved, from, what = sc, ck.Dir, "of the checkpoint resumed from"
+			}
+		}
+	}
 	opened := func(err error) error {
 		if err != nil && saved != nil {
-			return fmt.Errorf("with the normalization statistics of --init-from %s: %w", opt.InitFrom, err)
+			return fmt.Errorf("with the normalization statistics %s (%s): %w", what, from, err)
 		}
 		if saved != nil {
-			opt.Log.Info().Str("file", opt.InitFrom).Str("normalize", saved.Mode).Msg("normalizing the features with the statistics saved in --init-from, not the data's own")
+			opt.Log.Info().Str("from", from).Str("normalize", saved.Mode).Msg("normalizing the features with the statistics " + what + ", not the data's own")
 		}
 		return err
 	}
@@ -434,6 +451,7 @@ func (r *run) startStep() error {
 	}
 	if ck := opt.Checkpoint; ck != nil && opt.Comm == nil {
 		ck.Prom = opt.Prom
+		ck.Meta = modelfile.NormMeta(r.norm) // a resumed run takes them back (openData)
 		c, err := ck.ResumeStep(-1)
 		if err != nil {
 			return err
