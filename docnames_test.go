@@ -17,12 +17,13 @@ var testName = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*`)
 // testFunc matches the declaration of one in a _test.go file.
 var testFunc = regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)\(`)
 
-// Every test, benchmark or fuzz target that README.md, docs/, examples/
-// and bench/ name as the evidence of a sentence exists: a renamed or
-// deleted test must take its citations with it, or the sentence it backed
-// is left standing on nothing.
+// Every test, benchmark or fuzz target that README.md, docs/, examples/,
+// bench/, .ci/ and the Go code's comments name as the evidence of a
+// sentence exists: a renamed or deleted test must take its citations with
+// it, or the sentence it backed is left standing on nothing.
 func TestDocsNameExistingTests(t *testing.T) {
 	have := map[string]bool{}
+	var goFiles []string // their comments cite tests too
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -30,7 +31,11 @@ func TestDocsNameExistingTests(t *testing.T) {
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != ".") {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		goFiles = append(goFiles, path)
+		if !strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		src, err := os.ReadFile(path)
@@ -56,6 +61,7 @@ func TestDocsNameExistingTests(t *testing.T) {
 		}
 		docs = append(docs, m...)
 	}
+	docs = append(docs, goFiles...)
 	cited := 0
 	for _, path := range docs {
 		src, err := os.ReadFile(path)
