@@ -58,7 +58,7 @@ resuming after a failure.`,
 	f.StringVar(&o.TokenKey, "token-key", "token", "key of the token in the Secret")
 	f.StringVar(&o.CPU, "cpu", k8s.DefaultCPU, "CPU request of every node (no CPU limit)")
 	f.StringVar(&o.Memory, "memory", "", "memory request and limit of every node (default: per node from the plan's bytes, docs/deploy.md)")
-	f.StringVar(&o.CheckpointSize, "checkpoint-size", "", "size of each pserver's checkpoint claim (default: 12x its bytes, at least 1Gi)")
+	f.StringVar(&o.CheckpointSize, "checkpoint-size", "", "size of each pserver's checkpoint claim (default: 12x its bytes, at least 1Gi; a trainer holding state of its own gets 12x that state's bytes, at least 1Gi)")
 	f.IntVar(&o.CheckpointEvery, "checkpoint-every", k8s.DefaultCheckpointEvery, "pservers checkpoint every K steps")
 	f.StringVar(&o.ModelSize, "model-size", "", "size of the claim trainer 0 saves the model to (default: 2x the model, at least 1Gi)")
 	f.StringVar(&o.StorageClass, "storage-class", "", "StorageClass of the claims (default: the cluster's default)")
