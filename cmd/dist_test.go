@@ -345,7 +345,7 @@ func TestTrainStopsWhenAChildFails(t *testing.T) {
 	}
 	// A missing file is refused before any child starts.
 	r = psgraph(t, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--init-from", "does-not-exist.safetensors")
-	if r.code != 1 || !strings.Contains(r.stderr, "does-not-exist.safetensors") || strings.Contains(r.stderr, "pserver-0") {
+	if r.code != 1 || !strings.Contains(r.stderr, "--init-from does-not-exist.safetensors: no such file; give the path of a safetensors file") || strings.Contains(r.stderr, "pserver-0") {
 		t.Errorf("a missing --init-from file: exit %d, want 1 from train itself\n%s", r.code, r.stderr)
 	}
 }

@@ -2,8 +2,10 @@ package modelfile
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -71,8 +73,11 @@ func SavedScaling(g *dsl.Graph, file string) (*data.Scaling, error) {
 		return nil, nil
 	}
 	_, meta, err := LoadSafetensorsOf(file, func(string) bool { return false })
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("--init-from %s: no such file; give the path of a safetensors file: a model run or train saved (--save), or initial values named as the model's parameters", file)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--init-from: %w", err)
 	}
 	sc, err := NormFromMeta(file, meta)
 	if err != nil || sc == nil {
