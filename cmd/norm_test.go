@@ -144,11 +144,11 @@ func TestBatchNormTrain2x2SavesTrainer0Statistics(t *testing.T) {
 	}
 }
 
-// The held-out evaluation during a run (data.eval) uses the running
-// statistics of the training program: the run's eval_loss is what psgraph
-// eval computes from the saved file.
-func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
-	dir := t.TempDir()
+// editedBNMLP writes testdata/norm/bn-mlp.yaml with each (old, new) pair
+// of edits applied, and its data beside it, into dir; it fails the test
+// when an edit no longer applies.
+func editedBNMLP(t *testing.T, dir string, edits ...string) string {
+	t.Helper()
 	src, err := os.ReadFile("../testdata/norm/bn-mlp.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -157,15 +157,30 @@ func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := strings.Replace(string(src), "  label: {name: y, column: 4, dtype: float32}\n", "  label: {name: y, column: 4, dtype: float32}\n  eval: {fraction: 0.25}\n", 1)
-	m = strings.Replace(m, "  steps: 30\n", "  steps: 30\n  eval_every: 10\n", 1)
+	m := string(src)
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(m, edits[i]) {
+			t.Fatalf("bn-mlp.yaml has no %q any more; this test's edits no longer apply", edits[i])
+		}
+		m = strings.Replace(m, edits[i], edits[i+1], 1)
+	}
 	model := filepath.Join(dir, "bn-mlp.yaml")
-	if err := os.WriteFile(model, []byte(m), 0o644); err != nil {
-		t.Fatal(err)
+	for name, b := range map[string][]byte{model: []byte(m), filepath.Join(dir, "bn.csv"): csv} {
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "bn.csv"), csv, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return model
+}
+
+// The held-out evaluation during a run (data.eval) uses the running
+// statistics of the training program: the run's eval_loss is what psgraph
+// eval computes from the saved file.
+func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
+	dir := t.TempDir()
+	model := editedBNMLP(t, dir,
+		"  label: {name: y, column: 4, dtype: float32}\n", "  label: {name: y, column: 4, dtype: float32}\n  eval: {fraction: 0.25}\n",
+		"  steps: 30\n", "  steps: 30\n  eval_every: 10\n")
 	saved := filepath.Join(dir, "bn.safetensors")
 	r := psgraph(t, "run", "--role", "local", model, "--save", saved)
 	ok(t, r)
@@ -237,25 +252,9 @@ func TestBatchNormTrain2x2ResumesStatisticsFromCheckpoints(t *testing.T) {
 // (each trainer restores its newest checkpoint before the pservers' step).
 func TestTrainerCheckpointsWhatItHolds(t *testing.T) {
 	dir := t.TempDir()
-	src, err := os.ReadFile("../testdata/norm/bn-mlp.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	csv, err := os.ReadFile("../testdata/norm/bn.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	placed := strings.Replace(string(src), "W2: {shape: [8, 1], init: {type: he_normal, seed: 2}}", "W2: {shape: [8, 1], init: {type: he_normal, seed: 2}, place: trainer}", 1)
-	placed = strings.Replace(placed, "optimizer: {type: sgd, lr: 0.1}", "optimizer: {type: momentum, lr: 0.1, momentum: 0.9}", 1)
-	if placed == string(src) {
-		t.Fatal("bn-mlp.yaml changed; this test's edits no longer apply")
-	}
-	model := filepath.Join(dir, "placed.yaml")
-	for name, b := range map[string][]byte{model: []byte(placed), filepath.Join(dir, "bn.csv"): csv} {
-		if err := os.WriteFile(name, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	model := editedBNMLP(t, dir,
+		"W2: {shape: [8, 1], init: {type: he_normal, seed: 2}}", "W2: {shape: [8, 1], init: {type: he_normal, seed: 2}, place: trainer}",
+		"optimizer: {type: sgd, lr: 0.1}", "optimizer: {type: momentum, lr: 0.1, momentum: 0.9}")
 	job := func(model, steps string, args ...string) (string, result) {
 		out := filepath.Join(t.TempDir(), "job.safetensors")
 		r := psgraph(t, append([]string{"train", model, "--steps", steps, "--save", out}, args...)...)

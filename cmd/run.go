@@ -44,7 +44,7 @@ type checkpointFlags struct {
 
 func (k *checkpointFlags) add(c *cobra.Command, node bool) {
 	f := c.Flags()
-	f.StringVar(&k.dir, "checkpoint-dir", "", "local, pserver: save parameters and optimizer state here and resume from the newest checkpoint in it; trainer: the same for the model's own state (batch_norm's running statistics), when it has some")
+	f.StringVar(&k.dir, "checkpoint-dir", "", "local, pserver: save parameters and optimizer state here and resume from the newest checkpoint in it; trainer: the same for what it holds (the model's own state, such as batch_norm's running statistics; a parameter placed on it), when it holds some")
 	f.IntVar(&k.every, "checkpoint-every", 0, "save a checkpoint every K steps (0: never; keeps the last two)")
 	if node {
 		f.Int64Var(&k.resumeStep, "resume-step", -1, "pserver: resume from this step's checkpoint instead of the newest")
@@ -177,7 +177,7 @@ and received, docs/runtime.md).`,
 	f.StringVar(&o.role, "role", "", "required: local (the whole model on this node), trainer or pserver (env PSGRAPH_ROLE)")
 	f.IntVar(&o.steps, "steps", 0, "training steps, at least 1 (default: the model's train.steps or train.epochs)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
-	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file (a local run or trainer also takes a saved model's normalization statistics); trainer: only the model's own state (batch_norm's running statistics), when it has some")
+	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file (a local run also takes a saved model's normalization statistics); trainer: only what it holds (the model's own state, a parameter placed on it) and the normalization statistics")
 	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file; pserver: write its shards of the lookup tables (psgraph train merges them into trainer 0's file)")
 	f.StringVar(&o.metrics, "metrics", "", "local, trainer: write one JSON object per logged step to this file")
 	addFinalPassFlag(c, &o.final)

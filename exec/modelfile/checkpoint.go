@@ -45,7 +45,7 @@ type Checkpointer struct {
 // Metadata reads the metadata of the checkpoint of step (its header
 // only).
 func (c *Checkpointer) Metadata(step int64) (map[string]string, error) {
-	_, meta, err := LoadSafetensorsOf(c.file(step), func(string) bool { return false })
+	meta, err := SafetensorsMeta(c.file(step))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}

@@ -72,7 +72,7 @@ func SavedScaling(g *dsl.Graph, file string) (*data.Scaling, error) {
 	if file == "" || g.Data == nil {
 		return nil, nil
 	}
-	_, meta, err := LoadSafetensorsOf(file, func(string) bool { return false })
+	meta, err := SafetensorsMeta(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("--init-from %s: no such file; give the path of a safetensors file: a model run or train saved (--save), or initial values named as the model's parameters", file)
 	}

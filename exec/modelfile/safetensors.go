@@ -129,6 +129,13 @@ func LoadSafetensors(path string) (map[string]*tensor.Tensor, map[string]string,
 	return LoadSafetensorsOf(path, nil)
 }
 
+// SafetensorsMeta reads a safetensors file's metadata: its header only
+// (every entry still checked).
+func SafetensorsMeta(path string) (map[string]string, error) {
+	_, meta, err := LoadSafetensorsOf(path, func(string) bool { return false })
+	return meta, err
+}
+
 // LoadSafetensorsOf reads the tensors of a safetensors file whose names
 // want accepts (nil: all), each straight from the file into its tensor:
 // a node that needs a few tensors of a large model file reads those

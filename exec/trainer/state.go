@@ -22,8 +22,9 @@ type trainerState struct {
 	vars program.Scope
 }
 
-// state is the run's trainerState.
-func (r *run) state() *trainerState {
+// newTrainerState is a distributed trainer's trainerState, made once
+// the program is compiled (nil: nothing to checkpoint).
+func newTrainerState(r *run) *trainerState {
 	ck, vars := r.opt.Checkpoint, program.PersistentOf(r.prog)
 	if ck == nil || ck.Dir == "" || len(vars) == 0 {
 		return nil

@@ -214,6 +214,7 @@ type run struct {
 	stream data.Batches
 	norm   *data.Scaling
 	held   evaluate.HeldOut
+	own    *trainerState // what a distributed trainer checkpoints of its own (nil: nothing; state.go)
 	// tables: a trainer of a job with lookup tables; evaluates: it
 	// evaluates the held-out data. pulls is the evaluation's rendezvous
 	// in a job with tables (pull.go).
@@ -444,8 +445,11 @@ func (r *run) startStep() error {
 			}
 		}
 	}
+	if opt.Comm != nil {
+		r.own = newTrainerState(r)
+	}
 	if opt.Comm != nil && r.first > 0 {
-		if err := r.state().restore(r.first, opt.Log); err != nil {
+		if err := r.own.restore(r.first, opt.Log); err != nil {
 			return err
 		}
 	}
@@ -499,7 +503,7 @@ func (r *run) loop(start time.Time) error {
 		// continued from where it ended.
 		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && ((k+1)%ck.Every == 0 || k == r.steps-1) {
 			if opt.Comm != nil {
-				if err := r.state().save(int64(k + 1)); err != nil {
+				if err := r.own.save(int64(k + 1)); err != nil {
 					return err
 				}
 			} else {
