@@ -3,6 +3,7 @@ package blas
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -51,5 +52,41 @@ func BenchmarkSgemm(b *testing.B) {
 				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
+	}
+}
+
+// BenchmarkVec runs every element-wise kernel at the digits MLP's hidden
+// size (64 x 128, in L1) and the wide MLP's (256 x 2048, 2 MiB a slice),
+// on the path this build and CPU select, which the name carries (run
+// again with GODEBUG=cpu.avx512f=off for the AVX2 bodies on an AVX-512
+// machine, cpu.avx2=off or -tags purego for the Go bodies). Reports
+// nanoseconds per value and bytes moved per second.
+func BenchmarkVec(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, n := range []int{64 * 128, 256 * 2048} {
+		x, y, z := randSlice(r, n), randSlice(r, n), make([]float32, n)
+		for _, c := range vecCases {
+			if strings.Contains(c.name, "_by_") || (strings.HasPrefix(c.name, "scale_") && c.name != "scale_any") {
+				continue
+			}
+			in := [][]float32{x, y}[:c.ins]
+			b.Run(fmt.Sprintf("%s/%s/n=%d", c.name, VecName(), n), func(b *testing.B) {
+				b.SetBytes(int64(4 * n * (c.ins + 1)))
+				for b.Loop() {
+					c.run(in, z)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/value")
+			})
+		}
+		b.Run(fmt.Sprintf("exp_sub/%s/n=%d", VecName(), n), func(b *testing.B) {
+			for i := range x {
+				x[i] = -float32(i%1000) / 64
+			}
+			b.SetBytes(int64(8 * n))
+			for b.Loop() {
+				ExpSub(x, 0, z)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/value")
+		})
 	}
 }

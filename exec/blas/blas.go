@@ -5,6 +5,11 @@
 // Without one (other architectures, the purego build tag, or an x86 CPU lacking
 // AVX2/FMA) it falls back to pure-Go gonum, which also serves as the reference
 // in tests.
+//
+// The element-wise kernels (vec.go: relu, add, exp, sigmoid, ...) have an
+// AVX-512 body (the oldest ones), an AVX2+FMA body (all) and a Go body
+// (all: the whole kernel on other architectures and with the purego tag,
+// the tail past the vector width elsewhere); VecName says which path runs.
 package blas
 
 import (
