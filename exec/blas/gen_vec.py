@@ -170,6 +170,11 @@ out += ex + ["expSubAVX2_loop:"] + unit + ["\tADDQ $64, SI", "\tADDQ $64, DI", "
         "\tVADDPS Y1, Y0, Y0", "\tVEXTRACTF128 $1, Y0, X1", "\tVADDPS X1, X0, X0", "\tVHADDPS X0, X0, X0",
         "\tVHADDPS X0, X0, X0", "\tVZEROUPPER", "\tMOVSS X0, ret+32(FP)", "\tRET", ""]
 
+# exp alone, over float32's whole range.
+eunit = ["\tVMOVUPS (SI), Y8"] + exp8("Y8", "Y9", "Y10", "Y11", "Y12", EXPC) + ["\tVMOVUPS Y11, (DI)"]
+out += loop8("expAVX2", [("x", 0, "SI"), ("y", 8, "DI"), ("n", 16, "CX")], 24, expconsts("0xc2d00000", "-104"), eunit,
+             ["SI", "DI"], "func expAVX2(x, y *float32, n int): y = exp(x)")
+
 # sigmoid: e = exp(-|x|); y = (x < 0 ? e : 1) / (1 + e), the numerator
 # picked by x's sign bit (VBLENDVPS), so neither side loses digits.
 sig = expconsts("0xc2d00000", "-104") + bcast("0x7fffffff", "Y0", "all but the sign", True)

@@ -94,6 +94,16 @@ func Sqrt(x, y []float32) {
 	sqrtGo(x[i:], y[i:])
 }
 
+// Exp sets y[i] = exp(x[i]) for i < len(y), within 2 ulp of math.Exp
+// rounded (TestVecKernels): ExpSub's exp over float32's whole range, to
+// subnormals and 0 below (-Inf gives 0) and +Inf above 88.73. NaN stays
+// NaN.
+func Exp(x, y []float32) {
+	x = x[:len(y)]
+	i := expVec(x, y)
+	expGo(x[i:], y[i:])
+}
+
 // Sigmoid sets y[i] = 1 / (1 + exp(-x[i])) for i < len(y), within 3 ulp
 // of the float64 value rounded (TestVecKernels): exp(-|x|) as ExpSub's
 // exp, then e / (1 + e) for negative x and 1 / (1 + e) for the others,

@@ -156,6 +156,15 @@ func sqrtVec(x, y []float32) int {
 	return i
 }
 
+func expVec(x, y []float32) int {
+	n := len(y) &^ 7
+	if !useAVX2 || n == 0 {
+		return 0
+	}
+	expAVX2(&x[0], &y[0], n)
+	return n
+}
+
 func sigmoidVec(x, y []float32) int {
 	n := len(y) &^ 7
 	if !useAVX2 || n == 0 {
@@ -254,6 +263,9 @@ func sigmoidGradAVX2(dy, y, dx *float32, n int)
 
 //go:noescape
 func tanhGradAVX2(dy, y, dx *float32, n int)
+
+//go:noescape
+func expAVX2(x, y *float32, n int)
 
 //go:noescape
 func sigmoidAVX2(x, y *float32, n int)

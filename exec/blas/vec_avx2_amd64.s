@@ -630,6 +630,67 @@ expSubAVX2_loop:
 	MOVSS X0, ret+32(FP)
 	RET
 
+// func expAVX2(x, y *float32, n int): y = exp(x)
+TEXT ·expAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ y+8(FP), DI
+	MOVQ n+16(FP), CX
+	MOVL $0xc2d00000, AX // -104
+	VMOVD AX, X2
+	VBROADCASTSS X2, Y2
+	MOVL $0x42b20000, AX // 89
+	VMOVD AX, X3
+	VBROADCASTSS X3, Y3
+	MOVL $0x3fb8aa3b, AX // log2(e)
+	VMOVD AX, X4
+	VBROADCASTSS X4, Y4
+	MOVL $0x3f318000, AX // ln2, high part
+	VMOVD AX, X5
+	VBROADCASTSS X5, Y5
+	MOVL $0xb95e8083, AX // ln2, low part (negative)
+	VMOVD AX, X6
+	VBROADCASTSS X6, Y6
+	MOVL $0x3f800000, AX // 1
+	VMOVD AX, X7
+	VBROADCASTSS X7, Y7
+	MOVL $127, AX // the exponent bias
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+expAVX2_loop:
+	VMOVUPS (SI), Y8
+	VMAXPS Y8, Y2, Y8
+	VMINPS Y8, Y3, Y8
+	VMULPS Y4, Y8, Y9
+	VROUNDPS $0, Y9, Y9 // k, to nearest
+	VMOVAPS Y8, Y10
+	VFNMADD231PS Y5, Y9, Y10 // r = v - k ln2hi
+	VFNMADD231PS Y6, Y9, Y10 // r -= k ln2lo
+	VMOVUPS expCoef<>+0(SB), Y11
+	VFMADD213PS expCoef<>+32(SB), Y10, Y11 // p = p r + c
+	VFMADD213PS expCoef<>+64(SB), Y10, Y11 // p = p r + c
+	VFMADD213PS expCoef<>+96(SB), Y10, Y11 // p = p r + c
+	VFMADD213PS expCoef<>+128(SB), Y10, Y11 // p = p r + c
+	VFMADD213PS expCoef<>+160(SB), Y10, Y11 // p = p r + c
+	VMULPS Y10, Y10, Y12 // r²
+	VFMADD213PS Y10, Y12, Y11 // p r² + r
+	VADDPS Y7, Y11, Y11 // + 1
+	VCVTPS2DQ Y9, Y9 // k, exactly
+	VPSRAD $1, Y9, Y12 // k1 = k >> 1
+	VPSUBD Y12, Y9, Y9 // k2 = k - k1
+	VPADDD Y15, Y12, Y12
+	VPSLLD $23, Y12, Y12 // 2^k1
+	VMULPS Y12, Y11, Y11 // exact
+	VPADDD Y15, Y9, Y9
+	VPSLLD $23, Y9, Y9 // 2^k2
+	VMULPS Y9, Y11, Y11 // rounds once
+	VMOVUPS Y11, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ expAVX2_loop
+	VZEROUPPER
+	RET
+
 // func sigmoidAVX2(x, y *float32, n int): y = 1 / (1 + exp(-x))
 TEXT ·sigmoidAVX2(SB), NOSPLIT, $0-24
 	MOVQ x+0(FP), SI

@@ -129,6 +129,13 @@ func sqrtGo(x, y []float32) {
 	}
 }
 
+func expGo(x, y []float32) {
+	x = x[:len(y)]
+	for i, v := range x {
+		y[i] = exp32(v)
+	}
+}
+
 func sigmoidGo(x, y []float32) {
 	x = x[:len(y)]
 	for i, v := range x {

@@ -17,6 +17,7 @@ func sigmoidGradVec(dy, y, dx []float32) int                       { return 0 }
 func tanhGradVec(dy, y, dx []float32) int                          { return 0 }
 func scaleVec(a, b float32, x, y []float32) int                    { return 0 }
 func divByVec(s float32, x, y []float32) int                       { return 0 }
+func expVec(x, y []float32) int                                    { return 0 }
 func sigmoidVec(x, y []float32) int                                { return 0 }
 func tanhVec(x, y []float32) int                                   { return 0 }
 func sqrtVec(x, y []float32) int                                   { return 0 }

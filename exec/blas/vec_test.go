@@ -158,6 +158,8 @@ var vecCases = []vecCase{
 		}},
 	{"sqrt", func(in [][]float32, out []float32) { Sqrt(in[0], out) }, 1,
 		exact(func(in [][]float32, i int) float32 { return r32(math.Sqrt(f64(in[0][i]))) })},
+	{"exp", func(in [][]float32, out []float32) { Exp(in[0], out) }, 1,
+		within(2, func(in [][]float32, i int) float32 { return r32(math.Exp(f64(in[0][i]))) })},
 	{"sigmoid", func(in [][]float32, out []float32) { Sigmoid(in[0], out) }, 1,
 		within(3, func(in [][]float32, i int) float32 {
 			x := f64(in[0][i])
@@ -201,7 +203,7 @@ func TestVecKernels(t *testing.T) {
 				for k := range in {
 					in[k] = vecValues(r, n+off+1)[off:] // one more than needed: must be ignored
 				}
-				if c.name == "sigmoid" || c.name == "tanh" {
+				if c.name == "sigmoid" || c.name == "tanh" || c.name == "exp" {
 					// their inputs at the scale where they bend, too
 					for i := range in[0] {
 						if i%3 == 0 {
@@ -311,7 +313,7 @@ func TestVecKernelsOnEveryPath(t *testing.T) {
 		t.Skipf("the %s path is this run's", VecName())
 	}
 	for _, godebug := range []string{"cpu.avx512f=off", "cpu.avx512f=off,cpu.avx2=off"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^(TestVecKernels|TestVecKernelsInPlace|TestExpSub|TestSqrtIsCorrectlyRounded|TestVecOps)$", "-test.v")
+		cmd := exec.Command(os.Args[0], "-test.run=^(TestVecKernels|TestVecKernelsInPlace|TestExpSub|TestSqrtIsCorrectlyRounded|TestVecOps|TestSigmoidTanhDense|TestExpDense)$", "-test.v")
 		cmd.Env = append(os.Environ(), "BLAS_SUBRUN=1", "GODEBUG="+godebug)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -435,4 +437,26 @@ func TestSigmoidTanhDense(t *testing.T) {
 		}
 	}
 	t.Logf("%s path: largest error sigmoid %.2f ulp, tanh %.2f ulp", VecName(), worst[0], worst[1])
+}
+
+// Exp over every float32 from -110 to 90 in steps of 2^-7 (normal results,
+// subnormal ones below -87.34, 0 below -103.97, +Inf above 88.73), within
+// 2 ulp of math.Exp.
+func TestExpDense(t *testing.T) {
+	var x []float32
+	for v := -110.0; v <= 90; v += 1.0 / 128 {
+		x = append(x, float32(v))
+	}
+	y := make([]float32, len(x))
+	Exp(x, y)
+	worst := 0.0
+	for i, v := range x {
+		want := r32(math.Exp(f64(v)))
+		if u := ulps(y[i], want); u > 2 {
+			t.Fatalf("exp(%v) = %v, want %v (%.1f ulp)", v, y[i], want, u)
+		} else {
+			worst = max(worst, u)
+		}
+	}
+	t.Logf("%s path: largest error %.2f ulp", VecName(), worst)
 }

@@ -43,9 +43,7 @@ func init() {
 				}
 				softmaxRow(row, out)
 				out[y] -= 1
-				for j := range out {
-					out[j] *= s
-				}
+				blas.Scale(s, negZero, out, out) // s times out, exactly
 			}
 			return nil
 		}, nil
@@ -97,8 +95,9 @@ func rowMax(row []float32) float32 {
 // softmaxRow writes softmax(row) into out.
 func softmaxRow(row, out []float32) {
 	s := blas.ExpSub(row, rowMax(row), out)
-	inv := 1 / s
-	for j := range out {
-		out[j] *= inv
-	}
+	blas.Scale(1/s, negZero, out, out)
 }
+
+// negZero as Scale's b makes it a product alone: a*x + (-0) is a*x,
+// -0 included (a +0 would turn a -0 product into +0).
+var negZero = float32(math.Copysign(0, -1))

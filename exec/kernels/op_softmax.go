@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -27,9 +28,8 @@ func init() {
 				for j, v := range yr {
 					dot += dyr[j] * v
 				}
-				for j, v := range yr {
-					dxr[j] = v * (dyr[j] - dot)
-				}
+				blas.Scale(1, -dot, dyr, dxr) // dy - dot
+				blas.Mul(yr, dxr, dxr)
 			}
 			return nil
 		}, nil
