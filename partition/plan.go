@@ -167,16 +167,21 @@ type TransferInfo struct {
 // end (each pserver's transfer table, dsl.Graph.Transfers), ordered by
 // name and a table's shards by pserver.
 func planTransfers(pservers []*dsl.Graph, batch int) []TransferInfo {
-	var all []dsl.Transfer
+	each := make([][]dsl.Transfer, len(pservers))
+	n := 0
 	for j, g := range pservers {
 		ts, err := g.Transfers(batch, nil)
 		if err != nil {
 			panic(fmt.Sprintf("partition: the transfers of pserver %d's subgraph: %v", j, err)) // Split built it: a bug
 		}
-		for _, t := range ts {
-			t.Peer = ir.PServer(j) // the pserver's end: its peer is every trainer
-			all = append(all, t)
+		for i := range ts {
+			ts[i].Peer = ir.PServer(j) // the pserver's end: its peer is every trainer
 		}
+		each[j], n = ts, n+len(ts)
+	}
+	all := make([]dsl.Transfer, 0, n)
+	for _, ts := range each {
+		all = append(all, ts...)
 	}
 	dsl.SortTransfers(all)
 	out := make([]TransferInfo, 0, len(all))
