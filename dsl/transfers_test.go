@@ -1,10 +1,6 @@
 package dsl_test
 
 import (
-	"cmp"
-	"fmt"
-	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -79,26 +75,6 @@ func TestTransfersOfAPlacedJobMatchEnds(t *testing.T) {
 			if x.Kind == dsl.GradTransfer && x.Var != ops.GradName(x.Var[:len(x.Var)-len(ops.GradSuffix)]) {
 				t.Errorf("%s: gradient transfer %s is not named as a gradient", c.path, x.Var)
 			}
-		}
-	}
-}
-
-// SortTransfers orders by name, then peer, keeping the order of equal
-// keys: the same as a stable sort, on transfers with many equal keys.
-func TestSortTransfersIsStable(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 1))
-	ts := make([]dsl.Transfer, 500)
-	for i := range ts {
-		ts[i] = dsl.Transfer{Var: fmt.Sprintf("v%d", r.IntN(20)), Peer: ir.PServer(r.IntN(3)), Bytes: i}
-	}
-	want := slices.Clone(ts)
-	slices.SortStableFunc(want, func(a, b dsl.Transfer) int {
-		return cmp.Or(cmp.Compare(a.Var, b.Var), cmp.Compare(a.Peer.Index, b.Peer.Index))
-	})
-	dsl.SortTransfers(ts)
-	for i := range ts {
-		if ts[i].Var != want[i].Var || ts[i].Peer != want[i].Peer || ts[i].Bytes != want[i].Bytes {
-			t.Fatalf("[%d] = %s/%v/%d, want %s/%v/%d", i, ts[i].Var, ts[i].Peer, ts[i].Bytes, want[i].Var, want[i].Peer, want[i].Bytes)
 		}
 	}
 }

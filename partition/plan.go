@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,38 +167,48 @@ type TransferInfo struct {
 
 // planTransfers lists every transfer of the job once, from its pserver's
 // end (each pserver's transfer table, dsl.Graph.Transfers), ordered by
-// name and a table's shards by pserver.
+// name, a table's shards by pserver, and transfers of one name and
+// pserver in their table's order.
 func planTransfers(pservers []*dsl.Graph, batch int) []TransferInfo {
-	each := make([][]dsl.Transfer, len(pservers))
-	n := 0
+	var out []TransferInfo
+	var peer []int // the pserver of out[i]
 	for j, g := range pservers {
 		ts, err := g.Transfers(batch, nil)
 		if err != nil {
 			panic(fmt.Sprintf("partition: the transfers of pserver %d's subgraph: %v", j, err)) // Split built it: a bug
 		}
-		for i := range ts {
-			ts[i].Peer = ir.PServer(j) // the pserver's end: its peer is every trainer
+		if out == nil {
+			out = make([]TransferInfo, 0, len(ts)*len(pservers))
+			peer = make([]int, 0, cap(out))
 		}
-		each[j], n = ts, n+len(ts)
-	}
-	all := make([]dsl.Transfer, 0, n)
-	for _, ts := range each {
-		all = append(all, ts...)
-	}
-	dsl.SortTransfers(all)
-	out := make([]TransferInfo, 0, len(all))
-	for _, t := range all {
-		dt := dtypeAttr(t.DType)
-		if t.DType == ir.Rows {
-			dt = "rows"
+		node := pserverNode(j) // the pserver's end: its peer is every trainer
+		for _, t := range ts {
+			dt := dtypeAttr(t.DType)
+			if t.DType == ir.Rows {
+				dt = "rows"
+			}
+			ti := TransferInfo{Var: t.Var, From: node, To: trainerNode, Shape: t.Shape.Clone(), DType: dt, AtMost: t.AtMost}
+			if t.Recv {
+				ti.From, ti.To = trainerNode, node
+			}
+			out = append(out, ti)
+			peer = append(peer, j)
 		}
-		ti := TransferInfo{Var: t.Var, From: t.Peer.Attr(), To: trainerNode, Shape: t.Shape.Clone(), DType: dt, AtMost: t.AtMost}
-		if t.Recv {
-			ti.From, ti.To = trainerNode, t.Peer.Attr()
-		}
-		out = append(out, ti)
 	}
-	return out
+	// Sort indices, then move each transfer once (a stable sort in place
+	// moved ~133k structs through rotations on a 100k-op model).
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		return cmp.Or(strings.Compare(out[a].Var, out[b].Var), cmp.Compare(peer[a], peer[b]), cmp.Compare(a, b))
+	})
+	sorted := make([]TransferInfo, len(out))
+	for i, j := range idx {
+		sorted[i] = out[j]
+	}
+	return sorted
 }
 
 // HashSource returns the content hash recorded as source_sha256.
