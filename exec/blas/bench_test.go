@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkSgemm runs the hot shapes on every available kernel and on gonum
-// (generic) in the same run. Shapes are op(A) m x k times op(B) k x n.
+// (gonum, the reference) in the same run. Shapes are op(A) m x k times op(B) k x n.
 func BenchmarkSgemm(b *testing.B) {
 	shapes := []struct {
 		name    string

@@ -7,12 +7,22 @@ import (
 	"testing"
 )
 
-// paths lists every kernel this machine can run plus the gonum fallback (nil).
-func paths() []*kernel { return append(append([]*kernel{}, kernels...), nil) }
+// paths lists every kernel this machine can run, both Go kernels (whichever
+// this platform runs) and gonum, the reference (nil).
+func paths() []*kernel {
+	ks := append([]*kernel{}, platformKernels()...)
+	for _, g := range goKernels {
+		ks = append(ks, g)
+	}
+	return append(ks, nil)
+}
 
 func kname(kn *kernel) string {
 	if kn == nil {
-		return "generic"
+		return "gonum"
+	}
+	if kn.name == "go" {
+		return fmt.Sprintf("go%dx%d", kn.mr, kn.nr)
 	}
 	return kn.name
 }
@@ -174,18 +184,24 @@ func TestSgemmDegenerate(t *testing.T) {
 }
 
 func TestName(t *testing.T) {
-	if n := Name(); n != kname(active) {
-		t.Fatalf("Name() = %q", n)
+	if n := Name(); n != active.name {
+		t.Fatalf("Name() = %q, the active kernel is %s", n, kname(active))
 	}
 	t.Logf("kernel: %s (available: %d)", Name(), len(kernels))
 }
 
 func TestSgemmAllocs(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	// gonum (the fallback) spawns goroutines for large products, so only the
-	// packed kernels are held to zero allocations.
-	for _, kn := range kernels {
-		for _, s := range [][3]int{{64, 128, 64}, {64, 10, 128}, {128, 10, 64}, {5, 7, 3}, {256, 2048, 64}, {400, 300, 300}} {
+	// Every packed kernel, the Go ones included, allocates nothing (gonum,
+	// the tests' reference, spawns goroutines for large products).
+	for _, kn := range paths() {
+		if kn == nil {
+			continue
+		}
+		for _, s := range [][3]int{{64, 128, 64}, {64, 10, 128}, {128, 10, 64}, {5, 7, 3}, {256, 256, 64}, {256, 2048, 64}, {400, 300, 300}} {
+			if kn.name == "go" && s[0]*s[1]*s[2] > 1<<22 {
+				continue // seconds for the scalar kernels; 256x256x64 runs their parallel path
+			}
 			a, b, c := randSlice(r, s[0]*s[2]), randSlice(r, s[2]*s[1]), randSlice(r, s[0]*s[1])
 			for tr := 0; tr < 4; tr++ {
 				ta, tb := tr&1 != 0, tr&2 != 0
