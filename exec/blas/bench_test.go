@@ -90,3 +90,23 @@ func BenchmarkVec(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFMAPeak is one core's float32 FMA peak on the vector path: 12
+// independent chains of 8-lane fused multiply-adds (2 FMA pipes x 4
+// cycles' latency need at least 8 in flight), the ceiling of every GEMM
+// figure (docs/performance.md compares the wide MLP's GEMMs to it times
+// the cores). It measures the clock the core actually runs at, which
+// /proc/cpuinfo's figure need not be.
+func BenchmarkFMAPeak(b *testing.B) {
+	if _, ok := fmaPeak(1); !ok {
+		b.Skip("no FMA vector path here")
+	}
+	const trips = 1 << 20
+	b.Run(VecName(), func(b *testing.B) {
+		flops := 0
+		for b.Loop() {
+			flops, _ = fmaPeak(trips)
+		}
+		b.ReportMetric(float64(flops)*trips*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}
