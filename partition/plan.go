@@ -2,7 +2,6 @@ package partition
 
 import (
 	"bytes"
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -170,45 +169,68 @@ type TransferInfo struct {
 // name, a table's shards by pserver, and transfers of one name and
 // pserver in their table's order.
 func planTransfers(pservers []*dsl.Graph, batch int) []TransferInfo {
-	var out []TransferInfo
-	var peer []int // the pserver of out[i]
+	each := make([][]TransferInfo, len(pservers))
+	n := 0
 	for j, g := range pservers {
 		ts, err := g.Transfers(batch, nil)
 		if err != nil {
 			panic(fmt.Sprintf("partition: the transfers of pserver %d's subgraph: %v", j, err)) // Split built it: a bug
 		}
-		if out == nil {
-			out = make([]TransferInfo, 0, len(ts)*len(pservers))
-			peer = make([]int, 0, cap(out))
-		}
 		node := pserverNode(j) // the pserver's end: its peer is every trainer
-		for _, t := range ts {
+		list := make([]TransferInfo, len(ts))
+		for i, t := range ts {
 			dt := dtypeAttr(t.DType)
 			if t.DType == ir.Rows {
 				dt = "rows"
 			}
-			ti := TransferInfo{Var: t.Var, From: node, To: trainerNode, Shape: t.Shape.Clone(), DType: dt, AtMost: t.AtMost}
+			list[i] = TransferInfo{Var: t.Var, From: node, To: trainerNode, Shape: t.Shape.Clone(), DType: dt, AtMost: t.AtMost}
 			if t.Recv {
-				ti.From, ti.To = trainerNode, node
+				list[i].From, list[i].To = trainerNode, node
 			}
-			out = append(out, ti)
-			peer = append(peer, j)
+		}
+		sortByVar(list)
+		each[j], n = list, n+len(list)
+	}
+	out := make([]TransferInfo, 0, n)
+	if len(each) > 16 { // many lists: concatenated in pserver order, sorted stably
+		for _, list := range each {
+			out = append(out, list...)
+		}
+		slices.SortStableFunc(out, func(a, b TransferInfo) int { return strings.Compare(a.Var, b.Var) })
+		return out
+	}
+	// Merge the pservers' sorted lists: the smallest name first, a tie to
+	// the lower pserver.
+	next := make([]int, len(each))
+	for len(out) < n {
+		best := -1
+		for j, list := range each {
+			if next[j] < len(list) && (best < 0 || list[next[j]].Var < each[best][next[best]].Var) {
+				best = j
+			}
+		}
+		out = append(out, each[best][next[best]])
+		next[best]++
+	}
+	return out
+}
+
+// sortByVar sorts a pserver's transfers by name, keeping the order of
+// equal names. They come nearly sorted (op order: each parameter's
+// gradient accumulate just before its send), so an insertion sort moves
+// little; one that would move a lot gives way to a stable sort.
+func sortByVar(list []TransferInfo) {
+	moves := 0
+	for i := 1; i < len(list); i++ {
+		j := i
+		for ; j > 0 && list[j].Var < list[j-1].Var; j-- {
+			list[j], list[j-1] = list[j-1], list[j]
+		}
+		if moves += i - j; moves > 4*len(list) {
+			slices.SortStableFunc(list, func(a, b TransferInfo) int { return strings.Compare(a.Var, b.Var) })
+			return
 		}
 	}
-	// Sort indices, then move each transfer once (a stable sort in place
-	// moved ~133k structs through rotations on a 100k-op model).
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		return cmp.Or(strings.Compare(out[a].Var, out[b].Var), cmp.Compare(peer[a], peer[b]), cmp.Compare(a, b))
-	})
-	sorted := make([]TransferInfo, len(out))
-	for i, j := range idx {
-		sorted[i] = out[j]
-	}
-	return sorted
 }
 
 // HashSource returns the content hash recorded as source_sha256.
