@@ -126,21 +126,7 @@ func binRowsY(op binOp, x, y, z []float32) {
 		return
 	}
 	for r := 0; r+n <= len(z); r += n {
-		xr, zr := x[r:r+n], z[r:r+n]
-		switch op {
-		case opAdd:
-			blas.Add(xr, y, zr)
-		case opSub:
-			blas.Sub(xr, y, zr)
-		case opMul:
-			blas.Mul(xr, y, zr)
-		case opDiv:
-			blas.Div(xr, y, zr)
-		default:
-			for j := range zr {
-				zr[j] = apply(op, xr[j], y[j])
-			}
-		}
+		binSame(op, x[r:r+n], y, z[r:r+n])
 	}
 }
 
@@ -159,24 +145,14 @@ func binRowsX(op binOp, x, y, z []float32) {
 			return
 		case opMul:
 			blas.Scale(s, negZero, y, z)
-			return
-		}
-	}
-	for r := 0; r+n <= len(z); r += n {
-		yr, zr := y[r:r+n], z[r:r+n]
-		switch op {
-		case opAdd:
-			blas.Add(x, yr, zr)
-		case opSub:
-			blas.Sub(x, yr, zr)
-		case opMul:
-			blas.Mul(x, yr, zr)
-		case opDiv:
-			blas.Div(x, yr, zr)
 		default:
-			for j := range zr {
-				zr[j] = apply(op, x[j], yr[j])
+			for i := range z {
+				z[i] = apply(op, s, y[i])
 			}
 		}
+		return
+	}
+	for r := 0; r+n <= len(z); r += n {
+		binSame(op, x, y[r:r+n], z[r:r+n])
 	}
 }
