@@ -183,6 +183,9 @@ type rowParser struct {
 	nt        int // float label (target) columns; 0 for class ids
 	feats     []featSpec
 	ids       []idSpec
+	// rowWord, when set, names a row in errors instead of file:line
+	// ("row 3: ..."): LineParser's rows are a request's, not a file's.
+	rowWord string
 	// truncated counts, per ids spec, the fields that held more than
 	// max_len ids (a multi-valued column); the first max_len were kept.
 	truncated []int64
@@ -307,8 +310,12 @@ func newRowParser(spec *dsl.Data) *rowParser {
 	return p
 }
 
-// errAt is an error in line `line` of the data file.
+// errAt is an error in line `line` of the data file (of a served
+// request: in its row `line`, LineParser).
 func (p *rowParser) errAt(line int, format string, args ...any) error {
+	if p.rowWord != "" {
+		return fmt.Errorf("%s %d: %s", p.rowWord, line, fmt.Sprintf(format, args...))
+	}
 	return fmt.Errorf("%s:%d: %s", p.file, line, fmt.Sprintf(format, args...))
 }
 
@@ -329,19 +336,7 @@ func (p *rowParser) header(line []byte, lineNo int) {
 // of each features and ids spec, the label (a class id, or nt float
 // targets), whichever the model declares.
 func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
-	p.fields = p.fields[:0]
-	for more := true; more; {
-		f := line
-		if i := bytes.IndexByte(line, p.delim); i >= 0 {
-			f, line = line[:i], line[i+1:]
-		} else {
-			more = false
-		}
-		if len(f) > 0 && (f[0] <= ' ' || f[len(f)-1] <= ' ') {
-			f = dsl.TrimField(f, p.delim)
-		}
-		p.fields = append(p.fields, f)
-	}
+	p.split(line)
 	if p.width < 0 {
 		p.width, p.widthLine = len(p.fields), lineNo
 		if p.need > p.width {
@@ -358,6 +353,29 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 		}
 		return p.errAt(lineNo, "line has %d fields separated by %s, but %s (line %d) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), first, p.widthLine, p.width, p.spec.Pos)
 	}
+	return p.parseFields(lineNo, out)
+}
+
+// split cuts line into p.fields at the delimiter, each field trimmed.
+func (p *rowParser) split(line []byte) {
+	p.fields = p.fields[:0]
+	for more := true; more; {
+		f := line
+		if i := bytes.IndexByte(line, p.delim); i >= 0 {
+			f, line = line[:i], line[i+1:]
+		} else {
+			more = false
+		}
+		if len(f) > 0 && (f[0] <= ' ' || f[len(f)-1] <= ' ') {
+			f = dsl.TrimField(f, p.delim)
+		}
+		p.fields = append(p.fields, f)
+	}
+}
+
+// parseFields reads the row split into p.fields (at least p.need of
+// them) into out.
+func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 	for i, fs := range p.feats {
 		c, out := fs.c, out.feat[i]
 		for col := c.Lo; col < c.Hi; col++ {
@@ -376,7 +394,7 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 				v = float64(n)
 			} else if v, ok = parseNumber(f); !ok {
 				hint := "fields must be numbers"
-				if lineNo == 1 && !p.spec.Header {
+				if lineNo == 1 && !p.spec.Header && p.rowWord == "" {
 					hint = "is it a header line? add header: true to data"
 				}
 				return p.errAt(lineNo, "column %d: %q is not a number (%s; data at %s)", col, f, hint, p.spec.Pos)

@@ -340,22 +340,27 @@ func (s *FileStream) Fill(start int64, dst []*tensor.Tensor) error {
 // at points s.out at row b of the tensors dst, at the scratch row where a
 // tensor is nil, and returns it: the row is parsed in place.
 func (s *FileStream) at(dst []*tensor.Tensor, b int) *rowOut {
-	o := &s.out
+	return pointAt(s.layout, &s.out, &s.scratch, dst, b)
+}
+
+// pointAt points o at row b of the tensors dst (laid out as layout says),
+// at scratch's values where a tensor is nil, and returns it.
+func pointAt(layout []slot, o, scratch *rowOut, dst []*tensor.Tensor, b int) *rowOut {
 	for i, t := range dst {
-		sl := s.layout[i]
+		sl := layout[i]
 		switch {
 		case t == nil:
 			switch sl.kind {
 			case slotFeatures:
-				o.feat[sl.spec] = s.scratch.feat[sl.spec]
+				o.feat[sl.spec] = scratch.feat[sl.spec]
 			case slotLabel:
-				o.label = s.scratch.label
+				o.label = scratch.label
 			case slotTargets:
-				o.tgt = s.scratch.tgt
+				o.tgt = scratch.tgt
 			case slotIDs:
-				o.ids[sl.spec] = s.scratch.ids[sl.spec]
+				o.ids[sl.spec] = scratch.ids[sl.spec]
 			case slotKeys:
-				o.keys[sl.spec] = s.scratch.keys[sl.spec]
+				o.keys[sl.spec] = scratch.keys[sl.spec]
 			}
 		case sl.kind == slotFeatures:
 			o.feat[sl.spec] = t.F[b*sl.width : (b+1)*sl.width]
