@@ -29,7 +29,7 @@ func TestLineParserEqualsFileStream(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, content, spec string
-		labelAt, delim     string
+		labelAt, delim      string
 	}{
 		{"criteo", criteoRows, criteoSpec + "  normalize: standard\n", "first", "\t"},
 		{"label-last", digitsRows.String(), "  features: {name: x, columns: [0, 5], fill: 0.5, transform: log}\n  label: {name: y, column: 5}\n  normalize: minmax\n", "last", ","},
