@@ -106,7 +106,9 @@ func PredictOutputs(g *dsl.Graph, names []string, batch int, what string) ([]Out
 
 // Ints says whether the output's values are integers (IntRow: pred, or a
 // variable of int32 ids or int64 keys) rather than float32 (FloatRow).
-func (o Output) Ints() bool { return o.Name == "pred" && o.isClassifier() || o.dtype == tensor.I32 || o.dtype == tensor.I64 }
+func (o Output) Ints() bool {
+	return o.Name == "pred" && o.isClassifier() || o.dtype == tensor.I32 || o.dtype == tensor.I64
+}
 
 // DType is the type of the output's values: int64 for pred, else the
 // variable's.

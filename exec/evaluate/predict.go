@@ -167,4 +167,3 @@ func writePredictions(ctx context.Context, file *data.FileStream, ch *chunks, ou
 	})
 	return rows, err
 }
-
