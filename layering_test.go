@@ -63,7 +63,7 @@ var layers = [][]string{
 	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile"},
 	{"exec/program"},
 	{"exec/comm", "exec/evaluate"},
-	{"exec/trainer", "exec/pserver"},
+	{"exec/trainer", "exec/pserver", "exec/serve"},
 	{"exec/job", "exec/launch"},
 	{"exec/node"},
 	{"cmd"},
