@@ -336,11 +336,21 @@ func decodeData[T any](in *wireInput, depth int, out *[]T) error {
 	if depth <= 1 || json.Unmarshal(in.Data, &nested) != nil {
 		return badRequest("input %q: its data is not a JSON array of %s values (row-major, flat or nested as its shape): %v", in.Name, in.Datatype, err)
 	}
+	arrays := 0
+	for _, el := range nested {
+		if el = bytes.TrimSpace(el); len(el) > 0 && el[0] == '[' {
+			arrays++
+		}
+	}
+	switch arrays {
+	case 0: // values, one of the wrong type
+		return badRequest("input %q: its data is not a JSON array of %s values (row-major, flat or nested as its shape): %v", in.Name, in.Datatype, err)
+	case len(nested):
+	default:
+		return badRequest("input %q: its data mixes arrays and values; give it flat, or nested as its shape", in.Name)
+	}
 	for _, el := range nested {
 		sub := wireInput{Name: in.Name, Datatype: in.Datatype, Data: el}
-		if len(bytes.TrimSpace(el)) == 0 || bytes.TrimSpace(el)[0] != '[' {
-			return badRequest("input %q: its data mixes arrays and values; give it flat, or nested as its shape", in.Name)
-		}
 		if err := decodeData(&sub, depth-1, out); err != nil {
 			return err
 		}
