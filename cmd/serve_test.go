@@ -269,3 +269,87 @@ func modelName(t *testing.T, model string) string {
 	t.Fatalf("%s has no name:", model)
 	return ""
 }
+
+// SIGHUP reads --init-from again: the server then serves the new file's
+// parameters as version 2, equal to psgraph predict's with that file.
+func TestServeReloadsOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	model := "examples/digits-mlp.yaml"
+	save := filepath.Join(dir, "model.safetensors")
+	if r := psgraph(t, "run", "--role", "local", model, "--steps", "5", "--save", save); r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	srv, base := startServe(t, model, "--init-from", save)
+	newer := filepath.Join(dir, "newer.safetensors")
+	if r := psgraph(t, "run", "--role", "local", model, "--steps", "200", "--save", newer); r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	if err := os.Rename(newer, save); err != nil {
+		t.Fatal(err)
+	}
+	srv.cmd.Process.Signal(syscall.SIGHUP)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var meta struct {
+			Versions []string `json:"versions"`
+		}
+		r, err := http.Get(base + "/v2/models/digits-mlp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(r.Body).Decode(&meta)
+		r.Body.Close()
+		if len(meta.Versions) == 1 && meta.Versions[0] == "2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versions %v 30 s after SIGHUP, want [2]\n%s", meta.Versions, srv.stderrText())
+		}
+	}
+	src, err := os.ReadFile("../examples/data/digits.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[:50]
+	rows := filepath.Join(dir, "rows.csv")
+	os.WriteFile(rows, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	out := filepath.Join(dir, "pred.csv")
+	if r := psgraph(t, "predict", model, "--init-from", save, "--data", rows, "-o", out); r.code != 0 {
+		t.Fatalf("predict: exit %d\n%s", r.code, r.stderr)
+	}
+	_, want := readPredictions(t, out)
+	var res inferResponse
+	if code := postJSON(t, base+"/v2/models/digits-mlp/infer", map[string]any{"inputs": []any{map[string]any{"name": "rows", "datatype": "BYTES", "shape": []int{50}, "data": lines}}}, &res); code != 200 || res.ModelVersion != "2" {
+		t.Fatalf("infer: %d version %q %s", code, res.ModelVersion, res.Error)
+	}
+	got := flattenOutputs(t, res, 50)
+	for i := range want {
+		for j := range want[i] {
+			if !closeTo(got[i][j], want[i][j]) {
+				t.Fatalf("row %d value %d: %v over HTTP, predict with the new file %v", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	if r := srv.wait(t, 30*time.Second); r.code != 0 {
+		t.Errorf("exit %d on SIGTERM\n%s", r.code, r.stderr)
+	}
+}
+
+// serve's usage errors exit 2, a missing model file 1, each saying what
+// to give.
+func TestServeBadArgumentsExit(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"serve", "examples/digits-mlp.yaml"}, 2, "serve needs --init-from F.safetensors"},
+		{[]string{"serve", "examples/digits-mlp.yaml", "--init-from", "x.safetensors", "--max-concurrent", "0"}, 2, "must be positive"},
+		{[]string{"serve", "examples/digits-mlp.yaml", "--init-from", "no/such.safetensors"}, 1, "no/such.safetensors"},
+	} {
+		r := psgraph(t, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("psgraph %v: exit %d %q, want %d saying %q", c.args, r.code, r.stderr, c.code, c.want)
+		}
+	}
+}
