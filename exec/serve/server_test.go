@@ -487,4 +487,3 @@ func TestFailedLoadKeepsTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
