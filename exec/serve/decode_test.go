@@ -1,11 +1,13 @@
 package serve
 
 import (
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // ctrMeta is the Meta of a CTR model: 13 features, 26 hashed ids, and a
@@ -122,6 +124,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[-1],"data":null}]}`,
 		`{"inputs":[{"name":"dense","datatype":"FP64","shape":[2147483648,2],"data":[[]]}]}`,
 		`[]`, `{}`, `null`, `{"inputs":[{}]}`,
+		`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[3],"data":["a\tb\\c\"d\/e\u00e9\ud83d\ude00", " x ",""]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -139,6 +142,21 @@ func FuzzDecodeRequest(f *testing.F) {
 		if req.Lines != nil {
 			if len(req.Lines) != req.Rows || req.Typed != nil {
 				t.Fatalf("accepted %d lines for %d rows", len(req.Lines), req.Rows)
+			}
+			// the lines are what encoding/json makes of the data
+			var w struct {
+				Inputs []struct {
+					Data json.RawMessage `json:"data"`
+				} `json:"inputs"`
+			}
+			var lines []string
+			if !utf8.Valid(body) || json.Unmarshal(body, &w) != nil || json.Unmarshal(w.Inputs[0].Data, &lines) != nil {
+				return // nested, or invalid UTF-8, which encoding/json replaces
+			}
+			for i, l := range lines {
+				if string(req.Lines[i]) != l {
+					t.Fatalf("line %d decoded as %q, encoding/json says %q", i, req.Lines[i], l)
+				}
 			}
 			return
 		}

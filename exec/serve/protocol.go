@@ -181,17 +181,20 @@ func DecodeRequest(body []byte, m *Meta) (*Request, error) {
 			return nil, badRequest("the request gives %q and typed inputs; give either the rows or every typed input (%s)", RowsInput, typedNames(m))
 		}
 		in := &w.Inputs[given[RowsInput]]
-		var lines []string
-		if err := decodeData(in, 2, &lines); err != nil {
-			return nil, err
+		lines, ok := stringArray(slices.Clone(in.Data), make([][]byte, 0, req.Rows))
+		if !ok { // nested, or not strings: the general decoder (and its errors)
+			var strs []string
+			if err := decodeData(in, 2, &strs); err != nil {
+				return nil, err
+			}
+			for _, l := range strs {
+				lines = append(lines, []byte(l))
+			}
 		}
 		if len(lines) != req.Rows {
 			return nil, badRequest("input %q has %d elements, but its shape %v holds %d", in.Name, len(lines), in.Shape, req.Rows)
 		}
-		req.Lines = make([][]byte, len(lines))
-		for i, l := range lines {
-			req.Lines[i] = []byte(l)
-		}
+		req.Lines = lines
 	} else {
 		req.Typed = make([]Typed, len(m.Inputs)-1)
 		for j, t := range m.Inputs[1:] {
@@ -375,4 +378,99 @@ func typedNames(m *Meta) string {
 		names[i] = fmt.Sprintf("%q (%s %v)", t.Name, t.Datatype, t.Shape)
 	}
 	return strings.Join(names, ", ")
+}
+
+// stringArray decodes a flat JSON array of strings (valid JSON, as the
+// request's decoder checked) into out, each string a slice of data (its
+// escapes decoded in place: data is the request's own copy); false if
+// data is anything else, data then being left unusable. It is the
+// rows input's fast path: encoding/json would scan the array twice more
+// and copy every line.
+func stringArray(data []byte, out [][]byte) ([][]byte, bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '[' {
+		return nil, false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == ']' {
+		return out, skipSpace(data, i+1) == len(data)
+	}
+	for {
+		if i >= len(data) || data[i] != '"' {
+			return nil, false
+		}
+		start, esc := i+1, false
+		for i++; i < len(data) && data[i] != '"'; i++ {
+			if data[i] == '\\' {
+				esc = true
+				i++
+			} else if data[i] < 0x20 {
+				return nil, false
+			}
+		}
+		if i >= len(data) {
+			return nil, false
+		}
+		str := data[start:i]
+		if esc {
+			var ok bool
+			if str, ok = unescape(str); !ok {
+				return nil, false
+			}
+		}
+		out = append(out, str)
+		i = skipSpace(data, i+1)
+		if i >= len(data) {
+			return nil, false
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case ']':
+			return out, skipSpace(data, i+1) == len(data)
+		default:
+			return nil, false
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// unescape decodes a JSON string's escapes (the quotes stripped) in
+// place; false for a malformed one or a \u escape, which encoding/json
+// decodes.
+func unescape(s []byte) ([]byte, bool) {
+	out := s[:0] // never longer than s: it is written behind the reads
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' {
+			out = append(out, c)
+			continue
+		}
+		if i++; i >= len(s) {
+			return nil, false
+		}
+		switch s[i] {
+		case '"', '\\', '/':
+			out = append(out, s[i])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		default:
+			return nil, false
+		}
+	}
+	return out, true
 }
