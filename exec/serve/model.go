@@ -30,6 +30,19 @@ type Params struct {
 	Norm    *data.Scaling
 }
 
+// Bytes is the memory the parameters hold: their tensors' and their
+// dynamic tables'.
+func (p Params) Bytes() int64 {
+	var n int64
+	for _, t := range p.Tensors {
+		n += int64(len(t.Bytes()))
+	}
+	for _, t := range p.Tables {
+		n += t.Stats().Bytes.Total()
+	}
+	return n
+}
+
 // LoadParams reads a model file (`--save` of run or train) into Params:
 // modelfile.LoadModel's tensors and statistics, each dynamic table read
 // into a lookup-only table once (program.ReadTable), which every program

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -110,6 +111,7 @@ func Run(ctx context.Context, g *dsl.Graph, opt Options) error {
 		return err
 	}
 	src.loads, src.mod = p.Version, mod
+	limitMemory(p.Bytes(), opt.Log)
 	m, err := NewModel(g, p, opt.MaxBatch)
 	if err != nil {
 		return err
@@ -174,4 +176,23 @@ func serveHTTP(ctx context.Context, h *Handler, opt Options, loop func()) error 
 	}
 	opt.Log.Info().Msg("stopped")
 	return nil
+}
+
+// memoryHeadroom is what the server may hold beside its parameters: its
+// programs, the requests in flight, the runtime.
+const memoryHeadroom = 32 << 20
+
+// limitMemory sets the Go runtime's soft memory limit to the parameters'
+// bytes and memoryHeadroom, unless GOMEMLIMIT sets one: the garbage of
+// requests is collected before the heap doubles past the parameters
+// (they hold no pointers, so a collection costs little). A reload holds
+// two versions for a moment; the limit is soft, so it then collects
+// more often rather than fail.
+func limitMemory(params int64, log zerolog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := params + memoryHeadroom
+	debug.SetMemoryLimit(limit)
+	log.Debug().Int64("bytes", limit).Msg("memory limit: the parameters and 32 MiB (GOMEMLIMIT overrides it)")
 }
