@@ -6,10 +6,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/evaluate"
@@ -87,6 +89,17 @@ type Model struct {
 
 	outsMu sync.Mutex
 	outs   map[string][]evaluate.Output // resolved output lists, by their names joined
+
+	// Following a job (Apply): rows is held for reading while a program
+	// runs and for writing while an update writes table rows, so a row is
+	// never read half-written; spare is the version before the current
+	// one, whose dense tensors the next update writes once no request
+	// uses it (a shadow copy); tables names the fixed tables, whose
+	// tensors every version shares.
+	rows    sync.RWMutex
+	applyMu sync.Mutex
+	spare   *version
+	tables  map[string]bool
 }
 
 // version is one version of the parameters and the programs compiled
@@ -138,7 +151,7 @@ func NewModel(g *dsl.Graph, p Params, maxBatch int) (*Model, error) {
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxBatch
 	}
-	m := &Model{g: g, maxBatch: maxBatch, outs: map[string][]evaluate.Output{}}
+	m := &Model{g: g, maxBatch: maxBatch, outs: map[string][]evaluate.Output{}, tables: fixedTables(g)}
 	var err error
 	if m.defaults, err = evaluate.PredictOutputs(g, nil, maxBatch, "output"); err != nil {
 		return nil, err
@@ -206,6 +219,9 @@ func (m *Model) Version() int64 { return m.cur.Load().Version }
 // Swap makes p the version requests compute with from now on; requests
 // already computing with the previous one finish with it.
 func (m *Model) Swap(p Params) {
+	m.applyMu.Lock()
+	defer m.applyMu.Unlock()
+	m.spare = nil // an update's shadow is made anew from p
 	v := &version{Params: p, free: map[poolKey][]*worker{}}
 	if old := m.cur.Swap(v); old != nil {
 		old.retired.Store(true)
@@ -381,7 +397,10 @@ func (m *Model) chunk(ctx context.Context, w *worker, req *Request, off, n int, 
 		return err
 	}
 	w.rt.Ctx = ctx
-	if err := w.prog.Run(&w.rt); err != nil {
+	m.rows.RLock()
+	err := w.prog.Run(&w.rt)
+	m.rows.RUnlock()
+	if err != nil {
 		// kernels fail only on their data (an id outside its table)
 		return badRequest("rows %d to %d: %v", off, off+n-1, err)
 	}
@@ -438,3 +457,150 @@ func (m *Model) fill(w *worker, req *Request, off, n int) error {
 
 // String names the model and its version, for logs.
 func (m *Model) String() string { return fmt.Sprintf("%s version %d", m.meta.Name, m.Version()) }
+
+// Update is what a followed job's pservers applied since the update
+// before: the training step it brings the model to, new values of dense
+// parameters, and the changed rows of fixed and dynamic tables.
+type Update struct {
+	Step  int64
+	Dense []DenseValues
+	Rows  []TableRows
+}
+
+// DenseValues are new values of a dense parameter from element Offset
+// (a pserver holds a block of it).
+type DenseValues struct {
+	Name   string
+	Offset int
+	Values []float32
+}
+
+// TableRows are changed rows of a table: of a fixed table by row id
+// (IDs), of a dynamic table by key (Keys); Values holds the rows one
+// after another.
+type TableRows struct {
+	Name   string
+	IDs    []int64
+	Keys   []int64
+	Values []float32
+}
+
+// Apply brings the model to u.Step without failing or blocking a request
+// for long: the dense parameters are written into a shadow version (the
+// one before the current, once no request uses it, its values first made
+// the current one's) and swapped in whole, so a request computes with one
+// version of them; table rows are written in place, between two
+// programs' runs (Model.rows), so a row is never read half-written and a
+// request may see rows newer than its dense version, never older.
+func (m *Model) Apply(u Update) error {
+	m.applyMu.Lock()
+	defer m.applyMu.Unlock()
+	cur := m.cur.Load()
+	if err := m.checkUpdate(cur, u); err != nil {
+		return err
+	}
+	shadow := m.spare
+	if shadow == nil {
+		shadow = m.shadowOf(cur)
+	} else {
+		for shadow.refs.Load() > 0 { // the requests still on it are short
+			time.Sleep(50 * time.Microsecond)
+		}
+		for name, t := range cur.Tensors {
+			if !m.tables[name] {
+				copy(shadow.Tensors[name].F, t.F)
+			}
+		}
+	}
+	for _, d := range u.Dense {
+		copy(shadow.Tensors[d.Name].F[d.Offset:], d.Values)
+	}
+	m.rows.Lock()
+	for _, r := range u.Rows {
+		if r.Keys != nil {
+			writeKeys(cur.Tables[r.Name], r.Keys, r.Values)
+			continue
+		}
+		t := cur.Tensors[r.Name]
+		w := t.Shape[1]
+		for i, id := range r.IDs {
+			copy(t.F[int(id)*w:int(id+1)*w], r.Values[i*w:(i+1)*w])
+		}
+	}
+	m.rows.Unlock()
+	shadow.Version = u.Step
+	m.cur.Store(shadow)
+	m.spare = cur
+	return nil
+}
+
+// checkUpdate refuses an update that does not fit the model: it would
+// write outside a tensor.
+func (m *Model) checkUpdate(cur *version, u Update) error {
+	for _, d := range u.Dense {
+		t, ok := cur.Tensors[d.Name]
+		if !ok || m.tables[d.Name] || t.DType != tensor.F32 || d.Offset < 0 || d.Offset+len(d.Values) > len(t.F) {
+			return fmt.Errorf("update of step %d: %d values of dense parameter %q from %d do not fit the model", u.Step, len(d.Values), d.Name, d.Offset)
+		}
+	}
+	for _, r := range u.Rows {
+		if r.Keys != nil {
+			t, ok := cur.Tables[r.Name]
+			if !ok || len(r.Values) != len(r.Keys)*t.Config().Dim {
+				return fmt.Errorf("update of step %d: %d keys of dynamic table %q do not fit the model", u.Step, len(r.Keys), r.Name)
+			}
+			continue
+		}
+		t, ok := cur.Tensors[r.Name]
+		if !ok || !m.tables[r.Name] || len(r.Values) != len(r.IDs)*t.Shape[1] {
+			return fmt.Errorf("update of step %d: %d rows of table %q do not fit the model", u.Step, len(r.IDs), r.Name)
+		}
+		for _, id := range r.IDs {
+			if id < 0 || int(id) >= t.Shape[0] {
+				return fmt.Errorf("update of step %d: row %d of table %q is outside its %d rows", u.Step, id, r.Name, t.Shape[0])
+			}
+		}
+	}
+	return nil
+}
+
+// shadowOf is a second version beside cur: its own copies of the dense
+// parameters, the same tables.
+func (m *Model) shadowOf(cur *version) *version {
+	ts := program.Scope{}
+	for name, t := range cur.Tensors {
+		if m.tables[name] {
+			ts[name] = t
+			continue
+		}
+		c := tensor.New(t.DType, t.Shape)
+		copy(c.F, t.F)
+		copy(c.I, t.I)
+		copy(c.L, t.L)
+		ts[name] = c
+	}
+	p := cur.Params
+	p.Tensors = ts
+	return &version{Params: p, free: map[poolKey][]*worker{}}
+}
+
+// writeKeys writes the rows of keys into a dynamic table, creating those
+// it lacks.
+func writeKeys(t *dyntable.Table, keys []int64, values []float32) {
+	slots := make([]int32, len(keys))
+	t.Lookup(keys, nil, slots) // a served table admits every key
+	t.Scatter(slots, 0, t.Config().Dim, values)
+}
+
+// fixedTables names the parameters that ops read rows of (lookup_table,
+// embedding_bag): their tensors are written in place by updates, shared
+// by every version.
+func fixedTables(g *dsl.Graph) map[string]bool {
+	out := map[string]bool{}
+	for _, op := range g.Ops {
+		if ops.ReadsTable(op.Type) && len(op.Inputs) > 0 {
+			out[op.Inputs[0]] = true
+		}
+	}
+	return out
+}
