@@ -113,7 +113,7 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 				for i, x := range h {
 					if x != v {
 						failed.Store(true)
-					errs <- fmt.Errorf("version %d: h[%d] = %v, want W of that version, %v", res.Version, i, x, v)
+						errs <- fmt.Errorf("version %d: h[%d] = %v, want W of that version, %v", res.Version, i, x, v)
 						return
 					}
 				}
@@ -122,7 +122,7 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 					for _, x := range row {
 						if x != row[0] || x < v {
 							failed.Store(true)
-					errs <- fmt.Errorf("version %d: row %d reads %v: torn, or older than the version", res.Version, r, row)
+							errs <- fmt.Errorf("version %d: row %d reads %v: torn, or older than the version", res.Version, r, row)
 							return
 						}
 					}
