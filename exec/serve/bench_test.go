@@ -28,7 +28,7 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := rowsBody(strings.Split(strings.TrimSpace(buf.String()), "\n"))
+	body := rowsBody(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))
 	h := NewHandler(m, HandlerOptions{})
 	b.ReportAllocs()
 	b.ResetTimer()
