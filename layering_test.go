@@ -56,7 +56,7 @@ func TestFrontEndImportsNoRuntime(t *testing.T) {
 // pserver loops, say, meet only in exec/job. A new package must be given
 // its layer here, with the one job it does in its doc.go.
 var layers = [][]string{
-	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile"},
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/replicate", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile"},
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},
@@ -98,18 +98,21 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// The restart protocol's decisions (exec/rejoin) are pure: the package
-// imports only the standard library, so nothing in it can do I/O on the
-// job's behalf or block on a peer.
+// The restart protocol's decisions (exec/rejoin) and a serving replica's
+// (exec/replicate) are pure: the packages import only the standard
+// library, so nothing in them can do I/O on the job's behalf or block on
+// a peer.
 func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
-	pkgs := goListDeps(t, module+"/exec/rejoin")
-	p, ok := pkgs[module+"/exec/rejoin"]
-	if !ok {
-		t.Fatal("go list did not list exec/rejoin")
-	}
-	for _, d := range p.Deps {
-		if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
-			t.Errorf("exec/rejoin depends on %s, which is not in the standard library", d)
+	for _, pkg := range []string{"exec/rejoin", "exec/replicate"} {
+		pkgs := goListDeps(t, module+"/"+pkg)
+		p, ok := pkgs[module+"/"+pkg]
+		if !ok {
+			t.Fatalf("go list did not list %s", pkg)
+		}
+		for _, d := range p.Deps {
+			if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
+				t.Errorf("%s depends on %s, which is not in the standard library", pkg, d)
+			}
 		}
 	}
 }
