@@ -79,7 +79,7 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const steps = 300
+	const steps = 100
 	stop := make(chan struct{})
 	errs := make(chan error, 4)
 	var answered atomic.Int64

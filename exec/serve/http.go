@@ -211,7 +211,7 @@ func (h *Handler) inferCode(w http.ResponseWriter, r *http.Request) int {
 		m.inFlight.Inc()
 		defer m.inFlight.Dec()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opt.MaxBody))
+	body, err := readBody(w, r, h.opt.MaxBody)
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -328,4 +328,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 // writeError answers the protocol's error body, {"error": msg}.
 func writeError(w http.ResponseWriter, code int, msg string) int {
 	return writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// readBody reads a request's body, at most max bytes (an
+// *http.MaxBytesError past it), into a buffer sized by its Content-Length
+// when it gives one within the limit.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, max)
+	if n := r.ContentLength; n > 0 && n <= max {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return nil, err
+		}
+		// the body must end where its length says
+		if k, err := rd.Read(make([]byte, 1)); k > 0 || err != nil && err != io.EOF {
+			return nil, fmt.Errorf("the body is longer than its Content-Length")
+		}
+		return buf, nil
+	}
+	return io.ReadAll(rd)
 }
