@@ -67,7 +67,7 @@ func filled(shape tensor.Shape, v float32) *tensor.Tensor {
 // computes with one version of the dense parameters, the one its
 // model_version names (h = x·W holds that version's W), and reads every
 // table row whole, never older than that version (the rows are written
-// before the dense swap): 4 goroutines infer while 300 updates write W
+// before the dense swap): 4 goroutines infer while 100 updates write W
 // and every row of emb with the step's number.
 func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 	g := tiny(t)
