@@ -90,30 +90,28 @@ type response struct {
 
 func post(t testing.TB, url string, body []byte) response {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{resp.StatusCode, resp.Header, b}
+	return answer(t)(http.Post(url, "application/json", bytes.NewReader(body)))
 }
 
 func get(t testing.TB, url string) response {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
+	return answer(t)(http.Get(url))
+}
+
+// answer reads a response whole.
+func answer(t testing.TB) func(*http.Response, error) response {
+	return func(resp *http.Response, err error) response {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return response{resp.StatusCode, resp.Header, b}
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{resp.StatusCode, resp.Header, b}
 }
 
 // errorOf is the protocol's error body's message ("" if there is none).
