@@ -73,7 +73,7 @@ func TestDecodeRequest(t *testing.T) {
 	}
 	for _, c := range []struct{ name, body, want string }{
 		{"not json", `{"inputs":[`, "not an inference request in JSON"},
-		{"two values", `{"inputs":[]} {}`, "more than one JSON value"},
+		{"two values", `{"inputs":[]} {}`, "invalid character '{' after top-level value"},
 		{"no inputs", `{"inputs":[]}`, "has no inputs"},
 		{"unknown input", `{"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]}`, `input "x" is not an input of model ctr`},
 		{"twice", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]},{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]}]}`, "given twice"},

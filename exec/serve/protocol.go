@@ -139,12 +139,8 @@ const maxElements = 1 << 31
 // what is wrong and what to send instead.
 func DecodeRequest(body []byte, m *Meta) (*Request, error) {
 	var w wireRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&w); err != nil {
-		return nil, badRequest("the request body is not an inference request in JSON: %v; send {\"inputs\": [{\"name\": \"rows\", \"datatype\": \"BYTES\", \"shape\": [N], \"data\": [...]}]}", err)
-	}
-	if dec.More() {
-		return nil, badRequest("the request body holds more than one JSON value; send one inference request")
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, badRequest("the request body is not an inference request in JSON: %v; send one object {\"inputs\": [{\"name\": \"rows\", \"datatype\": \"BYTES\", \"shape\": [N], \"data\": [...]}]}", err)
 	}
 	if binaryParam(w.Parameters, "binary_data_output") {
 		return nil, badRequest("binary tensor data is not supported: psgraph answers in JSON; drop the binary_data_output parameter")
