@@ -6,12 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -161,5 +165,72 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 		if err := m.Apply(bad); err == nil {
 			t.Errorf("applied %+v, which does not fit the model", bad)
 		}
+	}
+}
+
+// A dynamic table's rows arrive by key: an update creates the rows of new
+// keys and overwrites known ones, and a removed key reads zeros again, as
+// a key the table never held does.
+func TestUpdatesWriteDynamicTableRowsByKey(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tiny.csv"), []byte("1,0,3,0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := strings.NewReplacer("ids: {name: id, columns: [2, 3], num_ids: 8}", "ids: {name: id, columns: [2, 3], key: int64}",
+		"emb: {shape: [8, 4]}", "emb: {dynamic: {dim: 4}, init: {type: zeros}}").Replace(tinyModel)
+	path := filepath.Join(dir, "tiny.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := dsl.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := tensor.New(tensor.I64, tensor.Shape{1})
+	keys.L[0] = 5
+	p := Params{Tensors: map[string]*tensor.Tensor{"emb": filled(tensor.Shape{1, 4}, 1), "emb.keys": keys, "W": filled(tensor.Shape{2, 4}, 0)}}
+	_, lowered, err := dsl.LowerDynamic(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := program.ReadTable(lowered[0], keys, p.Tensors["emb"], "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Tables = map[string]*dyntable.Table{"emb": tab}
+	delete(p.Tensors, "emb")
+	delete(p.Tensors, "emb.keys")
+	m, err := NewModel(g, p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := DecodeRequest([]byte(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[3],"data":["0,0,5","0,0,9","0,0,7"]}],"outputs":[{"name":"e"}]}`), m.Meta())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := func() []float32 {
+		res, err := m.Infer(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Outputs[0].Floats
+	}
+	want := func(r5, r9, r7 float32) []float32 {
+		return append(append(filled(tensor.Shape{4}, r5).F, filled(tensor.Shape{4}, r9).F...), filled(tensor.Shape{4}, r7).F...)
+	}
+	if got := rows(); !slices.Equal(got, want(1, 0, 0)) {
+		t.Fatalf("before updates: %v", got)
+	}
+	if err := m.Apply(Update{Step: 1, Rows: []TableRows{{Name: "emb", Keys: []int64{9, 5}, Values: append(filled(tensor.Shape{4}, 3).F, filled(tensor.Shape{4}, 2).F...)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); !slices.Equal(got, want(2, 3, 0)) {
+		t.Fatalf("after writing keys 9 and 5: %v", got)
+	}
+	if err := m.Apply(Update{Step: 2, Rows: []TableRows{{Name: "emb", Removed: []int64{5}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); !slices.Equal(got, want(0, 3, 0)) {
+		t.Fatalf("after removing key 5: %v", got)
 	}
 }

@@ -476,13 +476,15 @@ type DenseValues struct {
 }
 
 // TableRows are changed rows of a table: of a fixed table by row id
-// (IDs), of a dynamic table by key (Keys); Values holds the rows one
-// after another.
+// (IDs), of a dynamic table by key (Keys, and Removed: keys whose rows the
+// table dropped, by ttl or capacity); Values holds the rows one after
+// another.
 type TableRows struct {
-	Name   string
-	IDs    []int64
-	Keys   []int64
-	Values []float32
+	Name    string
+	IDs     []int64
+	Keys    []int64
+	Removed []int64
+	Values  []float32
 }
 
 // Apply brings the model to u.Step without failing or blocking a request
@@ -516,9 +518,13 @@ func (m *Model) Apply(u Update) error {
 		copy(shadow.Tensors[d.Name].F[d.Offset:], d.Values)
 	}
 	m.rows.Lock()
+	defer m.rows.Unlock()
 	for _, r := range u.Rows {
-		if r.Keys != nil {
-			writeKeys(cur.Tables[r.Name], r.Keys, r.Values)
+		if t := cur.Tables[r.Name]; t != nil {
+			if err := writeKeys(t, r.Keys, r.Values); err != nil {
+				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, r.Name, err)
+			}
+			t.Delete(r.Removed)
 			continue
 		}
 		t := cur.Tensors[r.Name]
@@ -527,7 +533,6 @@ func (m *Model) Apply(u Update) error {
 			copy(t.F[int(id)*w:int(id+1)*w], r.Values[i*w:(i+1)*w])
 		}
 	}
-	m.rows.Unlock()
 	shadow.Version = u.Step
 	m.cur.Store(shadow)
 	m.spare = cur
@@ -544,15 +549,14 @@ func (m *Model) checkUpdate(cur *version, u Update) error {
 		}
 	}
 	for _, r := range u.Rows {
-		if r.Keys != nil {
-			t, ok := cur.Tables[r.Name]
-			if !ok || len(r.Values) != len(r.Keys)*t.Config().Dim {
+		if t, ok := cur.Tables[r.Name]; ok {
+			if r.IDs != nil || len(r.Values) != len(r.Keys)*t.Config().Dim {
 				return fmt.Errorf("update of step %d: %d keys of dynamic table %q do not fit the model", u.Step, len(r.Keys), r.Name)
 			}
 			continue
 		}
 		t, ok := cur.Tensors[r.Name]
-		if !ok || !m.tables[r.Name] || len(r.Values) != len(r.IDs)*t.Shape[1] {
+		if !ok || !m.tables[r.Name] || r.Keys != nil || r.Removed != nil || len(r.Values) != len(r.IDs)*t.Shape[1] {
 			return fmt.Errorf("update of step %d: %d rows of table %q do not fit the model", u.Step, len(r.IDs), r.Name)
 		}
 		for _, id := range r.IDs {
@@ -585,11 +589,16 @@ func (m *Model) shadowOf(cur *version) *version {
 }
 
 // writeKeys writes the rows of keys into a dynamic table, creating those
-// it lacks.
-func writeKeys(t *dyntable.Table, keys []int64, values []float32) {
+// it lacks (a served table admits every key).
+func writeKeys(t *dyntable.Table, keys []int64, values []float32) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	slots := make([]int32, len(keys))
-	t.Lookup(keys, nil, slots) // a served table admits every key
-	t.Scatter(slots, 0, t.Config().Dim, values)
+	if err := t.Lookup(keys, nil, slots); err != nil {
+		return err
+	}
+	return t.Scatter(slots, 0, t.Config().Dim, values)
 }
 
 // fixedTables names the parameters that ops read rows of (lookup_table,
