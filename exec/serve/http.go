@@ -44,6 +44,10 @@ type HandlerOptions struct {
 	Version string
 }
 
+// statusClientGone is the status the metrics count for a request whose
+// client left before its answer (nginx's 499): none is written.
+const statusClientGone = 499
+
 // Defaults of the limits.
 const (
 	DefaultMaxBody       = 16 << 20
@@ -224,6 +228,9 @@ func (h *Handler) inferCode(w http.ResponseWriter, r *http.Request) int {
 		return writeError(w, StatusOf(err), err.Error())
 	}
 	res, err := h.p.Infer(r.Context(), req)
+	if err != nil && r.Context().Err() != nil {
+		return statusClientGone // nobody to answer
+	}
 	if err != nil {
 		code := StatusOf(err)
 		if code >= 500 {
