@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -123,11 +124,11 @@ func Run(ctx context.Context, g *dsl.Graph, opt Options) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	return serveHTTP(ctx, h, opt, func() {
+	return serveHTTP(ctx, h, opt, func(ctx context.Context) error {
 		for {
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-hup:
 				opt.Log.Info().Msg("SIGHUP: loading the model file again")
 				src.load()
@@ -136,9 +137,32 @@ func Run(ctx context.Context, g *dsl.Graph, opt Options) error {
 	})
 }
 
+// RunFollow serves model g following the running job of fo.Plan (psgraph
+// serve --plan): the model is zero until every pserver's full state
+// arrived (/v2/health/ready answers 400 until then), then follows every
+// step they apply; a lost or restarted pserver is subscribed to again.
+// It returns nil when ctx ends (SIGTERM), after draining.
+func RunFollow(ctx context.Context, g *dsl.Graph, opt Options, fo FollowOptions) error {
+	if opt.ReadTimeout <= 0 {
+		opt.ReadTimeout = 30 * time.Second
+	}
+	if opt.DrainTimeout <= 0 {
+		opt.DrainTimeout = 30 * time.Second
+	}
+	f, err := newFollower(g, fo, opt.MaxBatch, opt.Log)
+	if err != nil {
+		return err
+	}
+	limitMemory(f.cur.Load().Bytes(), opt.Log)
+	met := NewMetrics(func() float64 { return float64(f.Version()) }, f.staleness)
+	h := NewHandler(f, HandlerOptions{MaxBody: opt.MaxBody, MaxConcurrent: opt.MaxConcurrent, Metrics: met, Log: opt.Log, Version: opt.Version})
+	return serveHTTP(ctx, h, opt, func(ctx context.Context) error { return f.run(ctx, met) })
+}
+
 // serveHTTP listens on opt.Listen and serves h until ctx ends, running
-// loop (the source's: reloads, updates) beside it; then it drains.
-func serveHTTP(ctx context.Context, h *Handler, opt Options, loop func()) error {
+// loop (the source's: reloads, updates) beside it; then it drains. An
+// error of loop stops the server and is returned.
+func serveHTTP(ctx context.Context, h *Handler, opt Options, loop func(context.Context) error) error {
 	ln, err := net.Listen("tcp", opt.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", opt.Listen, err)
@@ -152,17 +176,25 @@ func serveHTTP(ctx context.Context, h *Handler, opt Options, loop func()) error 
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	loopDone := make(chan struct{})
-	go func() { defer close(loopDone); loop() }()
+	lctx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	loopErr := make(chan error, 1)
+	go func() { loopErr <- loop(lctx) }()
 	opt.Log.Info().Str("addr", ln.Addr().String()).Str("model", h.p.Meta().Name).Int64("version", h.p.Version()).
 		Msgf("serving the Open Inference Protocol at http://%s/v2/models/%s", ln.Addr(), h.p.Meta().Name)
 	if opt.Listening != nil {
 		opt.Listening(ln.Addr())
 	}
+	var failed error
 	select {
 	case err := <-served:
-		<-loopDone
+		stopLoop()
+		<-loopErr
 		return fmt.Errorf("serving %s: %w", ln.Addr(), err)
+	case failed = <-loopErr:
+		if failed == nil {
+			failed = errors.New("the model's source stopped")
+		}
 	case <-ctx.Done():
 	}
 	h.Drain()
@@ -170,7 +202,13 @@ func serveHTTP(ctx context.Context, h *Handler, opt Options, loop func()) error 
 	dctx, cancel := context.WithTimeout(context.Background(), opt.DrainTimeout)
 	defer cancel()
 	err = srv.Shutdown(dctx)
-	<-loopDone
+	stopLoop()
+	if failed == nil {
+		<-loopErr
+	}
+	if failed != nil {
+		return failed
+	}
 	if err != nil {
 		return fmt.Errorf("stopping: requests still in flight after %v: %w", opt.DrainTimeout, err)
 	}

@@ -263,7 +263,7 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- serveHTTP(ctx, h, Options{Listen: "127.0.0.1:0", ReadTimeout: 200 * time.Millisecond, DrainTimeout: 5 * time.Second, Log: zerolog.Nop(),
-			Listening: func(a net.Addr) { addrs <- a }}, func() { <-ctx.Done() })
+			Listening: func(a net.Addr) { addrs <- a }}, func(ctx context.Context) error { <-ctx.Done(); return nil })
 	}()
 	addr := <-addrs
 	conn, err := net.Dial("tcp", addr.String())
@@ -293,7 +293,7 @@ func TestStopDrainsRequestsInFlight(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- serveHTTP(ctx, h, Options{Listen: "127.0.0.1:0", ReadTimeout: 5 * time.Second, DrainTimeout: 20 * time.Second, Log: zerolog.Nop(),
-			Listening: func(a net.Addr) { addrs <- a }}, func() { <-ctx.Done() })
+			Listening: func(a net.Addr) { addrs <- a }}, func(ctx context.Context) error { <-ctx.Done(); return nil })
 	}()
 	base := "http://" + (<-addrs).String()
 	inflight := make(chan response, 1)
