@@ -158,3 +158,46 @@ func TestServeFollowsJob(t *testing.T) {
 		t.Errorf("replica: exit %d on SIGTERM\n%s", r.code, r.stderr)
 	}
 }
+
+// psgraph train --serve starts a replica beside the job: after the job it
+// serves the last step (predict's outputs with the saved model), train
+// prints trainer 0's summary, and SIGTERM stops train with exit 0.
+func TestTrainServe(t *testing.T) {
+	dir := t.TempDir()
+	save := filepath.Join(dir, "digits.safetensors")
+	addr := freeAddr(t)
+	p := start(t, "train", nil, "train", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "--steps", "300", "--save", save, "--serve", addr)
+	waitForLine(t, p, "the job is done; replica-0 serves its last step at http://"+addr)
+	if v := waitVersion(t, p, "http://"+addr, "digits-mlp", 300); v != 300 {
+		t.Fatalf("the replica serves step %d, want 300", v)
+	}
+	src, err := os.ReadFile("../examples/data/digits.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[:40]
+	rows := filepath.Join(dir, "rows.csv")
+	os.WriteFile(rows, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	out := filepath.Join(dir, "pred.csv")
+	if r := psgraph(t, "predict", "examples/digits-mlp.yaml", "--init-from", save, "--data", rows, "-o", out); r.code != 0 {
+		t.Fatalf("predict: exit %d\n%s", r.code, r.stderr)
+	}
+	_, want := readPredictions(t, out)
+	var res inferResponse
+	if code := postJSON(t, "http://"+addr+"/v2/models/digits-mlp/infer", map[string]any{"inputs": []any{map[string]any{"name": "rows", "datatype": "BYTES", "shape": []int{40}, "data": lines}}}, &res); code != 200 {
+		t.Fatalf("infer: %d %s", code, res.Error)
+	}
+	got := flattenOutputs(t, res, 40)
+	for i := range want {
+		for j := range want[i] {
+			if !closeTo(got[i][j], want[i][j]) {
+				t.Fatalf("row %d value %d: %v from the replica, %v from predict", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	r := p.wait(t, 30*time.Second)
+	if r.code != 0 || !strings.Contains(r.stdout, `"role":"trainer-0"`) {
+		t.Errorf("train: exit %d on SIGTERM, stdout %q; want 0 and trainer-0's summary\n%s", r.code, r.stdout, r.stderr)
+	}
+}
