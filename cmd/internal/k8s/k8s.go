@@ -423,7 +423,7 @@ func serveDeployment(o Options, in partition.PlanInfo, model string) *appsv1.Dep
 	n := int32(o.ServeReplicas)
 	return &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: o.meta(ServeName(o.Name), "serve", -1),
-		Spec: appsv1.DeploymentSpec{Replicas: &n, Selector: &metav1.LabelSelector{MatchLabels: o.labels("serve", -1)}, Template: tmpl}}
+		Spec:       appsv1.DeploymentSpec{Replicas: &n, Selector: &metav1.LabelSelector{MatchLabels: o.labels("serve", -1)}, Template: tmpl}}
 }
 
 // Manifests returns Objects as multi-document YAML for kubectl apply.
