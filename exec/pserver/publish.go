@@ -262,6 +262,14 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 			w.Finished()
 			return
 		}
+		if ok { // the steps meanwhile coalesce into the next delta
+			select {
+			case <-time.After(DeltaInterval):
+			case <-pub.ended:
+				ended = true
+				continue
+			}
+		}
 		select {
 		case <-s.wake:
 		case <-pub.ended:
@@ -269,6 +277,13 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 		}
 	}
 }
+
+// DeltaInterval is the least time between two deltas to one replica: the
+// steps in between coalesce into one delta (each block and row once, at
+// its newest value), which bounds what following costs the pserver and
+// the replica whatever the job's steps/s, for at most this much more
+// staleness.
+const DeltaInterval = 50 * time.Millisecond
 
 // send writes delta d: the current values of what it names.
 func (pub *Publisher) send(w *replicate.Writer, s *subscriber, d replicate.Delta) error {
