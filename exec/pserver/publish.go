@@ -40,6 +40,8 @@ type Publisher struct {
 	endOnce         sync.Once
 	senders         sync.WaitGroup
 	refused         string // why the pserver cannot publish ("": it can)
+	start           int64  // the step the parts held when attached
+	tableRows       []int  // rows of each table shard, by index
 }
 
 // NewPublisher is a pserver's publisher; Serve attaches its parts.
@@ -78,13 +80,14 @@ type subscriber struct {
 }
 
 // attach gives the publisher the pserver's parts (Serve, before their
-// loops start).
-func (pub *Publisher) attach(parts []*part) {
+// loops start), which hold step start (their initial or restored values).
+func (pub *Publisher) attach(parts []*part, start int64) {
 	if pub == nil {
 		return
 	}
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
+	pub.start = start
 	tables := 0
 	for _, p := range parts {
 		pp := &pubPart{p: p}
@@ -113,6 +116,7 @@ func (pub *Publisher) attach(parts []*part) {
 				}
 				pv.grad, pv.index = g, tables
 				tables++
+				pub.tableRows = append(pub.tableRows, pv.t.Shape[0])
 				pp.tables = append(pp.tables, pv)
 			} else if pv.t != nil {
 				pp.dense = append(pp.dense, pv)
@@ -154,24 +158,15 @@ func (pub *Publisher) applied(i int, k int64) {
 		return
 	}
 	pp := pub.parts[i]
-	var blocks []int
-	if len(pp.dense) > 0 {
-		blocks = []int{i}
-	}
-	var rows map[int][]int64
-	for _, tb := range pp.tables {
-		if rows == nil {
-			rows = map[int][]int64{}
-		}
-		ids := make([]int64, len(tb.grad.Rows.IDs))
-		for j, id := range tb.grad.Rows.IDs {
-			ids[j] = int64(id)
-		}
-		rows[tb.index] = ids
-	}
 	pub.mu.Lock()
 	for s := range pub.subs {
-		s.feed.Applied(k, blocks, rows)
+		s.feed.Applied(k)
+		if len(pp.dense) > 0 {
+			s.feed.Block(i)
+		}
+		for _, tb := range pp.tables {
+			s.feed.Rows(tb.index, tb.grad.Rows.IDs)
+		}
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -233,7 +228,7 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 		}
 		pp.p.applied.mu.Unlock()
 	}
-	s.feed = replicate.NewFeed(max(step, 0))
+	s.feed = replicate.NewFeed(max(step, pub.start), pub.tableRows) // before the loops run, their parts hold step start
 	pub.subs[s] = struct{}{}
 	pub.nsubs.Add(1)
 	pub.mu.Unlock()

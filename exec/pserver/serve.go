@@ -105,7 +105,9 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	if err != nil {
 		return nil, err
 	}
-	opt.Publisher.attach(parts)
+	// Replicas may subscribe from now on: before the trainers come, they
+	// get the initial (or restored) parameters.
+	opt.Publisher.attach(parts, max(restored, 0))
 	defer opt.Publisher.end(0) // a failed pserver: its replicas' subscriptions end
 	if len(tableStats(parts)) > 0 {
 		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(parts) })
@@ -249,6 +251,7 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 		p.rv = c.Part(p.params, first)
 		p.applied.advance(first)
 	}
+
 	servers, err := shardServers(parts, c.Async())
 	if err != nil {
 		return 0, 0, err

@@ -9,23 +9,32 @@ import (
 // A subscriber that takes nothing for several steps gets one delta: the
 // newest step, and every block and row those steps changed, once, sorted.
 func TestFeedCoalescesWhatASlowSubscriberMissed(t *testing.T) {
-	f := NewFeed(4)
+	f := NewFeed(4, []int{10, 200})
 	if d, ok := f.Take(); !ok || !d.Full || d.Step != 4 {
 		t.Fatalf("a new subscriber's first delta %+v %v, want full at step 4", d, ok)
 	}
 	if _, ok := f.Take(); ok {
 		t.Fatal("a delta owed with no step applied")
 	}
-	f.Applied(5, []int{2, 0}, map[int][]int64{1: {9, 3}})
-	f.Applied(6, []int{2}, map[int][]int64{1: {3, 7}, 0: {1}})
-	f.Applied(7, nil, map[int][]int64{1: {9}})
+	f.Applied(5)
+	f.Block(2)
+	f.Block(0)
+	f.Rows(1, []int32{9, 3, 130})
+	f.Applied(6)
+	f.Block(2)
+	f.Rows(1, []int32{3, 7})
+	f.Rows(0, []int32{1})
+	f.Applied(7)
+	f.Rows(1, []int32{9, 199})
 	d, ok := f.Take()
-	if !ok || d.Full || d.Step != 7 || !slices.Equal(d.Blocks, []int{0, 2}) || !slices.Equal(d.Rows[1], []int64{3, 7, 9}) || !slices.Equal(d.Rows[0], []int64{1}) {
-		t.Fatalf("delta %+v %v, want step 7, blocks [0 2], rows {0:[1] 1:[3 7 9]}", d, ok)
+	if !ok || d.Full || d.Step != 7 || !slices.Equal(d.Blocks, []int{0, 2}) || !slices.Equal(d.Rows[1], []int64{3, 7, 9, 130, 199}) || !slices.Equal(d.Rows[0], []int64{1}) {
+		t.Fatalf("delta %+v %v, want step 7, blocks [0 2], rows {0:[1] 1:[3 7 9 130 199]}", d, ok)
 	}
-	f.Applied(8, []int{1}, nil)
+	f.Applied(8)
+	f.Block(1)
 	f.Lost()
-	f.Applied(9, []int{3}, nil)
+	f.Applied(9)
+	f.Block(3)
 	if d, ok := f.Take(); !ok || !d.Full || d.Step != 9 || d.Blocks != nil {
 		t.Fatalf("after a lost connection %+v %v, want a full delta at step 9", d, ok)
 	}
@@ -37,7 +46,7 @@ func TestFeedCoalescesWhatASlowSubscriberMissed(t *testing.T) {
 func TestFeedLosesNoChange(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for run := range 200 {
-		f := NewFeed(0)
+		f := NewFeed(0, []int{20})
 		f.Take()
 		var step int64
 		wantBlocks := map[int]bool{}
@@ -45,21 +54,19 @@ func TestFeedLosesNoChange(t *testing.T) {
 		for range 50 {
 			if r.IntN(3) > 0 {
 				step++
-				var blocks []int
-				var rows []int64
+				f.Applied(step)
 				for range r.IntN(4) {
-					blocks = append(blocks, r.IntN(6))
-				}
-				for range r.IntN(8) {
-					rows = append(rows, r.Int64N(20)-5)
-				}
-				for _, b := range blocks {
+					b := r.IntN(6)
 					wantBlocks[b] = true
+					f.Block(b)
 				}
-				for _, id := range rows {
-					wantRows[id] = true
+				var rows []int32
+				for range r.IntN(8) {
+					id := r.Int32N(20)
+					rows = append(rows, id)
+					wantRows[int64(id)] = true
 				}
-				f.Applied(step, blocks, map[int][]int64{0: rows})
+				f.Rows(0, rows)
 				continue
 			}
 			d, ok := f.Take()
