@@ -42,7 +42,6 @@ type follower struct {
 	follow *replicate.Follow
 	events chan event
 	ready  atomic.Bool
-	ended  atomic.Bool // every pserver said the job finished
 	// seen is when the newest delta not yet applied arrived (0: none).
 	seen    atomic.Int64
 	applied atomic.Int64 // updates applied
@@ -95,8 +94,9 @@ func newFollower(g *dsl.Graph, opt FollowOptions, maxBatch int, log zerolog.Logg
 	return &follower{Model: m, opt: opt, log: log, follow: replicate.NewFollow(len(opt.Endpoints)), events: make(chan event, 4)}, nil
 }
 
-// Ready says whether the replica serves the job's current state: caught
-// up with every pserver, or holding the job's last step.
+// Ready says whether the replica serves the job's state: it caught up
+// with every pserver once (it stays ready while a lost pserver comes
+// back, and after the job, serving its last step).
 func (f *follower) Ready() bool { return f.ready.Load() }
 
 // staleness is how long the newest delta received has waited to be
@@ -137,12 +137,12 @@ func (f *follower) run(ctx context.Context, met *Metrics) error {
 				if !slicesAll(finished) {
 					continue
 				}
-				f.ended.Store(true)
-				f.ready.Store(f.follow.Version() >= 0)
 				f.log.Info().Int64("step", f.Version()).Msg("the job finished; serving its last step")
 			case ev.lost:
+				// A replica that was caught up stays ready while it waits for
+				// a lost pserver (which the job waits for too), serving the
+				// newest state it has; a new one is ready only once caught up.
 				f.follow.Lost(ev.pserver)
-				f.ready.Store(f.ended.Load() && f.follow.Version() >= 0)
 			default:
 				if err := f.apply(ev, met); err != nil {
 					return err
@@ -190,8 +190,8 @@ func (f *follower) apply(ev event, met *Metrics) error {
 	met.Updated()
 	if !f.ready.Load() && f.follow.Ready() {
 		f.log.Info().Int64("step", u.Step).Msg("caught up with every pserver; ready")
+		f.ready.Store(true)
 	}
-	f.ready.Store(f.follow.Ready())
 	return nil
 }
 
