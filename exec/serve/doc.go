@@ -6,7 +6,10 @@
 // atomically, each with its compiled programs pooled by batch size) and
 // the HTTP front (Handler, which sees the model through the narrow
 // Predictor interface, and Run, the server's life: listen, reload on
-// SIGHUP or the repository extension's load, drain on SIGTERM).
+// SIGHUP or the repository extension's load, drain on SIGTERM). RunFollow
+// serves a model following a running job instead (replica.go): it
+// subscribes to every pserver and applies each delta they send
+// (Model.Apply), driven by replicate.Follow.
 //
 // A request's rows are parsed, hashed, filled, transformed and normalized
 // by the model's own data spec with the statistics saved with its
