@@ -182,7 +182,9 @@ func (pub *Publisher) end(timeout time.Duration) {
 	if pub == nil {
 		return
 	}
+	pub.mu.Lock() // no sender registers after this (Handle checks ended under it)
 	pub.endOnce.Do(func() { close(pub.ended) })
+	pub.mu.Unlock()
 	if timeout <= 0 {
 		return
 	}
@@ -216,10 +218,16 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 		log.Warn().Msg("refused a replica: " + pub.refused)
 		return
 	}
-	pub.senders.Add(1)
-	defer pub.senders.Done()
 	s := &subscriber{id: id, wake: make(chan struct{}, 1)}
 	pub.mu.Lock()
+	select {
+	case <-pub.ended:
+		pub.mu.Unlock()
+		return
+	default:
+	}
+	pub.senders.Add(1)
+	defer pub.senders.Done()
 	step := int64(-1)
 	for _, pp := range pub.parts {
 		pp.p.applied.mu.Lock()
@@ -228,7 +236,8 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 		}
 		pp.p.applied.mu.Unlock()
 	}
-	s.feed = replicate.NewFeed(max(step, pub.start), pub.tableRows) // before the loops run, their parts hold step start
+	step = max(step, pub.start) // before the loops run, their parts hold step start
+	s.feed = replicate.NewFeed(step, pub.tableRows)
 	pub.subs[s] = struct{}{}
 	pub.nsubs.Add(1)
 	pub.mu.Unlock()
