@@ -2,6 +2,7 @@ package dyntable
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -276,6 +277,32 @@ func TestApplyRefusesForeignFiles(t *testing.T) {
 	defer c.Abort()
 	if _, err := c.WriteSafetensors(&memFile{}, "emb", Checkpoint); err == nil || !strings.Contains(err.Error(), "take a Snapshot") {
 		t.Errorf("an export written as a checkpoint: %v", err)
+	}
+}
+
+// A hostile file is refused at its header, before a byte of its data is
+// read: keys whose data offsets [2^63-1, -2^63+7] differ by the 8 bytes
+// of their shape (the end before the begin), or a second tensor over the
+// keys' bytes. LoadModel and Apply name the file and say what is wrong.
+func TestHostileHeadersRefused(t *testing.T) {
+	for name, c := range map[string]struct{ header, want string }{
+		"wrapping offsets": {`{"emb.keys":{"dtype":"I64","shape":[1],"data_offsets":[9223372036854775807,-9223372036854775801]},` +
+			`"emb":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}}`, "do not match shape [1]"},
+		"overlapping tensors": {`{"emb.keys":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},` +
+			`"emb":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}}`, "overlaps"},
+	} {
+		for len(c.header)%8 != 0 {
+			c.header += " "
+		}
+		b := binary.LittleEndian.AppendUint64(nil, uint64(len(c.header)))
+		f := &memFile{b: append(append(b, c.header...), make([]byte, 8)...)}
+		if _, err := LoadModel(f, f.size(), "emb", nil); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "not a valid safetensors file") {
+			t.Errorf("LoadModel of %s: %v, want %q", name, err, c.want)
+		}
+		tab, _ := New(Config{Dim: 2})
+		if err := tab.Apply(f, f.size(), "emb"); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "dynamic table emb") {
+			t.Errorf("Apply of %s: %v, want %q", name, err, c.want)
+		}
 	}
 }
 
