@@ -50,6 +50,22 @@ func TestFrontEndImportsNoRuntime(t *testing.T) {
 	}
 }
 
+// The file formats (exec/modelfile: model files, checkpoints, table
+// chains) know nothing of how a job talks or is watched: no transport
+// (nor yamux under it) and no metrics (nor Prometheus). A checkpoint's
+// watcher is an interface of modelfile's own, nodes are named by
+// strings, so a tool that reads or writes model files links neither.
+func TestModelfileImportsNoTransportNorMetrics(t *testing.T) {
+	pkgs, p := depsOf(t, "exec/modelfile")
+	for _, d := range p.Deps {
+		for _, banned := range []string{module + "/transport", module + "/exec/metrics", "github.com/hashicorp/yamux", "github.com/prometheus"} {
+			if under(d, banned) {
+				t.Errorf("exec/modelfile depends on %s: %s", d, strings.Join(chain(pkgs, p.ImportPath, d), " -> "))
+			}
+		}
+	}
+}
+
 // Imports point down: every package of the module has a layer, and a
 // package imports only packages of lower layers (test files aside), so two
 // packages of one layer never import each other: the trainer and the
@@ -102,16 +118,24 @@ func TestImportsPointDown(t *testing.T) {
 // imports only the standard library, so nothing in it can do I/O on the
 // job's behalf or block on a peer.
 func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
-	pkgs := goListDeps(t, module+"/exec/rejoin")
-	p, ok := pkgs[module+"/exec/rejoin"]
-	if !ok {
-		t.Fatal("go list did not list exec/rejoin")
-	}
+	_, p := depsOf(t, "exec/rejoin")
 	for _, d := range p.Deps {
 		if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
 			t.Errorf("exec/rejoin depends on %s, which is not in the standard library", d)
 		}
 	}
+}
+
+// depsOf lists the package at path rel in the module with its
+// dependencies, and returns that package too.
+func depsOf(t *testing.T, rel string) (map[string]listed, listed) {
+	t.Helper()
+	pkgs := goListDeps(t, module+"/"+rel)
+	p, ok := pkgs[module+"/"+rel]
+	if !ok {
+		t.Fatalf("go list did not list %s", rel)
+	}
+	return pkgs, p
 }
 
 type listed struct {
