@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
@@ -158,6 +159,7 @@ func freeAddr(t *testing.T) string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
+	peak *launch.Peak // its own peak memory, once it exited
 	out  bytes.Buffer
 	err  lockedBuffer
 	done chan error
@@ -195,6 +197,10 @@ func startCmd(t *testing.T, name string, env []string, program string, args ...s
 	p.cmd.Dir = ".."
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	var err error
+	if p.peak, err = launch.Measure(p.cmd); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +208,7 @@ func startCmd(t *testing.T, name string, env []string, program string, args ...s
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		<-p.done
+		p.peak.Bytes() // closes its pipe
 	})
 	return p
 }
