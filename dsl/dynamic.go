@@ -1,7 +1,6 @@
 package dsl
 
 import (
-	"fmt"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -228,9 +227,4 @@ func (g *Graph) checkDynamicReaders() ErrorList {
 		}
 	}
 	return errs
-}
-
-// dynamicWhat names a dynamic table in messages.
-func dynamicWhat(name string, dy *Dynamic) string {
-	return fmt.Sprintf("dynamic table %s (dim %d)", name, dy.Dim)
 }

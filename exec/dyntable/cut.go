@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"time"
 )
 
 // A cut is the table as it was at one instant, written out while the
@@ -105,7 +104,6 @@ type Cut struct {
 	skCursor      int
 	skSaved       [][]byte // per sketch chunk: its copy
 	savedRows     int      // records copied to the arena
-	maxHold       time.Duration
 	// holding, when set (by tests), is called when a batch takes the
 	// table's lock and when it lets it go.
 	holding func(taken bool)
@@ -367,13 +365,11 @@ func (c *Cut) eachRow(fn func(b *Batch) error) (int64, error) {
 			return errAborted
 		}
 		c.arena.ready = append(c.arena.ready, ready...)
-		t0 := time.Now()
 		if c.holding != nil {
 			c.holding(true)
 		}
 		body()
 		low = len(c.arena.ready) < readyChunks/2
-		c.maxHold = max(c.maxHold, time.Since(t0))
 		if c.holding != nil {
 			c.holding(false)
 		}
@@ -546,15 +542,6 @@ func (c *Cut) close() {
 	c.copying = false
 	c.arena, c.saved, c.countedBefore, c.skSaved = arena{}, nil, nil, nil
 	c.t.cut = nil
-}
-
-// MaxHold is the longest the cut's writing held the table's lock for
-// one batch: the longest a lookup waited for it (for the log line of a
-// checkpoint).
-func (c *Cut) MaxHold() time.Duration {
-	c.t.mu.Lock()
-	defer c.t.mu.Unlock()
-	return c.maxHold
 }
 
 func (c *Cut) String() string {

@@ -203,10 +203,12 @@
 // *os.File), Commit the file, then Commit the cut (Abort it on any
 // error); list the files of the chain in the node's manifest. Restore: New
 // with the same Config, Apply the snapshot, then each delta in order.
-// Model files (--save): Cut(Export) and WriteSafetensors(file, name,
-// Model) per pserver, then MergeModels joins the shards' files into one
-// (their keys are disjoint: it concatenates their tensors;
-// TestMergeModels). eval and predict: LoadModel, then Read.
+// Model files (--save) hold a table whole, as its keys and their rows
+// (exec/program.TableEntries): a local run reads them from its table,
+// trainer 0 of a split job pulls them from every shard (exec/trainer);
+// eval and predict read them back into a table (exec/program.ReadTable),
+// then Read. WriteSafetensors(file, name, Model) and LoadModel do the
+// same for one table's own files.
 // Adam's scalar state (beta powers) stays an ordinary variable: only
 // per-row state lives in the table.
 package dyntable

@@ -25,6 +25,11 @@ const (
 	ModelWithState
 )
 
+// KeysName is the tensor holding table name's keys (int64 [n]) in every
+// file of a table, a model file's included; the tensor name itself holds
+// their rows (float32 [n, dim]).
+func KeysName(name string) string { return name + ".keys" }
+
 // FormatVersion is the "psgraph.dyntable" metadata of the files this
 // package writes.
 const FormatVersion = "1"
@@ -61,7 +66,7 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size 
 		return 0, err
 	}
 	ckpt := layout == Checkpoint
-	tensors := []safetensors.Tensor{tensorOf(name+".keys", "I64", n), tensorOf(name, "F32", n, d)}
+	tensors := []safetensors.Tensor{tensorOf(KeysName(name), "I64", n), tensorOf(name, "F32", n, d)}
 	if !ckpt && layout != ModelWithState {
 		sw = 0
 	}
@@ -117,7 +122,7 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size 
 		return err
 	}
 	got, err := c.eachRow(func(b *Batch) error {
-		if err := put(name+".keys", bytesOf(b.Keys)); err != nil {
+		if err := put(KeysName(name), bytesOf(b.Keys)); err != nil {
 			return err
 		}
 		if err := put(name, bytesOf(b.Values)); err != nil {
@@ -157,10 +162,6 @@ func (c *Cut) Each(fn func(b *Batch) error) error {
 	c.finish(err == nil)
 	return err
 }
-
-// Removed is the keys removed since the previous cut (valid until Commit
-// or Abort).
-func (c *Cut) Removed() []int64 { return c.removed }
 
 func (c *Cut) metadata(name string, layout Layout, stateWidth int64) map[string]string {
 	t := c.t
@@ -349,7 +350,7 @@ type fileTensors struct {
 func (t *Table) tensorsOf(f *safetensors.File, name, kind string) (*fileTensors, error) {
 	ts := &fileTensors{d: int64(t.dim), sw: int64(t.width - t.dim)}
 	var err error
-	if ts.keys, err = f.Want(name+".keys", "I64", -1); err != nil {
+	if ts.keys, err = f.Want(KeysName(name), "I64", -1); err != nil {
 		return nil, err
 	}
 	ts.n = ts.keys.Shape[0]
@@ -499,7 +500,7 @@ func LoadModel(r io.ReaderAt, size int64, name string, def []float32) (*Table, e
 	if err != nil {
 		return nil, err
 	}
-	keys, err := f.Want(name+".keys", "I64", -1)
+	keys, err := f.Want(KeysName(name), "I64", -1)
 	if err != nil {
 		return nil, err
 	}
@@ -542,109 +543,4 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// MergeModels writes into w one model file holding table name whole,
-// from the model files its shards' pservers wrote (Export cuts: their
-// keys are disjoint), each tensor the shards' concatenated in the order
-// given; the state is kept when every shard holds it. It returns the
-// file's size. Nothing is held in memory but a buffer.
-func MergeModels(w io.WriterAt, name string, shards []io.ReaderAt, sizes []int64) (int64, error) {
-	if len(shards) == 0 || len(shards) != len(sizes) {
-		return 0, fmt.Errorf("merging table %s: %d shard files with %d sizes", name, len(shards), len(sizes))
-	}
-	type part struct {
-		f            *safetensors.File
-		keys, values safetensors.Entry
-		state        *safetensors.Entry
-	}
-	parts := make([]part, len(shards))
-	var n, dim, sw int64
-	withState := true
-	for i, r := range shards {
-		f, err := safetensors.Decode(r, sizes[i], fmt.Sprintf("shard %d of table %s", i, name))
-		if err != nil {
-			return 0, err
-		}
-		p := part{f: f}
-		if p.keys, err = f.Want(name+".keys", "I64", -1); err != nil {
-			return 0, err
-		}
-		if p.values, err = f.Want(name, "F32", p.keys.Shape[0], -1); err != nil {
-			return 0, err
-		}
-		if i == 0 {
-			dim = p.values.Shape[1]
-		} else if p.values.Shape[1] != dim {
-			return 0, fmt.Errorf("%s has rows of %d values, shard 0 of %d: the files are not shards of one table", f.What(), p.values.Shape[1], dim)
-		}
-		if _, ok := f.Entry(name + ".state"); ok {
-			st, err := f.Want(name+".state", "F32", p.keys.Shape[0], -1)
-			if err != nil {
-				return 0, err
-			}
-			if i > 0 && withState && st.Shape[1] != sw {
-				return 0, fmt.Errorf("%s has %d state columns, shard 0 %d", f.What(), st.Shape[1], sw)
-			}
-			sw, p.state = st.Shape[1], &st
-		} else {
-			withState = false
-		}
-		n += p.keys.Shape[0]
-		parts[i] = p
-	}
-	tensors := []safetensors.Tensor{tensorOf(name+".keys", "I64", n), tensorOf(name, "F32", n, dim)}
-	if !withState {
-		sw = 0
-	}
-	if sw > 0 {
-		tensors = append(tensors, tensorOf(name+".state", "F32", n, sw))
-	}
-	meta := map[string]string{"psgraph.dyntable": FormatVersion, "table": name, "kind": "export", "dim": strconv.FormatInt(dim, 10),
-		"state_width": strconv.FormatInt(sw, 10), "layout": "model", "shards": strconv.Itoa(len(shards))}
-	if sw > 0 {
-		meta["layout"] = "model+state"
-	}
-	if s, ok := parts[0].f.Meta["step"]; ok {
-		meta["step"] = s
-	}
-	l, err := safetensors.Encode(tensors, meta)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := w.WriteAt(l.Header, 0); err != nil {
-		return 0, err
-	}
-	start := starts(tensors, l)
-	buf := make([]byte, 1<<20)
-	copyTensor := func(dst string, src func(p part) *safetensors.Entry) error {
-		at := start[dst]
-		for _, p := range parts {
-			e := src(p)
-			size := e.End - e.Begin
-			for off := int64(0); off < size; off += int64(len(buf)) {
-				b := buf[:min(int64(len(buf)), size-off)]
-				if err := p.f.Read(*e, off, b); err != nil {
-					return err
-				}
-				if _, err := w.WriteAt(b, at); err != nil {
-					return err
-				}
-				at += int64(len(b))
-			}
-		}
-		return nil
-	}
-	if err := copyTensor(name+".keys", func(p part) *safetensors.Entry { return &p.keys }); err != nil {
-		return 0, err
-	}
-	if err := copyTensor(name, func(p part) *safetensors.Entry { return &p.values }); err != nil {
-		return 0, err
-	}
-	if sw > 0 {
-		if err := copyTensor(name+".state", func(p part) *safetensors.Entry { return p.state }); err != nil {
-			return 0, err
-		}
-	}
-	return l.Size, nil
 }

@@ -89,14 +89,6 @@ func (s *sketch) set(i uint64, v byte) {
 	}
 }
 
-// estimate is key's estimated sightings.
-func (s *sketch) estimate(key int64) int {
-	var bits [bloomHashes]uint64
-	var cells [cmRows]uint64
-	s.positions(key, &bits, &cells)
-	return s.estimateAt(&bits, &cells)
-}
-
 func (s *sketch) estimateAt(bits *[bloomHashes]uint64, cells *[cmRows]uint64) int {
 	for _, b := range bits {
 		if s.b[b>>3]&(1<<(b&7)) == 0 {

@@ -39,9 +39,9 @@ type ServeOptions struct {
 	// TrainerTimeout: how long to wait for a lost trainer (sync mode);
 	// RunPServer gives it to the pserver's communication.
 	TrainerTimeout time.Duration
-	// Save, when set, is the file the pserver writes the lookup-table
-	// shards it holds to once the trainers are done (MergeShards joins
-	// them with trainer 0's file into one model).
+	// Save, when set, is the file the pserver writes the fixed
+	// lookup-table shards it holds to once the trainers are done (T.s<j>,
+	// rows in local order); trainer 0's --save is the whole model.
 	Save string
 	// NoStream runs every part's update as one Program.Run per step, even
 	// where a Streamer could apply it as the gradient arrives (streamed
