@@ -32,7 +32,7 @@ func KeysName(name string) string { return name + ".keys" }
 
 // FormatVersion is the "psgraph.dyntable" metadata of the files this
 // package writes.
-const FormatVersion = "1"
+const FormatVersion = "2"
 
 // The tensors of a cut's file, for a table named <name> holding n rows
 // (docs: doc.go, "Files"):
@@ -185,10 +185,8 @@ func (c *Cut) metadata(name string, layout Layout, stateWidth int64) map[string]
 	for k, v := range configMeta(cfg) {
 		m[k] = v
 	}
-	m["sketch_bytes"] = "0"
-	if t.sk != nil {
-		m["sketch_bytes"] = i(int64(len(t.sk.b)))
-	}
+	m["sketch_bytes"] = i(int64(c.skChunks) * chunkBytes)
+	m["sketch_keys"] = i(c.skKeys)
 	m["watermark"] = i(c.w)
 	m["live"] = i(c.live)
 	for k, name := range counterNames {
@@ -210,6 +208,9 @@ func configMeta(cfg *Config) map[string]string {
 		"ttl_steps":  strconv.FormatInt(cfg.TTL, 10),
 		"capacity":   strconv.Itoa(cfg.Capacity),
 		"evict":      cfg.Evict.String(),
+		// the bound of the admission sketch (0: none), whose generations
+		// a restore grows through to the file's sketch_bytes
+		"sketch_limit": strconv.Itoa(cfg.sketchLimit()),
 	}
 }
 
@@ -234,13 +235,18 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	if err != nil {
 		return err
 	}
-	ts, err := t.tensorsOf(f, name, sc.kind)
+	ts, err := t.tensorsOf(f, name, sc)
 	if err != nil {
 		return err
 	}
 	// The scalars first: rows already here that the watermark kills die.
 	t.now = uint32(sc.step)
 	t.raise(sc.w)
+	if t.sk != nil {
+		t.sk.growTo(int(sc.skBytes)) // checked: it reaches them
+		t.skDirty.grow(t.sk.chunks())
+		t.sk.keys = sc.skKeys
+	}
 	if err := t.applyFile(f, ts, sc.step); err != nil {
 		return err
 	}
@@ -262,6 +268,9 @@ type chainScalars struct {
 	step, w, live int64
 	seq, base     uint64
 	counters      [5]uint64
+	// the admission sketch's bytes at the cut and the keys of its newest
+	// generation
+	skBytes, skKeys int64
 }
 
 // checkChain checks a checkpoint file's metadata against the table: its
@@ -278,10 +287,6 @@ func (t *Table) checkChain(f *safetensors.File) (chainScalars, error) {
 	}
 	want := configMeta(&t.cfg)
 	want["dim"], want["state_width"] = strconv.Itoa(t.dim), strconv.Itoa(t.width-t.dim)
-	want["sketch_bytes"] = "0"
-	if t.sk != nil {
-		want["sketch_bytes"] = strconv.Itoa(len(t.sk.b))
-	}
 	for _, k := range sortedKeys(want) {
 		if meta[k] != want[k] {
 			return sc, fmt.Errorf("%s was written by a table with %s %s; this table has %s (restore with the model's configuration, or start afresh)", what, k, meta[k], want[k])
@@ -298,7 +303,7 @@ func (t *Table) checkChain(f *safetensors.File) (chainScalars, error) {
 	for _, x := range []struct {
 		k string
 		v *int64
-	}{{"step", &sc.step}, {"watermark", &sc.w}, {"live", &sc.live}} {
+	}{{"step", &sc.step}, {"watermark", &sc.w}, {"live", &sc.live}, {"sketch_bytes", &sc.skBytes}, {"sketch_keys", &sc.skKeys}} {
 		if *x.v, err = strconv.ParseInt(meta[x.k], 10, 64); err != nil {
 			return sc, fmt.Errorf("%s: metadata %s %q is not a number", what, x.k, meta[x.k])
 		}
@@ -333,6 +338,8 @@ func (t *Table) checkChain(f *safetensors.File) (chainScalars, error) {
 		return sc, fmt.Errorf("%s is of step %d; this table is at step %d", what, sc.step, t.now)
 	case sc.w < t.w:
 		return sc, fmt.Errorf("%s has eviction watermark %d below this table's %d", what, sc.w, t.w)
+	case t.sk == nil && sc.skBytes != 0, t.sk != nil && (sc.skBytes > int64(t.sk.limit) || !t.sk.reaches(int(sc.skBytes))), sc.skKeys < 0:
+		return sc, fmt.Errorf("%s: an admission sketch of %d bytes (%d keys in its newest part), which this table's (%d bytes, at most %d) does not grow to", what, sc.skBytes, sc.skKeys, t.skBytes(), t.cfg.sketchLimit())
 	}
 	return sc, nil
 }
@@ -347,7 +354,7 @@ type fileTensors struct {
 
 // tensorsOf finds a checkpoint file's tensors of table name and checks
 // their shapes (and the sketch chunk ids) before anything is applied.
-func (t *Table) tensorsOf(f *safetensors.File, name, kind string) (*fileTensors, error) {
+func (t *Table) tensorsOf(f *safetensors.File, name string, sc chainScalars) (*fileTensors, error) {
 	ts := &fileTensors{d: int64(t.dim), sw: int64(t.width - t.dim)}
 	var err error
 	if ts.keys, err = f.Want(KeysName(name), "I64", -1); err != nil {
@@ -379,16 +386,17 @@ func (t *Table) tensorsOf(f *safetensors.File, name, kind string) (*fileTensors,
 	if ts.chunks, err = f.Want(name+".sketch", "U8", m, chunkBytes); err != nil {
 		return nil, err
 	}
-	if kind == "snapshot" && int(m) != t.sk.chunks() {
-		return nil, fmt.Errorf("%s: a snapshot of %d sketch chunks for a sketch of %d", f.What(), m, t.sk.chunks())
+	chunks := sc.skBytes / chunkBytes
+	if sc.kind == "snapshot" && m != chunks {
+		return nil, fmt.Errorf("%s: a snapshot of %d sketch chunks for a sketch of %d", f.What(), m, chunks)
 	}
 	ts.ids = make([]int64, m)
 	if err := f.Read(chunkIDs, 0, bytesOf(ts.ids)); err != nil {
 		return nil, err
 	}
 	for _, id := range ts.ids {
-		if id < 0 || id >= int64(t.sk.chunks()) {
-			return nil, fmt.Errorf("%s: sketch chunk %d of a sketch of %d", f.What(), id, t.sk.chunks())
+		if id < 0 || id >= chunks {
+			return nil, fmt.Errorf("%s: sketch chunk %d of a sketch of %d", f.What(), id, chunks)
 		}
 	}
 	return ts, nil

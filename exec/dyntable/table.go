@@ -104,11 +104,7 @@ func New(cfg Config) (*Table, error) {
 	t.pcg = rand.NewPCG(0, 0)
 	t.rnd = rand.New(t.pcg)
 	if !cfg.admitsAll() {
-		bytes := cfg.SketchBytes
-		if bytes == 0 {
-			bytes = DefaultSketchBytes
-		}
-		t.sk = newSketch(bytes, cfg.MinCount > 2 || cfg.prob() < 1, cfg.Seed, t.touchChunk)
+		t.sk = newSketch(cfg.sketchLimit(), cfg.MinCount > 2 || cfg.prob() < 1, cfg.Seed, t.touchChunk)
 		t.skDirty.grow(t.sk.chunks())
 	}
 	return t, nil
@@ -375,6 +371,7 @@ func (t *Table) admit(key int64, c int) bool {
 		return true
 	}
 	before, after := t.sk.add(key, c)
+	t.skDirty.grow(t.sk.chunks()) // a new generation's chunks
 	p := t.cfg.prob()
 	for n := max(before+1, t.cfg.MinCount); n <= after; n++ {
 		if p >= 1 || admitDraw(t.cfg.Seed, key, n) < p {
