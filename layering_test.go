@@ -126,6 +126,38 @@ func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
 	}
 }
 
+// Every package says its one job in its package comment ("Package x
+// ...", or "Command psgraph ..." for main), as go doc shows it: a new
+// package without one fails here.
+func TestEveryPackageHasADocComment(t *testing.T) {
+	gobin := goCommand(t)
+	out, err := exec.Command(gobin, "list", "-json=ImportPath,Name,Doc", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	n := 0
+	for {
+		var p struct{ ImportPath, Name, Doc string }
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		n++
+		want := "Package " + p.Name + " "
+		if p.Name == "main" {
+			want = "Command "
+		}
+		if !strings.HasPrefix(p.Doc, want) {
+			t.Errorf("%s has no package comment starting %q (go doc shows %q): say its one job in a doc.go", p.ImportPath, want, p.Doc)
+		}
+	}
+	if n < 30 {
+		t.Fatalf("go list listed %d packages: the listing is wrong", n)
+	}
+}
+
 // depsOf lists the package at path rel in the module with its
 // dependencies, and returns that package too.
 func depsOf(t *testing.T, rel string) (map[string]listed, listed) {
@@ -148,13 +180,7 @@ type listed struct {
 // of the toolchain running the test.
 func goListDeps(t *testing.T, patterns ...string) map[string]listed {
 	t.Helper()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		if gobin, err = exec.LookPath("go"); err != nil {
-			t.Skip("no go command to list packages with")
-		}
-	}
-	cmd := exec.Command(gobin, append([]string{"list", "-deps", "-json=ImportPath,Imports,Deps"}, patterns...)...)
+	cmd := exec.Command(goCommand(t), append([]string{"list", "-deps", "-json=ImportPath,Imports,Deps"}, patterns...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -173,6 +199,19 @@ func goListDeps(t *testing.T, patterns ...string) map[string]listed {
 		pkgs[p.ImportPath] = p
 	}
 	return pkgs
+}
+
+// goCommand is the go command of the toolchain running the test (the
+// test skips without one).
+func goCommand(t *testing.T) string {
+	t.Helper()
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		if gobin, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command to list packages with")
+		}
+	}
+	return gobin
 }
 
 // under reports whether package p is dir or below it.
