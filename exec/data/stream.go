@@ -434,12 +434,3 @@ func Count(spec *dsl.Data) (int64, []Truncation, error) {
 	}
 	return n, s.Truncated(), nil
 }
-
-// CountRows is the number of rows in the file, reading it once if the
-// stream has not yet reached its end.
-func (s *FileStream) CountRows() (int64, error) {
-	if s.rows >= 0 {
-		return s.rows, nil
-	}
-	return s.pass(nil, func() {})
-}

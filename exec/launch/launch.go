@@ -40,7 +40,8 @@ type Options struct {
 }
 
 // Result is what the children wrote on stdout, their peak resident
-// memory in bytes and how each ended (exit code or signal), by name.
+// memory in bytes (each its own, as it reported it: peak.go) and how each
+// ended (exit code or signal), by name.
 type Result struct {
 	Stdout  map[string][]byte
 	PeakRSS map[string]int64
@@ -90,11 +91,24 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	procs := make([]*osexec.Cmd, len(children))
 	outs := make([]*bytes.Buffer, len(children))
 	writers := make([]*prefixWriter, len(children))
+	peaks := make([]*Peak, len(children))
+	defer func() {
+		for _, p := range peaks {
+			if p != nil {
+				p.Bytes() // closes the pipe of a child that never ran
+			}
+		}
+	}()
 	failed := -1
 	for i, ch := range children {
 		c := osexec.Command(bin, ch.Args...)
 		c.Env = append(os.Environ(), ch.Env...)
 		c.SysProcAttr = childAttr()
+		var err error
+		if peaks[i], err = Measure(c); err != nil {
+			signalAll(procs[:i], syscall.SIGKILL)
+			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
+		}
 		outs[i] = &bytes.Buffer{}
 		c.Stdout = outs[i]
 		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu, dropSched: ch.DropSchedTrace}
@@ -145,7 +159,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	for i, ch := range children {
 		res.Stdout[ch.Name] = outs[i].Bytes()
 		if st := procs[i].ProcessState; st != nil {
-			res.PeakRSS[ch.Name] = PeakRSS(st)
+			res.PeakRSS[ch.Name] = peaks[i].Bytes()
 			res.State[ch.Name] = st
 		}
 	}
