@@ -280,6 +280,12 @@ func (t *Table) checkChain(f *safetensors.File) (chainScalars, error) {
 	var sc chainScalars
 	what, meta := f.What(), f.Meta
 	if meta["psgraph.dyntable"] != FormatVersion {
+		if v := meta["psgraph.dyntable"]; v == "1" {
+			// Format 1 had a fixed 1 MiB admission sketch; its checkpoints
+			// do not say how far a growing sketch got. Its model files
+			// (layout "model") are read as before.
+			return sc, fmt.Errorf("%s is a checkpoint of dynamic-table format 1, written by an earlier psgraph; format %s's admission sketch grows, and a format-1 chain cannot be resumed: resume it with the psgraph that wrote it, or start a new run from its saved model (--init-from MODEL.safetensors)", what, FormatVersion)
+		}
 		return sc, fmt.Errorf("%s is not a dynamic table file of format %s (metadata %q)", what, FormatVersion, meta["psgraph.dyntable"])
 	}
 	if meta["layout"] != "checkpoint" {

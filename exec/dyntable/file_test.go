@@ -386,3 +386,27 @@ func TestEachExport(t *testing.T) {
 		t.Error("Each wrote a snapshot")
 	}
 }
+
+// A checkpoint of format 1 (a fixed admission sketch) is refused with
+// what to do, not resumed into a growing sketch it does not describe.
+func TestFormat1CheckpointRefusedWithAdvice(t *testing.T) {
+	f := writeCut(t, goldenTable(t), Snapshot, Checkpoint)
+	old := []byte(`"psgraph.dyntable":"` + FormatVersion + `"`)
+	if !bytes.Contains(f.b, old) {
+		t.Fatalf("the checkpoint's header has no %s", old)
+	}
+	b := bytes.Replace(f.b, old, []byte(`"psgraph.dyntable":"1"`), 1) // same length: offsets stay
+	tab, err := New(Config{Dim: 3, StateWidth: 2, Seed: 5, Init: Init{Kind: Normal, Std: 0.5},
+		StateInit: []float32{0.1, 0}, MinCount: 2, SketchBytes: 1024, TTL: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tab.Apply(bytes.NewReader(b), int64(len(b)), "emb")
+	if err == nil || !strings.Contains(err.Error(), "format 1") || !strings.Contains(err.Error(), "--init-from") {
+		t.Fatalf("a format-1 checkpoint: %v, want a refusal naming the format and --init-from", err)
+	}
+	// the unchanged file restores
+	if err := tab.Apply(bytes.NewReader(f.b), int64(len(f.b)), "emb"); err != nil {
+		t.Fatal(err)
+	}
+}
