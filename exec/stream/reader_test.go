@@ -421,7 +421,7 @@ func TestDirectoryParts(t *testing.T) {
 			continue
 		}
 		read(2)
-		go write("part-03", "c\n")
+		go os.WriteFile(filepath.Join(dir, "part-03"), []byte("c\n"), 0o644)
 		read(2)
 		if !slices.Equal(got, []string{"part-00:1=z", "part-01:1=a", "part-01:2=b", "part-03:1=c"}) {
 			t.Errorf("followed: rows %q", got)
