@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -32,6 +33,9 @@ type ReaderOptions struct {
 	// Ahead is the number of batches read ahead of training (0: 4).
 	Ahead int
 	Log   zerolog.Logger
+	// Wait names the source in the log line Fill writes when it has
+	// waited for rows for a while ("" : the source's kind).
+	Wait string
 }
 
 // Reader turns a source's records into batches, parsing them on a
@@ -56,7 +60,10 @@ type Reader struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	started bool
-	err     error // sticky: the end or the failure Fill returned
+	// prepared: Prepare took the normalization statistics already.
+	prepared bool
+	err      error // sticky: the end or the failure Fill returned
+	timer    *time.Timer
 	cur     *Record
 	// replay holds the records the normalization statistics were taken
 	// from, copied, to be parsed again as the stream's first rows.
@@ -112,8 +119,10 @@ func (r *Reader) Fill(stop <-chan struct{}, dst []*tensor.Tensor) error {
 	var b *batch
 	select {
 	case b = <-r.full:
-	case <-stop:
-		return ErrStopped
+	default:
+		if b = r.wait(stop); b == nil {
+			return ErrStopped
+		}
 	}
 	if b.err != nil {
 		r.err = b.err
@@ -129,6 +138,66 @@ func (r *Reader) Fill(stop <-chan struct{}, dst []*tensor.Tensor) error {
 	r.trained.copyFrom(&b.pos)
 	r.free <- b
 	return nil
+}
+
+// waitLog is how long Fill waits for rows before it says so, and then
+// how often it says it again.
+var waitLog = [2]time.Duration{5 * time.Second, time.Minute}
+
+// wait waits for the next batch, logging while the source has no rows;
+// nil when stop is closed first.
+func (r *Reader) wait(stop <-chan struct{}) *batch {
+	if r.timer == nil {
+		r.timer = time.NewTimer(waitLog[0])
+	} else {
+		r.timer.Reset(waitLog[0])
+	}
+	defer r.timer.Stop()
+	start := time.Now()
+	for {
+		select {
+		case b := <-r.full:
+			return b
+		case <-stop:
+			return nil
+		case <-r.timer.C:
+			what := r.opt.Wait
+			if what == "" {
+				what = "the " + r.pos.Kind + " source"
+			}
+			r.opt.Log.Info().Dur("waited", time.Since(start).Round(time.Second)).Str("position", r.trained.String()).Msg("waiting for rows from " + what)
+			r.timer.Reset(waitLog[1])
+		}
+	}
+}
+
+// Prepare reads the stream's first rows for the normalization
+// statistics now (NormalizeRows), before the first Fill; ErrStopped when
+// stop is closed first.
+func (r *Reader) Prepare(stop <-chan struct{}) error {
+	if r.started || r.prepared {
+		return nil
+	}
+	r.prepared = true
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := r.observe(ctx)
+	select {
+	case <-stop:
+		return ErrStopped
+	default:
+	}
+	if err != nil {
+		r.err = err
+	}
+	return err
 }
 
 // Position is the position just after the rows of the batches Fill
@@ -183,9 +252,11 @@ func (r *Reader) start(dst []*tensor.Tensor) {
 // run reads batches until the source ends or fails or the reader closes.
 func (r *Reader) run() {
 	defer close(r.done)
-	if err := r.observe(); err != nil {
-		r.fail(err)
-		return
+	if !r.prepared {
+		if err := r.observe(r.ctx); err != nil {
+			r.fail(err)
+			return
+		}
 	}
 	for {
 		var b *batch
@@ -288,7 +359,7 @@ func (r *Reader) record() (*Record, error) {
 // observe takes the normalization statistics from the stream's first
 // NormalizeRows rows when the parser has none, keeping the records to be
 // parsed again as the first rows.
-func (r *Reader) observe() error {
+func (r *Reader) observe(ctx context.Context) error {
 	o := r.opt
 	if o.NormalizeRows <= 0 || o.Normalize == "" || o.Normalize == "none" || r.parse.Scaling() != nil || r.parse.Features() == 0 {
 		return nil
@@ -296,7 +367,7 @@ func (r *Reader) observe() error {
 	var kept []Record
 	rows := 0
 	for rows < o.NormalizeRows {
-		rec, err := r.src.Next(r.ctx)
+		rec, err := r.src.Next(ctx)
 		if err == io.EOF {
 			break
 		}
