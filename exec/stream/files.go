@@ -367,4 +367,3 @@ func (s *fileSource) Close() error {
 
 // maxLine bounds the length of one line of a data file.
 const maxLine = 1 << 26
-

@@ -64,7 +64,7 @@ type Reader struct {
 	prepared bool
 	err      error // sticky: the end or the failure Fill returned
 	timer    *time.Timer
-	cur     *Record
+	cur      *Record
 	// replay holds the records the normalization statistics were taken
 	// from, copied, to be parsed again as the stream's first rows.
 	replay []Record

@@ -347,9 +347,9 @@ type StreamSummary struct {
 	Ended string `json:"ended"`
 	// Records consumed by the steps (trained, skipped as bad or, for a
 	// file read by several trainers, another trainer's), bad rows skipped.
-	Records  int64  `json:"records"`
-	BadRows  int64  `json:"bad_rows"`
-	Window   int    `json:"window_rows"`
+	Records  int64           `json:"records"`
+	BadRows  int64           `json:"bad_rows"`
+	Window   int             `json:"window_rows"`
 	Position json.RawMessage `json:"position"`
 }
 
