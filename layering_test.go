@@ -67,7 +67,7 @@ var layers = [][]string{
 	{"exec/job", "exec/launch"},
 	{"exec/node"},
 	{"cmd"},
-	{""}, // main
+	{"", "internal/cmd/fakekafka"}, // main packages
 }
 
 func TestImportsPointDown(t *testing.T) {

@@ -358,3 +358,28 @@ func TestStreamStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("the resumed run: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// A bad message stops a run reading Kafka, naming its partition and
+// offset (exit 1); with on_bad_row: skip it is counted and skipped, and
+// the summary says how many.
+func TestStreamKafkaBadRow(t *testing.T) {
+	dir := t.TempDir()
+	rows := genRows(t, dir, 2000)
+	b, err := os.ReadFile(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[7] = "not a row\n" // message 7: partition 1, offset 3
+	if err := os.WriteFile(rows, []byte(strings.Join(lines, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := topic(t, rows, 2)
+	src := fmt.Sprintf("kafka: {brokers: [%q], topic: clicks, start: earliest}", addr)
+	stop := psgraph(t, "run", "--role", "local", streamModel(t, dir, src, "normalize: none", "sgd"), "--steps", "20")
+	badInput{"", `kafka topic "clicks" partition 1 offset 3: line has 1 fields`}.check(t, stop)
+	skip := psgraph(t, "run", "--role", "local", streamModel(t, dir, src+"\n  on_bad_row: skip", "normalize: none", "sgd"), "--steps", "20")
+	if skip.code != 0 || !strings.Contains(skip.stdout, `"bad_rows":1`) || !strings.Contains(skip.stderr, "skipped a bad row") {
+		t.Errorf("on_bad_row: skip: exit %d\n%s%s", skip.code, skip.stdout, skip.stderr)
+	}
+}
