@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -381,5 +382,70 @@ func TestStreamKafkaBadRow(t *testing.T) {
 	skip := psgraph(t, "run", "--role", "local", streamModel(t, dir, src+"\n  on_bad_row: skip", "normalize: none", "sgd"), "--steps", "20")
 	if skip.code != 0 || !strings.Contains(skip.stdout, `"bad_rows":1`) || !strings.Contains(skip.stderr, "skipped a bad row") {
 		t.Errorf("on_bad_row: skip: exit %d\n%s%s", skip.code, skip.stdout, skip.stderr)
+	}
+}
+
+var streamMemory = flag.Duration("stream-memory", 0, "run TestStreamMemoryFlat for this long (e.g. 2m; 0 skips it; bench/stream-bench.sh runs 20 minutes)")
+
+// A local run on an endless stream (a file whose vocabulary drifts, fed to
+// standard input again and again) with a dynamic table whose rows expire
+// after 200 unseen steps keeps its memory flat: its RSS at the end is
+// within 10% of its RSS at a tenth of the run. Behind -stream-memory.
+func TestStreamMemoryFlat(t *testing.T) {
+	if *streamMemory == 0 {
+		t.Skip("-stream-memory DURATION runs it")
+	}
+	dir := t.TempDir()
+	rows := filepath.Join(dir, "drift.tsv")
+	if r := psgraph(t, "gen", "criteo", "-o", rows, "--rows", "200000", "--vocab", "200000", "--drift", "0.5", "--seed", "9"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	model := streamModel(t, dir, `csv: "-"`, "normalize: none", "adagrad")
+	b, _ := os.ReadFile(model)
+	s := strings.Replace(string(b), "hash_buckets: 5000}", "key: hash64}", 1)
+	s = strings.Replace(s, "emb: {shape: [5000, 8], init: {type: normal, std: 0.01, seed: 1}}", "emb: {dynamic: {dim: 8, min_count: 1, ttl_steps: 200}, init: {type: normal, std: 0.01, seed: 1}}", 1)
+	os.WriteFile(model, []byte(s), 0o644)
+	data, err := os.ReadFile(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(binary, "run", "--role", "local", model, "--log-every", "5000")
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb lockedBuffer
+	c.Stderr = &errb
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Process.Kill(); c.Wait() }()
+	go func() {
+		for {
+			if _, err := in.Write(data); err != nil {
+				return
+			}
+		}
+	}()
+	rss := func() int64 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Process.Pid))
+		if err != nil {
+			t.Fatalf("the run ended: %v\n%s", err, errb.String())
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	time.Sleep(*streamMemory / 10) // the run's first tenth: its memory then is the reference
+	early := rss()
+	time.Sleep(*streamMemory - *streamMemory/10) // the rest of the run
+	late := rss()
+	t.Logf("RSS %d KiB at %v, %d KiB at %v; %s", early, *streamMemory/10, late, *streamMemory, lastLine(errb.String()))
+	if float64(late) > 1.1*float64(early) {
+		t.Errorf("RSS grew from %d KiB to %d KiB (more than 10%%)", early, late)
 	}
 }
