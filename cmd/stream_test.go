@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -55,26 +56,16 @@ func genRows(t *testing.T, dir string, n int) string {
 // given file (read through a pipe, "" for none).
 func streamRun(t *testing.T, name, stdin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan error, 1)}
-	p.cmd.Dir = ".."
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	var in io.Reader
 	if stdin != "" {
 		f, err := os.Open(stdin)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { f.Close() })
-		p.cmd.Stdin = bufio.NewReader(f) // not an *os.File: a pipe, as from a producer
+		in = bufio.NewReader(f) // not an *os.File: a pipe, as from a producer
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	return startCmdIn(t, name, nil, in, binary, args...)
 }
 
 var stepField = regexp.MustCompile(`"step":(\d+)`)

@@ -162,21 +162,20 @@ func (d *decoder) onlineField(at *dataNodes, dir, key string, k, v *yaml.Node) {
 		}
 	case "normalize_rows":
 		o.normRows = k
-		if x, ok := d.integer(v, "data.normalize_rows"); ok {
-			if x <= 0 {
-				d.errorf(v, "data.normalize_rows must be positive (the first rows of the stream whose statistics normalize it), got %d", x)
-			}
-			o.normRowsN = x
-		}
+		o.normRowsN = d.positive(v, "data.normalize_rows", "the first rows of the stream whose statistics normalize it")
 	case "metrics_window":
 		o.window = k
-		if x, ok := d.integer(v, "data.metrics_window"); ok {
-			if x <= 0 {
-				d.errorf(v, "data.metrics_window must be positive (the last rows the windowed loss and metrics cover), got %d", x)
-			}
-			o.windowN = x
-		}
+		o.windowN = d.positive(v, "data.metrics_window", "the last rows the windowed loss and metrics cover")
 	}
+}
+
+// positive decodes a positive integer; what says what it counts.
+func (d *decoder) positive(v *yaml.Node, key, what string) int {
+	x, ok := d.integer(v, key)
+	if ok && x <= 0 {
+		d.errorf(v, "%s must be positive (%s), got %d", key, what, x)
+	}
+	return x
 }
 
 // checkOnline settles the data section's source once all its keys are
