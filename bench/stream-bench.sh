@@ -36,6 +36,7 @@ sed "s#csv: data/ctr.tsv#csv: $T/ctr.tsv#" examples/ctr.yaml >"$T/file.yaml"
 online() { # $1: the source line
   sed -e "s#  csv: data/ctr.tsv#  $1\n  normalize_rows: 100000#" -e '/^  stream: true$/d' examples/ctr.yaml
 }
+rm -f "$T/addr"
 "$T/fakekafka" --partitions 2 --topic clicks --produce "$T/ctr.tsv" --addr-file "$T/addr" >/dev/null 2>"$T/fakekafka.err" &
 kafka=$!
 trap 'kill $kafka 2>/dev/null || true' EXIT
