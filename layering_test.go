@@ -76,14 +76,14 @@ var layers = [][]string{
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},
-	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile"},
-	{"exec/program"},
+	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile", "exec/stream"},
+	{"exec/program", "exec/stream/kafka"},
 	{"exec/comm", "exec/evaluate"},
 	{"exec/trainer", "exec/pserver"},
 	{"exec/job", "exec/launch"},
 	{"exec/node"},
 	{"cmd"},
-	{""}, // main
+	{"", "internal/cmd/fakekafka"}, // main packages
 }
 
 func TestImportsPointDown(t *testing.T) {
