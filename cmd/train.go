@@ -128,7 +128,9 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	// except in an async job of several trainers, whose pservers count
 	// every trainer's steps (the trainers then restore their newest
 	// checkpoint before the pservers' step).
-	state := len(plan.Trainer.Persistent()) > 0
+	// So do the trainers of an online source: their checkpoints hold the
+	// stream's position (docs/streaming.md).
+	state := len(plan.Trainer.Persistent()) > 0 || plan.Trainer.Data.IsOnline()
 	trainersWithState := 0
 	if state && (opt.Mode != partition.Async || opt.Trainers == 1) {
 		trainersWithState = opt.Trainers

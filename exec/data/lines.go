@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -18,15 +19,14 @@ import (
 // them cut out where they stood. Errors name the row ("row 3: column 5:
 // ..."). A LineParser is not safe for concurrent use: one per goroutine.
 type LineParser struct {
-	p       *rowParser
-	spec    *dsl.Data // the model's, without its label
-	layout  []slot
-	scale   *Scaling
-	label   *dsl.Column // the model's label (nil: none)
-	need    int         // fields of a row with the label
-	out     rowOut
-	scratch rowOut
-	held    [][]byte // a label-less row's fields with the label's put back, empty
+	p     *rowParser
+	spec  *dsl.Data // the model's, without its label
+	rows  batchRows
+	scale *Scaling
+	label *dsl.Column // the model's label (nil: none)
+	need  int         // fields of a row with the label
+	held  [][]byte    // a label-less row's fields with the label's put back, empty
+	row   int         // the row being parsed, for errors
 }
 
 // NewLineParser is the parser of rows of spec, normalized with norm
@@ -34,8 +34,9 @@ type LineParser struct {
 func NewLineParser(spec *dsl.Data, norm *Scaling) (*LineParser, error) {
 	noLabel := *spec
 	noLabel.Label = nil
-	lp := &LineParser{p: newRowParser(&noLabel), spec: &noLabel, layout: layoutOf(&noLabel), label: spec.Label}
-	lp.p.rowWord = "row"
+	lp := &LineParser{p: newRowParser(&noLabel), spec: &noLabel, label: spec.Label}
+	lp.p.where = func() string { return "row " + strconv.Itoa(lp.row) }
+	lp.rows.init(&noLabel, lp.p)
 	for _, c := range spec.Columns() {
 		lp.need = max(lp.need, c.Hi)
 	}
@@ -45,9 +46,6 @@ func NewLineParser(spec *dsl.Data, norm *Scaling) (*LineParser, error) {
 		}
 		lp.scale = norm
 	}
-	var lab int32
-	lp.p.rowOut(&lp.scratch, make([]float32, lp.p.nf), &lab, nil, make([]int32, lp.p.ni), make([]int64, lp.p.nk))
-	lp.p.rowOut(&lp.out, make([]float32, lp.p.nf), &lab, nil, make([]int32, lp.p.ni), make([]int64, lp.p.nk))
 	return lp, nil
 }
 
@@ -73,6 +71,7 @@ func (lp *LineParser) LabelWidth() int {
 // not fed), normalized.
 func (lp *LineParser) Parse(line []byte, row int, dst []*tensor.Tensor, b int) error {
 	p := lp.p
+	lp.row = row
 	line = dsl.TrimField(line, p.delim)
 	if len(line) == 0 {
 		return p.errAt(row, "the row is empty; give one line of the data file, its fields separated by %s", p.delimName())
@@ -93,7 +92,7 @@ func (lp *LineParser) Parse(line []byte, row int, dst []*tensor.Tensor, b int) e
 		}
 		return p.errAt(row, "column %d is missing: the row has %d fields separated by %s, and the model reads %d (columns 0 to %d)%s (data at %s)", n, n, p.delimName(), lp.need, lp.need-1, without, lp.spec.Pos)
 	}
-	out := pointAt(lp.layout, &lp.out, &lp.scratch, dst, b)
+	out := lp.rows.at(dst, b)
 	if err := p.parseFields(row, out); err != nil {
 		return err
 	}
@@ -112,6 +111,7 @@ func (lp *LineParser) Parse(line []byte, row int, dst []*tensor.Tensor, b int) e
 func (lp *LineParser) Features(i, row int, src []float64, dst []float32) error {
 	fs := lp.p.feats[i]
 	c := fs.c
+	lp.row = row
 	if len(src) != c.Width() || len(dst) != c.Width() {
 		return fmt.Errorf("features %q take %d values a row, got %d", c.Name, c.Width(), len(src))
 	}

@@ -49,7 +49,8 @@ type Options struct {
 }
 
 // Result is what the children wrote on stdout, their peak resident
-// memory in bytes and how each ended (exit code or signal), by name.
+// memory in bytes (each its own, as it reported it: peak.go) and how each
+// ended (exit code or signal), by name.
 type Result struct {
 	Stdout  map[string][]byte
 	PeakRSS map[string]int64
@@ -99,11 +100,24 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	procs := make([]*osexec.Cmd, len(children))
 	outs := make([]*bytes.Buffer, len(children))
 	writers := make([]*prefixWriter, len(children))
+	peaks := make([]*Peak, len(children))
+	defer func() {
+		for _, p := range peaks {
+			if p != nil {
+				p.Bytes() // closes the pipe of a child that never ran
+			}
+		}
+	}()
 	failed := -1
 	for i, ch := range children {
 		c := osexec.Command(bin, ch.Args...)
 		c.Env = append(os.Environ(), ch.Env...)
 		c.SysProcAttr = childAttr()
+		var err error
+		if peaks[i], err = Measure(c); err != nil {
+			signalAll(procs[:i], syscall.SIGKILL)
+			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
+		}
 		outs[i] = &bytes.Buffer{}
 		c.Stdout = outs[i]
 		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu, dropSched: ch.DropSchedTrace}
@@ -148,7 +162,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 			}
 			if working == 0 && !jobDone && first == nil && kill == nil && e.err == nil && running > 0 && opt.JobDone != nil {
 				jobDone = true
-				opt.JobDone(results(children, procs, outs, exited))
+				opt.JobDone(results(children, procs, outs, peaks, exited))
 			}
 			if e.err != nil && first == nil && kill == nil {
 				code := -1
@@ -167,7 +181,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 			signalAll(procs, syscall.SIGKILL)
 		}
 	}
-	res = results(children, procs, outs, exited)
+	res = results(children, procs, outs, peaks, exited)
 	if first != nil {
 		first.Msg = writers[failed].lastErr
 		return res, first
@@ -179,12 +193,13 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 }
 
 // results is what the exited children wrote and how they ended.
-func results(children []Child, procs []*osexec.Cmd, outs []*bytes.Buffer, exited []bool) *Result {
+// (A running child's peak is not read: Peak.Bytes waits for its exit.)
+func results(children []Child, procs []*osexec.Cmd, outs []*bytes.Buffer, peaks []*Peak, exited []bool) *Result {
 	res := &Result{Stdout: map[string][]byte{}, PeakRSS: map[string]int64{}, State: map[string]*os.ProcessState{}}
 	for i, ch := range children {
 		if st := procs[i].ProcessState; exited[i] && st != nil {
 			res.Stdout[ch.Name] = outs[i].Bytes()
-			res.PeakRSS[ch.Name] = PeakRSS(st)
+			res.PeakRSS[ch.Name] = peaks[i].Bytes()
 			res.State[ch.Name] = st
 		}
 	}

@@ -187,17 +187,17 @@ func Resume(dir string, pservers, trainers int) (int64, error) {
 	if dir == "" {
 		return 0, nil
 	}
-	var ids []transport.NodeID
+	var ids []string
 	for i := 0; i < pservers; i++ {
-		ids = append(ids, transport.PServer(i))
+		ids = append(ids, transport.PServer(i).String())
 	}
 	step, err := modelfile.CommonCheckpoint(dir, ids)
 	if err != nil || step == 0 {
 		return step, err
 	}
 	for i := 0; i < trainers; i++ {
-		id := transport.Trainer(i)
-		if _, ok, err := (&modelfile.Checkpointer{Dir: dir, Node: id.String()}).Manifest(); err != nil {
+		id := transport.Trainer(i).String()
+		if _, ok, err := (&modelfile.Checkpointer{Dir: dir, Node: id}).Manifest(); err != nil {
 			return 0, err
 		} else if ok {
 			ids = append(ids, id)

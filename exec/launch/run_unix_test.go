@@ -22,7 +22,9 @@ import (
 // LAUNCH_TEST_LAUNCHER set it launches such children itself.
 func TestMain(m *testing.M) {
 	if mode := os.Getenv("LAUNCH_TEST_CHILD"); mode != "" {
-		os.Exit(helperChild(mode))
+		code := helperChild(mode)
+		ReportPeakRSS() // as psgraph's main does
+		os.Exit(code)
 	}
 	if dir := os.Getenv("LAUNCH_TEST_LAUNCHER"); dir != "" {
 		_, err := Run(context.Background(), []Child{child(dir, "pserver-0", "ignore"), child(dir, "trainer-0", "ignore")}, Options{})

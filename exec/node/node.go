@@ -150,7 +150,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 	if o.InitFrom != "" && len(held) == 0 && !plan.Trainer.Normalizes() {
 		return nil, usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers (a trainer reads from it only what it holds, such as batch_norm's running statistics, and the normalization statistics, and this plan's trainer needs neither)")
 	}
-	if (o.CheckpointDir != "" || o.CheckpointEvery != 0) && len(held) == 0 {
+	if (o.CheckpointDir != "" || o.CheckpointEvery != 0) && len(held) == 0 && !plan.Trainer.Data.IsOnline() {
 		return nil, usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step (a trainer checkpoints only what it holds, such as batch_norm's running statistics, and this plan's trainer holds nothing)")
 	}
 	ck, err := Checkpointer(o.CheckpointDir, o.CheckpointEvery, o.Name(), plan.Info.Model)

@@ -39,9 +39,9 @@ type ServeOptions struct {
 	// TrainerTimeout: how long to wait for a lost trainer (sync mode);
 	// RunPServer gives it to the pserver's communication.
 	TrainerTimeout time.Duration
-	// Save, when set, is the file the pserver writes the lookup-table
-	// shards it holds to once the trainers are done (MergeShards joins
-	// them with trainer 0's file into one model).
+	// Save, when set, is the file the pserver writes the fixed
+	// lookup-table shards it holds to once the trainers are done (T.s<j>,
+	// rows in local order); trainer 0's --save is the whole model.
 	Save string
 	// NoStream runs every part's update as one Program.Run per step, even
 	// where a Streamer could apply it as the gradient arrives (streamed
@@ -256,6 +256,10 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 	if err != nil {
 		return 0, 0, err
 	}
+	if len(parts) == 0 && len(servers) == 0 {
+		opt.Log.Info().Msg("this pserver holds nothing (more pservers than parameter blocks); it waits for the trainers to finish")
+		return first, 0, idle(ctx, c)
+	}
 	errs := make([]error, len(parts)+len(servers))
 	var streamed atomic.Int64
 	var wg sync.WaitGroup
@@ -292,6 +296,25 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 		}
 	}
 	return last, int(streamed.Load()), failed
+}
+
+// idle is the serving of a pserver that holds nothing (split placed no
+// block on it: more pservers than blocks): it waits until every trainer
+// said Done, as a pserver's loops do, so that the trainers, which connect
+// to every pserver, find it there until they finish.
+func idle(ctx context.Context, c *comm.PServer) error {
+	for i := range c.Trainers() {
+		for {
+			err := c.Endpoint().WaitDone(ctx, transport.Trainer(i))
+			if err == nil {
+				break
+			}
+			if err := c.RideOut(ctx, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // finish ends a pserver whose parts all stopped at the trainers' end:

@@ -60,7 +60,7 @@ func LoadParams(g *dsl.Graph, file string, log zerolog.Logger) (Params, error) {
 	}
 	p := Params{Tensors: tensors, Norm: norm}
 	for _, dt := range lowered {
-		keys := program.KeysName(dt.Name)
+		keys := dyntable.KeysName(dt.Name)
 		t, err := program.ReadTable(dt, tensors[keys], tensors[dt.Name], file)
 		if err != nil {
 			return Params{}, err
