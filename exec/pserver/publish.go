@@ -24,10 +24,12 @@ import (
 // Handle); it sends the replica everything the pserver holds, then what
 // the steps change, each replica's owed changes coalesced by a
 // replicate.Feed and written by a goroutine of its own. A part's loop
-// only marks what its step changed (its dense blocks, its table shard's
-// rows), and holds its publishing lock while it steps, which a sender
-// takes between two steps to copy a dense block: no loop ever waits on a
-// replica's connection.
+// only marks what its step changed (its table shard's rows) and, at most
+// every snapshotEvery, copies its dense blocks into a snapshot a sender
+// reads (never written again while one does); a sender copies table rows
+// a few hundred at a time under the part's commit lock, as pulls do. No
+// loop ever waits on a replica's connection, nor on a sender for longer
+// than those few rows.
 type Publisher struct {
 	log   zerolog.Logger
 	mu    sync.Mutex
@@ -53,9 +55,22 @@ func NewPublisher(log zerolog.Logger) *Publisher {
 // fixed table shards, named as the model names them.
 type pubPart struct {
 	p      *part
-	step   sync.RWMutex // held by the loop while it steps
 	dense  []pubVar
 	tables []pubVar // shard: the part's rows of a fixed table
+	// snap is the newest snapshot of the dense blocks, written by the
+	// part's loop between two steps (snapshot), read by senders; spare
+	// snapshots no sender holds are written again.
+	snap  atomic.Pointer[denseSnap]
+	spare []*denseSnap
+	taken time.Time // when the loop took the newest
+}
+
+// denseSnap is a part's dense blocks at one step, in pubPart.dense's
+// order; immutable once published.
+type denseSnap struct {
+	step int64
+	vals [][]float32
+	refs atomic.Int32
 }
 
 // pubVar is a parameter (or a block of one, or a table's shard) of a
@@ -122,9 +137,57 @@ func (pub *Publisher) attach(parts []*part, start int64) {
 				pp.dense = append(pp.dense, pv)
 			}
 		}
+		pp.snapshot(start)
 		pub.parts = append(pub.parts, pp)
 	}
 	close(pub.attached)
+}
+
+// snapshotEvery is how often a part's loop copies its dense blocks for
+// the senders: twice per DeltaInterval, so a delta's blocks are at most
+// this old.
+const snapshotEvery = DeltaInterval / 2
+
+// snapshot publishes the part's dense blocks at step k (on its loop,
+// between two steps, or before the loop runs or after it ended).
+func (pp *pubPart) snapshot(k int64) {
+	if len(pp.dense) == 0 {
+		return
+	}
+	var s *denseSnap
+	for i, sp := range pp.spare {
+		if sp.refs.Load() == 0 && sp != pp.snap.Load() {
+			s = sp
+			pp.spare = append(pp.spare[:i], pp.spare[i+1:]...)
+			break
+		}
+	}
+	if s == nil {
+		s = &denseSnap{vals: make([][]float32, len(pp.dense))}
+		for j, dv := range pp.dense {
+			s.vals[j] = make([]float32, len(dv.t.F))
+		}
+	}
+	s.step = k
+	for j, dv := range pp.dense {
+		copy(s.vals[j], dv.t.F)
+	}
+	if old := pp.snap.Swap(s); old != nil {
+		pp.spare = append(pp.spare, old)
+	}
+	pp.taken = time.Now()
+}
+
+// acquire is the part's newest snapshot, held until released.
+func (pp *pubPart) acquire() *denseSnap {
+	for {
+		s := pp.snap.Load()
+		s.refs.Add(1)
+		if pp.snap.Load() == s {
+			return s // still the newest: the loop writes only spares no one holds
+		}
+		s.refs.Add(-1)
+	}
 }
 
 // varOf is a parameter's place in the model's variable.
@@ -141,16 +204,6 @@ func varOf(name string, v *dsl.Var, t *tensor.Tensor) pubVar {
 	return pv
 }
 
-// stepping is held by part i's loop while it runs a step.
-func (pub *Publisher) stepping(i int) func() {
-	if pub == nil {
-		return func() {}
-	}
-	l := &pub.parts[i].step
-	l.Lock()
-	return l.Unlock
-}
-
 // applied marks what part i's step (reaching step k) changed, for every
 // subscriber; nothing without one.
 func (pub *Publisher) applied(i int, k int64) {
@@ -158,6 +211,9 @@ func (pub *Publisher) applied(i int, k int64) {
 		return
 	}
 	pp := pub.parts[i]
+	if len(pp.dense) > 0 && time.Since(pp.taken) >= snapshotEvery {
+		pp.snapshot(k)
+	}
 	pub.mu.Lock()
 	for s := range pub.subs {
 		s.feed.Applied(k)
@@ -183,7 +239,15 @@ func (pub *Publisher) end(timeout time.Duration) {
 		return
 	}
 	pub.mu.Lock() // no sender registers after this (Handle checks ended under it)
-	pub.endOnce.Do(func() { close(pub.ended) })
+	pub.endOnce.Do(func() {
+		for _, pp := range pub.parts { // the loops ended: their last step
+			pp.p.applied.mu.Lock()
+			k := pp.p.applied.reached
+			pp.p.applied.mu.Unlock()
+			pp.snapshot(k)
+		}
+		close(pub.ended)
+	})
 	pub.mu.Unlock()
 	if timeout <= 0 {
 		return
@@ -287,7 +351,7 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 // its newest value), which bounds what following costs the pserver and
 // the replica whatever the job's steps/s, for at most this much more
 // staleness.
-const DeltaInterval = 50 * time.Millisecond
+const DeltaInterval = 100 * time.Millisecond
 
 // send writes delta d: the current values of what it names.
 func (pub *Publisher) send(w *replicate.Writer, s *subscriber, d replicate.Delta) error {
@@ -295,15 +359,15 @@ func (pub *Publisher) send(w *replicate.Writer, s *subscriber, d replicate.Delta
 		return err
 	}
 	for i, pp := range pub.parts {
-		if d.Full || slices.Contains(d.Blocks, i) {
-			for _, dv := range pp.dense {
-				pp.step.RLock() // between two of the part's steps
-				s.buf = append(s.buf[:0], dv.t.F...)
-				pp.step.RUnlock()
-				if err := w.Rows(replicate.Rows{Name: dv.name, First: dv.first, Stride: dv.stride, Width: dv.width, Values: s.buf}); err != nil {
+		if (d.Full || slices.Contains(d.Blocks, i)) && len(pp.dense) > 0 {
+			snap := pp.acquire()
+			for j, dv := range pp.dense {
+				if err := w.Rows(replicate.Rows{Name: dv.name, First: dv.first, Stride: dv.stride, Width: dv.width, Values: snap.vals[j]}); err != nil {
+					snap.refs.Add(-1)
 					return err
 				}
 			}
+			snap.refs.Add(-1)
 		}
 		for _, tb := range pp.tables {
 			if err := pub.sendRows(w, s, pp, tb, d); err != nil {
@@ -319,7 +383,7 @@ func (pub *Publisher) send(w *replicate.Writer, s *subscriber, d replicate.Delta
 func (pub *Publisher) sendRows(w *replicate.Writer, s *subscriber, pp *pubPart, tb pubVar, d replicate.Delta) error {
 	wd, n := tb.width, tb.t.Shape[0]
 	if d.Full {
-		const chunk = 1 << 14
+		const chunk = 1 << 9 // rows a hold of the commit lock copies
 		for lo := 0; lo < n; lo += chunk {
 			hi := min(n, lo+chunk)
 			pp.p.commit.RLock()
@@ -336,11 +400,13 @@ func (pub *Publisher) sendRows(w *replicate.Writer, s *subscriber, pp *pubPart, 
 		return nil
 	}
 	s.buf, s.ids = s.buf[:0], s.ids[:0]
-	pp.p.commit.RLock()
-	for _, id := range local {
-		s.buf = append(s.buf, tb.t.F[int(id)*wd:int(id+1)*wd]...)
+	for lo := 0; lo < len(local); lo += 1 << 9 { // a few hundred rows a hold of the commit lock
+		pp.p.commit.RLock()
+		for _, id := range local[lo:min(len(local), lo+1<<9)] {
+			s.buf = append(s.buf, tb.t.F[int(id)*wd:int(id+1)*wd]...)
+		}
+		pp.p.commit.RUnlock()
 	}
-	pp.p.commit.RUnlock()
 	for _, id := range local {
 		s.ids = append(s.ids, tb.first+id*tb.stride)
 	}

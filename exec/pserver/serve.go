@@ -381,13 +381,11 @@ func serveLoop(ctx context.Context, p *part, index int, c *comm.PServer, opt Ser
 		}
 		rt.StepNum = k
 		var err error
-		stepped := opt.Publisher.stepping(index)
 		if sp != nil {
 			err = sp.run(rt)
 		} else {
 			err = p.prog.Run(rt)
 		}
-		stepped()
 		if err != nil {
 			return k, err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 )
 
 // The subscription's wire format, on a replica's connection after the
@@ -136,6 +137,10 @@ func (w *Writer) rows(r Rows) error {
 	if _, err := w.w.Write(b); err != nil {
 		return err
 	}
+	if littleEndian && len(r.Values) > 0 { // the wire's order: the values' bytes as they are
+		_, err := w.w.Write(unsafe.Slice((*byte)(unsafe.Pointer(&r.Values[0])), 4*len(r.Values)))
+		return err
+	}
 	for vals := r.Values; len(vals) > 0; {
 		k := min(len(vals), len(w.buf)/4)
 		for i, x := range vals[:k] {
@@ -148,6 +153,13 @@ func (w *Writer) rows(r Rows) error {
 	}
 	return nil
 }
+
+// littleEndian says whether this machine stores a float32 as the wire
+// does, so values are written and read as their bytes.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 // End ends a delta and writes it out.
 func (w *Writer) End() error {
@@ -229,11 +241,17 @@ func (r *Reader) Next() (Frame, error) {
 				rw.IDs[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 			}
 		}
+		rw.Values = make([]float32, count*width)
+		if littleEndian && len(rw.Values) > 0 { // read straight into the values
+			if _, err := io.ReadFull(r.r, unsafe.Slice((*byte)(unsafe.Pointer(&rw.Values[0])), 4*len(rw.Values))); err != nil {
+				return Frame{}, err
+			}
+			return Frame{Kind: k, Rows: rw}, nil
+		}
 		b := make([]byte, 4*count*width)
 		if _, err := io.ReadFull(r.r, b); err != nil {
 			return Frame{}, err
 		}
-		rw.Values = make([]float32, count*width)
 		for i := range rw.Values {
 			rw.Values[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
