@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -129,30 +128,7 @@ func TestServeFollowsJob(t *testing.T) {
 	}
 	t.Logf("the replica saw step %d before the pserver restart and ends at %d", seen, steps)
 	// Its predictions are psgraph predict's with the saved model.
-	src, err := os.ReadFile("../testdata/sparse/ids.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[:64]
-	rows := filepath.Join(dir, "rows.csv")
-	os.WriteFile(rows, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
-	out := filepath.Join(dir, "pred.csv")
-	if r := psgraph(t, "predict", model, "--init-from", final, "--data", rows, "-o", out); r.code != 0 {
-		t.Fatalf("predict: exit %d\n%s", r.code, r.stderr)
-	}
-	_, want := readPredictions(t, out)
-	var res inferResponse
-	if code := postJSON(t, base+"/v2/models/sparse-reference/infer", map[string]any{"inputs": []any{map[string]any{"name": "rows", "datatype": "BYTES", "shape": []int{64}, "data": lines}}}, &res); code != 200 || res.ModelVersion != fmt.Sprint(steps) {
-		t.Fatalf("infer: %d version %q %s", code, res.ModelVersion, res.Error)
-	}
-	got := flattenOutputs(t, res, 64)
-	for i := range want {
-		for j := range want[i] {
-			if !closeTo(got[i][j], want[i][j]) {
-				t.Fatalf("row %d value %d: %v from the replica, %v from predict with the saved model", i, j, got[i][j], want[i][j])
-			}
-		}
-	}
+	servesAsPredict(t, base, model, "sparse-reference", final, "testdata/sparse/ids.csv", 64, fmt.Sprint(steps), "the replica")
 	r1.cmd.Process.Signal(syscall.SIGTERM)
 	if r := r1.wait(t, 30*time.Second); r.code != 0 {
 		t.Errorf("replica: exit %d on SIGTERM\n%s", r.code, r.stderr)
@@ -171,30 +147,7 @@ func TestTrainServe(t *testing.T) {
 	if v := waitVersion(t, p, "http://"+addr, "digits-mlp", 300); v != 300 {
 		t.Fatalf("the replica serves step %d, want 300", v)
 	}
-	src, err := os.ReadFile("../examples/data/digits.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[:40]
-	rows := filepath.Join(dir, "rows.csv")
-	os.WriteFile(rows, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
-	out := filepath.Join(dir, "pred.csv")
-	if r := psgraph(t, "predict", "examples/digits-mlp.yaml", "--init-from", save, "--data", rows, "-o", out); r.code != 0 {
-		t.Fatalf("predict: exit %d\n%s", r.code, r.stderr)
-	}
-	_, want := readPredictions(t, out)
-	var res inferResponse
-	if code := postJSON(t, "http://"+addr+"/v2/models/digits-mlp/infer", map[string]any{"inputs": []any{map[string]any{"name": "rows", "datatype": "BYTES", "shape": []int{40}, "data": lines}}}, &res); code != 200 {
-		t.Fatalf("infer: %d %s", code, res.Error)
-	}
-	got := flattenOutputs(t, res, 40)
-	for i := range want {
-		for j := range want[i] {
-			if !closeTo(got[i][j], want[i][j]) {
-				t.Fatalf("row %d value %d: %v from the replica, %v from predict", i, j, got[i][j], want[i][j])
-			}
-		}
-	}
+	servesAsPredict(t, "http://"+addr, "examples/digits-mlp.yaml", "digits-mlp", save, "examples/data/digits.csv", 40, "300", "the replica")
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	r := p.wait(t, 30*time.Second)
 	if r.code != 0 || !strings.Contains(r.stdout, `"role":"trainer-0"`) {

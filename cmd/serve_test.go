@@ -305,30 +305,7 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 			t.Fatalf("versions %v 30 s after SIGHUP, want [2]\n%s", meta.Versions, srv.stderrText())
 		}
 	}
-	src, err := os.ReadFile("../examples/data/digits.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[:50]
-	rows := filepath.Join(dir, "rows.csv")
-	os.WriteFile(rows, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
-	out := filepath.Join(dir, "pred.csv")
-	if r := psgraph(t, "predict", model, "--init-from", save, "--data", rows, "-o", out); r.code != 0 {
-		t.Fatalf("predict: exit %d\n%s", r.code, r.stderr)
-	}
-	_, want := readPredictions(t, out)
-	var res inferResponse
-	if code := postJSON(t, base+"/v2/models/digits-mlp/infer", map[string]any{"inputs": []any{map[string]any{"name": "rows", "datatype": "BYTES", "shape": []int{50}, "data": lines}}}, &res); code != 200 || res.ModelVersion != "2" {
-		t.Fatalf("infer: %d version %q %s", code, res.ModelVersion, res.Error)
-	}
-	got := flattenOutputs(t, res, 50)
-	for i := range want {
-		for j := range want[i] {
-			if !closeTo(got[i][j], want[i][j]) {
-				t.Fatalf("row %d value %d: %v over HTTP, predict with the new file %v", i, j, got[i][j], want[i][j])
-			}
-		}
-	}
+	servesAsPredict(t, base, model, "digits-mlp", save, "examples/data/digits.csv", 50, "2", "the server after SIGHUP")
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	if r := srv.wait(t, 30*time.Second); r.code != 0 {
 		t.Errorf("exit %d on SIGTERM\n%s", r.code, r.stderr)
@@ -350,6 +327,40 @@ func TestServeBadArgumentsExit(t *testing.T) {
 		r := psgraph(t, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("psgraph %v: exit %d %q, want %d saying %q", c.args, r.code, r.stderr, c.code, c.want)
+		}
+	}
+}
+
+// servesAsPredict checks that the server at base answers the first n rows
+// of data as psgraph predict does with the model file save, at version
+// (any when ""); what names the server in failures.
+func servesAsPredict(t *testing.T, base, model, name, save, data string, n int, version, what string) {
+	t.Helper()
+	src, err := os.ReadFile(filepathFromRoot(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[:n]
+	dir := t.TempDir()
+	rows, out := filepath.Join(dir, "rows.csv"), filepath.Join(dir, "pred.csv")
+	if err := os.WriteFile(rows, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := psgraph(t, "predict", model, "--init-from", save, "--data", rows, "-o", out); r.code != 0 {
+		t.Fatalf("predict: exit %d\n%s", r.code, r.stderr)
+	}
+	_, want := readPredictions(t, out)
+	var res inferResponse
+	body := map[string]any{"inputs": []any{map[string]any{"name": "rows", "datatype": "BYTES", "shape": []int{n}, "data": lines}}}
+	if code := postJSON(t, base+"/v2/models/"+name+"/infer", body, &res); code != 200 || version != "" && res.ModelVersion != version {
+		t.Fatalf("infer: %d version %q %s, want 200 at version %q", code, res.ModelVersion, res.Error, version)
+	}
+	got := flattenOutputs(t, res, n)
+	for i := range want {
+		for j := range want[i] {
+			if !closeTo(got[i][j], want[i][j]) {
+				t.Fatalf("row %d value %d: %v from %s, %v from predict with %s", i, j, got[i][j], what, want[i][j], save)
+			}
 		}
 	}
 }
