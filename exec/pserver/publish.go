@@ -351,7 +351,7 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 // its newest value), which bounds what following costs the pserver and
 // the replica whatever the job's steps/s, for at most this much more
 // staleness.
-const DeltaInterval = 100 * time.Millisecond
+const DeltaInterval = 250 * time.Millisecond
 
 // send writes delta d: the current values of what it names.
 func (pub *Publisher) send(w *replicate.Writer, s *subscriber, d replicate.Delta) error {
