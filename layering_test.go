@@ -50,24 +50,40 @@ func TestFrontEndImportsNoRuntime(t *testing.T) {
 	}
 }
 
+// The file formats (exec/modelfile: model files, checkpoints, table
+// chains) know nothing of how a job talks or is watched: no transport
+// (nor yamux under it) and no metrics (nor Prometheus). A checkpoint's
+// watcher is an interface of modelfile's own, nodes are named by
+// strings, so a tool that reads or writes model files links neither.
+func TestModelfileImportsNoTransportNorMetrics(t *testing.T) {
+	pkgs, p := depsOf(t, "exec/modelfile")
+	for _, d := range p.Deps {
+		for _, banned := range []string{module + "/transport", module + "/exec/metrics", "github.com/hashicorp/yamux", "github.com/prometheus"} {
+			if under(d, banned) {
+				t.Errorf("exec/modelfile depends on %s: %s", d, strings.Join(chain(pkgs, p.ImportPath, d), " -> "))
+			}
+		}
+	}
+}
+
 // Imports point down: every package of the module has a layer, and a
 // package imports only packages of lower layers (test files aside), so two
 // packages of one layer never import each other: the trainer and the
 // pserver loops, say, meet only in exec/job. A new package must be given
 // its layer here, with the one job it does in its doc.go.
 var layers = [][]string{
-	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile"},
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/replicate", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},
-	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile"},
-	{"exec/program"},
+	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile", "exec/stream"},
+	{"exec/program", "exec/stream/kafka"},
 	{"exec/comm", "exec/evaluate"},
-	{"exec/trainer", "exec/pserver"},
+	{"exec/trainer", "exec/pserver", "exec/serve"},
 	{"exec/job", "exec/launch"},
 	{"exec/node"},
 	{"cmd"},
-	{""}, // main
+	{"", "internal/cmd/fakekafka"}, // main packages
 }
 
 func TestImportsPointDown(t *testing.T) {
@@ -98,20 +114,63 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// The restart protocol's decisions (exec/rejoin) are pure: the package
-// imports only the standard library, so nothing in it can do I/O on the
-// job's behalf or block on a peer.
+// The restart protocol's decisions (exec/rejoin) and a serving replica's
+// (exec/replicate) are pure: the packages import only the standard
+// library, so nothing in them can do I/O on the job's behalf or block on
+// a peer.
 func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
-	pkgs := goListDeps(t, module+"/exec/rejoin")
-	p, ok := pkgs[module+"/exec/rejoin"]
-	if !ok {
-		t.Fatal("go list did not list exec/rejoin")
-	}
-	for _, d := range p.Deps {
-		if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
-			t.Errorf("exec/rejoin depends on %s, which is not in the standard library", d)
+	for _, pkg := range []string{"exec/rejoin", "exec/replicate"} {
+		_, p := depsOf(t, pkg)
+		for _, d := range p.Deps {
+			if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
+				t.Errorf("%s depends on %s, which is not in the standard library", pkg, d)
+			}
 		}
 	}
+}
+
+// Every package says its one job in its package comment ("Package x
+// ...", or "Command psgraph ..." for main), as go doc shows it: a new
+// package without one fails here.
+func TestEveryPackageHasADocComment(t *testing.T) {
+	gobin := goCommand(t)
+	out, err := exec.Command(gobin, "list", "-json=ImportPath,Name,Doc", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	n := 0
+	for {
+		var p struct{ ImportPath, Name, Doc string }
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		n++
+		want := "Package " + p.Name + " "
+		if p.Name == "main" {
+			want = "Command "
+		}
+		if !strings.HasPrefix(p.Doc, want) {
+			t.Errorf("%s has no package comment starting %q (go doc shows %q): say its one job in a doc.go", p.ImportPath, want, p.Doc)
+		}
+	}
+	if n < 30 {
+		t.Fatalf("go list listed %d packages: the listing is wrong", n)
+	}
+}
+
+// depsOf lists the package at path rel in the module with its
+// dependencies, and returns that package too.
+func depsOf(t *testing.T, rel string) (map[string]listed, listed) {
+	t.Helper()
+	pkgs := goListDeps(t, module+"/"+rel)
+	p, ok := pkgs[module+"/"+rel]
+	if !ok {
+		t.Fatalf("go list did not list %s", rel)
+	}
+	return pkgs, p
 }
 
 type listed struct {
@@ -124,13 +183,7 @@ type listed struct {
 // of the toolchain running the test.
 func goListDeps(t *testing.T, patterns ...string) map[string]listed {
 	t.Helper()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		if gobin, err = exec.LookPath("go"); err != nil {
-			t.Skip("no go command to list packages with")
-		}
-	}
-	cmd := exec.Command(gobin, append([]string{"list", "-deps", "-json=ImportPath,Imports,Deps"}, patterns...)...)
+	cmd := exec.Command(goCommand(t), append([]string{"list", "-deps", "-json=ImportPath,Imports,Deps"}, patterns...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -149,6 +202,19 @@ func goListDeps(t *testing.T, patterns ...string) map[string]listed {
 		pkgs[p.ImportPath] = p
 	}
 	return pkgs
+}
+
+// goCommand is the go command of the toolchain running the test (the
+// test skips without one).
+func goCommand(t *testing.T) string {
+	t.Helper()
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		if gobin, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command to list packages with")
+		}
+	}
+	return gobin
 }
 
 // under reports whether package p is dir or below it.

@@ -7,6 +7,11 @@ import (
 	"os"
 
 	"github.com/psgraph/psgraph/cmd"
+	"github.com/psgraph/psgraph/exec/launch"
 )
 
-func main() { os.Exit(cmd.Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	code := cmd.Main(os.Args[1:], os.Stdout, os.Stderr)
+	launch.ReportPeakRSS() // to a parent that asked (psgraph train)
+	os.Exit(code)
+}

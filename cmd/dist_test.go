@@ -5,6 +5,7 @@ import (
 	bin "encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
@@ -158,6 +160,7 @@ func freeAddr(t *testing.T) string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
+	peak *launch.Peak // its own peak memory, once it exited
 	out  bytes.Buffer
 	err  lockedBuffer
 	done chan error
@@ -191,10 +194,21 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 // startCmd starts any program (e.g. ip netns exec psgraph ...) as a proc.
 func startCmd(t *testing.T, name string, env []string, program string, args ...string) *proc {
 	t.Helper()
+	return startCmdIn(t, name, env, nil, program, args...)
+}
+
+// startCmdIn is startCmd with standard input (nil: none).
+func startCmdIn(t *testing.T, name string, env []string, stdin io.Reader, program string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(program, args...), done: make(chan error, 1)}
 	p.cmd.Dir = ".."
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	p.cmd.Stdin = stdin
+	var err error
+	if p.peak, err = launch.Measure(p.cmd); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +216,7 @@ func startCmd(t *testing.T, name string, env []string, program string, args ...s
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		<-p.done
+		p.peak.Bytes() // closes its pipe
 	})
 	return p
 }
@@ -260,6 +275,47 @@ func TestRolesByHandReverseOrderEqualLocal(t *testing.T) {
 				}
 			}
 			equalToLocal(t, local, dist, "2x2 sync")
+		})
+	}
+}
+
+// More pservers than parameter blocks (the digits MLP has 4): the
+// pservers that hold nothing stay until the trainers are done, so the job
+// ends as any other does. Before, they said "every trainer is done" at
+// once and exited; every trainer then lost them, tried to reconnect until
+// --connect-timeout (a minute by default) and only then finished, still
+// exit 0. Here the trainers get 3 s to reconnect, and no trainer or
+// pserver may have lost a peer.
+func TestMorePServersThanBlocksEndQuietly(t *testing.T) {
+	for _, c := range []struct{ trainers, pservers int }{{1, 6}, {4, 8}} {
+		t.Run(fmt.Sprintf("%dx%d", c.trainers, c.pservers), func(t *testing.T) {
+			plan := filepath.Join(t.TempDir(), "plan")
+			r := psgraph(t, "split", "examples/digits-mlp.yaml", "--trainers", fmt.Sprint(c.trainers), "--pservers", fmt.Sprint(c.pservers), "-o", plan)
+			if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "hold nothing") {
+				t.Fatalf("split: exit %d, want a warning that some pservers hold nothing\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			env := []string{"PSGRAPH_TOKEN=test-token"}
+			var addrs []string
+			var procs []*proc
+			for i := range c.pservers {
+				addrs = append(addrs, freeAddr(t))
+				procs = append(procs, start(t, fmt.Sprintf("pserver-%d", i), env, "run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", addrs[i]))
+			}
+			for i := range c.trainers {
+				procs = append(procs, start(t, fmt.Sprintf("trainer-%d", i), env, "run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan,
+					"--pserver-endpoints", strings.Join(addrs, ","), "--steps", "200", "--connect-timeout", "3s"))
+			}
+			for _, p := range procs {
+				r := p.wait(t, 2*time.Minute)
+				if r.code != 0 {
+					t.Fatalf("%s exit %d\n%s", p.name, r.code, r.stderr)
+				}
+				for _, bad := range []string{"connection lost", "reconnecting", "giving up", "after the last step", "lost a trainer"} {
+					if strings.Contains(r.stderr, bad) {
+						t.Errorf("%s logged %q: a peer went away before the job ended\n%s", p.name, bad, r.stderr)
+					}
+				}
+			}
 		})
 	}
 }

@@ -178,7 +178,7 @@ and received, docs/runtime.md).`,
 	f.IntVar(&o.steps, "steps", 0, "training steps, at least 1 (default: the model's train.steps or train.epochs)")
 	f.IntVar(&o.batch, "batch", 0, "per-trainer batch size (default: the model's train.batch)")
 	f.StringVar(&o.initFrom, "init-from", "", "local, pserver: load initial parameters by name from a safetensors file (a local run also takes a saved model's normalization statistics); trainer: only what it holds (the model's own state, a parameter placed on it) and the normalization statistics")
-	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file; pserver: write its shards of the lookup tables (psgraph train merges them into trainer 0's file)")
+	f.StringVar(&o.save, "save", "", "local, trainer: write the final parameters to a safetensors file; pserver: write its shards of the fixed lookup tables (trainer 0's --save holds the whole model, tables included)")
 	f.StringVar(&o.metrics, "metrics", "", "local, trainer: write one JSON object per logged step to this file")
 	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
@@ -256,7 +256,7 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 	sum, err := trainer.Train(c.Context(), g, trainer.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
 		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck, Prom: prom.Node(),
-		FinalPass: finalPass(c),
+		FinalPass: finalPass(c), Stop: c.Context().Done(),
 	})
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/exec/modelfile"
 )
 
@@ -93,9 +92,9 @@ func TestHandRunTableJobSavesWholeModel(t *testing.T) {
 	}
 }
 
-// maxRSS is a finished process's peak resident memory in bytes (0 where
-// it is not measured).
-func maxRSS(p *proc) int64 { return launch.PeakRSS(p.cmd.ProcessState) }
+// maxRSS is a finished process's peak resident memory in bytes, as it
+// reported it (0 where it is not measured).
+func maxRSS(p *proc) int64 { return p.peak.Bytes() }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 

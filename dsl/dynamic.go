@@ -1,7 +1,6 @@
 package dsl
 
 import (
-	"fmt"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -21,7 +20,8 @@ type Dynamic struct {
 	// Probability, in (0, 1]: each sighting from the MinCount-th on
 	// admits the key with this probability (0: not given, always).
 	Probability float64
-	// SketchBytes is the admission sketch's memory (0: the default, 1 MiB).
+	// SketchBytes bounds the admission sketch's memory, which grows with
+	// the distinct keys seen (0: the default, 64 MiB).
 	SketchBytes int
 	// TTLSteps > 0 removes a row unseen for that many steps.
 	TTLSteps int
@@ -236,9 +236,4 @@ func (g *Graph) checkDynamicReaders() ErrorList {
 		}
 	}
 	return errs
-}
-
-// dynamicWhat names a dynamic table in messages.
-func dynamicWhat(name string, dy *Dynamic) string {
-	return fmt.Sprintf("dynamic table %s (dim %d)", name, dy.Dim)
 }

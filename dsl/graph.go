@@ -221,10 +221,6 @@ func (c *Column) IDType() ir.DType {
 	return ir.I32
 }
 
-// Hashed says whether an ids spec hashes its fields' bytes: into buckets
-// (hash_buckets) or into 64-bit keys (key: hash64).
-func (c *Column) Hashed() bool { return c.HashBuckets > 0 || c.KeyType == KeyHash64 }
-
 // Key is the spec's place in the data section, as messages name it:
 // data.features, data.label, data.ids, or data.ids[1] in a list of specs.
 func (c *Column) Key() string { return c.what }
@@ -272,7 +268,10 @@ type Data struct {
 	Header bool
 	// Eval is the held-out data (data.eval); nil: none.
 	Eval *Eval
-	Pos  Pos
+	// Online is the online source (kafka, csv: "-", a directory, follow:
+	// true); nil: a file read whole or in epochs, or synthetic rows.
+	Online *Online
+	Pos    Pos
 }
 
 // Columns lists the specs of the data variables in the order a batch's

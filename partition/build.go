@@ -193,7 +193,7 @@ func (b *trainerBuild) add(op *dsl.Op) {
 			continue
 		}
 		if gr.table {
-			inputs[i] = FetchedName(in) // lookups read the rows the trainer fetched
+			inputs[i] = ops.FetchedName(in) // lookups read the rows the trainer fetched
 		}
 		if gr.pin == trainerNode || b.received[in] {
 			continue
@@ -229,7 +229,7 @@ func (b *trainerBuild) receive(gr *group, in string) {
 		if gr.param.IsDynamic() {
 			// Each lookup reads the fetched rows by the positions of its keys.
 			for _, ids := range b.tableIDs[in] {
-				pos := newOp("dyn_pos", []string{FetchedName(in), ids}, []string{dsl.DynamicPosName(in, ids)}, gr.param.Pos, attr{"var", in})
+				pos := newOp("dyn_pos", []string{ops.FetchedName(in), ids}, []string{dsl.DynamicPosName(in, ids)}, gr.param.Pos, attr{"var", in})
 				pos.Section = dsl.Forward
 				t.Ops = append(t.Ops, pos)
 			}
@@ -414,10 +414,6 @@ func rowAligned(v, p ir.Shape, table bool) bool {
 	return true
 }
 
-// FetchedName is the trainer's variable holding the rows of lookup table
-// p that it fetched this step.
-func FetchedName(p string) string { return p + "@fetched" }
-
 // tableIDs lists, for each sharded table, the ids variables of its
 // lookups (lookup_table, embedding_bag: ops.ReadsTable), sorted, each once.
 func (s *splitter) tableIDs(trainerOps []*dsl.Op) map[string][]string {
@@ -440,7 +436,7 @@ func (s *splitter) tableIDs(trainerOps []*dsl.Op) map[string][]string {
 // lookup of the table, deduplicated, sent to the shards that own them;
 // padding ids (< 0, an embedding_bag's) are not fetched.
 func (s *splitter) fetchOp(gr *group, ids []string) *dsl.Op {
-	op := newOp("fetch_rows", ids, []string{FetchedName(gr.param.Name)}, gr.param.Pos,
+	op := newOp("fetch_rows", ids, []string{ops.FetchedName(gr.param.Name)}, gr.param.Pos,
 		attr{"var", gr.param.Name}, attr{"shards", s.opt.PServers}, attr{"shape", []int(gr.param.Shape.Clone())})
 	op.Section = dsl.Forward
 	return op

@@ -108,7 +108,7 @@ func (s *splitter) bundleTrainer(t *dsl.Graph, tables []string) []string {
 		}
 		kept := members[:0]
 		for _, tb := range members {
-			if !needs[FetchedName(tb)] && !hoist[fetchOf[tb]] {
+			if !needs[ops.FetchedName(tb)] && !hoist[fetchOf[tb]] {
 				kept = append(kept, tb)
 			}
 		}
@@ -127,7 +127,7 @@ func (s *splitter) bundleTrainer(t *dsl.Graph, tables []string) []string {
 	for _, tb := range members {
 		f := t.Ops[fetchOf[tb]]
 		ids = append(ids, f.Inputs...)
-		fetched = append(fetched, FetchedName(tb))
+		fetched = append(fetched, ops.FetchedName(tb))
 		groups = append(groups, len(f.Inputs))
 		shapes = append(shapes, f.Attrs.Ints("shape")...)
 		drop[fetchOf[tb]] = true

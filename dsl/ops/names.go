@@ -51,3 +51,7 @@ const TableBundle = "tables@bundle"
 
 // FetchedSuffix ends the trainer's variable of a table's fetched rows.
 const FetchedSuffix = "@fetched"
+
+// FetchedName is the trainer's variable holding the rows of lookup table
+// p that it fetched this step.
+func FetchedName(p string) string { return p + FetchedSuffix }

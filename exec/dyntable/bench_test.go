@@ -248,7 +248,7 @@ func BenchmarkUpdateCols(b *testing.B) {
 }
 
 // BenchmarkAdmit is the steady state of a table at its capacity: 2M rows
-// (LRU, ttl 1000 steps, min_count 2 with the default 1 MiB sketch), each
+// (LRU, ttl 1000 steps, min_count 2 with the default sketch), each
 // step a batch of which a quarter are keys never seen before (half of
 // those seen a second time a step later, and admitted then), so every
 // step admits, evicts by capacity and reuses the evicted rows' memory;

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"time"
 )
 
 // A cut is the table as it was at one instant, written out while the
@@ -103,9 +102,10 @@ type Cut struct {
 	// copied (a Delta's count counts the others from the arena).
 	countedBefore bitset
 	skCursor      int
-	skSaved       [][]byte // per sketch chunk: its copy
+	skSaved       [][]byte // per sketch chunk of the cut: its copy
+	skChunks      int      // the sketch's chunks at the cut
+	skKeys        int64    // the sketch's keys of its newest generation at the cut
 	savedRows     int      // records copied to the arena
-	maxHold       time.Duration
 	// holding, when set (by tests), is called when a batch takes the
 	// table's lock and when it lets it go.
 	holding func(taken bool)
@@ -189,7 +189,10 @@ func (t *Table) Cut(kind Kind) (*Cut, error) {
 		saved: saved, arena: arena{stride: t.rows.stride}}
 	c.saved.grow(int(c.end))
 	if t.sk != nil {
-		c.skSaved = make([][]byte, t.sk.chunks())
+		// The sketch's chunks now: a generation added later is the next
+		// delta's.
+		c.skChunks, c.skKeys = t.sk.chunks(), t.sk.keys
+		c.skSaved = make([][]byte, c.skChunks)
 	}
 	c.copying = true
 	t.cut = c
@@ -241,7 +244,7 @@ func (c *Cut) saveRow(slot int32) {
 }
 
 func (c *Cut) saveChunk(chunk int) {
-	if chunk < c.skCursor || (c.kind == Delta && !c.chunks.has(int32(chunk))) || c.skSaved[chunk] != nil {
+	if chunk < c.skCursor || chunk >= c.skChunks || (c.kind == Delta && !c.chunks.has(int32(chunk))) || c.skSaved[chunk] != nil {
 		return
 	}
 	c.skSaved[chunk] = append([]byte(nil), c.t.sk.b[chunk<<chunkBits:(chunk+1)<<chunkBits]...)
@@ -367,13 +370,11 @@ func (c *Cut) eachRow(fn func(b *Batch) error) (int64, error) {
 			return errAborted
 		}
 		c.arena.ready = append(c.arena.ready, ready...)
-		t0 := time.Now()
 		if c.holding != nil {
 			c.holding(true)
 		}
 		body()
 		low = len(c.arena.ready) < readyChunks/2
-		c.maxHold = max(c.maxHold, time.Since(t0))
 		if c.holding != nil {
 			c.holding(false)
 		}
@@ -419,14 +420,14 @@ func (c *Cut) eachChunk(fn func(i int, b []byte) error) error {
 	}
 	buf := make([]byte, 64*chunkBytes)
 	ids := make([]int, 0, 64)
-	for c.skCursor < t.sk.chunks() {
+	for c.skCursor < c.skChunks {
 		ids, buf = ids[:0], buf[:0]
 		t.mu.Lock()
 		if c.done {
 			t.mu.Unlock()
 			return errAborted
 		}
-		hi := min(c.skCursor+64, t.sk.chunks())
+		hi := min(c.skCursor+64, c.skChunks)
 		for i := c.skCursor; i < hi; i++ {
 			if c.kind == Delta && !c.chunks.has(int32(i)) {
 				continue
@@ -451,10 +452,10 @@ func (c *Cut) chunkCount() int {
 	case c.t.sk == nil:
 		return 0
 	case c.kind != Delta:
-		return c.t.sk.chunks()
+		return c.skChunks
 	}
 	n := 0
-	for i := range c.t.sk.chunks() {
+	for i := range c.skChunks {
 		if c.chunks.has(int32(i)) {
 			n++
 		}
@@ -546,15 +547,6 @@ func (c *Cut) close() {
 	c.copying = false
 	c.arena, c.saved, c.countedBefore, c.skSaved = arena{}, nil, nil, nil
 	c.t.cut = nil
-}
-
-// MaxHold is the longest the cut's writing held the table's lock for
-// one batch: the longest a lookup waited for it (for the log line of a
-// checkpoint).
-func (c *Cut) MaxHold() time.Duration {
-	c.t.mu.Lock()
-	defer c.t.mu.Unlock()
-	return c.maxHold
 }
 
 func (c *Cut) String() string {

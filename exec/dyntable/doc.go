@@ -32,8 +32,9 @@
 // Memory per live row is 8 (key) + 8 (meta) + 4*(Dim+StateWidth) + ~13
 // (index) bytes: 161 bytes for Dim 16 with adagrad's 16 floats of state,
 // 1.26 x its 128 bytes of floats (BenchmarkLookup, B/row and heapB/row,
-// the latter measured on the Go heap), plus the sketch and a partly
-// filled page and segment per table.
+// the latter measured on the Go heap), plus the admission sketch (from
+// 1 MiB, about 4 bytes per distinct key seen past its first generation)
+// and a partly filled page and segment per table.
 //
 // # Rows
 //
@@ -62,17 +63,20 @@
 //
 // With Config.MinCount N > 1 a key gets a row at its N-th sighting (the
 // counts passed to Lookup: occurrences in the batch, or 1 per request).
-// Sightings of keys without a row are counted in a sketch of
-// Config.SketchBytes (default 1 MiB): a Bloom filter of 4 hashes that
-// remembers first sightings, then a count-min sketch of 4 rows of 8-bit
-// counters with conservative update (min_count 2 needs the filter only).
-// The sketch never undercounts; it admits a key early when other keys
-// cover all its cells: at 1 MiB, 0.05% of 500,000 keys seen once under
-// min_count 2 (0.2% for the last of them), as the filter's false-positive
-// rate predicts; with min_count 3, 8.6% of 250,000 keys seen twice
-// (TestFalseAdmissionRate). Size it to the distinct keys a shard sees:
-// about 2 bytes per key seen once keeps min_count 2's false admissions
-// under 0.3%. With Config.AdmitProb p each sighting from the N-th on
+// Sightings of keys without a row are counted in a sketch: a Bloom
+// filter of 4 hashes that remembers first sightings, then a count-min
+// sketch of 4 rows of 8-bit counters with conservative update (min_count
+// 2 needs the filter only). The sketch never undercounts; it admits a key
+// early when other keys cover all its cells: in a sketch of a fixed
+// 1 MiB, 0.05% of 500,000 keys seen once under min_count 2 (0.2% for the
+// last of them), as the filter's false-positive rate predicts; with
+// min_count 3, 8.6% of 250,000 keys seen twice (TestFalseAdmissionRate).
+// So the sketch grows with the distinct keys it sees, from 1 MiB in
+// generations of twice the size, up to Config.SketchBytes (default
+// 64 MiB; sketch.go), which keeps the false admissions under 1% of the
+// keys rightly admitted: 0.46% for 10M sightings of 2M distinct keys,
+// in 7 MiB (TestFalseAdmissionsAtScale; docs/runtime.md, "Admission").
+// With Config.AdmitProb p each sighting from the N-th on
 // admits with probability p, drawn from (seed, key, sighting number): a
 // key seen k times has a row with probability 1-(1-p)^k, whatever the
 // order of arrival (TestAdmissionProbability). Exact counting on keys
@@ -203,10 +207,12 @@
 // *os.File), Commit the file, then Commit the cut (Abort it on any
 // error); list the files of the chain in the node's manifest. Restore: New
 // with the same Config, Apply the snapshot, then each delta in order.
-// Model files (--save): Cut(Export) and WriteSafetensors(file, name,
-// Model) per pserver, then MergeModels joins the shards' files into one
-// (their keys are disjoint: it concatenates their tensors;
-// TestMergeModels). eval and predict: LoadModel, then Read.
+// Model files (--save) hold a table whole, as its keys and their rows
+// (exec/program.TableEntries): a local run reads them from its table,
+// trainer 0 of a split job pulls them from every shard (exec/trainer);
+// eval and predict read them back into a table (exec/program.ReadTable),
+// then Read. WriteSafetensors(file, name, Model) and LoadModel do the
+// same for one table's own files.
 // Adam's scalar state (beta powers) stays an ordinary variable: only
 // per-row state lives in the table.
 package dyntable

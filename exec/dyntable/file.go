@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+
+	"github.com/psgraph/psgraph/internal/safetensors"
 )
 
 // Layout is what a cut's file holds.
@@ -22,9 +25,14 @@ const (
 	ModelWithState
 )
 
+// KeysName is the tensor holding table name's keys (int64 [n]) in every
+// file of a table, a model file's included; the tensor name itself holds
+// their rows (float32 [n, dim]).
+func KeysName(name string) string { return name + ".keys" }
+
 // FormatVersion is the "psgraph.dyntable" metadata of the files this
 // package writes.
-const FormatVersion = "1"
+const FormatVersion = "2"
 
 // The tensors of a cut's file, for a table named <name> holding n rows
 // (docs: doc.go, "Files"):
@@ -58,37 +66,38 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size 
 		return 0, err
 	}
 	ckpt := layout == Checkpoint
-	tensors := []stTensor{{name + ".keys", "I64", []int64{n}}, {name, "F32", []int64{n, d}}}
+	tensors := []safetensors.Tensor{tensorOf(KeysName(name), "I64", n), tensorOf(name, "F32", n, d)}
 	if !ckpt && layout != ModelWithState {
 		sw = 0
 	}
 	if sw > 0 {
-		tensors = append(tensors, stTensor{name + ".state", "F32", []int64{n, sw}})
+		tensors = append(tensors, tensorOf(name+".state", "F32", n, sw))
 	}
 	if ckpt {
-		tensors = append(tensors, stTensor{name + ".meta", "U64", []int64{n}})
+		tensors = append(tensors, tensorOf(name+".meta", "U64", n))
 	}
 	if ckpt || c.kind == Delta {
-		tensors = append(tensors, stTensor{name + ".removed", "I64", []int64{int64(len(c.removed))}})
+		tensors = append(tensors, tensorOf(name+".removed", "I64", int64(len(c.removed))))
 	}
 	m := int64(c.chunkCount())
 	if ckpt && t.sk != nil {
-		tensors = append(tensors, stTensor{name + ".sketch_chunks", "I64", []int64{m}}, stTensor{name + ".sketch", "U8", []int64{m, chunkBytes}})
+		tensors = append(tensors, tensorOf(name+".sketch_chunks", "I64", m), tensorOf(name+".sketch", "U8", m, chunkBytes))
 	}
-	l, err := layoutSafetensors(tensors, c.metadata(name, layout, sw))
+	l, err := safetensors.Encode(tensors, c.metadata(name, layout, sw))
 	if err != nil {
 		return 0, err
 	}
-	if _, err := w.WriteAt(l.header, 0); err != nil {
+	at := starts(tensors, l)
+	if _, err := w.WriteAt(l.Header, 0); err != nil {
 		return 0, err
 	}
 	if ckpt && t.sk != nil {
 		ids := make([]int64, 0, m)
-		at := l.start[name+".sketch"]
+		sk := at[name+".sketch"]
 		err := c.eachChunk(func(i int, b []byte) error {
 			ids = append(ids, int64(i))
-			_, err := w.WriteAt(b, at)
-			at += int64(len(b))
+			_, err := w.WriteAt(b, sk)
+			sk += int64(len(b))
 			return err
 		})
 		if err != nil {
@@ -97,15 +106,11 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size 
 		if int64(len(ids)) != m {
 			return 0, fmt.Errorf("dynamic table %s: internal error: %d sketch chunks written of %d", name, len(ids), m)
 		}
-		if _, err := w.WriteAt(bytesOf(ids), l.start[name+".sketch_chunks"]); err != nil {
+		if _, err := w.WriteAt(bytesOf(ids), at[name+".sketch_chunks"]); err != nil {
 			return 0, err
 		}
 	} else {
 		c.skipSketch()
-	}
-	at := map[string]int64{}
-	for _, x := range tensors {
-		at[x.name] = l.start[x.name]
 	}
 	put := func(name string, b []byte) error {
 		o, ok := at[name]
@@ -117,7 +122,7 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size 
 		return err
 	}
 	got, err := c.eachRow(func(b *Batch) error {
-		if err := put(name+".keys", bytesOf(b.Keys)); err != nil {
+		if err := put(KeysName(name), bytesOf(b.Keys)); err != nil {
 			return err
 		}
 		if err := put(name, bytesOf(b.Values)); err != nil {
@@ -137,7 +142,7 @@ func (c *Cut) WriteSafetensors(w io.WriterAt, name string, layout Layout) (size 
 	if err := put(name+".removed", bytesOf(c.removed)); err != nil {
 		return 0, err
 	}
-	return l.size, nil
+	return l.Size, nil
 }
 
 // Each hands an Export's rows to fn batch by batch (a custom sink:
@@ -157,10 +162,6 @@ func (c *Cut) Each(fn func(b *Batch) error) error {
 	c.finish(err == nil)
 	return err
 }
-
-// Removed is the keys removed since the previous cut (valid until Commit
-// or Abort).
-func (c *Cut) Removed() []int64 { return c.removed }
 
 func (c *Cut) metadata(name string, layout Layout, stateWidth int64) map[string]string {
 	t := c.t
@@ -184,10 +185,8 @@ func (c *Cut) metadata(name string, layout Layout, stateWidth int64) map[string]
 	for k, v := range configMeta(cfg) {
 		m[k] = v
 	}
-	m["sketch_bytes"] = "0"
-	if t.sk != nil {
-		m["sketch_bytes"] = i(int64(len(t.sk.b)))
-	}
+	m["sketch_bytes"] = i(int64(c.skChunks) * chunkBytes)
+	m["sketch_keys"] = i(c.skKeys)
 	m["watermark"] = i(c.w)
 	m["live"] = i(c.live)
 	for k, name := range counterNames {
@@ -209,6 +208,9 @@ func configMeta(cfg *Config) map[string]string {
 		"ttl_steps":  strconv.FormatInt(cfg.TTL, 10),
 		"capacity":   strconv.Itoa(cfg.Capacity),
 		"evict":      cfg.Evict.String(),
+		// the bound of the admission sketch (0: none), whose generations
+		// a restore grows through to the file's sketch_bytes
+		"sketch_limit": strconv.Itoa(cfg.sketchLimit()),
 	}
 }
 
@@ -220,7 +222,7 @@ func configMeta(cfg *Config) map[string]string {
 // read error or a malformed row while applying leaves the table part
 // restored, to be discarded.
 func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
-	f, err := openSafetensors(r, size, "dynamic table "+name)
+	f, err := safetensors.Decode(r, size, "dynamic table "+name)
 	if err != nil {
 		return err
 	}
@@ -233,13 +235,18 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	if err != nil {
 		return err
 	}
-	ts, err := t.tensorsOf(f, name, sc.kind)
+	ts, err := t.tensorsOf(f, name, sc)
 	if err != nil {
 		return err
 	}
 	// The scalars first: rows already here that the watermark kills die.
 	t.now = uint32(sc.step)
 	t.raise(sc.w)
+	if t.sk != nil {
+		t.sk.growTo(int(sc.skBytes)) // checked: it reaches them
+		t.skDirty.grow(t.sk.chunks())
+		t.sk.keys = sc.skKeys
+	}
 	if err := t.applyFile(f, ts, sc.step); err != nil {
 		return err
 	}
@@ -250,7 +257,7 @@ func (t *Table) Apply(r io.ReaderAt, size int64, name string) error {
 	clear(t.skDirty)
 	t.removed = t.removed[:0]
 	if t.live != sc.live {
-		return fmt.Errorf("%s: the table holds %d live rows after it, the file says %d: the files do not belong together", f.what, t.live, sc.live)
+		return fmt.Errorf("%s: the table holds %d live rows after it, the file says %d: the files do not belong together", f.What(), t.live, sc.live)
 	}
 	return nil
 }
@@ -261,15 +268,24 @@ type chainScalars struct {
 	step, w, live int64
 	seq, base     uint64
 	counters      [5]uint64
+	// the admission sketch's bytes at the cut and the keys of its newest
+	// generation
+	skBytes, skKeys int64
 }
 
 // checkChain checks a checkpoint file's metadata against the table: its
 // format, layout and configuration, and its place in the chain the table
 // was restored along so far; it returns the file's scalars.
-func (t *Table) checkChain(f *stFile) (chainScalars, error) {
+func (t *Table) checkChain(f *safetensors.File) (chainScalars, error) {
 	var sc chainScalars
-	what, meta := f.what, f.meta
+	what, meta := f.What(), f.Meta
 	if meta["psgraph.dyntable"] != FormatVersion {
+		if v := meta["psgraph.dyntable"]; v == "1" {
+			// Format 1 had a fixed 1 MiB admission sketch; its checkpoints
+			// do not say how far a growing sketch got. Its model files
+			// (layout "model") are read as before.
+			return sc, fmt.Errorf("%s is a checkpoint of dynamic-table format 1, written by an earlier psgraph; format %s's admission sketch grows, and a format-1 chain cannot be resumed: resume it with the psgraph that wrote it, or start a new run from its saved model (--init-from MODEL.safetensors)", what, FormatVersion)
+		}
 		return sc, fmt.Errorf("%s is not a dynamic table file of format %s (metadata %q)", what, FormatVersion, meta["psgraph.dyntable"])
 	}
 	if meta["layout"] != "checkpoint" {
@@ -277,10 +293,6 @@ func (t *Table) checkChain(f *stFile) (chainScalars, error) {
 	}
 	want := configMeta(&t.cfg)
 	want["dim"], want["state_width"] = strconv.Itoa(t.dim), strconv.Itoa(t.width-t.dim)
-	want["sketch_bytes"] = "0"
-	if t.sk != nil {
-		want["sketch_bytes"] = strconv.Itoa(len(t.sk.b))
-	}
 	for _, k := range sortedKeys(want) {
 		if meta[k] != want[k] {
 			return sc, fmt.Errorf("%s was written by a table with %s %s; this table has %s (restore with the model's configuration, or start afresh)", what, k, meta[k], want[k])
@@ -297,7 +309,7 @@ func (t *Table) checkChain(f *stFile) (chainScalars, error) {
 	for _, x := range []struct {
 		k string
 		v *int64
-	}{{"step", &sc.step}, {"watermark", &sc.w}, {"live", &sc.live}} {
+	}{{"step", &sc.step}, {"watermark", &sc.w}, {"live", &sc.live}, {"sketch_bytes", &sc.skBytes}, {"sketch_keys", &sc.skKeys}} {
 		if *x.v, err = strconv.ParseInt(meta[x.k], 10, 64); err != nil {
 			return sc, fmt.Errorf("%s: metadata %s %q is not a number", what, x.k, meta[x.k])
 		}
@@ -332,6 +344,8 @@ func (t *Table) checkChain(f *stFile) (chainScalars, error) {
 		return sc, fmt.Errorf("%s is of step %d; this table is at step %d", what, sc.step, t.now)
 	case sc.w < t.w:
 		return sc, fmt.Errorf("%s has eviction watermark %d below this table's %d", what, sc.w, t.w)
+	case t.sk == nil && sc.skBytes != 0, t.sk != nil && (sc.skBytes > int64(t.sk.limit) || !t.sk.reaches(int(sc.skBytes))), sc.skKeys < 0:
+		return sc, fmt.Errorf("%s: an admission sketch of %d bytes (%d keys in its newest part), which this table's (%d bytes, at most %d) does not grow to", what, sc.skBytes, sc.skKeys, t.skBytes(), t.cfg.sketchLimit())
 	}
 	return sc, nil
 }
@@ -339,55 +353,56 @@ func (t *Table) checkChain(f *stFile) (chainScalars, error) {
 // fileTensors are the tensors of a checkpoint file, checked against the
 // table's widths, and the ids of its sketch chunks.
 type fileTensors struct {
-	keys, vals, state, metas, removed, chunks stEntry
+	keys, vals, state, metas, removed, chunks safetensors.Entry
 	n, d, sw                                  int64
 	ids                                       []int64
 }
 
 // tensorsOf finds a checkpoint file's tensors of table name and checks
 // their shapes (and the sketch chunk ids) before anything is applied.
-func (t *Table) tensorsOf(f *stFile, name, kind string) (*fileTensors, error) {
+func (t *Table) tensorsOf(f *safetensors.File, name string, sc chainScalars) (*fileTensors, error) {
 	ts := &fileTensors{d: int64(t.dim), sw: int64(t.width - t.dim)}
 	var err error
-	if ts.keys, err = f.tensor(name+".keys", "I64", -1); err != nil {
+	if ts.keys, err = f.Want(KeysName(name), "I64", -1); err != nil {
 		return nil, err
 	}
 	ts.n = ts.keys.Shape[0]
-	if ts.vals, err = f.tensor(name, "F32", ts.n, ts.d); err != nil {
+	if ts.vals, err = f.Want(name, "F32", ts.n, ts.d); err != nil {
 		return nil, err
 	}
 	if ts.sw > 0 {
-		if ts.state, err = f.tensor(name+".state", "F32", ts.n, ts.sw); err != nil {
+		if ts.state, err = f.Want(name+".state", "F32", ts.n, ts.sw); err != nil {
 			return nil, err
 		}
 	}
-	if ts.metas, err = f.tensor(name+".meta", "U64", ts.n); err != nil {
+	if ts.metas, err = f.Want(name+".meta", "U64", ts.n); err != nil {
 		return nil, err
 	}
-	if ts.removed, err = f.tensor(name+".removed", "I64", -1); err != nil {
+	if ts.removed, err = f.Want(name+".removed", "I64", -1); err != nil {
 		return nil, err
 	}
 	if t.sk == nil {
 		return ts, nil
 	}
-	chunkIDs, err := f.tensor(name+".sketch_chunks", "I64", -1)
+	chunkIDs, err := f.Want(name+".sketch_chunks", "I64", -1)
 	if err != nil {
 		return nil, err
 	}
 	m := chunkIDs.Shape[0]
-	if ts.chunks, err = f.tensor(name+".sketch", "U8", m, chunkBytes); err != nil {
+	if ts.chunks, err = f.Want(name+".sketch", "U8", m, chunkBytes); err != nil {
 		return nil, err
 	}
-	if kind == "snapshot" && int(m) != t.sk.chunks() {
-		return nil, fmt.Errorf("%s: a snapshot of %d sketch chunks for a sketch of %d", f.what, m, t.sk.chunks())
+	chunks := sc.skBytes / chunkBytes
+	if sc.kind == "snapshot" && m != chunks {
+		return nil, fmt.Errorf("%s: a snapshot of %d sketch chunks for a sketch of %d", f.What(), m, chunks)
 	}
 	ts.ids = make([]int64, m)
-	if err := f.read(chunkIDs, 0, bytesOf(ts.ids)); err != nil {
+	if err := f.Read(chunkIDs, 0, bytesOf(ts.ids)); err != nil {
 		return nil, err
 	}
 	for _, id := range ts.ids {
-		if id < 0 || id >= int64(t.sk.chunks()) {
-			return nil, fmt.Errorf("%s: sketch chunk %d of a sketch of %d", f.what, id, t.sk.chunks())
+		if id < 0 || id >= chunks {
+			return nil, fmt.Errorf("%s: sketch chunk %d of a sketch of %d", f.What(), id, chunks)
 		}
 	}
 	return ts, nil
@@ -395,12 +410,12 @@ func (t *Table) tensorsOf(f *stFile, name, kind string) (*fileTensors, error) {
 
 // applyFile applies a checked checkpoint file of step: its removals, its
 // rows and its sketch chunks, a batch of rows at a time.
-func (t *Table) applyFile(f *stFile, ts *fileTensors, step int64) error {
+func (t *Table) applyFile(f *safetensors.File, ts *fileTensors, step int64) error {
 	removed, n, d, sw := ts.removed, ts.n, ts.d, ts.sw
 	rm := make([]int64, min(removed.Shape[0], cutBatch))
 	for at := int64(0); at < removed.Shape[0]; at += int64(len(rm)) {
 		b := rm[:min(int64(len(rm)), removed.Shape[0]-at)]
-		if err := f.read(removed, at*8, bytesOf(b)); err != nil {
+		if err := f.Read(removed, at*8, bytesOf(b)); err != nil {
 			return err
 		}
 		for _, key := range b {
@@ -413,21 +428,21 @@ func (t *Table) applyFile(f *stFile, ts *fileTensors, step int64) error {
 	bs := make([]float32, len(bk)*int(sw))
 	for at := int64(0); at < n; at += int64(len(bk)) {
 		k := min(int64(len(bk)), n-at)
-		if err := f.read(ts.keys, at*8, bytesOf(bk[:k])); err != nil {
+		if err := f.Read(ts.keys, at*8, bytesOf(bk[:k])); err != nil {
 			return err
 		}
-		if err := f.read(ts.metas, at*8, bytesOf(bm[:k])); err != nil {
+		if err := f.Read(ts.metas, at*8, bytesOf(bm[:k])); err != nil {
 			return err
 		}
-		if err := f.read(ts.vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
+		if err := f.Read(ts.vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
 			return err
 		}
-		if err := f.read(ts.state, at*4*sw, bytesOf(bs[:k*sw])); err != nil {
+		if err := f.Read(ts.state, at*4*sw, bytesOf(bs[:k*sw])); err != nil {
 			return err
 		}
 		for i := range k {
 			if bm[i] == freeMeta || t.dead(bm[i]) {
-				return fmt.Errorf("%s: row %d (key %d) was not live at step %d (meta %#x)", f.what, at+i, bk[i], step, bm[i])
+				return fmt.Errorf("%s: row %d (key %d) was not live at step %d (meta %#x)", f.What(), at+i, bk[i], step, bm[i])
 			}
 			if err := t.applyRow(bk[i], bm[i], bv[i*d:(i+1)*d], bs[i*sw:(i+1)*sw]); err != nil {
 				return err
@@ -437,7 +452,7 @@ func (t *Table) applyFile(f *stFile, ts *fileTensors, step int64) error {
 	if t.sk != nil {
 		b := make([]byte, chunkBytes)
 		for i, id := range ts.ids {
-			if err := f.read(ts.chunks, int64(i)*chunkBytes, b); err != nil {
+			if err := f.Read(ts.chunks, int64(i)*chunkBytes, b); err != nil {
 				return err
 			}
 			copy(t.sk.b[id<<chunkBits:], b)
@@ -495,16 +510,16 @@ func (t *Table) applyRow(key int64, meta uint64, vals, state []float32) error {
 // Read gives a key's value, or def (nil: zeros) for a key the file does
 // not hold.
 func LoadModel(r io.ReaderAt, size int64, name string, def []float32) (*Table, error) {
-	f, err := openSafetensors(r, size, "model file")
+	f, err := safetensors.Decode(r, size, "model file")
 	if err != nil {
 		return nil, err
 	}
-	keys, err := f.tensor(name+".keys", "I64", -1)
+	keys, err := f.Want(KeysName(name), "I64", -1)
 	if err != nil {
 		return nil, err
 	}
 	n := keys.Shape[0]
-	vals, err := f.tensor(name, "F32", n, -1)
+	vals, err := f.Want(name, "F32", n, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -517,10 +532,10 @@ func LoadModel(r io.ReaderAt, size int64, name string, def []float32) (*Table, e
 	bv := make([]float32, len(bk)*int(d))
 	for at := int64(0); at < n; at += int64(len(bk)) {
 		k := min(int64(len(bk)), n-at)
-		if err := f.read(keys, at*8, bytesOf(bk[:k])); err != nil {
+		if err := f.Read(keys, at*8, bytesOf(bk[:k])); err != nil {
 			return nil, err
 		}
-		if err := f.read(vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
+		if err := f.Read(vals, at*4*d, bytesOf(bv[:k*d])); err != nil {
 			return nil, err
 		}
 		for i := range k {
@@ -540,110 +555,6 @@ func sortedKeys(m map[string]string) []string {
 	for k := range m {
 		out = append(out, k)
 	}
-	sortStrings(out)
+	slices.Sort(out)
 	return out
-}
-
-// MergeModels writes into w one model file holding table name whole,
-// from the model files its shards' pservers wrote (Export cuts: their
-// keys are disjoint), each tensor the shards' concatenated in the order
-// given; the state is kept when every shard holds it. It returns the
-// file's size. Nothing is held in memory but a buffer.
-func MergeModels(w io.WriterAt, name string, shards []io.ReaderAt, sizes []int64) (int64, error) {
-	if len(shards) == 0 || len(shards) != len(sizes) {
-		return 0, fmt.Errorf("merging table %s: %d shard files with %d sizes", name, len(shards), len(sizes))
-	}
-	type part struct {
-		f            *stFile
-		keys, values stEntry
-		state        *stEntry
-	}
-	parts := make([]part, len(shards))
-	var n, dim, sw int64
-	withState := true
-	for i, r := range shards {
-		f, err := openSafetensors(r, sizes[i], fmt.Sprintf("shard %d of table %s", i, name))
-		if err != nil {
-			return 0, err
-		}
-		p := part{f: f}
-		if p.keys, err = f.tensor(name+".keys", "I64", -1); err != nil {
-			return 0, err
-		}
-		if p.values, err = f.tensor(name, "F32", p.keys.Shape[0], -1); err != nil {
-			return 0, err
-		}
-		if i == 0 {
-			dim = p.values.Shape[1]
-		} else if p.values.Shape[1] != dim {
-			return 0, fmt.Errorf("%s has rows of %d values, shard 0 of %d: the files are not shards of one table", f.what, p.values.Shape[1], dim)
-		}
-		if _, ok := f.entries[name+".state"]; ok {
-			st, err := f.tensor(name+".state", "F32", p.keys.Shape[0], -1)
-			if err != nil {
-				return 0, err
-			}
-			if i > 0 && withState && st.Shape[1] != sw {
-				return 0, fmt.Errorf("%s has %d state columns, shard 0 %d", f.what, st.Shape[1], sw)
-			}
-			sw, p.state = st.Shape[1], &st
-		} else {
-			withState = false
-		}
-		n += p.keys.Shape[0]
-		parts[i] = p
-	}
-	tensors := []stTensor{{name + ".keys", "I64", []int64{n}}, {name, "F32", []int64{n, dim}}}
-	if !withState {
-		sw = 0
-	}
-	if sw > 0 {
-		tensors = append(tensors, stTensor{name + ".state", "F32", []int64{n, sw}})
-	}
-	meta := map[string]string{"psgraph.dyntable": FormatVersion, "table": name, "kind": "export", "dim": strconv.FormatInt(dim, 10),
-		"state_width": strconv.FormatInt(sw, 10), "layout": "model", "shards": strconv.Itoa(len(shards))}
-	if sw > 0 {
-		meta["layout"] = "model+state"
-	}
-	if s, ok := parts[0].f.meta["step"]; ok {
-		meta["step"] = s
-	}
-	l, err := layoutSafetensors(tensors, meta)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := w.WriteAt(l.header, 0); err != nil {
-		return 0, err
-	}
-	buf := make([]byte, 1<<20)
-	copyTensor := func(dst string, src func(p part) *stEntry) error {
-		at := l.start[dst]
-		for _, p := range parts {
-			e := src(p)
-			size := e.Offsets[1] - e.Offsets[0]
-			for off := int64(0); off < size; off += int64(len(buf)) {
-				b := buf[:min(int64(len(buf)), size-off)]
-				if err := p.f.read(*e, off, b); err != nil {
-					return err
-				}
-				if _, err := w.WriteAt(b, at); err != nil {
-					return err
-				}
-				at += int64(len(b))
-			}
-		}
-		return nil
-	}
-	if err := copyTensor(name+".keys", func(p part) *stEntry { return &p.keys }); err != nil {
-		return 0, err
-	}
-	if err := copyTensor(name, func(p part) *stEntry { return &p.values }); err != nil {
-		return 0, err
-	}
-	if sw > 0 {
-		if err := copyTensor(name+".state", func(p part) *stEntry { return p.state }); err != nil {
-			return 0, err
-		}
-	}
-	return l.size, nil
 }

@@ -2,10 +2,10 @@ package dyntable
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -279,55 +279,29 @@ func TestApplyRefusesForeignFiles(t *testing.T) {
 	}
 }
 
-// A table sharded over 3 pservers (ShardOf) and saved as one model file
-// per shard merges into one file that reads every key as its shard does;
-// files of different tables do not merge.
-func TestMergeModels(t *testing.T) {
-	cfg := Config{Dim: 4, StateWidth: 4, Seed: 9, Init: Init{Kind: Normal, Std: 1}}
-	const m = 3
-	var shards []io.ReaderAt
-	var sizes []int64
-	var tabs []*Table
-	for range m {
-		tab, _ := New(cfg)
-		tabs = append(tabs, tab)
-	}
-	keys := make([]int64, 1000)
-	for i := range keys {
-		keys[i] = int64(i)*7 - 300
-		tab := tabs[ShardOf(keys[i], m)]
-		if err := tab.Lookup(keys[i:i+1], nil, make([]int32, 1)); err != nil {
-			t.Fatal(err)
+// A hostile file is refused at its header, before a byte of its data is
+// read: keys whose data offsets [2^63-1, -2^63+7] differ by the 8 bytes
+// of their shape (the end before the begin), or a second tensor over the
+// keys' bytes. LoadModel and Apply name the file and say what is wrong.
+func TestHostileHeadersRefused(t *testing.T) {
+	for name, c := range map[string]struct{ header, want string }{
+		"wrapping offsets": {`{"emb.keys":{"dtype":"I64","shape":[1],"data_offsets":[9223372036854775807,-9223372036854775801]},` +
+			`"emb":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}}`, "do not match shape [1]"},
+		"overlapping tensors": {`{"emb.keys":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},` +
+			`"emb":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}}`, "overlaps"},
+	} {
+		for len(c.header)%8 != 0 {
+			c.header += " "
 		}
-	}
-	for _, tab := range tabs {
-		f := writeCut(t, tab, Export, ModelWithState)
-		shards, sizes = append(shards, f), append(sizes, f.size())
-	}
-	out := &memFile{}
-	if _, err := MergeModels(out, "emb", shards, sizes); err != nil {
-		t.Fatal(err)
-	}
-	merged, err := LoadModel(out, out.size(), "emb", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make([]float32, 4*len(keys))
-	if err := merged.Read(keys, got); err != nil {
-		t.Fatal(err)
-	}
-	for i, k := range keys {
-		want := make([]float32, 4)
-		tabs[ShardOf(k, m)].Read([]int64{k}, want)
-		if !slices.Equal(got[4*i:4*i+4], want) {
-			t.Fatalf("key %d reads %v merged, %v in its shard", k, got[4*i:4*i+4], want)
+		b := binary.LittleEndian.AppendUint64(nil, uint64(len(c.header)))
+		f := &memFile{b: append(append(b, c.header...), make([]byte, 8)...)}
+		if _, err := LoadModel(f, f.size(), "emb", nil); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "not a valid safetensors file") {
+			t.Errorf("LoadModel of %s: %v, want %q", name, err, c.want)
 		}
-	}
-	other, _ := New(Config{Dim: 3})
-	other.Lookup([]int64{1}, nil, make([]int32, 1))
-	f := writeCut(t, other, Export, Model)
-	if _, err := MergeModels(&memFile{}, "emb", []io.ReaderAt{shards[0], f}, []int64{sizes[0], f.size()}); err == nil || !strings.Contains(err.Error(), "not shards of one table") {
-		t.Errorf("merging shards of different tables: %v", err)
+		tab, _ := New(Config{Dim: 2})
+		if err := tab.Apply(f, f.size(), "emb"); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "dynamic table emb") {
+			t.Errorf("Apply of %s: %v, want %q", name, err, c.want)
+		}
 	}
 }
 
@@ -410,5 +384,29 @@ func TestEachExport(t *testing.T) {
 	defer s.Abort()
 	if err := s.Each(func(*Batch) error { return nil }); err == nil {
 		t.Error("Each wrote a snapshot")
+	}
+}
+
+// A checkpoint of format 1 (a fixed admission sketch) is refused with
+// what to do, not resumed into a growing sketch it does not describe.
+func TestFormat1CheckpointRefusedWithAdvice(t *testing.T) {
+	f := writeCut(t, goldenTable(t), Snapshot, Checkpoint)
+	old := []byte(`"psgraph.dyntable":"` + FormatVersion + `"`)
+	if !bytes.Contains(f.b, old) {
+		t.Fatalf("the checkpoint's header has no %s", old)
+	}
+	b := bytes.Replace(f.b, old, []byte(`"psgraph.dyntable":"1"`), 1) // same length: offsets stay
+	tab, err := New(Config{Dim: 3, StateWidth: 2, Seed: 5, Init: Init{Kind: Normal, Std: 0.5},
+		StateInit: []float32{0.1, 0}, MinCount: 2, SketchBytes: 1024, TTL: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tab.Apply(bytes.NewReader(b), int64(len(b)), "emb")
+	if err == nil || !strings.Contains(err.Error(), "format 1") || !strings.Contains(err.Error(), "--init-from") {
+		t.Fatalf("a format-1 checkpoint: %v, want a refusal naming the format and --init-from", err)
+	}
+	// the unchanged file restores
+	if err := tab.Apply(bytes.NewReader(f.b), int64(len(f.b)), "emb"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -64,14 +64,6 @@ func (b *bitset) grow(n int) {
 func (b bitset) set(i int32)      { b[i>>6] |= 1 << (i & 63) }
 func (b bitset) has(i int32) bool { return int(i>>6) < len(b) && b[i>>6]&(1<<(i&63)) != 0 }
 
-func (b bitset) count() int {
-	n := 0
-	for _, w := range b {
-		n += bits.OnesCount64(w)
-	}
-	return n
-}
-
 // or adds the members of o.
 func (b *bitset) or(o bitset) {
 	b.grow(len(o) * 64)

@@ -58,3 +58,11 @@ func (t *Table) Stats() Stats {
 	}
 	return s
 }
+
+// skBytes is the admission sketch's memory (0: none).
+func (t *Table) skBytes() int {
+	if t.sk == nil {
+		return 0
+	}
+	return len(t.sk.b)
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
-	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/trainer"
 	"github.com/psgraph/psgraph/partition"
 )
@@ -104,7 +103,7 @@ func runPaddedTableJob(t *testing.T, g *dsl.Graph, n, m int, opt trainer.RunOpti
 		shards = append(shards, filepath.Join(dir, fmt.Sprintf("pserver-%d.safetensors", i)))
 	}
 	out := filepath.Join(dir, "model.safetensors")
-	if err := modelfile.MergeShards(out, opt.Save, back.PServers, shards); err != nil {
+	if err := mergeShards(out, opt.Save, back.PServers, shards); err != nil {
 		t.Fatal(err)
 	}
 	return out

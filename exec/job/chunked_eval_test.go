@@ -68,7 +68,7 @@ func initialParams(t *testing.T, g *dsl.Graph) program.Scope {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	if err := program.InitPersistent(p, ""); err != nil {
+	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	params := program.Scope{}

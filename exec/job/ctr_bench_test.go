@@ -42,7 +42,7 @@ func BenchmarkCTRExample10M(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	if err := program.InitPersistent(p, ""); err != nil {
+	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		b.Fatal(err)
 	}
 	fs, err := data.OpenStream(g.Data)

@@ -88,7 +88,7 @@ func TestEvaluateStreamInChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := program.InitPersistent(p, ""); err != nil {
+	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	params := program.Scope{}

@@ -366,7 +366,11 @@ func TestJobCheckpointResumeInmem(t *testing.T) {
 }
 
 func resumeStepOf(t *testing.T, dir string, nodes []transport.NodeID) int64 {
-	step, err := modelfile.CommonCheckpoint(dir, nodes)
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.String()
+	}
+	step, err := modelfile.CommonCheckpoint(dir, names)
 	if err != nil {
 		t.Fatal(err)
 	}

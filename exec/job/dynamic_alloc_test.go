@@ -75,7 +75,7 @@ func TestDynamicSplitStepDoesNotAllocate(t *testing.T) {
 			pp = p
 		}
 	}
-	if err := program.InitPersistent(tp, ""); err != nil {
+	if err := program.Init(tp, program.InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	rv := &loopRendezvous{msgs: map[string][]byte{}, width: 4, entry: 12}
@@ -152,7 +152,7 @@ func BenchmarkSplitStepDynamicVsFixed(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer p.Close()
-				if err := program.InitPersistent(p, ""); err != nil {
+				if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 					b.Fatal(err)
 				}
 				parts = append(parts, p)

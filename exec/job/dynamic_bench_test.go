@@ -71,7 +71,7 @@ func newCTRRun(b *testing.B, path, src string) *ctrRun {
 		b.Fatal(err)
 	}
 	b.Cleanup(p.Close)
-	if err := program.InitPersistent(p, ""); err != nil {
+	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		b.Fatal(err)
 	}
 	fs, err := data.OpenStream(g.Data)

@@ -57,7 +57,7 @@ func TestDynamicTTLOverDriftingPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := program.InitPersistent(p, ""); err != nil {
+	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	fs, err := data.OpenStream(g.Data)

@@ -232,7 +232,7 @@ func TestEvalEveryWritesMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prog.Close()
-	if err := program.InitPersistent(prog, ""); err != nil {
+	if err := program.Init(prog, program.InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	shared := program.Scope{}

@@ -192,7 +192,7 @@ func TestTableOptimizersAreLazy(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			if err := program.InitPersistent(p, cancelInit); err != nil {
+			if err := program.Init(p, program.InitOptions{From: cancelInit}); err != nil {
 				t.Fatal(err)
 			}
 			var rowState []string
@@ -285,7 +285,7 @@ func TestNewOptimizerStepDoesNotAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := program.InitPersistent(p, m[1]); err != nil {
+		if err := program.Init(p, program.InitOptions{From: m[1]}); err != nil {
 			t.Fatal(err)
 		}
 		feed := newTestFeed(t, g, p)

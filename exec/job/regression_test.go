@@ -146,7 +146,7 @@ func TestFloatLabelStepDoesNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := program.InitPersistent(p, ""); err != nil {
+	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	set, err := data.Load(g.Data)

@@ -540,10 +540,10 @@ func TestPServerRestartTableInmem(t *testing.T) {
 				sameDense(t, r.saved[0], r.saved[1]) // one model on both trainers
 			}
 			// Trainer 0's file is the whole model, its table pulled from
-			// the pservers (one of them restarted): what MergeShards makes
+			// the pservers (one of them restarted): what mergeShards makes
 			// of the pservers' own shard files, byte for byte.
 			merged := filepath.Join(t.TempDir(), "model.safetensors")
-			if err := modelfile.MergeShards(merged, r.saved[0], plan.PServers, r.shards); err != nil {
+			if err := mergeShards(merged, r.saved[0], plan.PServers, r.shards); err != nil {
 				t.Fatal(err)
 			}
 			sameBytes(t, merged, r.saved[0])

@@ -59,7 +59,7 @@ func BenchmarkSparseTableStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	if err := program.InitPersistent(p, ""); err != nil {
+	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		b.Fatal(err)
 	}
 	set, err := data.Load(g.Data)
@@ -92,7 +92,7 @@ func TestSparseStepDoesNotAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := program.InitPersistent(p, "../../testdata/sparse/init.safetensors"); err != nil {
+		if err := program.Init(p, program.InitOptions{From: "../../testdata/sparse/init.safetensors"}); err != nil {
 			t.Fatal(err)
 		}
 		feed := newTestFeed(t, g, p)

@@ -138,7 +138,7 @@ func TestSparseMomentumIsLazy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := program.InitPersistent(p, "../../testdata/sparse/init.safetensors"); err != nil {
+	if err := program.Init(p, program.InitOptions{From: "../../testdata/sparse/init.safetensors"}); err != nil {
 		t.Fatal(err)
 	}
 	feed := newTestFeed(t, g2, p)

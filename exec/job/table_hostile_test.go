@@ -133,7 +133,7 @@ func tablePart(t *testing.T, j *Job, i int, ep transport.Endpoint) (*program.Pro
 			t.Fatal(err)
 		}
 		t.Cleanup(prog.Close)
-		if err := program.InitPartial(prog, "../../testdata/sparse/init.safetensors", true); err != nil {
+		if err := program.Init(prog, program.InitOptions{From: "../../testdata/sparse/init.safetensors", Partial: true}); err != nil {
 			t.Fatal(err)
 		}
 		ts, err := part.Transfers(1, nil)

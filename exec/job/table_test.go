@@ -43,7 +43,7 @@ func runTableJob(t *testing.T, g *dsl.Graph, n, m int, async bool, opt trainer.R
 		shards = append(shards, filepath.Join(dir, fmt.Sprintf("pserver-%d.safetensors", i)))
 	}
 	out := filepath.Join(dir, "model.safetensors")
-	if err := modelfile.MergeShards(out, opt.Save, plan.PServers, shards); err != nil {
+	if err := mergeShards(out, opt.Save, plan.PServers, shards); err != nil {
 		t.Fatal(err)
 	}
 	// Trainer 0's file is the whole model already, its tables pulled from
@@ -308,7 +308,7 @@ func TestTableShardsInitFromStridedRows(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer prog.Close()
-			if err := program.InitPartial(prog, init, true); err != nil {
+			if err := program.Init(prog, program.InitOptions{From: init, Partial: true}); err != nil {
 				t.Fatal(err)
 			}
 			shard := prog.Scope[fmt.Sprintf("emb.s%d", j)]

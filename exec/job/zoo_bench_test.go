@@ -43,7 +43,7 @@ func BenchmarkZooStep(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer p.Close()
-			if err := program.InitPersistent(p, ""); err != nil {
+			if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 				b.Fatal(err)
 			}
 			set, err := data.Load(g.Data)

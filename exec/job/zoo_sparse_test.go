@@ -222,7 +222,7 @@ func TestZooSparseStepsDoNotAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := program.InitPersistent(p, zooDir+name+"-init.safetensors"); err != nil {
+		if err := program.Init(p, program.InitOptions{From: zooDir + name + "-init.safetensors"}); err != nil {
 			t.Fatal(err)
 		}
 		feed := newTestFeed(t, g, p)

@@ -15,8 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -135,12 +133,6 @@ func register(name string, b Builder) {
 	builders[name] = b
 }
 
-// Lookup returns the kernel constructor of the op named name.
-func Lookup(name string) (Builder, bool) {
-	b, ok := builders[name]
-	return b, ok
-}
-
 // Build builds the kernel of op name for the tensors and attributes in a.
 func Build(name string, a Args) (Kernel, error) {
 	b, ok := builders[name]
@@ -194,6 +186,3 @@ func BuildSplit(name string, a Args) (s Split, ok bool, err error) {
 	s, err = b(a)
 	return s, true, err
 }
-
-// Names lists the ops that have a kernel, sorted.
-func Names() []string { return slices.Sorted(maps.Keys(builders)) }

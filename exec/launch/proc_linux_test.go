@@ -1,9 +1,11 @@
 package launch
 
 import (
+	"context"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -49,5 +51,32 @@ func TestNoChildOutlivesAKilledLauncher(t *testing.T) {
 		if got := signalsOf(t, dir, name); got != "" {
 			t.Errorf("%s received %q; only the kernel's SIGKILL should have reached it", name, got)
 		}
+	}
+}
+
+// A child's peak memory is its own: a small child started by a parent
+// holding a 256 MiB heap reports the few MiB it used. Linux's rusage of
+// the same child says at least 256 MiB (the parent's resident size at
+// the vfork+exec, folded into the child's maxrss), which Run reported
+// before children reported their own VmHWM.
+func TestChildPeakIsItsOwn(t *testing.T) {
+	heap := make([]byte, 256<<20)
+	for i := 0; i < len(heap); i += 4096 {
+		heap[i] = 1 // resident, not just reserved
+	}
+	dir := t.TempDir()
+	res, err := Run(context.Background(), []Child{child(dir, "trainer-0", "ok")}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.KeepAlive(heap)
+	own := res.PeakRSS["trainer-0"]
+	var rusage int64
+	if ru, ok := res.State["trainer-0"].SysUsage().(*syscall.Rusage); ok {
+		rusage = ru.Maxrss << 10
+	}
+	t.Logf("the child's own peak %.1f MiB; its rusage maxrss %.1f MiB", float64(own)/(1<<20), float64(rusage)/(1<<20))
+	if own <= 0 || own > 64<<20 {
+		t.Errorf("the child reported a peak of %.1f MiB, want its own few MiB (the parent holds 256 MiB)", float64(own)/(1<<20))
 	}
 }

@@ -2,13 +2,14 @@
 
 package launch
 
-import (
-	"os"
-	"syscall"
-)
+import "syscall"
+
+// measured: no child reports its peak memory here (a child gets no
+// descriptor beyond stderr on Windows).
+const measured = false
 
 // childAttr: no process-group or parent-death settings on this system.
 func childAttr() *syscall.SysProcAttr { return nil }
 
-// PeakRSS is not measured on this system.
-func PeakRSS(*os.ProcessState) int64 { return 0 }
+// ownPeakRSS is not measured on this system.
+func ownPeakRSS() int64 { return 0 }

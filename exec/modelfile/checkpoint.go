@@ -9,10 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/internal/atomicfile"
-	"github.com/psgraph/psgraph/transport"
 )
 
 // Checkpoints are written once for every role: a local run and a pserver
@@ -34,12 +32,25 @@ type Checkpointer struct {
 	Node  string // "local", "pserver-1"
 	Model string
 	Keep  int // checkpoints kept (0: 2)
-	// Prom, when set, learns of every checkpoint saved or restored
-	// (psgraph_checkpoint_age_seconds).
-	Prom *metrics.Node
+	// Prom, when set, learns of every checkpoint saved or restored: the
+	// node's Prometheus gauges (psgraph_checkpoint_age_seconds).
+	Prom Watcher
 	// Meta is written into every checkpoint's metadata beside its own
 	// keys: a local run's normalization statistics (NormMeta).
 	Meta map[string]string
+}
+
+// Watcher learns of a node's checkpoints (exec/metrics' Node is one):
+// the step of each saved or restored, and when its file was written.
+type Watcher interface {
+	Checkpointed(step int64, at time.Time)
+}
+
+// checkpointed tells the watcher, if any.
+func (c *Checkpointer) checkpointed(step int64, at time.Time) {
+	if c.Prom != nil {
+		c.Prom.Checkpointed(step, at)
+	}
 }
 
 // Metadata reads the metadata of the checkpoint of step (its header
@@ -127,7 +138,7 @@ func (c *Checkpointer) Save(step int64, tensors map[string]*tensor.Tensor) error
 	for _, s := range drop {
 		os.Remove(c.file(s))
 	}
-	c.Prom.Checkpointed(step, time.Now())
+	c.checkpointed(step, time.Now())
 	return nil
 }
 
@@ -161,7 +172,7 @@ func (c *Checkpointer) Restore(step int64, persistent map[string]*tensor.Tensor)
 		t.CopyFrom(src)
 	}
 	if fi, err := os.Stat(c.file(step)); err == nil {
-		c.Prom.Checkpointed(step, fi.ModTime())
+		c.checkpointed(step, fi.ModTime())
 	}
 	return nil
 }
@@ -193,14 +204,14 @@ func (c *Checkpointer) ResumeStep(want int64) (int64, error) {
 	return 0, fmt.Errorf("%s keeps checkpoints of steps %v of %s, not %d", c.Dir, m.Steps, c.Node, want)
 }
 
-// CommonCheckpoint returns the newest step that every node has a
-// checkpoint of in dir (0 when none has any): where a rerun of the whole job
-// resumes.
-func CommonCheckpoint(dir string, nodes []transport.NodeID) (int64, error) {
+// CommonCheckpoint returns the newest step that every node (named as
+// Checkpointer.Node names it: "pserver-1") has a checkpoint of in dir (0
+// when none has any): where a rerun of the whole job resumes.
+func CommonCheckpoint(dir string, nodes []string) (int64, error) {
 	var common map[int64]int
 	none := 0
 	for _, n := range nodes {
-		m, ok, err := (&Checkpointer{Dir: dir, Node: n.String()}).Manifest()
+		m, ok, err := (&Checkpointer{Dir: dir, Node: n}).Manifest()
 		if err != nil {
 			return 0, err
 		}

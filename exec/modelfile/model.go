@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/tensor"
-	"github.com/rs/zerolog"
 )
 
 // Normalization statistics travel with a model's parameters in the
@@ -175,14 +177,14 @@ func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (map[string]*tenso
 		ty := types[name]
 		if dy := g.Vars[name].Dynamic; dy != nil {
 			// a dynamic table: its keys and their rows, checked when read (program.ReadTable)
-			keys, ok := ts[name+".keys"]
+			keys, ok := ts[dyntable.KeysName(name)]
 			if !ok {
-				return nil, nil, fmt.Errorf("%s: the keys %q of dynamic table %s are missing from the file; give the file psgraph saved for this model (--save)", file, name+".keys", name)
+				return nil, nil, fmt.Errorf("%s: the keys %q of dynamic table %s are missing from the file; give the file psgraph saved for this model (--save)", file, dyntable.KeysName(name), name)
 			}
 			if len(t.Shape) != 2 || t.Shape[1] != dy.Dim || t.DType != tensor.F32 {
 				return nil, nil, fmt.Errorf("%s: %q is %s%v in the file, but dynamic table %s of %s has rows of dim %d; the file belongs to another model", file, name, t.DType, t.Shape, name, g.File, dy.Dim)
 			}
-			params[name], params[name+".keys"] = t, keys
+			params[name], params[dyntable.KeysName(name)] = t, keys
 			continue
 		}
 		if !t.Shape.Equal(ty.Shape) || t.DType != ty.DType {

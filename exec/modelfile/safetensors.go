@@ -2,8 +2,6 @@ package modelfile
 
 import (
 	"bufio"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,21 +10,15 @@ import (
 
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/internal/atomicfile"
+	"github.com/psgraph/psgraph/internal/safetensors"
 )
 
-// safetensors: an 8-byte little-endian header length, a JSON header mapping
-// each name to {dtype, shape, data_offsets}, then the raw little-endian data.
-// psgraph writes and reads the dtypes F32 (float32), I32 (int32 ids) and
-// I64 (int64 keys), numpy's '<f4', '<i4' and '<i8'.
+// Files are safetensors (internal/safetensors). psgraph writes and reads
+// the dtypes F32 (float32), I32 (int32 ids) and I64 (int64 keys), numpy's
+// '<f4', '<i4' and '<i8'.
 
 // stDTypes maps a tensor's dtype to its safetensors name.
 var stDTypes = map[tensor.DType]string{tensor.F32: "F32", tensor.I32: "I32", tensor.I64: "I64"}
-
-type stEntry struct {
-	DType   string `json:"dtype"`
-	Shape   []int  `json:"shape"`
-	Offsets [2]int `json:"data_offsets"`
-}
 
 // SaveSafetensors writes tensors by name, atomically (temporary file, fsync, rename).
 func SaveSafetensors(path string, tensors map[string]*tensor.Tensor, meta map[string]string) error {
@@ -59,40 +51,24 @@ type Entry struct {
 func SaveStreamed(path string, entries []Entry, meta map[string]string) error {
 	entries = slices.Clone(entries)
 	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
-	header := map[string]any{}
-	if len(meta) > 0 {
-		header["__metadata__"] = meta
-	}
-	off := 0
-	sizes := make([]int, len(entries))
+	tensors := make([]safetensors.Tensor, len(entries))
 	for i, e := range entries {
 		dt, ok := stDTypes[e.DType]
 		if !ok {
 			return fmt.Errorf("cannot write %s: tensor %q has dtype %v, which safetensors files of psgraph do not hold", path, e.Name, e.DType)
 		}
-		size := e.DType.Size()
-		for _, d := range e.Shape {
-			size *= d
+		tensors[i] = safetensors.Tensor{Name: e.Name, DType: dt, Shape: make([]int64, len(e.Shape))}
+		for j, d := range e.Shape {
+			tensors[i].Shape[j] = int64(d)
 		}
-		sizes[i] = size
-		header[e.Name] = stEntry{DType: dt, Shape: append([]int{}, e.Shape...), Offsets: [2]int{off, off + size}}
-		off += size
 	}
-	hj, err := json.Marshal(header)
+	l, err := safetensors.Encode(tensors, meta)
 	if err != nil {
-		return err
-	}
-	for len(hj)%8 != 0 {
-		hj = append(hj, ' ')
+		return fmt.Errorf("cannot write %s: %w", path, err)
 	}
 	err = atomicfile.Write(path, func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 1<<20)
-		var n8 [8]byte
-		binary.LittleEndian.PutUint64(n8[:], uint64(len(hj)))
-		if _, err := bw.Write(n8[:]); err != nil {
-			return err
-		}
-		if _, err := bw.Write(hj); err != nil {
+		if _, err := bw.Write(l.Header); err != nil {
 			return err
 		}
 		for i, e := range entries {
@@ -100,8 +76,9 @@ func SaveStreamed(path string, entries []Entry, meta map[string]string) error {
 			if err := e.Write(cw); err != nil {
 				return fmt.Errorf("tensor %q: %w", e.Name, err)
 			}
-			if cw.n != int64(sizes[i]) {
-				return fmt.Errorf("tensor %q: %d bytes written, its shape %v holds %d", e.Name, cw.n, e.Shape, sizes[i])
+			size, _ := tensors[i].Bytes()
+			if cw.n != size {
+				return fmt.Errorf("tensor %q: %d bytes written, its shape %v holds %d", e.Name, cw.n, e.Shape, size)
 			}
 		}
 		return bw.Flush()
@@ -150,41 +127,13 @@ func LoadSafetensorsOf(path string, want func(name string) bool) (map[string]*te
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
 	}
-	size := fi.Size()
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%s is not a valid safetensors file: %s", path, fmt.Sprintf(format, args...))
+	st, err := safetensors.Decode(f, fi.Size(), path)
+	if err != nil {
+		return nil, nil, err
 	}
-	if size < 8 {
-		return nil, nil, bad("shorter than its 8-byte header length")
-	}
-	var lenBuf [8]byte
-	if _, err := f.ReadAt(lenBuf[:], 0); err != nil {
-		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
-	}
-	hl := binary.LittleEndian.Uint64(lenBuf[:])
-	if hl > uint64(size-8) || hl > 100<<20 {
-		return nil, nil, bad("header length %d exceeds the file", hl)
-	}
-	head := make([]byte, hl)
-	if _, err := f.ReadAt(head, 8); err != nil {
-		return nil, nil, fmt.Errorf("cannot read %s: %w", path, err)
-	}
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(head, &header); err != nil {
-		return nil, nil, bad("header: %v", err)
-	}
-	base, bodyLen := 8+int64(hl), size-8-int64(hl)
 	out := map[string]*tensor.Tensor{}
-	var meta map[string]string
-	for name, msg := range header {
-		if name == "__metadata__" {
-			_ = json.Unmarshal(msg, &meta)
-			continue
-		}
-		var e stEntry
-		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, nil, bad("entry %q: %v", name, err)
-		}
+	for _, name := range st.Names() {
+		e, _ := st.Entry(name)
 		dt := tensor.Invalid
 		for d, n := range stDTypes {
 			if n == e.DType {
@@ -192,29 +141,20 @@ func LoadSafetensorsOf(path string, want func(name string) bool) (map[string]*te
 			}
 		}
 		if dt == tensor.Invalid {
-			return nil, nil, bad("tensor %q has dtype %s; psgraph reads F32, I32 and I64", name, e.DType)
-		}
-		n := int64(dt.Size())
-		for _, d := range e.Shape {
-			if d < 0 || int64(d) > bodyLen {
-				return nil, nil, bad("tensor %q has shape %v", name, e.Shape)
-			}
-			n *= int64(d)
-			if n > bodyLen {
-				break
-			}
-		}
-		if e.Offsets[0] < 0 || e.Offsets[1] < e.Offsets[0] || int64(e.Offsets[1]) > bodyLen || int64(e.Offsets[1])-int64(e.Offsets[0]) != n {
-			return nil, nil, bad("tensor %q: data offsets %v do not match shape %v", name, e.Offsets, e.Shape)
+			return nil, nil, fmt.Errorf("%s: tensor %q has dtype %s; psgraph reads F32, I32 and I64", path, name, e.DType)
 		}
 		if want != nil && !want(name) {
 			continue
 		}
-		t := tensor.New(dt, e.Shape)
-		if _, err := f.ReadAt(t.Bytes(), base+int64(e.Offsets[0])); err != nil && !(err == io.EOF && n == 0) {
-			return nil, nil, fmt.Errorf("cannot read %s: tensor %q: %w", path, name, err)
+		shape := make(tensor.Shape, len(e.Shape))
+		for i, d := range e.Shape {
+			shape[i] = int(d)
+		}
+		t := tensor.New(dt, shape)
+		if err := st.Read(e, 0, t.Bytes()); err != nil {
+			return nil, nil, err
 		}
 		out[name] = t
 	}
-	return out, meta, nil
+	return out, st.Meta, nil
 }

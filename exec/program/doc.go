@@ -5,7 +5,7 @@
 // non-blocking start, then its wait, which a goroutine takes only when no
 // other node is ready, so all of a step's requests are in flight before
 // any reply is waited for),
-// InitPersistent gives parameters and state their initial values (the
+// Init gives parameters and state their initial values (the
 // initializers, or --init-from), Feeder copies a batch into the data
 // variables, and Streamer runs a pserver part's element-wise update piece
 // by piece as its gradient arrives. It knows nothing of roles or of the

@@ -31,7 +31,7 @@ func (p *Program) bindTables(opt CompileOptions) (map[string]*kernels.Dynamic, e
 		if rows, ok := opt.Shared[dt.Name]; ok && t == nil && rows != nil {
 			// a model file's keys and rows (modelfile.LoadModel)
 			var err error
-			if t, err = ReadTable(dt, opt.Shared[KeysName(dt.Name)], rows, "the model file"); err != nil {
+			if t, err = ReadTable(dt, opt.Shared[dyntable.KeysName(dt.Name)], rows, "the model file"); err != nil {
 				return nil, err
 			}
 		}
@@ -132,10 +132,6 @@ func InitSeed(in *dsl.Init, name string) uint64 {
 	return h.Sum64()
 }
 
-// KeysName is the model file tensor holding dynamic table name's keys
-// (int64 [n]); the tensor name itself holds their rows (float32 [n, dim]).
-func KeysName(name string) string { return name + ".keys" }
-
 // TableKeys lists a table's live keys in ascending order: the order of
 // its keys and rows in a model file. It holds 8 bytes a row; the rows
 // stay in the table.
@@ -176,7 +172,7 @@ func TableEntries(name string, t *dyntable.Table) ([]modelfile.Entry, error) {
 	}
 	dim := t.Config().Dim
 	return []modelfile.Entry{
-		{Name: KeysName(name), DType: tensor.I64, Shape: []int{len(keys)}, Write: func(w io.Writer) error {
+		{Name: dyntable.KeysName(name), DType: tensor.I64, Shape: []int{len(keys)}, Write: func(w io.Writer) error {
 			_, err := w.Write(tensor.I64Bytes(keys))
 			return err
 		}},
@@ -204,19 +200,19 @@ func checkTableTensors(dt dsl.DynamicTable, keys, rows *tensor.Tensor, file stri
 	dim := dt.Dynamic.Dim
 	switch {
 	case keys == nil || rows == nil:
-		return fmt.Errorf("%s: dynamic table %s needs tensors %s (int64 keys) and %s (their rows); give the file psgraph saved for this model (--save)", file, dt.Name, KeysName(dt.Name), dt.Name)
+		return fmt.Errorf("%s: dynamic table %s needs tensors %s (int64 keys) and %s (their rows); give the file psgraph saved for this model (--save)", file, dt.Name, dyntable.KeysName(dt.Name), dt.Name)
 	case keys.DType != tensor.I64 || len(keys.Shape) != 1:
-		return fmt.Errorf("%s: %s is %s%v, want int64 [n] keys", file, KeysName(dt.Name), keys.DType, keys.Shape)
+		return fmt.Errorf("%s: %s is %s%v, want int64 [n] keys", file, dyntable.KeysName(dt.Name), keys.DType, keys.Shape)
 	case rows.DType != tensor.F32 || len(rows.Shape) != 2 || rows.Shape[1] != dim || rows.Shape[0] != keys.Shape[0]:
-		return fmt.Errorf("%s: %s is %s%v, want float32 [%d, %d]: a row of dim %d per key of %s", file, dt.Name, rows.DType, rows.Shape, keys.Shape[0], dim, dim, KeysName(dt.Name))
+		return fmt.Errorf("%s: %s is %s%v, want float32 [%d, %d]: a row of dim %d per key of %s", file, dt.Name, rows.DType, rows.Shape, keys.Shape[0], dim, dim, dyntable.KeysName(dt.Name))
 	}
 	seen := make(map[int64]struct{}, len(keys.L))
 	for i, k := range keys.L {
 		if k == ir.PadKey {
-			return fmt.Errorf("%s: key %d of %s is the padding key %d, which no row has", file, i, KeysName(dt.Name), k)
+			return fmt.Errorf("%s: key %d of %s is the padding key %d, which no row has", file, i, dyntable.KeysName(dt.Name), k)
 		}
 		if _, dup := seen[k]; dup {
-			return fmt.Errorf("%s: key %d appears twice in %s", file, k, KeysName(dt.Name))
+			return fmt.Errorf("%s: key %d appears twice in %s", file, k, dyntable.KeysName(dt.Name))
 		}
 		seen[k] = struct{}{}
 	}
@@ -269,7 +265,7 @@ func ReadTable(dt dsl.DynamicTable, keys, rows *tensor.Tensor, file string) (*dy
 func loadTables(p *Program, loaded map[string]*tensor.Tensor, file string) error {
 	for _, dt := range p.Lowered {
 		name := dt.Dynamic.TableName(dt.Name) // a pserver's shard reads its table's
-		keys, rows := loaded[KeysName(name)], loaded[name]
+		keys, rows := loaded[dyntable.KeysName(name)], loaded[name]
 		if rows == nil {
 			return fmt.Errorf("%s: parameter %q (a dynamic table) is missing from the file", file, name)
 		}
@@ -282,7 +278,7 @@ func loadTables(p *Program, loaded map[string]*tensor.Tensor, file string) error
 		if err := LoadTable(p.Tables[dt.Name], dt, keys, rows, file); err != nil {
 			return err
 		}
-		delete(loaded, KeysName(name))
+		delete(loaded, dyntable.KeysName(name))
 		delete(loaded, name)
 	}
 	return nil

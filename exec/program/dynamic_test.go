@@ -102,7 +102,7 @@ func trainDyn(t *testing.T, g *dsl.Graph, steps int) *Program {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	if err := InitPersistent(p, ""); err != nil {
+	if err := Init(p, InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	set, err := data.Load(g.Data)

@@ -174,7 +174,7 @@ func compileFused(t *testing.T, g *dsl.Graph, opt CompileOptions) *Program {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	if err := InitPersistent(p, ""); err != nil {
+	if err := Init(p, InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -14,17 +14,6 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// InitPersistent gives every persistent variable of the program its initial
-// value: from the initializers, or by name from a safetensors file.
-func InitPersistent(p *Program, initFrom string) error { return InitPartial(p, initFrom, false) }
-
-// InitPartial is InitPersistent that, with partial set, skips tensors of
-// the file that this node does not hold: a pserver holds some of the
-// parameters.
-func InitPartial(p *Program, initFrom string, partial bool) error {
-	return Init(p, InitOptions{From: initFrom, Partial: partial})
-}
-
 // InitOptions configures Init.
 type InitOptions struct {
 	From    string // a safetensors file with the values ("": the initializers)
@@ -36,7 +25,9 @@ type InitOptions struct {
 }
 
 // Init gives every persistent variable of the program its initial value,
-// as InitPartial, and reports the progress of drawing the initializers'
+// from the initializers or by name from a safetensors file (with
+// Partial, skipping the file's tensors this node does not hold: a pserver
+// holds some of the parameters), and reports the progress of drawing the initializers'
 // values (tables of millions of rows take seconds) to o.Progress.
 func Init(p *Program, o InitOptions) error {
 	initFrom, partial := o.From, o.Partial

@@ -24,7 +24,7 @@ func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *Fee
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := InitPersistent(p, ""); err != nil {
+	if err := Init(p, InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	set, err := data.Load(g.Data)
@@ -73,7 +73,7 @@ func TestTrainingControlStepDoesNotAllocate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := InitPersistent(p, ""); err != nil {
+		if err := Init(p, InitOptions{From: ""}); err != nil {
 			t.Fatal(err)
 		}
 		rt := &Runtime{Ctx: context.Background()}
@@ -213,7 +213,7 @@ ops:
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := InitPersistent(p, ""); err != nil {
+	if err := Init(p, InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := Compile(deq, CompileOptions{})
@@ -262,7 +262,7 @@ ops:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := InitPersistent(p, ""); err != nil {
+		if err := Init(p, InitOptions{From: ""}); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -114,7 +114,7 @@ func compilePart(t testing.TB, part *dsl.Graph) *Program {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := InitPartial(p, "", true); err != nil {
+	if err := Init(p, InitOptions{From: "", Partial: true}); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -35,7 +35,7 @@ func BenchmarkWideStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	if err := InitPersistent(p, ""); err != nil {
+	if err := Init(p, InitOptions{From: ""}); err != nil {
 		b.Fatal(err)
 	}
 	set, err := data.Load(g.Data)

@@ -245,7 +245,7 @@ func (s *scenario) run(t *testing.T, cmd string) string {
 	// A pserver incarnation before its first step.
 	case "gather":
 		s.gather = NewGather(int(a.int(t, "trainers", 1)), a.int(t, "restored", -1), a["async"] == "true", a["waits"] == "true")
-		return fmt.Sprintf("first step %d", s.gather.First())
+		return fmt.Sprintf("first step %d", s.gather.first)
 	case "heard":
 		return showGather(s.gather.Step(Heard{Trainer: int(a.int(t, "trainer", 0)), Pos: a.pos(t)}))
 	case "timed-out":

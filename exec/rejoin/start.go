@@ -40,9 +40,6 @@ func NewGather(trainers int, restored int64, async, waits bool) *Gather {
 		pos: make([]Position, trainers), heard: make([]bool, trainers), left: trainers, leader: -1}
 }
 
-// First is the step the pserver restored (0 for none).
-func (g *Gather) First() int64 { return g.first }
-
 // GatherEvent is an input of Gather.Step: Heard or TimedOut.
 type GatherEvent interface{ gatherEvent() }
 

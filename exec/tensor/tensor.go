@@ -24,9 +24,6 @@ const (
 	I64     = ir.I64
 )
 
-// ParseDType maps a DSL dtype name to a DType.
-func ParseDType(s string) (DType, bool) { return ir.ParseDType(s) }
-
 // Shape is a list of dimensions (ir.Shape). A scalar has an empty shape.
 type Shape = ir.Shape
 
@@ -201,11 +198,6 @@ func FromF32(shape Shape, data []float32) *Tensor {
 	return &Tensor{DType: F32, Shape: shape.Clone(), F: data}
 }
 
-// FromI64 wraps data (not copied) as an int64 tensor.
-func FromI64(shape Shape, data []int64) *Tensor {
-	return &Tensor{DType: I64, Shape: shape.Clone(), L: data}
-}
-
 // Numel is the number of elements.
 func (t *Tensor) Numel() int { return t.Shape.Numel() }
 
@@ -264,14 +256,4 @@ func F32View(b []byte) []float32 {
 		return nil
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-// I64View returns b's memory as int64s, without copying (len(b)/8 of
-// them). b must be 8-byte aligned, as a Tensor's Bytes and the transport's
-// receive buffers are.
-func I64View(b []byte) []int64 {
-	if len(b) < 8 {
-		return nil
-	}
-	return unsafe.Slice((*int64)(unsafe.Pointer(&b[0])), len(b)/8)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/comm"
+	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
@@ -112,7 +113,7 @@ func dynamicEntries(ctx context.Context, c Comm, t table, at int64) ([]modelfile
 		return nil
 	}
 	return []modelfile.Entry{
-		{Name: program.KeysName(t.name), DType: tensor.I64, Shape: []int{n}, Write: func(w io.Writer) error { return write(w, true) }},
+		{Name: dyntable.KeysName(t.name), DType: tensor.I64, Shape: []int{n}, Write: func(w io.Writer) error { return write(w, true) }},
 		{Name: t.name, DType: tensor.F32, Shape: []int{n, t.width}, Write: func(w io.Writer) error { return write(w, false) }},
 	}, n, nil
 }

@@ -34,14 +34,6 @@ type table struct {
 	order  int
 }
 
-// localRows is how many rows shard s holds.
-func (t table) localRows(s int) int {
-	if t.rows <= s {
-		return 0
-	}
-	return (t.rows - s + t.shards - 1) / t.shards
-}
-
 // tablesOf lists the sharded tables the trainer's graph fetches rows of.
 func tablesOf(g *dsl.Graph, batch int) (map[string]table, error) {
 	types, err := g.Infer(batch)

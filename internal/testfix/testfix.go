@@ -18,13 +18,3 @@ func Model(tb testing.TB, path string) *dsl.Graph {
 	}
 	return g
 }
-
-// ModelBytes loads a model from src, as if read from path, or fails the test.
-func ModelBytes(tb testing.TB, path string, src []byte) *dsl.Graph {
-	tb.Helper()
-	g, err := dsl.LoadBytes(path, src)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return g
-}

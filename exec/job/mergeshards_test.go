@@ -1,31 +1,26 @@
-package modelfile
+package job
 
 import (
 	"fmt"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
-// A sharded lookup table never exists whole on one node: each pserver
-// holds its shard (rows r with r mod M = its index), and trainers fetch
-// rows by id. Saving one therefore takes two steps: every pserver writes
-// its shards (ServeOptions.Save), and MergeShards joins them with trainer
-// 0's file (the dense parameters) into one model file, the whole table
-// under its own name, as a local run would have saved it.
-
-// MergeShards writes into out the tensors of the file base (trainer 0's
-// --save: the dense parameters) and, whole, every lookup table whose
-// shards the files shards hold (shards[i] written by the pserver of graph
-// pservers[i]). out may be base.
-func MergeShards(out, base string, pservers []*dsl.Graph, shards []string) error {
-	all, meta, err := LoadSafetensors(base)
+// mergeShards writes into out the tensors of the file base (trainer 0's
+// --save) and, whole, every lookup table whose shards the files shards
+// hold (shards[i] written by the pserver of graph pservers[i], its own
+// --save): the tests' reference for the whole model trainer 0 pulls from
+// the pservers, built from the shards another way. out may be base.
+func mergeShards(out, base string, pservers []*dsl.Graph, shards []string) error {
+	all, meta, err := modelfile.LoadSafetensors(base)
 	if err != nil {
 		return err
 	}
 	filled := map[string]int{}
 	for i, path := range shards {
-		part, _, err := LoadSafetensors(path)
+		part, _, err := modelfile.LoadSafetensors(path)
 		if err != nil {
 			return err
 		}
@@ -56,5 +51,5 @@ func MergeShards(out, base string, pservers []*dsl.Graph, shards []string) error
 			return fmt.Errorf("the shards of %s hold %d of its %d rows; pass every pserver's shard file", name, n, rows)
 		}
 	}
-	return SaveSafetensors(out, all, meta)
+	return modelfile.SaveSafetensors(out, all, meta)
 }
