@@ -72,7 +72,7 @@ func TestModelfileImportsNoTransportNorMetrics(t *testing.T) {
 // pserver loops, say, meet only in exec/job. A new package must be given
 // its layer here, with the one job it does in its doc.go.
 var layers = [][]string{
-	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/halt", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},
@@ -114,14 +114,16 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// The restart protocol's decisions (exec/rejoin) are pure: the package
-// imports only the standard library, so nothing in it can do I/O on the
-// job's behalf or block on a peer.
+// The restart and stop protocols' decisions (exec/rejoin, exec/halt) are
+// pure: the packages import only the standard library, so nothing in them
+// can do I/O on the job's behalf or block on a peer.
 func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
-	_, p := depsOf(t, "exec/rejoin")
-	for _, d := range p.Deps {
-		if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
-			t.Errorf("exec/rejoin depends on %s, which is not in the standard library", d)
+	for _, pkg := range []string{"exec/rejoin", "exec/halt"} {
+		_, p := depsOf(t, pkg)
+		for _, d := range p.Deps {
+			if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
+				t.Errorf("%s depends on %s, which is not in the standard library", pkg, d)
+			}
 		}
 	}
 }
