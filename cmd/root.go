@@ -35,9 +35,29 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // Main runs the command line and returns the exit code: 0 on success, 1 for
 // bad input or a failed run, 2 for usage errors.
+//
+// The first SIGTERM or SIGINT ends the command's context: most commands
+// stop at once, and a run of an online source finishes its step (a split
+// job the step its trainers agree on), checkpoints and exits 0. A second
+// one exits at once (1): checkpoints are written whole or not at all.
 func Main(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	go func() {
+		select {
+		case <-sigs:
+			stop()
+		case <-ctx.Done():
+			return
+		}
+		if s, ok := <-sigs; ok {
+			fmt.Fprintf(stderr, "psgraph: a second %v: exiting at once\n", s)
+			os.Exit(1)
+		}
+	}()
 	root := NewRootCmd(stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -318,7 +319,9 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	if n.pservers != "" {
 		pservers = strings.Split(n.pservers, ",")
 	}
-	sum, err := node.Run(c.Context(), node.Options{
+	// A job reading an online source stops at a step its trainers agree
+	// on when asked (Stop), not when the context ends (node.Run).
+	sum, err := node.Run(context.WithoutCancel(c.Context()), node.Options{
 		Role: o.role, Index: n.index, Plan: n.plan,
 		Listen: n.listen, PServers: pservers, Token: token, Insecure: n.insecure,
 		TLSCert: n.tlsCert, TLSKey: n.tlsKey, TLSCA: n.tlsCA,
@@ -326,6 +329,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
 		LogEvery: o.log.every, Log: log, Prom: prom.Node(), FinalPass: finalPass(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, ResumeStep: o.ck.resumeStep, StartStep: o.ck.startStep,
+		Stop: c.Context().Done(),
 	})
 	if err != nil {
 		return err

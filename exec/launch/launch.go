@@ -37,6 +37,12 @@ type Options struct {
 	Log io.Writer
 	// Grace is how long a stopped child gets between SIGTERM and SIGKILL.
 	Grace time.Duration
+	// Stop, closed, passes SIGTERM on to every child and lets them end by
+	// themselves, as the nodes of a job reading an online source do once
+	// asked (at a step the trainers agree on, checkpointed): Run then
+	// succeeds when every child exits 0. No child is killed for it; ctx
+	// ending still stops them all at once.
+	Stop <-chan struct{}
 }
 
 // Result is what the children wrote on stdout, their peak resident
@@ -63,8 +69,8 @@ func (e *ChildError) Error() string {
 }
 
 // Run starts every child and waits for all of them. It returns when all
-// exited 0, or on the first failure after stopping the others, or when
-// ctx ends after stopping them all.
+// exited 0 (after opt.Stop too), or on the first failure after stopping
+// the others, or when ctx ends after stopping them all.
 func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	bin := opt.Binary
 	if bin == "" {
@@ -128,7 +134,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	var first *ChildError
 	running := len(procs)
 	var kill <-chan time.Time
-	done := ctx.Done()
+	done, asked := ctx.Done(), opt.Stop
 	stop := func() {
 		if kill == nil {
 			signalAll(procs, syscall.SIGTERM)
@@ -152,6 +158,9 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 		case <-done:
 			done = nil
 			stop()
+		case <-asked:
+			asked = nil
+			signalAll(procs, syscall.SIGTERM)
 		case <-kill:
 			signalAll(procs, syscall.SIGKILL)
 		}

@@ -59,15 +59,6 @@ const logPeriod = 10 * time.Second
 // or it was asked to stop.
 var errStepsEnded = errors.New("the steps ended")
 
-// onlineSteps is the steps of an online run: --steps, else train.steps,
-// else 0 (until the stream ends or the run is stopped).
-func onlineSteps(g *dsl.Graph, steps int) int {
-	if steps > 0 {
-		return steps
-	}
-	return g.Train.Steps
-}
-
 // openOnline opens the run's online source at the position of step
 // first: a checkpoint's (at ckStep, the newest of this node at or before
 // first), then skipping the batches of the steps in between, which a
@@ -126,6 +117,9 @@ func (r *run) openOnline(first int, ck *modelfile.Checkpointer, ckStep int64) er
 	}
 	on := &online{reader: rd, what: o.Source(spec.CSV), lastTime: time.Now(), lastRecords: pos.Records}
 	r.on = on
+	if r.halt = opt.Halt; r.halt == nil {
+		r.halt = localHalt{opt.Stop}
+	}
 	r.closers = append(r.closers, func() { rd.Close() })
 	opt.Log.Info().Str("source", on.what).Str("position", pos.String()).Int("step", first).Msg("reading the online source")
 	if g.Normalizes() && r.norm == nil { // the first rows' statistics, read before the first step
@@ -136,8 +130,8 @@ func (r *run) openOnline(first int, ck *modelfile.Checkpointer, ckStep int64) er
 	}
 	if skip > 0 {
 		opt.Log.Info().Int64("batches", skip).Int64("from_step", ckStep).Int("to_step", first).Msg("skipping the rows of the steps the previous process trained")
-		for range skip {
-			if err := rd.Fill(opt.Stop, r.feed.Dst); err != nil {
+		for range skip { // trained by the previous process: a stop does not end this
+			if err := rd.Fill(r.ctx.Done(), r.feed.Dst); err != nil {
 				return fmt.Errorf("skipping the rows of steps %d to %d: %w", ckStep, first, err)
 			}
 		}
@@ -252,30 +246,70 @@ func (r *run) openSource(ctx context.Context, pos *stream.Position) (stream.Sour
 }
 
 // fill feeds step k's batch from the online source; errStepsEnded when
-// the source ended or the run was asked to stop.
-func (on *online) fill(r *run) error {
-	err := on.reader.Fill(r.opt.Stop, r.feed.Dst)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, io.EOF):
-		on.ended = "the stream ended"
-	case errors.Is(err, stream.ErrStopped):
-		on.ended = "stopped"
-	default:
+// the source ended or the run's steps are over (it was asked to stop).
+// It waits for the batch without taking it (a stop asked meanwhile ends
+// the wait), asks the run's halt whether step k runs, and only then takes
+// the batch: rows not trained stay in the stream, after the position the
+// last checkpoint saves. A step that runs gets its batch, however long
+// the rows take (a sync job's agreed last steps need every trainer's).
+func (on *online) fill(r *run, k int) error {
+	err := on.reader.Ready(r.halt.Asked(), r.feed.Dst)
+	if err != nil && !errors.Is(err, stream.ErrStopped) {
+		return on.ending(err)
+	}
+	run, err := r.halt.Enter(r.ctx, int64(k))
+	if err != nil {
 		return err
 	}
-	return errStepsEnded
+	if !run {
+		on.ended = "stopped"
+		return errStepsEnded
+	}
+	if err := on.reader.Fill(r.ctx.Done(), r.feed.Dst); err != nil {
+		if errors.Is(err, stream.ErrStopped) {
+			return r.ctx.Err()
+		}
+		return on.ending(err)
+	}
+	return nil
 }
 
-// stopRequested says whether the run was asked to stop (and notes it).
-func (on *online) stopRequested(stop <-chan struct{}) bool {
+// ending is errStepsEnded when the source ended, else err.
+func (on *online) ending(err error) error {
+	if errors.Is(err, io.EOF) {
+		on.ended = "the stream ended"
+		return errStepsEnded
+	}
+	return err
+}
+
+// Halt is a split job's stop as a trainer takes part in it (comm.Halt).
+type Halt interface {
+	// Asked is closed once the job was asked to stop.
+	Asked() <-chan struct{}
+	// Started says the trainer's first step.
+	Started(first int64)
+	// Enter says whether step k runs: false once the trainer's steps are
+	// over; it may wait for the job's trainers to agree on the last step.
+	Enter(ctx context.Context, k int64) (bool, error)
+	// Ended says the trainer ran steps steps and runs no more.
+	Ended(steps int64)
+}
+
+// localHalt is the halt of a run that stops alone (a local run): its
+// steps are over once stop is closed.
+type localHalt struct{ stop <-chan struct{} }
+
+func (h localHalt) Asked() <-chan struct{} { return h.stop }
+func (h localHalt) Started(int64)          {}
+func (h localHalt) Ended(int64)            {}
+
+func (h localHalt) Enter(context.Context, int64) (bool, error) {
 	select {
-	case <-stop:
-		on.ended = "stopped"
-		return true
+	case <-h.stop:
+		return false, nil
 	default:
-		return false
+		return true, nil
 	}
 }
 
