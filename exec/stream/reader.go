@@ -255,6 +255,16 @@ func (r *Reader) Lag() (int64, bool) {
 	return 0, false
 }
 
+// IdleSkips is the number of turns of the source's round robin passed
+// over because their partition had no record while others had (0 for a
+// source without partitions).
+func (r *Reader) IdleSkips() int64 {
+	if s, ok := r.src.(Skipper); ok {
+		return s.IdleSkips()
+	}
+	return 0
+}
+
 // Close stops the reading and closes the source.
 func (r *Reader) Close() error {
 	r.cancel()

@@ -322,6 +322,7 @@ func (on *online) stepped(s program.Scope) error {
 	p := on.reader.Position()
 	lag, ok := on.reader.Lag()
 	on.prom.Progress(p.Records, p.Bad, lag, ok)
+	on.prom.IdleSkips(on.reader.IdleSkips())
 	return nil
 }
 
@@ -360,6 +361,10 @@ func (on *online) progress(ev *zerolog.Event, names []string) (*zerolog.Event, f
 	if p.Bad > 0 {
 		ev = ev.Int64("bad_rows", p.Bad)
 	}
+	skips := on.reader.IdleSkips()
+	if skips > 0 {
+		ev = ev.Int64("idle_skips", skips)
+	}
 	more := func(w *bufio.Writer) {
 		for i, n := range names {
 			k, _ := json.Marshal("window_" + n)
@@ -368,6 +373,9 @@ func (on *online) progress(ev *zerolog.Event, names []string) (*zerolog.Event, f
 		fmt.Fprintf(w, `,"window_rows":%d,"rows_per_s":%s,"records":%d,"bad_rows":%d`, on.win.rows(), evaluate.JSONNum(rate), p.Records, p.Bad)
 		if ok {
 			fmt.Fprintf(w, `,"lag":%d`, lag)
+		}
+		if skips > 0 {
+			fmt.Fprintf(w, `,"idle_skips":%d`, skips)
 		}
 	}
 	return ev, more
@@ -381,10 +389,13 @@ type StreamSummary struct {
 	Ended string `json:"ended"`
 	// Records consumed by the steps (trained, skipped as bad or, for a
 	// file read by several trainers, another trainer's), bad rows skipped.
-	Records  int64           `json:"records"`
-	BadRows  int64           `json:"bad_rows"`
-	Window   int             `json:"window_rows"`
-	Position json.RawMessage `json:"position"`
+	Records int64 `json:"records"`
+	BadRows int64 `json:"bad_rows"`
+	// IdleSkips: turns of a Kafka source's round robin passed over
+	// (data.kafka.idle_after).
+	IdleSkips int64           `json:"idle_skips,omitempty"`
+	Window    int             `json:"window_rows"`
+	Position  json.RawMessage `json:"position"`
 }
 
 // fillSummary puts the window's loss and metrics (the progressive
@@ -400,7 +411,7 @@ func (on *online) fillSummary(sum *Summary, names []string) {
 	if ended == "" {
 		ended = "steps"
 	}
-	sum.Stream = &StreamSummary{Source: on.what, Ended: ended, Records: p.Records, BadRows: p.Bad, Window: on.win.rows(), Position: json.RawMessage(p.Marshal())}
+	sum.Stream = &StreamSummary{Source: on.what, Ended: ended, Records: p.Records, BadRows: p.Bad, IdleSkips: on.reader.IdleSkips(), Window: on.win.rows(), Position: json.RawMessage(p.Marshal())}
 }
 
 // window is the progressive validation of an online run: the loss and
