@@ -301,7 +301,7 @@ func TestKafkaIdlePartitionPassedOver(t *testing.T) {
 		t.Errorf("no turn passed over counted")
 	}
 	produce(t, addrs, []int32{1}, 0, 12, time.Now()) // partition 1 wakes up
-	more, pos2 := read(t, r, 6) // the 24 messages left: 36 in all
+	more, pos2 := read(t, r, 6)                      // the 24 messages left: 36 in all
 	r.Close()
 	all := append(rows, more...)
 	seen := map[string]int{}
