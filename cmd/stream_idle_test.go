@@ -80,7 +80,13 @@ func (tp *idTopic) produce(t *testing.T, n int, parts ...int32) {
 // unit), every other message never (0).
 func (tp *idTopic) trainedOnce(t *testing.T, model string, offsets map[int64]int64, unit float32) {
 	t.Helper()
-	c := readTensors(t, model)["C"]
+	tp.trainedOnceIn(t, model, "C", offsets, unit)
+}
+
+// trainedOnceIn is trainedOnce for the counts of parameter name.
+func (tp *idTopic) trainedOnceIn(t *testing.T, model, name string, offsets map[int64]int64, unit float32) {
+	t.Helper()
+	c := readTensors(t, model)[name]
 	trained := 0
 	for id, w := range tp.where {
 		want := float32(0)
@@ -89,10 +95,10 @@ func (tp *idTopic) trainedOnce(t *testing.T, model string, offsets map[int64]int
 			trained++
 		}
 		if c[id] != want {
-			t.Errorf("message %d (partition %d offset %d): C = %g, want %g (trained %g times)", id, w[0], w[1], c[id], want, c[id]/unit)
+			t.Errorf("message %d (partition %d offset %d): %s = %g, want %g (trained %g times)", id, w[0], w[1], name, c[id], want, c[id]/unit)
 		}
 	}
-	t.Logf("%d messages trained once, %d not yet", trained, len(tp.where)-trained)
+	t.Logf("%s: %d messages trained once, %d not yet", name, trained, len(tp.where)-trained)
 }
 
 // positionOffsets reads the partitions' next offsets from a summary.
