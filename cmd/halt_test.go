@@ -167,8 +167,9 @@ func checkStopped(t *testing.T, kind, ck string, r result) int {
 }
 
 // resumeAndCompare reruns the job from its checkpoints to step 90 and
-// checks its model is bitwise the undisturbed job's (ref).
-func resumeAndCompare(t *testing.T, model, ck, ref string, stopped int) {
+// checks its model is bitwise the undisturbed job's (ref), and its
+// progressive validation the same.
+func resumeAndCompare(t *testing.T, model, ck string, ref undisturbedJob, stopped int) {
 	t.Helper()
 	got := filepath.Join(filepath.Dir(ck), "resumed.safetensors")
 	r := streamRun(t, "resumed", "", "train", model, "--trainers", "2", "--pservers", "2", "--steps", haltSteps, "--save", got,
@@ -179,12 +180,20 @@ func resumeAndCompare(t *testing.T, model, ck, ref string, stopped int) {
 	if want := fmt.Sprintf("resuming from the checkpoints of step %d", stopped); !strings.Contains(r.stderr, want) {
 		t.Errorf("the resumed job does not say %q:\n%s", want, r.stderr)
 	}
-	sameModel(t, ref, got)
+	sameModel(t, ref.model, got)
+	if a, b := windowOf(t, ref.r), windowOf(t, r); a != b {
+		t.Errorf("the resumed job's progressive validation is %s, the undisturbed job's %s", b, a)
+	}
 }
 
-// undisturbed runs the job to step 90 on a source holding every row and
-// returns its model.
-func undisturbed(t *testing.T, dir, model string) string {
+// undisturbedJob is the model and the summary of the undisturbed job.
+type undisturbedJob struct {
+	model string
+	r     result
+}
+
+// undisturbed runs the job to step 90 on a source holding every row.
+func undisturbed(t *testing.T, dir, model string) undisturbedJob {
 	t.Helper()
 	ref := filepath.Join(dir, "undisturbed.safetensors")
 	r := streamRun(t, "undisturbed", "", "train", model, "--trainers", "2", "--pservers", "2", "--steps", haltSteps, "--save", ref,
@@ -192,7 +201,7 @@ func undisturbed(t *testing.T, dir, model string) string {
 	if r.code != 0 {
 		t.Fatalf("undisturbed job: exit %d\n%s", r.code, r.stderr)
 	}
-	return ref
+	return undisturbedJob{ref, r}
 }
 
 // A 2x2 job (psgraph train) reading a Kafka topic or a followed file,

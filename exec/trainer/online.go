@@ -18,7 +18,6 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/evaluate"
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
@@ -412,92 +411,6 @@ func (on *online) fillSummary(sum *Summary, names []string) {
 		ended = "steps"
 	}
 	sum.Stream = &StreamSummary{Source: on.what, Ended: ended, Records: p.Records, BadRows: p.Bad, IdleSkips: on.reader.IdleSkips(), Window: on.win.rows(), Position: json.RawMessage(p.Marshal())}
-}
-
-// window is the progressive validation of an online run: the loss and
-// metrics of its last rows, each scored by the step that trained on it,
-// before that step's update (the forward pass's own outputs). An auc
-// metric is computed over the window's rows at once (kernels.AUCWindow);
-// the loss and other metrics are the mean of the last batches' values
-// covering the window.
-type window struct {
-	names []string // the loss, then the metrics
-	aucs  []aucWindow
-	vals  [][]float64 // per batch in the ring, per name
-	next  int
-	full  bool
-	batch int
-	out   []float64
-}
-
-type aucWindow struct {
-	at            int
-	scores, label string
-	w             *kernels.AUCWindow
-}
-
-func newWindow(g *dsl.Graph, size, batch int) *window {
-	w := &window{names: append([]string{g.Train.Loss}, g.Train.Metrics...), batch: batch}
-	nb := max(1, (size+batch-1)/batch)
-	w.vals = make([][]float64, nb)
-	for i := range w.vals {
-		w.vals[i] = make([]float64, len(w.names))
-	}
-	w.out = make([]float64, len(w.names))
-	prod := g.Producers()
-	for i, m := range w.names {
-		if j, ok := prod[m]; ok && g.Ops[j].Type == "auc" {
-			op := g.Ops[j]
-			w.aucs = append(w.aucs, aucWindow{at: i, scores: op.Inputs[0], label: op.Inputs[1], w: kernels.NewAUCWindow(nb * batch)})
-		}
-	}
-	return w
-}
-
-// add adds a step's batch: its values and its auc rows.
-func (w *window) add(s program.Scope) error {
-	row := w.vals[w.next]
-	for i, n := range w.names {
-		row[i] = float64(s[n].F[0])
-	}
-	for _, a := range w.aucs {
-		if err := a.w.Add(s[a.scores], s[a.label], w.batch); err != nil {
-			return err
-		}
-	}
-	w.next++
-	if w.next == len(w.vals) {
-		w.next, w.full = 0, true
-	}
-	return nil
-}
-
-// rows is the rows the window covers.
-func (w *window) rows() int {
-	if w.full {
-		return len(w.vals) * w.batch
-	}
-	return w.next * w.batch
-}
-
-// values is the window's loss and metrics (NaN before the first step),
-// valid until the next call.
-func (w *window) values() []float64 {
-	n := w.next
-	if w.full {
-		n = len(w.vals)
-	}
-	for i := range w.out {
-		w.out[i] = 0
-		for _, row := range w.vals[:n] {
-			w.out[i] += row[i]
-		}
-		w.out[i] /= float64(n)
-	}
-	for _, a := range w.aucs {
-		w.out[a.at] = a.w.AUC()
-	}
-	return w.out
 }
 
 // onlineUsage checks the options an online run cannot take.

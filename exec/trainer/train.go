@@ -19,6 +19,7 @@ import (
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/progress"
+	"github.com/psgraph/psgraph/exec/tensor"
 
 	"github.com/rs/zerolog"
 
@@ -510,13 +511,22 @@ func (r *run) startStep() error {
 			}
 		}
 	}
+	// An online run's progressive validation window comes back from the
+	// checkpoint it resumes from, with the model state.
+	var win *window
+	var kept map[string]*tensor.Tensor
+	if r.g.Data.IsOnline() {
+		win = newWindow(r.g, r.g.Data.Online.Window, r.batch)
+		kept = win.kept
+	}
+	var got map[string]bool
 	if opt.Comm != nil {
 		r.own = newTrainerState(r)
 	}
 	ckStep := int64(-1)
 	if opt.Comm != nil && r.first > 0 {
 		var err error
-		if ckStep, err = r.own.restore(r.first, opt.Log); err != nil {
+		if ckStep, got, err = r.own.restore(r.first, kept, opt.Log); err != nil {
 			return err
 		}
 	}
@@ -533,7 +543,7 @@ func (r *run) startStep() error {
 			return err
 		}
 		if c >= 0 {
-			if err := ck.Restore(c, program.PersistentOf(r.prog)); err != nil {
+			if got, err = ck.RestoreOptional(c, program.PersistentOf(r.prog), kept); err != nil {
 				return err
 			}
 			if err := restoreChains(ck, r.prog, c); err != nil {
@@ -547,8 +557,19 @@ func (r *run) startStep() error {
 		return fmt.Errorf("the run resumes at step %d, after its last step %d; raise --steps", r.first, r.steps)
 	}
 	if r.on != nil {
-		r.on.win = newWindow(r.g, r.g.Data.Online.Window, r.batch)
-		r.on.prom = opt.Prom.WatchStream(r.on.win.names)
+		r.on.win = win
+		r.on.prom = opt.Prom.WatchStream(win.names)
+		if got != nil {
+			ok, err := win.restored(got)
+			if err != nil {
+				return err
+			}
+			if ok {
+				opt.Log.Info().Int("rows", win.rows()).Msg("the progressive validation window goes on from the checkpoint")
+			} else {
+				opt.Log.Info().Msg("the progressive validation window starts empty: the checkpoint holds none of this metrics_window and batch")
+			}
+		}
 	}
 	return nil
 }
@@ -649,20 +670,24 @@ func (r *run) checkpoint(step int64) error {
 	if r.opt.Comm != nil {
 		ck = r.own.checkpointer()
 	}
+	var kept map[string]*tensor.Tensor
 	if r.on != nil && ck != nil {
 		if ck.Meta == nil {
 			ck.Meta = map[string]string{}
 		}
 		ck.Meta[StreamMeta] = r.on.reader.Position().Marshal()
 		maps.Copy(ck.Meta, modelfile.NormMeta(r.norm))
+		kept = r.on.win.keep()
 	}
 	if r.opt.Comm != nil {
-		return r.own.save(step)
+		return r.own.save(step, kept)
 	}
 	if err := saveChains(ck, r.prog, step); err != nil {
 		return err
 	}
-	return ck.Save(step, program.PersistentOf(r.prog))
+	ts := program.PersistentOf(r.prog)
+	maps.Copy(ts, kept)
+	return ck.Save(step, ts)
 }
 
 // step feeds and runs step k.
