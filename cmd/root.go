@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/exec/node"
 )
 
@@ -44,6 +45,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	launch.SignalReady() // to a psgraph train that passes its signal on
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() {

@@ -98,6 +98,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	outs := make([]*bytes.Buffer, len(children))
 	writers := make([]*prefixWriter, len(children))
 	peaks := make([]*Peak, len(children))
+	readies := make([]*ready, len(children))
 	defer func() {
 		for _, p := range peaks {
 			if p != nil {
@@ -115,14 +116,20 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 			signalAll(procs[:i], syscall.SIGKILL)
 			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
 		}
+		if readies[i], err = watchReady(c); err != nil {
+			signalAll(procs[:i], syscall.SIGKILL)
+			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
+		}
 		outs[i] = &bytes.Buffer{}
 		c.Stdout = outs[i]
 		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu, dropSched: ch.DropSchedTrace}
 		c.Stderr = pw
 		if err := c.Start(); err != nil {
+			readies[i].abandon()
 			signalAll(procs[:i], syscall.SIGKILL)
 			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
 		}
+		readies[i].started()
 		procs[i] = c
 		writers[i] = pw
 	}
@@ -160,7 +167,17 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 			stop()
 		case <-asked:
 			asked = nil
-			signalAll(procs, syscall.SIGTERM)
+			for i, c := range procs {
+				go func() { // once the child takes it: before, SIGTERM would end it outright
+					t := time.NewTimer(readyWait)
+					defer t.Stop()
+					select {
+					case <-readies[i].ch:
+					case <-t.C:
+					}
+					c.Process.Signal(syscall.SIGTERM)
+				}()
+			}
 		case <-kill:
 			signalAll(procs, syscall.SIGKILL)
 		}
@@ -181,6 +198,10 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	}
 	return res, nil
 }
+
+// readyWait is how long Options.Stop's SIGTERM waits for a child that
+// has not said it takes signals (ready.go): one that never will.
+const readyWait = 10 * time.Second
 
 // signalAll signals every started child (exited ones ignore it).
 func signalAll(procs []*osexec.Cmd, sig os.Signal) {

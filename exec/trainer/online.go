@@ -73,17 +73,21 @@ func (r *run) openOnline(first int, ck *modelfile.Checkpointer, ckStep int64) er
 	if g.Normalizes() && r.norm == nil && opt.Comm != nil {
 		return dsl.Errorf(o.NormalizeRowsPos, "data.normalize_rows: in a split job each trainer would take the statistics of its own first rows and normalize differently; give the job --init-from a saved model, whose statistics every trainer then uses")
 	}
-	// Reaching the source may wait (for brokers, for a followed file):
-	// a stop ends the wait.
+	// Reaching the source may wait (for brokers, for a followed file): a
+	// stop ends the wait of a run that stops alone. A trainer of a split
+	// job stops with its job (opt.Halt): it gets there, then stops at the
+	// step the job agrees on.
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-opt.Stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	if opt.Halt == nil {
+		go func() {
+			select {
+			case <-opt.Stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	pos, skip, err := r.streamStart(ctx, first, ck, ckStep)
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
