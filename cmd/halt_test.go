@@ -237,23 +237,6 @@ func TestStopTrainParent(t *testing.T) {
 	}
 }
 
-// waitStep waits until p logged a step >= step, failing if p ended first.
-func waitStep(t *testing.T, p *proc, step int) {
-	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); lastStep(p) < step; {
-		select {
-		case err := <-p.done:
-			p.done <- err
-			t.Fatalf("%s ended (%v) before step %d:\n%s", p.name, err, step, p.stderrText())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never reached step %d:\n%s", p.name, step, p.stderrText())
-		}
-		time.Sleep(time.Millisecond) // polling a growing log
-	}
-}
-
 // The same job run role by role, as Kubernetes runs its pods, each role
 // sent SIGTERM on its own, in an order of the test's (pserver-1 first, or
 // trainer-1) at moments drawn from a seed: a pserver asked to stop serves on

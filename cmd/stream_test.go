@@ -80,12 +80,10 @@ func lastStep(p *proc) int {
 	return n
 }
 
-// killAt waits until p logged step >= step and kills it with SIGKILL; it
-// fails the test if p ended first.
-func killAt(t *testing.T, p *proc, step int) int {
+// waitStep waits until p logged a step >= step, failing if p ended first.
+func waitStep(t *testing.T, p *proc, step int) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for lastStep(p) < step {
+	for deadline := time.Now().Add(90 * time.Second); lastStep(p) < step; {
 		select {
 		case err := <-p.done:
 			p.done <- err
@@ -97,6 +95,13 @@ func killAt(t *testing.T, p *proc, step int) int {
 		}
 		time.Sleep(time.Millisecond) // polling a growing log
 	}
+}
+
+// killAt waits until p logged step >= step and kills it with SIGKILL; it
+// fails the test if p ended first.
+func killAt(t *testing.T, p *proc, step int) int {
+	t.Helper()
+	waitStep(t, p, step)
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	err := <-p.done
 	p.done <- err

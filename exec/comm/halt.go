@@ -94,7 +94,7 @@ func (c *Trainer) StartHalt(stop <-chan struct{}) *Halt {
 		h.goRun(func() { h.recvAsk(ctx, p) })
 	}
 	h.goRun(func() { h.recvLast(ctx) })
-	h.goRun(func() { h.watchHub(ctx) })
+	h.goRun(func() { watchRestarts(ctx, c.ep, hub, func() { h.event(ctx, halt.HubRestarted{}) }) })
 	return h
 }
 
@@ -148,9 +148,10 @@ func (h *Halt) recvLast(ctx context.Context) {
 	}
 }
 
-// watchHub tells the machine when the hub came back as a new process.
-func (h *Halt) watchHub(ctx context.Context) {
-	seen, next := h.c.ep.Restarts(hub)
+// watchRestarts calls f each time peer p comes back as a new process,
+// until ctx ends.
+func watchRestarts(ctx context.Context, ep transport.Endpoint, p transport.NodeID, f func()) {
+	seen, next := ep.Restarts(p)
 	for {
 		select {
 		case <-next:
@@ -158,10 +159,10 @@ func (h *Halt) watchHub(ctx context.Context) {
 			return
 		}
 		var n int64
-		n, next = h.c.ep.Restarts(hub)
+		n, next = ep.Restarts(p)
 		if n != seen {
 			seen = n
-			h.event(ctx, halt.HubRestarted{})
+			f()
 		}
 	}
 }
@@ -352,21 +353,7 @@ func (c *PServer) StartHalt(stop <-chan struct{}) func() {
 	}
 	for i := range c.trainers {
 		goRun(func() {
-			p := transport.Trainer(i)
-			seen, next := c.ep.Restarts(p)
-			for {
-				select {
-				case <-next:
-				case <-ctx.Done():
-					return
-				}
-				var n int64
-				n, next = c.ep.Restarts(p)
-				if n != seen {
-					seen = n
-					do(halt.Restarted{Trainer: i}, asker)
-				}
-			}
+			watchRestarts(ctx, c.ep, transport.Trainer(i), func() { do(halt.Restarted{Trainer: i}, asker) })
 		})
 	}
 	return func() {

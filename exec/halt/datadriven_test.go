@@ -3,11 +3,11 @@ package halt
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected output of testdata/*.txt")
@@ -18,49 +18,7 @@ var update = flag.Bool("update", false, "rewrite the expected output of testdata
 // (cmd/halt_test.go) stop real jobs; each path they take has its file
 // here, driven event by event.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenario(t, f) })
-	}
-}
-
-func runScenario(t *testing.T, path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(b), "\n")
-	s := &scenario{}
-	var out []string
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if l == "" || strings.HasPrefix(l, "#") {
-			out = append(out, lines[i])
-			continue
-		}
-		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "----" {
-			t.Fatalf("%s:%d: %q is not followed by ----", path, i+1, l)
-		}
-		i += 2
-		var want []string
-		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			want = append(want, lines[i])
-		}
-		got := s.run(t, l)
-		if !*update && got != strings.Join(want, "\n") {
-			t.Errorf("%s: %s\n got:\n%s\nwant:\n%s", path, l, got, strings.Join(want, "\n"))
-		}
-		out = append(out, lines[i-len(want)-2], "----", got, "")
-	}
-	if *update {
-		s := strings.TrimRight(strings.Join(out, "\n"), "\n") + "\n"
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testfix.Scenarios(t, "testdata/*.txt", *update, func() func(*testing.T, string) string { return (&scenario{}).run })
 }
 
 type scenario struct {

@@ -1,11 +1,8 @@
 package launch
 
 import (
-	"fmt"
 	"os"
 	osexec "os/exec"
-	"strconv"
-	"strings"
 )
 
 // A child of Run says when it takes signals: until its handler is
@@ -26,15 +23,10 @@ type ready struct {
 
 // watchReady asks c, not started yet, to say when it takes signals.
 func watchReady(c *osexec.Cmd) (*ready, error) {
-	r, w, err := os.Pipe()
+	r, w, err := passPipe(c, readyEnv)
 	if err != nil {
 		return nil, err
 	}
-	c.ExtraFiles = append(c.ExtraFiles, w)
-	if c.Env == nil {
-		c.Env = os.Environ()
-	}
-	c.Env = append(c.Env, fmt.Sprintf("%s=%d %d", readyEnv, 2+len(c.ExtraFiles), os.Getpid()))
 	return &ready{r: r, w: w, ch: make(chan struct{})}, nil
 }
 
@@ -60,15 +52,8 @@ func (rd *ready) abandon() {
 // takes SIGTERM and SIGINT now; psgraph's Main calls it once it handles
 // them.
 func SignalReady() {
-	fd, ppid, ok := strings.Cut(os.Getenv(readyEnv), " ")
-	if !ok || ppid != strconv.Itoa(os.Getppid()) {
-		return
+	if f := childPipe(readyEnv, "ready"); f != nil {
+		f.Write([]byte{1})
+		f.Close()
 	}
-	n, err := strconv.Atoi(fd)
-	if err != nil || n < 3 {
-		return
-	}
-	f := os.NewFile(uintptr(n), "ready")
-	f.Write([]byte{1})
-	f.Close()
 }

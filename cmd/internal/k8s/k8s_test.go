@@ -515,6 +515,13 @@ func TestManifestsTrainerState(t *testing.T) {
 	if k8s.TrainerStateBytes(p) != 2*8*4 {
 		t.Fatalf("bn-mlp's trainer holds %d bytes, want its two 8-float statistics", k8s.TrainerStateBytes(p))
 	}
+	trainerClaims(t, dir, p)
+}
+
+// trainerClaims checks the invariants of the plan's manifests and that
+// each of its two trainers has a checkpoint claim.
+func trainerClaims(t *testing.T, dir string, p *partition.Plan) {
+	t.Helper()
 	o := opts()
 	o.Defaults()
 	src, _, err := k8s.Manifests(dir, o)
@@ -555,19 +562,7 @@ train: {loss: loss, batch: 16, optimizer: {type: sgd, lr: 0.1}}
 	if k8s.TrainerStateBytes(p) != 0 || !k8s.TrainersCheckpoint(p) {
 		t.Fatalf("the online plan's trainers hold %d bytes and checkpoint: %v", k8s.TrainerStateBytes(p), k8s.TrainersCheckpoint(p))
 	}
-	o := opts()
-	o.Defaults()
-	out, _, err := k8s.Manifests(dir, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := decode(t, out)
-	checkInvariants(t, o, p, m)
-	for i := range 2 {
-		if m.pvc[k8s.TrainerCheckpointClaim(o.Name, i)] == nil {
-			t.Errorf("no claim %s", k8s.TrainerCheckpointClaim(o.Name, i))
-		}
-	}
+	trainerClaims(t, dir, p)
 }
 
 // TestManifestFlags: the flags reach the objects.
