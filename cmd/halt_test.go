@@ -340,3 +340,31 @@ func TestStopAsyncJob(t *testing.T) {
 		t.Logf("trainer-%d stopped after step %d", i, m.Steps[0])
 	}
 }
+
+// A pserver of a job reading an online source asked to stop serves on
+// until its trainers are done; with no trainer there it would wait for
+// ever: a second SIGTERM stops it at once (exit 1), saying so.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	src := newGrowingSource(t, "file", dir)
+	model := streamModel(t, dir, src.yaml, "normalize: none", "sgd")
+	plan := filepath.Join(dir, "plan")
+	if r := psgraph(t, "split", model, "--trainers", "1", "--pservers", "1", "-o", plan); r.code != 0 {
+		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
+	}
+	p := start(t, "pserver-0", nil, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", freeAddr(t))
+	waitForLine(t, p, "listening")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	waitForLine(t, p, "asked to stop")
+	select {
+	case err := <-p.done:
+		p.done <- err
+		t.Fatalf("the pserver ended on the first SIGTERM (%v), with no trainer done:\n%s", err, p.stderrText())
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	r := p.wait(t, 30*time.Second)
+	if r.code != 1 || !strings.Contains(r.stderr, "a second terminated: stopping at once") {
+		t.Fatalf("after a second SIGTERM: exit %d, want 1 saying so\n%s", r.code, r.stderr)
+	}
+}

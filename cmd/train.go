@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -160,9 +159,8 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if plan.Trainer.Data.IsOnline() {
 		// Asked to stop, the job stops at a step its trainers agree on,
 		// checkpoints it and ends: every child gets the signal and ends
-		// by itself (a second signal ends train at once, and its children
-		// with it).
-		ctx, lo2.Stop = context.WithoutCancel(ctx), ctx.Done()
+		// by itself. A second signal stops them at once.
+		ctx, lo2.Stop = hardContext(ctx), ctx.Done()
 	}
 	res, err := launch.Run(ctx, children, lo2)
 	if err != nil {

@@ -82,8 +82,8 @@ type RunOptions struct {
 	// Stop, closed, asks the run to stop (SIGTERM, SIGINT). A local run of
 	// an online source then finishes its step, checkpoints, saves and
 	// returns its summary, and so does a trainer of a split job given a
-	// Halt (at the step its job agrees on); any other run ends as if its
-	// context ended.
+	// Halt (at the step its job agrees on), while its context ending stops
+	// it at once; any other run ends as if its context ended.
 	Stop <-chan struct{}
 	// Halt, for a trainer of a split job reading an online source, is its
 	// part in the job's stop (comm.Halt): the job stops when any of its
@@ -213,10 +213,10 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 			return nil, err
 		}
 	}
-	if g.Data.IsOnline() && (opt.Stop != nil && opt.Comm == nil || opt.Halt != nil) {
-		// Stopped, the loop finishes its step, checkpoints and ends.
-		ctx = context.WithoutCancel(ctx)
-	} else if opt.Stop != nil {
+	// Stopped, an online run finishes its step, checkpoints and ends (ctx
+	// ending stops it at once); any other run ends as if ctx ended.
+	graceful := g.Data.IsOnline() && (opt.Comm == nil || opt.Halt != nil)
+	if opt.Stop != nil && !graceful {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
