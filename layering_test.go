@@ -72,14 +72,14 @@ func TestModelfileImportsNoTransportNorMetrics(t *testing.T) {
 // pserver loops, say, meet only in exec/job. A new package must be given
 // its layer here, with the one job it does in its doc.go.
 var layers = [][]string{
-	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/halt", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/halt", "exec/replicate", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},
 	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile", "exec/stream"},
 	{"exec/program", "exec/stream/kafka"},
 	{"exec/comm", "exec/evaluate"},
-	{"exec/trainer", "exec/pserver"},
+	{"exec/trainer", "exec/pserver", "exec/serve"},
 	{"exec/job", "exec/launch"},
 	{"exec/node"},
 	{"cmd"},
@@ -114,11 +114,12 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// The restart and stop protocols' decisions (exec/rejoin, exec/halt) are
-// pure: the packages import only the standard library, so nothing in them
-// can do I/O on the job's behalf or block on a peer.
+// The decisions of the restart protocol (exec/rejoin), of the stop
+// protocol (exec/halt) and of a serving replica (exec/replicate) are pure:
+// the packages import only the standard library, so nothing in them can
+// do I/O on the job's behalf or block on a peer.
 func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
-	for _, pkg := range []string{"exec/rejoin", "exec/halt"} {
+	for _, pkg := range []string{"exec/rejoin", "exec/halt", "exec/replicate"} {
 		_, p := depsOf(t, pkg)
 		for _, d := range p.Deps {
 			if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {

@@ -24,8 +24,9 @@ type trainOptions struct {
 	keep     string
 	log      logFlags
 	ck       checkpointFlags
-	final    bool // --final-pass
-	tcp      bool // --tcp
+	final    bool   // --final-pass
+	tcp      bool   // --tcp
+	serve    string // --serve
 }
 
 func newTrainCmd() *cobra.Command {
@@ -59,6 +60,7 @@ step (docs/performance.md).`,
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one); its endpoints are this run's sockets, removed at the end (with --tcp, loopback ports)")
 	f.BoolVar(&o.tcp, "tcp", false, "connect the nodes over loopback TCP ports instead of Unix-domain sockets (the path a job across machines takes)")
+	f.StringVar(&o.serve, "serve", "", "HOST:PORT: also start a serving replica that follows the job (psgraph serve --plan) and answers inference requests there; it serves the job's last step after the job until train is interrupted")
 	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
 	o.ck.add(c, false)
@@ -152,22 +154,35 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		FinalPass:     finalPassArg(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, Resume: resume,
 		TrainerState: state, TrainerNormalizes: plan.Trainer.Normalizes(),
+		Serve: o.serve, Model: model,
 	}
 	children := launch.Plan(lo)
 	fmt.Fprint(c.ErrOrStderr(), plan.Summary())
-	ctx, lo2 := c.Context(), launch.Options{Log: c.ErrOrStderr()}
+	report := func(res *launch.Result) {
+		fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", res.PeakRSSLine(children))
+		fmt.Fprintln(c.OutOrStdout(), string(res.LastLine("trainer-0")))
+	}
+	lopt := launch.Options{Log: c.ErrOrStderr()}
+	if o.serve != "" {
+		lopt.JobDone = func(res *launch.Result) {
+			report(res)
+			fmt.Fprintf(c.ErrOrStderr(), "the job is done; replica-0 serves its last step at http://%s/v2/models/%s until train is interrupted\n", o.serve, g.Name)
+		}
+	}
+	ctx := c.Context()
 	if plan.Trainer.Data.IsOnline() {
 		// Asked to stop, the job stops at a step its trainers agree on,
 		// checkpoints it and ends: every child gets the signal and ends
 		// by itself. A second signal stops them at once.
-		ctx, lo2.Stop = hardContext(ctx), ctx.Done()
+		ctx, lopt.Stop = hardContext(ctx), ctx.Done()
 	}
-	res, err := launch.Run(ctx, children, lo2)
+	res, err := launch.Run(ctx, children, lopt)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", res.PeakRSSLine(children))
-	fmt.Fprintln(c.OutOrStdout(), string(res.LastLine("trainer-0")))
+	if o.serve == "" {
+		report(res)
+	}
 	return nil
 }
 

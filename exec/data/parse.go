@@ -338,19 +338,7 @@ func (p *rowParser) header(line []byte, lineNo int) {
 // of each features and ids spec, the label (a class id, or nt float
 // targets), whichever the model declares.
 func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
-	p.fields = p.fields[:0]
-	for more := true; more; {
-		f := line
-		if i := bytes.IndexByte(line, p.delim); i >= 0 {
-			f, line = line[:i], line[i+1:]
-		} else {
-			more = false
-		}
-		if len(f) > 0 && (f[0] <= ' ' || f[len(f)-1] <= ' ') {
-			f = dsl.TrimField(f, p.delim)
-		}
-		p.fields = append(p.fields, f)
-	}
+	p.split(line)
 	if p.width < 0 {
 		p.width, p.widthLine = len(p.fields), lineNo
 		if p.where != nil && p.need <= p.width {
@@ -377,6 +365,29 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 		}
 		return p.errAt(lineNo, "line has %d fields separated by %s, but %s (%s) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), first, at, p.width, p.spec.Pos)
 	}
+	return p.parseFields(lineNo, out)
+}
+
+// split cuts line into p.fields at the delimiter, each field trimmed.
+func (p *rowParser) split(line []byte) {
+	p.fields = p.fields[:0]
+	for more := true; more; {
+		f := line
+		if i := bytes.IndexByte(line, p.delim); i >= 0 {
+			f, line = line[:i], line[i+1:]
+		} else {
+			more = false
+		}
+		if len(f) > 0 && (f[0] <= ' ' || f[len(f)-1] <= ' ') {
+			f = dsl.TrimField(f, p.delim)
+		}
+		p.fields = append(p.fields, f)
+	}
+}
+
+// parseFields reads the row split into p.fields (at least p.need of
+// them) into out.
+func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 	for i, fs := range p.feats {
 		c, out := fs.c, out.feat[i]
 		for col := c.Lo; col < c.Hi; col++ {

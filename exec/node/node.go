@@ -145,7 +145,10 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 		return nil, err
 	}
 	job := jobOf(plan)
-	ep, err := listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, o.Log)
+	// Serving replicas (psgraph serve --plan) subscribe to the parameters;
+	// they authenticate with the job's token like the trainers.
+	pub := pserver.NewPublisher(o.Log)
+	ep, err := listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, pub.Handle, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +157,7 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 	if err != nil {
 		return nil, err
 	}
-	return job.RunPServer(ctx, o.Index, ep, pserver.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom, Stop: o.Stop})
+	return job.RunPServer(ctx, o.Index, ep, pserver.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom, Publisher: pub, Stop: o.Stop})
 }
 
 func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.Summary, error) {
