@@ -230,8 +230,8 @@ func (h *Halt) Ended(steps int64) { h.event(context.Background(), halt.Ended{Ste
 func (h *Halt) Enter(ctx context.Context, k int64) (bool, error) {
 	logged := false
 	for {
-		a := h.event(ctx, halt.Enter{Step: k})
 		h.mu.Lock()
+		a := h.m.Enter(k)
 		err, decided := h.err, h.decided
 		h.mu.Unlock()
 		if err != nil {

@@ -52,7 +52,7 @@ func (s *scenario) run(t *testing.T, cmd string) string {
 	case "asked":
 		return s.trainerStep(Asked{})
 	case "enter":
-		return s.trainerStep(Enter{Step: n("step")})
+		return s.trainerShow(s.trainer.Enter(n("step")))
 	case "decided":
 		return s.trainerStep(Decided{Steps: n("steps")})
 	case "ended":
@@ -73,9 +73,11 @@ func (s *scenario) run(t *testing.T, cmd string) string {
 	return ""
 }
 
-func (s *scenario) trainerStep(ev TrainerEvent) string {
+func (s *scenario) trainerStep(ev TrainerEvent) string { return s.trainerShow(s.trainer.Step(ev)) }
+
+func (s *scenario) trainerShow(act TrainerAction) string {
 	var out string
-	switch a := s.trainer.Step(ev).(type) {
+	switch a := act.(type) {
 	case None:
 		out = "nothing"
 	case Propose:

@@ -33,9 +33,6 @@ type Started struct{ First int64 }
 // pserver's ask.
 type Asked struct{}
 
-// Enter: the trainer's loop wants to start step Step.
-type Enter struct{ Step int64 }
-
 // Decided: the hub decided that the job runs Steps steps in all.
 type Decided struct{ Steps int64 }
 
@@ -49,7 +46,6 @@ type HubRestarted struct{}
 
 func (Started) trainerEvent()      {}
 func (Asked) trainerEvent()        {}
-func (Enter) trainerEvent()        {}
 func (Decided) trainerEvent()      {}
 func (Ended) trainerEvent()        {}
 func (HubRestarted) trainerEvent() {}
@@ -67,11 +63,11 @@ type Propose struct {
 	Final bool
 }
 
-// Run: start the step (Enter).
+// Run: start the step (Trainer.Enter).
 type Run struct{}
 
 // Wait: do not start the step before the job's decision; ask again then
-// (Enter).
+// (Trainer.Enter).
 type Wait struct{}
 
 // Stop: the step is not to run: the trainer's steps are over.
@@ -119,8 +115,6 @@ func (t *Trainer) Step(ev TrainerEvent) TrainerAction {
 		}
 		t.last = e.Steps
 		return None{}
-	case Enter:
-		return t.enter(e.Step)
 	case Ended:
 		if t.ended {
 			return None{}
@@ -149,7 +143,10 @@ func (t *Trainer) ask() TrainerAction {
 	return Propose{Steps: t.entered}
 }
 
-func (t *Trainer) enter(k int64) TrainerAction {
+// Enter is the trainer's decision when its loop wants to start step k:
+// Run, Wait or Stop (a method, not a Step event: it runs before every
+// step and allocates nothing).
+func (t *Trainer) Enter(k int64) TrainerAction {
 	switch {
 	case t.ended:
 		return Stop{}

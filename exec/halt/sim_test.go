@@ -70,7 +70,7 @@ func simulate(r *rand.Rand, n int, async bool, steps int64, signals []int) ([]in
 			case t.over || t.waiting:
 			case !t.in:
 				moves = append(moves, func() error {
-					switch a := t.m.Step(Enter{Step: t.done}).(type) {
+					switch a := t.m.Enter(t.done).(type) {
 					case Run:
 						t.in = true
 					case Wait:
