@@ -273,8 +273,5 @@ func (h *Hub) Step(ev HubEvent) Sends {
 	return out
 }
 
-// Last is the number of steps the hub decided the job runs (-1: none yet).
-func (h *Hub) Last() int64 { return h.last }
-
 // Asking says whether the job was asked to stop.
 func (h *Hub) Asking() bool { return h.asking }

@@ -67,10 +67,7 @@ func (w *AUCWindow) AUC() float64 {
 	return mannWhitney(w.sorted)
 }
 
-// Size is the number of rows the window keeps at most.
-func (w *AUCWindow) Size() int { return len(w.ring) }
-
-// State writes the window's ring into dst (2 floats a row, Size rows:
+// State writes the window's ring into dst (2 floats a row, as many rows as the window keeps:
 // the score, then 1 for a positive label and 0 for a negative) and
 // returns where the next row goes and whether the ring is full: what
 // SetState takes back (a checkpoint keeps it).
