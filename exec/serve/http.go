@@ -23,6 +23,8 @@ type Predictor interface {
 	Meta() *Meta
 	Ready() bool
 	Version() int64
+	// VersionIs says what Version counts: VersionStep or VersionLoads.
+	VersionIs() string
 	Infer(ctx context.Context, req *Request) (*Result, error)
 }
 
@@ -150,7 +152,11 @@ func (h *Handler) modelMeta(w http.ResponseWriter, r *http.Request) {
 	if h.p.Ready() {
 		versions = []string{strconv.FormatInt(h.p.Version(), 10)}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"name": m.Name, "versions": versions, "platform": "psgraph", "inputs": m.Inputs, "outputs": m.Outputs})
+	md := map[string]any{"name": m.Name, "versions": versions, "platform": "psgraph", "inputs": m.Inputs, "outputs": m.Outputs}
+	if h.p.Ready() {
+		md["parameters"] = map[string]any{"version_is": h.p.VersionIs()}
+	}
+	writeJSON(w, http.StatusOK, md)
 }
 
 func (h *Handler) modelReady(w http.ResponseWriter, r *http.Request) {

@@ -34,7 +34,7 @@ func NewMetrics(version func() float64, staleness func() float64) *Metrics {
 		Help: "Inference requests being computed now (at most --max-concurrent; more are refused with 503)."})
 	m.reg.MustRegister(m.latency, m.rows, m.updates, m.inFlight,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "psgraph_serve_model_version",
-			Help: "The version served: the training step of the job followed, or the count of model file loads."}, version),
+			Help: "The version served: the training step of the job followed or the model file (the count of its loads for a file that records no step)."}, version),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "psgraph_serve_staleness_seconds",
 			Help: "Seconds the served version is behind the newest its source has: the pservers' newest applied step (following a job), or a changed --init-from file not yet loaded; 0 when caught up."}, staleness),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

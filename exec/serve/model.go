@@ -23,13 +23,15 @@ import (
 // Params is one version of a model's parameters, what a request computes
 // with: the dense parameters, fixed tables and model state (Tensors), the
 // dynamic tables, the normalization statistics of the training data, and
-// the version a response names (the training step served, or for a model
-// file the count of its loads).
+// the version a response names: the training step served (VersionStep:
+// a followed job's, or the step a model file records), or for a file
+// that records none the count of its loads (VersionLoads).
 type Params struct {
-	Version int64
-	Tensors program.Scope
-	Tables  map[string]*dyntable.Table
-	Norm    *data.Scaling
+	Version   int64
+	VersionIs string
+	Tensors   program.Scope
+	Tables    map[string]*dyntable.Table
+	Norm      *data.Scaling
 }
 
 // Bytes is the memory the parameters hold: their tensors' and their
@@ -45,20 +47,33 @@ func (p Params) Bytes() int64 {
 	return n
 }
 
+// What a version counts (Params.VersionIs; the model metadata's
+// parameters.version_is).
+const (
+	VersionStep  = "training_step"
+	VersionLoads = "load_count"
+)
+
 // LoadParams reads a model file (`--save` of run or train) into Params:
-// modelfile.LoadModel's tensors and statistics, each dynamic table read
+// modelfile.ReadModel's tensors and statistics, each dynamic table read
 // into a lookup-only table once (program.ReadTable), which every program
-// of the version shares.
+// of the version shares; the version is the training step the file
+// records (VersionStep), or -1 when it records none (the caller numbers
+// it, VersionLoads).
 func LoadParams(g *dsl.Graph, file string, log zerolog.Logger) (Params, error) {
-	tensors, norm, err := modelfile.LoadModel(g, file, log)
+	mf, err := modelfile.ReadModel(g, file, log)
 	if err != nil {
 		return Params{}, err
 	}
+	tensors, norm := mf.Tensors, mf.Norm
 	_, lowered, err := dsl.LowerDynamic(g)
 	if err != nil {
 		return Params{}, err
 	}
-	p := Params{Tensors: tensors, Norm: norm}
+	p := Params{Version: -1, VersionIs: VersionLoads, Tensors: tensors, Norm: norm}
+	if mf.HasStep {
+		p.Version, p.VersionIs = mf.Step, VersionStep
+	}
 	for _, dt := range lowered {
 		keys := dyntable.KeysName(dt.Name)
 		t, err := program.ReadTable(dt, tensors[keys], tensors[dt.Name], file)
@@ -215,6 +230,9 @@ func (m *Model) Ready() bool { return m.cur.Load() != nil }
 
 // Version is the version served now.
 func (m *Model) Version() int64 { return m.cur.Load().Version }
+
+// VersionIs says what Version counts (VersionStep, VersionLoads).
+func (m *Model) VersionIs() string { return m.cur.Load().VersionIs }
 
 // Swap makes p the version requests compute with from now on; requests
 // already computing with the previous one finish with it.

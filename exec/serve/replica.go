@@ -80,7 +80,7 @@ func newFollower(g *dsl.Graph, opt FollowOptions, maxBatch int, log zerolog.Logg
 	if err != nil {
 		return nil, err
 	}
-	p := Params{Version: -1, Tensors: map[string]*tensor.Tensor{}}
+	p := Params{Version: -1, VersionIs: VersionStep, Tensors: map[string]*tensor.Tensor{}}
 	for _, name := range g.ModelVars() {
 		p.Tensors[name] = tensor.New(types[name].DType, types[name].Shape)
 	}

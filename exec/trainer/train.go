@@ -825,7 +825,7 @@ func (r *run) finish(sum *Summary) error {
 func (r *run) save(names []string, params program.Scope, local []modelfile.Entry) error {
 	g, opt := r.g, r.opt
 	if !r.tables || opt.TrainerIndex != 0 {
-		return modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, local)
+		return modelfile.SaveModelStreamed(opt.Save, g.Name, int64(r.steps), names, params, r.norm, local)
 	}
 	tables, err := tablesOf(g, r.batch)
 	if err != nil {
@@ -848,7 +848,7 @@ func (r *run) save(names []string, params program.Scope, local []modelfile.Entry
 	}
 	opt.Log.Info().Int("tables", len(tables)).Int64("table_bytes", bytes).Str("file", opt.Save).Msg("saving the whole model: pulling the tables from the pservers")
 	start := time.Now()
-	if err := modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, more); err != nil {
+	if err := modelfile.SaveModelStreamed(opt.Save, g.Name, int64(r.steps), names, params, r.norm, more); err != nil {
 		return err
 	}
 	secs := time.Since(start).Seconds()
