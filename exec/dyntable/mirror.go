@@ -150,6 +150,14 @@ func NewMirror(cfg Config, shards int) (*Table, error) {
 	return t, nil
 }
 
+// MirrorShards is the count of shards a mirror holds (0: not a mirror).
+func (t *Table) MirrorShards() int {
+	if t.mirror == nil {
+		return 0
+	}
+	return len(t.mirror.w)
+}
+
 // deadAt says whether slot's row is dead: by the table's watermark, or a
 // mirror's by its shard's.
 func (t *Table) deadAt(slot int32) bool {

@@ -478,11 +478,24 @@ func (m *Model) String() string { return fmt.Sprintf("%s version %d", m.meta.Nam
 
 // Update is what a followed job's pservers applied since the update
 // before: the training step it brings the model to, new values of dense
-// parameters, and the changed rows of fixed and dynamic tables.
+// parameters, the changed rows of fixed and dynamic tables, and the
+// state of the dynamic tables' shards.
 type Update struct {
-	Step  int64
-	Dense []DenseValues
-	Rows  []TableRows
+	Step   int64
+	Dense  []DenseValues
+	Rows   []TableRows
+	Shards []ShardState
+}
+
+// ShardState is a pserver's shard of a dynamic table: its eviction
+// watermark (its rows scored at or under it are dead), and Whole when
+// the update holds every row of the shard (a pserver's full state: the
+// rows the model held of the shard before are forgotten first).
+type ShardState struct {
+	Name          string
+	Shard, Shards int
+	Watermark     int64
+	Whole         bool
 }
 
 // DenseValues are new values of a dense parameter from element Offset
@@ -494,15 +507,15 @@ type DenseValues struct {
 }
 
 // TableRows are changed rows of a table: of a fixed table by row id
-// (IDs), of a dynamic table by key (Keys, and Removed: keys whose rows the
-// table dropped, by ttl or capacity); Values holds the rows one after
+// (IDs), of a dynamic table by key (Keys, each with its Meta: what its
+// eviction scores, dyntable's mirror.go); Values holds the rows one after
 // another.
 type TableRows struct {
-	Name    string
-	IDs     []int64
-	Keys    []int64
-	Removed []int64
-	Values  []float32
+	Name   string
+	IDs    []int64
+	Keys   []int64
+	Meta   []uint64
+	Values []float32
 }
 
 // Apply brings the model to u.Step without failing or blocking a request
@@ -537,18 +550,29 @@ func (m *Model) Apply(u Update) error {
 	}
 	m.rows.Lock()
 	defer m.rows.Unlock()
+	for _, sh := range u.Shards {
+		if sh.Whole {
+			if err := cur.Tables[sh.Name].DropShard(sh.Shard); err != nil {
+				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
+			}
+		}
+	}
 	for _, r := range u.Rows {
 		if t := cur.Tables[r.Name]; t != nil {
-			if err := writeKeys(t, r.Keys, r.Values); err != nil {
+			if err := t.MirrorRows(&dyntable.Batch{Keys: r.Keys, Meta: r.Meta, Values: r.Values}); err != nil {
 				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, r.Name, err)
 			}
-			t.Delete(r.Removed)
 			continue
 		}
 		t := cur.Tensors[r.Name]
 		w := t.Shape[1]
 		for i, id := range r.IDs {
 			copy(t.F[int(id)*w:int(id+1)*w], r.Values[i*w:(i+1)*w])
+		}
+	}
+	for _, sh := range u.Shards {
+		if err := cur.Tables[sh.Name].Expire(sh.Shard, sh.Watermark); err != nil {
+			return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
 		}
 	}
 	shadow.Version = u.Step
@@ -566,15 +590,24 @@ func (m *Model) checkUpdate(cur *version, u Update) error {
 			return fmt.Errorf("update of step %d: %d values of dense parameter %q from %d do not fit the model", u.Step, len(d.Values), d.Name, d.Offset)
 		}
 	}
+	for _, sh := range u.Shards {
+		t, ok := cur.Tables[sh.Name]
+		if !ok {
+			return fmt.Errorf("update of step %d: the model has no dynamic table %q", u.Step, sh.Name)
+		}
+		if n := t.MirrorShards(); n != sh.Shards || sh.Shard < 0 || sh.Shard >= sh.Shards {
+			return fmt.Errorf("update of step %d: shard %d of %d of dynamic table %q does not fit the model, which follows it over %d pservers", u.Step, sh.Shard, sh.Shards, sh.Name, n)
+		}
+	}
 	for _, r := range u.Rows {
 		if t, ok := cur.Tables[r.Name]; ok {
-			if r.IDs != nil || len(r.Values) != len(r.Keys)*t.Config().Dim {
+			if r.IDs != nil || len(r.Meta) != len(r.Keys) || len(r.Values) != len(r.Keys)*t.Config().Dim {
 				return fmt.Errorf("update of step %d: %d keys of dynamic table %q do not fit the model", u.Step, len(r.Keys), r.Name)
 			}
 			continue
 		}
 		t, ok := cur.Tensors[r.Name]
-		if !ok || !m.tables[r.Name] || r.Keys != nil || r.Removed != nil || len(r.Values) != len(r.IDs)*t.Shape[1] {
+		if !ok || !m.tables[r.Name] || r.Keys != nil || len(r.Values) != len(r.IDs)*t.Shape[1] {
 			return fmt.Errorf("update of step %d: %d rows of table %q do not fit the model", u.Step, len(r.IDs), r.Name)
 		}
 		for _, id := range r.IDs {
@@ -604,19 +637,6 @@ func (m *Model) shadowOf(cur *version) *version {
 	p := cur.Params
 	p.Tensors = ts
 	return &version{Params: p, free: map[poolKey][]*worker{}}
-}
-
-// writeKeys writes the rows of keys into a dynamic table, creating those
-// it lacks (a served table admits every key).
-func writeKeys(t *dyntable.Table, keys []int64, values []float32) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	slots := make([]int32, len(keys))
-	if err := t.Lookup(keys, nil, slots); err != nil {
-		return err
-	}
-	return t.Scatter(slots, 0, t.Config().Dim, values)
 }
 
 // fixedTables names the parameters that ops read rows of (lookup_table,
