@@ -76,6 +76,17 @@ func TestServeFollowsDynamicJob(t *testing.T) {
 	followJob(t, followCase{model: model, name: "ctr-dynamic", data: data, steps: 1200, batch: 64, rows: 300})
 }
 
+// TestServeFollowsJob for a model with state its trainers hold
+// (testdata/norm/bn-mlp.yaml: batch_norm's running statistics, which no
+// pserver has): trainer 0 pushes its state to pserver 0, which holds the
+// newest for the replicas; the replica is ready once it has it, and
+// after the job (pserver 0 killed and restarted meanwhile, the push
+// dialing it again) its predictions are psgraph predict's with trainer
+// 0's saved model, running statistics included.
+func TestServeFollowsTrainerState(t *testing.T) {
+	followJob(t, followCase{model: "testdata/norm/bn-mlp.yaml", name: "bn-mlp", data: "testdata/norm/bn.csv", steps: 3000, batch: 16, rows: 64, trainerState: true})
+}
+
 // followCase is a job a replica follows: its model, its data's rows to
 // compare predictions on, its steps and batch, and the pservers' own
 // arguments.
@@ -84,6 +95,9 @@ type followCase struct {
 	steps, batch      int
 	rows              int
 	pserverArgs       []string
+	// trainerState: the replica is ready only once the trainers run
+	// (trainer 0 pushes its state), not on the pservers' initial state.
+	trainerState bool
 }
 
 func followJob(t *testing.T, c followCase) {
@@ -115,7 +129,9 @@ func followJob(t *testing.T, c followCase) {
 			}
 		}
 	})
-	waitVersion(t, r0, base, c.name, 0) // the initial parameters
+	if !c.trainerState {
+		waitVersion(t, r0, base, c.name, 0) // the initial parameters
+	}
 	var trainers []*proc
 	for i := range 2 {
 		args := []string{"run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pserver-endpoints", strings.Join(addrs, ","),

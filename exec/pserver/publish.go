@@ -3,6 +3,7 @@ package pserver
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -51,6 +52,32 @@ type Publisher struct {
 	// their least, so no value a replica holds is older than the step it
 	// serves.
 	steps []int64
+	// state is trainer 0's model state, pushed to pserver 0 (nil: none
+	// yet), under mu; immutable once held.
+	state *heldState
+}
+
+// heldState is trainer 0's model state as pushed (a whole delta): the
+// model's variables it holds (batch_norm's running statistics, a
+// parameter placed on the trainer) at a step.
+type heldState struct {
+	step int64
+	rows []replicate.Rows
+}
+
+// stateBlock is the feeds' block index of the trainer's state.
+func (pub *Publisher) stateBlock() int { return len(pub.parts) }
+
+// minStep is the least step of the published values (under mu).
+func (pub *Publisher) minStep() int64 {
+	step := pub.start
+	if len(pub.steps) > 0 {
+		step = slices.Min(pub.steps)
+	}
+	if pub.state != nil {
+		step = min(step, pub.state.step)
+	}
+	return step
 }
 
 // NewPublisher is a pserver's publisher; Serve attaches its parts.
@@ -257,7 +284,7 @@ func (pub *Publisher) applied(i int, k int64) {
 	} else if len(pp.tables) == 0 && len(pp.dynamic) == 0 {
 		return // nothing new to send: the blocks' snapshot is older
 	}
-	step := slices.Min(pub.steps)
+	step := pub.minStep()
 	for s := range pub.subs {
 		s.feed.Applied(step)
 		if snapped {
@@ -293,7 +320,7 @@ func (pub *Publisher) end(timeout time.Duration) {
 			pub.steps[i] = k
 		}
 		if len(pub.steps) > 0 { // every subscriber is owed the last step
-			step := slices.Min(pub.steps)
+			step := pub.minStep()
 			for s := range pub.subs {
 				s.feed.Applied(step)
 				for i, pp := range pub.parts {
@@ -325,11 +352,16 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 	defer c.Close()
 	log := pub.log.With().Str("replica", id.String()).Logger()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if err := replicate.ReadHello(c); err != nil {
+	push, err := replicate.ReadHello(c)
+	if err != nil {
 		log.Warn().Err(err).Msg("refused a replica")
 		return
 	}
 	c.SetReadDeadline(time.Time{})
+	if push {
+		pub.takeState(log, c)
+		return
+	}
 	select {
 	case <-pub.attached:
 	case <-pub.ended:
@@ -349,10 +381,7 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 	}
 	pub.senders.Add(1)
 	defer pub.senders.Done()
-	step := pub.start
-	if len(pub.steps) > 0 {
-		step = slices.Min(pub.steps)
-	}
+	step := pub.minStep()
 	s.feed = replicate.NewFeed(step, pub.tableRows)
 	pub.subs[s] = struct{}{}
 	if pub.nsubs.Add(1) == 1 {
@@ -402,6 +431,64 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 	}
 }
 
+// takeState holds the model state trainer 0 pushes (its connection is a
+// replica's: authenticated by the job's token), each delta replacing the
+// one before and owed to every subscriber, and acknowledges each once
+// held, until the connection ends.
+func (pub *Publisher) takeState(log zerolog.Logger, c net.Conn) {
+	select {
+	case <-pub.attached:
+	case <-pub.ended:
+		return
+	}
+	log.Info().Msg("trainer 0 pushes its model state for the replicas")
+	r := replicate.NewReader(c)
+	var cur *heldState
+	for {
+		fr, err := r.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				log.Info().Err(err).Msg("the trainer's state push ended")
+			}
+			return
+		}
+		switch fr.Kind {
+		case replicate.FrameBegin:
+			cur = &heldState{step: fr.Step}
+		case replicate.FrameRows:
+			if cur == nil {
+				log.Warn().Msg("the trainer's state push sent rows outside a delta; closing it")
+				return
+			}
+			cur.rows = append(cur.rows, fr.Rows)
+		case replicate.FrameEnd:
+			if cur == nil {
+				log.Warn().Msg("the trainer's state push ended a delta that did not begin; closing it")
+				return
+			}
+			pub.mu.Lock()
+			pub.state = cur
+			step := pub.minStep()
+			for s := range pub.subs {
+				s.feed.Block(pub.stateBlock())
+				s.feed.Applied(step)
+				select {
+				case s.wake <- struct{}{}:
+				default:
+				}
+			}
+			pub.mu.Unlock()
+			cur = nil
+			if err := replicate.WriteAck(c); err != nil {
+				return
+			}
+		default:
+			log.Warn().Int("kind", int(fr.Kind)).Msg("the trainer's state push sent a frame it cannot send; closing it")
+			return
+		}
+	}
+}
+
 // publishTables starts or stops the dynamic shards keeping the slots
 // their steps write (under pub.mu: with the first subscriber, until the
 // last leaves; a new subscriber's full state holds what was written
@@ -444,6 +531,16 @@ func (pub *Publisher) send(w *replicate.Writer, s *subscriber, d replicate.Delta
 		}
 		for _, dy := range pp.dynamic {
 			if err := sendKeys(w, s, dy, d); err != nil {
+				return err
+			}
+		}
+	}
+	pub.mu.Lock()
+	st := pub.state
+	pub.mu.Unlock()
+	if st != nil && (d.Full || slices.Contains(d.Blocks, pub.stateBlock())) {
+		for _, r := range st.rows {
+			if err := w.Rows(r); err != nil {
 				return err
 			}
 		}

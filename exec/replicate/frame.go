@@ -14,9 +14,15 @@ import (
 // transport's handshake (docs/serving.md): the replica writes Hello, then
 // only reads; the pserver writes deltas, each a Begin frame, Rows frames
 // and an End frame, and after the job's last step a Finished frame.
-// Integers are little-endian.
+// Trainer 0 pushes the model state it holds (batch_norm's running
+// statistics, a parameter placed on it) to pserver 0 on a connection of
+// the same kind: it writes the push hello, then deltas of its state
+// (each full), and the pserver answers each with an ack once it holds
+// it. Integers are little-endian.
 //
-//	hello     "PSGS" version(1)
+//	hello     "PSGS" version(1)  (subscribe)
+//	          "PSGT" version(1)  (push trainer 0's state)
+//	ack       1
 //	begin     kind(1)=1 step(8) full(1)
 //	rows      kind(1)=2 namelen(1) name first(8) stride(8) count(4) width(4) by(1)
 //	          [by=1: ids count*8] [by=2: keys count*8 meta count*8] values count*width*4
@@ -35,7 +41,9 @@ import (
 // (the replica forgets those it held).
 const (
 	helloMagic   = "PSGS"
+	pushMagic    = "PSGT"
 	helloVersion = 2
+	ackByte      = 1
 
 	kindBegin    = 1
 	kindRows     = 2
@@ -58,14 +66,39 @@ func WriteHello(w io.Writer) error {
 	return err
 }
 
-// ReadHello reads a subscribe request.
-func ReadHello(r io.Reader) error {
+// WritePushHello writes trainer 0's request to push its state.
+func WritePushHello(w io.Writer) error {
+	_, err := w.Write(append([]byte(pushMagic), helloVersion))
+	return err
+}
+
+// ReadHello reads a subscribe request, or (push) a request to push a
+// trainer's state.
+func ReadHello(r io.Reader) (push bool, err error) {
 	var b [5]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return fmt.Errorf("subscribe request: %w", err)
+		return false, fmt.Errorf("subscribe request: %w", err)
 	}
-	if string(b[:4]) != helloMagic || b[4] != helloVersion {
-		return errors.New("subscribe request: not a psgraph replica's (or another version)")
+	if m := string(b[:4]); m != helloMagic && m != pushMagic || b[4] != helloVersion {
+		return false, errors.New("subscribe request: not a psgraph replica's (or another version)")
+	}
+	return string(b[:4]) == pushMagic, nil
+}
+
+// WriteAck tells a pusher that its delta is held.
+func WriteAck(w io.Writer) error {
+	_, err := w.Write([]byte{ackByte})
+	return err
+}
+
+// ReadAck reads the answer to a pushed delta.
+func ReadAck(r io.Reader) error {
+	var b [1]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return err
+	}
+	if b[0] != ackByte {
+		return fmt.Errorf("an answer %d to a pushed state, not an ack", b[0])
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +49,11 @@ type follower struct {
 	// seen is when the newest delta not yet applied arrived (0: none).
 	seen    atomic.Int64
 	applied atomic.Int64 // updates applied
+	// missing names the model's tensors no delta has written yet (a
+	// pserver's full state writes those it holds, pserver 0's the state
+	// trainer 0 holds and pushes to it): the replica is ready once none
+	// is missing. Only the loop touches it.
+	missing map[string]bool
 }
 
 // event is what a reader tells the loop: a whole delta, or a lost
@@ -67,9 +74,6 @@ type event struct {
 // pservers' full states arrive, and its statistics computed from the
 // model's data as the job's trainers compute them.
 func newFollower(g *dsl.Graph, opt FollowOptions, maxBatch int, log zerolog.Logger) (*follower, error) {
-	if st := g.ModelState(); len(st) > 0 {
-		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has state its trainers hold (%v: batch_norm's running statistics), which a replica cannot follow yet; serve a saved model (--init-from)", st)
-	}
 	if len(opt.Endpoints) != opt.Plan.Info.PServers {
 		return nil, fmt.Errorf("--pserver-endpoints has %d addresses, and the plan has %d pservers", len(opt.Endpoints), opt.Plan.Info.PServers)
 	}
@@ -111,7 +115,11 @@ func newFollower(g *dsl.Graph, opt FollowOptions, maxBatch int, log zerolog.Logg
 	if err != nil {
 		return nil, err
 	}
-	return &follower{Model: m, opt: opt, log: log, follow: replicate.NewFollow(len(opt.Endpoints)), events: make(chan event, 4)}, nil
+	missing := map[string]bool{}
+	for name := range p.Tensors {
+		missing[name] = true
+	}
+	return &follower{Model: m, opt: opt, log: log, follow: replicate.NewFollow(len(opt.Endpoints)), events: make(chan event, 4), missing: missing}, nil
 }
 
 // Ready says whether the replica serves the job's state: it caught up
@@ -214,7 +222,16 @@ func (f *follower) apply(ev event, met *Metrics) error {
 	f.seen.Store(0)
 	f.applied.Add(1)
 	met.Updated()
-	if !f.ready.Load() && f.follow.Ready() {
+	for _, d := range u.Dense {
+		delete(f.missing, d.Name)
+	}
+	for _, r := range u.Rows {
+		delete(f.missing, r.Name)
+	}
+	if !f.ready.Load() && f.follow.Ready() && len(f.missing) > 0 && ev.full {
+		f.log.Info().Strs("waiting_for", slices.Sorted(maps.Keys(f.missing))).Msg("caught up with every pserver; waiting for the state trainer 0 holds (pushed to pserver-0)")
+	}
+	if !f.ready.Load() && f.follow.Ready() && len(f.missing) == 0 {
 		f.log.Info().Int64("step", u.Step).Msg("caught up with every pserver; ready")
 		f.ready.Store(true)
 	}

@@ -85,6 +85,11 @@ type RunOptions struct {
 	// Stdin is the standard input an online source csv: "-" reads (nil:
 	// os.Stdin).
 	Stdin io.Reader
+	// State, for trainer 0 of a job that follows serving replicas, takes
+	// the model's variables the trainer holds (batch_norm's running
+	// statistics, a parameter placed on it), which no pserver has, after
+	// every step and at the end (nil: none; state.go).
+	State StateSink
 }
 
 // FinalPass says whether a run ends with a pass over its whole training
@@ -254,6 +259,7 @@ type run struct {
 	held   evaluate.HeldOut
 	on     *online       // an online source (online.go); nil for the others
 	own    *trainerState // what a distributed trainer checkpoints of its own (nil: nothing; state.go)
+	served program.Scope // the model's variables it holds, for opt.State (nil: none)
 	// tables: a trainer of a job with lookup tables; evaluates: it
 	// evaluates the held-out data. pulls is the evaluation's rendezvous
 	// in a job with tables (pull.go).
@@ -289,9 +295,19 @@ func (r *run) train() (*Summary, error) {
 	if err := r.startStep(); err != nil {
 		return nil, err
 	}
+	if r.served != nil {
+		r.opt.State.Offer(int64(r.first), r.served) // the initial or restored state
+	}
 	start := time.Now()
 	if err := r.loop(start); err != nil {
 		return nil, err
+	}
+	if r.served != nil {
+		// The last step's state reaches pserver 0 before the job ends (the
+		// replicas serve the job's last step).
+		if err := r.opt.State.Flush(r.ctx, int64(r.steps), r.served); err != nil {
+			r.opt.Log.Warn().Err(err).Msg("the serving replicas may not get this trainer's last state")
+		}
 	}
 	return r.end(time.Since(start).Seconds())
 }
@@ -506,6 +522,9 @@ func (r *run) startStep() error {
 	}
 	if opt.Comm != nil {
 		r.own = newTrainerState(r)
+		if opt.State != nil {
+			r.served = servedState(r.g, r.prog)
+		}
 	}
 	ckStep := int64(-1)
 	if opt.Comm != nil && r.first > 0 {
@@ -567,6 +586,9 @@ func (r *run) loop(start time.Time) error {
 				break
 			}
 			return err
+		}
+		if r.served != nil {
+			opt.State.Offer(int64(k+1), r.served)
 		}
 		now := time.Now()
 		if opt.Prom != nil {
