@@ -98,6 +98,7 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 					failed.Store(true)
 				}
 			}()
+			res := new(Result)
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -105,7 +106,7 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 					return
 				default:
 				}
-				res, err := m.Infer(context.Background(), req)
+				err := m.Infer(context.Background(), req, res)
 				if err != nil {
 					failed.Store(true)
 					errs <- err
@@ -216,8 +217,8 @@ func TestUpdatesWriteDynamicTableRowsByKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := func() []float32 {
-		res, err := m.Infer(context.Background(), req)
-		if err != nil {
+		var res Result
+		if err := m.Infer(context.Background(), req, &res); err != nil {
 			t.Fatal(err)
 		}
 		return res.Outputs[0].Floats

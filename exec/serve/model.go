@@ -337,8 +337,9 @@ type Result struct {
 	Outputs []OutTensor
 }
 
-// OutTensor is one output tensor: Ints for pred and integer variables,
-// Floats for the rest, row-major.
+// OutTensor is one output tensor, row-major: Ints for an integer
+// datatype (pred and integer variables), Floats for FP32 (the other
+// slice is left as a previous request's output had it).
 type OutTensor struct {
 	Name     string
 	Datatype string
@@ -371,21 +372,27 @@ func (m *Model) outputs(names []string) ([]evaluate.Output, string, error) {
 	return outs, key, nil
 }
 
-// Infer computes a request's outputs with the current version, in chunks
-// of at most maxBatch rows.
-func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
+// Infer computes a request's outputs with the current version into res
+// (its slices reused: a server's requests allocate no outputs), in
+// chunks of at most maxBatch rows.
+func (m *Model) Infer(ctx context.Context, req *Request, res *Result) error {
 	outs, outsKey, err := m.outputs(req.Outputs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res := &Result{ID: req.ID, Outputs: make([]OutTensor, len(outs))}
+	res.ID = req.ID
+	res.Outputs = resize(res.Outputs, len(outs))
 	for i, o := range outs {
 		t := &res.Outputs[i]
-		t.Name, t.Datatype, t.Shape = o.Name, datatypeOf(o.DType()), outShape(int64(req.Rows), o)
+		t.Name, t.Datatype = o.Name, datatypeOf(o.DType())
+		t.Shape = append(t.Shape[:0], int64(req.Rows))
+		if o.Values() != 1 {
+			t.Shape = append(t.Shape, int64(o.Values()))
+		}
 		if o.Ints() {
-			t.Ints = make([]int64, req.Rows*o.Values())
+			t.Ints = resize(t.Ints, req.Rows*o.Values())
 		} else {
-			t.Floats = make([]float32, req.Rows*o.Values())
+			t.Floats = resize(t.Floats, req.Rows*o.Values())
 		}
 	}
 	v := m.acquire()
@@ -393,20 +400,29 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	res.Version = v.Version
 	for off := 0; off < req.Rows; off += m.maxBatch {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		n := min(m.maxBatch, req.Rows-off)
 		w, err := v.get(m, poolKey{rows: n, outs: outsKey}, outs)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		err = m.chunk(ctx, w, req, off, n, outs, res)
 		v.put(w)
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return res, nil
+	return nil
+}
+
+// resize is s with n elements, its array reused when it holds them (the
+// elements are then left as they were: the caller writes each).
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // chunk computes rows [off, off+n) of req with w.

@@ -212,10 +212,11 @@ func (w *twin) Meta() *Meta       { return &w.meta }
 func (w *twin) Ready() bool       { return true }
 func (w *twin) Version() int64    { return 3 }
 func (w *twin) VersionIs() string { return VersionLoads }
-func (w *twin) Infer(ctx context.Context, req *Request) (*Result, error) {
+func (w *twin) Infer(ctx context.Context, req *Request, res *Result) error {
 	w.entered <- struct{}{}
 	<-w.release
-	return &Result{Version: 3, Outputs: []OutTensor{{Name: "prob", Datatype: dtFP32, Shape: []int64{int64(req.Rows)}, Floats: make([]float32, req.Rows)}}}, nil
+	*res = Result{Version: 3, Outputs: []OutTensor{{Name: "prob", Datatype: dtFP32, Shape: []int64{int64(req.Rows)}, Floats: make([]float32, req.Rows)}}}
+	return nil
 }
 
 var twinBody = []byte(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]}]}`)
@@ -349,7 +350,8 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := m.Infer(context.Background(), req)
+		res := new(Result)
+		err = m.Infer(context.Background(), req, res)
 		if err != nil {
 			t.Fatal(err)
 		}
