@@ -2,11 +2,13 @@ package serve
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -58,10 +60,11 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 // swapped in every 250 ms, as a reload does (SIGHUP, the repository
 // extension's load); while an update (the dense parameters and 4096 table
 // rows) is applied every 250 ms, as a replica following a job applies a
-// pserver's delta. It reports the p50 and p99 latency and the reloads or
-// updates done: neither may stall the requests (a new version is given its
-// programs before it is served, requests compute with the version they
-// took, table rows are written between programs' runs):
+// pserver's delta; under the memory limit the server sets. It reports the
+// p50 and p99 latency and the reloads or updates done: neither may stall
+// the requests (a new version is given its programs before it is served,
+// requests compute with the version they took, table rows are written
+// between programs' runs):
 // go test ./exec/serve -run X -bench InferWhileReloading -benchtime 4000x
 func BenchmarkInferWhileReloading(b *testing.B) {
 	var buf bytes.Buffer
@@ -84,9 +87,8 @@ func BenchmarkInferWhileReloading(b *testing.B) {
 	}{
 		{"steady", nil},
 		{"reloading", func(m *Model, n int64) error {
-			p, err := LoadParams(g, file, zerolog.Nop())
-			m.Swap(p)
-			return err
+			src := &fileSource{g: g, path: file, log: zerolog.Nop(), model: m}
+			return src.load()
 		}},
 		{"updating", func(m *Model, n int64) error {
 			for i := range ids {
@@ -102,6 +104,10 @@ func BenchmarkInferWhileReloading(b *testing.B) {
 			m, err := NewModel(g, p, 0)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if os.Getenv("GOMEMLIMIT") == "" {
+				limitMemory(p.Bytes(), zerolog.Nop()) // as the server does
+				defer debug.SetMemoryLimit(math.MaxInt64)
 			}
 			h := NewHandler(m, HandlerOptions{})
 			infer := func() int {

@@ -43,5 +43,9 @@ func NewMetrics(version func() float64, staleness func() float64) *Metrics {
 	return m
 }
 
-// Updated counts one new version swapped in.
-func (m *Metrics) Updated() { m.updates.Inc() }
+// Updated counts one new version swapped in (nil: no metrics).
+func (m *Metrics) Updated() {
+	if m != nil {
+		m.updates.Inc()
+	}
+}
