@@ -257,7 +257,7 @@ func (m *Model) VersionIs() string { return m.cur.Load().VersionIs }
 // The new version is given, before it is swapped in, the programs the
 // requests on the current one use (warm), so no request waits for a
 // program to be compiled (~10 ms for examples/ctr.yaml, whose requests
-// take ~1 ms; TestSwapWarmsTheNewVersion).
+// take ~1 ms; TestNewVersionsAreWarm).
 func (m *Model) Swap(p Params) {
 	m.applyMu.Lock()
 	defer m.applyMu.Unlock()
