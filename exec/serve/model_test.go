@@ -1,9 +1,15 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"maps"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -86,4 +92,59 @@ func TestNewVersionsAreWarm(t *testing.T) {
 		}
 		check("after an update", p)
 	}
+}
+
+// A request's pooled buffers (its body, lines, outputs and response) are
+// its own while it runs: 4 goroutines send requests of 1 to 97 rows, with
+// and without escapes, ids and named outputs, in random order, and every
+// answer is the one the request gets alone.
+func TestPooledBuffersKeepRequestsApart(t *testing.T) {
+	g := digits(t)
+	m, err := NewModel(g, randomParams(t, g, 1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(m, HandlerOptions{})
+	serve := func(body []byte) []byte {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v2/models/digits-mlp/infer", bytes.NewReader(body)))
+		if w.Code != 200 {
+			t.Errorf("%d %s", w.Code, w.Body)
+		}
+		return w.Body.Bytes()
+	}
+	var bodies, want [][]byte
+	for i, n := range []int{1, 97, 3, 40, 2, 64, 7, 33} {
+		lines := digitRows(n, uint64(i))
+		var b []byte
+		switch i % 4 {
+		case 0:
+			b = rowsBody(lines)
+		case 1: // escapes in the id and the lines, decoded in the pooled body
+			b = []byte(`{"id":"r\/` + itoa(i) + `","inputs":[{"name":"rows","datatype":"BYTES","shape":[` + itoa(n) + `],"data":["` +
+				strings.ReplaceAll(strings.Join(lines, `","`), ",1,", `,1\u002c`) + `"]}]}`)
+		case 2:
+			b = []byte(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[` + itoa(n) + `,1],"data":[["` + strings.Join(lines, `"],["`) + `"]]}],"outputs":[{"name":"pred"}]}`)
+		case 3:
+			b = []byte(`{"id":"\t` + itoa(i) + `\n","inputs":[{"name":"rows","datatype":"BYTES","shape":[` + itoa(n) + `],"data":["` + strings.Join(lines, `", "`) + `"]}],"outputs":[{"name":"prob"},{"name":"pred"}]}`)
+		}
+		bodies = append(bodies, b)
+		want = append(want, bytes.Clone(serve(b)))
+	}
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(c), 5))
+			for range 60 {
+				i := r.IntN(len(bodies))
+				if got := serve(bodies[i]); !bytes.Equal(got, want[i]) {
+					t.Errorf("request %d answered %.120s, alone %.120s", i, got, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
