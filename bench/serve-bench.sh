@@ -7,7 +7,9 @@
 #   - psgraph predict over the ROWS rows: rows/s of the whole command;
 #   - psgraph serve answering requests of 100 of those rows from 4
 #     concurrent clients (hey, Debian's package; installed with apt-get
-#     when missing and root): p99 latency and rows/s;
+#     when missing and root): p99 latency and rows/s; then the same
+#     requests while the model file is loaded again every 0.5 s: their p99
+#     and failures;
 # and the server's resident memory against the model file's bytes + 64 MiB.
 # Then a 2x2 job of examples/ctr.yaml (JOB_STEPS steps of 256 rows, TCP on
 # loopback), in alternating runs without and with a replica following it
@@ -58,16 +60,27 @@ for run in $(seq "$RUNS"); do
 	hey -n 200 -c 4 -m POST -T application/json -D "$DIR/body.json" "http://$addr/v2/models/ctr/infer" >/dev/null # warm: programs compiled
 	hey -n "$REQUESTS" -c 4 -m POST -T application/json -D "$DIR/body.json" -o csv "http://$addr/v2/models/ctr/infer" >"$DIR/hey.csv"
 	rss=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
+	# the same requests while the model file is loaded again every 0.5 s
+	# (the repository extension's load, as SIGHUP does)
+	(while :; do curl -sf -X POST "http://$addr/v2/repository/models/ctr/load" >/dev/null || exit 1; sleep 0.5; done) &
+	loader=$!
+	hey -n "$REQUESTS" -c 4 -m POST -T application/json -D "$DIR/body.json" -o csv "http://$addr/v2/models/ctr/infer" >"$DIR/reload.csv"
+	kill $loader; wait $loader || true
+	loads=$(grep -c "loaded the model file" "$DIR/serve.log" || true)
 	kill -TERM $pid
 	wait $pid
-	python3 - "$DIR/hey.csv" "$rss" >>"$DIR/serve.txt" <<'PY'
+	python3 - "$DIR/hey.csv" "$rss" "$DIR/reload.csv" "$loads" >>"$DIR/serve.txt" <<'PY'
 import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-lat = sorted(float(r["response-time"]) for r in rows)
-bad = sum(1 for r in rows if r["status-code"] != "200")
-offsets = [float(r["offset"]) for r in rows]
-span = max(o + float(r["response-time"]) for o, r in zip(offsets, rows)) - min(offsets)
-print(lat[int(0.99 * len(lat))] * 1000, len(rows) * 100 / span, int(sys.argv[2]) / 1024, bad)
+def figures(f):
+    rows = list(csv.DictReader(open(f)))
+    lat = sorted(float(r["response-time"]) for r in rows)
+    bad = sum(1 for r in rows if r["status-code"] != "200")
+    offsets = [float(r["offset"]) for r in rows]
+    span = max(o + float(r["response-time"]) for o, r in zip(offsets, rows)) - min(offsets)
+    return lat[int(0.99 * (len(lat) - 1))] * 1000, len(rows) * 100 / span, bad
+p99, rps, bad = figures(sys.argv[1])
+rp99, _, rbad = figures(sys.argv[3])
+print(p99, rps, int(sys.argv[2]) / 1024, bad, rp99, rbad, sys.argv[4])
 PY
 done
 # Part 2: following a 2x2 job.
@@ -163,12 +176,17 @@ p99 = statistics.median(r[0] for r in runs)
 rps = statistics.median(r[1] for r in runs)
 rss = max(r[2] for r in runs)
 bad = sum(r[3] for r in runs)
+rp99 = statistics.median(r[4] for r in runs)
+rbad = sum(r[5] for r in runs)
+loads = sum(r[6] for r in runs)
 def line(what, fig, bound, ok):
     print(f"{what:58s} {fig:>14s}   {bound:>22s}   {'ok' if ok else 'MISSED'}")
 print(f"psgraph serve, examples/ctr.yaml, requests of 100 rows, 4 clients (hey); median of {len(runs)} alternating runs")
 line("request p99", f"{p99:.2f} ms", "<= 5 ms", p99 <= 5)
 line("throughput (serve rows/s / predict rows/s)", f"{rps:.0f}/{pred:.0f} = {rps/pred:.2f}x", ">= 0.7x", rps >= 0.7 * pred)
 line("requests failed", f"{bad:.0f}", "0", bad == 0)
+line(f"request p99 while reloading every 0.5 s / steady ({loads:.0f} loads)", f"{rp99:.2f}/{p99:.2f} ms = {rp99/p99:.2f}x", "(no bound)", True)
+line("  requests failed while reloading", f"{rbad:.0f}", "0", rbad == 0)
 line("server RSS (max over runs)", f"{rss:.0f} MiB", f"<= {model:.0f} + 64 MiB", rss <= model + 64)
 jobs = [l.split() for l in open(d + "/job.txt")]
 without = statistics.median(float(j[1]) for j in jobs if j[0] == "without")

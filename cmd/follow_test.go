@@ -60,7 +60,48 @@ func waitVersion(t *testing.T, p *proc, base, model string, v int64) int64 {
 // predictions psgraph predict's with trainer 0's saved model. Nothing
 // else was restarted for either.
 func TestServeFollowsJob(t *testing.T) {
-	const steps, model, init = 3000, "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
+	followJob(t, followCase{model: "testdata/sparse/emb-adagrad.yaml", name: "sparse-reference", data: "testdata/sparse/ids.csv",
+		steps: 3000, batch: 8, rows: 64, pserverArgs: []string{"--init-from", "testdata/sparse/init.safetensors"}})
+}
+
+// TestServeFollowsJob for a dynamic table (examples/ctr-dynamic.yaml with
+// a ttl of 20 steps, so rows are evicted and admitted again all along,
+// on a drifting vocabulary): the pservers publish their shards' rows by
+// key and their watermarks; the replica, killed and restarted, and a
+// pserver killed and restarted from its checkpoint (its shard sent whole
+// again) catch up; after the job its predictions are psgraph predict's
+// with trainer 0's saved model, which holds the live rows only.
+func TestServeFollowsDynamicJob(t *testing.T) {
+	model, data := ctrDynamicExample(t)
+	followJob(t, followCase{model: model, name: "ctr-dynamic", data: data, steps: 1200, batch: 64, rows: 300})
+}
+
+// TestServeFollowsJob for a model with state its trainers hold
+// (testdata/norm/bn-mlp.yaml: batch_norm's running statistics, which no
+// pserver has): trainer 0 pushes its state to pserver 0, which holds the
+// newest for the replicas; the replica is ready once it has it, and
+// after the job (pserver 0 killed and restarted meanwhile, the push
+// dialing it again) its predictions are psgraph predict's with trainer
+// 0's saved model, running statistics included.
+func TestServeFollowsTrainerState(t *testing.T) {
+	followJob(t, followCase{model: "testdata/norm/bn-mlp.yaml", name: "bn-mlp", data: "testdata/norm/bn.csv", steps: 3000, batch: 16, rows: 64, trainerState: true})
+}
+
+// followCase is a job a replica follows: its model, its data's rows to
+// compare predictions on, its steps and batch, and the pservers' own
+// arguments.
+type followCase struct {
+	model, name, data string
+	steps, batch      int
+	rows              int
+	pserverArgs       []string
+	// trainerState: the replica is ready only once the trainers run
+	// (trainer 0 pushes its state), not on the pservers' initial state.
+	trainerState bool
+}
+
+func followJob(t *testing.T, c followCase) {
+	steps, model := int64(c.steps), c.model
 	dir := t.TempDir()
 	plan, ck, final := filepath.Join(dir, "plan"), filepath.Join(dir, "ck"), filepath.Join(dir, "final.safetensors")
 	if r := psgraph(t, "split", model, "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
@@ -69,8 +110,9 @@ func TestServeFollowsJob(t *testing.T) {
 	addrs := []string{freeAddr(t), freeAddr(t)}
 	env := []string{"PSGRAPH_TOKEN=secret"}
 	pserver := func(name string, i int) *proc {
-		return start(t, name, env, "run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", addrs[i],
-			"--init-from", init, "--checkpoint-dir", ck, "--checkpoint-every", "200", "--trainer-timeout", "30s", "--log-every", "500")
+		args := append([]string{"run", "--role", "pserver", "--index", fmt.Sprint(i), "--plan", plan, "--listen", addrs[i],
+			"--checkpoint-dir", ck, "--checkpoint-every", "200", "--trainer-timeout", "30s", "--log-every", "500"}, c.pserverArgs...)
+		return start(t, name, env, args...)
 	}
 	ps0, ps1 := pserver("pserver-0", 0), pserver("pserver-1", 1)
 	serveAddr := freeAddr(t)
@@ -87,24 +129,26 @@ func TestServeFollowsJob(t *testing.T) {
 			}
 		}
 	})
-	waitVersion(t, r0, base, "sparse-reference", 0) // the initial parameters
+	if !c.trainerState {
+		waitVersion(t, r0, base, c.name, 0) // the initial parameters
+	}
 	var trainers []*proc
 	for i := range 2 {
 		args := []string{"run", "--role", "trainer", "--index", fmt.Sprint(i), "--plan", plan, "--pserver-endpoints", strings.Join(addrs, ","),
-			"--steps", fmt.Sprint(steps), "--batch", "8", "--log-every", "500", "--connect-timeout", "30s"}
+			"--steps", fmt.Sprint(steps), "--batch", fmt.Sprint(c.batch), "--log-every", "500", "--connect-timeout", "30s"}
 		if i == 0 {
 			args = append(args, "--save", final)
 		}
 		trainers = append(trainers, start(t, fmt.Sprintf("trainer-%d", i), env, args...))
 	}
 	all = append(all, trainers...)
-	seen := waitVersion(t, r0, base, "sparse-reference", 100)
+	seen := waitVersion(t, r0, base, c.name, 100)
 	// The replica, killed and started again, catches up.
 	r0.cmd.Process.Kill()
 	r0.wait(t, 10*time.Second)
 	r1 := replica("replica (restarted)")
 	all = append(all, r1)
-	seen = waitVersion(t, r1, base, "sparse-reference", seen+1)
+	seen = waitVersion(t, r1, base, c.name, seen+1)
 	// A pserver killed and restarted from its checkpoint: the replica
 	// subscribes to the new process.
 	waitForLine(t, ps0, "checkpoint saved")
@@ -123,12 +167,12 @@ func TestServeFollowsJob(t *testing.T) {
 			t.Fatalf("%s: exit %d\n%s", p.name, r.code, r.stderr)
 		}
 	}
-	if v := waitVersion(t, r1, base, "sparse-reference", steps); v != steps {
+	if v := waitVersion(t, r1, base, c.name, steps); v != steps {
 		t.Errorf("after the job the replica serves step %d, want %d", v, steps)
 	}
 	t.Logf("the replica saw step %d before the pserver restart and ends at %d", seen, steps)
 	// Its predictions are psgraph predict's with the saved model.
-	servesAsPredict(t, base, model, "sparse-reference", final, "testdata/sparse/ids.csv", 64, fmt.Sprint(steps), "the replica")
+	servesAsPredict(t, base, model, c.name, final, c.data, c.rows, fmt.Sprint(steps), "the replica")
 	r1.cmd.Process.Signal(syscall.SIGTERM)
 	if r := r1.wait(t, 30*time.Second); r.code != 0 {
 		t.Errorf("replica: exit %d on SIGTERM\n%s", r.code, r.stderr)

@@ -95,7 +95,8 @@ func closeTo(a, b float64) bool {
 // model file: a dense model (digits), the CTR example (a hashed table)
 // and its dynamic-table twin, rows given with and without their label
 // column, in requests of 100 rows; and digits' features given as a typed
-// FP32 tensor too. SIGTERM ends the server with exit 0.
+// FP32 tensor too. The responses' model_version is the training step the
+// file records (40). SIGTERM ends the server with exit 0.
 func TestServeEqualsPredict(t *testing.T) {
 	dir := t.TempDir()
 	ctrData := filepath.Join(dir, "ctr.tsv")
@@ -187,8 +188,9 @@ func TestServeEqualsPredict(t *testing.T) {
 				if code := postJSON(t, base+"/v2/models/"+name+"/infer", map[string]any{"id": id, "inputs": []any{input}}, &res); code != 200 {
 					t.Fatalf("infer rows %d..: %d %s", start, code, res.Error)
 				}
-				if res.ID != id || res.ModelName != name || res.ModelVersion != "1" {
-					t.Errorf("response id %q model %q version %q, want %q %q 1", res.ID, res.ModelName, res.ModelVersion, id, name)
+				// the version is the training step the file records: run --save of 40 steps
+				if res.ID != id || res.ModelName != name || res.ModelVersion != "40" {
+					t.Errorf("response id %q model %q version %q, want %q %q 40", res.ID, res.ModelName, res.ModelVersion, id, name)
 				}
 				got := flattenOutputs(t, res, 100)
 				for i := range batch {
@@ -271,7 +273,8 @@ func modelName(t *testing.T, model string) string {
 }
 
 // SIGHUP reads --init-from again: the server then serves the new file's
-// parameters as version 2, equal to psgraph predict's with that file.
+// parameters as version 200, the training step the file records, equal
+// to psgraph predict's with that file.
 func TestServeReloadsOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	model := "examples/digits-mlp.yaml"
@@ -298,14 +301,14 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 		}
 		json.NewDecoder(r.Body).Decode(&meta)
 		r.Body.Close()
-		if len(meta.Versions) == 1 && meta.Versions[0] == "2" {
+		if len(meta.Versions) == 1 && meta.Versions[0] == "200" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("versions %v 30 s after SIGHUP, want [2]\n%s", meta.Versions, srv.stderrText())
+			t.Fatalf("versions %v 30 s after SIGHUP, want [200]\n%s", meta.Versions, srv.stderrText())
 		}
 	}
-	servesAsPredict(t, base, model, "digits-mlp", save, "examples/data/digits.csv", 50, "2", "the server after SIGHUP")
+	servesAsPredict(t, base, model, "digits-mlp", save, "examples/data/digits.csv", 50, "200", "the server after SIGHUP")
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	if r := srv.wait(t, 30*time.Second); r.code != 0 {
 		t.Errorf("exit %d on SIGTERM\n%s", r.code, r.stderr)

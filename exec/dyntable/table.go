@@ -79,6 +79,9 @@ type Table struct {
 	seq, base            uint64 // the last cut's number and its chain's snapshot
 	cut                  *Cut   // the cut being written, if any
 	spare                [3]bitset
+
+	pub    *pubSlots // the slots written for a publisher (Publish; mirror.go)
+	mirror *mirror   // a serving replica's mirror of a split table's shards
 }
 
 // New makes an empty table.
@@ -136,6 +139,9 @@ func (t *Table) preWrite(slot int32) {
 	}
 	if t.tracking {
 		t.dirty.set(slot)
+	}
+	if t.pub != nil {
+		t.pub.mark(slot, t.rows.hw)
 	}
 }
 
@@ -493,7 +499,7 @@ func (t *Table) findChunk(keys []int64, slots []int32) {
 			}
 			slot = s
 		}
-		if t.dead(t.rows.meta(slot)) {
+		if t.deadAt(slot) {
 			slot = NoRow
 		}
 		slots[i] = slot
@@ -513,7 +519,7 @@ func (t *Table) Find(keys []int64, slots []int32) {
 
 func (t *Table) find(key int64) int32 {
 	_, _, slot, found := t.idx.find(&t.rows, key, uint32(indexHash(key)>>32))
-	if !found || t.dead(t.rows.meta(slot)) {
+	if !found || t.deadAt(slot) {
 		return NoRow
 	}
 	return slot

@@ -347,6 +347,10 @@ func TestServiceOutlivesTheJob(t *testing.T) {
 	if _, ok := r.State["replica-0"]; ok {
 		t.Error("JobDone lists the running service as ended")
 	}
+	// the job's children may end before the service wrote its pid
+	if err := waitFor(filepath.Join(dir, "replica-0.pid"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if pid := readPID(t, dir, "replica-0"); gone(pid) {
 		t.Fatal("the service is gone once the job is done")
 	}

@@ -100,7 +100,7 @@ func (c *Checkpointer) Save(step int64, tensors map[string]*tensor.Tensor) error
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	meta := map[string]string{"node": c.Node, "model": c.Model, "step": strconv.FormatInt(step, 10), "format": "pt"}
+	meta := map[string]string{"node": c.Node, "model": c.Model, MetaStep: strconv.FormatInt(step, 10), "format": "pt"}
 	for k, v := range c.Meta {
 		if _, own := meta[k]; !own {
 			meta[k] = v
@@ -148,7 +148,7 @@ func (c *Checkpointer) Load(step int64) (map[string]*tensor.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if meta["step"] != strconv.FormatInt(step, 10) || meta["node"] != c.Node {
+	if meta[MetaStep] != strconv.FormatInt(step, 10) || meta["node"] != c.Node {
 		return nil, fmt.Errorf("checkpoint %s is of node %q step %s, not %s step %d", c.file(step), meta["node"], meta["step"], c.Node, step)
 	}
 	return ts, nil

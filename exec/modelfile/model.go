@@ -116,16 +116,34 @@ func sameMode(g *dsl.Graph, sc *data.Scaling, what string) error {
 	return nil
 }
 
+// MetaStep is the metadata key of the training step a file holds: the
+// steps applied to its parameters (a model file's, a checkpoint's), which
+// `psgraph serve` reports as the model's version.
+const MetaStep = "step"
+
+// StepOf is the training step a file's metadata records, and false for a
+// file without one (written before psgraph recorded it, or elsewhere).
+func StepOf(meta map[string]string) (int64, bool) {
+	s, ok := meta[MetaStep]
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.ParseInt(s, 10, 64)
+	return k, err == nil && k >= 0
+}
+
 // SaveModel writes the named tensors of a scope and the normalization
-// statistics of the training data (nil: none) to a safetensors file.
-func SaveModel(path, model string, names []string, s map[string]*tensor.Tensor, norm *data.Scaling) error {
-	return SaveModelStreamed(path, model, names, s, norm, nil)
+// statistics of the training data (nil: none) to a safetensors file
+// holding training step step (its metadata's MetaStep; < 0: not known,
+// not recorded).
+func SaveModel(path, model string, step int64, names []string, s map[string]*tensor.Tensor, norm *data.Scaling) error {
+	return SaveModelStreamed(path, model, step, names, s, norm, nil)
 }
 
 // SaveModelStreamed is SaveModel with more tensors whose data is written
 // as the file is (a sharded table pulled from the pservers chunk by
 // chunk): the file is the one SaveModel writes of all of them at once.
-func SaveModelStreamed(path, model string, names []string, s map[string]*tensor.Tensor, norm *data.Scaling, more []Entry) error {
+func SaveModelStreamed(path, model string, step int64, names []string, s map[string]*tensor.Tensor, norm *data.Scaling, more []Entry) error {
 	out := map[string]*tensor.Tensor{}
 	for _, name := range names {
 		if t, ok := s[name]; ok {
@@ -133,6 +151,9 @@ func SaveModelStreamed(path, model string, names []string, s map[string]*tensor.
 		}
 	}
 	meta := map[string]string{"model": model, "format": "pt"}
+	if step >= 0 {
+		meta[MetaStep] = strconv.FormatInt(step, 10)
+	}
 	normMeta(meta, norm)
 	entries := make([]Entry, 0, len(out)+len(more))
 	for n, t := range out {
@@ -156,10 +177,34 @@ func SaveModelStreamed(path, model string, names []string, s map[string]*tensor.
 // (written by a pserver checkpoint, or before psgraph saved them) gets
 // those of the model's training data, computed again, and a warning.
 func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (map[string]*tensor.Tensor, *data.Scaling, error) {
+	m, err := ReadModel(g, file, log)
+	return m.Tensors, m.Norm, err
+}
+
+// Model is a model file as read: the model's parameters and state, the
+// normalization statistics saved with them, and the training step the
+// file holds (Step, when HasStep).
+type Model struct {
+	Tensors map[string]*tensor.Tensor
+	Norm    *data.Scaling
+	Step    int64
+	HasStep bool
+}
+
+// ReadModel is LoadModel with the step the file records (StepOf).
+func ReadModel(g *dsl.Graph, file string, log zerolog.Logger) (Model, error) {
 	ts, meta, err := LoadSafetensors(file)
 	if err != nil {
-		return nil, nil, err
+		return Model{}, err
 	}
+	step, has := StepOf(meta)
+	params, norm, err := modelOf(g, file, log, ts, meta)
+	return Model{Tensors: params, Norm: norm, Step: step, HasStep: has}, err
+}
+
+// modelOf checks a file's tensors against model g and takes its
+// statistics.
+func modelOf(g *dsl.Graph, file string, log zerolog.Logger, ts map[string]*tensor.Tensor, meta map[string]string) (map[string]*tensor.Tensor, *data.Scaling, error) {
 	types, err := g.Infer(1)
 	if err != nil {
 		return nil, nil, err
@@ -216,7 +261,8 @@ func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (map[string]*tenso
 	return params, norm, nil
 }
 
-// SaveTensors writes the named tensors of a scope to a safetensors file.
-func SaveTensors(path, model string, names []string, s map[string]*tensor.Tensor) error {
-	return SaveModel(path, model, names, s, nil)
+// SaveTensors writes the named tensors of a scope, at training step step
+// (< 0: not recorded), to a safetensors file.
+func SaveTensors(path, model string, step int64, names []string, s map[string]*tensor.Tensor) error {
+	return SaveModel(path, model, step, names, s, nil)
 }

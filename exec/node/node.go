@@ -202,10 +202,21 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 		return nil, err
 	}
 	defer ep.Close()
-	return job.RunTrainer(ctx, o.Index, ep, trainer.RunOptions{
+	opt := trainer.RunOptions{
 		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom, FinalPass: o.FinalPass,
 		PServerTimeout: o.ConnectTimeout, InitFrom: o.InitFrom, Checkpoint: ck, Stop: o.Stop,
-	})
+	}
+	if o.Index == 0 && len(held) > 0 {
+		// The serving replicas that follow the job get the state trainer 0
+		// holds through pserver 0 (statepush.go).
+		push := newStatePusher(o.Token, plan.JobHash(), tc, addrs[0], o.Log)
+		pctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { push.run(pctx); close(done) }()
+		defer func() { stop(); <-done }()
+		opt.State = push
+	}
+	return job.RunTrainer(ctx, o.Index, ep, opt)
 }
 
 // Checkpointer is the checkpointer of --checkpoint-dir and

@@ -71,6 +71,20 @@ func remoteTables(g *dsl.Graph) map[string]*kernels.Dynamic {
 // with the same initializer and seed (Initialize), its optimizer state
 // starting at the state's constant initializer.
 func NewTable(dt dsl.DynamicTable) (*dyntable.Table, error) {
+	cfg, err := TableConfig(dt)
+	if err != nil {
+		return nil, err
+	}
+	t, err := dyntable.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dt.Name, err)
+	}
+	return t, nil
+}
+
+// TableConfig is the configuration of dynamic table dt's storage (a
+// pserver's shard of it holds its part of the capacity).
+func TableConfig(dt dsl.DynamicTable) (dyntable.Config, error) {
 	dy := dt.Dynamic
 	cfg := dyntable.Config{
 		Dim: dy.Dim, StateWidth: dt.StateWidth, Seed: InitSeed(dt.Init, dy.TableName(dt.Name)),
@@ -96,7 +110,7 @@ func NewTable(dt dsl.DynamicTable) (*dyntable.Table, error) {
 	case "normal":
 		cfg.Init = dyntable.Init{Kind: dyntable.Normal, Mean: in.Attrs.Float("mean"), Std: in.Attrs.Float("std")}
 	default:
-		return nil, dsl.Errorf(in.Pos, "dynamic table %s: init %s draws from the table's row count; use %v", dt.Name, in.Type, dsl.DynamicInits)
+		return cfg, dsl.Errorf(in.Pos, "dynamic table %s: init %s draws from the table's row count; use %v", dt.Name, in.Type, dsl.DynamicInits)
 	}
 	if dt.StateWidth > 0 {
 		cfg.StateInit = make([]float32, 0, dt.StateWidth)
@@ -107,18 +121,14 @@ func NewTable(dt dsl.DynamicTable) (*dyntable.Table, error) {
 			case "constant":
 				v = st.Init.Attrs.Float("value")
 			default:
-				return nil, dsl.Errorf(st.Init.Pos, "dynamic table %s: optimizer state %s starts from init %s; a dynamic table's state starts from a constant (zeros or constant)", dt.Name, st.Name, st.Init.Type)
+				return cfg, dsl.Errorf(st.Init.Pos, "dynamic table %s: optimizer state %s starts from init %s; a dynamic table's state starts from a constant (zeros or constant)", dt.Name, st.Name, st.Init.Type)
 			}
 			for range st.Width {
 				cfg.StateInit = append(cfg.StateInit, float32(v))
 			}
 		}
 	}
-	t, err := dyntable.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dt.Name, err)
-	}
-	return t, nil
+	return cfg, nil
 }
 
 // InitSeed is the seed initializer in draws variable name from: its seed

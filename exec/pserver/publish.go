@@ -3,6 +3,7 @@ package pserver
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/exec/dyntable"
 	"github.com/psgraph/psgraph/exec/replicate"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/transport"
@@ -44,6 +46,38 @@ type Publisher struct {
 	refused         string // why the pserver cannot publish ("": it can)
 	start           int64  // the step the parts held when attached
 	tableRows       []int  // rows of each table shard, by index
+	// steps is, per part, the step its published values are at least at
+	// (under mu): a dense part's newest snapshot's, a table shard's last
+	// step applied (its rows are read when sent, newer); a delta names
+	// their least, so no value a replica holds is older than the step it
+	// serves.
+	steps []int64
+	// state is trainer 0's model state, pushed to pserver 0 (nil: none
+	// yet), under mu; immutable once held.
+	state *heldState
+}
+
+// heldState is trainer 0's model state as pushed (a whole delta): the
+// model's variables it holds (batch_norm's running statistics, a
+// parameter placed on the trainer) at a step.
+type heldState struct {
+	step int64
+	rows []replicate.Rows
+}
+
+// stateBlock is the feeds' block index of the trainer's state.
+func (pub *Publisher) stateBlock() int { return len(pub.parts) }
+
+// minStep is the least step of the published values (under mu).
+func (pub *Publisher) minStep() int64 {
+	step := pub.start
+	if len(pub.steps) > 0 {
+		step = slices.Min(pub.steps)
+	}
+	if pub.state != nil {
+		step = min(step, pub.state.step)
+	}
+	return step
 }
 
 // NewPublisher is a pserver's publisher; Serve attaches its parts.
@@ -52,11 +86,12 @@ func NewPublisher(log zerolog.Logger) *Publisher {
 }
 
 // pubPart is a part as the publisher sees it: its dense parameters and
-// fixed table shards, named as the model names them.
+// fixed and dynamic table shards, named as the model names them.
 type pubPart struct {
-	p      *part
-	dense  []pubVar
-	tables []pubVar // shard: the part's rows of a fixed table
+	p       *part
+	dense   []pubVar
+	tables  []pubVar // shard: the part's rows of a fixed table
+	dynamic []pubDyn // the part's shards of dynamic tables
 	// snap is the newest snapshot of the dense blocks, written by the
 	// part's loop between two steps (snapshot), read by senders; spare
 	// snapshots no sender holds are written again.
@@ -85,13 +120,26 @@ type pubVar struct {
 	index         int            // a shard's table index in the feeds
 }
 
+// pubDyn is a pserver's shard of a dynamic table: its rows by key, the
+// slots its steps write (dyntable.Table.Publish) marked in the feeds by
+// the part's loop (slots is its buffer).
+type pubDyn struct {
+	t             *dyntable.Table
+	name          string // the model's table
+	shard, shards int
+	index         int // its table index in the feeds
+	slots         []int32
+}
+
 // subscriber is one replica's subscription.
 type subscriber struct {
-	id   transport.NodeID
-	feed *replicate.Feed
-	wake chan struct{}
-	buf  []float32
-	ids  []int64
+	id    transport.NodeID
+	feed  *replicate.Feed
+	wake  chan struct{}
+	buf   []float32
+	ids   []int64
+	slots []int32
+	batch dyntable.Batch
 }
 
 // attach gives the publisher the pserver's parts (Serve, before their
@@ -113,9 +161,17 @@ func (pub *Publisher) attach(parts []*part, start int64) {
 				for _, in := range op.Inputs {
 					shards[in] = true
 				}
-			case "dyn_serve":
-				pub.refused = "the job has dynamic tables, which a replica cannot follow yet"
 			}
+		}
+		for _, dt := range p.prog.Lowered {
+			sh := dt.Dynamic.Shard
+			if sh == nil {
+				pub.refused = fmt.Sprintf("dynamic table %s is not sharded over the pservers", dt.Name)
+				continue
+			}
+			pp.dynamic = append(pp.dynamic, pubDyn{t: p.prog.Tables[dt.Name], name: sh.Of, shard: sh.Index, shards: sh.Count, index: tables})
+			tables++
+			pub.tableRows = append(pub.tableRows, 0) // the feeds' bits grow with the shard's slots
 		}
 		for _, name := range p.prog.Graph.Order {
 			v := p.prog.Graph.Vars[name]
@@ -139,6 +195,7 @@ func (pub *Publisher) attach(parts []*part, start int64) {
 		}
 		pp.snapshot(start)
 		pub.parts = append(pub.parts, pp)
+		pub.steps = append(pub.steps, start)
 	}
 	close(pub.attached)
 }
@@ -211,24 +268,39 @@ func (pub *Publisher) applied(i int, k int64) {
 		return
 	}
 	pp := pub.parts[i]
+	snapped := false
 	if len(pp.dense) > 0 && time.Since(pp.taken) >= snapshotEvery {
 		pp.snapshot(k)
+		snapped = true
+	}
+	for j := range pp.dynamic { // the slots the step wrote
+		dy := &pp.dynamic[j]
+		dy.slots = dy.t.Written(dy.slots[:0])
 	}
 	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pp.dense) == 0 || snapped {
+		pub.steps[i] = k
+	} else if len(pp.tables) == 0 && len(pp.dynamic) == 0 {
+		return // nothing new to send: the blocks' snapshot is older
+	}
+	step := pub.minStep()
 	for s := range pub.subs {
-		s.feed.Applied(k)
-		if len(pp.dense) > 0 {
+		s.feed.Applied(step)
+		if snapped {
 			s.feed.Block(i)
 		}
 		for _, tb := range pp.tables {
 			s.feed.Rows(tb.index, tb.grad.Rows.IDs)
+		}
+		for _, dy := range pp.dynamic {
+			s.feed.Rows(dy.index, dy.slots)
 		}
 		select {
 		case s.wake <- struct{}{}:
 		default:
 		}
 	}
-	pub.mu.Unlock()
 }
 
 // end marks the job's end: the senders write what is owed, then tell
@@ -240,11 +312,23 @@ func (pub *Publisher) end(timeout time.Duration) {
 	}
 	pub.mu.Lock() // no sender registers after this (Handle checks ended under it)
 	pub.endOnce.Do(func() {
-		for _, pp := range pub.parts { // the loops ended: their last step
+		for i, pp := range pub.parts { // the loops ended: their last step
 			pp.p.applied.mu.Lock()
 			k := pp.p.applied.reached
 			pp.p.applied.mu.Unlock()
 			pp.snapshot(k)
+			pub.steps[i] = k
+		}
+		if len(pub.steps) > 0 { // every subscriber is owed the last step
+			step := pub.minStep()
+			for s := range pub.subs {
+				s.feed.Applied(step)
+				for i, pp := range pub.parts {
+					if len(pp.dense) > 0 {
+						s.feed.Block(i)
+					}
+				}
+			}
 		}
 		close(pub.ended)
 	})
@@ -268,11 +352,16 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 	defer c.Close()
 	log := pub.log.With().Str("replica", id.String()).Logger()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if err := replicate.ReadHello(c); err != nil {
+	push, err := replicate.ReadHello(c)
+	if err != nil {
 		log.Warn().Err(err).Msg("refused a replica")
 		return
 	}
 	c.SetReadDeadline(time.Time{})
+	if push {
+		pub.takeState(log, c)
+		return
+	}
 	select {
 	case <-pub.attached:
 	case <-pub.ended:
@@ -292,23 +381,19 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 	}
 	pub.senders.Add(1)
 	defer pub.senders.Done()
-	step := int64(-1)
-	for _, pp := range pub.parts {
-		pp.p.applied.mu.Lock()
-		if r := pp.p.applied.reached; step < 0 || r < step {
-			step = r
-		}
-		pp.p.applied.mu.Unlock()
-	}
-	step = max(step, pub.start) // before the loops run, their parts hold step start
+	step := pub.minStep()
 	s.feed = replicate.NewFeed(step, pub.tableRows)
 	pub.subs[s] = struct{}{}
-	pub.nsubs.Add(1)
+	if pub.nsubs.Add(1) == 1 {
+		pub.publishTables(true)
+	}
 	pub.mu.Unlock()
 	defer func() {
 		pub.mu.Lock()
 		delete(pub.subs, s)
-		pub.nsubs.Add(-1)
+		if pub.nsubs.Add(-1) == 0 {
+			pub.publishTables(false)
+		}
 		pub.mu.Unlock()
 	}()
 	log.Info().Int64("step", step).Msg("a replica subscribed")
@@ -346,6 +431,76 @@ func (pub *Publisher) Handle(id transport.NodeID, inc uint64, c net.Conn) {
 	}
 }
 
+// takeState holds the model state trainer 0 pushes (its connection is a
+// replica's: authenticated by the job's token), each delta replacing the
+// one before and owed to every subscriber, and acknowledges each once
+// held, until the connection ends.
+func (pub *Publisher) takeState(log zerolog.Logger, c net.Conn) {
+	select {
+	case <-pub.attached:
+	case <-pub.ended:
+		return
+	}
+	log.Info().Msg("trainer 0 pushes its model state for the replicas")
+	r := replicate.NewReader(c)
+	var cur *heldState
+	for {
+		fr, err := r.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				log.Info().Err(err).Msg("the trainer's state push ended")
+			}
+			return
+		}
+		switch fr.Kind {
+		case replicate.FrameBegin:
+			cur = &heldState{step: fr.Step}
+		case replicate.FrameRows:
+			if cur == nil {
+				log.Warn().Msg("the trainer's state push sent rows outside a delta; closing it")
+				return
+			}
+			cur.rows = append(cur.rows, fr.Rows)
+		case replicate.FrameEnd:
+			if cur == nil {
+				log.Warn().Msg("the trainer's state push ended a delta that did not begin; closing it")
+				return
+			}
+			pub.mu.Lock()
+			pub.state = cur
+			step := pub.minStep()
+			for s := range pub.subs {
+				s.feed.Block(pub.stateBlock())
+				s.feed.Applied(step)
+				select {
+				case s.wake <- struct{}{}:
+				default:
+				}
+			}
+			pub.mu.Unlock()
+			cur = nil
+			if err := replicate.WriteAck(c); err != nil {
+				return
+			}
+		default:
+			log.Warn().Int("kind", int(fr.Kind)).Msg("the trainer's state push sent a frame it cannot send; closing it")
+			return
+		}
+	}
+}
+
+// publishTables starts or stops the dynamic shards keeping the slots
+// their steps write (under pub.mu: with the first subscriber, until the
+// last leaves; a new subscriber's full state holds what was written
+// before).
+func (pub *Publisher) publishTables(on bool) {
+	for _, pp := range pub.parts {
+		for _, dy := range pp.dynamic {
+			dy.t.Publish(on)
+		}
+	}
+}
+
 // DeltaInterval is the least time between two deltas to one replica: the
 // steps in between coalesce into one delta (each block and row once, at
 // its newest value), which bounds what following costs the pserver and
@@ -374,8 +529,64 @@ func (pub *Publisher) send(w *replicate.Writer, s *subscriber, d replicate.Delta
 				return err
 			}
 		}
+		for _, dy := range pp.dynamic {
+			if err := sendKeys(w, s, dy, d); err != nil {
+				return err
+			}
+		}
+	}
+	pub.mu.Lock()
+	st := pub.state
+	pub.mu.Unlock()
+	if st != nil && (d.Full || slices.Contains(d.Blocks, pub.stateBlock())) {
+		for _, r := range st.rows {
+			if err := w.Rows(r); err != nil {
+				return err
+			}
+		}
 	}
 	return w.End()
+}
+
+// sendKeys writes a dynamic shard's rows d names by slot (all of them if
+// Full), by key with their meta, and its watermark, taken first: a row
+// is never older than the step the delta names, and a row the shard
+// evicted is dead on the replica by the same watermark (dyntable's
+// mirror.go). The rows are copied a few hundred at a time under the
+// table's lock, so a row is whole.
+func sendKeys(w *replicate.Writer, s *subscriber, dy pubDyn, d replicate.Delta) error {
+	const chunk = 1 << 9
+	wm := dy.t.Watermark()
+	b := &s.batch
+	flush := func() error {
+		if len(b.Keys) == 0 {
+			return nil
+		}
+		err := w.Rows(replicate.Rows{Name: dy.name, Keys: b.Keys, Meta: b.Meta, Width: dy.t.Config().Dim, Values: b.Values})
+		b.Keys, b.Meta, b.Values = b.Keys[:0], b.Meta[:0], b.Values[:0]
+		return err
+	}
+	if d.Full {
+		for lo := int32(0); lo >= 0; {
+			lo = dy.t.ReadRange(lo, chunk, b)
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	} else {
+		slots := d.Rows[dy.index]
+		for lo := 0; lo < len(slots); lo += chunk {
+			s.slots = s.slots[:0]
+			for _, id := range slots[lo:min(len(slots), lo+chunk)] {
+				s.slots = append(s.slots, int32(id))
+			}
+			dy.t.ReadSlots(s.slots, b)
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return w.Shard(replicate.Shard{Name: dy.name, Shard: dy.shard, Shards: dy.shards, Watermark: wm})
 }
 
 // sendRows writes a table shard's rows d names (all of them if Full),

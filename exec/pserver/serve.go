@@ -352,7 +352,7 @@ func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, o
 		return err
 	}
 	if opt.Save != "" {
-		if err := saveShards(opt.Save, g, parts); err != nil {
+		if err := saveShards(opt.Save, g, parts, last); err != nil {
 			return err
 		}
 		opt.Log.Info().Str("file", opt.Save).Msg("saved the lookup-table shards")
@@ -475,7 +475,7 @@ func awaitDone(ctx context.Context, c *comm.PServer, i int, k int64, v string, b
 }
 
 // saveShards writes the lookup-table shards of a pserver's parts to path.
-func saveShards(path string, g *dsl.Graph, parts []*part) error {
+func saveShards(path string, g *dsl.Graph, parts []*part, step int64) error {
 	all := program.Scope{}
 	for _, p := range parts {
 		maps.Copy(all, p.prog.Scope)
@@ -486,5 +486,5 @@ func saveShards(path string, g *dsl.Graph, parts []*part) error {
 			shards = append(shards, n)
 		}
 	}
-	return modelfile.SaveTensors(path, g.Name, shards, all)
+	return modelfile.SaveTensors(path, g.Name, step, shards, all)
 }

@@ -62,14 +62,19 @@ func (f *Feed) Block(b int) {
 }
 
 // Rows records that a step changed rows ids of table t (each below the
-// table's rows).
+// table's rows; a dynamic table's slots, whose count grows, grow it).
 func (f *Feed) Rows(t int, ids []int32) {
 	if f.full || len(ids) == 0 {
 		return
 	}
 	bs := f.rows[t]
 	for _, id := range ids {
-		bs[uint32(id)>>6] |= 1 << (uint32(id) & 63)
+		w := int(uint32(id) >> 6)
+		if w >= len(bs) {
+			bs = append(bs, make([]uint64, w+1-len(bs)+len(bs)/4)...)
+			f.rows[t] = bs
+		}
+		bs[w] |= 1 << (uint32(id) & 63)
 	}
 	f.dirty[t] = true
 }

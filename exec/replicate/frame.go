@@ -14,25 +14,46 @@ import (
 // transport's handshake (docs/serving.md): the replica writes Hello, then
 // only reads; the pserver writes deltas, each a Begin frame, Rows frames
 // and an End frame, and after the job's last step a Finished frame.
-// Integers are little-endian.
+// Trainer 0 pushes the model state it holds (batch_norm's running
+// statistics, a parameter placed on it) to pserver 0 on a connection of
+// the same kind: it writes the push hello, then deltas of its state
+// (each full), and the pserver answers each with an ack once it holds
+// it. Integers are little-endian.
 //
-//	hello     "PSGS" version(1)
+//	hello     "PSGS" version(1)  (subscribe)
+//	          "PSGT" version(1)  (push trainer 0's state)
+//	ack       1
 //	begin     kind(1)=1 step(8) full(1)
-//	rows      kind(1)=2 namelen(1) name first(8) stride(8) count(4) width(4) ids?(1) [ids count*8] values count*width*4
+//	rows      kind(1)=2 namelen(1) name first(8) stride(8) count(4) width(4) by(1)
+//	          [by=1: ids count*8] [by=2: keys count*8 meta count*8] values count*width*4
 //	end       kind(1)=3
 //	finished  kind(1)=4
+//	shard     kind(1)=5 namelen(1) name shard(4) shards(4) watermark(8)
 //
 // A rows frame holds count rows of width float32 values of the model's
-// variable name: row first + i*stride for i < count, or with ids the rows
-// listed (global row ids of a fixed table).
+// variable name: row first + i*stride for i < count (by=0), the rows
+// listed (by=1: global row ids of a fixed table), or a dynamic table's
+// rows by key, each with its meta (by=2: the row's last-seen step and
+// sightings, or its LFU priority, which its eviction scores). A shard
+// frame gives the eviction watermark of a pserver's shard of dynamic
+// table name (shard of shards): its rows scored at or under it are dead;
+// in a full delta it also says the shard's rows are all in the delta
+// (the replica forgets those it held).
 const (
 	helloMagic   = "PSGS"
-	helloVersion = 1
+	pushMagic    = "PSGT"
+	helloVersion = 2
+	ackByte      = 1
 
 	kindBegin    = 1
 	kindRows     = 2
 	kindEnd      = 3
 	kindFinished = 4
+	kindShard    = 5
+
+	byRange = 0
+	byIDs   = 1
+	byKeys  = 2
 )
 
 // MaxRowsBytes bounds one rows frame's values (a larger block is sent in
@@ -45,25 +66,61 @@ func WriteHello(w io.Writer) error {
 	return err
 }
 
-// ReadHello reads a subscribe request.
-func ReadHello(r io.Reader) error {
+// WritePushHello writes trainer 0's request to push its state.
+func WritePushHello(w io.Writer) error {
+	_, err := w.Write(append([]byte(pushMagic), helloVersion))
+	return err
+}
+
+// ReadHello reads a subscribe request, or (push) a request to push a
+// trainer's state.
+func ReadHello(r io.Reader) (push bool, err error) {
 	var b [5]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return fmt.Errorf("subscribe request: %w", err)
+		return false, fmt.Errorf("subscribe request: %w", err)
 	}
-	if string(b[:4]) != helloMagic || b[4] != helloVersion {
-		return errors.New("subscribe request: not a psgraph replica's (or another version)")
+	if m := string(b[:4]); m != helloMagic && m != pushMagic || b[4] != helloVersion {
+		return false, errors.New("subscribe request: not a psgraph replica's (or another version)")
+	}
+	return string(b[:4]) == pushMagic, nil
+}
+
+// WriteAck tells a pusher that its delta is held.
+func WriteAck(w io.Writer) error {
+	_, err := w.Write([]byte{ackByte})
+	return err
+}
+
+// ReadAck reads the answer to a pushed delta.
+func ReadAck(r io.Reader) error {
+	var b [1]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return err
+	}
+	if b[0] != ackByte {
+		return fmt.Errorf("an answer %d to a pushed state, not an ack", b[0])
 	}
 	return nil
 }
 
-// Rows are rows of a model variable: First + i*Stride, or IDs.
+// Rows are rows of a model variable: First + i*Stride, or IDs, or a
+// dynamic table's Keys with their Meta.
 type Rows struct {
 	Name          string
 	First, Stride int64
 	IDs           []int64
+	Keys          []int64
+	Meta          []uint64
 	Width         int
 	Values        []float32
+}
+
+// Shard is the state of a pserver's shard of a dynamic table beside its
+// rows: which shard it is and its eviction watermark.
+type Shard struct {
+	Name          string
+	Shard, Shards int
+	Watermark     int64
 }
 
 // Count is how many rows r holds.
@@ -97,17 +154,22 @@ func (w *Writer) Begin(step int64, full bool) error {
 
 // Rows writes r, split into frames of at most MaxRowsBytes of values.
 func (w *Writer) Rows(r Rows) error {
-	if len(r.Name) == 0 || len(r.Name) > 255 || r.Width <= 0 || len(r.Values)%r.Width != 0 {
-		return fmt.Errorf("rows of %q: a name of 1 to 255 bytes and whole rows", r.Name)
+	if len(r.Name) == 0 || len(r.Name) > 255 || r.Width <= 0 || len(r.Values)%r.Width != 0 ||
+		r.Keys != nil && (len(r.Keys) != r.Count() || len(r.Meta) != len(r.Keys)) {
+		return fmt.Errorf("rows of %q: a name of 1 to 255 bytes and whole rows (keys with their meta)", r.Name)
 	}
 	per := max(1, MaxRowsBytes/(4*r.Width))
 	for n := r.Count(); n > 0; {
 		k := min(n, per)
 		part := Rows{Name: r.Name, First: r.First, Stride: r.Stride, Width: r.Width, Values: r.Values[:k*r.Width]}
-		if r.IDs != nil {
+		switch {
+		case r.IDs != nil:
 			part.IDs = r.IDs[:k]
 			r.IDs = r.IDs[k:]
-		} else {
+		case r.Keys != nil:
+			part.Keys, part.Meta = r.Keys[:k], r.Meta[:k]
+			r.Keys, r.Meta = r.Keys[k:], r.Meta[k:]
+		default:
 			r.First += int64(k) * r.Stride
 		}
 		r.Values = r.Values[k*r.Width:]
@@ -126,13 +188,22 @@ func (w *Writer) rows(r Rows) error {
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.Stride))
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Count()))
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Width))
-	if r.IDs != nil {
-		b = append(b, 1)
+	switch {
+	case r.IDs != nil:
+		b = append(b, byIDs)
 		for _, id := range r.IDs {
 			b = binary.LittleEndian.AppendUint64(b, uint64(id))
 		}
-	} else {
-		b = append(b, 0)
+	case r.Keys != nil:
+		b = append(b, byKeys)
+		for _, k := range r.Keys {
+			b = binary.LittleEndian.AppendUint64(b, uint64(k))
+		}
+		for _, m := range r.Meta {
+			b = binary.LittleEndian.AppendUint64(b, m)
+		}
+	default:
+		b = append(b, byRange)
 	}
 	if _, err := w.w.Write(b); err != nil {
 		return err
@@ -161,6 +232,20 @@ var littleEndian = func() bool {
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }()
 
+// Shard writes the state of a dynamic table's shard.
+func (w *Writer) Shard(s Shard) error {
+	if len(s.Name) == 0 || len(s.Name) > 255 || s.Shard < 0 || s.Shard >= s.Shards || s.Shards > 1<<16 {
+		return fmt.Errorf("shard %d of %d of %q: a name of 1 to 255 bytes and a shard of at most 65536", s.Shard, s.Shards, s.Name)
+	}
+	b := []byte{kindShard, byte(len(s.Name))}
+	b = append(b, s.Name...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(s.Shard))
+	b = binary.LittleEndian.AppendUint32(b, uint32(s.Shards))
+	b = binary.LittleEndian.AppendUint64(b, uint64(s.Watermark))
+	_, err := w.w.Write(b)
+	return err
+}
+
 // End ends a delta and writes it out.
 func (w *Writer) End() error {
 	if err := w.w.WriteByte(kindEnd); err != nil {
@@ -177,12 +262,27 @@ func (w *Writer) Finished() error {
 	return w.w.Flush()
 }
 
-// Frame is one frame read: a Begin (Step, Full), Rows, End or Finished.
+// Frame is one frame read: a Begin (Step, Full), Rows, a Shard, End or
+// Finished.
 type Frame struct {
-	Kind byte
-	Step int64
-	Full bool
-	Rows Rows
+	Kind  byte
+	Step  int64
+	Full  bool
+	Rows  Rows
+	Shard Shard
+}
+
+// words reads n little-endian 64-bit words.
+func (r *Reader) words(n int) ([]int64, error) {
+	b := make([]byte, 8*n)
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		return nil, err
+	}
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out, nil
 }
 
 // Frame kinds, as read.
@@ -191,6 +291,7 @@ const (
 	FrameRows     = kindRows
 	FrameEnd      = kindEnd
 	FrameFinished = kindFinished
+	FrameShard    = kindShard
 )
 
 // Reader reads a pserver's frames.
@@ -214,6 +315,22 @@ func (r *Reader) Next() (Frame, error) {
 		return Frame{Kind: k, Step: int64(binary.LittleEndian.Uint64(b[:8])), Full: b[8] == 1}, nil
 	case kindEnd, kindFinished:
 		return Frame{Kind: k}, nil
+	case kindShard:
+		n, err := r.r.ReadByte()
+		if err != nil {
+			return Frame{}, err
+		}
+		b := make([]byte, int(n)+16)
+		if _, err := io.ReadFull(r.r, b); err != nil {
+			return Frame{}, err
+		}
+		h := b[n:]
+		s := Shard{Name: string(b[:n]), Shard: int(binary.LittleEndian.Uint32(h)), Shards: int(binary.LittleEndian.Uint32(h[4:])),
+			Watermark: int64(binary.LittleEndian.Uint64(h[8:]))}
+		if n == 0 || s.Shards > 1<<16 || s.Shard >= s.Shards {
+			return Frame{}, fmt.Errorf("a shard frame of %q: shard %d of %d", s.Name, s.Shard, s.Shards)
+		}
+		return Frame{Kind: k, Shard: s}, nil
 	case kindRows:
 		n, err := r.r.ReadByte()
 		if err != nil {
@@ -231,15 +348,26 @@ func (r *Reader) Next() (Frame, error) {
 			return Frame{}, fmt.Errorf("a rows frame of %q: %d rows of %d values", rw.Name, count, width)
 		}
 		rw.Width = width
-		if h[24] == 1 {
-			rw.IDs = make([]int64, count)
-			b := make([]byte, 8*count)
-			if _, err := io.ReadFull(r.r, b); err != nil {
+		switch h[24] {
+		case byRange:
+		case byIDs:
+			if rw.IDs, err = r.words(count); err != nil {
 				return Frame{}, err
 			}
-			for i := range rw.IDs {
-				rw.IDs[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+		case byKeys:
+			if rw.Keys, err = r.words(count); err != nil {
+				return Frame{}, err
 			}
+			meta, err := r.words(count)
+			if err != nil {
+				return Frame{}, err
+			}
+			rw.Meta = make([]uint64, count)
+			for i, m := range meta {
+				rw.Meta[i] = uint64(m)
+			}
+		default:
+			return Frame{}, fmt.Errorf("a rows frame of %q by %d, which no psgraph pserver writes", rw.Name, h[24])
 		}
 		rw.Values = make([]float32, count*width)
 		if littleEndian && len(rw.Values) > 0 { // read straight into the values

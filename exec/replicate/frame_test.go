@@ -7,7 +7,8 @@ import (
 )
 
 // Frames read back as written: a delta of a strided block (split into
-// several frames when large), rows by id, then the job's end.
+// several frames when large), rows by id, a dynamic table's rows by key
+// and its shard's state, then the job's end.
 func TestFramesRoundTrip(t *testing.T) {
 	var b bytes.Buffer
 	w := NewWriter(&b)
@@ -22,6 +23,13 @@ func TestFramesRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := w.Rows(Rows{Name: "W", IDs: []int64{7, -1}, Width: 1, Values: []float32{3, 4}}); err != nil {
+		t.Fatal(err)
+	}
+	dyn := Rows{Name: "dyn", Keys: []int64{-5, 1 << 60}, Meta: []uint64{9, 1<<63 | 3}, Width: 2, Values: []float32{1, 2, 3, 4}}
+	if err := w.Rows(dyn); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Shard(Shard{Name: "dyn", Shard: 1, Shards: 2, Watermark: -1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.End(); err != nil {
@@ -57,6 +65,12 @@ func TestFramesRoundTrip(t *testing.T) {
 	if f.Kind != FrameRows || !slices.Equal(f.Rows.IDs, []int64{7, -1}) || !slices.Equal(f.Rows.Values, []float32{3, 4}) {
 		t.Fatalf("W: %+v", f)
 	}
+	if f, err = r.Next(); err != nil || f.Kind != FrameRows || f.Rows.IDs != nil || !slices.Equal(f.Rows.Keys, dyn.Keys) || !slices.Equal(f.Rows.Meta, dyn.Meta) || !slices.Equal(f.Rows.Values, dyn.Values) {
+		t.Fatalf("dyn: %+v %v", f, err)
+	}
+	if f, err = r.Next(); err != nil || f.Kind != FrameShard || f.Shard != (Shard{Name: "dyn", Shard: 1, Shards: 2, Watermark: -1}) {
+		t.Fatalf("dyn's shard: %+v %v", f, err)
+	}
 	for _, want := range []byte{FrameEnd, FrameFinished} {
 		if f, err := r.Next(); err != nil || f.Kind != want {
 			t.Fatalf("%+v %v, want kind %d", f, err, want)
@@ -70,6 +84,8 @@ func FuzzReadFrames(f *testing.F) {
 	w := NewWriter(&b)
 	w.Begin(3, false)
 	w.Rows(Rows{Name: "x", IDs: []int64{1}, Width: 2, Values: []float32{1, 2}})
+	w.Rows(Rows{Name: "d", Keys: []int64{1}, Meta: []uint64{2}, Width: 1, Values: []float32{1}})
+	w.Shard(Shard{Name: "d", Shard: 0, Shards: 1, Watermark: 4})
 	w.End()
 	f.Add(b.Bytes())
 	f.Add([]byte{2, 1, 'x', 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 0})
@@ -80,8 +96,12 @@ func FuzzReadFrames(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if fr.Kind == FrameRows && (fr.Rows.Width <= 0 || len(fr.Rows.Values)%fr.Rows.Width != 0 || fr.Rows.IDs != nil && len(fr.Rows.IDs) != fr.Rows.Count()) {
+			if fr.Kind == FrameRows && (fr.Rows.Width <= 0 || len(fr.Rows.Values)%fr.Rows.Width != 0 || fr.Rows.IDs != nil && len(fr.Rows.IDs) != fr.Rows.Count() ||
+				fr.Rows.Keys != nil && (len(fr.Rows.Keys) != fr.Rows.Count() || len(fr.Rows.Meta) != len(fr.Rows.Keys))) {
 				t.Fatalf("an inconsistent rows frame %+v", fr.Rows)
+			}
+			if fr.Kind == FrameShard && (fr.Shard.Shard < 0 || fr.Shard.Shard >= fr.Shard.Shards) {
+				t.Fatalf("an inconsistent shard frame %+v", fr.Shard)
 			}
 		}
 	})

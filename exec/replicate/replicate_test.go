@@ -146,3 +146,22 @@ func TestFollowReadyVersionAndResubscribe(t *testing.T) {
 		t.Errorf("the restarted pserver's full state: %v %v ready %v version %d", a, err, f.Ready(), f.Version())
 	}
 }
+
+// A dynamic table's feed grows with the slots marked: a table of no rows
+// when the subscriber came marks slots far past them.
+func TestFeedGrowsForDynamicSlots(t *testing.T) {
+	f := NewFeed(0, []int{0, 10})
+	f.Take() // the full state
+	f.Applied(1)
+	f.Rows(0, []int32{4000, 3, 4000})
+	f.Rows(1, []int32{9})
+	f.Applied(2)
+	f.Rows(0, []int32{70000})
+	d, ok := f.Take()
+	if !ok || d.Full || !slices.Equal(d.Rows[0], []int64{3, 4000, 70000}) || !slices.Equal(d.Rows[1], []int64{9}) || d.Step != 2 {
+		t.Fatalf("%+v %v", d, ok)
+	}
+	if d, ok := f.Take(); ok {
+		t.Fatalf("a second delta %+v", d)
+	}
+}

@@ -2,15 +2,25 @@ package serve
 
 import (
 	"bytes"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data/criteo"
+	"github.com/psgraph/psgraph/exec/modelfile"
 )
 
 // BenchmarkInferCTR100Rows is one request of 100 rows of examples/ctr.yaml
@@ -42,6 +52,130 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkInferWhileReloading is requests of 100 rows of examples/ctr.yaml
+// from 4 goroutines through the handler (no network), each request's
+// latency taken: steady; while the model file (64 MiB) is read again and
+// swapped in every 250 ms, as a reload does (SIGHUP, the repository
+// extension's load); while an update (the dense parameters and 4096 table
+// rows) is applied every 250 ms, as a replica following a job applies a
+// pserver's delta; under the memory limit the server sets. It reports the
+// p50 and p99 latency and the reloads or updates done: neither may stall
+// the requests (a new version is given its programs before it is served,
+// requests compute with the version they took, table rows are written
+// between programs' runs):
+// go test ./exec/serve -run X -bench InferWhileReloading -benchtime 4000x
+func BenchmarkInferWhileReloading(b *testing.B) {
+	var buf bytes.Buffer
+	if err := criteo.Write(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
+		b.Fatal(err)
+	}
+	g := ctrExample(b, buf.Bytes())
+	p := randomParams(b, g, 1)
+	p.Norm.Shift, p.Norm.Scale = p.Norm.Shift[:13], p.Norm.Scale[:13]
+	file := filepath.Join(b.TempDir(), "ctr.safetensors")
+	if err := modelfile.SaveModel(file, "ctr", 1, g.ModelVars(), p.Tensors, p.Norm); err != nil {
+		b.Fatal(err)
+	}
+	body := rowsBody(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))
+	r := rand.New(rand.NewPCG(1, 2))
+	ids, rows, wt := make([]int64, 4096), make([]float32, 4096*16), make([]float32, 128*64)
+	for _, c := range []struct {
+		name   string
+		change func(m *Model, n int64) error
+	}{
+		{"steady", nil},
+		{"reloading", func(m *Model, n int64) error {
+			src := &fileSource{g: g, path: file, log: zerolog.Nop(), model: m}
+			return src.load()
+		}},
+		{"updating", func(m *Model, n int64) error {
+			for i := range ids {
+				ids[i] = r.Int64N(1_000_000)
+			}
+			for i := range wt {
+				wt[i] = float32(r.NormFloat64())
+			}
+			return m.Apply(Update{Step: n, Dense: []DenseValues{{Name: "Wt1", Values: wt}}, Rows: []TableRows{{Name: "emb", IDs: ids, Values: rows}}})
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m, err := NewModel(g, p, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if os.Getenv("GOMEMLIMIT") == "" {
+				limitMemory(p.Bytes(), zerolog.Nop()) // as the server does
+				defer debug.SetMemoryLimit(math.MaxInt64)
+			}
+			h := NewHandler(m, HandlerOptions{})
+			infer := func() int {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v2/models/ctr/infer", bytes.NewReader(body)))
+				if w.Code != 200 {
+					b.Errorf("%d %s", w.Code, w.Body)
+				}
+				return w.Code
+			}
+			var warm sync.WaitGroup
+			for range 4 { // the 4 programs the requests use, compiled before they are timed
+				warm.Add(1)
+				go func() { defer warm.Done(); infer() }()
+			}
+			warm.Wait()
+			lat := make([]time.Duration, b.N)
+			var next atomic.Int64
+			done := make(chan struct{})
+			changes := make(chan int64)
+			go func() { // a reload or an update every 250 ms while the requests run
+				n := int64(0)
+				defer func() { changes <- n }()
+				if c.change == nil {
+					<-done
+					return
+				}
+				tick := time.NewTicker(250 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-done:
+						return
+					case <-tick.C:
+						n++
+						if err := c.change(m, n+1); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			}()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1) - 1; i < int64(b.N); i = next.Add(1) - 1 {
+						start := time.Now()
+						code := infer()
+						lat[i] = time.Since(start)
+						if code != 200 {
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(done)
+			n := <-changes
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(float64(n), "changes")
+		})
+	}
 }
 
 // ctrExample is examples/ctr.yaml reading rows (a file written for it).

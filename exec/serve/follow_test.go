@@ -98,6 +98,7 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 					failed.Store(true)
 				}
 			}()
+			res := new(Result)
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -105,7 +106,7 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 					return
 				default:
 				}
-				res, err := m.Infer(context.Background(), req)
+				err := m.Infer(context.Background(), req, res)
 				if err != nil {
 					failed.Store(true)
 					errs <- err
@@ -168,16 +169,19 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 	}
 }
 
-// A dynamic table's rows arrive by key: an update creates the rows of new
-// keys and overwrites known ones, and a removed key reads zeros again, as
-// a key the table never held does.
+// A dynamic table's rows arrive by key, each with its meta, into a
+// mirror of the job's shards: an update creates the rows of new keys and
+// overwrites known ones; a shard's watermark kills its rows scored under
+// it (key 5 reads the default again, as a key the table never held does,
+// and key 6 of the other shard stays); a whole shard's state forgets the
+// rows the model held of it.
 func TestUpdatesWriteDynamicTableRowsByKey(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "tiny.csv"), []byte("1,0,3,0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	src := strings.NewReplacer("ids: {name: id, columns: [2, 3], num_ids: 8}", "ids: {name: id, columns: [2, 3], key: int64}",
-		"emb: {shape: [8, 4]}", "emb: {dynamic: {dim: 4}, init: {type: zeros}}").Replace(tinyModel)
+		"emb: {shape: [8, 4]}", "emb: {dynamic: {dim: 4, ttl_steps: 10}, init: {type: zeros}}").Replace(tinyModel)
 	path := filepath.Join(dir, "tiny.yaml")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -186,51 +190,78 @@ func TestUpdatesWriteDynamicTableRowsByKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := tensor.New(tensor.I64, tensor.Shape{1})
-	keys.L[0] = 5
-	p := Params{Tensors: map[string]*tensor.Tensor{"emb": filled(tensor.Shape{1, 4}, 1), "emb.keys": keys, "W": filled(tensor.Shape{2, 4}, 0)}}
 	_, lowered, err := dsl.LowerDynamic(g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab, err := program.ReadTable(lowered[0], keys, p.Tensors["emb"], "test")
+	cfg, err := program.TableConfig(lowered[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Tables = map[string]*dyntable.Table{"emb": tab}
-	delete(p.Tensors, "emb")
-	delete(p.Tensors, "emb.keys")
+	const shards = 2
+	if dyntable.ShardOf(5, shards) == dyntable.ShardOf(6, shards) {
+		t.Fatal("keys 5 and 6 share a shard: pick others")
+	}
+	s5, s6 := dyntable.ShardOf(5, shards), dyntable.ShardOf(6, shards)
+	tab, err := dyntable.NewMirror(cfg, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Params{Tensors: map[string]*tensor.Tensor{"W": filled(tensor.Shape{2, 4}, 0)}, Tables: map[string]*dyntable.Table{"emb": tab}}
 	m, err := NewModel(g, p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := DecodeRequest([]byte(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[3],"data":["0,0,5","0,0,9","0,0,7"]}],"outputs":[{"name":"e"}]}`), m.Meta())
+	req, err := DecodeRequest([]byte(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[3],"data":["0,0,5","0,0,6","0,0,7"]}],"outputs":[{"name":"e"}]}`), m.Meta())
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := func() []float32 {
-		res, err := m.Infer(context.Background(), req)
-		if err != nil {
+		var res Result
+		if err := m.Infer(context.Background(), req, &res); err != nil {
 			t.Fatal(err)
 		}
 		return res.Outputs[0].Floats
 	}
-	want := func(r5, r9, r7 float32) []float32 {
-		return append(append(filled(tensor.Shape{4}, r5).F, filled(tensor.Shape{4}, r9).F...), filled(tensor.Shape{4}, r7).F...)
+	want := func(r5, r6, r7 float32) []float32 {
+		return append(append(filled(tensor.Shape{4}, r5).F, filled(tensor.Shape{4}, r6).F...), filled(tensor.Shape{4}, r7).F...)
 	}
-	if got := rows(); !slices.Equal(got, want(1, 0, 0)) {
-		t.Fatalf("before updates: %v", got)
+	// meta: the step a row was last seen (low 32 bits) and its sightings
+	vals := func(a, b float32) []float32 {
+		return append(filled(tensor.Shape{4}, a).F, filled(tensor.Shape{4}, b).F...)
 	}
-	if err := m.Apply(Update{Step: 1, Rows: []TableRows{{Name: "emb", Keys: []int64{9, 5}, Values: append(filled(tensor.Shape{4}, 3).F, filled(tensor.Shape{4}, 2).F...)}}}); err != nil {
+	if err := m.Apply(Update{Step: 1, Rows: []TableRows{{Name: "emb", Keys: []int64{6, 5}, Meta: []uint64{1<<32 | 8, 1<<32 | 3}, Values: vals(3, 1)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); !slices.Equal(got, want(1, 3, 0)) {
+		t.Fatalf("after writing keys 9 and 5: %v", got)
+	}
+	if err := m.Apply(Update{Step: 2, Rows: []TableRows{{Name: "emb", Keys: []int64{5}, Meta: []uint64{2<<32 | 4}, Values: vals(2, 0)[:4]}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := rows(); !slices.Equal(got, want(2, 3, 0)) {
-		t.Fatalf("after writing keys 9 and 5: %v", got)
+		t.Fatalf("after overwriting key 5: %v", got)
 	}
-	if err := m.Apply(Update{Step: 2, Rows: []TableRows{{Name: "emb", Removed: []int64{5}}}}); err != nil {
+	// both shards at watermark 4: key 5 (last seen at 4) is dead, key 6 (8) lives
+	if err := m.Apply(Update{Step: 14, Shards: []ShardState{{Name: "emb", Shard: s5, Shards: shards, Watermark: 4}, {Name: "emb", Shard: s6, Shards: shards, Watermark: 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := rows(); !slices.Equal(got, want(0, 3, 0)) {
-		t.Fatalf("after removing key 5: %v", got)
+		t.Fatalf("after key 5's shard's watermark passed it: %v", got)
+	}
+	if err := m.Apply(Update{Step: 15, Shards: []ShardState{{Name: "emb", Shard: s6, Shards: shards, Watermark: 4, Whole: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); !slices.Equal(got, want(0, 0, 0)) {
+		t.Fatalf("after key 6's shard was sent whole without it: %v", got)
+	}
+	for _, bad := range []Update{
+		{Step: 16, Shards: []ShardState{{Name: "emb", Shard: 0, Shards: 3}}},
+		{Step: 16, Shards: []ShardState{{Name: "nope", Shard: 0, Shards: 2}}},
+		{Step: 16, Rows: []TableRows{{Name: "emb", Keys: []int64{1}, Values: make([]float32, 4)}}},
+	} {
+		if err := m.Apply(bad); err == nil {
+			t.Errorf("applied %+v, which does not fit the model", bad)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +24,10 @@ type Predictor interface {
 	Meta() *Meta
 	Ready() bool
 	Version() int64
-	Infer(ctx context.Context, req *Request) (*Result, error)
+	// VersionIs says what Version counts: VersionStep or VersionLoads.
+	VersionIs() string
+	// Infer computes req's outputs into res, reusing its slices.
+	Infer(ctx context.Context, req *Request, res *Result) error
 }
 
 // HandlerOptions configures a Handler.
@@ -150,7 +154,11 @@ func (h *Handler) modelMeta(w http.ResponseWriter, r *http.Request) {
 	if h.p.Ready() {
 		versions = []string{strconv.FormatInt(h.p.Version(), 10)}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"name": m.Name, "versions": versions, "platform": "psgraph", "inputs": m.Inputs, "outputs": m.Outputs})
+	md := map[string]any{"name": m.Name, "versions": versions, "platform": "psgraph", "inputs": m.Inputs, "outputs": m.Outputs}
+	if h.p.Ready() {
+		md["parameters"] = map[string]any{"version_is": h.p.VersionIs()}
+	}
+	writeJSON(w, http.StatusOK, md)
 }
 
 func (h *Handler) modelReady(w http.ResponseWriter, r *http.Request) {
@@ -192,8 +200,12 @@ func (h *Handler) load(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) infer(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	code := h.inferCode(w, r)
-	if h.opt.Metrics != nil {
-		h.opt.Metrics.latency.WithLabelValues(strconv.Itoa(code)).Observe(time.Since(start).Seconds())
+	if m := h.opt.Metrics; m != nil {
+		o := m.latency200
+		if code != http.StatusOK {
+			o = m.latency.WithLabelValues(strconv.Itoa(code))
+		}
+		o.Observe(time.Since(start).Seconds())
 	}
 }
 
@@ -215,19 +227,25 @@ func (h *Handler) inferCode(w http.ResponseWriter, r *http.Request) int {
 		m.inFlight.Inc()
 		defer m.inFlight.Dec()
 	}
-	body, err := readBody(w, r, h.opt.MaxBody)
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		return writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes (--max-body); send fewer rows a request", h.opt.MaxBody))
-	case err != nil:
+	bufs := bufPool.Get().(*reqBufs)
+	defer bufs.put()
+	body, err := bufs.readBody(w, r, h.opt.MaxBody)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes (--max-body); send fewer rows a request", h.opt.MaxBody))
+		}
 		return writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err))
 	}
-	req, err := DecodeRequest(body, h.p.Meta())
+	// the body is the request's own: its lines are decoded in place
+	req, err := decodeRequest(body, h.p.Meta(), decodeHow{owned: true, lines: bufs.lines})
 	if err != nil {
 		return writeError(w, StatusOf(err), err.Error())
 	}
-	res, err := h.p.Infer(r.Context(), req)
+	if cap(req.Lines) > cap(bufs.lines) {
+		bufs.lines = req.Lines[:0]
+	}
+	err = h.p.Infer(r.Context(), req, &bufs.res)
 	if err != nil && r.Context().Err() != nil {
 		return statusClientGone // nobody to answer
 	}
@@ -241,7 +259,8 @@ func (h *Handler) inferCode(w http.ResponseWriter, r *http.Request) int {
 	if h.opt.Metrics != nil {
 		h.opt.Metrics.rows.Add(float64(req.Rows))
 	}
-	out := appendResponse(make([]byte, 0, 64+req.Rows*24*len(res.Outputs)), h.p.Meta().Name, res)
+	out := appendResponse(bufs.out[:0], h.p.Meta().Name, &bufs.res)
+	bufs.out = out
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	w.WriteHeader(http.StatusOK)
@@ -279,7 +298,7 @@ func appendResponse(b []byte, model string, res *Result) []byte {
 			b = strconv.AppendInt(b, d, 10)
 		}
 		b = append(b, `],"data":[`...)
-		if o.Ints != nil {
+		if o.Datatype != dtFP32 {
 			for j, v := range o.Ints {
 				if j > 0 {
 					b = append(b, ',')
@@ -340,18 +359,69 @@ func writeError(w http.ResponseWriter, code int, msg string) int {
 // readBody reads a request's body, at most max bytes (an
 // *http.MaxBytesError past it), into a buffer sized by its Content-Length
 // when it gives one within the limit.
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+func (b *reqBufs) readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, max)
 	if n := r.ContentLength; n > 0 && n <= max {
-		buf := make([]byte, n)
+		if int64(cap(b.body)) < n {
+			b.body = make([]byte, n)
+		}
+		buf := b.body[:n]
 		if _, err := io.ReadFull(rd, buf); err != nil {
 			return nil, err
 		}
 		// the body must end where its length says
-		if k, err := rd.Read(make([]byte, 1)); k > 0 || err != nil && err != io.EOF {
+		if k, err := rd.Read(b.one[:]); k > 0 || err != nil && err != io.EOF {
 			return nil, fmt.Errorf("the body is longer than its Content-Length")
 		}
 		return buf, nil
 	}
-	return io.ReadAll(rd)
+	buf := b.body[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			b.body = buf
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// reqBufs are a request's buffers, reused: its body (decoded in place),
+// its lines (slices of the body), its outputs and its response.
+type reqBufs struct {
+	body, out []byte
+	lines     [][]byte
+	res       Result
+	one       [1]byte
+}
+
+var bufPool = sync.Pool{New: func() any { return new(reqBufs) }}
+
+// maxPooled is the largest buffer kept for the next request: a rare
+// large request's memory is not held.
+const maxPooled = 1 << 20
+
+func (b *reqBufs) put() {
+	if cap(b.body) > maxPooled {
+		b.body = nil
+	}
+	if cap(b.out) > maxPooled {
+		b.out = nil
+	}
+	if cap(b.lines) > maxPooled/64 {
+		b.lines = nil
+	}
+	clear(b.lines[:cap(b.lines)]) // hold no body but the one kept
+	for _, o := range b.res.Outputs {
+		if cap(o.Ints)*8 > maxPooled || cap(o.Floats)*4 > maxPooled {
+			b.res.Outputs = nil
+		}
+	}
+	bufPool.Put(b)
 }

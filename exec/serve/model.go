@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,13 +24,15 @@ import (
 // Params is one version of a model's parameters, what a request computes
 // with: the dense parameters, fixed tables and model state (Tensors), the
 // dynamic tables, the normalization statistics of the training data, and
-// the version a response names (the training step served, or for a model
-// file the count of its loads).
+// the version a response names: the training step served (VersionStep:
+// a followed job's, or the step a model file records), or for a file
+// that records none the count of its loads (VersionLoads).
 type Params struct {
-	Version int64
-	Tensors program.Scope
-	Tables  map[string]*dyntable.Table
-	Norm    *data.Scaling
+	Version   int64
+	VersionIs string
+	Tensors   program.Scope
+	Tables    map[string]*dyntable.Table
+	Norm      *data.Scaling
 }
 
 // Bytes is the memory the parameters hold: their tensors' and their
@@ -45,20 +48,33 @@ func (p Params) Bytes() int64 {
 	return n
 }
 
+// What a version counts (Params.VersionIs; the model metadata's
+// parameters.version_is).
+const (
+	VersionStep  = "training_step"
+	VersionLoads = "load_count"
+)
+
 // LoadParams reads a model file (`--save` of run or train) into Params:
-// modelfile.LoadModel's tensors and statistics, each dynamic table read
+// modelfile.ReadModel's tensors and statistics, each dynamic table read
 // into a lookup-only table once (program.ReadTable), which every program
-// of the version shares.
+// of the version shares; the version is the training step the file
+// records (VersionStep), or -1 when it records none (the caller numbers
+// it, VersionLoads).
 func LoadParams(g *dsl.Graph, file string, log zerolog.Logger) (Params, error) {
-	tensors, norm, err := modelfile.LoadModel(g, file, log)
+	mf, err := modelfile.ReadModel(g, file, log)
 	if err != nil {
 		return Params{}, err
 	}
+	tensors, norm := mf.Tensors, mf.Norm
 	_, lowered, err := dsl.LowerDynamic(g)
 	if err != nil {
 		return Params{}, err
 	}
-	p := Params{Tensors: tensors, Norm: norm}
+	p := Params{Version: -1, VersionIs: VersionLoads, Tensors: tensors, Norm: norm}
+	if mf.HasStep {
+		p.Version, p.VersionIs = mf.Step, VersionStep
+	}
 	for _, dt := range lowered {
 		keys := dyntable.KeysName(dt.Name)
 		t, err := program.ReadTable(dt, tensors[keys], tensors[dt.Name], file)
@@ -111,6 +127,20 @@ type version struct {
 	closing sync.Once
 	mu      sync.Mutex
 	free    map[poolKey][]*worker
+	// made counts the programs of each key the version holds (idle or
+	// running): what its requests needed at once, which warm compiles
+	// for the version after it.
+	made map[poolKey]made
+}
+
+// made is the programs made for a key, and the outputs they compute.
+type made struct {
+	n    int
+	outs []evaluate.Output
+}
+
+func newVersion(p Params) *version {
+	return &version{Params: p, free: map[poolKey][]*worker{}, made: map[poolKey]made{}}
 }
 
 type poolKey struct {
@@ -130,11 +160,13 @@ type worker struct {
 }
 
 // Pool bounds: the batch sizes and output lists a version keeps programs
-// for, and the idle programs of each.
+// for, the idle programs of each, and the programs warm compiles for a
+// new version.
 const (
 	maxPoolKeys = 32
 	maxIdle     = 16
 	maxOutLists = 64
+	maxWarm     = 32
 )
 
 // DefaultMaxBatch is the most rows one program computes at once; a
@@ -216,13 +248,24 @@ func (m *Model) Ready() bool { return m.cur.Load() != nil }
 // Version is the version served now.
 func (m *Model) Version() int64 { return m.cur.Load().Version }
 
+// VersionIs says what Version counts (VersionStep, VersionLoads).
+func (m *Model) VersionIs() string { return m.cur.Load().VersionIs }
+
 // Swap makes p the version requests compute with from now on; requests
 // already computing with the previous one finish with it.
+//
+// The new version is given, before it is swapped in, the programs the
+// requests on the current one use (warm), so no request waits for a
+// program to be compiled (~10 ms for examples/ctr.yaml, whose requests
+// take ~1 ms; TestNewVersionsAreWarm).
 func (m *Model) Swap(p Params) {
 	m.applyMu.Lock()
 	defer m.applyMu.Unlock()
 	m.spare = nil // an update's shadow is made anew from p
-	v := &version{Params: p, free: map[poolKey][]*worker{}}
+	v := newVersion(p)
+	if cur := m.cur.Load(); cur != nil {
+		m.warm(v, cur)
+	}
 	if old := m.cur.Swap(v); old != nil {
 		old.retired.Store(true)
 		if old.refs.Load() == 0 {
@@ -274,6 +317,32 @@ func (v *version) get(m *Model, key poolKey, outs []evaluate.Output) (*worker, e
 		return w, nil
 	}
 	v.mu.Unlock()
+	return v.compile(m, key, outs)
+}
+
+// warm compiles for v the programs from holds that v lacks (as many of
+// each key, at most maxWarm in all), idle for v's first requests.
+func (m *Model) warm(v, from *version) {
+	from.mu.Lock()
+	want := maps.Clone(from.made)
+	from.mu.Unlock()
+	budget := maxWarm
+	for key, mk := range want {
+		v.mu.Lock()
+		have := v.made[key].n
+		v.mu.Unlock()
+		for ; have < mk.n && budget > 0; have, budget = have+1, budget-1 {
+			w, err := v.compile(m, key, mk.outs)
+			if err != nil {
+				return // a request compiling it will say why
+			}
+			v.put(w)
+		}
+	}
+}
+
+// compile makes a new program for key.
+func (v *version) compile(m *Model, key poolKey, outs []evaluate.Output) (*worker, error) {
 	targets := make([]string, len(outs))
 	for i, o := range outs {
 		targets[i] = o.Var
@@ -287,6 +356,11 @@ func (v *version) get(m *Model, key poolKey, outs []evaluate.Output) (*worker, e
 		p.Close()
 		return nil, err
 	}
+	v.mu.Lock()
+	if mk, known := v.made[key]; known || len(v.made) < maxPoolKeys {
+		v.made[key] = made{n: mk.n + 1, outs: outs}
+	}
+	v.mu.Unlock()
 	return &worker{key: key, prog: p, feed: program.FeederOf(lp.Spec(), p.Scope), lp: lp}, nil
 }
 
@@ -298,6 +372,7 @@ func (v *version) put(w *worker) {
 	ws, known := v.free[w.key]
 	if v.retired.Load() && v.refs.Load() <= 1 || len(ws) >= maxIdle {
 		w.prog.Close()
+		v.unmade(w.key, 1)
 		return
 	}
 	if !known && len(v.free) >= maxPoolKeys {
@@ -305,11 +380,25 @@ func (v *version) put(w *worker) {
 			for _, o := range old {
 				o.prog.Close()
 			}
+			v.unmade(k, len(old))
 			delete(v.free, k)
 			break
 		}
 	}
 	v.free[w.key] = append(ws, w)
+}
+
+// unmade counts n programs of key closed (v.mu held).
+func (v *version) unmade(key poolKey, n int) {
+	mk, ok := v.made[key]
+	switch {
+	case !ok:
+	case mk.n <= n:
+		delete(v.made, key)
+	default:
+		mk.n -= n
+		v.made[key] = mk
+	}
 }
 
 // Result is a request's outputs and the version they were computed with.
@@ -319,8 +408,9 @@ type Result struct {
 	Outputs []OutTensor
 }
 
-// OutTensor is one output tensor: Ints for pred and integer variables,
-// Floats for the rest, row-major.
+// OutTensor is one output tensor, row-major: Ints for an integer
+// datatype (pred and integer variables), Floats for FP32 (the other
+// slice is left as a previous request's output had it).
 type OutTensor struct {
 	Name     string
 	Datatype string
@@ -353,21 +443,27 @@ func (m *Model) outputs(names []string) ([]evaluate.Output, string, error) {
 	return outs, key, nil
 }
 
-// Infer computes a request's outputs with the current version, in chunks
-// of at most maxBatch rows.
-func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
+// Infer computes a request's outputs with the current version into res
+// (its slices reused: a server's requests allocate no outputs), in
+// chunks of at most maxBatch rows.
+func (m *Model) Infer(ctx context.Context, req *Request, res *Result) error {
 	outs, outsKey, err := m.outputs(req.Outputs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res := &Result{ID: req.ID, Outputs: make([]OutTensor, len(outs))}
+	res.ID = req.ID
+	res.Outputs = resize(res.Outputs, len(outs))
 	for i, o := range outs {
 		t := &res.Outputs[i]
-		t.Name, t.Datatype, t.Shape = o.Name, datatypeOf(o.DType()), outShape(int64(req.Rows), o)
+		t.Name, t.Datatype = o.Name, datatypeOf(o.DType())
+		t.Shape = append(t.Shape[:0], int64(req.Rows))
+		if o.Values() != 1 {
+			t.Shape = append(t.Shape, int64(o.Values()))
+		}
 		if o.Ints() {
-			t.Ints = make([]int64, req.Rows*o.Values())
+			t.Ints = resize(t.Ints, req.Rows*o.Values())
 		} else {
-			t.Floats = make([]float32, req.Rows*o.Values())
+			t.Floats = resize(t.Floats, req.Rows*o.Values())
 		}
 	}
 	v := m.acquire()
@@ -375,20 +471,29 @@ func (m *Model) Infer(ctx context.Context, req *Request) (*Result, error) {
 	res.Version = v.Version
 	for off := 0; off < req.Rows; off += m.maxBatch {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		n := min(m.maxBatch, req.Rows-off)
 		w, err := v.get(m, poolKey{rows: n, outs: outsKey}, outs)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		err = m.chunk(ctx, w, req, off, n, outs, res)
 		v.put(w)
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return res, nil
+	return nil
+}
+
+// resize is s with n elements, its array reused when it holds them (the
+// elements are then left as they were: the caller writes each).
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // chunk computes rows [off, off+n) of req with w.
@@ -460,11 +565,24 @@ func (m *Model) String() string { return fmt.Sprintf("%s version %d", m.meta.Nam
 
 // Update is what a followed job's pservers applied since the update
 // before: the training step it brings the model to, new values of dense
-// parameters, and the changed rows of fixed and dynamic tables.
+// parameters, the changed rows of fixed and dynamic tables, and the
+// state of the dynamic tables' shards.
 type Update struct {
-	Step  int64
-	Dense []DenseValues
-	Rows  []TableRows
+	Step   int64
+	Dense  []DenseValues
+	Rows   []TableRows
+	Shards []ShardState
+}
+
+// ShardState is a pserver's shard of a dynamic table: its eviction
+// watermark (its rows scored at or under it are dead), and Whole when
+// the update holds every row of the shard (a pserver's full state: the
+// rows the model held of the shard before are forgotten first).
+type ShardState struct {
+	Name          string
+	Shard, Shards int
+	Watermark     int64
+	Whole         bool
 }
 
 // DenseValues are new values of a dense parameter from element Offset
@@ -476,24 +594,25 @@ type DenseValues struct {
 }
 
 // TableRows are changed rows of a table: of a fixed table by row id
-// (IDs), of a dynamic table by key (Keys, and Removed: keys whose rows the
-// table dropped, by ttl or capacity); Values holds the rows one after
+// (IDs), of a dynamic table by key (Keys, each with its Meta: what its
+// eviction scores, dyntable's mirror.go); Values holds the rows one after
 // another.
 type TableRows struct {
-	Name    string
-	IDs     []int64
-	Keys    []int64
-	Removed []int64
-	Values  []float32
+	Name   string
+	IDs    []int64
+	Keys   []int64
+	Meta   []uint64
+	Values []float32
 }
 
 // Apply brings the model to u.Step without failing or blocking a request
 // for long: the dense parameters are written into a shadow version (the
 // one before the current, once no request uses it, its values first made
-// the current one's) and swapped in whole, so a request computes with one
-// version of them; table rows are written in place, between two
-// programs' runs (Model.rows), so a row is never read half-written and a
-// request may see rows newer than its dense version, never older.
+// the current one's), given the programs the current one's requests use
+// (warm), and swapped in whole, so a request computes with one version of
+// them; table rows are written in place, between two programs' runs
+// (Model.rows), so a row is never read half-written and a request may see
+// rows newer than its dense version, never older.
 func (m *Model) Apply(u Update) error {
 	m.applyMu.Lock()
 	defer m.applyMu.Unlock()
@@ -517,20 +636,32 @@ func (m *Model) Apply(u Update) error {
 	for _, d := range u.Dense {
 		copy(shadow.Tensors[d.Name].F[d.Offset:], d.Values)
 	}
+	m.warm(shadow, cur) // the programs cur's requests use, ready before it is
 	m.rows.Lock()
 	defer m.rows.Unlock()
+	for _, sh := range u.Shards {
+		if sh.Whole {
+			if err := cur.Tables[sh.Name].DropShard(sh.Shard); err != nil {
+				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
+			}
+		}
+	}
 	for _, r := range u.Rows {
 		if t := cur.Tables[r.Name]; t != nil {
-			if err := writeKeys(t, r.Keys, r.Values); err != nil {
+			if err := t.MirrorRows(&dyntable.Batch{Keys: r.Keys, Meta: r.Meta, Values: r.Values}); err != nil {
 				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, r.Name, err)
 			}
-			t.Delete(r.Removed)
 			continue
 		}
 		t := cur.Tensors[r.Name]
 		w := t.Shape[1]
 		for i, id := range r.IDs {
 			copy(t.F[int(id)*w:int(id+1)*w], r.Values[i*w:(i+1)*w])
+		}
+	}
+	for _, sh := range u.Shards {
+		if err := cur.Tables[sh.Name].Expire(sh.Shard, sh.Watermark); err != nil {
+			return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
 		}
 	}
 	shadow.Version = u.Step
@@ -548,15 +679,24 @@ func (m *Model) checkUpdate(cur *version, u Update) error {
 			return fmt.Errorf("update of step %d: %d values of dense parameter %q from %d do not fit the model", u.Step, len(d.Values), d.Name, d.Offset)
 		}
 	}
+	for _, sh := range u.Shards {
+		t, ok := cur.Tables[sh.Name]
+		if !ok {
+			return fmt.Errorf("update of step %d: the model has no dynamic table %q", u.Step, sh.Name)
+		}
+		if n := t.MirrorShards(); n != sh.Shards || sh.Shard < 0 || sh.Shard >= sh.Shards {
+			return fmt.Errorf("update of step %d: shard %d of %d of dynamic table %q does not fit the model, which follows it over %d pservers", u.Step, sh.Shard, sh.Shards, sh.Name, n)
+		}
+	}
 	for _, r := range u.Rows {
 		if t, ok := cur.Tables[r.Name]; ok {
-			if r.IDs != nil || len(r.Values) != len(r.Keys)*t.Config().Dim {
+			if r.IDs != nil || len(r.Meta) != len(r.Keys) || len(r.Values) != len(r.Keys)*t.Config().Dim {
 				return fmt.Errorf("update of step %d: %d keys of dynamic table %q do not fit the model", u.Step, len(r.Keys), r.Name)
 			}
 			continue
 		}
 		t, ok := cur.Tensors[r.Name]
-		if !ok || !m.tables[r.Name] || r.Keys != nil || r.Removed != nil || len(r.Values) != len(r.IDs)*t.Shape[1] {
+		if !ok || !m.tables[r.Name] || r.Keys != nil || len(r.Values) != len(r.IDs)*t.Shape[1] {
 			return fmt.Errorf("update of step %d: %d rows of table %q do not fit the model", u.Step, len(r.IDs), r.Name)
 		}
 		for _, id := range r.IDs {
@@ -585,20 +725,7 @@ func (m *Model) shadowOf(cur *version) *version {
 	}
 	p := cur.Params
 	p.Tensors = ts
-	return &version{Params: p, free: map[poolKey][]*worker{}}
-}
-
-// writeKeys writes the rows of keys into a dynamic table, creating those
-// it lacks (a served table admits every key).
-func writeKeys(t *dyntable.Table, keys []int64, values []float32) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	slots := make([]int32, len(keys))
-	if err := t.Lookup(keys, nil, slots); err != nil {
-		return err
-	}
-	return t.Scatter(slots, 0, t.Config().Dim, values)
+	return newVersion(p)
 }
 
 // fixedTables names the parameters that ops read rows of (lookup_table,

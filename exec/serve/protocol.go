@@ -123,6 +123,9 @@ type wireInput struct {
 	Datatype   string          `json:"datatype"`
 	Parameters map[string]any  `json:"parameters"`
 	Data       json.RawMessage `json:"data"`
+	// lines are the data's strings, when fastWire read them (parsed).
+	lines  [][]byte
+	parsed bool
 }
 
 type wireOutput struct {
@@ -138,9 +141,34 @@ const maxElements = 1 << 31
 // model m. It is a pure function: any error is an *Error (400) saying
 // what is wrong and what to send instead.
 func DecodeRequest(body []byte, m *Meta) (*Request, error) {
+	return decodeRequest(body, m, decodeHow{})
+}
+
+// decodeHow is how decodeRequest reads a body.
+type decodeHow struct {
+	// general: with encoding/json alone, not fastWire (the reference
+	// FuzzDecodeRequest compares fastWire with).
+	general bool
+	// owned: the body is the caller's to change (the lines' escapes are
+	// decoded in it, not in a copy, and the lines are slices of it).
+	owned bool
+	// lines is room for the lines, reused from request to request.
+	lines [][]byte
+}
+
+// decodeRequest is DecodeRequest, reading the body with fastWire unless
+// how says general, or it cannot.
+func decodeRequest(body []byte, m *Meta, how decodeHow) (*Request, error) {
 	var w wireRequest
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, badRequest("the request body is not an inference request in JSON: %v; send one object {\"inputs\": [{\"name\": \"rows\", \"datatype\": \"BYTES\", \"shape\": [N], \"data\": [...]}]}", err)
+	fast := false
+	if !how.general {
+		w, fast = fastWire(body, how.owned, how.lines)
+	}
+	if !fast {
+		w = wireRequest{}
+		if err := json.Unmarshal(body, &w); err != nil {
+			return nil, badRequest("the request body is not an inference request in JSON: %v; send one object {\"inputs\": [{\"name\": \"rows\", \"datatype\": \"BYTES\", \"shape\": [N], \"data\": [...]}]}", err)
+		}
 	}
 	if binaryParam(w.Parameters, "binary_data_output") {
 		return nil, badRequest("binary tensor data is not supported: psgraph answers in JSON; drop the binary_data_output parameter")
@@ -177,7 +205,14 @@ func DecodeRequest(body []byte, m *Meta) (*Request, error) {
 			return nil, badRequest("the request gives %q and typed inputs; give either the rows or every typed input (%s)", RowsInput, typedNames(m))
 		}
 		in := &w.Inputs[given[RowsInput]]
-		lines, ok := stringArray(slices.Clone(in.Data), make([][]byte, 0, req.Rows))
+		lines, ok := in.lines, in.parsed
+		if !ok {
+			// in a copy: a failed stringArray leaves its data unusable for
+			// decodeData; room for the rows the shape names, as many as the
+			// data's bytes can hold
+			data := slices.Clone(in.Data)
+			lines, ok = stringArray(data, slices.Grow(how.lines[:0], min(req.Rows, len(data)/3+1)))
+		}
 		if !ok { // nested, or not strings: the general decoder (and its errors)
 			var strs []string
 			if err := decodeData(in, 2, &strs); err != nil {
@@ -374,99 +409,4 @@ func typedNames(m *Meta) string {
 		names[i] = fmt.Sprintf("%q (%s %v)", t.Name, t.Datatype, t.Shape)
 	}
 	return strings.Join(names, ", ")
-}
-
-// stringArray decodes a flat JSON array of strings (valid JSON, as the
-// request's decoder checked) into out, each string a slice of data (its
-// escapes decoded in place: data is the request's own copy); false if
-// data is anything else, data then being left unusable. It is the
-// rows input's fast path: encoding/json would scan the array twice more
-// and copy every line.
-func stringArray(data []byte, out [][]byte) ([][]byte, bool) {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '[' {
-		return nil, false
-	}
-	i = skipSpace(data, i+1)
-	if i < len(data) && data[i] == ']' {
-		return out, skipSpace(data, i+1) == len(data)
-	}
-	for {
-		if i >= len(data) || data[i] != '"' {
-			return nil, false
-		}
-		start, esc := i+1, false
-		for i++; i < len(data) && data[i] != '"'; i++ {
-			if data[i] == '\\' {
-				esc = true
-				i++
-			} else if data[i] < 0x20 {
-				return nil, false
-			}
-		}
-		if i >= len(data) {
-			return nil, false
-		}
-		str := data[start:i]
-		if esc {
-			var ok bool
-			if str, ok = unescape(str); !ok {
-				return nil, false
-			}
-		}
-		out = append(out, str)
-		i = skipSpace(data, i+1)
-		if i >= len(data) {
-			return nil, false
-		}
-		switch data[i] {
-		case ',':
-			i = skipSpace(data, i+1)
-		case ']':
-			return out, skipSpace(data, i+1) == len(data)
-		default:
-			return nil, false
-		}
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// unescape decodes a JSON string's escapes (the quotes stripped) in
-// place; false for a malformed one or a \u escape, which encoding/json
-// decodes.
-func unescape(s []byte) ([]byte, bool) {
-	out := s[:0] // never longer than s: it is written behind the reads
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' {
-			out = append(out, c)
-			continue
-		}
-		if i++; i >= len(s) {
-			return nil, false
-		}
-		switch s[i] {
-		case '"', '\\', '/':
-			out = append(out, s[i])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		default:
-			return nil, false
-		}
-	}
-	return out, true
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
+	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/replicate"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/partition"
@@ -45,6 +49,11 @@ type follower struct {
 	// seen is when the newest delta not yet applied arrived (0: none).
 	seen    atomic.Int64
 	applied atomic.Int64 // updates applied
+	// missing names the model's tensors no delta has written yet (a
+	// pserver's full state writes those it holds, pserver 0's the state
+	// trainer 0 holds and pushes to it): the replica is ready once none
+	// is missing. Only the loop touches it.
+	missing map[string]bool
 }
 
 // event is what a reader tells the loop: a whole delta, or a lost
@@ -55,6 +64,7 @@ type event struct {
 	step     int64
 	full     bool
 	rows     []replicate.Rows
+	shards   []replicate.Shard // the state of the pserver's dynamic shards
 	lost     bool
 	finished bool
 	drop     func() // closes the reader's connection (Resubscribe)
@@ -64,12 +74,6 @@ type event struct {
 // pservers' full states arrive, and its statistics computed from the
 // model's data as the job's trainers compute them.
 func newFollower(g *dsl.Graph, opt FollowOptions, maxBatch int, log zerolog.Logger) (*follower, error) {
-	if len(g.DynamicParams()) > 0 {
-		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has dynamic tables, and a replica cannot follow a job's dynamic tables yet; serve a saved model (--init-from)")
-	}
-	if st := g.ModelState(); len(st) > 0 {
-		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has state its trainers hold (%v: batch_norm's running statistics), which a replica cannot follow yet; serve a saved model (--init-from)", st)
-	}
 	if len(opt.Endpoints) != opt.Plan.Info.PServers {
 		return nil, fmt.Errorf("--pserver-endpoints has %d addresses, and the plan has %d pservers", len(opt.Endpoints), opt.Plan.Info.PServers)
 	}
@@ -80,9 +84,29 @@ func newFollower(g *dsl.Graph, opt FollowOptions, maxBatch int, log zerolog.Logg
 	if err != nil {
 		return nil, err
 	}
-	p := Params{Version: -1, Tensors: map[string]*tensor.Tensor{}}
+	p := Params{Version: -1, VersionIs: VersionStep, Tensors: map[string]*tensor.Tensor{}}
+	_, lowered, err := dsl.LowerDynamic(g)
+	if err != nil {
+		return nil, err
+	}
+	for _, dt := range lowered { // each a mirror of its shards on every pserver
+		cfg, err := program.TableConfig(dt)
+		if err != nil {
+			return nil, err
+		}
+		t, err := dyntable.NewMirror(cfg, opt.Plan.Info.PServers)
+		if err != nil {
+			return nil, fmt.Errorf("dynamic table %s: %w", dt.Name, err)
+		}
+		if p.Tables == nil {
+			p.Tables = map[string]*dyntable.Table{}
+		}
+		p.Tables[dt.Name] = t
+	}
 	for _, name := range g.ModelVars() {
-		p.Tensors[name] = tensor.New(types[name].DType, types[name].Shape)
+		if p.Tables[name] == nil {
+			p.Tensors[name] = tensor.New(types[name].DType, types[name].Shape)
+		}
 	}
 	if p.Norm, err = data.TrainingScaling(g.Data); err != nil {
 		return nil, err
@@ -91,7 +115,11 @@ func newFollower(g *dsl.Graph, opt FollowOptions, maxBatch int, log zerolog.Logg
 	if err != nil {
 		return nil, err
 	}
-	return &follower{Model: m, opt: opt, log: log, follow: replicate.NewFollow(len(opt.Endpoints)), events: make(chan event, 4)}, nil
+	missing := map[string]bool{}
+	for name := range p.Tensors {
+		missing[name] = true
+	}
+	return &follower{Model: m, opt: opt, log: log, follow: replicate.NewFollow(len(opt.Endpoints)), events: make(chan event, 4), missing: missing}, nil
 }
 
 // Ready says whether the replica serves the job's state: it caught up
@@ -173,6 +201,9 @@ func (f *follower) apply(ev event, met *Metrics) error {
 		return nil
 	}
 	u := Update{Step: f.follow.Version()}
+	for _, sh := range ev.shards {
+		u.Shards = append(u.Shards, ShardState{Name: sh.Name, Shard: sh.Shard, Shards: sh.Shards, Watermark: sh.Watermark, Whole: ev.full})
+	}
 	for _, r := range ev.rows {
 		if err := f.updateOf(&u, r); err != nil {
 			f.log.Error().Err(err).Int("pserver", ev.pserver).Msg("a delta that does not fit the model; subscribing again")
@@ -185,19 +216,39 @@ func (f *follower) apply(ev event, met *Metrics) error {
 		ev.drop()
 		return nil
 	}
+	for _, t := range f.cur.Load().Tables {
+		t.SweepMirror(sweepPerUpdate)
+	}
 	f.seen.Store(0)
 	f.applied.Add(1)
 	met.Updated()
-	if !f.ready.Load() && f.follow.Ready() {
+	for _, d := range u.Dense {
+		delete(f.missing, d.Name)
+	}
+	for _, r := range u.Rows {
+		delete(f.missing, r.Name)
+	}
+	if !f.ready.Load() && f.follow.Ready() && len(f.missing) > 0 && ev.full {
+		f.log.Info().Strs("waiting_for", slices.Sorted(maps.Keys(f.missing))).Msg("caught up with every pserver; waiting for the state trainer 0 holds (pushed to pserver-0)")
+	}
+	if !f.ready.Load() && f.follow.Ready() && len(f.missing) == 0 {
 		f.log.Info().Int64("step", u.Step).Msg("caught up with every pserver; ready")
 		f.ready.Store(true)
 	}
 	return nil
 }
 
-// updateOf adds rows r of a delta to u: a fixed table's rows by id, a
-// dense parameter's values by offset.
+// sweepPerUpdate is the records of each dynamic table an update sweeps
+// for rows its shard's watermark killed (their memory is freed).
+const sweepPerUpdate = 1 << 16
+
+// updateOf adds rows r of a delta to u: a dynamic table's rows by key, a
+// fixed table's rows by id, a dense parameter's values by offset.
 func (f *follower) updateOf(u *Update, r replicate.Rows) error {
+	if r.Keys != nil {
+		u.Rows = append(u.Rows, TableRows{Name: r.Name, Keys: r.Keys, Meta: r.Meta, Values: r.Values})
+		return nil
+	}
 	t, ok := f.cur.Load().Tensors[r.Name]
 	width := 1
 	if ok && len(t.Shape) > 1 {
@@ -297,6 +348,11 @@ func (f *follower) readConn(ctx context.Context, i int, inc uint64, c interface 
 				return false, errors.New("rows outside a delta")
 			}
 			ev.rows = append(ev.rows, fr.Rows)
+		case replicate.FrameShard:
+			if ev == nil {
+				return false, errors.New("a shard's state outside a delta")
+			}
+			ev.shards = append(ev.shards, fr.Shard)
 		case replicate.FrameEnd:
 			if ev == nil {
 				return false, errors.New("the end of a delta that did not begin")

@@ -41,14 +41,16 @@ type Options struct {
 // fileSource is a model served from a file: each load reads it again and
 // swaps it in as the next version.
 type fileSource struct {
-	g     *dsl.Graph
-	path  string
-	log   zerolog.Logger
-	mu    sync.Mutex // one load at a time
-	loads int64
-	mod   time.Time // of the file last loaded
-	model *Model
-	met   *Metrics
+	g    *dsl.Graph
+	path string
+	log  zerolog.Logger
+	mu   sync.Mutex // one load at a time
+	// loadCount counts the file's reads (the version of a file that
+	// records no step).
+	loadCount int64
+	mod       time.Time // of the file last loaded
+	model     *Model
+	met       *Metrics
 }
 
 // read loads the file as the next version's parameters.
@@ -61,7 +63,10 @@ func (f *fileSource) read() (Params, time.Time, error) {
 	if err != nil {
 		return Params{}, time.Time{}, err
 	}
-	p.Version = f.loads + 1
+	f.loadCount++
+	if p.VersionIs != VersionStep { // a file that records no step: its loads are counted
+		p.Version = f.loadCount
+	}
 	return p, fi.ModTime(), nil
 }
 
@@ -75,7 +80,7 @@ func (f *fileSource) load() error {
 		f.log.Error().Err(err).Msg("loading the model file failed; the model served is unchanged")
 		return &Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf("%v; the model served is unchanged", err)}
 	}
-	f.loads, f.mod = p.Version, mod
+	f.mod = mod
 	f.model.Swap(p)
 	f.met.Updated()
 	f.log.Info().Str("file", f.path).Int64("version", p.Version).Dur("took", time.Since(start)).Msg("loaded the model file")
@@ -111,7 +116,7 @@ func Run(ctx context.Context, g *dsl.Graph, opt Options) error {
 	if err != nil {
 		return err
 	}
-	src.loads, src.mod = p.Version, mod
+	src.mod = mod
 	limitMemory(p.Bytes(), opt.Log)
 	m, err := NewModel(g, p, opt.MaxBatch)
 	if err != nil {

@@ -208,13 +208,15 @@ func newTwin() *twin {
 	return &twin{meta: *ctrMeta(), entered: make(chan struct{}, 16), release: make(chan struct{})}
 }
 
-func (w *twin) Meta() *Meta    { return &w.meta }
-func (w *twin) Ready() bool    { return true }
-func (w *twin) Version() int64 { return 3 }
-func (w *twin) Infer(ctx context.Context, req *Request) (*Result, error) {
+func (w *twin) Meta() *Meta       { return &w.meta }
+func (w *twin) Ready() bool       { return true }
+func (w *twin) Version() int64    { return 3 }
+func (w *twin) VersionIs() string { return VersionLoads }
+func (w *twin) Infer(ctx context.Context, req *Request, res *Result) error {
 	w.entered <- struct{}{}
 	<-w.release
-	return &Result{Version: 3, Outputs: []OutTensor{{Name: "prob", Datatype: dtFP32, Shape: []int64{int64(req.Rows)}, Floats: make([]float32, req.Rows)}}}, nil
+	*res = Result{Version: 3, Outputs: []OutTensor{{Name: "prob", Datatype: dtFP32, Shape: []int64{int64(req.Rows)}, Floats: make([]float32, req.Rows)}}}
+	return nil
 }
 
 var twinBody = []byte(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]}]}`)
@@ -348,7 +350,8 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := m.Infer(context.Background(), req)
+		res := new(Result)
+		err = m.Infer(context.Background(), req, res)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +360,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	}
 	save := func(v int64) {
 		tmp := file + ".tmp"
-		if err := modelfile.SaveModel(tmp, "digits-mlp", g.ModelVars(), params[v].Tensors, params[v].Norm); err != nil {
+		if err := modelfile.SaveModel(tmp, "digits-mlp", -1, g.ModelVars(), params[v].Tensors, params[v].Norm); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Rename(tmp, file); err != nil {
@@ -447,7 +450,7 @@ func TestFailedLoadKeepsTheModel(t *testing.T) {
 	g := digits(t)
 	file := filepath.Join(t.TempDir(), "model.safetensors")
 	p := randomParams(t, g, 3)
-	if err := modelfile.SaveModel(file, "digits-mlp", g.ModelVars(), p.Tensors, p.Norm); err != nil {
+	if err := modelfile.SaveModel(file, "digits-mlp", -1, g.ModelVars(), p.Tensors, p.Norm); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -480,6 +483,67 @@ func TestFailedLoadKeepsTheModel(t *testing.T) {
 	if !slices.Equal(meta.Versions, []string{"1"}) || len(meta.Inputs) != 2 || meta.Inputs[1].Name != "x" || !slices.Equal(meta.Inputs[1].Shape, []int64{-1, 64}) {
 		t.Errorf("metadata %+v", meta)
 	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A model file's version is the training step it records (its metadata's
+// "step", which --save and checkpoints write), in the responses and the
+// model metadata; a file without one (written before psgraph recorded
+// it) is numbered by the count of loads.
+func TestFileStepIsTheVersion(t *testing.T) {
+	g := digits(t)
+	file := filepath.Join(t.TempDir(), "model.safetensors")
+	p := randomParams(t, g, 5)
+	save := func(step int64) {
+		tmp := file + ".tmp"
+		if err := modelfile.SaveModel(tmp, "digits-mlp", step, g.ModelVars(), p.Tensors, p.Norm); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(700)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, g, Options{InitFrom: file, Listen: "127.0.0.1:0", Log: zerolog.Nop(), Listening: func(a net.Addr) { addrs <- a }})
+	}()
+	base := "http://" + (<-addrs).String()
+	check := func(version, is string) {
+		t.Helper()
+		r := post(t, base+"/v2/models/digits-mlp/infer", rowsBody(digitRows(2, 1)))
+		if r.status != 200 || !bytes.Contains(r.body, []byte(`"model_version":"`+version+`"`)) {
+			t.Errorf("a request: %d %s, want model_version %s", r.status, r.body, version)
+		}
+		var meta struct {
+			Versions   []string          `json:"versions"`
+			Parameters map[string]string `json:"parameters"`
+		}
+		json.Unmarshal(get(t, base+"/v2/models/digits-mlp").body, &meta)
+		if !slices.Equal(meta.Versions, []string{version}) || meta.Parameters["version_is"] != is {
+			t.Errorf("metadata %+v, want version %s, %s", meta, version, is)
+		}
+		if r := get(t, base+"/v2/models/digits-mlp/versions/"+version+"/ready"); r.status != 200 {
+			t.Errorf("version %s's readiness: %d %s", version, r.status, r.body)
+		}
+	}
+	check("700", VersionStep)
+	save(-1) // no step recorded: the second load
+	if r := post(t, base+"/v2/repository/models/digits-mlp/load", nil); r.status != 200 {
+		t.Fatalf("load: %d %s", r.status, r.body)
+	}
+	check("2", VersionLoads)
+	save(900)
+	if r := post(t, base+"/v2/repository/models/digits-mlp/load", nil); r.status != 200 {
+		t.Fatalf("load: %d %s", r.status, r.body)
+	}
+	check("900", VersionStep)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

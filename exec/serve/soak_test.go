@@ -55,8 +55,9 @@ func TestSoakMemoryIsFlat(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var res Result
 			for i := c; ctx.Err() == nil; i++ {
-				if _, err := m.Infer(context.Background(), reqs[i%len(reqs)]); err != nil {
+				if err := m.Infer(context.Background(), reqs[i%len(reqs)], &res); err != nil {
 					errs <- err
 					return
 				}

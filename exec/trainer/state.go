@@ -1,16 +1,46 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/rs/zerolog"
 
+	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
+
+// StateSink takes trainer 0's model state for the serving replicas that
+// follow the job (psgraph serve --plan; docs/serving.md): the model's
+// variables the trainer holds, which no pserver has. Offer is called on
+// the loop after every step and copies the state when it is due (it must
+// not block: a sink sends its copy on a goroutine of its own); Flush
+// copies the last step's and returns once it was delivered, or failed.
+type StateSink interface {
+	Offer(step int64, vars program.Scope)
+	Flush(ctx context.Context, step int64, vars program.Scope) error
+}
+
+// servedState is the model's variables program p holds that a replica
+// serves (dsl.Graph.ModelVars: parameters and the model's own state, not
+// an optimizer's), float32 ones (nil: none).
+func servedState(g *dsl.Graph, p *program.Program) program.Scope {
+	var out program.Scope
+	persistent := program.PersistentOf(p)
+	for _, name := range g.ModelVars() {
+		if t := persistent[name]; t != nil && t.DType == tensor.F32 {
+			if out == nil {
+				out = program.Scope{}
+			}
+			out[name] = t
+		}
+	}
+	return out
+}
 
 // trainerState is a distributed trainer's part of the job's checkpoints:
 // the persistent variables it holds, which no pserver has (the model's own

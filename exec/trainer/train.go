@@ -94,6 +94,11 @@ type RunOptions struct {
 	// Stdin is the standard input an online source csv: "-" reads (nil:
 	// os.Stdin).
 	Stdin io.Reader
+	// State, for trainer 0 of a job that follows serving replicas, takes
+	// the model's variables the trainer holds (batch_norm's running
+	// statistics, a parameter placed on it), which no pserver has, after
+	// every step and at the end (nil: none; state.go).
+	State StateSink
 }
 
 // FinalPass says whether a run ends with a pass over its whole training
@@ -264,6 +269,7 @@ type run struct {
 	on     *online       // an online source (online.go); nil for the others
 	halt   Halt          // whether an online run's next step runs (online.go)
 	own    *trainerState // what a distributed trainer checkpoints of its own (nil: nothing; state.go)
+	served program.Scope // the model's variables it holds, for opt.State (nil: none)
 	// tables: a trainer of a job with lookup tables; evaluates: it
 	// evaluates the held-out data. pulls is the evaluation's rendezvous
 	// in a job with tables (pull.go).
@@ -299,9 +305,19 @@ func (r *run) train() (*Summary, error) {
 	if err := r.startStep(); err != nil {
 		return nil, err
 	}
+	if r.served != nil {
+		r.opt.State.Offer(int64(r.first), r.served) // the initial or restored state
+	}
 	start := time.Now()
 	if err := r.loop(start); err != nil {
 		return nil, err
+	}
+	if r.served != nil {
+		// The last step's state reaches pserver 0 before the job ends (the
+		// replicas serve the job's last step).
+		if err := r.opt.State.Flush(r.ctx, int64(r.steps), r.served); err != nil {
+			r.opt.Log.Warn().Err(err).Msg("the serving replicas may not get this trainer's last state")
+		}
 	}
 	return r.end(time.Since(start).Seconds())
 }
@@ -522,6 +538,9 @@ func (r *run) startStep() error {
 	var got map[string]bool
 	if opt.Comm != nil {
 		r.own = newTrainerState(r)
+		if opt.State != nil {
+			r.served = servedState(r.g, r.prog)
+		}
 	}
 	ckStep := int64(-1)
 	if opt.Comm != nil && r.first > 0 {
@@ -597,6 +616,9 @@ func (r *run) loop(start time.Time) error {
 				break
 			}
 			return err
+		}
+		if r.served != nil {
+			opt.State.Offer(int64(k+1), r.served)
 		}
 		now := time.Now()
 		if opt.Prom != nil {
@@ -863,7 +885,7 @@ func (r *run) finish(sum *Summary) error {
 func (r *run) save(names []string, params program.Scope, local []modelfile.Entry) error {
 	g, opt := r.g, r.opt
 	if !r.tables || opt.TrainerIndex != 0 {
-		return modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, local)
+		return modelfile.SaveModelStreamed(opt.Save, g.Name, int64(r.steps), names, params, r.norm, local)
 	}
 	tables, err := tablesOf(g, r.batch)
 	if err != nil {
@@ -886,7 +908,7 @@ func (r *run) save(names []string, params program.Scope, local []modelfile.Entry
 	}
 	opt.Log.Info().Int("tables", len(tables)).Int64("table_bytes", bytes).Str("file", opt.Save).Msg("saving the whole model: pulling the tables from the pservers")
 	start := time.Now()
-	if err := modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, more); err != nil {
+	if err := modelfile.SaveModelStreamed(opt.Save, g.Name, int64(r.steps), names, params, r.norm, more); err != nil {
 		return err
 	}
 	secs := time.Since(start).Seconds()
