@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // specsYAML reads two features specs and three ids specs with tables of
@@ -136,6 +137,16 @@ func TestDataSpecsTrainEndToEnd(t *testing.T) {
 		if i == 1 && strings.Count(r.stderr, "held more than max_len 4 ids") != 1 {
 			t.Errorf("run streamed: want one warning of the fields cut:\n%s", r.stderr)
 		}
+	}
+	// Read as an online source (standard input), the rows its reader
+	// parsed are counted too, once the reader is done.
+	online := filepath.Join(dir, "specs-online.yaml")
+	if err := os.WriteFile(online, []byte(strings.Replace(strings.Replace(specsYAML, "STREAM", "", 1), "csv: train.tsv", `csv: "-"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := streamRun(t, "online", filepath.Join(dir, "train.tsv"), "run", "--role", "local", "--log-format", "json", online).wait(t, time.Minute); r.code != 0 ||
+		strings.Count(r.stderr, "held more than max_len 4 ids") != 1 || !strings.Contains(r.stderr, fmt.Sprintf(`"fields":%d`, cut)) {
+		t.Errorf("run online: exit %d, want one warning of the %d fields cut:\n%s", r.code, cut, r.stderr)
 	}
 	t.Logf("click rate %.3f, entropy %.4f; in memory %+v, streamed %+v", p, entropy, sums[0], sums[1])
 	if sums[0] != sums[1] {

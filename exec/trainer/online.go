@@ -123,7 +123,10 @@ func (r *run) openOnline(first int, ck *modelfile.Checkpointer, ckStep int64) er
 	if r.halt = opt.Halt; r.halt == nil {
 		r.halt = localHalt{opt.Stop}
 	}
-	r.closers = append(r.closers, func() { rd.Close() })
+	r.closers = append(r.closers, func() {
+		rd.Close()
+		logTruncated(opt.Log, rd.Truncated()) // the reader's parsing has ended
+	})
 	opt.Log.Info().Str("source", on.what).Str("position", pos.String()).Int("step", first).Msg("reading the online source")
 	if g.Normalizes() && r.norm == nil { // the first rows' statistics, read before the first step
 		if err := rd.Prepare(opt.Stop); err != nil {
