@@ -313,7 +313,11 @@ func TestStopAsyncJob(t *testing.T) {
 	ck := filepath.Join(dir, "ck")
 	p := streamRun(t, "stopped", "", "train", model, "--trainers", "2", "--pservers", "2", "--mode", "async",
 		"--checkpoint-dir", ck, "--checkpoint-every", "1000", "--log-every", "1", "--log-format", "json")
-	waitStep(t, p, 20)
+	// Both trainers trained (on a loaded machine trainer-1 may start
+	// well after trainer-0; one with no step has nothing to checkpoint).
+	for _, role := range []string{"trainer-0", "trainer-1"} {
+		waitRoleStep(t, p, role, 20)
+	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	r := p.wait(t, time.Minute)
 	if r.code != 0 {
@@ -366,5 +370,36 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	r := p.wait(t, 30*time.Second)
 	if r.code != 1 || !strings.Contains(r.stderr, "a second terminated: stopping at once") {
 		t.Fatalf("after a second SIGTERM: exit %d, want 1 saying so\n%s", r.code, r.stderr)
+	}
+}
+
+// waitRoleStep waits until train's relayed log (JSON lines) has a
+// progress line of role at step >= step; it fails the test if train ended
+// first or after 90 s.
+func waitRoleStep(t *testing.T, p *proc, role string, step int) {
+	t.Helper()
+	tag := fmt.Sprintf(`"role":%q,"step":`, role)
+	reached := func() bool {
+		for _, line := range strings.Split(p.stderrText(), "\n") {
+			if i := strings.Index(line, tag); i >= 0 {
+				var n int
+				if _, err := fmt.Sscanf(line[i+len(tag):], "%d", &n); err == nil && n >= step {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(90 * time.Second); !reached(); {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("%s ended (%v) before %s's step %d:\n%s", p.name, err, role, step, p.stderrText())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s never reached step %d:\n%s", p.name, role, step, p.stderrText())
+		}
+		time.Sleep(5 * time.Millisecond) // polling a growing log
 	}
 }
