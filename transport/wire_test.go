@@ -79,7 +79,7 @@ func TestWireByteOrder(t *testing.T) {
 	// frame); no message is pending, so it names the offset it read.
 	in := newInbox(PServer(0), []NodeID{Trainer(0)}, nil)
 	in.accept([]Spec{{Var: "W", DType: F32, Bytes: 12}})
-	d := &decoder{in: in, src: Trainer(0), name: "W", maxFrame: 1 << 20, dead: make(chan struct{})}
+	d := &decoder{frameReader: frameReader{in: in, src: Trainer(0), maxFrame: 1 << 20, dead: make(chan struct{})}, name: "W"}
 	f := make([]byte, frameHeader, frameHeader+16)
 	putHeader(f, header{kind: kindDataAt, dtype: F32, len: 8})
 	f = append(f, 4, 0, 0, 0, 0, 0, 0, 0)
