@@ -347,7 +347,7 @@ func (c *conn) readStream(st *yamux.Stream, dl *atomic.Int64) {
 		fr := frameReader{in: c.t.in, src: c.p.id, inc: c.inc, maxFrame: c.t.cfg.MaxFrame, deadline: dl,
 			timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv, payload: &c.t.payloadRecv, dead: c.sess.CloseChan()}
 		if name == "" {
-			err = (&msgReader{frameReader: fr, resumed: c.onResume}).run(st)
+			err = (&msgReader{frameReader: fr, resumed: c.onResume, reads: &c.t.batchesRecv}).run(st)
 		} else {
 			err = (&decoder{frameReader: fr, name: name}).run(st)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // The reader of a connection's message stream (docs/wire.md, section 3):
@@ -25,6 +26,7 @@ const (
 type msgReader struct {
 	frameReader
 	resumed func([]resumePoint) error // the peer's resume frame
+	reads   *atomic.Int64             // reads that returned bytes (Stats.BatchesRecv); nil: not counted
 	names   []string                  // transfer id i+1 -> name, bound by the peer's bind frames
 	buf     []byte
 	r, w    int // buf[r:w] is read and not yet handled
@@ -50,6 +52,9 @@ func (m *msgReader) run(rd io.Reader) error {
 		}
 		n, err := rd.Read(m.buf[m.w:])
 		m.w += n
+		if n > 0 && m.reads != nil {
+			m.reads.Add(1)
+		}
 		if err == nil {
 			if m.w == len(m.buf) && len(m.buf) < msgBufMax && n > len(m.buf)/2 {
 				m.grow(min(2*len(m.buf), msgBufMax)) // bursts fill it: read more at once

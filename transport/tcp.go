@@ -121,9 +121,10 @@ type Stats struct {
 	Connections          int   // established connections now
 	BytesSent, BytesRecv int64 // on the wire after the handshake, yamux included (Traffic.WireSent, WireRecv)
 	MsgsSent, MsgsRecv   int64 // data messages written / delivered
-	// BatchesSent counts the message stream's writes: each carries every
+	// BatchesSent counts the message streams' writes: each carries every
 	// small message (and Done, Abort) queued to its peer when it began.
-	BatchesSent int64
+	// BatchesRecv counts their reads: each takes what the stream holds.
+	BatchesSent, BatchesRecv int64
 }
 
 // TCP is the TCP implementation of Endpoint: one connection carrying one
@@ -155,7 +156,7 @@ type TCP struct {
 	bytesSent, bytesRecv     atomic.Int64 // every byte of the connections (coalescingConn)
 	payloadSent, payloadRecv atomic.Int64 // data message bodies (writer.write, decoder)
 	msgsSent, msgsRecv       atomic.Int64
-	batchesSent              atomic.Int64 // message stream writes
+	batchesSent, batchesRecv atomic.Int64 // message stream writes, reads
 	inline                   int          // data payloads up to this go on the message stream (-1: none)
 }
 
@@ -291,7 +292,7 @@ func (t *TCP) Addr() net.Addr {
 // Stats returns the endpoint's counters.
 func (t *TCP) Stats() Stats {
 	return Stats{Connections: int(t.conns.Load()), BytesSent: t.bytesSent.Load(), BytesRecv: t.bytesRecv.Load(),
-		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecv.Load(), BatchesSent: t.batchesSent.Load()}
+		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecv.Load(), BatchesSent: t.batchesSent.Load(), BatchesRecv: t.batchesRecv.Load()}
 }
 
 // Traffic reports the payload and wire bytes this endpoint moved so far.
