@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -54,8 +55,8 @@ var cpuPatterns = map[string][2][]pairSize{
 
 // BenchmarkPServerCPU runs the message pattern of a 2x2 sync job's step
 // with each pserver in a process of its own (this test binary, over a
-// Unix socket as `psgraph train` connects them) and the two trainers in
-// this one. A pserver receives every trainer's messages of a step, then
+// Unix socket and with the GOMAXPROCS and GODEBUG `psgraph train` gives
+// its children) and the two trainers in this one. A pserver receives every trainer's messages of a step, then
 // answers each. It reports the pservers' CPU time (getrusage of each
 // pserver process over the timed steps) per message they received: the
 // transport's cost per message, where docs/performance.md's profiles of
@@ -94,8 +95,11 @@ func pserverCPU(b *testing.B, pattern string) {
 		addr := UnixPrefix + filepath.Join(dir, fmt.Sprintf("ps%d.sock", j))
 		addrs[PServer(j)] = addr
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		// As `psgraph train` runs its children (exec/launch: GOMAXPROCS
+		// the cores over the job's processes, sysmon kept awake).
 		cmd.Env = append(os.Environ(), "PSGRAPH_PSCPU_CHILD="+pattern, "PSGRAPH_PSCPU_INDEX="+strconv.Itoa(j),
-			"PSGRAPH_PSCPU_STEPS="+strconv.Itoa(steps), "PSGRAPH_PSCPU_ADDR="+addr)
+			"PSGRAPH_PSCPU_STEPS="+strconv.Itoa(steps), "PSGRAPH_PSCPU_ADDR="+addr,
+			fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/4)), "GODEBUG=schedtrace=2147483647")
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
