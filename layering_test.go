@@ -72,18 +72,18 @@ func TestModelfileImportsNoTransportNorMetrics(t *testing.T) {
 // pserver loops, say, meet only in exec/job. A new package must be given
 // its layer here, with the one job it does in its doc.go.
 var layers = [][]string{
-	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/replicate", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},
-	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile"},
-	{"exec/program"},
+	{"cmd/internal/viz", "cmd/internal/k8s", "exec/modelfile", "exec/stream"},
+	{"exec/program", "exec/stream/kafka"},
 	{"exec/comm", "exec/evaluate"},
-	{"exec/trainer", "exec/pserver"},
+	{"exec/trainer", "exec/pserver", "exec/serve"},
 	{"exec/job", "exec/launch"},
 	{"exec/node"},
 	{"cmd"},
-	{""}, // main
+	{"", "internal/cmd/fakekafka"}, // main packages
 }
 
 func TestImportsPointDown(t *testing.T) {
@@ -114,14 +114,17 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// The restart protocol's decisions (exec/rejoin) are pure: the package
-// imports only the standard library, so nothing in it can do I/O on the
-// job's behalf or block on a peer.
+// The restart protocol's decisions (exec/rejoin) and a serving replica's
+// (exec/replicate) are pure: the packages import only the standard
+// library, so nothing in them can do I/O on the job's behalf or block on
+// a peer.
 func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
-	_, p := depsOf(t, "exec/rejoin")
-	for _, d := range p.Deps {
-		if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
-			t.Errorf("exec/rejoin depends on %s, which is not in the standard library", d)
+	for _, pkg := range []string{"exec/rejoin", "exec/replicate"} {
+		_, p := depsOf(t, pkg)
+		for _, d := range p.Deps {
+			if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {
+				t.Errorf("%s depends on %s, which is not in the standard library", pkg, d)
+			}
 		}
 	}
 }

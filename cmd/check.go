@@ -35,6 +35,7 @@ Errors name file:line:col.`,
 			var rows, held int64
 			var cut []data.Truncation
 			switch {
+			case g.Data.IsOnline(): // its rows are checked as they arrive
 			case g.Data != nil && g.Data.Stream: // check every row without loading the file
 				if rows, cut, err = data.Count(g.Data); err != nil {
 					return err
@@ -112,7 +113,9 @@ func printSummary(w io.Writer, g *dsl.Graph, rows, held int64) {
 	}
 	fmt.Fprintf(w, "  total %d elements, %s\n", total, partition.ByteSize(4*total))
 	if d := byKind[dsl.KindData]; len(d) > 0 {
-		if g.Data.Eval != nil {
+		if o := g.Data.Online; o != nil {
+			fmt.Fprintf(w, "data (the online source %s; rows are checked as they arrive): %s\n", o.Source(g.Data.CSV), describeDeclared(g, d))
+		} else if g.Data.Eval != nil {
 			fmt.Fprintf(w, "data (%d rows, %d held out): %s\n", rows, held, describeDeclared(g, d))
 		} else {
 			fmt.Fprintf(w, "data (%d rows): %s\n", rows, describeDeclared(g, d))

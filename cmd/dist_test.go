@@ -5,6 +5,7 @@ import (
 	bin "encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -193,10 +194,17 @@ func start(t *testing.T, name string, env []string, args ...string) *proc {
 // startCmd starts any program (e.g. ip netns exec psgraph ...) as a proc.
 func startCmd(t *testing.T, name string, env []string, program string, args ...string) *proc {
 	t.Helper()
+	return startCmdIn(t, name, env, nil, program, args...)
+}
+
+// startCmdIn is startCmd with standard input (nil: none).
+func startCmdIn(t *testing.T, name string, env []string, stdin io.Reader, program string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(program, args...), done: make(chan error, 1)}
 	p.cmd.Dir = ".."
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	p.cmd.Stdin = stdin
 	var err error
 	if p.peak, err = launch.Measure(p.cmd); err != nil {
 		t.Fatal(err)

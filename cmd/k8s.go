@@ -24,8 +24,10 @@ serves Prometheus metrics and its probes on --metrics-port, and has
 resource requests derived from the plan unless --cpu and --memory say
 otherwise. The token comes from an existing Secret (--token-secret, key
 --token-key) that the manifests reference but do not create.
-docs/deploy.md walks through applying, watching, collecting the model and
-resuming after a failure.`,
+--serve-replicas N adds N serving replicas that follow the job and answer
+inference requests (a Deployment and a Service NAME-serve, readiness on
+/v2/health/ready). docs/deploy.md walks through applying, watching,
+collecting the model and resuming after a failure.`,
 		Example: `  psgraph split examples/digits-mlp.yaml --trainers 2 --pservers 2 -o plan/
   kubectl create secret generic digits-token --from-literal=token=$(head -c 32 /dev/urandom | base64)
   psgraph k8s plan/ --image registry.example.com/psgraph:v1 --name digits | kubectl apply -f -`,
@@ -65,5 +67,7 @@ resuming after a failure.`,
 	f.DurationVar(&o.ConnectTimeout, "connect-timeout", k8s.DefaultConnectTimeout, "trainers wait this long for pservers that are being scheduled or restarting")
 	f.DurationVar(&o.TrainerTimeout, "trainer-timeout", k8s.DefaultTrainerTimeout, "pservers wait this long for a lost trainer to come back")
 	f.IntVar(&o.BackoffLimit, "backoff-limit", k8s.DefaultBackoffLimit, "retries of each node's Job (trainers of a sync job with lookup tables get none)")
+	f.IntVar(&o.ServeReplicas, "serve-replicas", 0, "serving replicas that follow the job (psgraph serve --plan): a Deployment NAME-serve and a Service NAME-serve, ready once caught up (docs/serving.md)")
+	f.IntVar(&o.ServePort, "serve-port", k8s.DefaultServePort, "port of the serving replicas' inference requests and /metrics")
 	return c
 }

@@ -90,7 +90,7 @@ and pserver subgraphs of a distributed job.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newTrainCmd(), newEvalCmd(), newPredictCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd(), newVizCmd(), newK8sCmd(), newGenCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newTrainCmd(), newEvalCmd(), newPredictCmd(), newServeCmd(), newCheckCmd(), newSplitCmd(), newOpsCmd(), newVizCmd(), newK8sCmd(), newGenCmd(), newVersionCmd())
 	// Cobra adds help and completion when it runs; add them now so they
 	// get examples like every other command.
 	root.InitDefaultHelpCmd()

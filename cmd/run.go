@@ -256,7 +256,7 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 	sum, err := trainer.Train(c.Context(), g, trainer.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
 		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck, Prom: prom.Node(),
-		FinalPass: finalPass(c),
+		FinalPass: finalPass(c), Stop: c.Context().Done(),
 	})
 	if err != nil {
 		return err

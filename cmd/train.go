@@ -24,8 +24,9 @@ type trainOptions struct {
 	keep     string
 	log      logFlags
 	ck       checkpointFlags
-	final    bool // --final-pass
-	tcp      bool // --tcp
+	final    bool   // --final-pass
+	tcp      bool   // --tcp
+	serve    string // --serve
 }
 
 func newTrainCmd() *cobra.Command {
@@ -56,6 +57,7 @@ step (docs/performance.md).`,
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one); its endpoints are this run's sockets, removed at the end (with --tcp, loopback ports)")
 	f.BoolVar(&o.tcp, "tcp", false, "connect the nodes over loopback TCP ports instead of Unix-domain sockets (the path a job across machines takes)")
+	f.StringVar(&o.serve, "serve", "", "HOST:PORT: also start a serving replica that follows the job (psgraph serve --plan) and answers inference requests there; it serves the job's last step after the job until train is interrupted")
 	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
 	o.ck.add(c, false)
@@ -126,7 +128,9 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	// except in an async job of several trainers, whose pservers count
 	// every trainer's steps (the trainers then restore their newest
 	// checkpoint before the pservers' step).
-	state := len(plan.Trainer.Persistent()) > 0
+	// So do the trainers of an online source: their checkpoints hold the
+	// stream's position (docs/streaming.md).
+	state := len(plan.Trainer.Persistent()) > 0 || plan.Trainer.Data.IsOnline()
 	trainersWithState := 0
 	if state && (opt.Mode != partition.Async || opt.Trainers == 1) {
 		trainersWithState = opt.Trainers
@@ -147,15 +151,28 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 		FinalPass:     finalPassArg(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, Resume: resume,
 		TrainerState: state, TrainerNormalizes: plan.Trainer.Normalizes(),
+		Serve: o.serve, Model: model,
 	}
 	children := launch.Plan(lo)
 	fmt.Fprint(c.ErrOrStderr(), plan.Summary())
-	res, err := launch.Run(c.Context(), children, launch.Options{Log: c.ErrOrStderr()})
+	report := func(res *launch.Result) {
+		fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", res.PeakRSSLine(children))
+		fmt.Fprintln(c.OutOrStdout(), string(res.LastLine("trainer-0")))
+	}
+	lopt := launch.Options{Log: c.ErrOrStderr()}
+	if o.serve != "" {
+		lopt.JobDone = func(res *launch.Result) {
+			report(res)
+			fmt.Fprintf(c.ErrOrStderr(), "the job is done; replica-0 serves its last step at http://%s/v2/models/%s until train is interrupted\n", o.serve, g.Name)
+		}
+	}
+	res, err := launch.Run(c.Context(), children, lopt)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.ErrOrStderr(), "peak RSS: %s\n", res.PeakRSSLine(children))
-	fmt.Fprintln(c.OutOrStdout(), string(res.LastLine("trainer-0")))
+	if o.serve == "" {
+		report(res)
+	}
 	return nil
 }
 

@@ -268,7 +268,10 @@ type Data struct {
 	Header bool
 	// Eval is the held-out data (data.eval); nil: none.
 	Eval *Eval
-	Pos  Pos
+	// Online is the online source (kafka, csv: "-", a directory, follow:
+	// true); nil: a file read whole or in epochs, or synthetic rows.
+	Online *Online
+	Pos    Pos
 }
 
 // Columns lists the specs of the data variables in the order a batch's

@@ -179,6 +179,8 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	d := g.Data
 	b.WriteString("data:\n")
 	switch {
+	case d.Online != nil:
+		writeOnlineSource(b, g) // online.go
 	case d.CSV != "":
 		fmt.Fprintf(b, "  csv: %s\n", YAMLString(RelPath(filepath.Dir(g.File), d.CSV)))
 	case d.Synthetic != nil:
@@ -263,6 +265,9 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
 	if d.Stream {
 		b.WriteString("  stream: true\n")
+	}
+	if d.Online != nil {
+		writeOnlineKeys(b, d.Online)
 	}
 	switch e := d.Eval; {
 	case e == nil:

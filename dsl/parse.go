@@ -63,6 +63,7 @@ func Parse(file string, src []byte) (*Graph, error) {
 		}
 	})
 	d.checkEvalEvery(g)
+	d.checkOnlineTrain(g)
 	if root.Kind == yaml.MappingNode && version == nil {
 		d.errorf(root, "missing `psgraph: %d` (the schema version) at the top of the model", SchemaVersion)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,15 +16,17 @@ import (
 	"github.com/psgraph/psgraph/dsl/ir"
 )
 
-var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream", "header", "eval"}
+var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream", "header", "eval",
+	"kafka", "follow", "on_bad_row", "normalize_rows", "metrics_window"} // the last line: online.go
 
 func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1, Delimiter: ','}
 	var at dataNodes
 	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) { d.dataField(data, &at, dir, key, k, v) })
 	d.checkEval(data, at.eval)
+	d.checkOnline(data, &at)
 	switch {
-	case data.CSV == "" && data.Synthetic == nil && at.csv == nil:
+	case data.CSV == "" && data.Synthetic == nil && at.csv == nil && at.online.kafka == nil:
 		d.errorf(n, "data needs a source: `csv: FILE` or `synthetic: {rows, features, classes}`")
 	case at.csv != nil && at.syn != nil:
 		d.errorf(at.syn, "data has both csv (line %d) and synthetic; keep one of them", at.csv.Line)
@@ -34,13 +35,13 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		d.checkSynthetic(data, &at)
 	}
 	d.labelShape(data.Label)
-	if data.CSV != "" && len(d.errs) == 0 {
+	if data.CSV != "" && data.Online == nil && len(d.errs) == 0 {
 		d.resolveNames(data)
 	}
 	if data.Stream && data.Shuffle {
 		d.errorf(at.shuffle, "data.shuffle cannot be used with stream: true: a streamed file is read in file order, and a shuffle over all rows needs them all in memory; shuffle the file once beforehand (e.g. `shuf -o shuffled.tsv train.tsv`) and set shuffle: false, or remove stream to load the file into memory")
 	}
-	if data.CSV != "" && len(d.errs) == 0 {
+	if data.CSV != "" && data.Online == nil && len(d.errs) == 0 {
 		d.checkCSVWidth(data)
 	}
 	for _, c := range data.IDs {
@@ -58,24 +59,14 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 // dataNodes are the keys of a data section that later checks point at.
 type dataNodes struct {
 	csv, syn, features, ids, delim, stream, shuffle, header, eval *yaml.Node
+	online                                                        onlineNodes
 }
 
 // dataField decodes one key of the data section.
 func (d *decoder) dataField(data *Data, at *dataNodes, dir, key string, k, v *yaml.Node) {
 	switch key {
 	case "csv":
-		at.csv = v
-		if s, ok := d.str(v, "data.csv"); ok {
-			if !filepath.IsAbs(s) {
-				s = filepath.Join(dir, s)
-			}
-			data.CSV = s
-			if st, err := os.Stat(s); err != nil {
-				d.errorf(v, "data file %s cannot be read: %v", s, errText(err))
-			} else if st.IsDir() {
-				d.errorf(v, "data file %s is a directory", s)
-			}
-		}
+		d.csvSource(data, at, dir, v)
 	case "synthetic":
 		at.syn = k
 		data.Synthetic = d.synthetic(v)
@@ -115,6 +106,8 @@ func (d *decoder) dataField(data *Data, at *dataNodes, dir, key string, k, v *ya
 	case "eval":
 		at.eval = k
 		data.Eval = d.eval(v, dir)
+	default:
+		d.onlineField(at, dir, key, k, v)
 	}
 }
 

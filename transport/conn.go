@@ -117,6 +117,9 @@ func (t *TCP) serveConn(raw net.Conn) {
 		c = tc
 	}
 	id, inc, err := serverHandshake(c, t.cfg.Self, t.inc, t.cfg.Token, t.job, func(id NodeID) byte {
+		if id.Role == ReplicaRole {
+			return t.admitReplica()
+		}
 		p := t.peers[id]
 		if p == nil {
 			return stUnknownPeer
@@ -138,6 +141,10 @@ func (t *TCP) serveConn(raw net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	if id.Role == ReplicaRole {
+		go t.cfg.Replicas(id, inc, c) // its own: the endpoint does not wait for it
+		return
+	}
 	if err := t.attach(t.peers[id], c, true, inc); err != nil {
 		t.cfg.Log.Warn().Str("peer", id.String()).Err(err).Msg("connection setup failed")
 	}

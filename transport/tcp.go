@@ -75,6 +75,12 @@ type Config struct {
 	// send (the same as calling Accept, without the race against a peer
 	// that sends as soon as it is connected).
 	Accept []Spec
+	// Replicas, when set on a listener, takes the connections of serving
+	// replicas (role replica): authenticated by the handshake as any peer
+	// (the job's token and hash), then handed over whole, never a peer of
+	// the endpoint: nothing a replica writes reaches its inbox
+	// (replica.go). Unset, a replica is refused as an unknown peer.
+	Replicas func(id NodeID, inc uint64, c net.Conn)
 	// OnError receives rejected messages and failed connections.
 	OnError func(error)
 	// Log receives connection events (nil: silent).

@@ -27,6 +27,12 @@ func Trainer(i int) NodeID { return ir.Trainer(i) }
 // PServer returns the id of pserver i.
 func PServer(i int) NodeID { return ir.PServer(i) }
 
+// Replica returns the id of serving replica i.
+func Replica(i int) NodeID { return NodeID{Role: ir.ReplicaRole, Index: i} }
+
+// ReplicaRole is a serving replica's role (Config.Replicas).
+const ReplicaRole = ir.ReplicaRole
+
 // DType is a payload's element type: the IR's (ir.DType), whose numbers
 // the wire carries.
 type DType = ir.DType

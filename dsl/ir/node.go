@@ -13,6 +13,10 @@ const (
 	NoRole Role = iota
 	TrainerRole
 	PServerRole
+	// ReplicaRole is a serving replica (psgraph serve) following a job:
+	// it subscribes to the pservers' updates and sends the job nothing.
+	// It has no place in a placed graph.
+	ReplicaRole
 )
 
 func (r Role) String() string {
@@ -21,6 +25,8 @@ func (r Role) String() string {
 		return "trainer"
 	case PServerRole:
 		return "pserver"
+	case ReplicaRole:
+		return "replica"
 	}
 	return "node"
 }
@@ -70,10 +76,14 @@ func parseRole(s string) Role {
 	return NoRole
 }
 
-// ParseNode reads a node's name, as String writes it ("pserver-1").
+// ParseNode reads a node's name, as String writes it ("pserver-1",
+// "replica-0").
 func ParseNode(s string) (Node, bool) {
 	r, i, found := strings.Cut(s, "-")
 	role := parseRole(r)
+	if r == "replica" {
+		role = ReplicaRole
+	}
 	if !found || role == NoRole {
 		return Node{}, false
 	}

@@ -16,6 +16,10 @@ func TestNodeSpellings(t *testing.T) {
 			t.Errorf("ParseNode(%q) = %v, %v; want %v", n.String(), p, ok, n)
 		}
 	}
+	// A serving replica has a name on the wire, never a place in a graph.
+	if p, ok := ParseNode("replica-4"); !ok || p != (Node{ReplicaRole, 4}) || p.String() != "replica-4" {
+		t.Errorf(`ParseNode("replica-4") = %v, %v`, p, ok)
+	}
 	if Trainer(1).String() != "trainer-1" || PServer(0).Attr() != "pserver:0" {
 		t.Errorf("spellings changed: %s %s", Trainer(1), PServer(0).Attr())
 	}
@@ -24,7 +28,7 @@ func TestNodeSpellings(t *testing.T) {
 			t.Errorf("ParseNode(%q) = %v, want a refusal", s, n)
 		}
 	}
-	for _, s := range []string{"pserver", "worker:1", "trainer:-1", "trainer:x", ""} {
+	for _, s := range []string{"pserver", "worker:1", "trainer:-1", "trainer:x", "", "replica:0", "replica"} {
 		if n, err := ParseAttr(s); err == nil {
 			t.Errorf("ParseAttr(%q) = %v, want an error", s, n)
 		}

@@ -186,6 +186,12 @@ type rowParser struct {
 	// truncated counts, per ids spec, the fields that held more than
 	// max_len ids (a multi-valued column); the first max_len were kept.
 	truncated []int64
+	// where, for the rows of an online source (OnlineParser), says where
+	// the row being parsed came from ("kafka topic T partition 1 offset
+	// 42", "FILE:LINE"); errors name it instead of file:line. widthWhere is
+	// where the first row came from.
+	where      func() string
+	widthWhere string
 }
 
 // featSpec is a features spec: its columns go to the row's features from off.
@@ -309,6 +315,9 @@ func newRowParser(spec *dsl.Data) *rowParser {
 
 // errAt is an error in line `line` of the data file.
 func (p *rowParser) errAt(line int, format string, args ...any) error {
+	if p.where != nil {
+		return fmt.Errorf("%s: %s", p.where(), fmt.Sprintf(format, args...))
+	}
 	return fmt.Errorf("%s:%d: %s", p.file, line, fmt.Sprintf(format, args...))
 }
 
@@ -329,6 +338,38 @@ func (p *rowParser) header(line []byte, lineNo int) {
 // of each features and ids spec, the label (a class id, or nt float
 // targets), whichever the model declares.
 func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
+	p.split(line)
+	if p.width < 0 {
+		p.width, p.widthLine = len(p.fields), lineNo
+		if p.where != nil && p.need <= p.width {
+			p.widthWhere = p.where()
+		}
+		if p.need > p.width {
+			if p.where != nil { // a short first row of a stream does not set the width
+				defer func() { p.width = -1 }()
+			}
+			hint := ""
+			if p.width == 1 && p.delim != '\t' && bytes.IndexByte(p.fields[0], '\t') >= 0 {
+				hint = "; its fields are separated by tabs: add delimiter: tab to data"
+			}
+			return p.errAt(lineNo, "the model reads column %d but rows have %d columns (0 to %d) separated by %s%s; check the column ranges in data (%s)", p.need-1, p.width, p.width-1, p.delimName(), hint, p.spec.Pos)
+		}
+	} else if len(p.fields) != p.width {
+		first := "the first row"
+		if p.spec.Header {
+			first = "the header"
+		}
+		at := fmt.Sprintf("line %d", p.widthLine)
+		if p.where != nil {
+			first, at = "the stream's first row", p.widthWhere
+		}
+		return p.errAt(lineNo, "line has %d fields separated by %s, but %s (%s) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), first, at, p.width, p.spec.Pos)
+	}
+	return p.parseFields(lineNo, out)
+}
+
+// split cuts line into p.fields at the delimiter, each field trimmed.
+func (p *rowParser) split(line []byte) {
 	p.fields = p.fields[:0]
 	for more := true; more; {
 		f := line
@@ -342,22 +383,11 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 		}
 		p.fields = append(p.fields, f)
 	}
-	if p.width < 0 {
-		p.width, p.widthLine = len(p.fields), lineNo
-		if p.need > p.width {
-			hint := ""
-			if p.width == 1 && p.delim != '\t' && bytes.IndexByte(p.fields[0], '\t') >= 0 {
-				hint = "; its fields are separated by tabs: add delimiter: tab to data"
-			}
-			return p.errAt(lineNo, "the model reads column %d but rows have %d columns (0 to %d) separated by %s%s; check the column ranges in data (%s)", p.need-1, p.width, p.width-1, p.delimName(), hint, p.spec.Pos)
-		}
-	} else if len(p.fields) != p.width {
-		first := "the first row"
-		if p.spec.Header {
-			first = "the header"
-		}
-		return p.errAt(lineNo, "line has %d fields separated by %s, but %s (line %d) has %d; fix the line or the delimiter (data at %s)", len(p.fields), p.delimName(), first, p.widthLine, p.width, p.spec.Pos)
-	}
+}
+
+// parseFields reads the row split into p.fields (at least p.need of
+// them) into out.
+func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 	for i, fs := range p.feats {
 		c, out := fs.c, out.feat[i]
 		for col := c.Lo; col < c.Hi; col++ {
@@ -376,7 +406,7 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 				v = float64(n)
 			} else if v, ok = parseNumber(f); !ok {
 				hint := "fields must be numbers"
-				if lineNo == 1 && !p.spec.Header {
+				if lineNo == 1 && !p.spec.Header && p.where == nil {
 					hint = "is it a header line? add header: true to data"
 				}
 				return p.errAt(lineNo, "column %d: %q is not a number (%s; data at %s)", col, f, hint, p.spec.Pos)

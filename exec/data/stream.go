@@ -35,16 +35,7 @@ type FileStream struct {
 	scale *Scaling // nil: no normalization
 	cur   int64    // file row (counting non-blank lines from 0) read next
 	rows  int64    // rows in the file; -1 until the first pass reaches its end
-	label int32
-	row   []float32 // one row's values, for a pass and for variables not fed
-	ids   []int32
-	keys  []int64
-	tgt   []float32 // float label (dtype: float32) scratch
-	// scratch points at row, label, tgt, ids and keys; out at a batch row of
-	// the tensors being filled (scratch where a tensor is nil).
-	scratch, out rowOut
-	// layout places the variables' values in the batch tensors.
-	layout []slot
+	batchRows
 	// truncBase is the parser's truncation counts when the stream opened:
 	// Truncated counts what the batches read after it.
 	truncBase []int64
@@ -89,11 +80,9 @@ func openStream(spec *dsl.Data, buffer int, norm *Scaling, rep *progress.Reporte
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
-	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1, layout: layoutOf(spec)}
+	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1}
 	s.lr.r = bufio.NewReaderSize(f, buffer)
-	s.row, s.ids, s.keys, s.tgt = make([]float32, s.p.nf), make([]int32, s.p.ni), make([]int64, s.p.nk), make([]float32, s.p.nt)
-	s.p.rowOut(&s.scratch, s.row, &s.label, s.tgt, s.ids, s.keys)
-	s.p.rowOut(&s.out, s.row, &s.label, s.tgt, s.ids, s.keys)
+	s.batchRows.init(spec, s.p)
 	if err := s.rewind(); err != nil { // past the header
 		f.Close()
 		return nil, err
@@ -337,9 +326,32 @@ func (s *FileStream) Fill(start int64, dst []*tensor.Tensor) error {
 	return nil
 }
 
+// batchRows is where a parser writes the rows of a batch: a batch row of
+// the tensors being filled, or one row of scratch (for a pass over a
+// file, and for the variables not fed).
+type batchRows struct {
+	label int32
+	row   []float32 // one row's values, for a pass and for variables not fed
+	ids   []int32
+	keys  []int64
+	tgt   []float32 // float label (dtype: float32) scratch
+	// scratch points at row, label, tgt, ids and keys; out at a batch row of
+	// the tensors being filled (scratch where a tensor is nil).
+	scratch, out rowOut
+	// layout places the variables' values in the batch tensors.
+	layout []slot
+}
+
+func (s *batchRows) init(spec *dsl.Data, p *rowParser) {
+	s.layout = layoutOf(spec)
+	s.row, s.ids, s.keys, s.tgt = make([]float32, p.nf), make([]int32, p.ni), make([]int64, p.nk), make([]float32, p.nt)
+	p.rowOut(&s.scratch, s.row, &s.label, s.tgt, s.ids, s.keys)
+	p.rowOut(&s.out, s.row, &s.label, s.tgt, s.ids, s.keys)
+}
+
 // at points s.out at row b of the tensors dst, at the scratch row where a
 // tensor is nil, and returns it: the row is parsed in place.
-func (s *FileStream) at(dst []*tensor.Tensor, b int) *rowOut {
+func (s *batchRows) at(dst []*tensor.Tensor, b int) *rowOut {
 	o := &s.out
 	for i, t := range dst {
 		sl := s.layout[i]

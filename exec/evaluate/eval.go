@@ -284,6 +284,9 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 	}
 	if path == "" && d.Synthetic == nil && d.Eval == nil {
 		path = d.CSV
+		if o := d.Online; o != nil && (o.Kafka != nil || o.Stdin || o.Dir) {
+			return nil, dsl.Errorf(o.Pos, "eval reads a file, and the model's data is the online source %s: give --data FILE (rows in its format) or data.eval: {csv: FILE}", o.Source(d.CSV))
+		}
 	}
 	switch {
 	case path != "" && d.Stream:

@@ -28,6 +28,11 @@ type Child struct {
 	// period, and the per-P, M and G lines that follow it when a child
 	// dies of a fatal error (the error's own lines are kept).
 	DropSchedTrace bool
+	// Service marks a child that serves beside the job rather than runs
+	// part of it (a serving replica, train --serve): the job is done when
+	// every other child exited 0, and a service runs on until the context
+	// ends (Options.JobDone); one that fails before fails the run.
+	Service bool
 }
 
 // Options configures a launch.
@@ -37,6 +42,10 @@ type Options struct {
 	Log io.Writer
 	// Grace is how long a stopped child gets between SIGTERM and SIGKILL.
 	Grace time.Duration
+	// JobDone, when set, is called once every child but the services
+	// exited 0, with their results; the services then run on until the
+	// context ends, and Run returns nil after stopping them.
+	JobDone func(*Result)
 }
 
 // Result is what the children wrote on stdout, their peak resident
@@ -82,7 +91,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var logMu sync.Mutex
-	res := &Result{Stdout: map[string][]byte{}, PeakRSS: map[string]int64{}, State: map[string]*os.ProcessState{}}
+	var res *Result
 	type exit struct {
 		i   int
 		err error
@@ -127,6 +136,14 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	}
 	var first *ChildError
 	running := len(procs)
+	working := 0 // children that are not services, still running
+	for _, ch := range children {
+		if !ch.Service {
+			working++
+		}
+	}
+	jobDone := false
+	exited := make([]bool, len(children))
 	var kill <-chan time.Time
 	done := ctx.Done()
 	stop := func() {
@@ -139,6 +156,14 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 		select {
 		case e := <-exits:
 			running--
+			exited[e.i] = true
+			if !children[e.i].Service {
+				working--
+			}
+			if working == 0 && !jobDone && first == nil && kill == nil && e.err == nil && running > 0 && opt.JobDone != nil {
+				jobDone = true
+				opt.JobDone(results(children, procs, outs, peaks, exited))
+			}
 			if e.err != nil && first == nil && kill == nil {
 				code := -1
 				var ee *osexec.ExitError
@@ -156,21 +181,29 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 			signalAll(procs, syscall.SIGKILL)
 		}
 	}
-	for i, ch := range children {
-		res.Stdout[ch.Name] = outs[i].Bytes()
-		if st := procs[i].ProcessState; st != nil {
-			res.PeakRSS[ch.Name] = peaks[i].Bytes()
-			res.State[ch.Name] = st
-		}
-	}
+	res = results(children, procs, outs, peaks, exited)
 	if first != nil {
 		first.Msg = writers[failed].lastErr
 		return res, first
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil && !jobDone {
 		return res, err
 	}
 	return res, nil
+}
+
+// results is what the exited children wrote and how they ended.
+// (A running child's peak is not read: Peak.Bytes waits for its exit.)
+func results(children []Child, procs []*osexec.Cmd, outs []*bytes.Buffer, peaks []*Peak, exited []bool) *Result {
+	res := &Result{Stdout: map[string][]byte{}, PeakRSS: map[string]int64{}, State: map[string]*os.ProcessState{}}
+	for i, ch := range children {
+		if st := procs[i].ProcessState; exited[i] && st != nil {
+			res.Stdout[ch.Name] = outs[i].Bytes()
+			res.PeakRSS[ch.Name] = peaks[i].Bytes()
+			res.State[ch.Name] = st
+		}
+	}
+	return res
 }
 
 // signalAll signals every started child (exited ones ignore it).

@@ -50,6 +50,10 @@ type PlanOptions struct {
 	// TrainerNormalizes: the trainers normalize their features, so they
 	// read --init-from for the statistics a saved model carries.
 	TrainerNormalizes bool
+	// Serve, when set, is the --listen address of a serving replica that
+	// follows the job (psgraph serve Model --plan Dir), a service child.
+	Serve string
+	Model string // the model file, for the replica
 }
 
 // Plan returns the children of a `psgraph train` run, pservers first, each
@@ -112,6 +116,10 @@ func Plan(o PlanOptions) []Child {
 			args = append(args, "--final-pass="+o.FinalPass)
 		}
 		children = append(children, Child{Name: fmt.Sprintf("trainer-%d", i), Args: args, Env: env, DropSchedTrace: quiet})
+	}
+	if o.Serve != "" {
+		args := []string{"serve", o.Model, "--plan", o.Dir, "--pserver-endpoints", strings.Join(o.Endpoints, ","), "--listen", o.Serve, "--log-format", o.LogFormat}
+		children = append(children, Child{Name: "replica-0", Args: args, Env: env, DropSchedTrace: quiet, Service: true})
 	}
 	return children
 }
@@ -209,7 +217,9 @@ func Resume(dir string, pservers, trainers int) (int64, error) {
 func (r *Result) PeakRSSLine(children []Child) string {
 	var rss []string
 	for _, ch := range children {
-		rss = append(rss, fmt.Sprintf("%s %.1f MiB", ch.Name, float64(r.PeakRSS[ch.Name])/(1<<20)))
+		if n, ok := r.PeakRSS[ch.Name]; ok { // a service still running has none yet
+			rss = append(rss, fmt.Sprintf("%s %.1f MiB", ch.Name, float64(n)/(1<<20)))
+		}
 	}
 	return strings.Join(rss, ", ")
 }

@@ -289,3 +289,43 @@ func TestStartFailureNamesTheChild(t *testing.T) {
 		t.Fatalf("Run: %v, want an error starting pserver-0", err)
 	}
 }
+
+// A service child (train --serve's replica) runs beside the job: once
+// every other child exited 0, JobDone gets their results, the service runs
+// on until the context ends, and Run then stops it and returns nil.
+func TestServiceOutlivesTheJob(t *testing.T) {
+	dir := t.TempDir()
+	svc := child(dir, "replica-0", "term")
+	svc.Service = true
+	children := []Child{child(dir, "pserver-0", "ok"), child(dir, "trainer-0", "ok"), svc}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	jobDone := make(chan *Result, 1)
+	ran := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, children, Options{Grace: time.Minute, JobDone: func(r *Result) { jobDone <- r }})
+		ran <- err
+	}()
+	var r *Result
+	select {
+	case r = <-jobDone:
+	case err := <-ran:
+		t.Fatalf("Run returned %v before the job was done", err)
+	}
+	if string(r.LastLine("trainer-0")) != `{"role":"trainer-0"}` {
+		t.Errorf("JobDone's trainer-0 line %q", r.LastLine("trainer-0"))
+	}
+	if _, ok := r.State["replica-0"]; ok {
+		t.Error("JobDone lists the running service as ended")
+	}
+	if pid := readPID(t, dir, "replica-0"); gone(pid) {
+		t.Fatal("the service is gone once the job is done")
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Errorf("Run after the job and a cancel: %v, want nil", err)
+	}
+	if got := signalsOf(t, dir, "replica-0"); got != "terminated\n" {
+		t.Errorf("the service received %q, want one SIGTERM", got)
+	}
+}

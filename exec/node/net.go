@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -18,11 +19,9 @@ import (
 )
 
 // JobHash is the job's wire identity, transport.Config.JobHash of every
-// node of the plan: the hash of the model's source and its name. A peer
-// of another plan is refused with transport.ErrJobMismatch.
-func JobHash(plan *partition.Plan) string {
-	return plan.Info.SourceSHA256 + "/" + plan.Info.Model
-}
+// node of the plan (partition.Plan.JobHash). A peer of another plan is
+// refused with transport.ErrJobMismatch.
+func JobHash(plan *partition.Plan) string { return plan.JobHash() }
 
 // baseConfig is the transport configuration every node of a plan shares.
 func baseConfig(plan *partition.Plan, job *job.Job, self transport.NodeID, batch int, token string, log zerolog.Logger) (transport.Config, error) {
@@ -79,13 +78,14 @@ func tlsConfig(certFile, keyFile, caFile string, server bool) (*tls.Config, erro
 	return cfg, nil
 }
 
-// listen starts pserver index's endpoint; the trainers connect to it.
-func listen(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addr, token string, insecure bool, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
+// listen starts pserver index's endpoint; the trainers connect to it, and
+// serving replicas to replicas (nil: refused).
+func listen(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addr, token string, insecure bool, tc *tls.Config, replicas func(transport.NodeID, uint64, net.Conn), log zerolog.Logger) (transport.Endpoint, error) {
 	cfg, err := baseConfig(plan, job, transport.PServer(index), 1, token, log)
 	if err != nil {
 		return nil, err
 	}
-	cfg.TLS = tc
+	cfg.TLS, cfg.Replicas = tc, replicas
 	cfg.Listen, cfg.Insecure = addr, insecure
 	cfg.Peers = map[transport.NodeID]string{}
 	for _, id := range job.TrainerIDs() {

@@ -126,7 +126,10 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 		return nil, err
 	}
 	job := jobOf(plan)
-	ep, err := listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, o.Log)
+	// Serving replicas (psgraph serve --plan) subscribe to the parameters;
+	// they authenticate with the job's token like the trainers.
+	pub := pserver.NewPublisher(o.Log)
+	ep, err := listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, pub.Handle, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +138,7 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 	if err != nil {
 		return nil, err
 	}
-	return job.RunPServer(ctx, o.Index, ep, pserver.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom})
+	return job.RunPServer(ctx, o.Index, ep, pserver.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom, Publisher: pub})
 }
 
 func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.Summary, error) {
@@ -147,7 +150,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 	if o.InitFrom != "" && len(held) == 0 && !plan.Trainer.Normalizes() {
 		return nil, usagef("--init-from is a pserver flag: pservers hold the parameters and serve them to the trainers (a trainer reads from it only what it holds, such as batch_norm's running statistics, and the normalization statistics, and this plan's trainer needs neither)")
 	}
-	if (o.CheckpointDir != "" || o.CheckpointEvery != 0) && len(held) == 0 {
+	if (o.CheckpointDir != "" || o.CheckpointEvery != 0) && len(held) == 0 && !plan.Trainer.Data.IsOnline() {
 		return nil, usagef("--checkpoint-dir is a pserver flag: the pservers hold the job's state; restart trainers with --start-step (a trainer checkpoints only what it holds, such as batch_norm's running statistics, and this plan's trainer holds nothing)")
 	}
 	ck, err := Checkpointer(o.CheckpointDir, o.CheckpointEvery, o.Name(), plan.Info.Model)

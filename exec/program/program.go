@@ -123,8 +123,9 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	if !opt.KeepTemps {
 		c.alias = inPlace(withFused(g, fused), keep, types, opt)
 	}
+	read := readByKept(g, keep, opt)
 	for _, name := range g.Order {
-		if g.Vars[name].Kind.Persistent() || opt.Targets == nil {
+		if opt.Targets == nil || g.Vars[name].Kind.Persistent() && read[name] {
 			c.tensorOf(name)
 		}
 	}
@@ -168,6 +169,31 @@ func Compile(g *dsl.Graph, opt CompileOptions) (*Program, error) {
 	}
 	p.sched = newScheduler(p, min(workers+blocking, len(p.nodes)))
 	return p, nil
+}
+
+// readByKept is the variables the kept ops of an evaluation (Targets)
+// read or write, and its shared ones: an evaluation allocates no other
+// persistent variable (a table's optimizer state is as large as the
+// table, and a prediction never reads it). nil without Targets.
+func readByKept(g *dsl.Graph, keep []bool, opt CompileOptions) map[string]bool {
+	if opt.Targets == nil {
+		return nil
+	}
+	read := map[string]bool{}
+	for name := range opt.Shared {
+		read[name] = true
+	}
+	for i, op := range g.Ops {
+		if keep[i] {
+			for _, v := range op.Inputs {
+				read[v] = true
+			}
+			for _, v := range op.Outputs {
+				read[v] = true
+			}
+		}
+	}
+	return read
 }
 
 // kept marks the ops a program runs: all of them, or with Targets the

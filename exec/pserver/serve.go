@@ -51,6 +51,9 @@ type ServeOptions struct {
 	// Prometheus (--metrics-addr); RunPServer also counts its traffic per
 	// trainer.
 	Prom *metrics.Node
+	// Publisher, when set, serves the parameters to serving replicas
+	// (publish.go; the transport hands it their connections).
+	Publisher *Publisher
 }
 
 // ServeSummary is a pserver's result.
@@ -102,6 +105,10 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	if err != nil {
 		return nil, err
 	}
+	// Replicas may subscribe from now on: before the trainers come, they
+	// get the initial (or restored) parameters.
+	opt.Publisher.attach(parts, max(restored, 0))
+	defer opt.Publisher.end(0) // a failed pserver: its replicas' subscriptions end
 	if len(tableStats(parts)) > 0 {
 		opt.Prom.WatchTables(func() []metrics.TableStats { return tableStats(parts) })
 	}
@@ -130,6 +137,7 @@ func Serve(parent context.Context, g *dsl.Graph, opt ServeOptions) (*ServeSummar
 	if err := finish(parent, g, parts, c, opt, first, last); err != nil {
 		return nil, err
 	}
+	opt.Publisher.end(10 * time.Second) // the replicas take the last step
 	opt.Log.Info().Int64("steps", last).Msg("every trainer is done")
 	tr := c.Traffic()
 	return &ServeSummary{Role: c.Endpoint().Self().String(), First: first, Steps: last, Seconds: time.Since(start).Seconds(),
@@ -243,6 +251,7 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 		p.rv = c.Part(p.params, first)
 		p.applied.advance(first)
 	}
+
 	servers, err := shardServers(parts, c.Async())
 	if err != nil {
 		return 0, 0, err
@@ -258,7 +267,7 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.step, errs[i] = serveLoop(ctx, p, c, opt, first, snap, &streamed, i == 0)
+			p.step, errs[i] = serveLoop(ctx, p, i, c, opt, first, snap, &streamed)
 			if errs[i] != nil && !comm.Finished(errs[i]) {
 				cancel()
 			}
@@ -348,8 +357,10 @@ func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, o
 
 // serveLoop runs one part of a pserver's graph step after step until the
 // trainers are done (a finished error) or something fails.
-// The first part (counts) also counts the pserver's steps for Prometheus.
-func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64, counts bool) (int64, error) {
+// The first part (index 0) also counts the pserver's steps for
+// Prometheus; opt.Publisher learns what each step changed.
+func serveLoop(ctx context.Context, p *part, index int, c *comm.PServer, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64) (int64, error) {
+	counts := index == 0
 	rv := p.rv
 	rt := &program.Runtime{Ctx: ctx, RV: rv}
 	logEvery := int64(max(opt.LogEvery, 1))
@@ -379,6 +390,7 @@ func serveLoop(ctx context.Context, p *part, c *comm.PServer, opt ServeOptions, 
 			return k, err
 		}
 		p.applied.advance(k + 1)
+		opt.Publisher.applied(index, k+1)
 		if opt.Prom != nil {
 			now := time.Now()
 			opt.Prom.Update(now.Sub(stepStart))

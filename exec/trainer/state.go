@@ -26,16 +26,25 @@ type trainerState struct {
 // the program is compiled (nil: nothing to checkpoint).
 func newTrainerState(r *run) *trainerState {
 	ck, vars := r.opt.Checkpoint, program.PersistentOf(r.prog)
-	if ck == nil || ck.Dir == "" || len(vars) == 0 {
+	if ck == nil || ck.Dir == "" || len(vars) == 0 && !r.g.Data.IsOnline() {
 		return nil
 	}
 	own := *ck
+	own.Meta = nil // its own: an online source's position goes in it
 	own.Node = fmt.Sprintf("trainer-%d", r.opt.TrainerIndex)
 	if own.Model == "" {
 		own.Model = r.g.Name
 	}
 	own.Prom = r.opt.Prom
 	return &trainerState{ck: &own, vars: vars}
+}
+
+// checkpointer is the trainer's own checkpointer (nil: none).
+func (s *trainerState) checkpointer() *modelfile.Checkpointer {
+	if s == nil {
+		return nil
+	}
+	return s.ck
 }
 
 // save writes the state as of the start of step.
@@ -51,14 +60,14 @@ func (s *trainerState) save(step int64) error {
 // (the rerun resumes where every node has a checkpoint, trainers with
 // state included: launch.Resume), an earlier one for a trainer restarted
 // into a running job. Without any, the state keeps its initial values,
-// and the log says so.
-func (s *trainerState) restore(step int, log zerolog.Logger) error {
+// and the log says so. It returns the checkpoint's step (-1: none).
+func (s *trainerState) restore(step int, log zerolog.Logger) (int64, error) {
 	if s == nil {
-		return nil
+		return -1, nil
 	}
 	m, ok, err := s.ck.Manifest()
 	if err != nil {
-		return err
+		return -1, err
 	}
 	at := int64(-1)
 	for _, c := range m.Steps {
@@ -67,19 +76,21 @@ func (s *trainerState) restore(step int, log zerolog.Logger) error {
 		}
 	}
 	if !ok || at < 0 {
-		log.Warn().Int("step", step).Str("dir", s.ck.Dir).Strs("state", s.names()).
-			Msg("no checkpoint of this trainer's own state at or before the job's step: that state starts from its initial values")
-		return nil
+		if len(s.vars) > 0 {
+			log.Warn().Int("step", step).Str("dir", s.ck.Dir).Strs("state", s.names()).
+				Msg("no checkpoint of this trainer's own state at or before the job's step: that state starts from its initial values")
+		}
+		return -1, nil
 	}
 	if err := s.ck.Restore(at, s.vars); err != nil {
-		return err
+		return -1, err
 	}
 	ev := log.Info().Int64("checkpoint", at).Str("dir", s.ck.Dir).Strs("state", s.names())
 	if at != int64(step) {
 		ev = ev.Int("job_step", step)
 	}
 	ev.Msg("restored this trainer's own state")
-	return nil
+	return at, nil
 }
 
 func (s *trainerState) names() []string {

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"os"
 	"strings"
@@ -75,6 +78,13 @@ type RunOptions struct {
 	// the whole training data after the last step, or are the mean of the
 	// last 100 steps' batch values.
 	FinalPass FinalPass
+	// Stop, closed, asks the run to stop (SIGTERM, SIGINT). A local run of
+	// an online source then finishes its step, checkpoints, saves and
+	// returns its summary; any other run ends as if its context ended.
+	Stop <-chan struct{}
+	// Stdin is the standard input an online source csv: "-" reads (nil:
+	// os.Stdin).
+	Stdin io.Reader
 }
 
 // FinalPass says whether a run ends with a pass over its whole training
@@ -115,6 +125,10 @@ type Summary struct {
 	// Tables is the state of the run's dynamic tables at its end (live
 	// rows, admissions, evictions, bytes); nil without them.
 	Tables []metrics.TableStats
+	// Stream is what a run of an online source read (nil for others);
+	// the loss and metrics are then its progressive validation's, over
+	// its last data.metrics_window rows.
+	Stream *StreamSummary
 }
 
 // MarshalJSON writes the fixed keys first, then the metrics in model order.
@@ -138,6 +152,10 @@ func (s *Summary) MarshalJSON() ([]byte, error) {
 		fmt.Fprintf(&b, `,"note":%s`, n)
 	}
 	writeTables(&b, s.Tables)
+	if s.Stream != nil {
+		st, _ := json.Marshal(s.Stream)
+		fmt.Fprintf(&b, `,"stream":%s`, st)
+	}
 	b.WriteString("}")
 	return []byte(b.String()), nil
 }
@@ -178,8 +196,28 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 	if g.Data == nil {
 		return nil, dsl.Errorf(dsl.Pos{File: g.File}, "the model has no data section: training needs data")
 	}
-	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 {
+	if opt.Steps <= 0 && g.Train.Steps <= 0 && g.Train.Epochs <= 0 && !g.Data.IsOnline() {
 		return nil, stepsMissing(g)
+	}
+	if g.Data.IsOnline() {
+		if err := onlineUsage(g, opt); err != nil {
+			return nil, err
+		}
+	}
+	if opt.Stop != nil && opt.Comm == nil && g.Data.IsOnline() {
+		// Stopped, the loop finishes its step, checkpoints and ends.
+		ctx = context.WithoutCancel(ctx)
+	} else if opt.Stop != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-opt.Stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 	}
 	if opt.Comm != nil && opt.InitFrom != "" && len(g.Persistent()) == 0 && !g.Normalizes() {
 		return nil, fmt.Errorf("--init-from belongs to the pservers: they hold the parameters and serve them to the trainers (a trainer reads from it only what it holds, such as batch_norm's running statistics, and the normalization statistics, and this trainer of %s needs neither)", g.Name)
@@ -214,6 +252,7 @@ type run struct {
 	stream data.Batches
 	norm   *data.Scaling
 	held   evaluate.HeldOut
+	on     *online       // an online source (online.go); nil for the others
 	own    *trainerState // what a distributed trainer checkpoints of its own (nil: nothing; state.go)
 	// tables: a trainer of a job with lookup tables; evaluates: it
 	// evaluates the held-out data. pulls is the evaluation's rendezvous
@@ -296,7 +335,22 @@ func (r *run) openData() error {
 		}
 		return err
 	}
-	if g.Data.Stream {
+	if g.Data.IsOnline() {
+		if err := opened(nil); err != nil {
+			return err
+		}
+		r.norm = saved
+		r.steps = onlineSteps(g, opt.Steps)
+		if opt.Comm == nil { // a local run's position is its newest checkpoint's
+			c, err := opt.Checkpoint.ResumeStep(-1)
+			if err != nil {
+				return err
+			}
+			if err := r.openOnline(max(int(c), 0), opt.Checkpoint, c); err != nil {
+				return err
+			}
+		}
+	} else if g.Data.Stream {
 		var f *data.FileStream
 		if saved != nil {
 			f, err = data.OpenStreamScaled(g.Data, saved)
@@ -319,8 +373,10 @@ func (r *run) openData() error {
 	if r.set != nil {
 		rows = func() (int64, error) { return int64(r.set.Rows), nil }
 	}
-	if r.steps, err = StepsOf(g, opt.Steps, r.batch, r.n, rows); err != nil {
-		return err
+	if !g.Data.IsOnline() {
+		if r.steps, err = StepsOf(g, opt.Steps, r.batch, r.n, rows); err != nil {
+			return err
+		}
 	}
 	// Who evaluates the held-out data: a local run, and trainer 0 of a
 	// split job, with the parameters it received (and, in a job with
@@ -331,7 +387,7 @@ func (r *run) openData() error {
 	if r.tables && opt.Save != "" && opt.TrainerIndex != 0 {
 		opt.Log.Warn().Str("file", opt.Save).Msg("--save: in a job with lookup tables trainer 0 saves the whole model; this trainer saves its dense parameters only")
 	}
-	if r.evaluates && g.Data.Stream {
+	if r.evaluates && (g.Data.Stream || g.Data.IsOnline()) {
 		f, err := evaluate.OpenHeldOut(g, r.norm)
 		if err != nil {
 			return err
@@ -394,6 +450,9 @@ func (r *run) compile() error {
 	if r.tables || opt.FinalPass == FinalPassOff || opt.FinalPass == FinalPassAuto && r.set == nil {
 		r.tail = &tailMean{names: append([]string{g.Train.Loss}, g.Train.Metrics...)}
 	}
+	if g.Data.IsOnline() { // the progressive validation's window instead
+		r.tail = nil
+	}
 	if !r.evaluates {
 		return nil
 	}
@@ -448,8 +507,15 @@ func (r *run) startStep() error {
 	if opt.Comm != nil {
 		r.own = newTrainerState(r)
 	}
+	ckStep := int64(-1)
 	if opt.Comm != nil && r.first > 0 {
-		if err := r.own.restore(r.first, opt.Log); err != nil {
+		var err error
+		if ckStep, err = r.own.restore(r.first, opt.Log); err != nil {
+			return err
+		}
+	}
+	if opt.Comm != nil && r.g.Data.IsOnline() {
+		if err := r.openOnline(r.first, r.own.checkpointer(), ckStep); err != nil {
 			return err
 		}
 	}
@@ -471,57 +537,73 @@ func (r *run) startStep() error {
 			opt.Log.Info().Int64("step", c).Str("dir", ck.Dir).Msg("resumed from checkpoint")
 		}
 	}
-	if r.first > r.steps {
+	if r.first > r.steps && (r.steps > 0 || r.on == nil) {
 		return fmt.Errorf("the run resumes at step %d, after its last step %d; raise --steps", r.first, r.steps)
+	}
+	if r.on != nil {
+		r.on.win = newWindow(r.g, r.g.Data.Online.Window, r.batch)
+		r.on.prom = opt.Prom.WatchStream(r.on.win.names)
 	}
 	return nil
 }
 
-// loop runs the steps from r.first.
+// loop runs the steps from r.first: to the run's last step, or, for an
+// online source without one, until the source ends or the run is asked
+// to stop (then r.steps becomes the steps done).
 func (r *run) loop(start time.Time) error {
 	opt := r.opt
 	logEvery := opt.LogEvery
-	if logEvery <= 0 {
+	if logEvery <= 0 && r.steps > 0 {
 		logEvery = max(1, r.steps/10)
 	}
 	lg := stepLog{last: start, lastStep: r.first, start: start}
 	opt.Prom.SetReady(true)
 	stepStart := start
-	for k := r.first; k < r.steps; k++ {
+	saved := int64(r.first)
+	for k := r.first; r.steps == 0 || k < r.steps; k++ {
 		if err := r.step(k); err != nil {
+			if errors.Is(err, errStepsEnded) {
+				r.steps = k
+				break
+			}
 			return err
 		}
+		now := time.Now()
 		if opt.Prom != nil {
-			now := time.Now()
 			opt.Prom.Step(now.Sub(stepStart))
 			stepStart = now
 		}
 		if r.tail != nil && k >= r.steps-tailSteps {
 			r.tail.add(r.prog.Scope)
 		}
-		// Every ck.Every steps, and at the last step: a finished run can be
-		// continued from where it ended.
-		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && ((k+1)%ck.Every == 0 || k == r.steps-1) {
-			if opt.Comm != nil {
-				if err := r.own.save(int64(k + 1)); err != nil {
-					return err
-				}
-			} else {
-				if err := saveChains(ck, r.prog, int64(k+1)); err != nil {
-					return err
-				}
-				if err := ck.Save(int64(k+1), program.PersistentOf(r.prog)); err != nil {
-					return err
-				}
+		if r.on != nil {
+			if err := r.on.stepped(r.prog.Scope); err != nil {
+				return err
 			}
 		}
+		last := k == r.steps-1
+		if r.on != nil && !last && r.on.stopRequested(opt.Stop) {
+			r.steps, last = k+1, true
+		}
+		// Every ck.Every steps, and at the last step: a finished run can be
+		// continued from where it ended.
+		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && ((k+1)%ck.Every == 0 || last) {
+			if err := r.checkpoint(int64(k + 1)); err != nil {
+				return err
+			}
+			saved = int64(k + 1)
+		}
 		// Step 1 is logged too, so a loss curve starts where training does.
-		if (k+1)%logEvery == 0 || k == r.steps-1 || k == 0 {
+		due := (k+1)%max(logEvery, 1) == 0
+		if r.on != nil {
+			due = r.on.due(k, logEvery, now)
+		}
+		if due || last || k == 0 {
 			if err := r.logStep(&lg, k); err != nil {
 				return err
 			}
 		}
-		if r.ev != nil && r.g.Train.EvalEvery > 0 && (k+1)%r.g.Train.EvalEvery == 0 && k < r.steps-1 {
+		if r.ev != nil && r.g.Train.EvalEvery > 0 && (k+1)%r.g.Train.EvalEvery == 0 && !last {
 			if r.pulls != nil { // the rows as of this step (pull.go)
 				r.pulls.at, r.pulls.final = int64(k+1), false
 			}
@@ -529,8 +611,45 @@ func (r *run) loop(start time.Time) error {
 				return err
 			}
 		}
+		if last {
+			break
+		}
+	}
+	if r.on != nil {
+		r.on.describeEnd(opt.Log, r.steps)
+		// The steps ended between two checkpoints: save the last one.
+		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && saved < int64(r.steps) {
+			if err := r.checkpoint(int64(r.steps)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// checkpoint saves the node's checkpoint of step: a local run's
+// parameters, optimizer state and dynamic tables, a trainer's own state;
+// with an online source, the stream's position after the rows the steps
+// trained on, in the same file.
+func (r *run) checkpoint(step int64) error {
+	ck := r.opt.Checkpoint
+	if r.opt.Comm != nil {
+		ck = r.own.checkpointer()
+	}
+	if r.on != nil && ck != nil {
+		if ck.Meta == nil {
+			ck.Meta = map[string]string{}
+		}
+		ck.Meta[StreamMeta] = r.on.reader.Position().Marshal()
+		maps.Copy(ck.Meta, modelfile.NormMeta(r.norm))
+	}
+	if r.opt.Comm != nil {
+		return r.own.save(step)
+	}
+	if err := saveChains(ck, r.prog, step); err != nil {
+		return err
+	}
+	return ck.Save(step, program.PersistentOf(r.prog))
 }
 
 // step feeds and runs step k.
@@ -538,7 +657,11 @@ func (r *run) step(k int) error {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
-	if err := r.feed.Fill(r.stream, int64(k)*int64(r.n*r.batch)+int64(r.opt.TrainerIndex*r.batch)); err != nil {
+	if r.on != nil {
+		if err := r.on.fill(r); err != nil {
+			return err
+		}
+	} else if err := r.feed.Fill(r.stream, int64(k)*int64(r.n*r.batch)+int64(r.opt.TrainerIndex*r.batch)); err != nil {
 		return err
 	}
 	r.rt.StepNum = int64(k)
@@ -568,14 +691,21 @@ func (r *run) logStep(lg *stepLog, k int) error {
 	for _, m := range g.Train.Metrics {
 		ev = ev.Float64(m, float64(s[m].F[0]))
 	}
+	ev = ev.Float64("steps_per_s", math.Round(sps))
+	var more func(*bufio.Writer)
+	if r.on != nil {
+		ev, more = r.on.progress(ev, r.on.win.names)
+	}
+	if r.metrics != nil {
+		writeMetrics(r.metrics, k+1, g, s, sps, r.opt.Role, more)
+	}
 	// Progress: of the run's steps, done, and the time left at the
 	// run's rate so far.
-	eta := time.Duration(float64(now.Sub(lg.start)) / float64(k+1-r.first) * float64(r.steps-k-1))
-	ev.Float64("steps_per_s", math.Round(sps)).Int("of", r.steps).Int("pct", 100*(k+1)/r.steps).
-		Str("eta", eta.Round(time.Second).String()).Msg("train")
-	if r.metrics != nil {
-		writeMetrics(r.metrics, k+1, g, s, sps, r.opt.Role)
+	if r.steps > 0 {
+		eta := time.Duration(float64(now.Sub(lg.start)) / float64(k+1-r.first) * float64(r.steps-k-1))
+		ev = ev.Int("of", r.steps).Int("pct", 100*(k+1)/r.steps).Str("eta", eta.Round(time.Second).String())
 	}
+	ev.Msg("train")
 	if math.IsNaN(loss) {
 		return fmt.Errorf("step %d: the loss is NaN; lower the learning rate or check the data normalization", k+1)
 	}
@@ -633,6 +763,10 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		if err := r.finish(sum); err != nil {
 			return nil, err
 		}
+	}
+	if r.on != nil {
+		r.on.fillSummary(sum, r.on.win.names)
+		return sum, nil
 	}
 	if r.tail != nil {
 		r.tail.fill(sum)
@@ -811,13 +945,19 @@ func (m *tailMean) fill(sum *Summary) {
 	}
 }
 
-func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s program.Scope, sps float64, role string) {
+// writeMetrics writes a step's line of the metrics file; more (nil:
+// none) writes more fields into it.
+func writeMetrics(w *bufio.Writer, step int, g *dsl.Graph, s program.Scope, sps float64, role string, more func(*bufio.Writer)) {
 	fmt.Fprintf(w, `{"step":%d,"role":%q,"loss":%s`, step, role, evaluate.JSONNum(float64(s[g.Train.Loss].F[0])))
 	for _, m := range g.Train.Metrics {
 		k, _ := json.Marshal(m)
 		fmt.Fprintf(w, ",%s:%s", k, evaluate.JSONNum(float64(s[m].F[0])))
 	}
-	fmt.Fprintf(w, `,"steps_per_s":%s}`+"\n", evaluate.JSONNum(sps))
+	fmt.Fprintf(w, `,"steps_per_s":%s`, evaluate.JSONNum(sps))
+	if more != nil {
+		more(w)
+	}
+	w.WriteString("}\n")
 }
 
 // logEval evaluates the held-out data after step, logs the result and

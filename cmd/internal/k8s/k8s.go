@@ -12,12 +12,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -63,6 +65,10 @@ type Options struct {
 	// BackoffLimit is every Job's retries (container restarts in place
 	// and replaced pods).
 	BackoffLimit int
+	// ServeReplicas is how many serving replicas follow the job (a
+	// Deployment JOB-serve and a Service JOB-serve on ServePort; 0: none).
+	ServeReplicas int
+	ServePort     int
 }
 
 // Defaults of the optional options.
@@ -73,6 +79,7 @@ const (
 	DefaultConnectTimeout  = 10 * time.Minute
 	DefaultTrainerTimeout  = 5 * time.Minute
 	DefaultBackoffLimit    = 6
+	DefaultServePort       = 8000
 )
 
 // Mount points in every container.
@@ -112,6 +119,9 @@ func (o *Options) Defaults() {
 	if o.TrainerTimeout == 0 {
 		o.TrainerTimeout = DefaultTrainerTimeout
 	}
+	if o.ServePort == 0 {
+		o.ServePort = DefaultServePort
+	}
 }
 
 // Validate checks the options, naming the flag at fault.
@@ -144,6 +154,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--checkpoint-every %d must be positive", o.CheckpointEvery)
 	case o.BackoffLimit < 0:
 		return fmt.Errorf("--backoff-limit %d must be 0 or more", o.BackoffLimit)
+	case o.ServeReplicas < 0:
+		return fmt.Errorf("--serve-replicas %d must be 0 or more", o.ServeReplicas)
+	case o.ServePort < 1 || o.ServePort > 65535 || o.ServePort == o.Port || o.ServePort == o.MetricsPort:
+		return fmt.Errorf("--serve-port %d must be a TCP port other than --port and --metrics-port", o.ServePort)
 	case o.ConnectTimeout < 0 || o.TrainerTimeout < 0:
 		return fmt.Errorf("--connect-timeout and --trainer-timeout must be positive")
 	case o.StorageClass != "" && !dnsLabel.MatchString(o.StorageClass) && !regexp.MustCompile(`^[a-z0-9.-]+$`).MatchString(o.StorageClass):
@@ -341,7 +355,75 @@ func Objects(dir string, o Options) ([]runtime.Object, []string, error) {
 		}
 		objs = append(objs, trainerJob(o, p.Info, i, held > 0))
 	}
+	if o.ServeReplicas > 0 {
+		model := p.Info.Source
+		switch {
+		case model == "":
+			return nil, nil, fmt.Errorf("%s: the plan does not name its model file, which the serving replicas load; split again with psgraph split (it records the model's path)", dir)
+		case filepath.IsAbs(model):
+			warnings = append(warnings, fmt.Sprintf("the serving replicas load the model %s, an absolute path that must exist in the image; split with a relative -o so the path is relative to %s", model, PlanMount))
+		default: // relative to the plan, which the pods mount at PlanMount
+			model = path.Clean(PlanMount + "/" + filepath.ToSlash(model))
+		}
+		objs = append(objs, serveService(o), serveDeployment(o, p.Info, model))
+	}
 	return objs, warnings, nil
+}
+
+// ServeName names the serving replicas' Deployment and Service.
+func ServeName(job string) string { return job + "-serve" }
+
+// ServeMemory is a serving replica's memory: the model (its tables once,
+// its dense parameters twice: the shadow a step's update is written to)
+// and 128 MiB for its programs, requests and runtime.
+func ServeMemory(in partition.PlanInfo) int64 {
+	dense := 0
+	for i := range in.Params {
+		if !in.Params[i].Table() {
+			dense += in.Params[i].Bytes
+		}
+	}
+	return roundMi(int64(totalBytes(in)+dense) + 128<<20)
+}
+
+// serveService is the serving replicas' Service: inference requests and
+// /metrics on ServePort.
+func serveService(o Options) *corev1.Service {
+	return &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: o.meta(ServeName(o.Name), "serve", -1),
+		Spec: corev1.ServiceSpec{
+			Selector: o.labels("serve", -1),
+			Ports:    []corev1.ServicePort{{Name: "http", Port: int32(o.ServePort), TargetPort: intstr.FromString("http")}},
+		}}
+}
+
+// serveDeployment runs the serving replicas (psgraph serve --plan): each
+// follows the job's pservers and is ready (/v2/health/ready) once caught
+// up; after the job they serve its last step. They are interchangeable,
+// so a Deployment restarts or replaces them, and each catches up on its
+// own (docs/serving.md).
+func serveDeployment(o Options, in partition.PlanInfo, model string) *appsv1.Deployment {
+	c := corev1.Container{Name: "serve",
+		Args: []string{model, "--plan=" + PlanMount, "--pserver-endpoints=" + strings.Join(PServerEndpoints(o, in.PServers), ","),
+			"--listen=0.0.0.0:" + strconv.Itoa(o.ServePort), "--log-format=json"},
+		Env: []corev1.EnvVar{{Name: "PSGRAPH_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.TokenSecret}, Key: o.TokenKey}}}},
+		Resources: resources(o.CPU, quantity(o.Memory, ServeMemory(in))),
+	}
+	tmpl := o.pod("serve", -1, c, corev1.RestartPolicyAlways)
+	sc := &tmpl.Spec.Containers[0]
+	sc.Command = []string{"psgraph", "serve"}
+	sc.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: int32(o.ServePort)}}
+	get := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("http")}},
+			PeriodSeconds: period, TimeoutSeconds: 2, FailureThreshold: failures}
+	}
+	sc.ReadinessProbe, sc.LivenessProbe = get("/v2/health/ready", 2, 1), get("/v2/health/live", 10, 6)
+	tmpl.Annotations["prometheus.io/port"] = strconv.Itoa(o.ServePort)
+	n := int32(o.ServeReplicas)
+	return &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: o.meta(ServeName(o.Name), "serve", -1),
+		Spec:       appsv1.DeploymentSpec{Replicas: &n, Selector: &metav1.LabelSelector{MatchLabels: o.labels("serve", -1)}, Template: tmpl}}
 }
 
 // Manifests returns Objects as multi-document YAML for kubectl apply.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -51,6 +52,7 @@ type manifests struct {
 	svc    map[string]*corev1.Service
 	pvc    map[string]*corev1.PersistentVolumeClaim
 	jobs   map[string]*batchv1.Job
+	deps   map[string]*appsv1.Deployment
 	kinds  []string
 	header string
 }
@@ -59,7 +61,7 @@ type manifests struct {
 // its API type: an unknown or misspelt field fails the test.
 func decode(t *testing.T, src []byte) manifests {
 	t.Helper()
-	m := manifests{cm: map[string]*corev1.ConfigMap{}, svc: map[string]*corev1.Service{}, pvc: map[string]*corev1.PersistentVolumeClaim{}, jobs: map[string]*batchv1.Job{}}
+	m := manifests{cm: map[string]*corev1.ConfigMap{}, svc: map[string]*corev1.Service{}, pvc: map[string]*corev1.PersistentVolumeClaim{}, jobs: map[string]*batchv1.Job{}, deps: map[string]*appsv1.Deployment{}}
 	docs := strings.Split(string(src), "---\n")
 	m.header = docs[0]
 	for i, doc := range docs[1:] {
@@ -82,6 +84,9 @@ func decode(t *testing.T, src []byte) manifests {
 		case "batch/v1 Job":
 			o := &batchv1.Job{}
 			obj, store = o, func() { m.jobs[o.Name] = o }
+		case "apps/v1 Deployment":
+			o := &appsv1.Deployment{}
+			obj, store = o, func() { m.deps[o.Name] = o }
 		default:
 			t.Fatalf("document %d is a %s %s, which psgraph k8s should not write", i, tm.APIVersion, tm.Kind)
 		}
@@ -164,8 +169,12 @@ func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests
 	if held > 0 {
 		claims += N // a claim per trainer for the state it holds
 	}
-	if len(m.cm) != 1 || len(m.svc) != 1 || len(m.jobs) != M+N || len(m.pvc) != claims {
-		t.Fatalf("%dx%d: %d ConfigMaps, %d Services, %d Jobs, %d claims; want 1, 1, %d, %d", N, M, len(m.cm), len(m.svc), len(m.jobs), len(m.pvc), M+N, claims)
+	services := 1 // the pservers'
+	if o.ServeReplicas > 0 {
+		services++ // the serving replicas'
+	}
+	if len(m.cm) != 1 || len(m.svc) != services || len(m.jobs) != M+N || len(m.pvc) != claims {
+		t.Fatalf("%dx%d: %d ConfigMaps, %d Services, %d Jobs, %d claims; want 1, %d, %d, %d", N, M, len(m.cm), len(m.svc), len(m.jobs), len(m.pvc), services, M+N, claims)
 	}
 	cm := m.cm[o.Name+"-plan"]
 	svc := m.svc[o.Name]
@@ -670,6 +679,79 @@ func TestTrainerMemoryLeavesTablesOut(t *testing.T) {
 	for i := range 2 {
 		if a, b := k8s.PServerMemory(small, i), k8s.PServerMemory(big, i); b <= a || b < int64(table/2) {
 			t.Errorf("pserver %d: memory %d MiB (1M rows), %d MiB (50M rows): want it to grow with its %d MiB shard", i, a>>20, b>>20, table/2>>20)
+		}
+	}
+}
+
+// TestManifestsServeReplicas: --serve-replicas adds a Deployment of
+// serving replicas that follow the job (psgraph serve on the model the
+// plan was split from, resolved in the image like the plan's data, with
+// the job's token and every pserver's address), ready on
+// /v2/health/ready, and a Service in front of them; none by default.
+func TestManifestsServeReplicas(t *testing.T) {
+	dir, _ := writePlan(t, "../../../examples/digits-mlp.yaml", 2, 2, partition.DefaultMinBlockSize)
+	// as psgraph split examples/digits-mlp.yaml -o plan/ from the
+	// repository's root records the model: relative to the plan
+	planFile := filepath.Join(dir, partition.PlanFileName)
+	b, err := os.ReadFile(planFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const source = `source: "../examples/digits-mlp.yaml"`
+	if re := regexp.MustCompile(`(?m)^source: .*$`); re.Match(b) {
+		b = re.ReplaceAll(b, []byte(source))
+	} else {
+		b = bytes.Replace(b, []byte("\nmodel: "), []byte("\n"+source+"\nmodel: "), 1)
+	}
+	if err := os.WriteFile(planFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := partition.ReadPlan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := opts()
+	src, _, err := k8s.Manifests(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := decode(t, src); len(m.deps) != 0 || m.svc[k8s.ServeName(o.Name)] != nil {
+		t.Fatal("serving replicas without --serve-replicas")
+	}
+	o.ServeReplicas = 3
+	src, _, err = k8s.Manifests(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decode(t, src)
+	checkInvariants(t, o, p, m)
+	d := m.deps[k8s.ServeName(o.Name)]
+	if d == nil || *d.Spec.Replicas != 3 {
+		t.Fatalf("no Deployment %s of 3 replicas: %v", k8s.ServeName(o.Name), m.deps)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	want := []string{"/psgraph/examples/digits-mlp.yaml", "--plan=/psgraph/plan", "--pserver-endpoints=" + strings.Join(k8s.PServerEndpoints(o, 2), ","), "--listen=0.0.0.0:8000"}
+	if strings.Join(c.Command, " ") != "psgraph serve" || len(c.Args) < len(want) || strings.Join(c.Args[:len(want)], " ") != strings.Join(want, " ") {
+		t.Errorf("the replica runs %v %v, want psgraph serve %v", c.Command, c.Args, want)
+	}
+	if c.ReadinessProbe.HTTPGet.Path != "/v2/health/ready" || c.ReadinessProbe.HTTPGet.Port.StrVal != "http" || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != 8000 {
+		t.Errorf("readiness %+v on ports %v, want /v2/health/ready on http 8000", c.ReadinessProbe.HTTPGet, c.Ports)
+	}
+	if len(c.Env) != 1 || c.Env[0].Name != "PSGRAPH_TOKEN" || c.Env[0].ValueFrom.SecretKeyRef.Name != o.TokenSecret {
+		t.Errorf("the replica's environment %v, want the job's token from %s", c.Env, o.TokenSecret)
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			t.Errorf("a replica mounts the claim %s; replicas hold nothing of their own", v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	svc := m.svc[k8s.ServeName(o.Name)]
+	if svc == nil || svc.Spec.Selector["app.kubernetes.io/component"] != "serve" || svc.Spec.Ports[0].TargetPort.StrVal != "http" {
+		t.Fatalf("the Service %s: %+v", k8s.ServeName(o.Name), svc)
+	}
+	for k, v := range svc.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v || d.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("the Service selects %s=%s, which the replicas' pods do not carry", k, v)
 		}
 	}
 }

@@ -1,0 +1,182 @@
+package serve
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// ctrMeta is the Meta of a CTR model: 13 features, 26 hashed ids, and a
+// multi-valued history column of int64 keys.
+func ctrMeta() *Meta {
+	return &Meta{Name: "ctr", Inputs: []TensorMeta{
+		{Name: RowsInput, Datatype: dtBytes, Shape: []int64{-1}, Kind: KindRows},
+		{Name: "dense", Datatype: dtFP32, Shape: []int64{-1, 13}, Kind: KindFeatures},
+		{Name: "cat", Datatype: dtInt32, Shape: []int64{-1, 26}, Kind: KindIDs, Bound: 1000},
+		{Name: "hist", Datatype: dtInt64, Shape: []int64{-1, 3}, Kind: KindKeys, Pad: true},
+	}}
+}
+
+func TestDecodeRequest(t *testing.T) {
+	m := ctrMeta()
+	row := `"0\t1\t2"`
+	dense := "[" + strings.Repeat("0.5,", 12) + "1e3]"
+	cat := "[" + strings.Repeat("7,", 25) + "999]"
+	hist := "[1,-9223372036854775808,3]"
+	typed := func(rows int, nested bool) string {
+		flat := func(s string) string {
+			if nested {
+				return strings.Repeat(s+",", rows-1) + s
+			}
+			return strings.Repeat(s[1:len(s)-1]+",", rows-1) + s[1:len(s)-1]
+		}
+		return `{"inputs":[{"name":"dense","datatype":"FP32","shape":[` + itoa(rows) + `,13],"data":[` + flat(dense) + `]},` +
+			`{"name":"cat","datatype":"INT64","shape":[` + itoa(rows) + `,26],"data":[` + flat(cat) + `]},` +
+			`{"name":"hist","datatype":"INT64","shape":[` + itoa(rows) + `,3],"data":[` + flat(hist) + `]}]}`
+	}
+	for _, c := range []struct {
+		name, body string
+		rows       int
+		lines      []string
+		outputs    []string
+	}{
+		{"rows flat", `{"id":"x","inputs":[{"name":"rows","datatype":"BYTES","shape":[2],"data":[` + row + `,"a,b"]}]}`, 2, []string{"0\t1\t2", "a,b"}, nil},
+		{"rows nested", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[2,1],"data":[[` + row + `],["z"]]}],"outputs":[{"name":"prob"},{"name":"logits"}]}`, 2, []string{"0\t1\t2", "z"}, []string{"prob", "logits"}},
+		{"typed flat", typed(3, false), 3, nil, nil},
+		{"typed nested", typed(2, true), 2, nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := DecodeRequest([]byte(c.body), m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Rows != c.rows || !slices.Equal(req.Outputs, c.outputs) {
+				t.Errorf("rows %d outputs %v, want %d %v", req.Rows, req.Outputs, c.rows, c.outputs)
+			}
+			if c.lines != nil {
+				for i, l := range req.Lines {
+					if string(l) != c.lines[i] {
+						t.Errorf("line %d %q, want %q", i, l, c.lines[i])
+					}
+				}
+				return
+			}
+			if len(req.Typed) != 3 || len(req.Typed[0].Floats) != 13*c.rows || req.Typed[0].Floats[12] != 1000 ||
+				len(req.Typed[1].Ints) != 26*c.rows || req.Typed[1].Ints[25] != 999 || req.Typed[2].Ints[1] != -1<<63 {
+				t.Errorf("typed inputs decoded to %+v", req.Typed)
+			}
+		})
+	}
+	for _, c := range []struct{ name, body, want string }{
+		{"not json", `{"inputs":[`, "not an inference request in JSON"},
+		{"two values", `{"inputs":[]} {}`, "invalid character '{' after top-level value"},
+		{"no inputs", `{"inputs":[]}`, "has no inputs"},
+		{"unknown input", `{"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]}`, `input "x" is not an input of model ctr`},
+		{"twice", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]},{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]}]}`, "given twice"},
+		{"rows datatype", `{"inputs":[{"name":"rows","datatype":"FP32","shape":[1],"data":[1]}]}`, `input "rows" is "FP32", but it takes BYTES`},
+		{"rows shape", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1,2],"data":["a","b"]}]}`, "it takes [N] (or [N, 1])"},
+		{"rows count", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[3],"data":["a","b"]}]}`, "has 2 elements, but its shape [3] holds 3"},
+		{"rows not strings", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":[5]}]}`, "not a JSON array of BYTES values"},
+		{"no rows", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[0],"data":[]}]}`, "has no rows"},
+		{"negative dim", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[-1],"data":["a"]}]}`, "outside [0, 2^31]"},
+		{"huge shape", `{"inputs":[{"name":"dense","datatype":"FP32","shape":[2147483648,2147483648],"data":[1]}]}`, "more than 2^31"},
+		{"no data", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1]}]}`, "has no data"},
+		{"binary", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"],"parameters":{"binary_data_size":4}}]}`, "binary tensor data is not supported"},
+		{"binary out", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]}],"outputs":[{"name":"prob","parameters":{"binary_data":true}}]}`, "binary tensor data is not supported"},
+		{"mixed", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]},{"name":"dense","datatype":"FP32","shape":[1,13],"data":` + dense + `}]}`, "give either the rows or every typed input"},
+		{"typed missing", `{"inputs":[{"name":"dense","datatype":"FP32","shape":[1,13],"data":` + dense + `}]}`, `input "cat" is missing`},
+		{"typed width", `{"inputs":[{"name":"dense","datatype":"FP32","shape":[1,12],"data":[1]}]}`, "it takes [N, 13]"},
+		{"typed rows differ", `{"inputs":[{"name":"dense","datatype":"FP32","shape":[1,13],"data":` + dense + `},{"name":"cat","datatype":"INT32","shape":[2,26],"data":[]}]}`, "every input holds the same rows"},
+		{"id bound", strings.Replace(typed(1, false), "999", "1000", 1), "is id 1000, outside [0, 1000)"},
+		{"id negative", strings.Replace(typed(1, false), "999", "-1", 1), "outside [0, 1000)"},
+		{"ids float", strings.Replace(typed(1, false), "999", "9.5", 1), "not a JSON array of INT64 values"},
+		{"feature datatype", strings.Replace(typed(1, false), `"FP32"`, `"INT32"`, 1), `input "dense" is "INT32", but it takes FP32`},
+		{"mixed nesting", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[2,1],"data":[["a"],"b"]}]}`, "mixes arrays and values"},
+		{"output twice", `{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["a"]}],"outputs":[{"name":"prob"},{"name":"prob"}]}`, "asked for twice"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := DecodeRequest([]byte(c.body), m)
+			if err == nil {
+				t.Fatalf("decoded %s", c.body)
+			}
+			if StatusOf(err) != http.StatusBadRequest || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %d %q, want 400 saying %q", StatusOf(err), err, c.want)
+			}
+		})
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// The decoder never panics and never accepts a request it did not check:
+// an accepted one has rows, and each input exactly rows times its width
+// of values, each id within its bound.
+func FuzzDecodeRequest(f *testing.F) {
+	m := ctrMeta()
+	for _, s := range []string{
+		`{"id":"x","inputs":[{"name":"rows","datatype":"BYTES","shape":[2],"data":["0\t1","a,b"]}]}`,
+		`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1,1],"data":[["z"]]}],"outputs":[{"name":"prob"}]}`,
+		`{"inputs":[{"name":"dense","datatype":"FP32","shape":[1,13],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13]},{"name":"cat","datatype":"INT32","shape":[1,26],"data":[[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5]]},{"name":"hist","datatype":"INT64","shape":[1,3],"data":[1,2,-1]}]}`,
+		`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[-1],"data":null}]}`,
+		`{"inputs":[{"name":"dense","datatype":"FP64","shape":[2147483648,2],"data":[[]]}]}`,
+		`[]`, `{}`, `null`, `{"inputs":[{}]}`,
+		`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[3],"data":["a\tb\\c\"d\/e\u00e9\ud83d\ude00", " x ",""]}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeRequest(body, m)
+		if err != nil {
+			if StatusOf(err) != http.StatusBadRequest || err.Error() == "" {
+				t.Fatalf("error %v (status %d): want a 400 saying what is wrong", err, StatusOf(err))
+			}
+			return
+		}
+		if req.Rows <= 0 {
+			t.Fatalf("accepted %d rows", req.Rows)
+		}
+		if req.Lines != nil {
+			if len(req.Lines) != req.Rows || req.Typed != nil {
+				t.Fatalf("accepted %d lines for %d rows", len(req.Lines), req.Rows)
+			}
+			// the lines are what encoding/json makes of the data
+			var w struct {
+				Inputs []struct {
+					Data json.RawMessage `json:"data"`
+				} `json:"inputs"`
+			}
+			var lines []string
+			if !utf8.Valid(body) || json.Unmarshal(body, &w) != nil || json.Unmarshal(w.Inputs[0].Data, &lines) != nil {
+				return // nested, or invalid UTF-8, which encoding/json replaces
+			}
+			for i, l := range lines {
+				if string(req.Lines[i]) != l {
+					t.Fatalf("line %d decoded as %q, encoding/json says %q", i, req.Lines[i], l)
+				}
+			}
+			return
+		}
+		if len(req.Typed) != len(m.Inputs)-1 {
+			t.Fatalf("accepted %d typed inputs", len(req.Typed))
+		}
+		for j, in := range m.Inputs[1:] {
+			ty := req.Typed[j]
+			n := len(ty.Ints)
+			if in.Kind == KindFeatures {
+				n = len(ty.Floats)
+			}
+			if int64(n) != int64(req.Rows)*in.width() {
+				t.Fatalf("input %s: %d values for %d rows of %d", in.Name, n, req.Rows, in.width())
+			}
+			for _, v := range ty.Ints {
+				if in.Kind == KindIDs && (v < -1 || v >= in.Bound || v == -1 && !in.Pad) {
+					t.Fatalf("input %s: accepted id %d", in.Name, v)
+				}
+			}
+		}
+	})
+}
