@@ -231,3 +231,56 @@ func TestTCPSmallMessagesPassLargeOnes(t *testing.T) {
 		}
 	}
 }
+
+// A step's small messages cost allocations per yamux frame, never per
+// message: psgraph's message stream path (Send, the writer's batch, the
+// reader's routing, Recv) allocates nothing, and yamux v0.1.2 allocates
+// one sendReady per frame it writes and one io.LimitedReader per frame it
+// reads. A step here is 48 messages each way between a trainer and a
+// pserver (48 transfers of 256 bytes); the allocations of every goroutine
+// per step must stay within two per batch written by either side, plus
+// one for yamux's occasional window update.
+func TestTCPStepAllocatesPerFrameNotPerMessage(t *testing.T) {
+	const n, size = 48, 256
+	m, _ := tcpJob(t, nil, Trainer(0), PServer(0))
+	tr, ps := m[t0], m[p0]
+	up, down := make([]string, n), make([]string, n)
+	src, mid, dst := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	for i := range up {
+		up[i], down[i] = fmt.Sprintf("g%d", i), fmt.Sprintf("w%d", i)
+		ps.Accept(Spec{Var: up[i], DType: F32, Bytes: size})
+		tr.Accept(Spec{Var: down[i], DType: F32, Bytes: size})
+		src[i], mid[i], dst[i] = stamp(size, up[i], 0), make([]byte, size), make([]byte, size)
+	}
+	ctx := context.Background()
+	step := int64(0)
+	run := func() {
+		for i, v := range up {
+			must(t, tr.Send(ctx, p0, step, v, F32, src[i]))
+		}
+		for i, v := range up {
+			must(t, ps.Recv(ctx, t0, step, v, mid[i]))
+		}
+		for i, v := range down {
+			must(t, ps.Send(ctx, t0, step, v, F32, mid[i]))
+		}
+		for i, v := range down {
+			must(t, tr.Recv(ctx, p0, step, v, dst[i]))
+		}
+		step++
+	}
+	for i := 0; i < 50; i++ {
+		run()
+	}
+	if !bytes.Equal(dst[n-1], src[n-1]) {
+		t.Fatalf("%s came back as % x, sent % x", down[n-1], dst[n-1][:8], src[n-1][:8])
+	}
+	const runs = 300
+	b0 := tr.Stats().BatchesSent + ps.Stats().BatchesSent
+	a := testing.AllocsPerRun(runs, run) // runs+1 steps: one warm-up
+	batches := float64(tr.Stats().BatchesSent+ps.Stats().BatchesSent-b0) / (runs + 1)
+	t.Logf("%.2f allocations and %.2f batches per step of %d messages", a, batches, 2*n)
+	if a > 2*batches+1 {
+		t.Fatalf("a step of %d messages in %.2f batches allocates %.2f times: more than yamux's two per frame", 2*n, batches, a)
+	}
+}
