@@ -18,6 +18,9 @@
 #     (bench/zoo_torch.py speed: 1 or 2 threads, per field or fused;
 #     OPENBLAS_NUM_THREADS=1, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
 #     for the PyTorch commands alone). ZOO=0 skips them.
+# SHORT=1 runs every figure briefly (a check that the script works end to
+# end, not a measurement): short benchmarks, fewer steps, a smaller zoo
+# file.
 # OLD_TREE is built from a copy with this tree's transport benchmarks
 # (bench_test.go, pscpu_bench_test.go: they use only the transport's
 # API), so both sides run the same benchmark code.
@@ -55,17 +58,22 @@ metric() { # FILE BENCH METRIC
 steps() { sed -n 's/.*"steps_per_s": *\([0-9.e+]*\).*/\1/p' | tail -1 | awk '{printf "%.1f\n", $1}'; }
 torch() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$@"; }
 zoo=${ZOO:-1}
+# the sizes of a measurement, or of a SHORT check
+benchtime=1s digits_steps=3000 rpc_steps=2000 zoo_rows=1100000 zoo_steps=600 torch_steps=400
+if [ "${SHORT:-0}" != 0 ]; then
+  benchtime=0.2s digits_steps=500 rpc_steps=300 zoo_rows=110000 zoo_steps=100 torch_steps=60
+fi
 if [ "$zoo" != 0 ]; then
-  "$tmp/new-psgraph" gen criteo -o "$tmp/zoo.tsv" --rows 1100000 --vocab 1000 --truth fm --interaction 2 >/dev/null 2>&1
-  head -n 1000000 "$tmp/zoo.tsv" >"$tmp/zoo-train.tsv"
-  tail -n 100000 "$tmp/zoo.tsv" >"$tmp/zoo-eval.tsv"
+  "$tmp/new-psgraph" gen criteo -o "$tmp/zoo.tsv" --rows "$zoo_rows" --vocab 1000 --truth fm --interaction 2 >/dev/null 2>&1
+  head -n $((zoo_rows / 11 * 10)) "$tmp/zoo.tsv" >"$tmp/zoo-train.tsv"
+  tail -n $((zoo_rows / 11)) "$tmp/zoo.tsv" >"$tmp/zoo-eval.tsv"
   rm "$tmp/zoo.tsv"
   for m in dlrm dcn-v2 deepfm; do sed "s#data/zoo-#$tmp/zoo-#" "examples/$m.yaml" >"$tmp/$m.yaml"; done
 fi
 for r in $(seq "$runs"); do
   echo "wire-bench: round $r of $runs ($(cut -d' ' -f1-3 /proc/loadavg) load) ..." >&2
   for s in "${sides[@]}"; do
-    "$tmp/$s-transport.test" -test.run '^$' -test.bench 'BenchmarkPServerCPU|BenchmarkTensor64MiB$|BenchmarkRoundTrip64B$' -test.count 1 >"$tmp/b.txt" 2>&1 || true
+    "$tmp/$s-transport.test" -test.run '^$' -test.bench 'BenchmarkPServerCPU|BenchmarkTensor64MiB$|BenchmarkRoundTrip64B$' -test.count 1 -test.benchtime "$benchtime" >"$tmp/b.txt" 2>&1 || true
     metric "$tmp/b.txt" BenchmarkPServerCPU/digits ps-cpu-us/msg >>"$tmp/$s.cpu-digits"
     metric "$tmp/b.txt" BenchmarkPServerCPU/dlrm ps-cpu-us/msg >>"$tmp/$s.cpu-dlrm"
     metric "$tmp/b.txt" BenchmarkTensor64MiB MB/s >>"$tmp/$s.t64"
@@ -74,21 +82,21 @@ for r in $(seq "$runs"); do
     metric "$tmp/b.txt" BenchmarkRoundTrip64B us/rt >>"$tmp/$s.rtt"
     metric "$tmp/b.txt" BenchmarkRoundTrip64B raw-us/rt >>"$tmp/$s.rawrtt"
     metric "$tmp/b.txt" BenchmarkRoundTrip64B x-raw >>"$tmp/$s.xrtt"
-    (cd examples && "$tmp/$s-psgraph" train digits-mlp.yaml --trainers 2 --pservers 2 --steps 3000 2>/dev/null | steps) >>"$tmp/$s.digits"
+    (cd examples && "$tmp/$s-psgraph" train digits-mlp.yaml --trainers 2 --pservers 2 --steps "$digits_steps" 2>/dev/null | steps) >>"$tmp/$s.digits"
   done
-  torch bench/digits_rpc_torch.py examples/data/digits.csv --steps 2000 2>/dev/null | steps >>"$tmp/rpc" || true
+  torch bench/digits_rpc_torch.py examples/data/digits.csv --steps "$rpc_steps" 2>/dev/null | steps >>"$tmp/rpc" || true
   if [ "$zoo" != 0 ]; then
     for m in dlrm dcn-v2 deepfm; do
       best=0
       for t in 1 2; do
         for f in "" --fused; do
-          v=$(torch bench/zoo_torch.py speed "$m" "$tmp/zoo-train.tsv" --rows 20000 --steps 400 --threads $t $f --cache 2>/dev/null | steps)
+          v=$(torch bench/zoo_torch.py speed "$m" "$tmp/zoo-train.tsv" --rows 20000 --steps "$torch_steps" --threads $t $f --cache 2>/dev/null | steps)
           best=$(awk -v a="$best" -v b="${v:-0}" 'BEGIN {print (b > a) ? b : a}')
         done
       done
       echo "$best" >>"$tmp/torch-$m"
       for s in "${sides[@]}"; do
-        "$tmp/$s-psgraph" train "$tmp/$m.yaml" --trainers 2 --pservers 2 --steps 600 2>/dev/null | steps >>"$tmp/$s.$m"
+        "$tmp/$s-psgraph" train "$tmp/$m.yaml" --trainers 2 --pservers 2 --steps "$zoo_steps" 2>/dev/null | steps >>"$tmp/$s.$m"
       done
     done
   fi
