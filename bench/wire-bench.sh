@@ -18,13 +18,16 @@
 #     (bench/zoo_torch.py speed: 1 or 2 threads, per field or fused;
 #     OPENBLAS_NUM_THREADS=1, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
 #     for the PyTorch commands alone). ZOO=0 skips them.
+# PARTS picks the figures (default "transport digits zoo": the transport
+# benchmarks, the digits job, the zoo jobs) and MODELS the zoo's models
+# (default "dlrm dcn-v2 deepfm"); figures not run print null.
 # SHORT=1 runs every figure briefly (a check that the script works end to
 # end, not a measurement): short benchmarks, fewer steps, a smaller zoo
 # file.
 # OLD_TREE is built from a copy with this tree's transport benchmarks
 # (bench_test.go, pscpu_bench_test.go: they use only the transport's
 # API), so both sides run the same benchmark code.
-#   bash bench/wire-bench.sh [--against OLD_TREE] [RUNS] [OUT.json]
+#   [PARTS=...] [MODELS=...] [SHORT=1] bash bench/wire-bench.sh [--against OLD_TREE] [RUNS] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -57,7 +60,10 @@ metric() { # FILE BENCH METRIC
 }
 steps() { sed -n 's/.*"steps_per_s": *\([0-9.e+]*\).*/\1/p' | tail -1 | awk '{printf "%.1f\n", $1}'; }
 torch() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$@"; }
+parts=" ${PARTS:-transport digits zoo} " models=${MODELS:-dlrm dcn-v2 deepfm}
+part() { [[ "$parts" == *" $1 "* ]]; }
 zoo=${ZOO:-1}
+part zoo || zoo=0
 # the sizes of a measurement, or of a SHORT check
 benchtime=1s digits_steps=3000 rpc_steps=2000 zoo_rows=1100000 zoo_steps=600 torch_steps=400
 if [ "${SHORT:-0}" != 0 ]; then
@@ -68,25 +74,31 @@ if [ "$zoo" != 0 ]; then
   head -n $((zoo_rows / 11 * 10)) "$tmp/zoo.tsv" >"$tmp/zoo-train.tsv"
   tail -n $((zoo_rows / 11)) "$tmp/zoo.tsv" >"$tmp/zoo-eval.tsv"
   rm "$tmp/zoo.tsv"
-  for m in dlrm dcn-v2 deepfm; do sed "s#data/zoo-#$tmp/zoo-#" "examples/$m.yaml" >"$tmp/$m.yaml"; done
+  for m in $models; do sed "s#data/zoo-#$tmp/zoo-#" "examples/$m.yaml" >"$tmp/$m.yaml"; done
 fi
 for r in $(seq "$runs"); do
   echo "wire-bench: round $r of $runs ($(cut -d' ' -f1-3 /proc/loadavg) load) ..." >&2
   for s in "${sides[@]}"; do
-    "$tmp/$s-transport.test" -test.run '^$' -test.bench 'BenchmarkPServerCPU|BenchmarkTensor64MiB$|BenchmarkRoundTrip64B$' -test.count 1 -test.benchtime "$benchtime" >"$tmp/b.txt" 2>&1 || true
-    metric "$tmp/b.txt" BenchmarkPServerCPU/digits ps-cpu-us/msg >>"$tmp/$s.cpu-digits"
-    metric "$tmp/b.txt" BenchmarkPServerCPU/dlrm ps-cpu-us/msg >>"$tmp/$s.cpu-dlrm"
-    metric "$tmp/b.txt" BenchmarkTensor64MiB MB/s >>"$tmp/$s.t64"
-    metric "$tmp/b.txt" BenchmarkTensor64MiB raw-MB/s >>"$tmp/$s.raw64"
-    metric "$tmp/b.txt" BenchmarkTensor64MiB x-raw >>"$tmp/$s.x64"
-    metric "$tmp/b.txt" BenchmarkRoundTrip64B us/rt >>"$tmp/$s.rtt"
-    metric "$tmp/b.txt" BenchmarkRoundTrip64B raw-us/rt >>"$tmp/$s.rawrtt"
-    metric "$tmp/b.txt" BenchmarkRoundTrip64B x-raw >>"$tmp/$s.xrtt"
-    (cd examples && "$tmp/$s-psgraph" train digits-mlp.yaml --trainers 2 --pservers 2 --steps "$digits_steps" 2>/dev/null | steps) >>"$tmp/$s.digits"
+    if part transport; then
+      "$tmp/$s-transport.test" -test.run '^$' -test.bench 'BenchmarkPServerCPU|BenchmarkTensor64MiB$|BenchmarkRoundTrip64B$' -test.count 1 -test.benchtime "$benchtime" >"$tmp/b.txt" 2>&1 || true
+      metric "$tmp/b.txt" BenchmarkPServerCPU/digits ps-cpu-us/msg >>"$tmp/$s.cpu-digits"
+      metric "$tmp/b.txt" BenchmarkPServerCPU/dlrm ps-cpu-us/msg >>"$tmp/$s.cpu-dlrm"
+      metric "$tmp/b.txt" BenchmarkTensor64MiB MB/s >>"$tmp/$s.t64"
+      metric "$tmp/b.txt" BenchmarkTensor64MiB raw-MB/s >>"$tmp/$s.raw64"
+      metric "$tmp/b.txt" BenchmarkTensor64MiB x-raw >>"$tmp/$s.x64"
+      metric "$tmp/b.txt" BenchmarkRoundTrip64B us/rt >>"$tmp/$s.rtt"
+      metric "$tmp/b.txt" BenchmarkRoundTrip64B raw-us/rt >>"$tmp/$s.rawrtt"
+      metric "$tmp/b.txt" BenchmarkRoundTrip64B x-raw >>"$tmp/$s.xrtt"
+    fi
+    if part digits; then
+      (cd examples && "$tmp/$s-psgraph" train digits-mlp.yaml --trainers 2 --pservers 2 --steps "$digits_steps" 2>/dev/null | steps) >>"$tmp/$s.digits"
+    fi
   done
-  torch bench/digits_rpc_torch.py examples/data/digits.csv --steps "$rpc_steps" 2>/dev/null | steps >>"$tmp/rpc" || true
+  if part digits; then
+    torch bench/digits_rpc_torch.py examples/data/digits.csv --steps "$rpc_steps" 2>/dev/null | steps >>"$tmp/rpc" || true
+  fi
   if [ "$zoo" != 0 ]; then
-    for m in dlrm dcn-v2 deepfm; do
+    for m in $models; do
       best=0
       for t in 1 2; do
         for f in "" --fused; do

@@ -334,7 +334,7 @@ func parseResume(b []byte) ([]resumePoint, error) {
 }
 
 // readPreamble reads a stream's first bytes: the length of the transfer
-// name (0: the control stream) and the name.
+// name (0: the message stream) and the name.
 func readPreamble(r io.Reader) (string, error) {
 	var l [1]byte
 	if _, err := io.ReadFull(r, l[:]); err != nil {
