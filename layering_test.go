@@ -72,7 +72,7 @@ func TestModelfileImportsNoTransportNorMetrics(t *testing.T) {
 // pserver loops, say, meet only in exec/job. A new package must be given
 // its layer here, with the one job it does in its doc.go.
 var layers = [][]string{
-	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/replicate", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/halt", "exec/replicate", "exec/data/criteo", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors"},
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},
@@ -114,12 +114,12 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// The restart protocol's decisions (exec/rejoin) and a serving replica's
-// (exec/replicate) are pure: the packages import only the standard
-// library, so nothing in them can do I/O on the job's behalf or block on
-// a peer.
+// The decisions of the restart protocol (exec/rejoin), of the stop
+// protocol (exec/halt) and of a serving replica (exec/replicate) are pure:
+// the packages import only the standard library, so nothing in them can
+// do I/O on the job's behalf or block on a peer.
 func TestRejoinImportsOnlyTheStandardLibrary(t *testing.T) {
-	for _, pkg := range []string{"exec/rejoin", "exec/replicate"} {
+	for _, pkg := range []string{"exec/rejoin", "exec/halt", "exec/replicate"} {
 		_, p := depsOf(t, pkg)
 		for _, d := range p.Deps {
 			if strings.Contains(strings.SplitN(d, "/", 2)[0], ".") {

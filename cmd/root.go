@@ -12,12 +12,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/exec/node"
 )
 
@@ -35,9 +37,45 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // Main runs the command line and returns the exit code: 0 on success, 1 for
 // bad input or a failed run, 2 for usage errors.
+//
+// The first SIGTERM or SIGINT ends the command's context: most commands
+// stop at once, and a run of an online source finishes its step (a split
+// job the step its trainers agree on), checkpoints and exits 0. A second
+// one ends the hard context too (hardContext), which such a run works
+// under: it stops at once (exit 1; checkpoints are written whole or not
+// at all), and psgraph exits if it has not within hardExit.
 func Main(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	launch.SignalReady() // to a psgraph train that passes its signal on
+	hard, kill := context.WithCancel(context.Background())
+	defer kill()
+	ctx, stop := context.WithCancel(context.WithValue(hard, hardKey{}, hard))
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sigs:
+			stop()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "psgraph: a second %v: stopping at once\n", s)
+			kill()
+		case <-done:
+			return
+		}
+		select {
+		case <-time.After(hardExit):
+			fmt.Fprintf(stderr, "psgraph: still running %v after the second signal: exiting\n", hardExit)
+			os.Exit(1)
+		case <-done:
+		}
+	}()
 	root := NewRootCmd(stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -52,6 +90,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 1
+}
+
+// hardKey keys the hard context in a command's context (Main).
+type hardKey struct{}
+
+// hardExit is how long psgraph waits for a command to stop after the
+// second signal before it exits.
+const hardExit = 10 * time.Second
+
+// hardContext is the context a command that stops gracefully on the
+// first signal works under: it ends at the second (Main), never at the
+// first.
+func hardContext(ctx context.Context) context.Context {
+	if h, ok := ctx.Value(hardKey{}).(context.Context); ok {
+		return h
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // NewRootCmd builds the command tree.

@@ -253,7 +253,9 @@ func (o *runOptions) runLocal(c *cobra.Command, file string) error {
 		return err
 	}
 	defer prom.Close()
-	sum, err := trainer.Train(c.Context(), g, trainer.RunOptions{
+	// An online source's run stops after its step at the first signal
+	// (Stop), at once at the second (the hard context).
+	sum, err := trainer.Train(hardContext(c.Context()), g, trainer.RunOptions{
 		Role: o.role, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save,
 		Metrics: o.metrics, LogEvery: o.log.every, Log: log, Checkpoint: ck, Prom: prom.Node(),
 		FinalPass: finalPass(c), Stop: c.Context().Done(),
@@ -318,7 +320,9 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 	if n.pservers != "" {
 		pservers = strings.Split(n.pservers, ",")
 	}
-	sum, err := node.Run(c.Context(), node.Options{
+	// A job reading an online source stops at a step its trainers agree
+	// on when asked (Stop), at once at a second signal (node.Run).
+	sum, err := node.Run(hardContext(c.Context()), node.Options{
 		Role: o.role, Index: n.index, Plan: n.plan,
 		Listen: n.listen, PServers: pservers, Token: token, Insecure: n.insecure,
 		TLSCert: n.tlsCert, TLSKey: n.tlsKey, TLSCA: n.tlsCA,
@@ -326,6 +330,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
 		LogEvery: o.log.every, Log: log, Prom: prom.Node(), FinalPass: finalPass(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, ResumeStep: o.ck.resumeStep, StartStep: o.ck.startStep,
+		Stop: c.Context().Done(),
 	})
 	if err != nil {
 		return err

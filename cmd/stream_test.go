@@ -80,12 +80,10 @@ func lastStep(p *proc) int {
 	return n
 }
 
-// killAt waits until p logged step >= step and kills it with SIGKILL; it
-// fails the test if p ended first.
-func killAt(t *testing.T, p *proc, step int) int {
+// waitStep waits until p logged a step >= step, failing if p ended first.
+func waitStep(t *testing.T, p *proc, step int) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for lastStep(p) < step {
+	for deadline := time.Now().Add(90 * time.Second); lastStep(p) < step; {
 		select {
 		case err := <-p.done:
 			p.done <- err
@@ -97,6 +95,13 @@ func killAt(t *testing.T, p *proc, step int) int {
 		}
 		time.Sleep(time.Millisecond) // polling a growing log
 	}
+}
+
+// killAt waits until p logged step >= step and kills it with SIGKILL; it
+// fails the test if p ended first.
+func killAt(t *testing.T, p *proc, step int) int {
+	t.Helper()
+	waitStep(t, p, step)
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	err := <-p.done
 	p.done <- err
@@ -139,17 +144,42 @@ func sameModel(t *testing.T, want, got string) {
 	}
 }
 
+// windowOf is what a summary says of the progressive validation: the
+// windowed loss and metrics, the window's rows and the records read.
+func windowOf(t *testing.T, r result) string {
+	t.Helper()
+	var sum map[string]any
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("summary: %v\n%s", err, r.stdout)
+	}
+	st, _ := sum["stream"].(map[string]any)
+	// the last progress line of the local run or trainer 0, at full precision
+	last := ""
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.Contains(l, `"message":"train"`) && (strings.Contains(l, `"role":"local"`) || strings.Contains(l, `"role":"trainer-0"`)) {
+			last = strings.Join(windowField.FindAllString(l, -1), " ")
+		}
+	}
+	return fmt.Sprintf("loss %v auc %v window_rows %v records %v; last progress line %s", sum["loss"], sum["auc"], st["window_rows"], st["records"], last)
+}
+
+var windowField = regexp.MustCompile(`"window_[a-z]+":[^,}]+`)
+
 // killedAndResumed runs args (a local run or a train job, which must
 // write --save to the file named by save) undisturbed, then again in a
 // fresh checkpoint directory killed with SIGKILL at each of the steps
 // and resumed with the same command line, and checks that the resumed
-// run ends with the undisturbed run's model, bit for bit.
+// run ends with the undisturbed run's model, bit for bit, and reports
+// the undisturbed run's progressive validation: the window comes back
+// from each checkpoint.
 func killedAndResumed(t *testing.T, dir, stdin string, kills []int, args func(save, ck string) []string) {
 	t.Helper()
 	ref := filepath.Join(dir, "undisturbed.safetensors")
 	p := streamRun(t, "undisturbed", stdin, args(ref, filepath.Join(dir, "ck-undisturbed"))...)
-	if r := p.wait(t, 3*time.Minute); r.code != 0 {
-		t.Fatalf("undisturbed run: exit %d\n%s", r.code, r.stderr)
+	undisturbed := p.wait(t, 3*time.Minute)
+	if undisturbed.code != 0 {
+		t.Fatalf("undisturbed run: exit %d\n%s", undisturbed.code, undisturbed.stderr)
 	}
 	ck := filepath.Join(dir, "ck")
 	got := filepath.Join(dir, "resumed.safetensors")
@@ -168,6 +198,9 @@ func killedAndResumed(t *testing.T, dir, stdin string, kills []int, args func(sa
 	}
 	t.Logf("killed after steps %v (targets %v)", at, kills)
 	sameModel(t, ref, got)
+	if a, b := windowOf(t, undisturbed), windowOf(t, r); a != b {
+		t.Errorf("the resumed run's progressive validation is %s, the undisturbed run's %s", b, a)
+	}
 }
 
 // A local run reading standard input, killed with SIGKILL five times at
@@ -260,14 +293,18 @@ func topic(t *testing.T, file string, partitions int32) string {
 // A local run reading a Kafka topic of two partitions, killed with
 // SIGKILL five times at random steps and resumed from its checkpoint
 // each time, ends bitwise where the undisturbed run ends: with sgd, and
-// with adagrad (whose accumulators come back from the checkpoint too).
+// with adagrad (whose accumulators come back from the checkpoint too);
+// its progressive validation over the last 1000 rows (16 batches) is the
+// undisturbed run's too.
 func TestStreamKafkaKilledResumesBitwise(t *testing.T) {
 	for _, opt := range []string{"sgd", "adagrad"} {
 		t.Run(opt, func(t *testing.T) {
 			dir := t.TempDir()
 			rows := genRows(t, dir, 12000)
 			addr := topic(t, rows, 2)
-			model := streamModel(t, dir, fmt.Sprintf("kafka: {brokers: [%q], topic: clicks, start: earliest}", addr), "normalize: standard\n  normalize_rows: 500", opt)
+			// a window of 16 batches: it wraps many times, and comes back
+			// from each checkpoint in its ring's order
+			model := streamModel(t, dir, fmt.Sprintf("kafka: {brokers: [%q], topic: clicks, start: earliest}\n  metrics_window: 1000", addr), "normalize: standard\n  normalize_rows: 500", opt)
 			killedAndResumed(t, dir, "", killTargets(3, 5, 3, 180), func(save, ck string) []string {
 				return []string{"run", "--role", "local", model, "--steps", "185", "--save", save, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--log-every", "1", "--log-format", "json"}
 			})

@@ -39,7 +39,10 @@ private temporary directory (free loopback TCP ports with --tcp), starts
 every pserver and trainer as a child process of this binary, prefixes
 their log lines with the role, and prints trainer 0's JSON summary last.
 If a child fails the others are stopped and train exits non-zero with that
-child's error; Ctrl-C stops them all. The children share a freshly
+child's error; Ctrl-C stops them all. A job reading an online source stops
+instead at a step its trainers agree on: SIGTERM or Ctrl-C is passed on to
+every child, each checkpoints that step and ends, and train prints the
+summary and exits 0 (a second signal stops everything at once). The children share a freshly
 generated token, a share of the cores (GOMAXPROCS) and a GODEBUG that
 keeps the Go runtime's sysmon from parking at every idle moment of a
 step (docs/performance.md).`,
@@ -166,7 +169,14 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 			fmt.Fprintf(c.ErrOrStderr(), "the job is done; replica-0 serves its last step at http://%s/v2/models/%s until train is interrupted\n", o.serve, g.Name)
 		}
 	}
-	res, err := launch.Run(c.Context(), children, lopt)
+	ctx := c.Context()
+	if plan.Trainer.Data.IsOnline() {
+		// Asked to stop, the job stops at a step its trainers agree on,
+		// checkpoints it and ends: every child gets the signal and ends
+		// by itself. A second signal stops them at once.
+		ctx, lopt.Stop = hardContext(ctx), ctx.Done()
+	}
+	res, err := launch.Run(ctx, children, lopt)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/cmd/internal/viz"
+	"github.com/psgraph/psgraph/exec/blas"
 )
 
 func TestVizCommand(t *testing.T) {
@@ -104,7 +105,7 @@ func TestK8sCommand(t *testing.T) {
 
 func TestVersionAndCompletion(t *testing.T) {
 	r := psgraph(t, "version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "psgraph dev (go") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "psgraph dev (go") || !strings.HasSuffix(r.stdout, "; kernels "+blas.VecName()+", gemm "+blas.Name()+")\n") {
 		t.Errorf("version: exit %d, %q", r.code, r.stdout)
 	}
 	for _, sh := range []string{"bash", "zsh", "fish", "powershell"} {

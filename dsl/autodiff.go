@@ -253,6 +253,7 @@ type expansion struct {
 	ops     []*Op
 	vars    []*Var
 	assigns []Assign
+	params  int // how many parameters it expands: room for their assigns
 }
 
 func (x *expansion) apply(g *Graph) {
@@ -276,6 +277,10 @@ func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansio
 		return x, err
 	}
 	byOpt := map[*Optimizer]*templateExpansion{}
+	// One map of bindings and one of assign targets serve every parameter
+	// in turn (an expansion keeps neither): 66k parameters made 132k maps.
+	bind, target := map[string]string{}, map[string]string{}
+	x.params = len(params)
 	for _, p := range params {
 		o := g.OptimizerOf(p)
 		if o == nil {
@@ -287,11 +292,13 @@ func (g *Graph) optimizerOps(params []string, sparse map[string]bool) (*expansio
 			te = newTemplateExpansion(o, &errs)
 			byOpt[o] = te
 		}
-		bind := map[string]string{"$grad": GradName(p)}
+		clear(bind)
+		clear(target)
+		bind["$grad"] = GradName(p)
 		if c, ok := clipped[p]; ok {
 			bind["$grad"] = c
 		}
-		if err := te.expand(g, x, p, sparse[p], bind); err != nil {
+		if err := te.expand(g, x, p, sparse[p], bind, target); err != nil {
 			return x, err
 		}
 	}
@@ -339,8 +346,8 @@ func newTemplateExpansion(o *Optimizer, errs *ErrorList) *templateExpansion {
 }
 
 // expand adds parameter p's update to x: sparse when p's gradient is a
-// row gradient; bind holds $grad.
-func (te *templateExpansion) expand(g *Graph, x *expansion, p string, sparse bool, bind map[string]string) error {
+// row gradient; bind holds $grad, target is empty (both are filled for p).
+func (te *templateExpansion) expand(g *Graph, x *expansion, p string, sparse bool, bind, target map[string]string) error {
 	fi, form := 0, &te.dense
 	if sparse && te.o.Tmpl.Sparse != nil {
 		fi, form = 1, te.o.Tmpl.Sparse
@@ -348,7 +355,10 @@ func (te *templateExpansion) expand(g *Graph, x *expansion, p string, sparse boo
 	if te.attrs[fi] == nil {
 		te.attrs[fi] = make([]ops.Attrs, len(form.Update))
 	}
-	pe := &paramExpansion{te: te, g: g, x: x, p: p, pv: g.Vars[p], bind: bind, first: !te.seen[fi]}
+	pe := &paramExpansion{te: te, g: g, x: x, p: p, pv: g.Vars[p], bind: bind, target: target, first: !te.seen[fi]}
+	if x.assigns == nil {
+		x.assigns = make([]Assign, 0, x.params*len(form.Assign))
+	}
 	pe.state(sparse)
 	if err := pe.prelude(); err != nil {
 		return err
@@ -394,7 +404,7 @@ func (pe *paramExpansion) mark(op *Op) *Op {
 func (pe *paramExpansion) state(sparse bool) {
 	o, p, pv := pe.te.o, pe.p, pe.pv
 	pe.bind["$param"] = p
-	pe.target = map[string]string{"$param": p}
+	pe.target["$param"] = p
 	var gather [][2]string
 	if sparse {
 		pe.bind["$param"] = p + "@param.rows"
@@ -479,13 +489,19 @@ func (pe *paramExpansion) local(n string, pos Pos) string {
 // the ops' decoded attributes, shared by every parameter.
 func (pe *paramExpansion) update(form *TemplateUpdate, tmplAttrs []ops.Attrs) {
 	o := pe.te.o
-	d := &decoder{}
+	var d decoder
 	scaled := false
 	for ti, top := range form.Update {
 		def, _ := ops.Lookup(top.Type)
 		op := &Op{Type: top.Type, Section: Optimize, Param: pe.p, Place: pe.pv.Place, Pos: top.Pos}
+		if len(top.Inputs) > 0 {
+			op.Inputs = make([]string, 0, len(top.Inputs)+1) // one more for a scheduled rate
+		}
 		for _, in := range top.Inputs {
 			op.Inputs = append(op.Inputs, pe.local(in, top.Pos))
+		}
+		if len(top.Outputs) > 0 {
+			op.Outputs = make([]string, 0, len(top.Outputs))
 		}
 		for _, out := range top.Outputs {
 			op.Outputs = append(op.Outputs, pe.local(out, top.Pos))

@@ -210,11 +210,19 @@ func (g *Graph) DynamicParams() []string {
 // table of lookup_table or embedding_bag (and their gradients and the
 // optimizer's row gathers, which expansion adds).
 func (g *Graph) checkDynamicReaders() ErrorList {
+	dynamic := map[string]bool{}
+	for name, v := range g.Vars {
+		if v.IsDynamic() {
+			dynamic[name] = true
+		}
+	}
+	if len(dynamic) == 0 {
+		return nil // most models: no lookup per input of every op
+	}
 	var errs ErrorList
 	for _, op := range g.Ops {
 		for i, in := range op.Inputs {
-			v := g.Vars[in]
-			if !v.IsDynamic() {
+			if !dynamic[in] {
 				continue
 			}
 			def, _ := ops.Lookup(op.Type)

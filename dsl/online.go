@@ -57,8 +57,16 @@ type Kafka struct {
 	StartTime time.Time
 	TLS       *KafkaTLS  // nil: plaintext
 	SASL      *KafkaSASL // nil: none
+	// IdleAfter is how long a partition may have no message while
+	// another has some before its turns of the round robin are passed
+	// over (idle_after; DefaultIdleAfter unless given; 0: never, the
+	// strict order whatever the partitions hold).
+	IdleAfter time.Duration
 	Pos       Pos
 }
+
+// DefaultIdleAfter is data.kafka.idle_after when not given.
+const DefaultIdleAfter = 10 * time.Second
 
 // KafkaTLS is the TLS of a kafka source's connections.
 type KafkaTLS struct {
@@ -97,7 +105,7 @@ func (o *Online) Source(csv string) string {
 }
 
 var (
-	kafkaKeys = []string{"brokers", "topic", "client_id", "start", "tls", "sasl"}
+	kafkaKeys = []string{"brokers", "topic", "client_id", "start", "tls", "sasl", "idle_after"}
 	tlsKeys   = []string{"ca", "cert", "key", "server_name", "insecure_skip_verify"}
 	saslKeys  = []string{"mechanism", "user", "password_env"}
 )
@@ -246,7 +254,7 @@ func (d *decoder) checkOnlineTrain(g *Graph) {
 
 // kafka decodes data.kafka.
 func (d *decoder) kafka(n *yaml.Node, dir string) *Kafka {
-	k := &Kafka{Pos: d.pos(n), Start: "latest"}
+	k := &Kafka{Pos: d.pos(n), Start: "latest", IdleAfter: DefaultIdleAfter}
 	ok := d.fields(n, "data.kafka", kafkaKeys, func(key string, kn, v *yaml.Node) {
 		switch key {
 		case "brokers":
@@ -281,6 +289,21 @@ func (d *decoder) kafka(n *yaml.Node, dir string) *Kafka {
 				}
 				k.Start, k.StartTime = s, t
 			}
+		case "idle_after":
+			s, ok := d.str(v, "data.kafka.idle_after")
+			if !ok {
+				return
+			}
+			if s == "never" {
+				k.IdleAfter = 0
+				return
+			}
+			t, err := time.ParseDuration(s)
+			if err != nil || t <= 0 {
+				d.errorf(v, "data.kafka.idle_after %q is not a positive duration (10s, 2m) or never: how long a partition may have no message while others have some before its turns are passed over", s)
+				return
+			}
+			k.IdleAfter = t
 		case "tls":
 			k.TLS = d.kafkaTLS(v, dir)
 		case "sasl":
@@ -378,6 +401,13 @@ func writeOnlineSource(b *bytes.Buffer, g *Graph) {
 		fmt.Fprintf(b, "  kafka: {brokers: [%s], topic: %s, start: %s", strings.Join(bs, ", "), YAMLString(k.Topic), YAMLString(k.Start))
 		if k.ClientID != "" {
 			fmt.Fprintf(b, ", client_id: %s", YAMLString(k.ClientID))
+		}
+		switch {
+		case k.IdleAfter == DefaultIdleAfter:
+		case k.IdleAfter <= 0:
+			b.WriteString(", idle_after: never")
+		default:
+			fmt.Fprintf(b, ", idle_after: %s", k.IdleAfter)
 		}
 		if t := k.TLS; t != nil {
 			b.WriteString(", tls: {")

@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 // An online data section survives Marshal and Parse: the kafka source
@@ -33,6 +35,8 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 		`  kafka: {brokers: ["127.0.0.1:9092", "h:9093"], topic: clicks, client_id: me, start: "2024-05-01T00:00:00Z", tls: {ca: ca.pem, server_name: kafka}, sasl: {mechanism: scram-sha-512, user: u, password_env: PW}}
   on_bad_row: skip
   metrics_window: 5000`,
+		`  kafka: {brokers: ["k:9092"], topic: clicks, start: earliest, idle_after: never}`,
+		`  kafka: {brokers: ["k:9092"], topic: clicks, idle_after: 250ms}`,
 		`  csv: "-"
   normalize: standard
   normalize_rows: 100`,
@@ -64,6 +68,18 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 				t.Errorf("kafka %+v became %+v\n%s", ka, kb, out)
 			}
 			a.Kafka, b.Kafka = nil, nil
+		}
+		if k := g.Data.Online.Kafka; k != nil {
+			want := DefaultIdleAfter
+			switch {
+			case strings.Contains(src, "never"):
+				want = 0
+			case strings.Contains(src, "250ms"):
+				want = 250 * time.Millisecond
+			}
+			if k.IdleAfter != want {
+				t.Errorf("%s: idle_after %v, want %v", src, k.IdleAfter, want)
+			}
 		}
 		if !reflect.DeepEqual(a, b) || g.Data.CSV != h.Data.CSV {
 			t.Errorf("%+v (%s) became %+v (%s)\n%s", a, g.Data.CSV, b, h.Data.CSV, out)

@@ -1,7 +1,6 @@
 package dsl
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,7 +91,13 @@ type Transfer struct {
 // nil infers them if a transfer's size needs them (a table's, or a
 // variable sent that the graph does not declare).
 func (g *Graph) Transfers(batch int, types map[string]ops.Type) ([]Transfer, error) {
-	var out []Transfer
+	n := 0
+	for _, op := range g.Ops {
+		if isTransferOp(op.Type) {
+			n++
+		}
+	}
+	out := make([]Transfer, 0, n) // one each, but a sharded table's ops
 	var inferErr error
 	typeOf := func(name string) (ops.Type, bool) {
 		if types == nil && inferErr == nil {
@@ -102,26 +107,33 @@ func (g *Graph) Transfers(batch int, types map[string]ops.Type) ([]Transfer, err
 		return t, ok
 	}
 	for _, op := range g.Ops {
-		switch op.Type {
-		case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows",
-			"fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
-		default:
+		if !isTransferOp(op.Type) {
 			continue
 		}
-		ts, err := transfersOf(g, op, batch, typeOf)
+		var err error
+		out, err = transfersOf(out, g, op, batch, typeOf)
 		if inferErr != nil {
 			return nil, inferErr
 		}
 		if err != nil {
 			return nil, Errorf(op.Pos, "%s: %v", op.Type, err)
 		}
-		out = append(out, ts...)
 	}
 	return out, nil
 }
 
-// transfersOf is the transfers of one communication op.
-func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, bool)) ([]Transfer, error) {
+// isTransferOp reports whether ops of type typ send or receive.
+func isTransferOp(typ string) bool {
+	switch typ {
+	case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows",
+		"fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
+		return true
+	}
+	return false
+}
+
+// transfersOf appends the transfers of one communication op to dst.
+func transfersOf(dst []Transfer, g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, bool)) ([]Transfer, error) {
 	v := op.Attrs.String("var")
 	shapeAttr := func() (ir.Shape, ir.DType, error) {
 		s := ir.Shape(op.Attrs.Ints("shape")).Clone()
@@ -157,11 +169,16 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 		t := Transfer{Var: v, Kind: kind, Peer: to, DType: ir.F32, Initial: op.Attrs.String("initial"), Op: op}
 		if d := g.Vars[op.Inputs[0]]; d != nil {
 			t.DType, t.Shape = d.DType, d.Shape.Clone()
+		} else if d := g.Vars[v]; d != nil && kind == ParamTransfer {
+			// a pserver's updated parameter (block): the parameter's
+			// type, which its assign keeps, without inferring the
+			// whole graph's types (split lists every pserver's sends)
+			t.DType, t.Shape = d.DType, d.Shape.Clone()
 		} else if ty, ok := typeOf(op.Inputs[0]); ok {
 			t.DType, t.Shape = ty.DType, ty.Shape.Clone()
 		}
 		t.Bytes = t.DType.Size() * t.Shape.Numel()
-		return []Transfer{t}, nil
+		return append(dst, t), nil
 	case "recv", "accumulate":
 		s, dt, _ := shapeAttr()
 		t := Transfer{Var: v, Kind: ParamTransfer, Recv: true, DType: dt, Shape: s, Bytes: dt.Size() * s.Numel(), Op: op}
@@ -170,7 +187,7 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 			if ops.IsClipFactor(v) {
 				t.Kind = ClipFactorTransfer
 			}
-			return []Transfer{t}, nil
+			return append(dst, t), nil
 		}
 		from, err := peer("from")
 		if err != nil {
@@ -183,7 +200,7 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 		case ops.IsClipFactor(v):
 			t.Kind = ClipFactorTransfer
 		}
-		return []Transfer{t}, nil
+		return append(dst, t), nil
 	case "fetch_rows", "send_rows":
 		rows, d, dyn, err := tableRows(op, typeOf)
 		if err != nil {
@@ -191,7 +208,7 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 		}
 		m := op.Attrs.Int("shards")
 		ids, grad := idsPayload(rows, d, dyn)
-		out := make([]Transfer, 0, 2*m)
+		out := dst
 		for s := range m {
 			p := ir.PServer(s)
 			if op.Type == "send_rows" {
@@ -212,12 +229,12 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 		}
 		ids, _ := idsPayload(rows, d, dyn)
 		every := ir.Node{Role: ir.TrainerRole, Index: -1}
-		return []Transfer{
-			{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Recv: true, Peer: every, DType: ids.dt, Shape: ir.Shape{rows}, Bytes: ids.bytes, AtMost: true, Count: op.Attrs.Int("count"), Table: op.Inputs[0], Op: op},
-			{Var: ops.TableRows(v), Kind: TableRowsTransfer, Peer: every, DType: ir.F32, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * d, AtMost: true, Table: op.Inputs[0], Op: op},
-		}, nil
+		return append(dst,
+			Transfer{Var: ops.TableIDs(v), Kind: TableIDsTransfer, Recv: true, Peer: every, DType: ids.dt, Shape: ir.Shape{rows}, Bytes: ids.bytes, AtMost: true, Count: op.Attrs.Int("count"), Table: op.Inputs[0], Op: op},
+			Transfer{Var: ops.TableRows(v), Kind: TableRowsTransfer, Peer: every, DType: ir.F32, Shape: ir.Shape{rows, d}, Bytes: 4 * rows * d, AtMost: true, Table: op.Inputs[0], Op: op}), nil
 	case "fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
-		return bundleTransfers(g, op, typeOf)
+		bt, err := bundleTransfers(g, op, typeOf)
+		return append(dst, bt...), err
 	case "accumulate_rows":
 		rows, shape := op.Attrs.Int("max_rows"), op.Attrs.Ints("shape")
 		d := 0
@@ -225,10 +242,10 @@ func transfersOf(g *Graph, op *Op, batch int, typeOf func(string) (ops.Type, boo
 			d = shape[1]
 		}
 		_, grad := idsPayload(rows, d, len(shape) == 2 && shape[0] == ir.DynamicRows)
-		return []Transfer{{Var: v, Kind: TableGradTransfer, Recv: true, Peer: ir.Node{Role: ir.TrainerRole, Index: -1}, DType: ir.Rows,
-			Shape: ir.Shape{rows, d}, Bytes: grad, AtMost: true, Count: op.Attrs.Int("count"), Table: v, Op: op}}, nil
+		return append(dst, Transfer{Var: v, Kind: TableGradTransfer, Recv: true, Peer: ir.Node{Role: ir.TrainerRole, Index: -1}, DType: ir.Rows,
+			Shape: ir.Shape{rows, d}, Bytes: grad, AtMost: true, Count: op.Attrs.Int("count"), Table: v, Op: op}), nil
 	}
-	return nil, nil
+	return dst, nil
 }
 
 // idsPayload is the size of a table's request (its dtype and bytes) and
@@ -316,14 +333,6 @@ func Received(ts []Transfer) []Transfer {
 		}
 	}
 	return out
-}
-
-// SortTransfers orders transfers by name, then by peer (a table's shards
-// by pserver).
-func SortTransfers(ts []Transfer) {
-	slices.SortStableFunc(ts, func(a, b Transfer) int {
-		return cmp.Or(cmp.Compare(a.Var, b.Var), cmp.Compare(a.Peer.Index, b.Peer.Index))
-	})
 }
 
 // BundledTable is one table of a bundle's transfers: its name (the

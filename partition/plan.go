@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,33 +166,71 @@ type TransferInfo struct {
 
 // planTransfers lists every transfer of the job once, from its pserver's
 // end (each pserver's transfer table, dsl.Graph.Transfers), ordered by
-// name and a table's shards by pserver.
+// name, a table's shards by pserver, and transfers of one name and
+// pserver in their table's order.
 func planTransfers(pservers []*dsl.Graph, batch int) []TransferInfo {
-	var all []dsl.Transfer
+	each := make([][]TransferInfo, len(pservers))
+	n := 0
 	for j, g := range pservers {
 		ts, err := g.Transfers(batch, nil)
 		if err != nil {
 			panic(fmt.Sprintf("partition: the transfers of pserver %d's subgraph: %v", j, err)) // Split built it: a bug
 		}
-		for _, t := range ts {
-			t.Peer = ir.PServer(j) // the pserver's end: its peer is every trainer
-			all = append(all, t)
+		node := pserverNode(j) // the pserver's end: its peer is every trainer
+		list := make([]TransferInfo, len(ts))
+		for i, t := range ts {
+			dt := dtypeAttr(t.DType)
+			if t.DType == ir.Rows {
+				dt = "rows"
+			}
+			list[i] = TransferInfo{Var: t.Var, From: node, To: trainerNode, Shape: t.Shape.Clone(), DType: dt, AtMost: t.AtMost}
+			if t.Recv {
+				list[i].From, list[i].To = trainerNode, node
+			}
 		}
+		sortByVar(list)
+		each[j], n = list, n+len(list)
 	}
-	dsl.SortTransfers(all)
-	out := make([]TransferInfo, 0, len(all))
-	for _, t := range all {
-		dt := dtypeAttr(t.DType)
-		if t.DType == ir.Rows {
-			dt = "rows"
+	out := make([]TransferInfo, 0, n)
+	if len(each) > 16 { // many lists: concatenated in pserver order, sorted stably
+		for _, list := range each {
+			out = append(out, list...)
 		}
-		ti := TransferInfo{Var: t.Var, From: t.Peer.Attr(), To: trainerNode, Shape: t.Shape.Clone(), DType: dt, AtMost: t.AtMost}
-		if t.Recv {
-			ti.From, ti.To = trainerNode, t.Peer.Attr()
+		slices.SortStableFunc(out, func(a, b TransferInfo) int { return strings.Compare(a.Var, b.Var) })
+		return out
+	}
+	// Merge the pservers' sorted lists: the smallest name first, a tie to
+	// the lower pserver.
+	next := make([]int, len(each))
+	for len(out) < n {
+		best := -1
+		for j, list := range each {
+			if next[j] < len(list) && (best < 0 || list[next[j]].Var < each[best][next[best]].Var) {
+				best = j
+			}
 		}
-		out = append(out, ti)
+		out = append(out, each[best][next[best]])
+		next[best]++
 	}
 	return out
+}
+
+// sortByVar sorts a pserver's transfers by name, keeping the order of
+// equal names. They come nearly sorted (op order: each parameter's
+// gradient accumulate just before its send), so an insertion sort moves
+// little; one that would move a lot gives way to a stable sort.
+func sortByVar(list []TransferInfo) {
+	moves := 0
+	for i := 1; i < len(list); i++ {
+		j := i
+		for ; j > 0 && list[j].Var < list[j-1].Var; j-- {
+			list[j], list[j-1] = list[j-1], list[j]
+		}
+		if moves += i - j; moves > 4*len(list) {
+			slices.SortStableFunc(list, func(a, b TransferInfo) int { return strings.Compare(a.Var, b.Var) })
+			return
+		}
+	}
 }
 
 // HashSource returns the content hash recorded as source_sha256.

@@ -17,6 +17,7 @@ import (
 	"github.com/psgraph/psgraph/exec/program"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -902,4 +903,60 @@ func TestWriteMatchesFiles(t *testing.T) {
 	}
 	os.Remove(block)
 	same(written(), files2)
+}
+
+// plan.yaml lists the transfers by name, a name's pservers in order, and
+// holds exactly the transfers of every pserver's table: with few pservers
+// (their sorted lists merged) and with more than 16 (one stable sort).
+func TestPlanTransfersSortedByNameAndPServer(t *testing.T) {
+	for _, m := range []int{3, 20} {
+		g := deepMLP(t, 40)
+		p, err := Split(g, Options{Trainers: 2, PServers: m, MinBlockSize: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTransfers(t, p)
+		want := map[string]int{}
+		for j, pg := range p.PServers {
+			ts, err := pg.Transfers(g.Batch(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range ts {
+				want[fmt.Sprintf("%s@%d", tr.Var, j)]++
+			}
+		}
+		got, total := p.Info.Transfers, 0
+		for _, n := range want {
+			total += n
+		}
+		if len(got) != total {
+			t.Fatalf("%d pservers: %d transfers in the plan, the pservers' tables hold %d", m, len(got), total)
+		}
+		for i, tr := range got {
+			j := pserverOf(tr)
+			if want[fmt.Sprintf("%s@%d", tr.Var, j)]--; want[fmt.Sprintf("%s@%d", tr.Var, j)] < 0 {
+				t.Fatalf("%d pservers: %s of pserver %d listed once too often", m, tr.Var, j)
+			}
+			if i > 0 {
+				prev := got[i-1]
+				if prev.Var > tr.Var || prev.Var == tr.Var && pserverOf(prev) > j {
+					t.Fatalf("%d pservers: %s (pserver %d) after %s (pserver %d)", m, tr.Var, j, prev.Var, pserverOf(prev))
+				}
+			}
+		}
+	}
+}
+
+// pserverOf is the pserver end of a transfer of the plan.
+func pserverOf(tr TransferInfo) int {
+	node := tr.From
+	if node == trainerNode {
+		node = tr.To
+	}
+	n, err := ir.ParseAttr(node)
+	if err != nil {
+		panic(err)
+	}
+	return n.Index
 }

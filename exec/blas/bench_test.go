@@ -3,11 +3,12 @@ package blas
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
 // BenchmarkSgemm runs the hot shapes on every available kernel and on gonum
-// (generic) in the same run. Shapes are op(A) m x k times op(B) k x n.
+// (gonum, the reference) in the same run. Shapes are op(A) m x k times op(B) k x n.
 func BenchmarkSgemm(b *testing.B) {
 	shapes := []struct {
 		name    string
@@ -52,4 +53,60 @@ func BenchmarkSgemm(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkVec runs every element-wise kernel at the digits MLP's hidden
+// size (64 x 128, in L1) and the wide MLP's (256 x 2048, 2 MiB a slice),
+// on the path this build and CPU select, which the name carries (run
+// again with GODEBUG=cpu.avx512f=off for the AVX2 bodies on an AVX-512
+// machine, cpu.avx2=off or -tags purego for the Go bodies). Reports
+// nanoseconds per value and bytes moved per second.
+func BenchmarkVec(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, n := range []int{64 * 128, 256 * 2048} {
+		x, y, z := randSlice(r, n), randSlice(r, n), make([]float32, n)
+		for _, c := range vecCases {
+			if strings.Contains(c.name, "_by_") || (strings.HasPrefix(c.name, "scale_") && c.name != "scale_any") {
+				continue
+			}
+			in := [][]float32{x, y}[:c.ins]
+			b.Run(fmt.Sprintf("%s/%s/n=%d", c.name, VecName(), n), func(b *testing.B) {
+				b.SetBytes(int64(4 * n * (c.ins + 1)))
+				for b.Loop() {
+					c.run(in, z)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/value")
+			})
+		}
+		b.Run(fmt.Sprintf("exp_sub/%s/n=%d", VecName(), n), func(b *testing.B) {
+			for i := range x {
+				x[i] = -float32(i%1000) / 64
+			}
+			b.SetBytes(int64(8 * n))
+			for b.Loop() {
+				ExpSub(x, 0, z)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/value")
+		})
+	}
+}
+
+// BenchmarkFMAPeak is one core's float32 FMA peak on the vector path: 12
+// independent chains of 8-lane fused multiply-adds (2 FMA pipes x 4
+// cycles' latency need at least 8 in flight), the ceiling of every GEMM
+// figure (docs/performance.md compares the wide MLP's GEMMs to it times
+// the cores). It measures the clock the core actually runs at, which
+// /proc/cpuinfo's figure need not be.
+func BenchmarkFMAPeak(b *testing.B) {
+	if _, ok := fmaPeak(1); !ok {
+		b.Skip("no FMA vector path here")
+	}
+	const trips = 1 << 20
+	b.Run(VecName(), func(b *testing.B) {
+		flops := 0
+		for b.Loop() {
+			flops, _ = fmaPeak(trips)
+		}
+		b.ReportMetric(float64(flops)*trips*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
 }

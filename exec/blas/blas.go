@@ -3,8 +3,13 @@
 // Sgemm runs a packed, register-blocked GEMM with Go-assembly micro-kernels
 // (AVX-512 8x32 or AVX2+FMA 6x16, chosen at run time from the CPU features).
 // Without one (other architectures, the purego build tag, or an x86 CPU lacking
-// AVX2/FMA) it falls back to pure-Go gonum, which also serves as the reference
-// in tests.
+// AVX2/FMA) it runs a 4x4 micro-kernel in Go in the same loops. Pure-Go gonum
+// serves as the reference in tests.
+//
+// The element-wise kernels (vec.go: relu, add, exp, sigmoid, ...) have an
+// AVX-512 body (the oldest ones), an AVX2+FMA body (all) and a Go body
+// (all: the whole kernel on other architectures and with the purego tag,
+// the tail past the vector width elsewhere); VecName says which path runs.
 package blas
 
 import (
@@ -144,10 +149,10 @@ func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float
 	}
 }
 
-// Name reports the kernel in use: "avx512", "avx2" or "generic" (gonum).
+// Name reports the kernel in use: "avx512", "avx2" or "go".
 func Name() string {
 	if active == nil {
-		return "generic"
+		return "gonum" // never: the Go kernel is always there
 	}
 	return active.name
 }

@@ -2,12 +2,12 @@
 
 #include "textflag.h"
 
-// func expSubVec(x *float32, m float32, y *float32, n int) float32
+// func expSubAVX512(x *float32, m float32, y *float32, n int) float32
 // y[i] = exp(x[i] - m) for n values (a positive multiple of 16), and their
 // sum: v = max(x - m, -87.33654); k = round(v log2e); r = v - k ln2 (in
 // two parts); exp(r) = 1 + r + r² p(r), p Cephes' expf polynomial; times
 // 2^k by VSCALEFPS. A NaN in v stays NaN (the max returns it).
-TEXT ·expSubVec(SB), NOSPLIT, $0-36
+TEXT ·expSubAVX512(SB), NOSPLIT, $0-36
 	MOVQ x+0(FP), SI
 	VBROADCASTSS m+8(FP), Z1
 	MOVQ y+16(FP), DI

@@ -20,7 +20,8 @@ type kernel struct {
 var (
 	// kernels lists the micro-kernels this CPU can run, best first.
 	kernels []*kernel
-	// active is the kernel Sgemm uses; nil selects the portable gonum path.
+	// active is the kernel Sgemm uses (the Go one without an assembly one);
+	// nil selects gonum, the tests' reference.
 	active *kernel
 )
 

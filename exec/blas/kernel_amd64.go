@@ -24,15 +24,16 @@ func sgemmAVX512n16(k int, a *float32, ars, aks int, b *float32, bstride int, c 
 //go:noescape
 func sgemmAVX2(k int, a *float32, ars, aks int, b *float32, bstride int, c *float32, ldc int, alpha, beta float32)
 
-func init() {
+// platformKernels lists the assembly micro-kernels this CPU runs, best
+// first.
+func platformKernels() []*kernel {
+	var ks []*kernel
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL {
-		kernels = append(kernels, &kernel{name: "avx512", mr: 8, nr: 32, lanes: 32, fn: sgemmAVX512,
+		ks = append(ks, &kernel{name: "avx512", mr: 8, nr: 32, lanes: 32, fn: sgemmAVX512,
 			narrow: &kernel{name: "avx512", mr: 8, nr: 16, lanes: 32, fn: sgemmAVX512n16}})
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		kernels = append(kernels, &kernel{name: "avx2", mr: 6, nr: 16, lanes: 16, fn: sgemmAVX2})
+		ks = append(ks, &kernel{name: "avx2", mr: 6, nr: 16, lanes: 16, fn: sgemmAVX2})
 	}
-	if len(kernels) > 0 {
-		active = kernels[0]
-	}
+	return ks
 }

@@ -4,33 +4,290 @@ package blas
 
 import "golang.org/x/sys/cpu"
 
-var hasAVX512 = cpu.X86.HasAVX512F
+// The vector path of the element-wise kernels, chosen once at start from
+// the CPU's features. x/sys/cpu applies GODEBUG's cpu.* settings first, so
+// GODEBUG=cpu.avx512f=off runs the AVX2 bodies on an AVX-512 machine and
+// cpu.avx2=off the Go bodies (TestVecPathFollowsGODEBUG).
+var (
+	useAVX512 = cpu.X86.HasAVX512F
+	useAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+)
 
-// vecLen is the part of n the SIMD bodies handle.
-func vecLen(n int) int {
-	if !hasAVX512 {
-		return 0
+func vecName() string {
+	switch {
+	case useAVX512:
+		return "avx512"
+	case useAVX2:
+		return "avx2"
 	}
-	return n &^ 15
+	return "go"
 }
 
-//go:noescape
-func reluVec(x, y *float32, n int)
+// The dispatchers below run the widest body the CPU has on as much of
+// their slices as it takes (multiples of 16 values for the AVX-512 bodies,
+// then of 8 for the AVX2 ones) and return how many values they did; the
+// caller's Go body does the rest. Kernels without an AVX-512 body run
+// their AVX2 body on AVX-512 machines too.
+
+func reluVec(x, y []float32) int {
+	i := 0
+	if n := len(y) &^ 15; useAVX512 && n > 0 {
+		reluAVX512(&x[0], &y[0], n)
+		i = n
+	}
+	if n := (len(y) - i) &^ 7; useAVX2 && n > 0 {
+		reluAVX2(&x[i], &y[i], n)
+		i += n
+	}
+	return i
+}
+
+func reluGradVec(dy, y, dx []float32) int {
+	i := 0
+	if n := len(dx) &^ 15; useAVX512 && n > 0 {
+		reluGradAVX512(&dy[0], &y[0], &dx[0], n)
+		i = n
+	}
+	if n := (len(dx) - i) &^ 7; useAVX2 && n > 0 {
+		reluGradAVX2(&dy[i], &y[i], &dx[i], n)
+		i += n
+	}
+	return i
+}
+
+func addVec(x, y, z []float32) int {
+	i := 0
+	if n := len(z) &^ 15; useAVX512 && n > 0 {
+		addAVX512(&x[0], &y[0], &z[0], n)
+		i = n
+	}
+	if n := (len(z) - i) &^ 7; useAVX2 && n > 0 {
+		addAVX2(&x[i], &y[i], &z[i], n)
+		i += n
+	}
+	return i
+}
+
+func subVec(x, y, z []float32) int {
+	i := 0
+	if n := len(z) &^ 15; useAVX512 && n > 0 {
+		subAVX512(&x[0], &y[0], &z[0], n)
+		i = n
+	}
+	if n := (len(z) - i) &^ 7; useAVX2 && n > 0 {
+		subAVX2(&x[i], &y[i], &z[i], n)
+		i += n
+	}
+	return i
+}
+
+func mulVec(x, y, z []float32) int {
+	i := 0
+	if n := len(z) &^ 15; useAVX512 && n > 0 {
+		mulAVX512(&x[0], &y[0], &z[0], n)
+		i = n
+	}
+	if n := (len(z) - i) &^ 7; useAVX2 && n > 0 {
+		mulAVX2(&x[i], &y[i], &z[i], n)
+		i += n
+	}
+	return i
+}
+
+func divVec(x, y, z []float32) int {
+	i := 0
+	if n := (len(z) - i) &^ 7; useAVX2 && n > 0 {
+		divAVX2(&x[i], &y[i], &z[i], n)
+		i += n
+	}
+	return i
+}
+
+func sigmoidGradVec(dy, y, dx []float32) int {
+	i := 0
+	if n := (len(dx) - i) &^ 7; useAVX2 && n > 0 {
+		sigmoidGradAVX2(&dy[i], &y[i], &dx[i], n)
+		i += n
+	}
+	return i
+}
+
+func tanhGradVec(dy, y, dx []float32) int {
+	i := 0
+	if n := (len(dx) - i) &^ 7; useAVX2 && n > 0 {
+		tanhGradAVX2(&dy[i], &y[i], &dx[i], n)
+		i += n
+	}
+	return i
+}
+
+func scaleVec(a, b float32, x, y []float32) int {
+	i := 0
+	if n := len(y) &^ 15; useAVX512 && n > 0 {
+		scaleAVX512(a, b, &x[0], &y[0], n)
+		i = n
+	}
+	if n := (len(y) - i) &^ 7; useAVX2 && n > 0 {
+		scaleAVX2(a, b, &x[i], &y[i], n)
+		i += n
+	}
+	return i
+}
+
+func divByVec(s float32, x, y []float32) int {
+	n := len(y) &^ 7
+	if !useAVX2 || n == 0 {
+		return 0
+	}
+	divByAVX2(s, &x[0], &y[0], n)
+	return n
+}
+
+func sqrtVec(x, y []float32) int {
+	i := 0
+	if n := len(y) &^ 15; useAVX512 && n > 0 {
+		sqrtAVX512(&x[0], &y[0], n)
+		i = n
+	}
+	if n := (len(y) - i) &^ 7; useAVX2 && n > 0 {
+		sqrtAVX2(&x[i], &y[i], n)
+		i += n
+	}
+	return i
+}
+
+func expVec(x, y []float32) int {
+	n := len(y) &^ 7
+	if !useAVX2 || n == 0 {
+		return 0
+	}
+	expAVX2(&x[0], &y[0], n)
+	return n
+}
+
+func sigmoidVec(x, y []float32) int {
+	n := len(y) &^ 7
+	if !useAVX2 || n == 0 {
+		return 0
+	}
+	sigmoidAVX2(&x[0], &y[0], n)
+	return n
+}
+
+func tanhVec(x, y []float32) int {
+	n := len(y) &^ 7
+	if !useAVX2 || n == 0 {
+		return 0
+	}
+	tanhAVX2(&x[0], &y[0], n)
+	return n
+}
+
+// expSubVec does the multiple of 16 values of x that the AVX-512 or the
+// AVX2 body takes (both add in 16 lanes, so their sums agree) and returns
+// how many and their sum.
+func expSubVec(x []float32, m float32, y []float32) (int, float32) {
+	n := len(y) &^ 15
+	switch {
+	case n == 0:
+		return 0, 0
+	case useAVX512:
+		return n, expSubAVX512(&x[0], m, &y[0], n)
+	case useAVX2:
+		return n, expSubAVX2(&x[0], m, &y[0], n)
+	}
+	return 0, 0
+}
+
+// The AVX-512 bodies (vec_amd64.s, exp_amd64.s): n a positive multiple of 16.
 
 //go:noescape
-func reluGradVec(dy, y, dx *float32, n int)
+func reluAVX512(x, y *float32, n int)
 
 //go:noescape
-func addVec(x, y, z *float32, n int)
+func reluGradAVX512(dy, y, dx *float32, n int)
 
 //go:noescape
-func subVec(x, y, z *float32, n int)
+func addAVX512(x, y, z *float32, n int)
 
 //go:noescape
-func mulVec(x, y, z *float32, n int)
+func subAVX512(x, y, z *float32, n int)
 
 //go:noescape
-func sqrtVec(x, y *float32, n int)
+func mulAVX512(x, y, z *float32, n int)
 
 //go:noescape
-func scaleVec(a, b float32, x, y *float32, n int)
+func sqrtAVX512(x, y *float32, n int)
+
+//go:noescape
+func scaleAVX512(a, b float32, x, y *float32, n int)
+
+//go:noescape
+func expSubAVX512(x *float32, m float32, y *float32, n int) float32
+
+// The AVX2+FMA bodies (vec_avx2_amd64.s, generated by gen_vec.py):
+// n a positive multiple of 8
+// (expSubAVX2's: of 16).
+
+//go:generate python3 gen_vec.py
+
+//go:noescape
+func reluAVX2(x, y *float32, n int)
+
+//go:noescape
+func reluGradAVX2(dy, y, dx *float32, n int)
+
+//go:noescape
+func addAVX2(x, y, z *float32, n int)
+
+//go:noescape
+func subAVX2(x, y, z *float32, n int)
+
+//go:noescape
+func mulAVX2(x, y, z *float32, n int)
+
+//go:noescape
+func divAVX2(x, y, z *float32, n int)
+
+//go:noescape
+func scaleAVX2(a, b float32, x, y *float32, n int)
+
+//go:noescape
+func divByAVX2(s float32, x, y *float32, n int)
+
+//go:noescape
+func sqrtAVX2(x, y *float32, n int)
+
+//go:noescape
+func sigmoidGradAVX2(dy, y, dx *float32, n int)
+
+//go:noescape
+func tanhGradAVX2(dy, y, dx *float32, n int)
+
+//go:noescape
+func expAVX2(x, y *float32, n int)
+
+//go:noescape
+func sigmoidAVX2(x, y *float32, n int)
+
+//go:noescape
+func tanhAVX2(x, y *float32, n int)
+
+//go:noescape
+func expSubAVX2(x *float32, m float32, y *float32, n int) float32
+
+// fmaPeakAVX2 runs n trips of 12 independent 8-lane fused multiply-adds
+// (192 flops a trip): BenchmarkFMAPeak's measure of a core's peak.
+//
+//go:noescape
+func fmaPeakAVX2(n int)
+
+// fmaPeak runs the FMA loop of the best vector path (n trips of flops
+// each) and reports false where there is none.
+func fmaPeak(n int) (flops int, ok bool) {
+	if !useAVX2 {
+		return 0, false
+	}
+	fmaPeakAVX2(n)
+	return 192, true
+}

@@ -4,8 +4,8 @@
 
 // AVX-512 bodies of vec.go; n is a positive multiple of 16.
 
-// func reluVec(x, y *float32, n int)
-TEXT ·reluVec(SB), NOSPLIT, $0-24
+// func reluAVX512(x, y *float32, n int)
+TEXT ·reluAVX512(SB), NOSPLIT, $0-24
 	MOVQ x+0(FP), SI
 	MOVQ y+8(FP), DI
 	MOVQ n+16(FP), CX
@@ -20,8 +20,8 @@ relu_loop:
 	VZEROUPPER
 	RET
 
-// func reluGradVec(dy, y, dx *float32, n int)
-TEXT ·reluGradVec(SB), NOSPLIT, $0-32
+// func reluGradAVX512(dy, y, dx *float32, n int)
+TEXT ·reluGradAVX512(SB), NOSPLIT, $0-32
 	MOVQ dy+0(FP), SI
 	MOVQ y+8(FP), BX
 	MOVQ dx+16(FP), DI
@@ -39,8 +39,8 @@ grad_loop:
 	VZEROUPPER
 	RET
 
-// func addVec(x, y, z *float32, n int)
-TEXT ·addVec(SB), NOSPLIT, $0-32
+// func addAVX512(x, y, z *float32, n int)
+TEXT ·addAVX512(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ y+8(FP), BX
 	MOVQ z+16(FP), DI
@@ -57,8 +57,8 @@ add_loop:
 	VZEROUPPER
 	RET
 
-// func subVec(x, y, z *float32, n int)
-TEXT ·subVec(SB), NOSPLIT, $0-32
+// func subAVX512(x, y, z *float32, n int)
+TEXT ·subAVX512(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ y+8(FP), BX
 	MOVQ z+16(FP), DI
@@ -75,8 +75,8 @@ sub_loop:
 	VZEROUPPER
 	RET
 
-// func mulVec(x, y, z *float32, n int)
-TEXT ·mulVec(SB), NOSPLIT, $0-32
+// func mulAVX512(x, y, z *float32, n int)
+TEXT ·mulAVX512(SB), NOSPLIT, $0-32
 	MOVQ x+0(FP), SI
 	MOVQ y+8(FP), BX
 	MOVQ z+16(FP), DI
@@ -93,8 +93,8 @@ mul_loop:
 	VZEROUPPER
 	RET
 
-// func scaleVec(a, b float32, x, y *float32, n int): y = a*x + b
-TEXT ·scaleVec(SB), NOSPLIT, $0-32
+// func scaleAVX512(a, b float32, x, y *float32, n int): y = a*x + b
+TEXT ·scaleAVX512(SB), NOSPLIT, $0-32
 	VBROADCASTSS a+0(FP), Z2
 	VBROADCASTSS b+4(FP), Z3
 	MOVQ x+8(FP), SI
@@ -111,8 +111,8 @@ scale_loop:
 	VZEROUPPER
 	RET
 
-// func sqrtVec(x, y *float32, n int): y = sqrt(x)
-TEXT ·sqrtVec(SB), NOSPLIT, $0-24
+// func sqrtAVX512(x, y *float32, n int): y = sqrt(x)
+TEXT ·sqrtAVX512(SB), NOSPLIT, $0-24
 	MOVQ x+0(FP), SI
 	MOVQ y+8(FP), DI
 	MOVQ n+16(FP), CX

@@ -75,6 +75,7 @@ func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	specs = append(specs, comm.HaltSpecs(id.Role)...)
 	return append(append(specs, ctrl), comm.PullSpecs(ts)...), nil
 }
 
@@ -92,6 +93,9 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	}
 	c := comm.NewPServer(comm.Config{EP: ep, Trainers: j.Trainers, Async: j.Async, Transfers: ts, Timeout: opt.TrainerTimeout, Log: opt.Log})
 	defer c.Close()
+	if opt.Stop != nil && j.Trainer.Data.IsOnline() {
+		defer c.StartHalt(opt.Stop)()
+	}
 	opt.Comm = c
 	return pserver.Serve(ctx, g, opt)
 }
@@ -127,6 +131,11 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	}
 	c := comm.NewTrainer(comm.Config{EP: ep, Trainers: j.Trainers, Async: j.Async, Transfers: ts, Timeout: opt.PServerTimeout, Log: opt.Log}, j.PServerIDs())
 	defer c.Close()
+	if opt.Stop != nil && j.Trainer.Data.IsOnline() {
+		h := c.StartHalt(opt.Stop)
+		defer h.Close()
+		opt.Halt = h
+	}
 	if err := c.Join(ctx, j.Trainer, int64(opt.StartStep), opt.Steps, opt.Batch); err != nil {
 		return nil, err
 	}

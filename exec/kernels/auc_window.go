@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/psgraph/psgraph/exec/tensor"
@@ -64,4 +65,35 @@ func (w *AUCWindow) AUC() float64 {
 		}
 	}
 	return mannWhitney(w.sorted)
+}
+
+// State writes the window's ring into dst (2 floats a row, as many rows as the window keeps:
+// the score, then 1 for a positive label and 0 for a negative) and
+// returns where the next row goes and whether the ring is full: what
+// SetState takes back (a checkpoint keeps it).
+func (w *AUCWindow) State(dst []float32) (next int, full bool) {
+	for i, r := range w.ring {
+		dst[2*i] = r.score
+		dst[2*i+1] = 0
+		if r.pos {
+			dst[2*i+1] = 1
+		}
+	}
+	return w.next, w.full
+}
+
+// SetState makes the window the one State described.
+func (w *AUCWindow) SetState(src []float32, next int, full bool) error {
+	if len(src) != 2*len(w.ring) || next < 0 || next >= max(len(w.ring), 1) {
+		return fmt.Errorf("an auc window of %d rows cannot take a state of %d values, next %d", len(w.ring), len(src), next)
+	}
+	for i := range w.ring {
+		l := src[2*i+1]
+		if l != 0 && l != 1 {
+			return fmt.Errorf("an auc window's state holds the label %g", l)
+		}
+		w.ring[i] = ranked{score: src[2*i], pos: l == 1}
+	}
+	w.next, w.full = next, full
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -314,6 +315,72 @@ train: {loss: loss, batch: 4, optimizer: {type: sgd, lr: 0.1}}
 	for _, want := range []string{"m.yaml:9", "cannot reshape [4, 6] (24 elements) to [4, 4, 2] (32 elements)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// softmax, softmax_cross_entropy and its gradient at every row width from 1
+// to 40 (rows narrower than 16 go through one batched exponential, wider
+// ones row by row) and 37 rows, with values that need the max shift,
+// against float64: each probability within 1e-6 relative plus what
+// rounding x - max to float32 costs (|x - max| 2^-24 relative), the loss
+// within 1e-6, the gradient (softmax - onehot)/rows within 1e-6. An x - max
+// below -87.33654 counts as -87.33654 (blas.ExpSub: float32's smallest
+// normal).
+func TestSoftmaxEveryWidth(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	for c := 1; c <= 40; c++ {
+		const rows = 37
+		p := compileModel(t, fmt.Sprintf(`psgraph: 1
+state:
+  x: {shape: [%d, %d]}
+  label: {shape: [%d], dtype: int32}
+ops:
+  - {type: softmax, inputs: [x], outputs: [y]}
+  - {type: softmax_cross_entropy, inputs: [x, label], outputs: [loss]}
+  - {type: softmax_cross_entropy_grad, inputs: [one, x, label], outputs: [dx]}
+  - {type: fill, outputs: [one], attrs: {value: 1, shape: []}}
+`, rows, c, rows), 1)
+		x, label := p.Scope["x"].F, p.Scope["label"].I
+		for i := range x {
+			x[i] = float32(r.NormFloat64()*20) + float32(i/c%3-1)*500
+		}
+		for i := range label {
+			label[i] = int32(r.IntN(c))
+		}
+		if err := runOnce(t, p); err != nil {
+			t.Fatal(err)
+		}
+		y, dx := p.Scope["y"].F, p.Scope["dx"].F
+		var loss float64
+		for i := 0; i < rows; i++ {
+			row := x[i*c : (i+1)*c]
+			mx := math.Inf(-1)
+			for _, v := range row {
+				mx = math.Max(mx, float64(v))
+			}
+			e := func(v float32) float64 { return math.Exp(math.Max(float64(v)-mx, -87.33654)) }
+			var s float64
+			for _, v := range row {
+				s += e(v)
+			}
+			loss += math.Log(s) + mx - float64(row[label[i]])
+			for j, v := range row {
+				want := e(v) / s
+				if got := float64(y[i*c+j]); math.Abs(got-want) > want*(1e-6+math.Abs(float64(v)-mx)*0x1p-24) {
+					t.Fatalf("c=%d: softmax[%d, %d] = %v, want %v", c, i, j, got, want)
+				}
+				g := want
+				if j == int(label[i]) {
+					g--
+				}
+				if got := float64(dx[i*c+j]); math.Abs(got-g/rows) > 1e-6/rows {
+					t.Fatalf("c=%d: softmax_cross_entropy_grad[%d, %d] = %v, want %v", c, i, j, got, g/rows)
+				}
+			}
+		}
+		if got := float64(p.Scope["loss"].F[0]); math.Abs(got-loss/rows) > 1e-6*(1+math.Abs(loss/rows)) {
+			t.Fatalf("c=%d: softmax_cross_entropy = %v, want %v", c, got, loss/rows)
 		}
 	}
 }

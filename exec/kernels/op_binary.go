@@ -93,9 +93,7 @@ func binSame(op binOp, x, y, z []float32) {
 	case opMul:
 		blas.Mul(x, y, z)
 	case opDiv:
-		for i := range z {
-			z[i] = x[i] / y[i]
-		}
+		blas.Div(x, y, z)
 	default:
 		for i := range z {
 			z[i] = apply(op, x[i], y[i])
@@ -108,23 +106,18 @@ func binRowsY(op binOp, x, y, z []float32) {
 	n := len(y)
 	if n == 1 {
 		s := y[0]
+		x = x[:len(z)]
+		// each through a vector kernel that computes exactly x op s:
+		// 1*x + s is x + s; x + (-s) is x - s; s*x + (-0) is s*x
 		switch op {
 		case opAdd:
-			for i := range z {
-				z[i] = x[i] + s
-			}
+			blas.Scale(1, s, x, z)
 		case opSub:
-			for i := range z {
-				z[i] = x[i] - s
-			}
+			blas.Scale(1, -s, x, z)
 		case opMul:
-			for i := range z {
-				z[i] = x[i] * s
-			}
+			blas.Scale(s, negZero, x, z)
 		case opDiv:
-			for i := range z {
-				z[i] = x[i] / s
-			}
+			blas.DivBy(x, s, z)
 		default:
 			for i := range z {
 				z[i] = apply(op, x[i], s)
@@ -133,33 +126,33 @@ func binRowsY(op binOp, x, y, z []float32) {
 		return
 	}
 	for r := 0; r+n <= len(z); r += n {
-		xr, zr := x[r:r+n], z[r:r+n]
-		switch op {
-		case opAdd:
-			blas.Add(xr, y, zr)
-		case opSub:
-			blas.Sub(xr, y, zr)
-		case opMul:
-			blas.Mul(xr, y, zr)
-		case opDiv:
-			for j := range zr {
-				zr[j] = xr[j] / y[j]
-			}
-		default:
-			for j := range zr {
-				zr[j] = apply(op, xr[j], y[j])
-			}
-		}
+		binSame(op, x[r:r+n], y, z[r:r+n])
 	}
 }
 
 // binRowsX: x repeats every len(x) elements of y.
 func binRowsX(op binOp, x, y, z []float32) {
 	n := len(x)
-	for r := 0; r+n <= len(z); r += n {
-		yr, zr := y[r:r+n], z[r:r+n]
-		for j := range zr {
-			zr[j] = apply(op, x[j%n], yr[j])
+	if n == 1 {
+		s := x[0]
+		y = y[:len(z)]
+		switch op { // s op y exactly, as in binRowsY
+		case opAdd:
+			blas.Scale(1, s, y, z)
+			return
+		case opSub:
+			blas.Scale(-1, s, y, z) // -y + s
+			return
+		case opMul:
+			blas.Scale(s, negZero, y, z)
+		default:
+			for i := range z {
+				z[i] = apply(op, s, y[i])
+			}
 		}
+		return
+	}
+	for r := 0; r+n <= len(z); r += n {
+		binSame(op, x, y[r:r+n], z[r:r+n])
 	}
 }

@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"math"
+
+	"github.com/psgraph/psgraph/exec/blas"
 )
 
 // Element-wise math for schedules and clipping, and the step as a value.
@@ -10,7 +12,7 @@ import (
 func init() {
 	unaryF64("cos", math.Cos)
 	unaryF64("sin", math.Sin)
-	unaryF64("exp", math.Exp)
+	unary("exp", blas.Exp) // within 2 ulp of math.Exp, vectorized
 	unaryF64("log", math.Log)
 	unaryF64("floor", math.Floor)
 	register("clip", func(k Args) (Kernel, error) {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -18,17 +19,9 @@ func init() {
 		case 1:
 			f = func(x, y []float32) { copy(y, x) }
 		case 2:
-			f = func(x, y []float32) {
-				for i, v := range x[:len(y)] {
-					y[i] = v * v
-				}
-			}
+			f = func(x, y []float32) { blas.Mul(x, x, y) }
 		case 0.5: // sqrt's kernel, so that pow(x, 0.5) is sqrt(x) bit for bit
-			f = func(x, y []float32) {
-				for i, v := range x[:len(y)] {
-					y[i] = float32(math.Sqrt(float64(v)))
-				}
-			}
+			f = blas.Sqrt
 		case -0.5:
 			f = func(x, y []float32) {
 				for i, v := range x[:len(y)] {

@@ -117,15 +117,10 @@ func reduceKernel(k Args, mean bool) (Kernel, error) {
 		for o := 0; o < outer; o++ {
 			yo := y.F[o*inner : (o+1)*inner]
 			for j := 0; j < n; j++ {
-				xo := x.F[(o*n+j)*inner : (o*n+j+1)*inner]
-				for i, v := range xo {
-					yo[i] += v
-				}
+				blas.Add(yo, x.F[(o*n+j)*inner:(o*n+j+1)*inner], yo)
 			}
 			if mean {
-				for i := range yo {
-					yo[i] *= scale
-				}
+				blas.Scale(scale, negZero, yo, yo)
 			}
 		}
 		return nil

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -10,9 +11,12 @@ func init() {
 	register("softmax", func(k Args) (Kernel, error) {
 		x, y := k.In[0], k.Out[0]
 		c := lastDim(x.Shape)
+		var e expRows
 		return func(Runtime) error {
-			for r := 0; r+c <= len(y.F); r += c {
-				softmaxRow(x.F[r:r+c], y.F[r:r+c])
+			n := len(y.F) / c * c
+			e.run(x.F[:n], y.F[:n], c)
+			for r := range n / c {
+				scaleRow(y.F[r*c:(r+1)*c], 1/e.sum[r])
 			}
 			return nil
 		}, nil
@@ -27,9 +31,8 @@ func init() {
 				for j, v := range yr {
 					dot += dyr[j] * v
 				}
-				for j, v := range yr {
-					dxr[j] = v * (dyr[j] - dot)
-				}
+				blas.Scale(1, -dot, dyr, dxr) // dy - dot
+				blas.Mul(yr, dxr, dxr)
 			}
 			return nil
 		}, nil

@@ -10,32 +10,16 @@ import (
 
 func init() {
 	unary("relu", blas.Relu)
-	unary("sigmoid", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = sigmoid(v)
-		}
-	})
-	// tanh and sqrt run per element of activations and of adam's
-	// updates: direct calls (math.Sqrt is an instruction), not through
-	// unaryF64's func value
-	unary("tanh", func(x, y []float32) {
-		for i, v := range x[:len(y)] {
-			y[i] = float32(math.Tanh(float64(v)))
-		}
-	})
+	// the activations and sqrt (adam's, adagrad's) run per element of
+	// whole tensors: blas's vector kernels (float32, within 3 ulp of the
+	// float64 functions: blas.Sigmoid, blas.Tanh)
+	unary("sigmoid", blas.Sigmoid)
+	unary("tanh", blas.Tanh)
 	unary("sqrt", blas.Sqrt)
 	register("identity", func(k Args) (Kernel, error) { return copyKernel(k.In[0], k.Out[0]), nil })
 	binaryHelper("relu_grad", blas.ReluGrad)
-	binaryHelper("sigmoid_grad", func(dy, y, dx []float32) {
-		for i := range dx {
-			dx[i] = dy[i] * y[i] * (1 - y[i])
-		}
-	})
-	binaryHelper("tanh_grad", func(dy, y, dx []float32) {
-		for i := range dx {
-			dx[i] = dy[i] * (1 - y[i]*y[i])
-		}
-	})
+	binaryHelper("sigmoid_grad", blas.SigmoidGrad)
+	binaryHelper("tanh_grad", blas.TanhGrad)
 	register("scale", func(k Args) (Kernel, error) {
 		x, y := k.In[0], k.Out[0]
 		f, c := float32(k.Attrs.Float("factor")), float32(k.Attrs.Float("bias"))

@@ -42,6 +42,12 @@ type Options struct {
 	Log io.Writer
 	// Grace is how long a stopped child gets between SIGTERM and SIGKILL.
 	Grace time.Duration
+	// Stop, closed, passes SIGTERM on to every child and lets them end by
+	// themselves, as the nodes of a job reading an online source do once
+	// asked (at a step the trainers agree on, checkpointed): Run then
+	// succeeds when every child exits 0. No child is killed for it; ctx
+	// ending still stops them all at once.
+	Stop <-chan struct{}
 	// JobDone, when set, is called once every child but the services
 	// exited 0, with their results; the services then run on until the
 	// context ends, and Run returns nil after stopping them.
@@ -72,8 +78,8 @@ func (e *ChildError) Error() string {
 }
 
 // Run starts every child and waits for all of them. It returns when all
-// exited 0, or on the first failure after stopping the others, or when
-// ctx ends after stopping them all.
+// exited 0 (after opt.Stop too), or on the first failure after stopping
+// the others, or when ctx ends after stopping them all.
 func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	bin := opt.Binary
 	if bin == "" {
@@ -101,6 +107,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	outs := make([]*bytes.Buffer, len(children))
 	writers := make([]*prefixWriter, len(children))
 	peaks := make([]*Peak, len(children))
+	readies := make([]*ready, len(children))
 	defer func() {
 		for _, p := range peaks {
 			if p != nil {
@@ -118,14 +125,20 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 			signalAll(procs[:i], syscall.SIGKILL)
 			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
 		}
+		if readies[i], err = watchReady(c); err != nil {
+			signalAll(procs[:i], syscall.SIGKILL)
+			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
+		}
 		outs[i] = &bytes.Buffer{}
 		c.Stdout = outs[i]
 		pw := &prefixWriter{name: ch.Name, out: opt.Log, mu: &logMu, dropSched: ch.DropSchedTrace}
 		c.Stderr = pw
 		if err := c.Start(); err != nil {
+			readies[i].abandon()
 			signalAll(procs[:i], syscall.SIGKILL)
 			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
 		}
+		readies[i].started()
 		procs[i] = c
 		writers[i] = pw
 	}
@@ -145,7 +158,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	jobDone := false
 	exited := make([]bool, len(children))
 	var kill <-chan time.Time
-	done := ctx.Done()
+	done, asked := ctx.Done(), opt.Stop
 	stop := func() {
 		if kill == nil {
 			signalAll(procs, syscall.SIGTERM)
@@ -177,6 +190,19 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 		case <-done:
 			done = nil
 			stop()
+		case <-asked:
+			asked = nil
+			for i, c := range procs {
+				go func() { // once the child takes it: before, SIGTERM would end it outright
+					t := time.NewTimer(readyWait)
+					defer t.Stop()
+					select {
+					case <-readies[i].ch:
+					case <-t.C:
+					}
+					c.Process.Signal(syscall.SIGTERM)
+				}()
+			}
 		case <-kill:
 			signalAll(procs, syscall.SIGKILL)
 		}
@@ -191,6 +217,10 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 	}
 	return res, nil
 }
+
+// readyWait is how long Options.Stop's SIGTERM waits for a child that
+// has not said it takes signals (ready.go): one that never will.
+const readyWait = 10 * time.Second
 
 // results is what the exited children wrote and how they ended.
 // (A running child's peak is not read: Peak.Bytes waits for its exit.)

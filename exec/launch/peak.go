@@ -36,16 +36,39 @@ func Measure(c *osexec.Cmd) (*Peak, error) {
 	if !measured {
 		return &Peak{}, nil
 	}
-	r, w, err := os.Pipe()
+	r, w, err := passPipe(c, peakEnv)
 	if err != nil {
 		return nil, err
+	}
+	return &Peak{r: r, w: w}, nil
+}
+
+// passPipe gives c, not started yet, the write end of a new pipe and
+// names it in env as "FD PPID" (childPipe reads it back in the child).
+func passPipe(c *osexec.Cmd, env string) (r, w *os.File, err error) {
+	if r, w, err = os.Pipe(); err != nil {
+		return nil, nil, err
 	}
 	c.ExtraFiles = append(c.ExtraFiles, w)
 	if c.Env == nil {
 		c.Env = os.Environ()
 	}
-	c.Env = append(c.Env, fmt.Sprintf("%s=%d %d", peakEnv, 2+len(c.ExtraFiles), os.Getpid()))
-	return &Peak{r: r, w: w}, nil
+	c.Env = append(c.Env, fmt.Sprintf("%s=%d %d", env, 2+len(c.ExtraFiles), os.Getpid()))
+	return r, w, nil
+}
+
+// childPipe is, in a child, the pipe its parent passed in env (passPipe);
+// nil without one, or when env was inherited from a grandparent.
+func childPipe(env, name string) *os.File {
+	fd, ppid, ok := strings.Cut(os.Getenv(env), " ")
+	if !ok || ppid != strconv.Itoa(os.Getppid()) {
+		return nil
+	}
+	n, err := strconv.Atoi(fd)
+	if err != nil || n < 3 {
+		return nil
+	}
+	return os.NewFile(uintptr(n), name)
 }
 
 // Bytes is the peak resident memory the child reported, in bytes: 0 when
@@ -69,19 +92,12 @@ func (p *Peak) Bytes() int64 {
 // ReportPeakRSS writes this process's peak resident memory to the pipe
 // its parent passed (Measure), if it did; psgraph's main calls it last.
 func ReportPeakRSS() {
-	fd, ppid, ok := strings.Cut(os.Getenv(peakEnv), " ")
-	if !ok || ppid != strconv.Itoa(os.Getppid()) {
+	f := childPipe(peakEnv, "peak-rss")
+	if f == nil {
 		return
 	}
-	n, err := strconv.Atoi(fd)
-	if err != nil || n < 3 {
-		return
+	defer f.Close()
+	if peak := ownPeakRSS(); peak > 0 {
+		fmt.Fprintf(f, "%d\n", peak)
 	}
-	peak := ownPeakRSS()
-	if peak <= 0 {
-		return
-	}
-	f := os.NewFile(uintptr(n), "peak-rss")
-	fmt.Fprintf(f, "%d\n", peak)
-	f.Close()
 }

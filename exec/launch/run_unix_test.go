@@ -47,12 +47,17 @@ func child(dir, name, mode string, extra ...string) Child {
 //	ignore: stays on SIGTERM (to be killed)
 //	fail:   once the children in LAUNCH_TEST_WAIT are ready, logs an error and exits 3
 //
-// Every child writes NAME.pid once its signal handler is installed and
-// appends each signal it receives to NAME.signals.
+// Every child writes NAME.pid once its signal handler is installed (after
+// LAUNCH_TEST_LATE, when set) and appends each signal it receives to
+// NAME.signals.
 func helperChild(mode string) int {
 	dir, name := os.Getenv("LAUNCH_TEST_DIR"), os.Getenv("LAUNCH_TEST_NAME")
+	if late, err := time.ParseDuration(os.Getenv("LAUNCH_TEST_LATE")); err == nil {
+		time.Sleep(late) // a slow start: SIGTERM now would end the process
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM)
+	SignalReady() // as psgraph's Main does
 	tmp := filepath.Join(dir, name+".pid.tmp")
 	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return 10
@@ -278,6 +283,30 @@ func TestCancelStopsEveryChild(t *testing.T) {
 		}
 		if pid := readPID(t, dir, ch.Name); !gone(pid) {
 			t.Errorf("%s (pid %d) outlived Run", ch.Name, pid)
+		}
+	}
+}
+
+// Options.Stop passes SIGTERM on to every child once it takes signals
+// (it says so through its ready pipe; before, SIGTERM would end a Go
+// process outright), and lets them end by themselves: children that
+// install their handler 300 ms after they start, asked to stop at once,
+// each get one SIGTERM and exit 0, and Run succeeds.
+func TestStopWaitsUntilChildrenTakeSignals(t *testing.T) {
+	dir := t.TempDir()
+	children := []Child{child(dir, "pserver-0", "term", "LAUNCH_TEST_LATE=300ms"), child(dir, "trainer-0", "term", "LAUNCH_TEST_LATE=300ms")}
+	stop := make(chan struct{})
+	close(stop)
+	res, err := Run(context.Background(), children, Options{Stop: stop, Grace: time.Minute})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, ch := range children {
+		if got := signalsOf(t, dir, ch.Name); got != "terminated\n" {
+			t.Errorf("%s received %q, want one SIGTERM", ch.Name, got)
+		}
+		if st := res.State[ch.Name]; st == nil || !st.Success() {
+			t.Errorf("%s ended with %v, want exit 0 on SIGTERM", ch.Name, st)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 // nil *Stream does nothing.
 type Stream struct {
 	rows, bad atomic.Int64
+	skips     atomic.Int64
 	lag       atomic.Int64 // -1: unknown
 	rate      atomic.Uint64
 	mu        sync.Mutex
@@ -43,6 +44,9 @@ func (n *Node) WatchStream(names []string) *Stream {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "psgraph_stream_bad_rows_total", ConstLabels: c,
 			Help: "Rows of the online source that did not parse and were skipped (data.on_bad_row: skip)."},
 			func() float64 { return float64(s.bad.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "psgraph_stream_idle_skips_total", ConstLabels: c,
+			Help: "Turns of the Kafka source's round robin passed over because their partition had no message for data.kafka.idle_after while others had some."},
+			func() float64 { return float64(s.skips.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "psgraph_stream_lag_messages", ConstLabels: c,
 			Help: "Messages of the Kafka source after the rows trained (behind the partitions' log ends as of the last fetch); -1 while unknown or for a file source."},
 			func() float64 { return float64(s.lag.Load()) }),
@@ -67,6 +71,13 @@ func (s *Stream) Progress(records, bad, lag int64, known bool) {
 		lag = -1
 	}
 	s.lag.Store(lag)
+}
+
+// IdleSkips records the turns of the round robin passed over so far.
+func (s *Stream) IdleSkips(n int64) {
+	if s != nil {
+		s.skips.Store(n)
+	}
 }
 
 // Window records the windowed values, in WatchStream's order, and the

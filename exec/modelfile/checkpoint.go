@@ -157,24 +157,40 @@ func (c *Checkpointer) Load(step int64) (map[string]*tensor.Tensor, error) {
 // Restore fills the persistent variables of a scope from the checkpoint of
 // step; every one of them must be in it, with its shape.
 func (c *Checkpointer) Restore(step int64, persistent map[string]*tensor.Tensor) error {
+	_, err := c.RestoreOptional(step, persistent, nil)
+	return err
+}
+
+// RestoreOptional is Restore, and also copies each tensor of optional the
+// checkpoint holds with the same dtype and shape: a run's own state that
+// a checkpoint may lack (one written before psgraph kept it, or for
+// another window size). It says which it copied.
+func (c *Checkpointer) RestoreOptional(step int64, persistent, optional map[string]*tensor.Tensor) (map[string]bool, error) {
 	ts, err := c.Load(step)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for name, t := range persistent {
 		src, ok := ts[name]
 		if !ok {
-			return fmt.Errorf("checkpoint %s has no %q: it was written for another placement; use a fresh --checkpoint-dir", c.file(step), name)
+			return nil, fmt.Errorf("checkpoint %s has no %q: it was written for another placement; use a fresh --checkpoint-dir", c.file(step), name)
 		}
 		if !src.Shape.Equal(t.Shape) || src.DType != t.DType {
-			return fmt.Errorf("checkpoint %s: %q is %s%v, the model has %s%v", c.file(step), name, src.DType, src.Shape, t.DType, t.Shape)
+			return nil, fmt.Errorf("checkpoint %s: %q is %s%v, the model has %s%v", c.file(step), name, src.DType, src.Shape, t.DType, t.Shape)
 		}
 		t.CopyFrom(src)
+	}
+	got := map[string]bool{}
+	for name, t := range optional {
+		if src, ok := ts[name]; ok && src.Shape.Equal(t.Shape) && src.DType == t.DType {
+			t.CopyFrom(src)
+			got[name] = true
+		}
 	}
 	if fi, err := os.Stat(c.file(step)); err == nil {
 		c.checkpointed(step, fi.ModTime())
 	}
-	return nil
+	return got, nil
 }
 
 // ResumeStep finds the step to resume from: want when it is >= 0 (it must

@@ -54,6 +54,12 @@ type Options struct {
 	CheckpointEvery int    // pserver: 0: never
 	ResumeStep      int64  // pserver: < 0: the newest checkpoint
 	StartStep       int    // trainer: < 0: learn it from the pservers
+	// Stop, closed, asks the node to stop (SIGTERM, SIGINT). A job reading
+	// an online source then stops as a whole at a step its trainers agree
+	// on, each node checkpointing it and ending as a finished job does
+	// (docs/streaming.md); any other job's node ends at once, as if ctx
+	// ended.
+	Stop <-chan struct{}
 }
 
 // UsageError is an option the caller got wrong (psgraph exits 2 on it).
@@ -86,6 +92,19 @@ func Run(ctx context.Context, o Options) (any, error) {
 	}
 	if o.Index < 0 || o.Index >= count {
 		return nil, usagef("run --role %s needs --index between 0 and %d (the plan has %d %ss)", o.Role, count-1, count, o.Role)
+	}
+	if o.Stop != nil && !plan.Trainer.Data.IsOnline() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-o.Stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		o.Stop = nil
 	}
 	if o.Role == "pserver" {
 		sum, err := runPServer(ctx, plan, o)
@@ -138,7 +157,7 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 	if err != nil {
 		return nil, err
 	}
-	return job.RunPServer(ctx, o.Index, ep, pserver.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom, Publisher: pub})
+	return job.RunPServer(ctx, o.Index, ep, pserver.ServeOptions{InitFrom: o.InitFrom, Log: o.Log, LogEvery: o.LogEvery, Checkpoint: ck, ResumeStep: o.ResumeStep, TrainerTimeout: o.TrainerTimeout, Save: o.Save, Prom: o.Prom, Publisher: pub, Stop: o.Stop})
 }
 
 func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.Summary, error) {
@@ -185,7 +204,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 	defer ep.Close()
 	return job.RunTrainer(ctx, o.Index, ep, trainer.RunOptions{
 		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom, FinalPass: o.FinalPass,
-		PServerTimeout: o.ConnectTimeout, InitFrom: o.InitFrom, Checkpoint: ck,
+		PServerTimeout: o.ConnectTimeout, InitFrom: o.InitFrom, Checkpoint: ck, Stop: o.Stop,
 	})
 }
 

@@ -174,20 +174,13 @@ func TestInitializeBlockEqualsRowsOfWhole(t *testing.T) {
 	}
 }
 
+// BenchmarkDigitsStep is a local step of examples/digits-mlp.yaml (64-128-10,
+// batch 64); bench/mlp_torch.py is its PyTorch twin.
 func BenchmarkDigitsStep(b *testing.B) {
 	p, f, st := compileDigits(b, 0)
 	defer p.Close()
-	rt := &Runtime{Ctx: context.Background()}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for k := 0; k < b.N; k++ {
-		f.Fill(st, int64(k)*64)
-		rt.StepNum = int64(k)
-		if err := p.Run(rt); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+	benchSteps(b, p, f, st, 64, 2*64*(2*64*128+3*128*10)) // as BenchmarkWideStep's
+
 }
 
 // enqueue/dequeue: a dequeue with min_count 2 blocks across steps until two

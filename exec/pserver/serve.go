@@ -51,6 +51,11 @@ type ServeOptions struct {
 	// Prometheus (--metrics-addr); RunPServer also counts its traffic per
 	// trainer.
 	Prom *metrics.Node
+	// Stop, closed, asks the job to stop (SIGTERM, SIGINT): in a job
+	// reading an online source RunPServer then asks the trainers to stop
+	// (comm.PServer.StartHalt) and the pserver serves on until they are
+	// done, at the step they agree on; Serve's context stays up.
+	Stop <-chan struct{}
 	// Publisher, when set, serves the parameters to serving replicas
 	// (publish.go; the transport hands it their connections).
 	Publisher *Publisher

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected output of testdata/*.txt")
@@ -19,90 +19,7 @@ var update = flag.Bool("update", false, "rewrite the expected output of testdata
 // scenario the end-to-end tests run (exec/job/restart_test.go,
 // cmd/reliability_test.go) has its file here, driven event by event.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenario(t, f) })
-	}
-}
-
-type block struct {
-	cmd  string
-	want string
-}
-
-func parseScenario(t *testing.T, path string) []block {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []block
-	lines := strings.Split(string(b), "\n")
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		blk := block{cmd: l}
-		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "----" {
-			t.Fatalf("%s:%d: %q is not followed by ----", path, i+1, l)
-		}
-		i += 2
-		var want []string
-		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			want = append(want, lines[i])
-		}
-		blk.want = strings.Join(want, "\n")
-		out = append(out, blk)
-	}
-	return out
-}
-
-// writeScenario rewrites path with the answers got, keeping its comments.
-func writeScenario(t *testing.T, path string, got []string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	lines := strings.Split(string(b), "\n")
-	k := 0
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if l == "" || strings.HasPrefix(l, "#") {
-			out = append(out, lines[i])
-			continue
-		}
-		out = append(out, lines[i], "----", got[k])
-		k++
-		i += 2
-		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-		}
-		out = append(out, "")
-	}
-	s := strings.TrimRight(strings.Join(out, "\n"), "\n") + "\n"
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func runScenario(t *testing.T, path string) {
-	blocks := parseScenario(t, path)
-	s := &scenario{}
-	var got []string
-	for _, b := range blocks {
-		out := s.run(t, b.cmd)
-		got = append(got, out)
-		if !*update && out != b.want {
-			t.Errorf("%s: %s\n got:\n%s\nwant:\n%s", path, b.cmd, out, b.want)
-		}
-	}
-	if *update {
-		writeScenario(t, path, got)
-	}
+	testfix.Scenarios(t, "testdata/*.txt", *update, func() func(*testing.T, string) string { return (&scenario{}).run })
 }
 
 // scenario is the state of one file: a trainer's link, a pserver's

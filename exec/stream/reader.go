@@ -63,8 +63,10 @@ type Reader struct {
 	// prepared: Prepare took the normalization statistics already.
 	prepared bool
 	err      error // sticky: the end or the failure Fill returned
-	timer    *time.Timer
-	cur      *Record
+	// ready is the next batch, taken by Ready and not yet by Fill.
+	ready *batch
+	timer *time.Timer
+	cur   *Record
 	// replay holds the records the normalization statistics were taken
 	// from, copied, to be parsed again as the stream's first rows.
 	replay []Record
@@ -113,14 +115,10 @@ func (r *Reader) Fill(stop <-chan struct{}, dst []*tensor.Tensor) error {
 	if r.err != nil {
 		return r.err
 	}
-	if !r.started {
-		r.start(dst)
-	}
-	var b *batch
-	select {
-	case b = <-r.full:
-	default:
-		if b = r.wait(stop); b == nil {
+	b := r.ready
+	r.ready = nil
+	if b == nil {
+		if b = r.take(stop, dst); b == nil {
 			return ErrStopped
 		}
 	}
@@ -138,6 +136,42 @@ func (r *Reader) Fill(stop <-chan struct{}, dst []*tensor.Tensor) error {
 	r.trained.copyFrom(&b.pos)
 	r.free <- b
 	return nil
+}
+
+// Ready waits until the next batch is there without taking it, so that
+// a run can decide whether it trains that batch (a job asked to stop
+// agrees on its last step first) and leave it, and the position, as they
+// are if not: nil when the batch is there, ErrStopped when stop is closed
+// first, or what Fill would return (io.EOF, the reading's failure). The
+// next Fill takes the batch.
+func (r *Reader) Ready(stop <-chan struct{}, dst []*tensor.Tensor) error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.ready == nil {
+		if r.ready = r.take(stop, dst); r.ready == nil {
+			return ErrStopped
+		}
+	}
+	if err := r.ready.err; err != nil {
+		r.err, r.ready = err, nil
+		return err
+	}
+	return nil
+}
+
+// take receives the next batch, waiting for it; nil when stop is closed
+// first.
+func (r *Reader) take(stop <-chan struct{}, dst []*tensor.Tensor) *batch {
+	if !r.started {
+		r.start(dst)
+	}
+	select {
+	case b := <-r.full:
+		return b
+	default:
+		return r.wait(stop)
+	}
 }
 
 // waitLog is how long Fill waits for rows before it says so, and then
@@ -219,6 +253,16 @@ func (r *Reader) Lag() (int64, bool) {
 		return l.Lag(&r.trained)
 	}
 	return 0, false
+}
+
+// IdleSkips is the number of turns of the source's round robin passed
+// over because their partition had no record while others had (0 for a
+// source without partitions).
+func (r *Reader) IdleSkips() int64 {
+	if s, ok := r.src.(Skipper); ok {
+		return s.IdleSkips()
+	}
+	return 0
 }
 
 // Close stops the reading and closes the source.

@@ -479,3 +479,62 @@ func TestStdinResume(t *testing.T) {
 		}
 	}
 }
+
+// Ready waits for the next batch without taking it: a run that then
+// decides not to train it (a job stopping at its agreed step) leaves the
+// position of the trained rows where it was, and the next Fill takes the
+// batch Ready saw. Stopped before a batch is there, Ready says so and
+// leaves nothing behind; at the source's end it says io.EOF.
+func TestReaderReadyTakesNothing(t *testing.T) {
+	const batch = 4
+	d := spec(t, "")
+	m := NewMemory(KindKafka, 2)
+	for o := range 4 {
+		m.Append(0, row(0, o))
+		m.Append(1, row(1, o))
+	}
+	src, err := m.Open(m.Start())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(src, m.Start(), parserOf(d), ReaderOptions{Batch: batch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ts := dst(batch)
+	for range 3 { // ready again and again: still the first batch
+		if err := r.Ready(nil, ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := r.Position(); p.Records != 0 || !slices.Equal(p.Offsets, []int64{0, 0}) {
+		t.Fatalf("after Ready the trained rows' position is %s (%d records), want the start", p, p.Records)
+	}
+	got, pos := readBatches(t, r, 2, batch)
+	for i, g := range got {
+		if g != [2]int{i % 2, i / 2} {
+			t.Fatalf("row %d is partition %d offset %d, want %d %d", i, g[0], g[1], i%2, i/2)
+		}
+	}
+	if !slices.Equal(pos[1].Offsets, []int64{4, 4}) {
+		t.Fatalf("after both batches the position is %s", pos[1])
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if err := r.Ready(stop, ts); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Ready stopped with no batch there: %v, want ErrStopped", err)
+	}
+	m.Append(0, row(0, 4), row(0, 5))
+	m.Append(1, row(1, 4), row(1, 5))
+	m.End()
+	if err := r.Ready(nil, ts); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Fill(stop, ts); err != nil || ts[0].F[0] != 0 || ts[0].F[1] != 4 {
+		t.Fatalf("Fill after Ready: %v, first row %v/%v, want partition 0 offset 4", err, ts[0].F[0], ts[0].F[1])
+	}
+	if err := r.Ready(nil, ts); err != io.EOF {
+		t.Fatalf("Ready at the end: %v, want io.EOF", err)
+	}
+}

@@ -34,6 +34,13 @@ type Lagger interface {
 	Lag(p *Position) (int64, bool)
 }
 
+// Skipper is a source whose round robin passes over idle partitions (a
+// Kafka source: stream.Turns).
+type Skipper interface {
+	// IdleSkips is the number of turns passed over so far.
+	IdleSkips() int64
+}
+
 // Memory is the in-memory twin of a source: partitions of rows appended
 // as a test goes (Append), read through sources opened at a position
 // (Open) round robin over the partitions, as a Kafka topic is; with one

@@ -18,7 +18,6 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/evaluate"
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
@@ -59,15 +58,6 @@ const logPeriod = 10 * time.Second
 // or it was asked to stop.
 var errStepsEnded = errors.New("the steps ended")
 
-// onlineSteps is the steps of an online run: --steps, else train.steps,
-// else 0 (until the stream ends or the run is stopped).
-func onlineSteps(g *dsl.Graph, steps int) int {
-	if steps > 0 {
-		return steps
-	}
-	return g.Train.Steps
-}
-
 // openOnline opens the run's online source at the position of step
 // first: a checkpoint's (at ckStep, the newest of this node at or before
 // first), then skipping the batches of the steps in between, which a
@@ -83,17 +73,21 @@ func (r *run) openOnline(first int, ck *modelfile.Checkpointer, ckStep int64) er
 	if g.Normalizes() && r.norm == nil && opt.Comm != nil {
 		return dsl.Errorf(o.NormalizeRowsPos, "data.normalize_rows: in a split job each trainer would take the statistics of its own first rows and normalize differently; give the job --init-from a saved model, whose statistics every trainer then uses")
 	}
-	// Reaching the source may wait (for brokers, for a followed file):
-	// a stop ends the wait.
+	// Reaching the source may wait (for brokers, for a followed file): a
+	// stop ends the wait of a run that stops alone. A trainer of a split
+	// job stops with its job (opt.Halt): it gets there, then stops at the
+	// step the job agrees on.
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-opt.Stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	if opt.Halt == nil {
+		go func() {
+			select {
+			case <-opt.Stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	pos, skip, err := r.streamStart(ctx, first, ck, ckStep)
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
@@ -126,6 +120,9 @@ func (r *run) openOnline(first int, ck *modelfile.Checkpointer, ckStep int64) er
 	}
 	on := &online{reader: rd, what: o.Source(spec.CSV), lastTime: time.Now(), lastRecords: pos.Records}
 	r.on = on
+	if r.halt = opt.Halt; r.halt == nil {
+		r.halt = localHalt{opt.Stop}
+	}
 	r.closers = append(r.closers, func() { rd.Close() })
 	opt.Log.Info().Str("source", on.what).Str("position", pos.String()).Int("step", first).Msg("reading the online source")
 	if g.Normalizes() && r.norm == nil { // the first rows' statistics, read before the first step
@@ -136,8 +133,8 @@ func (r *run) openOnline(first int, ck *modelfile.Checkpointer, ckStep int64) er
 	}
 	if skip > 0 {
 		opt.Log.Info().Int64("batches", skip).Int64("from_step", ckStep).Int("to_step", first).Msg("skipping the rows of the steps the previous process trained")
-		for range skip {
-			if err := rd.Fill(opt.Stop, r.feed.Dst); err != nil {
+		for range skip { // trained by the previous process: a stop does not end this
+			if err := rd.Fill(r.ctx.Done(), r.feed.Dst); err != nil {
 				return fmt.Errorf("skipping the rows of steps %d to %d: %w", ckStep, first, err)
 			}
 		}
@@ -252,30 +249,70 @@ func (r *run) openSource(ctx context.Context, pos *stream.Position) (stream.Sour
 }
 
 // fill feeds step k's batch from the online source; errStepsEnded when
-// the source ended or the run was asked to stop.
-func (on *online) fill(r *run) error {
-	err := on.reader.Fill(r.opt.Stop, r.feed.Dst)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, io.EOF):
-		on.ended = "the stream ended"
-	case errors.Is(err, stream.ErrStopped):
-		on.ended = "stopped"
-	default:
+// the source ended or the run's steps are over (it was asked to stop).
+// It waits for the batch without taking it (a stop asked meanwhile ends
+// the wait), asks the run's halt whether step k runs, and only then takes
+// the batch: rows not trained stay in the stream, after the position the
+// last checkpoint saves. A step that runs gets its batch, however long
+// the rows take (a sync job's agreed last steps need every trainer's).
+func (on *online) fill(r *run, k int) error {
+	err := on.reader.Ready(r.halt.Asked(), r.feed.Dst)
+	if err != nil && !errors.Is(err, stream.ErrStopped) {
+		return on.ending(err)
+	}
+	run, err := r.halt.Enter(r.ctx, int64(k))
+	if err != nil {
 		return err
 	}
-	return errStepsEnded
+	if !run {
+		on.ended = "stopped"
+		return errStepsEnded
+	}
+	if err := on.reader.Fill(r.ctx.Done(), r.feed.Dst); err != nil {
+		if errors.Is(err, stream.ErrStopped) {
+			return r.ctx.Err()
+		}
+		return on.ending(err)
+	}
+	return nil
 }
 
-// stopRequested says whether the run was asked to stop (and notes it).
-func (on *online) stopRequested(stop <-chan struct{}) bool {
+// ending is errStepsEnded when the source ended, else err.
+func (on *online) ending(err error) error {
+	if errors.Is(err, io.EOF) {
+		on.ended = "the stream ended"
+		return errStepsEnded
+	}
+	return err
+}
+
+// Halt is a split job's stop as a trainer takes part in it (comm.Halt).
+type Halt interface {
+	// Asked is closed once the job was asked to stop.
+	Asked() <-chan struct{}
+	// Started says the trainer's first step.
+	Started(first int64)
+	// Enter says whether step k runs: false once the trainer's steps are
+	// over; it may wait for the job's trainers to agree on the last step.
+	Enter(ctx context.Context, k int64) (bool, error)
+	// Ended says the trainer ran steps steps and runs no more.
+	Ended(steps int64)
+}
+
+// localHalt is the halt of a run that stops alone (a local run): its
+// steps are over once stop is closed.
+type localHalt struct{ stop <-chan struct{} }
+
+func (h localHalt) Asked() <-chan struct{} { return h.stop }
+func (h localHalt) Started(int64)          {}
+func (h localHalt) Ended(int64)            {}
+
+func (h localHalt) Enter(context.Context, int64) (bool, error) {
 	select {
-	case <-stop:
-		on.ended = "stopped"
-		return true
+	case <-h.stop:
+		return false, nil
 	default:
-		return false
+		return true, nil
 	}
 }
 
@@ -288,6 +325,7 @@ func (on *online) stepped(s program.Scope) error {
 	p := on.reader.Position()
 	lag, ok := on.reader.Lag()
 	on.prom.Progress(p.Records, p.Bad, lag, ok)
+	on.prom.IdleSkips(on.reader.IdleSkips())
 	return nil
 }
 
@@ -326,6 +364,10 @@ func (on *online) progress(ev *zerolog.Event, names []string) (*zerolog.Event, f
 	if p.Bad > 0 {
 		ev = ev.Int64("bad_rows", p.Bad)
 	}
+	skips := on.reader.IdleSkips()
+	if skips > 0 {
+		ev = ev.Int64("idle_skips", skips)
+	}
 	more := func(w *bufio.Writer) {
 		for i, n := range names {
 			k, _ := json.Marshal("window_" + n)
@@ -334,6 +376,9 @@ func (on *online) progress(ev *zerolog.Event, names []string) (*zerolog.Event, f
 		fmt.Fprintf(w, `,"window_rows":%d,"rows_per_s":%s,"records":%d,"bad_rows":%d`, on.win.rows(), evaluate.JSONNum(rate), p.Records, p.Bad)
 		if ok {
 			fmt.Fprintf(w, `,"lag":%d`, lag)
+		}
+		if skips > 0 {
+			fmt.Fprintf(w, `,"idle_skips":%d`, skips)
 		}
 	}
 	return ev, more
@@ -347,10 +392,13 @@ type StreamSummary struct {
 	Ended string `json:"ended"`
 	// Records consumed by the steps (trained, skipped as bad or, for a
 	// file read by several trainers, another trainer's), bad rows skipped.
-	Records  int64           `json:"records"`
-	BadRows  int64           `json:"bad_rows"`
-	Window   int             `json:"window_rows"`
-	Position json.RawMessage `json:"position"`
+	Records int64 `json:"records"`
+	BadRows int64 `json:"bad_rows"`
+	// IdleSkips: turns of a Kafka source's round robin passed over
+	// (data.kafka.idle_after).
+	IdleSkips int64           `json:"idle_skips,omitempty"`
+	Window    int             `json:"window_rows"`
+	Position  json.RawMessage `json:"position"`
 }
 
 // fillSummary puts the window's loss and metrics (the progressive
@@ -366,93 +414,7 @@ func (on *online) fillSummary(sum *Summary, names []string) {
 	if ended == "" {
 		ended = "steps"
 	}
-	sum.Stream = &StreamSummary{Source: on.what, Ended: ended, Records: p.Records, BadRows: p.Bad, Window: on.win.rows(), Position: json.RawMessage(p.Marshal())}
-}
-
-// window is the progressive validation of an online run: the loss and
-// metrics of its last rows, each scored by the step that trained on it,
-// before that step's update (the forward pass's own outputs). An auc
-// metric is computed over the window's rows at once (kernels.AUCWindow);
-// the loss and other metrics are the mean of the last batches' values
-// covering the window.
-type window struct {
-	names []string // the loss, then the metrics
-	aucs  []aucWindow
-	vals  [][]float64 // per batch in the ring, per name
-	next  int
-	full  bool
-	batch int
-	out   []float64
-}
-
-type aucWindow struct {
-	at            int
-	scores, label string
-	w             *kernels.AUCWindow
-}
-
-func newWindow(g *dsl.Graph, size, batch int) *window {
-	w := &window{names: append([]string{g.Train.Loss}, g.Train.Metrics...), batch: batch}
-	nb := max(1, (size+batch-1)/batch)
-	w.vals = make([][]float64, nb)
-	for i := range w.vals {
-		w.vals[i] = make([]float64, len(w.names))
-	}
-	w.out = make([]float64, len(w.names))
-	prod := g.Producers()
-	for i, m := range w.names {
-		if j, ok := prod[m]; ok && g.Ops[j].Type == "auc" {
-			op := g.Ops[j]
-			w.aucs = append(w.aucs, aucWindow{at: i, scores: op.Inputs[0], label: op.Inputs[1], w: kernels.NewAUCWindow(nb * batch)})
-		}
-	}
-	return w
-}
-
-// add adds a step's batch: its values and its auc rows.
-func (w *window) add(s program.Scope) error {
-	row := w.vals[w.next]
-	for i, n := range w.names {
-		row[i] = float64(s[n].F[0])
-	}
-	for _, a := range w.aucs {
-		if err := a.w.Add(s[a.scores], s[a.label], w.batch); err != nil {
-			return err
-		}
-	}
-	w.next++
-	if w.next == len(w.vals) {
-		w.next, w.full = 0, true
-	}
-	return nil
-}
-
-// rows is the rows the window covers.
-func (w *window) rows() int {
-	if w.full {
-		return len(w.vals) * w.batch
-	}
-	return w.next * w.batch
-}
-
-// values is the window's loss and metrics (NaN before the first step),
-// valid until the next call.
-func (w *window) values() []float64 {
-	n := w.next
-	if w.full {
-		n = len(w.vals)
-	}
-	for i := range w.out {
-		w.out[i] = 0
-		for _, row := range w.vals[:n] {
-			w.out[i] += row[i]
-		}
-		w.out[i] /= float64(n)
-	}
-	for _, a := range w.aucs {
-		w.out[a.at] = a.w.AUC()
-	}
-	return w.out
+	sum.Stream = &StreamSummary{Source: on.what, Ended: ended, Records: p.Records, BadRows: p.Bad, IdleSkips: on.reader.IdleSkips(), Window: on.win.rows(), Position: json.RawMessage(p.Marshal())}
 }
 
 // onlineUsage checks the options an online run cannot take.

@@ -2,12 +2,14 @@ package trainer
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/tensor"
 )
 
 // trainerState is a distributed trainer's part of the job's checkpoints:
@@ -47,12 +49,18 @@ func (s *trainerState) checkpointer() *modelfile.Checkpointer {
 	return s.ck
 }
 
-// save writes the state as of the start of step.
-func (s *trainerState) save(step int64) error {
+// save writes the state as of the start of step, and more tensors of
+// the run's own (an online run's window) beside it.
+func (s *trainerState) save(step int64, more map[string]*tensor.Tensor) error {
 	if s == nil {
 		return nil
 	}
-	return s.ck.Save(step, s.vars)
+	ts := s.vars
+	if len(more) > 0 {
+		ts = maps.Clone(s.vars)
+		maps.Copy(ts, more)
+	}
+	return s.ck.Save(step, ts)
 }
 
 // restore reads the state of the newest checkpoint at or before step, the
@@ -60,14 +68,16 @@ func (s *trainerState) save(step int64) error {
 // (the rerun resumes where every node has a checkpoint, trainers with
 // state included: launch.Resume), an earlier one for a trainer restarted
 // into a running job. Without any, the state keeps its initial values,
-// and the log says so. It returns the checkpoint's step (-1: none).
-func (s *trainerState) restore(step int, log zerolog.Logger) (int64, error) {
+// and the log says so. It fills the tensors of optional the checkpoint
+// holds (an online run's window) and returns the checkpoint's step (-1:
+// none) and which of them it filled.
+func (s *trainerState) restore(step int, optional map[string]*tensor.Tensor, log zerolog.Logger) (int64, map[string]bool, error) {
 	if s == nil {
-		return -1, nil
+		return -1, nil, nil
 	}
 	m, ok, err := s.ck.Manifest()
 	if err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	at := int64(-1)
 	for _, c := range m.Steps {
@@ -80,17 +90,18 @@ func (s *trainerState) restore(step int, log zerolog.Logger) (int64, error) {
 			log.Warn().Int("step", step).Str("dir", s.ck.Dir).Strs("state", s.names()).
 				Msg("no checkpoint of this trainer's own state at or before the job's step: that state starts from its initial values")
 		}
-		return -1, nil
+		return -1, nil, nil
 	}
-	if err := s.ck.Restore(at, s.vars); err != nil {
-		return -1, err
+	got, err := s.ck.RestoreOptional(at, s.vars, optional)
+	if err != nil {
+		return -1, nil, err
 	}
 	ev := log.Info().Int64("checkpoint", at).Str("dir", s.ck.Dir).Strs("state", s.names())
 	if at != int64(step) {
 		ev = ev.Int("job_step", step)
 	}
 	ev.Msg("restored this trainer's own state")
-	return at, nil
+	return at, got, nil
 }
 
 func (s *trainerState) names() []string {

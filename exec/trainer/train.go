@@ -19,6 +19,7 @@ import (
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/progress"
+	"github.com/psgraph/psgraph/exec/tensor"
 
 	"github.com/rs/zerolog"
 
@@ -80,8 +81,16 @@ type RunOptions struct {
 	FinalPass FinalPass
 	// Stop, closed, asks the run to stop (SIGTERM, SIGINT). A local run of
 	// an online source then finishes its step, checkpoints, saves and
-	// returns its summary; any other run ends as if its context ended.
+	// returns its summary, and so does a trainer of a split job given a
+	// Halt (at the step its job agrees on), while its context ending stops
+	// it at once; any other run ends as if its context ended.
 	Stop <-chan struct{}
+	// Halt, for a trainer of a split job reading an online source, is its
+	// part in the job's stop (comm.Halt): the job stops when any of its
+	// nodes is asked to (Stop here, a signal elsewhere), its trainers at
+	// one step in a sync job. nil: Stop stops this trainer alone, as it
+	// would a local run.
+	Halt Halt
 	// Stdin is the standard input an online source csv: "-" reads (nil:
 	// os.Stdin).
 	Stdin io.Reader
@@ -204,10 +213,10 @@ func Train(ctx context.Context, g *dsl.Graph, opt RunOptions) (*Summary, error) 
 			return nil, err
 		}
 	}
-	if opt.Stop != nil && opt.Comm == nil && g.Data.IsOnline() {
-		// Stopped, the loop finishes its step, checkpoints and ends.
-		ctx = context.WithoutCancel(ctx)
-	} else if opt.Stop != nil {
+	// Stopped, an online run finishes its step, checkpoints and ends (ctx
+	// ending stops it at once); any other run ends as if ctx ended.
+	graceful := g.Data.IsOnline() && (opt.Comm == nil || opt.Halt != nil)
+	if opt.Stop != nil && !graceful {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
@@ -253,6 +262,7 @@ type run struct {
 	norm   *data.Scaling
 	held   evaluate.HeldOut
 	on     *online       // an online source (online.go); nil for the others
+	halt   Halt          // whether an online run's next step runs (online.go)
 	own    *trainerState // what a distributed trainer checkpoints of its own (nil: nothing; state.go)
 	// tables: a trainer of a job with lookup tables; evaluates: it
 	// evaluates the held-out data. pulls is the evaluation's rendezvous
@@ -340,7 +350,6 @@ func (r *run) openData() error {
 			return err
 		}
 		r.norm = saved
-		r.steps = onlineSteps(g, opt.Steps)
 		if opt.Comm == nil { // a local run's position is its newest checkpoint's
 			c, err := opt.Checkpoint.ResumeStep(-1)
 			if err != nil {
@@ -373,10 +382,8 @@ func (r *run) openData() error {
 	if r.set != nil {
 		rows = func() (int64, error) { return int64(r.set.Rows), nil }
 	}
-	if !g.Data.IsOnline() {
-		if r.steps, err = StepsOf(g, opt.Steps, r.batch, r.n, rows); err != nil {
-			return err
-		}
+	if r.steps, err = StepsOf(g, opt.Steps, r.batch, r.n, rows); err != nil {
+		return err
 	}
 	// Who evaluates the held-out data: a local run, and trainer 0 of a
 	// split job, with the parameters it received (and, in a job with
@@ -504,13 +511,22 @@ func (r *run) startStep() error {
 			}
 		}
 	}
+	// An online run's progressive validation window comes back from the
+	// checkpoint it resumes from, with the model state.
+	var win *window
+	var kept map[string]*tensor.Tensor
+	if r.g.Data.IsOnline() {
+		win = newWindow(r.g, r.g.Data.Online.Window, r.batch)
+		kept = win.kept
+	}
+	var got map[string]bool
 	if opt.Comm != nil {
 		r.own = newTrainerState(r)
 	}
 	ckStep := int64(-1)
 	if opt.Comm != nil && r.first > 0 {
 		var err error
-		if ckStep, err = r.own.restore(r.first, opt.Log); err != nil {
+		if ckStep, got, err = r.own.restore(r.first, kept, opt.Log); err != nil {
 			return err
 		}
 	}
@@ -527,7 +543,7 @@ func (r *run) startStep() error {
 			return err
 		}
 		if c >= 0 {
-			if err := ck.Restore(c, program.PersistentOf(r.prog)); err != nil {
+			if got, err = ck.RestoreOptional(c, program.PersistentOf(r.prog), kept); err != nil {
 				return err
 			}
 			if err := restoreChains(ck, r.prog, c); err != nil {
@@ -541,8 +557,19 @@ func (r *run) startStep() error {
 		return fmt.Errorf("the run resumes at step %d, after its last step %d; raise --steps", r.first, r.steps)
 	}
 	if r.on != nil {
-		r.on.win = newWindow(r.g, r.g.Data.Online.Window, r.batch)
-		r.on.prom = opt.Prom.WatchStream(r.on.win.names)
+		r.on.win = win
+		r.on.prom = opt.Prom.WatchStream(win.names)
+		if got != nil {
+			ok, err := win.restored(got)
+			if err != nil {
+				return err
+			}
+			if ok {
+				opt.Log.Info().Int("rows", win.rows()).Msg("the progressive validation window goes on from the checkpoint")
+			} else {
+				opt.Log.Info().Msg("the progressive validation window starts empty: the checkpoint holds none of this metrics_window and batch")
+			}
+		}
 	}
 	return nil
 }
@@ -559,7 +586,10 @@ func (r *run) loop(start time.Time) error {
 	lg := stepLog{last: start, lastStep: r.first, start: start}
 	opt.Prom.SetReady(true)
 	stepStart := start
-	saved := int64(r.first)
+	saved, logged := int64(r.first), r.first
+	if r.on != nil {
+		r.halt.Started(int64(r.first))
+	}
 	for k := r.first; r.steps == 0 || k < r.steps; k++ {
 		if err := r.step(k); err != nil {
 			if errors.Is(err, errStepsEnded) {
@@ -582,9 +612,6 @@ func (r *run) loop(start time.Time) error {
 			}
 		}
 		last := k == r.steps-1
-		if r.on != nil && !last && r.on.stopRequested(opt.Stop) {
-			r.steps, last = k+1, true
-		}
 		// Every ck.Every steps, and at the last step: a finished run can be
 		// continued from where it ended.
 		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && ((k+1)%ck.Every == 0 || last) {
@@ -602,6 +629,7 @@ func (r *run) loop(start time.Time) error {
 			if err := r.logStep(&lg, k); err != nil {
 				return err
 			}
+			logged = k + 1
 		}
 		if r.ev != nil && r.g.Train.EvalEvery > 0 && (k+1)%r.g.Train.EvalEvery == 0 && !last {
 			if r.pulls != nil { // the rows as of this step (pull.go)
@@ -616,6 +644,12 @@ func (r *run) loop(start time.Time) error {
 		}
 	}
 	if r.on != nil {
+		r.halt.Ended(int64(r.steps))
+		if logged < r.steps { // the last step, whose line was not due
+			if err := r.logStep(&lg, r.steps-1); err != nil {
+				return err
+			}
+		}
 		r.on.describeEnd(opt.Log, r.steps)
 		// The steps ended between two checkpoints: save the last one.
 		if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && saved < int64(r.steps) {
@@ -636,20 +670,24 @@ func (r *run) checkpoint(step int64) error {
 	if r.opt.Comm != nil {
 		ck = r.own.checkpointer()
 	}
+	var kept map[string]*tensor.Tensor
 	if r.on != nil && ck != nil {
 		if ck.Meta == nil {
 			ck.Meta = map[string]string{}
 		}
 		ck.Meta[StreamMeta] = r.on.reader.Position().Marshal()
 		maps.Copy(ck.Meta, modelfile.NormMeta(r.norm))
+		kept = r.on.win.keep()
 	}
 	if r.opt.Comm != nil {
-		return r.own.save(step)
+		return r.own.save(step, kept)
 	}
 	if err := saveChains(ck, r.prog, step); err != nil {
 		return err
 	}
-	return ck.Save(step, program.PersistentOf(r.prog))
+	ts := program.PersistentOf(r.prog)
+	maps.Copy(ts, kept)
+	return ck.Save(step, ts)
 }
 
 // step feeds and runs step k.
@@ -658,7 +696,7 @@ func (r *run) step(k int) error {
 		return err
 	}
 	if r.on != nil {
-		if err := r.on.fill(r); err != nil {
+		if err := r.on.fill(r, k); err != nil {
 			return err
 		}
 	} else if err := r.feed.Fill(r.stream, int64(k)*int64(r.n*r.batch)+int64(r.opt.TrainerIndex*r.batch)); err != nil {
@@ -887,13 +925,16 @@ func (r *run) receiveFinal(params program.Scope) error {
 // the data set's rows by all trainers: ceil(epochs x rows / (batch x
 // trainers)), so that every row is read epochs times and the last step
 // may run into the next pass (TestEpochsSetSteps). rows is called only
-// for epochs.
+// for epochs. An online source may have no last step (0: until it ends
+// or the run is stopped).
 func StepsOf(g *dsl.Graph, steps, batch, trainers int, rows func() (int64, error)) (int, error) {
 	switch {
 	case steps > 0:
 		return steps, nil
 	case g.Train.Steps > 0:
 		return g.Train.Steps, nil
+	case g.Data != nil && g.Data.IsOnline():
+		return 0, nil
 	case g.Train.Epochs <= 0:
 		return 0, stepsMissing(g)
 	}

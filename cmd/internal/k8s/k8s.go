@@ -202,7 +202,7 @@ func ModelClaim(job string) string             { return job + "-model" }
 func ModelFile(job string) string              { return ModelMount + "/" + job + ".safetensors" }
 
 // TrainerCheckpointClaim names trainer i's checkpoint claim, which only
-// a trainer holding state of its own has (TrainerStateBytes).
+// a trainer that checkpoints has (TrainersCheckpoint).
 func TrainerCheckpointClaim(job string, i int) string { return TrainerJob(job, i) + "-checkpoint" }
 
 // TrainerStateBytes is the size of the persistent variables a trainer of
@@ -216,6 +216,14 @@ func TrainerStateBytes(p *partition.Plan) int64 {
 		b += int64(v.DType.Size()) * int64(v.Shape.Numel())
 	}
 	return b
+}
+
+// TrainersCheckpoint says whether the plan's trainers checkpoint, each on
+// a claim of its own: when they hold state of their own
+// (TrainerStateBytes), and when they read an online source, whose
+// position each trainer's checkpoints hold (docs/streaming.md).
+func TrainersCheckpoint(p *partition.Plan) bool {
+	return TrainerStateBytes(p) > 0 || p.Trainer.Data.IsOnline()
 }
 
 // absoluteCSV finds a data path the trainer reads from the machine that split.
@@ -348,12 +356,12 @@ func Objects(dir string, o Options) ([]runtime.Object, []string, error) {
 		objs = append(objs, claim(o, CheckpointClaim(o.Name, i), "pserver", quantity(o.CheckpointSize, CheckpointBytes(p.Info, i))), pserverJob(o, p.Info, i))
 	}
 	objs = append(objs, claim(o, ModelClaim(o.Name), "trainer", quantity(o.ModelSize, ModelBytes(p.Info))))
-	held := TrainerStateBytes(p)
+	held, ckpt := TrainerStateBytes(p), TrainersCheckpoint(p)
 	for i := range p.Info.Trainers {
-		if held > 0 {
+		if ckpt {
 			objs = append(objs, claim(o, TrainerCheckpointClaim(o.Name, i), "trainer", quantity("", roundMi(max(claimMin, 12*held)))))
 		}
-		objs = append(objs, trainerJob(o, p.Info, i, held > 0))
+		objs = append(objs, trainerJob(o, p.Info, i, ckpt))
 	}
 	if o.ServeReplicas > 0 {
 		model := p.Info.Source

@@ -164,10 +164,10 @@ func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests
 	t.Helper()
 	in := p.Info
 	M, N := in.PServers, in.Trainers
-	held := k8s.TrainerStateBytes(p)
+	held, ckpt := k8s.TrainerStateBytes(p), k8s.TrainersCheckpoint(p)
 	claims := M + 1
-	if held > 0 {
-		claims += N // a claim per trainer for the state it holds
+	if ckpt {
+		claims += N // a claim per trainer for the state it holds, the stream's position
 	}
 	services := 1 // the pservers'
 	if o.ServeReplicas > 0 {
@@ -396,9 +396,9 @@ func checkInvariants(t *testing.T, o k8s.Options, p *partition.Plan, m manifests
 			}
 		}
 		switch {
-		case held > 0 && claim != k8s.TrainerCheckpointClaim(o.Name, i):
-			t.Errorf("trainer %d holds %d bytes of state and checkpoints to %q on claim %q, want its own claim %s", i, held, dir, claim, k8s.TrainerCheckpointClaim(o.Name, i))
-		case held > 0:
+		case ckpt && claim != k8s.TrainerCheckpointClaim(o.Name, i):
+			t.Errorf("trainer %d holds %d bytes of state (online: %v) and checkpoints to %q on claim %q, want its own claim %s", i, held, p.Trainer.Data.IsOnline(), dir, claim, k8s.TrainerCheckpointClaim(o.Name, i))
+		case ckpt:
 			if every, _ := argOf(c, "--checkpoint-every"); every != strconv.Itoa(o.CheckpointEvery) {
 				t.Errorf("trainer %d checkpoints every %q steps, the pservers every %d", i, every, o.CheckpointEvery)
 			}
@@ -524,6 +524,13 @@ func TestManifestsTrainerState(t *testing.T) {
 	if k8s.TrainerStateBytes(p) != 2*8*4 {
 		t.Fatalf("bn-mlp's trainer holds %d bytes, want its two 8-float statistics", k8s.TrainerStateBytes(p))
 	}
+	trainerClaims(t, dir, p)
+}
+
+// trainerClaims checks the invariants of the plan's manifests and that
+// each of its two trainers has a checkpoint claim.
+func trainerClaims(t *testing.T, dir string, p *partition.Plan) {
+	t.Helper()
 	o := opts()
 	o.Defaults()
 	src, _, err := k8s.Manifests(dir, o)
@@ -537,6 +544,34 @@ func TestManifestsTrainerState(t *testing.T) {
 			t.Errorf("no claim %s", k8s.TrainerCheckpointClaim(o.Name, i))
 		}
 	}
+}
+
+// TestManifestsOnlineTrainers: the trainers of a job reading Kafka
+// checkpoint the stream's position, each to its own claim, at the
+// pservers' steps, though they hold no state of their own.
+func TestManifestsOnlineTrainers(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "online.yaml")
+	src := `psgraph: 1
+name: online
+data:
+  kafka: {brokers: ["kafka-0.kafka:9092"], topic: clicks}
+  label: {name: y, column: 0}
+  features: {name: x, columns: [1, 5]}
+params:
+  W: {shape: [4, 2]}
+ops:
+  - {type: matmul, inputs: [x, W], outputs: [z]}
+  - {type: softmax_cross_entropy, inputs: [z, y], outputs: [loss]}
+train: {loss: loss, batch: 16, optimizer: {type: sgd, lr: 0.1}}
+`
+	if err := os.WriteFile(model, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, p := writePlan(t, model, 2, 1, partition.DefaultMinBlockSize)
+	if k8s.TrainerStateBytes(p) != 0 || !k8s.TrainersCheckpoint(p) {
+		t.Fatalf("the online plan's trainers hold %d bytes and checkpoint: %v", k8s.TrainerStateBytes(p), k8s.TrainersCheckpoint(p))
+	}
+	trainerClaims(t, dir, p)
 }
 
 // TestManifestFlags: the flags reach the objects.

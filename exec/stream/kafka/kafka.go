@@ -209,8 +209,9 @@ func Open(ctx context.Context, p *stream.Position, o Options) (stream.Source, er
 		return nil, err
 	}
 	at := map[int32]kgo.Offset{}
-	s := &source{topic: p.Topic, parts: slices.Clone(p.Partitions), turn: p.Turn, index: map[int32]int{}, log: o.Log,
-		buffer: o.Buffer, failed: make(chan struct{})}
+	s := &source{topic: p.Topic, parts: slices.Clone(p.Partitions), index: map[int32]int{}, log: o.Log,
+		buffer: o.Buffer, failed: make(chan struct{}), arrived: make(chan struct{}, 1),
+		turns: stream.NewTurns(len(p.Partitions), p.Turn, o.Spec.IdleAfter), has: make([]bool, len(p.Partitions))}
 	if s.buffer <= 0 {
 		s.buffer = 4096
 	}
@@ -219,10 +220,8 @@ func Open(ctx context.Context, p *stream.Position, o Options) (stream.Source, er
 		s.index[part] = i
 	}
 	s.queues = make([]queue, len(s.parts))
-	s.notify = make([]chan struct{}, len(s.parts))
 	s.hwm = make([]atomic.Int64, len(s.parts))
-	for i := range s.notify {
-		s.notify[i] = make(chan struct{}, 1)
+	for i := range s.hwm {
 		s.hwm[i].Store(-1)
 	}
 	opts = append(opts,
@@ -243,18 +242,23 @@ type source struct {
 	topic  string
 	parts  []int32
 	index  map[int32]int // partition -> its index in parts
-	turn   int
 	cl     *kgo.Client
 	log    zerolog.Logger
 	buffer int
+	// turns decides whose record comes next (Next's, like has and timer);
+	// skips is its count of turns passed over, for IdleSkips.
+	turns *stream.Turns
+	has   []bool
+	timer *time.Timer
+	skips atomic.Int64
 
 	mu     sync.Mutex
 	queues []queue
-	// notify[i] gets a token when partition i's queue gets messages.
-	notify []chan struct{}
-	hwm    []atomic.Int64 // each partition's log end (high watermark); -1 unknown
-	err    error          // the fetching's fatal error
-	failed chan struct{}  // closed with err
+	// arrived gets a token when a queue gets messages.
+	arrived chan struct{}
+	hwm     []atomic.Int64 // each partition's log end (high watermark); -1 unknown
+	err     error          // the fetching's fatal error
+	failed  chan struct{}  // closed with err
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -325,7 +329,7 @@ func (s *source) poll() {
 				s.cl.PauseFetchPartitions(map[string][]int32{s.topic: {fp.Partition}})
 			}
 			select {
-			case s.notify[i] <- struct{}{}:
+			case s.arrived <- struct{}{}:
 			default:
 			}
 		})
@@ -346,29 +350,29 @@ func (s *source) logError(part int32, err error) {
 	s.quiet++
 }
 
+// Next takes the next record in the round robin's order (stream.Turns):
+// the turn's partition's, or, once a partition has been empty for
+// idle_after while others hold messages, the next one holding some.
 func (s *source) Next(ctx context.Context) (*stream.Record, error) {
-	i := s.turn
 	for {
 		s.mu.Lock()
-		q := &s.queues[i]
-		if q.len() > 0 {
-			r := q.recs[q.head]
-			q.recs[q.head] = nil
-			q.head++
-			if q.head == len(q.recs) {
-				q.recs, q.head = q.recs[:0], 0
-			} else if q.head >= 1024 && q.head > len(q.recs)/2 {
-				n := copy(q.recs, q.recs[q.head:])
-				clear(q.recs[n:])
-				q.recs, q.head = q.recs[:n], 0
-			}
-			resume := q.paused && q.len() < s.buffer/4
-			q.paused = q.paused && !resume
-			s.mu.Unlock()
+		for i := range s.queues {
+			s.has[i] = s.queues[i].len() > 0
+		}
+		c := s.turns.Next(s.has, time.Now())
+		var r *kgo.Record
+		resume := false
+		if c.Take >= 0 {
+			r, resume = s.take(c.Take)
+		}
+		err := s.err
+		s.mu.Unlock()
+		s.skips.Store(s.turns.Skips())
+		s.logTurns(c)
+		if r != nil {
 			if resume {
-				s.cl.ResumeFetchPartitions(map[string][]int32{s.topic: {s.parts[i]}})
+				s.cl.ResumeFetchPartitions(map[string][]int32{s.topic: {s.parts[c.Take]}})
 			}
-			s.turn = (i + 1) % len(s.parts)
 			v := r.Value
 			if n := len(v); n > 0 && v[n-1] == '\n' {
 				v = v[:n-1]
@@ -376,22 +380,67 @@ func (s *source) Next(ctx context.Context) (*stream.Record, error) {
 					v = v[:n-2]
 				}
 			}
-			s.rec = stream.Record{Value: v, Part: i, Off: r.Offset}
+			s.rec = stream.Record{Value: v, Part: c.Take, Off: r.Offset}
 			return &s.rec, nil
 		}
-		err := s.err
-		s.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
+		var until <-chan time.Time
+		if !c.Until.IsZero() {
+			if s.timer == nil {
+				s.timer = time.NewTimer(time.Until(c.Until))
+			} else {
+				s.timer.Reset(time.Until(c.Until))
+			}
+			until = s.timer.C
+		}
 		select {
-		case <-s.notify[i]:
+		case <-s.arrived:
+		case <-until:
 		case <-s.failed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		if s.timer != nil {
+			s.timer.Stop()
+		}
 	}
 }
+
+// take removes partition i's next message from its queue (s.mu held) and
+// says whether its fetching, paused while the queue was full, resumes.
+func (s *source) take(i int) (*kgo.Record, bool) {
+	q := &s.queues[i]
+	r := q.recs[q.head]
+	q.recs[q.head] = nil
+	q.head++
+	if q.head == len(q.recs) {
+		q.recs, q.head = q.recs[:0], 0
+	} else if q.head >= 1024 && q.head > len(q.recs)/2 {
+		n := copy(q.recs, q.recs[q.head:])
+		clear(q.recs[n:])
+		q.recs, q.head = q.recs[:n], 0
+	}
+	resume := q.paused && q.len() < s.buffer/4
+	q.paused = q.paused && !resume
+	return r, resume
+}
+
+// logTurns says when a partition starts being passed over, once an
+// episode, and when it is back in its turns.
+func (s *source) logTurns(c stream.Choice) {
+	for _, i := range c.Idle {
+		s.log.Warn().Int32("partition", s.parts[i]).Dur("idle_after", s.turns.IdleAfter()).Str("topic", s.topic).
+			Msg("kafka: a partition had no message while others had some: passing it over until it has (data.kafka.idle_after); the batches now depend on when messages arrive, each is still trained once")
+	}
+	for _, i := range c.Back {
+		s.log.Info().Int32("partition", s.parts[i]).Str("topic", s.topic).Msg("kafka: a partition passed over has messages again: back in its turns")
+	}
+}
+
+// IdleSkips is the number of turns of the round robin passed over so far.
+func (s *source) IdleSkips() int64 { return s.skips.Load() }
 
 func (s *source) Where(r *stream.Record) string {
 	return fmt.Sprintf("kafka topic %q partition %d offset %d", s.topic, s.parts[r.Part], r.Off)

@@ -3,6 +3,7 @@ package kafka
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -268,5 +269,90 @@ func TestKafkaBrokerComesBack(t *testing.T) {
 		if want := strconv.Itoa(i%2) + "/" + strconv.Itoa(i/2); g != want {
 			t.Fatalf("row %d is %s, want %s (rows %v)", i, g, want, rows)
 		}
+	}
+}
+
+// A partition with no message does not stall the reader: after
+// idle_after, while the others have messages, its turns are passed over
+// (logged once), the reading goes on with the others in their order, and
+// once it has messages it is back in its turns. Every message read comes
+// once, and a reader opened at the position after any batch reads every
+// later message once: the position names exactly the rows before it.
+// With idle_after: never, the empty partition holds the reader up.
+func TestKafkaIdlePartitionPassedOver(t *testing.T) {
+	c := cluster(t, 3)
+	defer c.Close()
+	addrs := c.ListenAddrs()
+	produce(t, addrs, []int32{0, 2}, 0, 12, time.Now())
+	d := model(t, addrs, "earliest")
+	d.Online.Kafka.IdleAfter = 200 * time.Millisecond
+	var logs syncBuffer
+	r := reader(t, d, nil, 0, 1, zerolog.New(&logs))
+	rows, pos := read(t, r, 3) // partition 1 has nothing
+	for i, g := range rows {
+		if want := fmt.Sprintf("%d/%d", 2*(i%2), i/2); g != want {
+			t.Fatalf("row %d is %s, want %s (rows %v)", i, g, want, rows)
+		}
+	}
+	if n := strings.Count(logs.String(), "passing it over"); n != 1 {
+		t.Errorf("the idle partition was reported %d times, want once:\n%s", n, logs.String())
+	}
+	if src, ok := any(r).(interface{ IdleSkips() int64 }); !ok || src.IdleSkips() == 0 {
+		t.Errorf("no turn passed over counted")
+	}
+	produce(t, addrs, []int32{1}, 0, 12, time.Now()) // partition 1 wakes up
+	more, pos2 := read(t, r, 6)                      // the 24 messages left: 36 in all
+	r.Close()
+	all := append(rows, more...)
+	seen := map[string]int{}
+	for _, g := range all {
+		seen[g]++
+	}
+	for p := range 3 {
+		for o := range 12 {
+			if k := fmt.Sprintf("%d/%d", p, o); seen[k] != 1 {
+				t.Errorf("message %s read %d times, want once", k, seen[k])
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "back in its turns") {
+		t.Errorf("the partition's return was not logged:\n%s", logs.String())
+	}
+	// Resumed after each batch: the later messages, each once.
+	allPos := append(pos, pos2...)
+	for _, k := range []int{0, 2, 5} {
+		at, err := stream.ParsePosition(allPos[k].Marshal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := reader(t, d, at, 0, 1, zerolog.Nop())
+		got, _ := read(t, r, 8-k)
+		r.Close()
+		after := map[string]int{}
+		for _, g := range all[:4*(k+1)] {
+			after[g]++
+		}
+		for _, g := range got {
+			after[g]++
+		}
+		for key, n := range seen {
+			if after[key] != n {
+				t.Errorf("resumed after batch %d: message %s read %d times before and after, want once", k, key, after[key])
+			}
+		}
+	}
+	// never: the empty partition holds the reader up.
+	c2 := cluster(t, 2)
+	defer c2.Close()
+	produce(t, c2.ListenAddrs(), []int32{0}, 0, 12, time.Now())
+	d2 := model(t, c2.ListenAddrs(), "earliest")
+	d2.Online.Kafka.IdleAfter = 0
+	r2 := reader(t, d2, nil, 0, 1, zerolog.Nop())
+	defer r2.Close()
+	dst := []*tensor.Tensor{tensor.New(tensor.F32, tensor.Shape{4, 2}), tensor.New(tensor.I32, tensor.Shape{4})}
+	stop := make(chan struct{})
+	time.AfterFunc(time.Second, func() { close(stop) })
+	if err := r2.Fill(stop, dst); !errors.Is(err, stream.ErrStopped) {
+		t.Errorf("idle_after: never read a batch past the empty partition (%v)", err)
 	}
 }
