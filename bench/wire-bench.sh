@@ -20,7 +20,8 @@
 #     for the PyTorch commands alone). ZOO=0 skips them.
 # PARTS picks the figures (default "transport digits zoo": the transport
 # benchmarks, the digits job, the zoo jobs) and MODELS the zoo's models
-# (default "dlrm dcn-v2 deepfm"); figures not run print null.
+# (default "dlrm dcn-v2 deepfm"); figures not run are left out of the table
+# and null in the JSON.
 # SHORT=1 runs every figure briefly (a check that the script works end to
 # end, not a measurement): short benchmarks, fewer steps, a smaller zoo
 # file.
@@ -131,6 +132,7 @@ sep="| --- |"
 for s in "${sides[@]}"; do head+=" $s |"; sep+=" --- |"; done
 echo "$head target |"
 echo "$sep --- |"
+if part transport; then
 row "pserver CPU per message received, digits 2x2 pattern (BenchmarkPServerCPU/digits, us)" "old / 2" cpu-digits
 row "pserver CPU per message received, DLRM 2x2 pattern (BenchmarkPServerCPU/dlrm, us)" "old / 2" cpu-dlrm
 row "64 MiB tensor 1x1 (BenchmarkTensor64MiB, MB/s)" "" t64
@@ -139,10 +141,14 @@ row "  ratio to raw TCP" ">= 0.85" x64
 row "64-byte round trip (BenchmarkRoundTrip64B, us)" "" rtt
 row "  raw TCP in the same run (us)" "" rawrtt
 row "  ratio to raw TCP" "<= 1.5" xrtt
+fi
+if part digits; then
 line="| train 2x2 sync digits, steps/s (torch RPC parameter server: $rpc) |"
 for s in "${sides[@]}"; do line+=" ${V[$s.digits]} = $(ratio "${V[$s.digits]}" "$rpc")x |"; done
 echo "$line >= 10x |"
-for m in dlrm dcn-v2 deepfm; do
+fi
+if [ "$zoo" = 0 ]; then models=""; fi
+for m in $models; do
   line="| $m 2x2 sync, batch 128 each, steps/s (PyTorch local at its best: ${V[torch.$m]}) |"
   for s in "${sides[@]}"; do line+=" ${V[$s.$m]} = $(ratio "${V[$s.$m]}" "${V[torch.$m]}")x |"; done
   echo "$line >= 0.9x |"
