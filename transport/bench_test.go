@@ -9,43 +9,68 @@ import (
 	"time"
 )
 
-// rawTCP measures a plain Go TCP copy of n bytes over loopback.
-func rawTCP(b *testing.B, n int, iters int) time.Duration {
+// rawPair is a plain Go TCP connection over loopback whose far end reads
+// n bytes and answers one byte (a copy), or echoes n bytes back (a
+// round trip): the reference the transport benchmarks interleave with
+// their own iterations, so that a machine's load weighs on both alike.
+type rawPair struct {
+	c        net.Conn
+	buf, ack []byte
+	echo     bool
+}
+
+func newRawPair(b *testing.B, n int, echo bool) *rawPair {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	done := make(chan struct{})
+	b.Cleanup(func() { l.Close() })
 	go func() {
-		c, _ := l.Accept()
-		buf := make([]byte, n)
-		for i := 0; i < iters; i++ {
-			io.ReadFull(c, buf)
-			c.Write(buf[:1])
+		c, err := l.Accept()
+		if err != nil {
+			return
 		}
-		c.Close()
-		close(done)
+		defer c.Close()
+		buf := make([]byte, n)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			reply := buf[:1]
+			if echo {
+				reply = buf
+			}
+			if _, err := c.Write(reply); err != nil {
+				return
+			}
+		}
 	}()
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-	buf := make([]byte, n)
-	ack := make([]byte, 1)
-	start := time.Now()
-	for i := 0; i < iters; i++ {
-		c.Write(buf)
-		io.ReadFull(c, ack)
+	b.Cleanup(func() { c.Close() })
+	r := &rawPair{c: c, buf: make([]byte, n), ack: make([]byte, 1), echo: echo}
+	if echo {
+		r.ack = make([]byte, n)
 	}
-	d := time.Since(start)
-	<-done
-	return d
+	return r
+}
+
+// once sends n bytes and waits for the answer; it returns how long it took.
+func (r *rawPair) once(b *testing.B) time.Duration {
+	start := time.Now()
+	if _, err := r.c.Write(r.buf); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(r.c, r.ack); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
 }
 
 // BenchmarkTensor64MiB sends a 64 MiB tensor trainer->pserver per op and
-// compares with a plain TCP copy of the same bytes in the same run.
+// compares with a plain TCP copy of the same bytes, one of each in turn.
 func BenchmarkTensor64MiB(b *testing.B) {
 	const n = 64 << 20
 	m, _ := tcpJob(b, nil, Trainer(0), PServer(0))
@@ -53,20 +78,25 @@ func BenchmarkTensor64MiB(b *testing.B) {
 	ps.Accept(Spec{Var: "W", DType: F32, Bytes: n})
 	src, dst := make([]byte, n), make([]byte, n)
 	ctx := context.Background()
+	raw := newRawPair(b, n, false)
 	// warm up: buffers, windows
 	must(b, tr.Send(ctx, PServer(0), -1, "W", F32, src))
 	must(b, ps.Recv(ctx, Trainer(0), -1, "W", dst))
-	raw := rawTCP(b, n, max(b.N, 3))
+	raw.once(b)
 	b.SetBytes(n)
 	b.ResetTimer()
-	start := time.Now()
+	var d, rd time.Duration
 	for i := 0; i < b.N; i++ {
+		start := time.Now()
 		must(b, tr.Send(ctx, PServer(0), int64(i), "W", F32, src))
 		must(b, ps.Recv(ctx, Trainer(0), int64(i), "W", dst))
+		d += time.Since(start)
+		b.StopTimer()
+		rd += raw.once(b)
+		b.StartTimer()
 	}
-	d := time.Since(start)
 	b.StopTimer()
-	rawMBs := float64(n) * float64(max(b.N, 3)) / raw.Seconds() / 1e6
+	rawMBs := float64(n) * float64(b.N) / rd.Seconds() / 1e6
 	mbs := float64(n) * float64(b.N) / d.Seconds() / 1e6
 	b.ReportMetric(mbs, "MB/s")
 	b.ReportMetric(rawMBs, "raw-MB/s")
@@ -74,7 +104,7 @@ func BenchmarkTensor64MiB(b *testing.B) {
 }
 
 // BenchmarkRoundTrip64B: trainer->pserver->trainer with 64-byte tensors vs
-// a raw TCP 64-byte ping-pong in the same run.
+// a raw TCP 64-byte ping-pong, in blocks of 100 of each in turn.
 func BenchmarkRoundTrip64B(b *testing.B) {
 	m, _ := tcpJob(b, nil, Trainer(0), PServer(0))
 	ps, tr := m[PServer(0)], m[Trainer(0)]
@@ -100,21 +130,33 @@ func BenchmarkRoundTrip64B(b *testing.B) {
 		must(b, tr.Send(ctx, PServer(0), i, "g", F32, src))
 		must(b, tr.Recv(ctx, PServer(0), i, "w", dst))
 	}
+	raw := newRawPair(b, 64, true)
 	for i := int64(0); i < 100; i++ {
 		rt(i)
+		raw.once(b)
 	}
-	iters := max(b.N, 1000)
-	raw := rawTCP(b, 64, iters)
 	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		rt(int64(100 + i))
+	var d, rd time.Duration
+	rawN := 0
+	for i := 0; i < b.N; {
+		start := time.Now()
+		k := min(100, b.N-i)
+		for j := 0; j < k; j++ {
+			rt(int64(100 + i + j))
+		}
+		d += time.Since(start)
+		i += k
+		b.StopTimer()
+		for j := 0; j < k; j++ {
+			rd += raw.once(b)
+		}
+		rawN += k
+		b.StartTimer()
 	}
-	d := time.Since(start)
 	b.StopTimer()
 	close(stop)
 	per := d.Seconds() / float64(b.N) * 1e6
-	rawPer := raw.Seconds() / float64(iters) * 1e6
+	rawPer := rd.Seconds() / float64(rawN) * 1e6
 	b.ReportMetric(per, "us/rt")
 	b.ReportMetric(rawPer, "raw-us/rt")
 	b.ReportMetric(per/rawPer, "x-raw")
@@ -144,15 +186,15 @@ func BenchmarkDenseStep(b *testing.B) {
 func stepBurst(b *testing.B, tweak func(*Config), n, small, large int) {
 	m, _ := tcpJob(b, tweak, Trainer(0), PServer(0))
 	ps, tr := m[PServer(0)], m[Trainer(0)]
-	names := make([]string, n+2)
+	names, back := make([]string, n+2), make([]string, n+2) // made once: -benchmem counts the transport's allocations alone
 	for i := range names {
-		names[i] = fmt.Sprintf("v%d", i)
+		names[i], back[i] = fmt.Sprintf("v%d", i), fmt.Sprintf("v%d@r", i)
 		size := small
 		if i >= n {
 			size = large
 		}
 		ps.Accept(Spec{Var: names[i], DType: F32, Bytes: size})
-		tr.Accept(Spec{Var: names[i] + "@r", DType: F32, Bytes: size})
+		tr.Accept(Spec{Var: back[i], DType: F32, Bytes: size})
 	}
 	buf := func(i int) []byte {
 		if i >= n {
@@ -171,8 +213,8 @@ func stepBurst(b *testing.B, tweak func(*Config), n, small, large int) {
 				return err
 			}
 		}
-		for i, v := range names {
-			if err := ps.Send(ctx, Trainer(0), step, v+"@r", F32, mid[i]); err != nil {
+		for i, v := range back {
+			if err := ps.Send(ctx, Trainer(0), step, v, F32, mid[i]); err != nil {
 				return err
 			}
 		}
@@ -182,8 +224,8 @@ func stepBurst(b *testing.B, tweak func(*Config), n, small, large int) {
 		for i, v := range names {
 			must(b, tr.Send(ctx, PServer(0), s, v, F32, src[i]))
 		}
-		for i, v := range names {
-			must(b, tr.Recv(ctx, PServer(0), s, v+"@r", dst[i]))
+		for i, v := range back {
+			must(b, tr.Recv(ctx, PServer(0), s, v, dst[i]))
 		}
 	}
 	errc := make(chan error, 1)

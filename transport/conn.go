@@ -157,7 +157,7 @@ type conn struct {
 	server  bool
 	inc     uint64 // the peer's incarnation on this connection
 	sess    *yamux.Session
-	ctl     *yamux.Stream // this side's control stream (resume, done, abort frames)
+	ctl     *yamux.Stream // this side's message stream (msgWriter)
 	mu      sync.Mutex
 	readers []*atomic.Int64
 	running sync.WaitGroup // its stream readers (and the loop accepting them)
@@ -167,6 +167,7 @@ type conn struct {
 	resumed   chan struct{}
 	gotResume bool
 	points    map[string]resumePoint
+	opened    map[string]bool // the streams the peer opened: "" its message stream, else a bulk stream's transfer
 }
 
 // attach makes raw (authenticated, the peer at incarnation inc) p's
@@ -232,7 +233,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 		prev.running.Wait() // its decoders' counts are final
 	}
 	t.in.connected(p.id, inc)
-	c := &conn{t: t, p: p, raw: raw, server: server, inc: inc, sess: sess, resumed: make(chan struct{})}
+	c := &conn{t: t, p: p, raw: raw, server: server, inc: inc, sess: sess, resumed: make(chan struct{}), opened: map[string]bool{}}
 	err := c.sendResume()
 	p.mu.Lock()
 	p.attaching = false
@@ -261,7 +262,8 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 	return nil
 }
 
-// sendResume opens this side's control stream and writes the resume frame.
+// sendResume opens this side's message stream (preamble: name length 0)
+// and writes the resume frame, its first frame.
 func (c *conn) sendResume() error {
 	st, err := c.sess.OpenStream()
 	if err != nil {
@@ -332,15 +334,30 @@ func (c *conn) acceptStreams() {
 	}
 }
 
+// readStream reads one stream the peer opened: its message stream
+// (preamble name length 0) or the bulk stream of one of its transfers.
+// Each at most once per connection.
 func (c *conn) readStream(st *yamux.Stream, dl *atomic.Int64) {
 	defer c.t.wg.Done()
 	defer c.running.Done()
 	defer st.Close()
 	name, err := readPreamble(st)
 	if err == nil {
-		d := &decoder{in: c.t.in, src: c.p.id, inc: c.inc, name: name, maxFrame: c.t.cfg.MaxFrame,
-			deadline: dl, timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv, payload: &c.t.payloadRecv, dead: c.sess.CloseChan(), resumed: c.onResume}
-		err = d.run(st)
+		c.mu.Lock()
+		if c.opened[name] {
+			err = fmt.Errorf("%w: a second stream of %q", errProtocol, name)
+		}
+		c.opened[name] = true
+		c.mu.Unlock()
+	}
+	if err == nil {
+		fr := frameReader{in: c.t.in, src: c.p.id, inc: c.inc, maxFrame: c.t.cfg.MaxFrame, deadline: dl,
+			timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv, payload: &c.t.payloadRecv, dead: c.sess.CloseChan()}
+		if name == "" {
+			err = (&msgReader{frameReader: fr, resumed: c.onResume, reads: &c.t.batchesRecv}).run(st)
+		} else {
+			err = (&decoder{frameReader: fr, name: name}).run(st)
+		}
 	}
 	dl.Store(0)
 	if errors.Is(err, errProtocol) {

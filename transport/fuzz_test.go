@@ -6,14 +6,28 @@ import (
 	"testing"
 )
 
-// FuzzFrameDecode feeds arbitrary bytes to a transfer stream's decoder:
-// it must never panic, never deliver a message that does not match the
-// spec, and never allocate a payload larger than a spec allows.
+// FuzzFrameDecode feeds arbitrary bytes to a bulk stream's decoder and to
+// a message stream's reader: they must never panic, never deliver a
+// message that does not match the spec, and never allocate a payload
+// larger than a spec allows.
 func FuzzFrameDecode(f *testing.F) {
 	frame := func(kind byte, dt DType, n int, step int64, payload ...byte) []byte {
 		b := make([]byte, frameHeader)
 		putHeader(b, header{kind: kind, dtype: dt, len: n, step: step})
 		return append(b, payload...)
+	}
+	bind := func(id uint16, name string) []byte {
+		return appendFrame(nil, header{kind: kindBind, id: id, len: len(name)}, name)
+	}
+	inline := func(id uint16, dt DType, step int64, payload ...byte) []byte {
+		return appendFrame(nil, header{kind: kindData, id: id, dtype: dt, len: len(payload), step: step}, payload)
+	}
+	cat := func(bs ...[]byte) []byte {
+		var b []byte
+		for _, x := range bs {
+			b = append(b, x...)
+		}
+		return b
 	}
 	f.Add(frame(kindData, F32, 8, 1, 1, 2, 3, 4, 5, 6, 7, 8))
 	f.Add(frame(kindData, F32, 8, 1, 1, 2, 3))
@@ -28,35 +42,50 @@ func FuzzFrameDecode(f *testing.F) {
 	f.Add(at)
 	f.Add([]byte{})
 	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"))
+	// The message stream: binds, then small messages of several transfers
+	// in one batch; an unbound id, a rebind, a data frame above maxInline.
+	f.Add(cat(bind(1, "W"), bind(2, "V"), inline(1, F32, 1, 1, 2, 3, 4, 5, 6, 7, 8), inline(2, F32, 1, 1, 2, 3, 4), frame(kindDone, 0, 0, 2)))
+	f.Add(cat(bind(1, "W"), inline(1, F32, 1, 1, 2, 3, 4, 5, 6, 7, 8), inline(1, F32, 2, 1, 2, 3, 4, 5, 6, 7, 8)))
+	f.Add(cat(inline(1, F32, 1, 1, 2, 3, 4, 5, 6, 7, 8)))
+	f.Add(cat(bind(1, "W"), bind(1, "V")))
+	f.Add(cat(bind(1, "W"), appendFrame(nil, header{kind: kindData, id: 1, dtype: F32, len: maxInline + 1}, "")))
+	f.Add(cat(bind(2, "W"), inline(2, F32, 1, 1, 2, 3, 4, 5, 6, 7, 8)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		// A transfer stream read ahead, one whose messages are all held
-		// (no recv claims them and the connection is gone: each is parked),
-		// and the control stream.
+		// A bulk stream read ahead, one whose messages are all held (no
+		// recv claims them and the connection is gone: each is parked),
+		// and the message stream.
 		dead := make(chan struct{})
 		close(dead)
 		for _, c := range []struct {
-			name string
-			held bool
-		}{{"W", false}, {"W", true}, {"", false}} {
-			name := c.name
+			bulk, held bool
+		}{{true, false}, {true, true}, {false, false}} {
 			var errs int
 			in := newInbox(PServer(0), []NodeID{Trainer(0)}, func(error) { errs++ })
-			in.accept([]Spec{{Var: "W", DType: F32, Bytes: 8}})
-			d := &decoder{in: in, src: Trainer(0), name: name, maxFrame: 1 << 16}
+			in.accept([]Spec{{Var: "W", DType: F32, Bytes: 8}, {Var: "V", DType: F32, Bytes: 4, AtMost: true}})
+			fr := frameReader{in: in, src: Trainer(0), maxFrame: 1 << 16}
 			if c.held {
-				in.eager, d.dead = 0, dead
+				in.eager, fr.dead = 0, dead
 			}
-			err := d.run(bytes.NewReader(data))
+			var err error
+			if c.bulk {
+				err = (&decoder{frameReader: fr, name: "W"}).run(bytes.NewReader(data))
+			} else {
+				m := &msgReader{frameReader: fr}
+				err = m.run(bytes.NewReader(data))
+				if len(m.names) > maxStreams || len(m.buf) > msgBufMax+frameHeader+maxInline {
+					t.Fatalf("%d transfers bound, a %d-byte read buffer", len(m.names), len(m.buf))
+				}
+			}
 			if err == nil {
 				t.Fatal("run ends with an error (io.EOF at least)")
 			}
 			if err != io.EOF && len(data) == 0 {
 				t.Fatalf("empty stream: %v", err)
 			}
-			for _, q := range in.vars {
+			for v, q := range in.vars {
 				for _, e := range q.items {
-					if e.h == nil && e.bad == nil && len(e.buf) != 8 { // a rejected message is queued as its error only
-						t.Fatalf("delivered %d bytes", len(e.buf))
+					if e.h == nil && e.bad == nil && len(e.buf) != 8 && !(v == "V" && len(e.buf) <= 4) { // a rejected message is queued as its error only
+						t.Fatalf("delivered %d bytes of %s", len(e.buf), v)
 					}
 				}
 			}
@@ -87,7 +116,7 @@ func FuzzHandshake(f *testing.F) {
 	var sb bytes.Buffer
 	writeHello(&sb, true, &hello{job: jobHash("job"), id: PServer(0)})
 	f.Add(append(sb.Bytes(), make([]byte, 33)...))
-	f.Add([]byte("PSGR\x02"))
+	f.Add([]byte("PSGR\x03"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		job := jobHash("job")

@@ -23,7 +23,7 @@ import (
 // inc is the sender's incarnation (random per endpoint, big-endian).
 const (
 	hsMagic   = "PSGR"
-	hsVersion = 3
+	hsVersion = 4 // 4: the message stream (docs/wire.md, section 3)
 
 	stOK          = 0
 	stVersion     = 1

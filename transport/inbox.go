@@ -45,6 +45,7 @@ type inbox struct {
 	closed  bool
 	closing chan struct{}   // closed by close
 	waiters []chan struct{} // free list
+	claims  []*claim        // free list
 }
 
 // A Sink consumes a message's payload in order as it arrives, so a
@@ -72,6 +73,58 @@ type entry struct {
 type varQueue struct {
 	items   []entry
 	waiting []chan struct{}
+	claims  []*claim
+}
+
+// claim is a recv waiting for one message with its memory: the message's
+// arrival copies the payload straight into dst and fills the claim
+// (arriveLocked, deliver), so the recv wakes with its message in place.
+type claim struct {
+	src  NodeID
+	step int64
+	dst  []byte
+	wake chan struct{} // the recv's wait channel
+	got  bool
+}
+
+// claimOf is the claim waiting for src's message of step with n bytes.
+func (q *varQueue) claimOf(src NodeID, step int64, n int) *claim {
+	for _, c := range q.claims {
+		if c.src == src && c.step == step && len(c.dst) == n {
+			return c
+		}
+	}
+	return nil
+}
+
+// fill marks c's message as copied into its memory and wakes its recv,
+// which takes it as it would have from the queue: older messages of its
+// source still pending are dropped as stale.
+func (in *inbox) fill(q *varQueue, c *claim) {
+	for i := 0; i < len(q.items); i++ {
+		if e := q.items[i]; e.src == c.src && e.step < c.step {
+			if e.bad == nil { // a rejection was reported when it arrived
+				in.onError(fmt.Errorf("message %s@%d from %s: stale (wanted step %d), dropped", in.varName(q), e.step, c.src, c.step))
+			}
+			in.dropEntry(q, i)
+			i--
+		}
+	}
+	c.got = true
+	q.unclaim(c)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *varQueue) unclaim(c *claim) {
+	for i, x := range q.claims {
+		if x == c {
+			q.claims = append(q.claims[:i], q.claims[i+1:]...)
+			return
+		}
+	}
 }
 
 var (
@@ -116,6 +169,10 @@ func (in *inbox) accept(specs []Spec) {
 func (in *inbox) check(src NodeID, inc uint64, step int64, v string, dt DType, n int) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	return in.checkLocked(src, inc, step, v, dt, n)
+}
+
+func (in *inbox) checkLocked(src NodeID, inc uint64, step int64, v string, dt DType, n int) error {
 	s, ok := in.specs[v]
 	switch {
 	case in.closed:
@@ -203,28 +260,33 @@ func (in *inbox) counted(ps *peerState, v string, arrived bool) {
 	}
 }
 
-// rejected counts a message from src that failed check (why) as
-// received, so the count announced by Done and the stream's count still
-// add up. For a transfer this node receives, it queues the rejection in
-// the message's place: the sender will not send that message again, so a
-// recv waiting for it fails with why instead of waiting forever.
-func (in *inbox) rejected(src NodeID, inc uint64, step int64, v string, why error) {
+// rejected counts a message of stream from src that failed check (why)
+// as received, so the count announced by Done and the stream's count
+// still add up. For a transfer this node receives, it queues the
+// rejection in the message's place: the sender will not send that
+// message again, so a recv waiting for it fails with why instead of
+// waiting forever.
+func (in *inbox) rejected(src NodeID, inc uint64, stream string, step int64, v string, why error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	in.rejectedLocked(src, inc, stream, step, v, why)
+}
+
+func (in *inbox) rejectedLocked(src NodeID, inc uint64, stream string, step int64, v string, why error) {
 	ps := in.current(src, inc)
 	if ps == nil {
 		return
 	}
-	in.counted(ps, v, v != "")
+	in.counted(ps, stream, true)
 	if q := in.vars[v]; q != nil && !in.closed && step >= in.floor {
 		q.items = append(q.items, entry{step: step, src: src, bad: fmt.Errorf("%w: %v", ErrRejected, why)})
 		wake(q)
 	}
 }
 
-// deliver hands a checked, read-ahead message to the inbox; buf is owned
-// by it after.
-func (in *inbox) deliver(src NodeID, inc uint64, step int64, v string, buf []byte) {
+// deliver hands a checked, read-ahead message of stream to the inbox; buf
+// is owned by it after.
+func (in *inbox) deliver(src NodeID, inc uint64, stream string, step int64, v string, buf []byte) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	q := in.vars[v]
@@ -233,14 +295,51 @@ func (in *inbox) deliver(src NodeID, inc uint64, step int64, v string, buf []byt
 		in.recycle(buf)
 		return
 	}
-	in.counted(ps, v, true)
+	in.counted(ps, stream, true)
 	if step < in.floor {
 		in.recycle(buf)
 		in.onError(fmt.Errorf("message %s@%d from %s: stale, dropped", v, step, src))
 		return
 	}
+	if c := q.claimOf(src, step, len(buf)); c != nil {
+		copy(c.dst, buf)
+		in.recycle(buf)
+		in.fill(q, c)
+		return
+	}
 	q.items = append(q.items, entry{step: step, src: src, buf: buf})
 	wake(q)
+}
+
+// arriveLocked admits a message of stream whose payload the caller keeps
+// (a frame in the message stream's read buffer, an in-memory send): it
+// checks it, then copies the payload straight into the memory of the recv
+// waiting for it, or else into a recycled buffer queued for its recv. A
+// message that fails the check is returned as the error, for the caller
+// to report and count (rejectedLocked).
+func (in *inbox) arriveLocked(src NodeID, inc uint64, stream string, step int64, v string, dt DType, payload []byte) error {
+	if err := in.checkLocked(src, inc, step, v, dt, len(payload)); err != nil {
+		return err
+	}
+	if in.closed {
+		return ErrClosed
+	}
+	ps, q := in.current(src, inc), in.vars[v]
+	in.counted(ps, stream, true)
+	if step < in.floor {
+		in.onError(fmt.Errorf("message %s@%d from %s: stale, dropped", v, step, src))
+		return nil
+	}
+	if c := q.claimOf(src, step, len(payload)); c != nil {
+		copy(c.dst, payload)
+		in.fill(q, c)
+		return nil
+	}
+	buf := in.bufferLocked(len(payload))
+	copy(buf, payload)
+	q.items = append(q.items, entry{step: step, src: src, buf: buf})
+	wake(q)
+	return nil
 }
 
 // dropEntry removes a queued entry that became stale.
@@ -297,37 +396,73 @@ func (in *inbox) wakeAll() {
 // wait parks the caller until something changes for one of qs or ctx
 // ends. It is called with in.mu held and returns with it held.
 func (in *inbox) wait(ctx context.Context, qs ...*varQueue) error {
-	var c chan struct{}
-	if n := len(in.waiters); n > 0 {
-		c, in.waiters = in.waiters[n-1], in.waiters[:n-1]
+	_, err := in.parkWait(ctx, nil, qs)
+	return err
+}
+
+// waitClaim is wait for a recv of src's message of step of q into dst: the
+// message may be copied into dst while it waits (got).
+func (in *inbox) waitClaim(ctx context.Context, q *varQueue, src NodeID, step int64, dst []byte) (got bool, err error) {
+	var c *claim
+	if n := len(in.claims); n > 0 {
+		c, in.claims = in.claims[n-1], in.claims[:n-1]
 	} else {
-		c = make(chan struct{}, 1)
+		c = &claim{}
+	}
+	c.src, c.step, c.dst, c.got = src, step, dst, false
+	got, err = in.parkWait(ctx, c, []*varQueue{q})
+	c.dst, c.wake = nil, nil
+	in.claims = append(in.claims, c)
+	if got {
+		return true, nil
+	}
+	return false, err
+}
+
+// parkWait waits on qs (and, with c, registers c on qs[0]) until woken or ctx
+// ends; called with in.mu held, it returns with it held. It reports
+// whether c was filled.
+func (in *inbox) parkWait(ctx context.Context, c *claim, qs []*varQueue) (bool, error) {
+	var ch chan struct{}
+	if n := len(in.waiters); n > 0 {
+		ch, in.waiters = in.waiters[n-1], in.waiters[:n-1]
+	} else {
+		ch = make(chan struct{}, 1)
 	}
 	for _, q := range qs {
-		q.waiting = append(q.waiting, c)
+		q.waiting = append(q.waiting, ch)
+	}
+	if c != nil {
+		c.wake = ch
+		qs[0].claims = append(qs[0].claims, c)
 	}
 	in.mu.Unlock()
 	var err error
 	select {
-	case <-c:
+	case <-ch:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	in.mu.Lock()
 	for _, q := range qs {
 		for i, w := range q.waiting {
-			if w == c {
+			if w == ch {
 				q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
 				break
 			}
 		}
 	}
+	got := false
+	if c != nil {
+		qs[0].unclaim(c)
+		got = c.got
+	}
 	select { // drain a wake-up that raced with ctx
-	case <-c:
+	case <-ch:
 	default:
 	}
-	in.waiters = append(in.waiters, c)
-	return err
+	in.waiters = append(in.waiters, ch)
+	return got, err
 }
 
 // take hands entry i of q to the receiver (dst, or sink when set). For a
@@ -462,7 +597,13 @@ scan:
 			return &PeerError{src, err}
 		}
 		in.spillBlockers(q, src, step)
-		if err := in.wait(ctx, q); err != nil {
+		if sink != nil {
+			if err := in.wait(ctx, q); err != nil {
+				return err
+			}
+			continue
+		}
+		if got, err := in.waitClaim(ctx, q, src, step, dst); got || err != nil {
 			return err
 		}
 	}

@@ -120,14 +120,14 @@ func (e *Inmem) Send(ctx context.Context, to NodeID, step int64, v string, dt DT
 	// accepts it or not.
 	e.sentBytes.Add(int64(len(payload)))
 	p.recvBytes.Add(int64(len(payload)))
-	if err := p.in.check(e.self, e.inc, step, v, dt, len(payload)); err != nil {
-		p.in.onError(err)
-		p.in.rejected(e.self, e.inc, step, v, err) // counted, as a rejected frame is on TCP
-		return nil
+	// Copied into the recv waiting for it, or into a buffer queued for it.
+	in := p.in
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err := in.arriveLocked(e.self, e.inc, v, step, v, dt, payload); err != nil {
+		in.onError(err)
+		in.rejectedLocked(e.self, e.inc, v, step, v, err) // counted, as a rejected frame is on TCP
 	}
-	buf := p.in.buffer(len(payload))
-	copy(buf, payload)
-	p.in.deliver(e.self, e.inc, step, v, buf)
 	return nil
 }
 

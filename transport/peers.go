@@ -23,8 +23,8 @@ type peerState struct {
 	streams   map[string]*streamState
 }
 
-// streamState is what arrived on one transfer ("" the control stream) from
-// a peer's current incarnation.
+// streamState is what arrived on one stream ("" the message stream, else
+// a transfer's bulk stream) from a peer's current incarnation.
 type streamState struct {
 	count int64 // messages fully received (delivered, rejected or dropped)
 	head  *held // a held message not yet fully received, or nil

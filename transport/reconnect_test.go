@@ -195,18 +195,23 @@ func TestStaleIncarnationNeverDelivered(t *testing.T) {
 	in := newInbox(p0, []NodeID{t0}, log.add)
 	in.accept([]Spec{{Var: "g", DType: F32, Bytes: 8}})
 	in.connected(t0, 1)
-	in.deliver(t0, 1, 0, "g", make([]byte, 8))
+	in.deliver(t0, 1, "g", 0, "g", make([]byte, 8))
 	if !in.connected(t0, 2) {
 		t.Fatal("new incarnation not seen as a restart")
 	}
 	if err := in.check(t0, 1, 1, "g", F32, 8); err == nil {
 		t.Fatal("check passed a message of the old incarnation")
 	}
-	in.deliver(t0, 1, 1, "g", make([]byte, 8))
+	in.deliver(t0, 1, "g", 1, "g", make([]byte, 8))
+	in.mu.Lock() // the message stream's path (msgReader, Inmem.Send)
+	if err := in.arriveLocked(t0, 1, "", 2, "g", F32, make([]byte, 8)); err == nil {
+		t.Fatal("a message stream frame of the old incarnation was admitted")
+	}
+	in.mu.Unlock()
 	in.done(t0, 1, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	for _, k := range []int64{0, 1} {
+	for _, k := range []int64{0, 1, 2} {
 		if err := in.recv(ctx, t0, k, "g", make([]byte, 8), nil); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("step %d of the old incarnation: %v", k, err)
 		}

@@ -207,8 +207,11 @@ func TestTCPResendsHeldMessages(t *testing.T) {
 }
 
 // Chaos: trainer and pserver exchange windows of small and large
-// messages while connections are cut at random from either side. Every
-// message arrives exactly once with its payload, and Done adds up.
+// messages while connections are cut at random from either side: two
+// small transfers batched on the message stream, a large one on its bulk
+// stream, and one whose size alternates between the two (its messages
+// take either stream). Every message arrives exactly once with its
+// payload, and Done adds up.
 func TestTCPChaosLinkResends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run")
@@ -217,7 +220,9 @@ func TestTCPChaosLinkResends(t *testing.T) {
 	m, _ := tcpJob(t, func(c *Config) { c.EagerBytes = 1 << 10 }, t0, p0)
 	tr, ps := m[t0], m[p0]
 	const small, large, window = 16, 64 << 10, 8
-	ps.Accept(Spec{Var: "g", DType: F32, Bytes: small}, Spec{Var: "G", DType: F32, Bytes: large})
+	ps.Accept(Spec{Var: "g", DType: F32, Bytes: small}, Spec{Var: "h", DType: F32, Bytes: small}, Spec{Var: "G", DType: F32, Bytes: large},
+		Spec{Var: "S", DType: F32, Bytes: 4 << 10, AtMost: true})
+	straddle := func(k int64) int { return []int{256, 4 << 10}[k%2] } // inline up to 1 KiB here
 	tr.Accept(Spec{Var: "w", DType: F32, Bytes: small})
 	stop := make(chan struct{})
 	var cuts int
@@ -252,20 +257,30 @@ func TestTCPChaosLinkResends(t *testing.T) {
 	// Sent payloads stay untouched until the reply proves receipt, as in
 	// psgraph's steps.
 	deadline := time.Now().Add(*chaosTime)
-	var k int64
-	gs, Gs := make([][]byte, window), make([][]byte, window)
+	var k, bytesSent int64
+	gs, hs, Gs, Ss := make([][]byte, window), make([][]byte, window), make([][]byte, window), make([][]byte, window)
 	got, gotL, reply := make([]byte, small), make([]byte, large), make([]byte, small)
+	gotS := &Prefix{Buf: make([]byte, 4<<10)}
 	for rounds := 0; time.Now().Before(deadline) || rounds < 5; rounds++ {
 		for i := int64(0); i < window; i++ {
-			gs[i], Gs[i] = payload(small, k+i), payload(large, k+i)
+			gs[i], hs[i], Gs[i], Ss[i] = payload(small, k+i), payload(small, -k-i), payload(large, k+i), payload(straddle(k+i), k+i)
 			must(t, tr.Send(ctx, p0, k+i, "g", F32, gs[i]))
 			must(t, tr.Send(ctx, p0, k+i, "G", F32, Gs[i]))
+			must(t, tr.Send(ctx, p0, k+i, "S", F32, Ss[i]))
+			must(t, tr.Send(ctx, p0, k+i, "h", F32, hs[i]))
+			bytesSent += int64(2*small + large + len(Ss[i]))
 		}
 		for i := int64(0); i < window; i++ {
 			must(t, recvRetry(ctx, ps, t0, k+i, "g", got))
 			must(t, recvRetry(ctx, ps, t0, k+i, "G", gotL))
 			if !bytes.Equal(got, gs[i]) || !bytes.Equal(gotL, Gs[i]) {
 				t.Fatalf("message %d arrived changed", k+i)
+			}
+			must(t, recvRetry(ctx, ps, t0, k+i, "h", got))
+			gotS.N = 0
+			must(t, retry(ctx, ps, t0, func() error { return ps.RecvSink(ctx, t0, k+i, "S", gotS) }))
+			if !bytes.Equal(got, hs[i]) || !bytes.Equal(gotS.Buf[:gotS.N], Ss[i]) {
+				t.Fatalf("message %d of h or S arrived changed", k+i)
 			}
 		}
 		must(t, sendRetry(ctx, ps, t0, k+window-1, "w", payload(small, -k)))
@@ -274,18 +289,18 @@ func TestTCPChaosLinkResends(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	t.Logf("%d messages each way under %d cuts", 2*k, cuts)
+	t.Logf("%d messages up, %d down, under %d cuts", 4*k, k/window, cuts)
 	must(t, doneRetry(ctx, tr, p0))
 	must(t, doneRetry(ctx, ps, t0))
 	must(t, waitDoneRetry(ctx, ps, t0))
 	must(t, waitDoneRetry(ctx, tr, p0))
-	if got := ps.Stats().MsgsRecv; got != 2*k {
-		t.Fatalf("the pserver received %d messages, %d were sent: a resend was duplicated or lost", got, 2*k)
+	if got := ps.Stats().MsgsRecv; got != 4*k {
+		t.Fatalf("the pserver received %d messages, %d were sent: a resend was duplicated or lost", got, 4*k)
 	}
 	sent, recv := tr.Traffic().Sent, ps.Traffic().Recv
-	t.Logf("trainer->pserver: %d payload bytes sent, %d received, %d in the messages", sent, recv, k*(small+large))
-	if recv < k*(small+large) || sent < recv {
-		t.Fatalf("traffic: %d bytes sent, %d received; want sent >= received >= %d", sent, recv, k*(small+large))
+	t.Logf("trainer->pserver: %d payload bytes sent, %d received, %d in the messages", sent, recv, bytesSent)
+	if recv < bytesSent || sent < recv {
+		t.Fatalf("traffic: %d bytes sent, %d received; want sent >= received >= %d", sent, recv, bytesSent)
 	}
 }
 

@@ -127,6 +127,10 @@ type Stats struct {
 	Connections          int   // established connections now
 	BytesSent, BytesRecv int64 // on the wire after the handshake, yamux included (Traffic.WireSent, WireRecv)
 	MsgsSent, MsgsRecv   int64 // data messages written / delivered
+	// BatchesSent counts the message streams' writes: each carries every
+	// small message (and Done, Abort) queued to its peer when it began.
+	// BatchesRecv counts their reads: each takes what the stream holds.
+	BatchesSent, BatchesRecv int64
 }
 
 // TCP is the TCP implementation of Endpoint: one connection carrying one
@@ -158,6 +162,8 @@ type TCP struct {
 	bytesSent, bytesRecv     atomic.Int64 // every byte of the connections (coalescingConn)
 	payloadSent, payloadRecv atomic.Int64 // data message bodies (writer.write, decoder)
 	msgsSent, msgsRecv       atomic.Int64
+	batchesSent, batchesRecv atomic.Int64 // message stream writes, reads
+	inline                   int          // data payloads up to this go on the message stream (-1: none)
 }
 
 type peer struct {
@@ -180,7 +186,8 @@ type peer struct {
 	change    chan struct{} // closed (and replaced) when sess changes
 	gone      chan struct{} // closed when a dialer gives the peer up for good
 	err       error
-	writers   map[string]*writer
+	writers   map[string]*writer // bulk streams' writers, by transfer
+	mw        *msgWriter         // the message stream's writer
 }
 
 // A peer's connection state (peer.state).
@@ -216,6 +223,10 @@ func newTCP(cfg Config) (*TCP, error) {
 		ids = append(ids, id)
 		t.peers[id] = &peer{t: t, id: id, addr: addr, slots: make(chan struct{}, cfg.QueueDepth),
 			change: make(chan struct{}), gone: make(chan struct{}), writers: map[string]*writer{}}
+	}
+	t.inline = min(cfg.EagerBytes, maxInline)
+	if cfg.EagerBytes < 0 {
+		t.inline = -1
 	}
 	t.in = newInbox(cfg.Self, ids, cfg.OnError)
 	t.in.eager = max(cfg.EagerBytes, 0)
@@ -287,7 +298,7 @@ func (t *TCP) Addr() net.Addr {
 // Stats returns the endpoint's counters.
 func (t *TCP) Stats() Stats {
 	return Stats{Connections: int(t.conns.Load()), BytesSent: t.bytesSent.Load(), BytesRecv: t.bytesRecv.Load(),
-		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecv.Load()}
+		MsgsSent: t.msgsSent.Load(), MsgsRecv: t.msgsRecv.Load(), BatchesSent: t.batchesSent.Load(), BatchesRecv: t.batchesRecv.Load()}
 }
 
 // Traffic reports the payload and wire bytes this endpoint moved so far.
@@ -384,9 +395,11 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 	case <-p.gone:
 		return t.peerErr(p)
 	}
+	it.v = v
+	bulk := it.kind == kindData && len(it.payload) > t.inline
 	p.mu.Lock()
-	w := p.writers[v]
-	if w == nil {
+	w, mw := p.writers[v], p.mw
+	if (bulk && w == nil) || (!bulk && mw == nil) {
 		select {
 		case <-t.closing:
 			p.mu.Unlock()
@@ -394,12 +407,19 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 			return ErrClosed
 		default:
 		}
-		w = &writer{p: p, name: v, q: make(chan item, t.cfg.QueueDepth), epoch: p.epoch}
-		p.writers[v] = w
-		t.wg.Add(1)
-		go w.run()
+		if bulk {
+			w = newWriter(p, v)
+			p.writers[v] = w
+			t.wg.Add(1)
+			go w.run()
+		} else {
+			mw = newMsgWriter(p)
+			p.mw = mw
+			t.wg.Add(1)
+			go mw.run()
+		}
 	}
-	if w.dead {
+	if (bulk && w.dead) || (!bulk && mw.dead) {
 		p.mu.Unlock()
 		<-p.slots
 		return t.peerErr(p)
@@ -412,7 +432,11 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 	t.mu.Lock()
 	t.pending++
 	t.mu.Unlock()
-	w.q <- it
+	if bulk {
+		w.q <- it
+	} else {
+		mw.add(it)
+	}
 	p.mu.Unlock()
 	return nil
 }

@@ -13,17 +13,23 @@ import (
 // header followed by its payload.
 //
 //	off size field
-//	0   1    kind    (see below)
-//	1   1    dtype   (data: DType; control frames: 0)
-//	2   2    flags   (must be 0)
-//	4   4    length  (payload bytes)
-//	8   8    step    (data: step; done: data messages sent to this peer; resume, abort: 0)
+//	0   1    kind     (see below)
+//	1   1    dtype    (data: DType; control frames: 0)
+//	2   2    transfer (message stream: a data frame's transfer id, a bind
+//	                   frame's new id; 0 otherwise)
+//	4   4    length   (payload bytes)
+//	8   8    step     (data: step; done: data messages sent to this peer; others: 0)
 //
-// Transfer streams carry data frames (kind 1) and data frames resumed at a
-// payload offset (kind 4: the header, then the 8-byte offset, then the rest
-// of the payload). The control stream carries done (2), resume (3: what
-// this side received, sent once per connection before anything else) and
-// abort (5: the reason text) frames.
+// Each side of a connection opens one message stream (preamble name
+// length 0). It carries the small data frames of every transfer (kind 1,
+// the payload at most maxInline bytes, the transfer named by its id),
+// the bind frames that give a transfer its id on this connection (6: the
+// name as payload), and done (2), resume (3: what this side received,
+// sent once per connection before anything else) and abort (5: the
+// reason text) frames. A payload above the sender's inline size goes on
+// a bulk stream of its own transfer (preamble: the name), as data frames
+// (1) or data frames resumed at a payload offset (4: the header, then the
+// 8-byte offset, then the rest of the payload), transfer field 0.
 const (
 	frameHeader  = 16
 	kindData     = 1
@@ -31,10 +37,12 @@ const (
 	kindResume   = 3
 	kindDataAt   = 4
 	kindAbort    = 5
+	kindBind     = 6
 	maxName      = 255
+	maxInline    = 64 << 10 // the largest payload of a data frame on the message stream
 	maxResume    = 1 << 20  // a resume frame lists at most maxStreams transfers
 	maxReason    = 4 << 10  // an abort's reason text
-	smallFrame   = 32 << 10 // payloads up to this are copied next to their header: one yamux frame
+	smallFrame   = 32 << 10 // bulk payloads up to this are copied next to their header: one yamux frame
 	readChunk    = 4 << 20  // payload read granularity (watchdog progress)
 	writeChunk   = 256 << 10
 	scratchBytes = 32 << 10
@@ -46,27 +54,36 @@ var errProtocol = errors.New("transport: protocol violation")
 type header struct {
 	kind  byte
 	dtype DType
+	id    uint16 // message stream: the transfer id of a data or bind frame
 	len   int
 	step  int64
 }
 
 func putHeader(b []byte, h header) {
-	b[0], b[1], b[2], b[3] = h.kind, byte(h.dtype), 0, 0
+	b[0], b[1] = h.kind, byte(h.dtype)
+	binary.LittleEndian.PutUint16(b[2:], h.id)
 	binary.LittleEndian.PutUint32(b[4:], uint32(h.len))
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.step))
 }
 
-// parseHeader checks a header's structure; control says whether it was
-// read on the control stream or a transfer stream.
-func parseHeader(b []byte, control bool, maxFrame int) (header, error) {
-	h := header{kind: b[0], dtype: DType(b[1]),
+// parseHeader checks a header's structure; msg says whether it was read
+// on the message stream or a bulk stream.
+func parseHeader(b []byte, msg bool, maxFrame int) (header, error) {
+	h := header{kind: b[0], dtype: DType(b[1]), id: binary.LittleEndian.Uint16(b[2:]),
 		len: int(binary.LittleEndian.Uint32(b[4:])), step: int64(binary.LittleEndian.Uint64(b[8:]))}
-	ctl := h.kind == kindDone || h.kind == kindResume || h.kind == kindAbort
+	onMsg := h.kind == kindData || h.kind == kindDone || h.kind == kindResume || h.kind == kindAbort || h.kind == kindBind
+	onBulk := h.kind == kindData || h.kind == kindDataAt
 	switch {
-	case b[2] != 0 || b[3] != 0:
+	case msg && !onMsg, !msg && !onBulk:
+		return h, fmt.Errorf("%w: frame kind %d on a %s stream", errProtocol, h.kind, map[bool]string{true: "message", false: "bulk"}[msg])
+	case !msg && h.id != 0:
 		return h, fmt.Errorf("%w: flags %#x", errProtocol, b[2:4])
-	case control != ctl || (!ctl && h.kind != kindData && h.kind != kindDataAt):
-		return h, fmt.Errorf("%w: frame kind %d on a %s stream", errProtocol, h.kind, map[bool]string{true: "control", false: "transfer"}[control])
+	case msg && h.kind != kindData && h.kind != kindBind && h.id != 0:
+		return h, fmt.Errorf("%w: transfer %d on a control frame", errProtocol, h.id)
+	case msg && h.kind == kindData && (h.id == 0 || h.len > maxInline):
+		return h, fmt.Errorf("%w: data frame of transfer %d, %d bytes, on the message stream (at most %d)", errProtocol, h.id, h.len, maxInline)
+	case h.kind == kindBind && (h.id == 0 || h.len == 0 || h.len > maxName || h.dtype != 0 || h.step != 0):
+		return h, fmt.Errorf("%w: malformed bind frame", errProtocol)
 	case h.kind == kindDone && (h.len != 0 || h.dtype != 0 || h.step < 0):
 		return h, fmt.Errorf("%w: malformed done frame", errProtocol)
 	case h.kind == kindResume && (h.len > maxResume || h.dtype != 0 || h.step != 0):
@@ -79,43 +96,42 @@ func parseHeader(b []byte, control bool, maxFrame int) (header, error) {
 	return h, nil
 }
 
-// decoder reads the frames of one stream from src into the inbox. A header
-// is validated (structure, then inbox.check) before its payload is read;
-// a rejected message's payload is skipped through a fixed scratch buffer,
-// so nothing a peer sends makes memory grow beyond the accepted specs. A
-// large payload is read only once a recv claimed it, straight into the
-// receiver's memory (inbox.hold).
-type decoder struct {
+// frameReader is what the readers of a connection's streams share: where
+// their messages go, the counters, and the slow-sender watchdog's
+// deadline.
+type frameReader struct {
 	in       *inbox
 	src      NodeID
 	inc      uint64 // the sender's incarnation on this connection
-	name     string // "" on the control stream
 	maxFrame int
-	hdr      [frameHeader]byte
-	off      [8]byte
-	scratch  []byte
 	deadline *atomic.Int64 // unix nanos by which the current frame must progress; 0 idle
 	timeout  time.Duration
 	msgs     *atomic.Int64
-	payload  *atomic.Int64             // data payload bytes read (Traffic.Recv); nil: not counted
-	dead     <-chan struct{}           // closed when the connection ended
-	resumed  func([]resumePoint) error // the peer's resume frame (control stream)
+	payload  *atomic.Int64   // data payload bytes read (Traffic.Recv); nil: not counted
+	dead     <-chan struct{} // closed when the connection ended
 }
 
 // got counts n payload bytes read from the stream.
-func (d *decoder) got(n int) {
+func (d *frameReader) got(n int) {
 	if d.payload != nil && n > 0 {
 		d.payload.Add(int64(n))
 	}
 }
 
-func (d *decoder) busy() {
+// delivered counts a data message.
+func (d *frameReader) delivered() {
+	if d.msgs != nil {
+		d.msgs.Add(1)
+	}
+}
+
+func (d *frameReader) busy() {
 	if d.deadline != nil {
 		d.deadline.Store(time.Now().Add(d.timeout).UnixNano())
 	}
 }
 
-func (d *decoder) idle() {
+func (d *frameReader) idle() {
 	if d.deadline != nil {
 		d.deadline.Store(0)
 	}
@@ -123,7 +139,7 @@ func (d *decoder) idle() {
 
 // lost turns a read error into a protocol violation, unless the
 // connection itself ended (then it is the loss, and nothing to report).
-func (d *decoder) lost(what string, err error) error {
+func (d *frameReader) lost(what string, err error) error {
 	select {
 	case <-d.dead:
 		return fmt.Errorf("connection lost in %s: %w", what, err)
@@ -132,9 +148,23 @@ func (d *decoder) lost(what string, err error) error {
 	}
 }
 
+// decoder reads the frames of one bulk stream (one transfer's large
+// payloads) from src into the inbox. A header is validated (structure,
+// then inbox.check) before its payload is read; a rejected message's
+// payload is skipped through a fixed scratch buffer, so nothing a peer
+// sends makes memory grow beyond the accepted specs. A payload above the
+// inbox's eager size is read only once a recv claimed it, straight into
+// the receiver's memory (inbox.hold).
+type decoder struct {
+	frameReader
+	name    string // the transfer
+	hdr     [frameHeader]byte
+	off     [8]byte
+	scratch []byte
+}
+
 // run decodes until r fails; io.EOF at a frame boundary is a clean end.
 func (d *decoder) run(r io.Reader) error {
-	control := d.name == ""
 	for {
 		d.idle()
 		if _, err := io.ReadFull(r, d.hdr[:1]); err != nil {
@@ -144,15 +174,9 @@ func (d *decoder) run(r io.Reader) error {
 		if _, err := io.ReadFull(r, d.hdr[1:]); err != nil {
 			return d.lost("header", err)
 		}
-		h, err := parseHeader(d.hdr[:], control, d.maxFrame)
+		h, err := parseHeader(d.hdr[:], false, d.maxFrame)
 		if err != nil {
 			return err
-		}
-		if control {
-			if err := d.control(r, h); err != nil {
-				return err
-			}
-			continue
 		}
 		off := 0
 		if h.kind == kindDataAt {
@@ -176,7 +200,7 @@ func (d *decoder) run(r io.Reader) error {
 			if err := d.skip(r, h.len); err != nil {
 				return err
 			}
-			d.in.rejected(d.src, d.inc, h.step, d.name, err)
+			d.in.rejected(d.src, d.inc, d.name, h.step, d.name, err)
 			continue
 		}
 		if off == 0 && d.in.readAhead(d.src, d.name, h.len) {
@@ -185,10 +209,8 @@ func (d *decoder) run(r io.Reader) error {
 				d.in.recycleBuf(buf)
 				return err
 			}
-			if d.msgs != nil {
-				d.msgs.Add(1)
-			}
-			d.in.deliver(d.src, d.inc, h.step, d.name, buf)
+			d.delivered()
+			d.in.deliver(d.src, d.inc, d.name, h.step, d.name, buf)
 			continue
 		}
 		held, err := d.in.hold(d.src, d.inc, h.step, d.name, off+h.len, off)
@@ -199,34 +221,6 @@ func (d *decoder) run(r io.Reader) error {
 			return err
 		}
 	}
-}
-
-// control handles a frame of the control stream.
-func (d *decoder) control(r io.Reader, h header) error {
-	switch h.kind {
-	case kindDone:
-		d.in.done(d.src, d.inc, h.step)
-		return nil
-	case kindAbort:
-		b := make([]byte, h.len)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return d.lost("abort frame", err)
-		}
-		d.in.abort(d.src, d.inc, string(b))
-		return nil
-	}
-	b := make([]byte, h.len)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return d.lost("resume frame", err)
-	}
-	rps, err := parseResume(b)
-	if err != nil {
-		return err
-	}
-	if d.resumed == nil {
-		return nil
-	}
-	return d.resumed(rps)
 }
 
 // feed reads the left payload bytes of a held message into the receivers
@@ -272,8 +266,8 @@ func (d *decoder) feed(r io.Reader, h *held, left int) error {
 		left -= k
 		// Count the message before filled hands it to its receiver, so
 		// a peer that saw the receiver's answer also sees the count.
-		if t.off+k >= h.n && d.msgs != nil {
-			d.msgs.Add(1)
+		if t.off+k >= h.n {
+			d.delivered()
 		}
 		d.in.filled(h, k)
 	}
@@ -340,7 +334,7 @@ func parseResume(b []byte) ([]resumePoint, error) {
 }
 
 // readPreamble reads a stream's first bytes: the length of the transfer
-// name (0: the control stream) and the name.
+// name (0: the message stream) and the name.
 func readPreamble(r io.Reader) (string, error) {
 	var l [1]byte
 	if _, err := io.ReadFull(r, l[:]); err != nil {

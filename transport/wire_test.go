@@ -2,8 +2,10 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"io"
 	"strings"
 	"testing"
 )
@@ -79,7 +81,7 @@ func TestWireByteOrder(t *testing.T) {
 	// frame); no message is pending, so it names the offset it read.
 	in := newInbox(PServer(0), []NodeID{Trainer(0)}, nil)
 	in.accept([]Spec{{Var: "W", DType: F32, Bytes: 12}})
-	d := &decoder{in: in, src: Trainer(0), name: "W", maxFrame: 1 << 20, dead: make(chan struct{})}
+	d := &decoder{frameReader: frameReader{in: in, src: Trainer(0), maxFrame: 1 << 20, dead: make(chan struct{})}, name: "W"}
 	f := make([]byte, frameHeader, frameHeader+16)
 	putHeader(f, header{kind: kindDataAt, dtype: F32, len: 8})
 	f = append(f, 4, 0, 0, 0, 0, 0, 0, 0)
@@ -97,6 +99,50 @@ func TestConfigDefaultMaxFrame(t *testing.T) {
 		cfg.defaults()
 		if cfg.MaxFrame != c.want {
 			t.Fatalf("MaxFrame %d: became %d, want %d", c.set, cfg.MaxFrame, c.want)
+		}
+	}
+}
+
+// The message stream's bytes of docs/wire.md's example: a first batch of
+// b2@GRAD (40 bytes) and b1@GRAD (512 bytes) at step 7 is a bind and a
+// data frame each, 630 bytes; at step 8 the two data frames alone, 584.
+// The reader takes both batches back to the two transfers.
+func TestMessageStreamBytes(t *testing.T) {
+	w := &msgWriter{p: &peer{t: &TCP{}}, ids: map[string]uint16{}}
+	b2, b1 := bytes.Repeat([]byte{0xb2}, 40), bytes.Repeat([]byte{0xb1}, 512)
+	var got []byte
+	for _, it := range []item{{kind: kindData, v: "b2@GRAD", dt: F32, step: 7, payload: b2}, {kind: kindData, v: "b1@GRAD", dt: F32, step: 7, payload: b1}} {
+		got = w.encode(got, it)
+	}
+	zero8 := make([]byte, 8)
+	want := append(append(append([]byte{6, 0, 1, 0, 7, 0, 0, 0}, zero8...), "b2@GRAD"...),
+		append(append([]byte{1, 1, 1, 0, 0x28, 0, 0, 0}, 7, 0, 0, 0, 0, 0, 0, 0), b2...)...)
+	want = append(append(append(want, 6, 0, 2, 0, 7, 0, 0, 0), zero8...), "b1@GRAD"...)
+	want = append(append(want, 1, 1, 2, 0, 0, 2, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0), b1...)
+	if len(got) != 630 || !bytes.Equal(got, want) {
+		t.Fatalf("first batch: %d bytes\n% x\nwant %d bytes\n% x", len(got), got, len(want), want)
+	}
+	var next []byte
+	for _, it := range []item{{kind: kindData, v: "b2@GRAD", dt: F32, step: 8, payload: b2}, {kind: kindData, v: "b1@GRAD", dt: F32, step: 8, payload: b1}} {
+		next = w.encode(next, it)
+	}
+	if len(next) != 584 || !bytes.Equal(next[:8], []byte{1, 1, 1, 0, 0x28, 0, 0, 0}) || next[8] != 8 {
+		t.Fatalf("second batch: %d bytes, % x...", len(next), next[:16])
+	}
+	in := newInbox(PServer(0), []NodeID{Trainer(0)}, nil)
+	in.accept([]Spec{{Var: "b2@GRAD", DType: F32, Bytes: 40}, {Var: "b1@GRAD", DType: F32, Bytes: 512}})
+	m := &msgReader{frameReader: frameReader{in: in, src: Trainer(0), maxFrame: 1 << 20}}
+	if err := m.run(bytes.NewReader(append(got, next...))); err != io.EOF {
+		t.Fatalf("reading both batches: %v", err)
+	}
+	ctx := context.Background()
+	for _, step := range []int64{7, 8} {
+		for v, p := range map[string][]byte{"b2@GRAD": b2, "b1@GRAD": b1} {
+			dst := make([]byte, len(p))
+			must(t, in.recv(ctx, Trainer(0), step, v, dst, nil))
+			if !bytes.Equal(dst, p) {
+				t.Fatalf("%s@%d arrived changed", v, step)
+			}
 		}
 	}
 }

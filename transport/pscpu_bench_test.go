@@ -1,0 +1,314 @@
+//go:build unix
+
+package transport
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The test binary is also BenchmarkPServerCPU's pservers: with
+// PSGRAPH_PSCPU_CHILD set, TestMain runs one instead of the tests.
+func TestMain(m *testing.M) {
+	if pattern := os.Getenv("PSGRAPH_PSCPU_CHILD"); pattern != "" {
+		if err := pserverChild(pattern); err != nil {
+			fmt.Fprintln(os.Stderr, "pserver child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A transfer of a 2x2 sync job's step: a trainer sends up bytes to its
+// pserver (a gradient, a table request), which answers down bytes (the
+// parameter, the table's rows) once it has both trainers' messages.
+type pairSize struct{ up, down int }
+
+// cpuPatterns are the messages of one step between a trainer and each of
+// two pservers: the 2x2 digits job (examples/digits-mlp.yaml) and the
+// 2x2 DLRM job (examples/dlrm.yaml: 14 dense blocks, and the bundled
+// tables' ids, rows and row gradients at their typical sizes). Sizes in
+// bytes, as plan.yaml lists them.
+var cpuPatterns = map[string][2][]pairSize{
+	"digits": {
+		{{32768, 32768}},
+		{{5120, 5120}, {512, 512}, {40, 40}},
+	},
+	"dlrm": {
+		{{26624, 26624}, {65536, 65536}, {4096, 4096}, {751616, 751616}, {1024, 1024}, {2048, 2048}, {1024, 1024},
+			{256, 256}, {64, 64}, {2048, 2048}, {1024, 1024}, {4, 4}, {6 << 10, 96 << 10}, {100 << 10, 0}},
+		{{524288, 524288}, {524288, 524288}, {6 << 10, 96 << 10}, {100 << 10, 0}},
+	},
+}
+
+// BenchmarkPServerCPU runs the message pattern of a 2x2 sync job's step
+// with each pserver in a process of its own (this test binary, over a
+// Unix socket and with the GOMAXPROCS and GODEBUG `psgraph train` gives
+// its children) and the two trainers in this one. A pserver receives every trainer's messages of a step, then
+// answers each. It reports the pservers' CPU time (getrusage of each
+// pserver process over the timed steps) per message they received: the
+// transport's cost per message, where docs/performance.md's profiles of
+// the 2x2 jobs found half a pserver's CPU.
+func BenchmarkPServerCPU(b *testing.B) {
+	for _, name := range []string{"digits", "dlrm"} {
+		b.Run(name, func(b *testing.B) { pserverCPU(b, name) })
+	}
+}
+
+const cpuWarmup = 20
+
+func cpuVar(i int, down bool) string {
+	if down {
+		return fmt.Sprintf("p%d", i)
+	}
+	return fmt.Sprintf("g%d", i)
+}
+
+func pserverCPU(b *testing.B, pattern string) {
+	pat := cpuPatterns[pattern]
+	dir, err := os.MkdirTemp("", "psgraph-pscpu-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	steps := cpuWarmup + b.N
+	addrs := map[NodeID]string{}
+	type result struct {
+		cpu  time.Duration
+		msgs int64
+		err  error
+	}
+	results := make([]chan result, len(pat))
+	for j := range pat {
+		addr := UnixPrefix + filepath.Join(dir, fmt.Sprintf("ps%d.sock", j))
+		addrs[PServer(j)] = addr
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		// As `psgraph train` runs its children (exec/launch: GOMAXPROCS
+		// the cores over the job's processes, sysmon kept awake).
+		cmd.Env = append(os.Environ(), "PSGRAPH_PSCPU_CHILD="+pattern, "PSGRAPH_PSCPU_INDEX="+strconv.Itoa(j),
+			"PSGRAPH_PSCPU_STEPS="+strconv.Itoa(steps), "PSGRAPH_PSCPU_ADDR="+addr,
+			fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/4)), "GODEBUG=schedtrace=2147483647")
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		results[j] = make(chan result, 1)
+		go func(j int) {
+			var r result
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "pscpu" {
+					ns, _ := strconv.ParseInt(f[1], 10, 64)
+					r.cpu = time.Duration(ns)
+					r.msgs, _ = strconv.ParseInt(f[2], 10, 64)
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				r.err = fmt.Errorf("pserver %d: %v", j, err)
+			}
+			results[j] <- r
+		}(j)
+	}
+	ctx := context.Background()
+	trainers := make([]*TCP, 2)
+	for t := range trainers {
+		cfg := Config{Self: Trainer(t), Peers: addrs, Token: []byte("s3cret"), JobHash: "pscpu", ConnectTimeout: 30 * time.Second}
+		for j, ps := range pat {
+			for i, s := range ps {
+				if s.down > 0 {
+					cfg.Accept = append(cfg.Accept, Spec{Var: fmt.Sprintf("%s.%d", cpuVar(i, true), j), DType: F32, Bytes: s.down})
+				}
+			}
+		}
+		tr, err := Dial(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tr.Close()
+		trainers[t] = tr
+	}
+	// Each trainer's buffers: what it sends (unchanged until its next
+	// Flush) and what it receives.
+	step := func(tr *TCP, s int64, up, down [][][]byte) error {
+		if err := tr.Flush(ctx); err != nil {
+			return err
+		}
+		for j, ps := range pat {
+			for i := range ps {
+				if err := tr.Send(ctx, PServer(j), s, cpuVar(i, false), F32, up[j][i]); err != nil {
+					return err
+				}
+			}
+		}
+		for j, ps := range pat {
+			for i, sz := range ps {
+				if sz.down == 0 {
+					continue
+				}
+				if err := tr.Recv(ctx, PServer(j), s, fmt.Sprintf("%s.%d", cpuVar(i, true), j), down[j][i]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	buffers := func(down bool) [][][]byte {
+		bs := make([][][]byte, len(pat))
+		for j, ps := range pat {
+			for _, s := range ps {
+				n := s.up
+				if down {
+					n = s.down
+				}
+				bs[j] = append(bs[j], make([]byte, n))
+			}
+		}
+		return bs
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	begin := make(chan struct{})
+	for _, tr := range trainers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			up, down := buffers(false), buffers(true)
+			for s := int64(0); s < int64(steps); s++ {
+				if s == cpuWarmup {
+					started <- struct{}{}
+					<-begin
+				}
+				if err := step(tr, s, up, down); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- tr.Flush(ctx)
+		}()
+	}
+	<-started
+	<-started
+	b.ResetTimer()
+	start := time.Now()
+	close(begin)
+	wg.Wait()
+	d := time.Since(start)
+	b.StopTimer()
+	for range trainers {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, tr := range trainers {
+		for j := range pat {
+			tr.Done(ctx, PServer(j))
+		}
+		tr.Flush(ctx)
+	}
+	var cpu time.Duration
+	var msgs int64
+	for j := range pat {
+		r := <-results[j]
+		if r.err != nil {
+			b.Fatal(r.err)
+		}
+		cpu += r.cpu
+		msgs += r.msgs
+	}
+	if msgs == 0 {
+		b.Fatal("the pservers reported no messages")
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(msgs)/1e3, "ps-cpu-us/msg")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e3, "ps-cpu-us/step")
+	b.ReportMetric(float64(b.N)/d.Seconds(), "steps/s")
+}
+
+// pserverChild is pserver PSGRAPH_PSCPU_INDEX of BenchmarkPServerCPU:
+// it serves the pattern's steps to both trainers, then prints its CPU
+// time and the messages it received over the steps after the warm-up.
+func pserverChild(pattern string) error {
+	j, _ := strconv.Atoi(os.Getenv("PSGRAPH_PSCPU_INDEX"))
+	steps, _ := strconv.Atoi(os.Getenv("PSGRAPH_PSCPU_STEPS"))
+	ps := cpuPatterns[pattern][j]
+	cfg := Config{Self: PServer(j), Listen: os.Getenv("PSGRAPH_PSCPU_ADDR"), Token: []byte("s3cret"), JobHash: "pscpu",
+		Peers: map[NodeID]string{Trainer(0): "", Trainer(1): ""}}
+	for i, s := range ps {
+		cfg.Accept = append(cfg.Accept, Spec{Var: cpuVar(i, false), DType: F32, Bytes: s.up})
+	}
+	ctx := context.Background()
+	e, err := Listen(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	bufs := make([][2][]byte, len(ps))
+	for i, s := range ps {
+		bufs[i] = [2][]byte{make([]byte, s.up), make([]byte, s.up)}
+	}
+	reply := make([][]byte, len(ps))
+	for i, s := range ps {
+		reply[i] = make([]byte, s.down)
+	}
+	var cpu0 time.Duration
+	var msgs int64
+	for s := int64(0); s < int64(steps); s++ {
+		if s == cpuWarmup {
+			cpu0 = processCPU()
+			if f := os.Getenv("PSGRAPH_PSCPU_PROFILE"); f != "" { // a CPU profile of the timed steps
+				w, err := os.Create(fmt.Sprintf("%s.%d", f, j))
+				if err != nil {
+					return err
+				}
+				pprof.StartCPUProfile(w)
+				defer w.Close()
+				defer pprof.StopCPUProfile()
+			}
+		}
+		if err := e.Flush(ctx); err != nil {
+			return err
+		}
+		for i := range ps {
+			for t := 0; t < 2; t++ {
+				if err := e.Recv(ctx, Trainer(t), s, cpuVar(i, false), bufs[i][t]); err != nil {
+					return err
+				}
+				if s >= cpuWarmup {
+					msgs++
+				}
+			}
+		}
+		for i, sz := range ps {
+			if sz.down == 0 {
+				continue
+			}
+			for t := 0; t < 2; t++ {
+				if err := e.Send(ctx, Trainer(t), s, fmt.Sprintf("%s.%d", cpuVar(i, true), j), F32, reply[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	cpu := processCPU() - cpu0
+	fmt.Printf("pscpu %d %d\n", cpu.Nanoseconds(), msgs)
+	for t := 0; t < 2; t++ {
+		e.WaitDone(ctx, Trainer(t))
+	}
+	return nil
+}
