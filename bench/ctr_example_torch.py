@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch side of the CTR-example benchmark (docs/performance.md).
+"""The PyTorch side of the CTR-example benchmark (bench/history-2026-12.md).
 
     /usr/bin/python3 bench/ctr_example_torch.py DATA.tsv STEPS BUCKETS [THREADS,...]
 

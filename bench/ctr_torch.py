@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch side of psgraph's sparse-table benchmark (docs/performance.md).
+"""The PyTorch side of psgraph's sparse-table benchmark (bench/history-2026-12.md).
 
     /usr/bin/python3 bench/ctr_torch.py DATA.csv STEPS [adagrad|sgd|adam]
 

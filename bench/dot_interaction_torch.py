@@ -12,7 +12,7 @@ triangle), and "index_select", the same pairs gathered from the flattened Z
 with one index (faster on this machine). Prints one JSON line: us_per_step
 of each form and thread count, and the best. PyTorch at its best on this
 machine: run it with OPENBLAS_NUM_THREADS=1 and OPENBLAS_CORETYPE and
-OPENBLAS_L2_SIZE unset (docs/performance.md).
+OPENBLAS_L2_SIZE unset (bench/history-2026-12.md).
 """
 import json
 import sys

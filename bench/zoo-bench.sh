@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The model zoo's part of `.ci/bench` (docs/performance.md, "The model
+# The model zoo's part of `.ci/bench` (bench/history-2026-12.md, "The model
 # zoo"): DLRM, DCN-v2 and DeepFM (examples/), each measured against the
 # same model in PyTorch (bench/zoo_torch.py) in this run, and the linear
 # baseline examples/logreg.yaml.
@@ -30,7 +30,7 @@ fi
 # the held-out rows from gen's --probs. The interactions at twice their
 # default strength (--interaction 2): at strength 1, DLRM's sgd does not
 # pick them up within one pass of even 3,000,000 rows and stays below the
-# linear model (docs/performance.md, "The model zoo").
+# linear model (bench/history-2026-12.md, "The model zoo").
 "$ps" gen criteo -o "$tmp/zoo.tsv" --rows 1100000 --vocab 1000 --truth fm --interaction 2 --probs "$tmp/probs.txt" >/dev/null 2>&1
 head -n 1000000 "$tmp/zoo.tsv" >"$tmp/zoo-train.tsv"
 tail -n 100000 "$tmp/zoo.tsv" >"$tmp/zoo-eval.tsv"

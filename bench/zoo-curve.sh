@@ -2,7 +2,7 @@
 # The held-out AUC of examples/dlrm.yaml and examples/logreg.yaml after one
 # pass of 300,000, 1,000,000 and 3,000,000 rows of `psgraph gen criteo
 # --vocab 1000 --truth fm`, at each --interaction strength given
-# (docs/performance.md, "The model zoo": why the zoo's data doubles the
+# (bench/history-2026-12.md, "The model zoo": why the zoo's data doubles the
 # interactions). Not part of .ci/bench: about 10 minutes per strength here.
 #   bash bench/zoo-curve.sh PSGRAPH_BINARY [STRENGTH ...]    (default: 1 2)
 # Each strength's file holds 3,030,000 rows: every pass trains on its

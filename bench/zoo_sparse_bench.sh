@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The zoo models examples/wide-deep.yaml, two-tower.yaml and multi-hot.yaml
 # against the same models in PyTorch (bench/zoo_sparse_torch.py), on data
-# written by psgraph gen in this run (docs/performance.md, "Zoo: Wide &
+# written by psgraph gen in this run (bench/history-2026-12.md, "Zoo: Wide &
 # Deep, two-tower, multi-hot"). Called by .ci/bench; alone:
 #   bash bench/zoo_sparse_bench.sh PSGRAPH RUNS DIR [ROWS]
 # Prints one markdown row per measurement and writes DIR/zoo_sparse.json.

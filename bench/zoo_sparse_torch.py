@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch side of psgraph's zoo models wide-deep, two-tower and
 multi-hot (examples/*.yaml): the same model, data and optimizers written in
-torch, for the benchmarks of docs/performance.md and the references of
+torch, for the benchmarks of bench/history-2026-12.md and the references of
 exec/job's TestWideDeepMatchesTorch, TestMultiHotMatchesTorch and
 TestTwoTowerMatchesTorch (testdata/zoo-sparse/gen_reference.py).
 
@@ -29,7 +29,7 @@ recall@k over chunks of 1024 rows in file order (each row's item ranked
 against the items of its chunk, as psgraph's evaluation in chunks does).
 It prints one JSON line. PyTorch at its best on this machine: run it with
 OPENBLAS_NUM_THREADS=1 and OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset,
-on 1 and on 2 threads (docs/performance.md).
+on 1 and on 2 threads (bench/history-2026-12.md).
 
 The data is read as psgraph reads it (docs/dsl.md): missing counts are 0,
 counts v > 0 become ln(1+v), then each column is standardized with the

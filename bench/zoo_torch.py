@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch side of psgraph's model zoo (docs/performance.md, "The model zoo").
+"""The PyTorch side of psgraph's model zoo (bench/history-2026-12.md, "The model zoo").
 
     /usr/bin/python3 bench/zoo_torch.py speed MODEL TRAIN.tsv [--steps N] [--threads T] [--rows R] [--cache]
     /usr/bin/python3 bench/zoo_torch.py auc MODEL TRAIN.tsv EVAL.tsv [--threads T] [--pred-in F] [--cache]

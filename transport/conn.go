@@ -184,7 +184,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 		// costs the writer and the reader several sleeps and wake-ups.
 		// With 4 MiB (capped by net.core.wmem_max/rmem_max) DLRM's 2x2
 		// job on one machine ran 127-145 steps/s against 111 with the
-		// default and 107-123 over TCP (docs/performance.md).
+		// default and 107-123 over TCP (bench/history-2026-12.md).
 		uc.SetWriteBuffer(4 << 20)
 		uc.SetReadBuffer(4 << 20)
 	}

@@ -59,7 +59,7 @@ var cpuPatterns = map[string][2][]pairSize{
 // its children) and the two trainers in this one. A pserver receives every trainer's messages of a step, then
 // answers each. It reports the pservers' CPU time (getrusage of each
 // pserver process over the timed steps) per message they received: the
-// transport's cost per message, where docs/performance.md's profiles of
+// transport's cost per message, where bench/history-2026-12.md's profiles of
 // the 2x2 jobs found half a pserver's CPU.
 func BenchmarkPServerCPU(b *testing.B) {
 	for _, name := range []string{"digits", "dlrm"} {

@@ -32,7 +32,7 @@ func (t *Table) Gather(slots []int32, col, width int, dst []float32) error {
 		return err
 	}
 	// Check every slot first: a loop of independent loads of the records,
-	// which the processor overlaps (docs/performance.md); the copies then
+	// which the processor overlaps (bench/history-2026-12.md); the copies then
 	// find them in the cache.
 	for _, slot := range slots {
 		if slot >= 0 {

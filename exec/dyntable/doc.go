@@ -129,13 +129,13 @@
 // 0.2-0.8 ms; the lookups' median latency is 0.59 ms during it, 0.49-0.59
 // ms without. A lookup waits longer only when the system takes the
 // processor from the writer's thread while it holds the lock (on the
-// shared 2-core machine of docs/performance.md, up to 3-130 ms, where the
+// shared 2-core machine of bench/history-2026-12.md, up to 3-130 ms, where the
 // same lookups' p99 is 21-84 ms with no snapshot at all). The writer
 // yields its processor after each hold, so that a lookup it woke takes
 // the lock next (Go's mutex would let the writer take it again first, for
 // up to 1 ms): the lookups' p99 during a snapshot went from 3.6-4.2 ms to
 // 1.3-2.8 ms, during a delta from 2.8-3.5 to 1.3-2.2 ms
-// (BenchmarkDeltaPause; docs/performance.md). Commit a cut once its file is durable, or Abort it
+// (BenchmarkDeltaPause; bench/history-2026-12.md). Commit a cut once its file is durable, or Abort it
 // (its rows go back to the next delta). Applying a snapshot and its
 // deltas in order to a new table reproduces the table at the last cut
 // bit for bit: rows, state, meta, watermark, counts and sketch, so

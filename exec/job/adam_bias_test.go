@@ -22,7 +22,7 @@ import (
 // lr * g / (|g| + eps) and after t steps of lr 1 it is -t (to the last
 // bit). Kept as stored powers b^t, 1 - b2^t loses five digits at t = 1:
 // the parameter is off by ~6.5e-6 relative after the first step, which
-// made DCN-v2 with adam drift 4e-3 from PyTorch (docs/performance.md).
+// made DCN-v2 with adam drift 4e-3 from PyTorch (bench/history-2026-12.md).
 func TestAdamBiasCorrectionsExact(t *testing.T) {
 	for _, opt := range []string{"adam", "adamw"} {
 		t.Run(opt, func(t *testing.T) {

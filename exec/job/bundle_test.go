@@ -159,7 +159,7 @@ func TestBundledTablesEqualSeparate(t *testing.T) {
 	}
 }
 
-// DLRM split 2x2 (docs/split.md, docs/performance.md): its 26 tables'
+// DLRM split 2x2 (docs/split.md, bench/history-2026-12.md): its 26 tables'
 // 156 transfers (ids, rows and row gradients per table and pserver)
 // become the bundle's 6, so the plan's 184 send/recv pairs become 34.
 func TestDLRMPlanBundlesItsTables(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // BenchmarkCTRExample10M is a local step of examples/ctr.yaml with its
 // table at 10,000,000 x 16 (hash_buckets 10,000,000) on 600,000 generated
 // Criteo rows, streamed from the file as the example reads it: the job of
-// docs/performance.md's step-time budget (bench/ctr_example_torch.py is
+// bench/history-2026-12.md's step-time budget (bench/ctr_example_torch.py is
 // the same model in PyTorch). Setup writes the file (140 MB) and draws
 // the table, so run it with a fixed count: -benchtime 2000x. Besides
 // steps/s it reports the process's CPU time per step (user + system),

@@ -25,7 +25,7 @@ import (
 // are no more than at the end of the second, and the rows it holds (live
 // plus expired, not yet freed) within 5% of the live peak: expired rows'
 // memory is reused. -v prints the
-// numbers per pass (docs/performance.md).
+// numbers per pass (bench/history-2026-12.md).
 func TestDynamicTTLOverDriftingPasses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10 passes of 100 steps")

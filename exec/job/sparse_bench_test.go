@@ -14,7 +14,7 @@ import (
 	"github.com/psgraph/psgraph/exec/data"
 )
 
-// ctrBenchModel is the sparse-table benchmark of docs/performance.md: 26 id
+// ctrBenchModel is the sparse-table benchmark of bench/history-2026-12.md: 26 id
 // columns into one 1,000,000 x 16 table, the embeddings concatenated, a
 // 416 x 2 matmul, softmax cross entropy, batch 256, adagrad lr 0.05
 // (bench/ctr-bench.yaml; bench/ctr_torch.py is the PyTorch side).

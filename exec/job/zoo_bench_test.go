@@ -16,7 +16,7 @@ import (
 // BenchmarkZooStep is one local training step of each model of the zoo
 // (examples/dlrm.yaml, dcn-v2.yaml, deepfm.yaml, logreg.yaml) as written,
 // tables of 100,000 rows included, on 20,000 rows of `psgraph gen criteo
-// --vocab 1000 --truth fm` held in memory (docs/performance.md, "The
+// --vocab 1000 --truth fm` held in memory (bench/history-2026-12.md, "The
 // model zoo"; bench/zoo_torch.py is the PyTorch side). It reports steps/s
 // and allocations per step.
 func BenchmarkZooStep(b *testing.B) {

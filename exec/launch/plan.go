@@ -138,7 +138,7 @@ func Plan(o PlanOptions) []Child {
 // before its stack. train drops both (Child.DropSchedTrace). Measured on
 // 2 cores in 2x2 jobs: digits 1,864-2,110 -> 3,051-3,342 steps/s, DLRM (batch 64)
 // 122-124 -> 161-205, DCN-v2 (batch 128) 128-140 -> 170-187
-// (docs/performance.md, "The runtime's sysmon kept awake").
+// (bench/history-2026-12.md, "The runtime's sysmon kept awake").
 const SysmonNoPark = "schedtrace=2147483647"
 
 // ChildGODEBUG is the GODEBUG of train's children given this process's:

@@ -39,7 +39,7 @@ func TestDefaultOutputIsUnchanged(t *testing.T) {
 // criteo --vocab 1000 --truth fm --interaction 2, seed 1) is the file its
 // AUCs were measured on: its first 3,000 rows (a row does not depend on
 // the file's length without drift) have the digest taken then. A change
-// of the generator fails here, and the zoo's AUCs in docs/performance.md
+// of the generator fails here, and the zoo's AUCs in bench/history-2026-12.md
 // must be measured again.
 func TestZooDataIsPinned(t *testing.T) {
 	sum := sha256.Sum256(generate(t, Options{Rows: 3000, Seed: 1, Vocab: 1000, Truth: "fm", Interaction: 2}))
