@@ -28,20 +28,30 @@ func LoadSplit(spec *dsl.Data, norm *Scaling) (*Split, error) {
 // LoadSplitProgress is LoadSplit reporting the progress of reading the
 // file to rep (nil: none).
 func LoadSplitProgress(spec *dsl.Data, norm *Scaling, rep *progress.Reporter) (*Split, error) {
-	all, err := raw(spec, rep)
+	var saved Vocabs
+	if norm != nil {
+		saved = norm.Vocabs
+	}
+	all, err := raw(spec, rep, saved)
 	if err != nil {
 		return nil, err
 	}
 	sp := &Split{Train: all}
 	if e := spec.Eval; e != nil && e.Fraction > 0 {
-		held, err := HeldOut(all.Rows, e.Fraction, spec.Seed)
+		held, err := heldOutOf(spec, all.Rows)
 		if err != nil {
-			return nil, fmt.Errorf("data.eval (%s): %w", e.Pos, err)
+			return nil, err
 		}
 		sp.Train, sp.Eval = subset(all, held, false), subset(all, held, true)
 	}
 	if norm == nil {
 		norm = stats(sp.Train, spec.Normalize)
+		if all.vocabs != nil {
+			if norm == nil {
+				norm = &Scaling{Mode: spec.Normalize}
+			}
+			norm.Vocabs = all.vocabs
+		}
 	} else if err := norm.fits(all.NF); err != nil {
 		return nil, err
 	}
@@ -51,7 +61,7 @@ func LoadSplitProgress(spec *dsl.Data, norm *Scaling, rep *progress.Reporter) (*
 		if err != nil {
 			return nil, err
 		}
-		if sp.Eval, err = raw(held, rep); err != nil {
+		if sp.Eval, err = raw(held, rep, all.vocabs); err != nil {
 			return nil, err
 		}
 	}
@@ -70,7 +80,11 @@ func LoadFile(spec *dsl.Data, path string, norm *Scaling) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := raw(o, nil)
+	var saved Vocabs
+	if norm != nil {
+		saved = norm.Vocabs
+	}
+	s, err := raw(o, nil, saved)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +103,17 @@ func WithFile(spec *dsl.Data, path string) *dsl.Data {
 	return &c
 }
 
+// heldOutOf is which of rows rows data.eval's fraction holds out.
+func heldOutOf(spec *dsl.Data, rows int) ([]bool, error) {
+	held, err := HeldOut(rows, spec.Eval.Fraction, spec.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("data.eval (%s): %w", spec.Eval.Pos, err)
+	}
+	return held, nil
+}
+
 func (sc *Scaling) fits(nf int) error {
-	if sc != nil && len(sc.Shift) != nf {
+	if sc != nil && sc.Shift != nil && len(sc.Shift) != nf {
 		return fmt.Errorf("the saved normalization statistics cover %d feature columns, but the data has %d; the model file and the parameter file do not belong together", len(sc.Shift), nf)
 	}
 	return nil

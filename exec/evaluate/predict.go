@@ -75,11 +75,10 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 	if err != nil {
 		return nil, err
 	}
-	spec, err := data.Other(g.Data, opt.Data)
+	spec, err := data.ForPrediction(g.Data, opt.Data) // new rows need no label
 	if err != nil {
 		return nil, err
 	}
-	spec.Label = nil // new rows need no label
 	file, err := data.OpenStreamScaled(spec, norm)
 	if err != nil {
 		return nil, err
