@@ -50,9 +50,26 @@ func (d *decoder) binarySource(data *Data, at *dataNodes, dir, key string, k, v 
 
 // checkFormat refuses the keys of delimited text with another format.
 func (d *decoder) checkFormat(data *Data, at *dataNodes) {
-	if data.Format == "" {
-		return
+	if data.Format != "" {
+		d.checkBinary(data, at)
 	}
+	if data.Online != nil && data.BuildsVocab() {
+		for _, c := range data.Columns() {
+			if c.Vocab != nil && c.Vocab.File == "" {
+				d.errs = append(d.errs, Errorf(c.Vocab.Pos, "%s.vocab is built from the training rows, and an online source has no rows to read first: give vocab: FILE (one value a line), or hash_buckets", c.what))
+			}
+		}
+	}
+	for _, c := range data.IDs {
+		if data.Format == "" && c.MaxLen > 0 && c.Separator == 0 {
+			d.errs = append(d.errs, Errorf(c.maxLenPos, "%s.max_len applies to a multi-valued column; add separator: \"|\" (the character between a field's ids) or remove max_len", c.what))
+		}
+	}
+}
+
+// checkBinary refuses the keys of delimited text with a tfrecord or
+// parquet file.
+func (d *decoder) checkBinary(data *Data, at *dataNodes) {
 	for _, c := range []struct {
 		node *yaml.Node
 		what string
@@ -291,4 +308,18 @@ func writeMapping(b *bytes.Buffer, g *Graph, c *Column) {
 			fmt.Fprintf(b, ", oov_buckets: %d}", v.OOV)
 		}
 	}
+}
+
+// BuildsVocab says whether a spec of the data builds its vocabulary from
+// the training rows (vocab without a file).
+func (d *Data) BuildsVocab() bool {
+	if d == nil {
+		return false
+	}
+	for _, c := range d.Columns() {
+		if c.Vocab != nil && c.Vocab.File == "" {
+			return true
+		}
+	}
+	return false
 }

@@ -214,6 +214,7 @@ type Column struct {
 	// isFeatures: a features spec (float32 values) rather than ids or a label
 	isFeatures bool
 	fillPos    Pos      // of the fill key
+	maxLenPos  Pos      // of a max_len key without separator
 	refs       []colRef // the columns as written, resolved into Cols
 	rangeKey   string   // "column" or "columns"
 }

@@ -209,6 +209,10 @@ func TestMarshalRoundTripDataOptions(t *testing.T) {
 		"  delimiter: tab\n  ids:\n    - {name: c, column: 3, separator: \";\", max_len: 2}\n",
 		"  delimiter: tab\n  ids:\n    - {name: k, columns: [1, 3], key: hash64, shared_space: true}\n    - {name: u, column: 3, key: int64, fill: -9223372036854775807}\n" +
 			"    - {name: h, column: 3, key: hash64, separator: \"|\", max_len: 4}\n    - {name: v, column: 1, key: int64, separator: \";\", max_len: 2}\n",
+		"  delimiter: tab\n  names: [y, a, b, c]\n  label: {name: y, column: y, positive: [\"1\", yes]}\n  features: {name: x, columns: [b, a]}\n" +
+			"  ids:\n    - {name: u, column: c, key: uint64}\n    - {name: v, columns: a..c, vocab: {min_count: 3, max_size: 10, oov_buckets: 2}}\n    - {name: w, columns: [c, 1], vocab: {file: train.tsv}}\n",
+		"  delimiter: tab\n  label: {name: y, column: 0, threshold: 0.5, dtype: float32}\n  features: {name: x, columns: [3, 1..2, 0]}\n",
+		"  delimiter: tab\n  label: {name: y, column: 2, vocab: {min_count: 1}}\n",
 	} {
 		path := filepath.Join(dir, "m.yaml")
 		g, err := LoadBytes(path, []byte("psgraph: 1\ndata:\n  csv: train.tsv\n"+data))

@@ -785,7 +785,7 @@ func (d *decoder) checkColumn(c *Column, at *columnNodes, what string) {
 			d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with separator: an empty field holds no ids (all padding); remove fill", what))
 		}
 	} else if at.maxLen != nil {
-		d.errorf(at.maxLen, "%s.max_len applies to a multi-valued column; add separator: \"|\" (the character between a field's ids) or remove max_len", what)
+		c.maxLenPos = d.pos(at.maxLen) // checked with the data's format (checkFormat)
 	}
 }
 
