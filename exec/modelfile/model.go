@@ -241,4 +241,3 @@ func LoadModel(g *dsl.Graph, file string, log zerolog.Logger) (map[string]*tenso
 func SaveTensors(path, model string, names []string, s map[string]*tensor.Tensor) error {
 	return SaveModel(path, model, names, s, nil)
 }
-
