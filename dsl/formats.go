@@ -81,11 +81,6 @@ func (d *decoder) checkBinary(data *Data, at *dataNodes) {
 	if data.Online != nil {
 		d.errorf(at.format, "data.%s is read whole or streamed in epochs; follow and the other online keys take csv (a file, a directory or standard input) or kafka", data.Format)
 	}
-	for _, c := range data.IDs {
-		if c.Separator != 0 {
-			d.errs = append(d.errs, Errorf(c.sepPos, "%s.separator splits a text field; a %s file holds lists of values: remove separator and keep max_len (the most values a row's list holds)", c.what, data.Format))
-		}
-	}
 }
 
 // firstDuplicate is the first name given twice ("" when none is).

@@ -331,15 +331,21 @@ func (d *decoder) fileNames(data *Data, at *dataNodes) bool {
 		data.Names = names
 	case data.Format == FormatTFRecord:
 		for _, c := range data.Columns() {
+			var refs []colRef
 			for _, r := range c.refs {
-				if r.num >= 0 || r.to != nil {
-					d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: a tfrecord's features have no positions, only keys: give them by key (columns: [I1, I2]), or list the keys in order with data.names: [...] to give them positions and ranges", c.what, c.rangeKey))
+				names, ok := keyRange(r)
+				if !ok {
+					d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: a tfrecord's features have no positions, only keys: give them by key (columns: [I1, I2]), a range of numbered keys (I1..I13), or list the keys in order with data.names: [...] to give them positions", c.what, c.rangeKey))
 					return false
 				}
-				if !slices.Contains(data.Names, r.name) {
-					data.Names = append(data.Names, r.name)
+				for _, n := range names {
+					if !slices.Contains(data.Names, n) {
+						data.Names = append(data.Names, n)
+					}
+					refs = append(refs, colRef{name: n, num: -1})
 				}
 			}
+			c.refs = refs
 		}
 	case data.Header && data.Online == nil:
 		names, line, err := headerNames(data.CSV, data.Delimiter)
@@ -354,6 +360,36 @@ func (d *decoder) fileNames(data *Data, at *dataNodes) bool {
 		data.Names, data.headerLine = names, line
 	}
 	return true
+}
+
+// keyRange lists the keys of a tfrecord's column as written: a key, or a
+// range of numbered keys with one prefix (I1..I13: I1, I2, ..., I13);
+// false for a number or another range.
+func keyRange(r colRef) ([]string, bool) {
+	if r.num >= 0 {
+		return nil, false
+	}
+	if r.to == nil {
+		return []string{r.name}, true
+	}
+	split := func(s string) (string, int, bool) {
+		i := len(s)
+		for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+			i--
+		}
+		n, err := strconv.Atoi(s[i:])
+		return s[:i], n, err == nil && i > 0
+	}
+	p1, a, ok1 := split(r.name)
+	p2, b, ok2 := split(r.to.name)
+	if !ok1 || !ok2 || p1 != p2 || b < a {
+		return nil, false
+	}
+	var out []string
+	for i := a; i <= b; i++ {
+		out = append(out, p1+strconv.Itoa(i))
+	}
+	return out, true
 }
 
 // allNumbers says whether every name is a number: a row, not a header.

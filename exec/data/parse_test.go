@@ -178,15 +178,7 @@ func readAll(t *testing.T, spec *dsl.Data, stream bool, rows int) *Set {
 		}
 		return s
 	}
-	fs, err := OpenStream(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	b := newBatch(spec, rows)
-	if err := fs.Fill(0, b.all); err != nil {
-		t.Fatal(err)
-	}
+	b := readStreamed(t, spec, rows)
 	return b.set(rows)
 }
 
