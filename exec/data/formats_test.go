@@ -4,7 +4,6 @@ import (
 	stdcsv "encoding/csv"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -14,49 +13,8 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data/criteo"
+	"github.com/psgraph/psgraph/internal/testfix"
 )
-
-// python is the interpreter the tests run the independent writers with;
-// a test that needs it skips without it.
-const python = "/usr/bin/python3"
-
-// writeWithPython runs testdata/formats/write_tfrecord.py (an independent
-// TFRecord writer: pure Python, no psgraph code) with args.
-func writeWithPython(t testing.TB, args ...string) {
-	t.Helper()
-	if _, err := os.Stat(python); err != nil {
-		t.Skipf("%s is not installed: %v", python, err)
-	}
-	script, err := filepath.Abs("../../testdata/formats/write_tfrecord.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(python, append([]string{script}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("write_tfrecord.py %v: %v\n%s", args, err, out)
-	}
-}
-
-// deepCTR writes look-alikes of DeepCTR's sample files into dir
-// (testdata/formats/samples.py: their headers and quirks, made-up values)
-// and returns the path of the one named.
-func deepCTR(t testing.TB, dir, name string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if _, err := os.Stat(p); err != nil {
-		if _, err := os.Stat(python); err != nil {
-			t.Skipf("%s is not installed: %v", python, err)
-		}
-		script, err := filepath.Abs("../../testdata/formats/samples.py")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command(python, script, dir).CombinedOutput(); err != nil {
-			t.Fatalf("samples.py: %v\n%s", err, out)
-		}
-	}
-	return p
-}
 
 func loadSpec(t testing.TB, dir, src string) *dsl.Data {
 	t.Helper()
@@ -94,7 +52,7 @@ func readStreamed(t testing.TB, spec *dsl.Data, rows int) batch {
 // it was rounded from), loaded and streamed.
 func TestTFRecordMatchesTheCSVItWasMadeFrom(t *testing.T) {
 	dir := t.TempDir()
-	writeWithPython(t, "criteo", deepCTR(t, dir, "criteo_sample.txt"), dir)
+	testfix.WriteTFRecord(t, "criteo", testfix.DeepCTR(t, dir, "criteo_sample.txt"), dir)
 	spec := "  features: {name: dense, columns: I1..I13}\n  ids: {name: cat, columns: C1..C26, num_ids: 100}\n  label: {name: y, column: label, dtype: float32}\n"
 	csv := loadSpec(t, dir, "  csv: criteo_encoded.csv\n  header: true\n"+spec)
 	want, err := Load(csv)
@@ -131,8 +89,8 @@ func TestTFRecordMatchesTheCSVItWasMadeFrom(t *testing.T) {
 // mapped by a vocabulary as a CSV's columns are.
 func TestTFRecordMultiValuedAndKinds(t *testing.T) {
 	dir := t.TempDir()
-	writeWithPython(t, "movielens", deepCTR(t, dir, "movielens_sample.txt"), dir)
-	src, err := os.ReadFile(deepCTR(t, dir, "movielens_sample.txt"))
+	testfix.WriteTFRecord(t, "movielens", testfix.DeepCTR(t, dir, "movielens_sample.txt"), dir)
+	src, err := os.ReadFile(testfix.DeepCTR(t, dir, "movielens_sample.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,49 +128,6 @@ func TestTFRecordMultiValuedAndKinds(t *testing.T) {
 	}
 }
 
-// duckdbNode is the directory @duckdb/node-api is installed in
-// (PSGRAPH_DUCKDB_NODE, or .cache/duckdb of the repository, where .ci/run
-// installs it); "" when it is not.
-func duckdbNode() string {
-	dirs := []string{os.Getenv("PSGRAPH_DUCKDB_NODE")}
-	if abs, err := filepath.Abs("../../.cache/duckdb"); err == nil {
-		dirs = append(dirs, abs)
-	}
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(d, "node_modules", "@duckdb", "node-api")); err == nil {
-			return d
-		}
-	}
-	return ""
-}
-
-// writeParquet has DuckDB (an independent Parquet writer) write the rows
-// of query to out in row groups of rowGroup rows; the test skips without
-// node or the package.
-func writeParquet(t testing.TB, out string, rowGroup int, query string) {
-	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	dir := duckdbNode()
-	if dir == "" {
-		t.Skip("@duckdb/node-api is not installed (.ci/run installs it in .cache/duckdb; or set PSGRAPH_DUCKDB_NODE)")
-	}
-	script, err := filepath.Abs("../../testdata/formats/write_parquet.mjs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(node, script, out, strconv.Itoa(rowGroup), query)
-	cmd.Env = append(os.Environ(), "PSGRAPH_DUCKDB_NODE="+dir)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("write_parquet.mjs: %v\n%s", err, b)
-	}
-}
-
 // MovieLens written by DuckDB as parquet (integers, strings, a double, a
 // list, an unsigned integer and nulls) reads as the CSV it came from, by
 // column name: hashed titles in the same hash spaces (the columns keep
@@ -220,8 +135,8 @@ func writeParquet(t testing.TB, out string, rowGroup int, query string) {
 // the rating thresholded, a missing value filled.
 func TestParquetMatchesTheCSV(t *testing.T) {
 	dir := t.TempDir()
-	csvPath := deepCTR(t, dir, "movielens_sample.txt")
-	writeParquet(t, filepath.Join(dir, "m.parquet"), 2048, "SELECT user_id, movie_id, rating, timestamp, title, genres, gender, age, CASE WHEN occupation = 0 THEN NULL ELSE occupation END AS occupation, zip, "+
+	csvPath := testfix.DeepCTR(t, dir, "movielens_sample.txt")
+	testfix.WriteParquet(t, filepath.Join(dir, "m.parquet"), 2048, "SELECT user_id, movie_id, rating, timestamp, title, genres, gender, age, CASE WHEN occupation = 0 THEN NULL ELSE occupation END AS occupation, zip, "+
 		"string_split(genres, '|') AS genre_list, CAST(user_id AS UBIGINT) + 18446744073709540000 AS big, CAST(rating AS DOUBLE) / 2 AS half FROM read_csv('"+csvPath+"')")
 	src, err := os.ReadFile(csvPath)
 	if err != nil {
@@ -286,10 +201,10 @@ func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 	dir := t.TempDir()
 	const rows = 60000
 	tfr := filepath.Join(dir, "big.tfrecords")
-	writeWithPython(t, "big", strconv.Itoa(rows), tfr)
+	testfix.WriteTFRecord(t, "big", strconv.Itoa(rows), tfr)
 	spec := "  label: {name: y, column: label}\n  features: {name: x, columns: I1..I13}\n  ids: {name: c, columns: C1..C26, hash_buckets: 100000}\n  stream: true\n"
 	cases := []struct{ name, src string }{{"tfrecord", "  tfrecord: big.tfrecords\n"}}
-	if duckdbNode() != "" {
+	if testfix.DuckDBNode() != "" {
 		pq := filepath.Join(dir, "big.parquet")
 		var sel strings.Builder
 		sel.WriteString("SELECT i % 2 AS label")
@@ -300,7 +215,7 @@ func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 			sel.WriteString(", printf('%08x', (i * 2654435761 + " + strconv.Itoa(j) + ") % 4294967296) AS C" + strconv.Itoa(j))
 		}
 		sel.WriteString(" FROM range(" + strconv.Itoa(rows) + ") t(i)") // the tfrecord's rows, not repeated
-		writeParquet(t, pq, 5000, sel.String())
+		testfix.WriteParquet(t, pq, 5000, sel.String())
 		cases = append(cases, struct{ name, src string }{"parquet", "  parquet: big.parquet\n"})
 	}
 	for _, c := range cases {
@@ -365,7 +280,7 @@ func BenchmarkFormats(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Close()
-	writeWithPython(b, "tsv", tsv, strconv.Itoa(rows), filepath.Join(dir, "ctr.tfrecords"))
+	testfix.WriteTFRecord(b, "tsv", tsv, strconv.Itoa(rows), filepath.Join(dir, "ctr.tfrecords"))
 	var names []string
 	names = append(names, "label")
 	for j := 1; j <= 13; j++ {
@@ -379,7 +294,7 @@ func BenchmarkFormats(b *testing.B) {
 		{"tsv", "  csv: ctr.tsv\n  delimiter: tab\n  names: [" + strings.Join(names, ", ") + "]\n"},
 		{"tfrecord", "  tfrecord: ctr.tfrecords\n  names: [" + strings.Join(names, ", ") + "]\n"},
 	}
-	if duckdbNode() != "" {
+	if testfix.DuckDBNode() != "" {
 		cols := "{"
 		for i, n := range names {
 			if i > 0 {
@@ -392,7 +307,7 @@ func BenchmarkFormats(b *testing.B) {
 			cols += "'" + n + "': '" + typ + "'"
 		}
 		cols += "}"
-		writeParquet(b, filepath.Join(dir, "ctr.parquet"), 122880, "SELECT * FROM read_csv('"+tsv+"', delim='\\t', header=false, columns="+cols+")")
+		testfix.WriteParquet(b, filepath.Join(dir, "ctr.parquet"), 122880, "SELECT * FROM read_csv('"+tsv+"', delim='\\t', header=false, columns="+cols+")")
 		cases = append(cases, struct{ name, src string }{"parquet", "  parquet: ctr.parquet\n"})
 	}
 	for _, c := range cases {

@@ -34,13 +34,26 @@ func other(spec *dsl.Data, path string, noLabel bool) (*dsl.Data, error) {
 	if noLabel {
 		o.Label = nil
 	}
-	if path == spec.CSV || spec.Names == nil || !spec.Header && spec.Format != dsl.FormatParquet {
+	if f, ok := FormatOf(path); ok && f != spec.Format {
+		if spec.Names == nil {
+			return nil, fmt.Errorf("%s: a %s file is read by column names, and the model's data (%s) names none: give its columns names (data.names: [...], or a header line and header: true)", path, formatName(f), spec.Pos)
+		}
+		o.Format = f
+		o.Header, o.Delimiter = f == "", 0
+		if f == "" && (strings.HasSuffix(path, ".tsv") || strings.HasSuffix(path, ".tsv.gz")) {
+			o.Delimiter = '\t'
+		}
+	} else if path == spec.CSV {
+		return o, nil
+	}
+	if spec.Names == nil || o.Format == dsl.FormatTFRecord || o.Format == "" && !o.Header {
+		// a tfrecord's features are found by key, a file without names by position
 		return o, nil
 	}
 	var got []string
 	var where string
 	var err error
-	if spec.Format == dsl.FormatParquet {
+	if o.Format == dsl.FormatParquet {
 		got, err = parquetschema.Names(path)
 		where = path
 	} else {
@@ -90,6 +103,31 @@ func other(spec *dsl.Data, path string, noLabel bool) (*dsl.Data, error) {
 	}
 	o.Names = got
 	return o, nil
+}
+
+// FormatOf is the format a file's name says it holds: "tfrecord" for
+// .tfrecord, .tfrecords and .tfr (gzipped or not), "parquet" for
+// .parquet, "" (delimited text) for .csv, .tsv and .txt (gzipped or not);
+// false for any other name.
+func FormatOf(path string) (string, bool) {
+	name := strings.TrimSuffix(strings.ToLower(path), ".gz")
+	for _, f := range []struct{ ext, format string }{
+		{".tfrecord", dsl.FormatTFRecord}, {".tfrecords", dsl.FormatTFRecord}, {".tfr", dsl.FormatTFRecord},
+		{".parquet", dsl.FormatParquet}, {".csv", ""}, {".tsv", ""}, {".txt", ""},
+	} {
+		if strings.HasSuffix(name, f.ext) && (f.format != dsl.FormatParquet || name == strings.ToLower(path)) {
+			return f.format, true
+		}
+	}
+	return "", false
+}
+
+// formatName names a format in messages.
+func formatName(f string) string {
+	if f == "" {
+		return "delimited text"
+	}
+	return f
 }
 
 // headerNames reads the header line of a data file: its first non-blank

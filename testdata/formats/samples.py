@@ -41,15 +41,18 @@ def criteo(rng, rows, out):
                 elif j == 1 and rng.random() < 0.2:
                     dense.append("-1")  # I2 holds negative counts
                 else:
-                    x = int(rng.expovariate(1 / (10 + 50 * j))) + 3 * label
+                    x = int(rng.expovariate(1 / (10 + 50 * j + 20 * label)))
                     dense.append(repr(float(x)))
             sparse = []
             for j in range(26):
                 if rng.random() < 0.1:
                     sparse.append("")
                 else:
-                    # few distinct values a column, more for the clicked
-                    sparse.append("%08x" % ((j * 2654435761 + rng.randrange(3 + j) * 40503 + label) % 2**32))
+                    # few distinct values a column, some more often clicked
+                    v = rng.randrange(3 + j)
+                    if label and rng.random() < 0.3:
+                        v = 0
+                    sparse.append("%08x" % ((j * 2654435761 + v * 40503) % 2**32))
             w.writerow([str(label)] + dense + sparse)
 
 
