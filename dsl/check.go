@@ -218,7 +218,7 @@ func (g *Graph) inferKnown(batch int, known map[string]ops.Type) (map[string]ops
 // take: class ids (int32) or float targets (float32).
 var labelOps = map[string]bool{
 	"softmax_cross_entropy": false, "accuracy": false,
-	"sigmoid_cross_entropy": true, "mse": true,
+	"sigmoid_cross_entropy": true, "mse": true, "mae": true, "rmse": true,
 }
 
 // labelFits refuses a loss or metric that reads the data label with the

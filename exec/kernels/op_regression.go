@@ -4,7 +4,8 @@ import (
 	"math"
 )
 
-// Element-wise losses: sigmoid_cross_entropy and mse, and their gradients.
+// Element-wise losses: sigmoid_cross_entropy and mse, and their gradients;
+// the regression metrics mae and rmse.
 
 func init() {
 	register("sigmoid_cross_entropy", func(k Args) (Kernel, error) {
@@ -42,6 +43,31 @@ func init() {
 				total += d * d
 			}
 			loss.F[0] = float32(total * inv)
+			return nil
+		}, nil
+	})
+	register("mae", func(k Args) (Kernel, error) {
+		p, t, out := k.In[0], k.In[1], k.Out[0]
+		inv := 1 / float64(max(p.Numel(), 1))
+		return func(Runtime) error {
+			var total float64
+			for i, v := range p.F {
+				total += math.Abs(float64(v) - float64(t.F[i]))
+			}
+			out.F[0] = float32(total * inv)
+			return nil
+		}, nil
+	})
+	register("rmse", func(k Args) (Kernel, error) {
+		p, t, out := k.In[0], k.In[1], k.Out[0]
+		inv := 1 / float64(max(p.Numel(), 1))
+		return func(Runtime) error {
+			var total float64
+			for i, v := range p.F {
+				d := float64(v) - float64(t.F[i])
+				total += d * d
+			}
+			out.F[0] = float32(math.Sqrt(total * inv))
 			return nil
 		}, nil
 	})
