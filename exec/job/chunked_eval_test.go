@@ -361,3 +361,40 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// The summary of a run without a final pass has the auc of its last 100
+// steps' rows at once, not a mean of batch AUCs: batches of 4 rows, many
+// of one class (a NaN AUC, null in the metrics file), give a summary auc
+// that is a number.
+func TestTailSummaryAUCSurvivesOneClassBatches(t *testing.T) {
+	g := ctrAUCGraph(t, 1000, false)
+	g.Train.Batch = 4
+	metrics := filepath.Join(t.TempDir(), "m.jsonl")
+	sum, err := trainer.Train(context.Background(), g, trainer.RunOptions{
+		Role: "local", Steps: 150, LogEvery: 1, Metrics: metrics, Log: zerolog.Nop(), FinalPass: trainer.FinalPassOff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	nulls := 0
+	for _, l := range lines[len(lines)-100:] {
+		var m struct{ AUC *float64 }
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.AUC == nil {
+			nulls++
+		}
+	}
+	if nulls == 0 {
+		t.Fatal("no batch of the last 100 steps has one class: the data does not stress the claim")
+	}
+	if auc := sum.Metrics["auc"]; math.IsNaN(auc) || auc <= 0 || auc >= 1 {
+		t.Errorf("summary auc %v with %d one-class batches in the last 100 steps, want the AUC of their rows", auc, nulls)
+	}
+}
