@@ -145,3 +145,48 @@ func equalParams(t *testing.T, a, b, what string) {
 		}
 	}
 }
+
+// Each model of examples/formats (look-alikes of DeepCTR's sample files:
+// quoted CSV, a headerless file with names, string labels, vocabularies,
+// uint64 keys, TFRecord, Parquet) trains, evaluates and predicts its own
+// file as docs/dsl.md shows, and docs/dsl.md holds its data section as the
+// file has it.
+func TestDocsDataExamplesRun(t *testing.T) {
+	doc, err := os.ReadFile("../docs/dsl.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	models, _ := filepath.Glob("../examples/formats/*.yaml")
+	if len(models) < 6 {
+		t.Fatalf("examples/formats holds %d models, want 6", len(models))
+	}
+	dir := t.TempDir()
+	for _, m := range models {
+		src, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(src)
+		section := text[strings.Index(text, "data:\n"):strings.Index(text, "params:\n")]
+		name := strings.TrimSuffix(filepath.Base(m), ".yaml")
+		if name != "criteo-csv" && !strings.Contains(string(doc), "```yaml\n"+section+"```") {
+			t.Errorf("docs/dsl.md does not show the data section of %s as the file has it:\n%s", m, section)
+		}
+		model := "examples/formats/" + name + ".yaml"
+		params := filepath.Join(dir, name+".safetensors")
+		if r := psgraph(t, "run", "--role", "local", model, "--steps", "10", "--save", params); r.code != 0 {
+			t.Errorf("run %s: exit %d\n%s", model, r.code, r.stderr)
+			continue
+		}
+		r := psgraph(t, "eval", model, "--init-from", params)
+		if rows, _ := summary(t, r)["rows"].(float64); r.code != 0 || rows < 40 {
+			t.Errorf("eval %s: exit %d, %v rows\n%s", model, r.code, rows, r.stderr)
+		}
+		file := strings.Fields(strings.SplitN(section, "\n", 3)[1])[1] // the source key's file
+		out := filepath.Join(dir, name+".csv")
+		r = psgraph(t, "predict", model, "--init-from", params, "--data", "examples/formats/"+file, "-o", out)
+		if rows, _ := summary(t, r)["rows"].(float64); r.code != 0 || rows != 200 {
+			t.Errorf("predict %s: exit %d, %v rows, want 200\n%s", model, r.code, rows, r.stderr)
+		}
+	}
+}

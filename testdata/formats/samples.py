@@ -14,6 +14,9 @@ headers, and the same quirks a reader meets in them, with made-up values
                        occupation 0 in some rows
   avazu_sample.txt     id,click,hour,C1,...,C21: ids up to 2^64-1 (past
                        int64), numeric-looking categoricals
+  census-income.sample no header; fields after the first comma start with a
+                       space (" Private"); the label " - 50000." or
+                       " 50000+." in the last column
 
 Deterministic (a fixed seed). Usage: samples.py OUTDIR [ROWS]
 """
@@ -91,9 +94,26 @@ def avazu(rng, rows, out):
             w.writerow(row)
 
 
+def census(rng, rows, out):
+    workers = ["Private", "Self-employed-not incorporated", "Not in universe", "Local government"]
+    educations = ["High school graduate", "Some college but no degree", "Bachelors degree(BA AB BS)",
+                  "Masters degree(MA MS MEng MEd MSW MBA)", "10th grade", "Children"]
+    marital = ["Never married", "Married-civilian spouse present", "Divorced", "Widowed"]
+    with open(os.path.join(out, "census-income.sample"), "w", newline="") as f:
+        for r in range(rows):
+            age = rng.randrange(0, 91)
+            edu = rng.randrange(len(educations))
+            rich = age > 25 and rng.random() < 0.05 + 0.08 * edu
+            f.write(",".join([str(rng.randrange(1, 200000)), str(age), " " + rng.choice(workers),
+                              str(rng.randrange(0, 1500) if rng.random() < 0.1 else 0), " " + educations[edu],
+                              " " + rng.choice(marital), " " + rng.choice(["Male", "Female"]),
+                              "%.2f" % rng.uniform(100, 5000), " 50000+." if rich else " - 50000."]) + "\n")
+
+
 if __name__ == "__main__":
     out = sys.argv[1]
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     criteo(random.Random(1), rows, out)
     movielens(random.Random(2), rows, out)
     avazu(random.Random(3), rows, out)
+    census(random.Random(4), rows, out)

@@ -122,7 +122,7 @@ def criteo(src, out):
         recs.append(frame(example(feats)))
     with open(os.path.join(out, "criteo.tfrecords"), "wb") as f:
         f.write(b"".join(recs))
-    with gzip.open(os.path.join(out, "criteo.tfrecords.gz"), "wb") as f:
+    with gzip.GzipFile(os.path.join(out, "criteo.tfrecords.gz"), "wb", mtime=0) as f:  # the same bytes every run
         f.write(b"".join(recs))
     with open(os.path.join(out, "criteo_encoded.csv"), "w", newline="") as f:
         w = csv.writer(f)
