@@ -153,7 +153,7 @@ func toStrings(fs [][]byte) []string {
 // had before it (a split at every delimiter, unquotedSplit below) on the
 // lines of an unquoted Criteo-like TSV: the quote-aware reader must split
 // unquoted data at least 0.9 times as fast (docs/dsl.md). b.SetBytes makes
-// the rates comparable (MB/s); bench/csv-split.sh runs both, alternating.
+// the rates comparable (MB/s); bench/formats.sh runs both, alternating.
 func BenchmarkSplit(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var lines [][]byte
