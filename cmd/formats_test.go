@@ -1,8 +1,10 @@
 package cmd_test
 
 import (
+	"encoding/csv"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -189,4 +191,84 @@ func TestDocsDataExamplesRun(t *testing.T) {
 			t.Errorf("predict %s: exit %d, %v rows, want 200\n%s", model, r.code, rows, r.stderr)
 		}
 	}
+}
+
+// predict --keep writes columns of the data file first on each row, as
+// the file has them, so predictions join back to their rows: Avazu's
+// 64-bit ids, MovieLens titles with commas (quoted again), a TFRecord
+// feature the model does not read (the label, left out of a prediction);
+// each row's kept fields are the file's, read here with encoding/csv.
+func TestPredictKeepsColumns(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		model, data string
+		keep        []string
+	}{
+		{"avazu", "avazu_sample.txt", []string{"id", "hour"}},
+		{"movielens", "movielens_sample.txt", []string{"title", "user_id"}},
+	} {
+		model := "examples/formats/" + c.model + ".yaml"
+		params := filepath.Join(dir, c.model+".safetensors")
+		if r := psgraph(t, "run", "--role", "local", model, "--steps", "5", "--save", params); r.code != 0 {
+			t.Fatalf("run %s: exit %d\n%s", model, r.code, r.stderr)
+		}
+		out := filepath.Join(dir, c.model+".csv")
+		r := psgraph(t, "predict", model, "--init-from", params, "--data", "examples/formats/"+c.data, "-o", out, "--keep", strings.Join(c.keep, ","))
+		if r.code != 0 {
+			t.Fatalf("predict --keep: exit %d\n%s", r.code, r.stderr)
+		}
+		in := readCSV(t, "../examples/formats/"+c.data)
+		got := readCSV(t, out)
+		if len(got) != len(in) || !slices.Equal(got[0][:len(c.keep)], c.keep) {
+			t.Fatalf("%s: %d lines, header %v; want %d lines, header %v first", c.model, len(got), got[0], len(in), c.keep)
+		}
+		for i := 1; i < len(in); i++ {
+			for j, name := range c.keep {
+				if want := in[i][slices.Index(in[0], name)]; got[i][j] != want {
+					t.Fatalf("%s row %d: kept %s %q, the file's %q", c.model, i, name, got[i][j], want)
+				}
+			}
+		}
+	}
+	// A TFRecord's label, which prediction does not read, kept: the
+	// records' labels in order (the CSV they were made from has them).
+	testfix.WriteTFRecord(t, "criteo", testfix.DeepCTR(t, dir, "criteo_sample.txt"), dir)
+	model := "examples/formats/criteo-tfrecord.yaml"
+	params := filepath.Join(dir, "tf.safetensors")
+	if r := psgraph(t, "run", "--role", "local", model, "--steps", "5", "--save", params); r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	out := filepath.Join(dir, "tf.csv")
+	if r := psgraph(t, "predict", model, "--init-from", params, "--data", filepath.Join(dir, "criteo.tfrecords"), "-o", out, "--keep", "label"); r.code != 0 {
+		t.Fatalf("predict --keep label: exit %d\n%s", r.code, r.stderr)
+	}
+	enc, got := readCSV(t, filepath.Join(dir, "criteo_encoded.csv")), readCSV(t, out)
+	for i := 1; i < len(enc); i++ {
+		if w := strings.TrimSuffix(enc[i][0], ".0"); got[i][0] != w {
+			t.Fatalf("row %d: kept label %q, the record's %q", i, got[i][0], w)
+		}
+	}
+	census := filepath.Join(dir, "census.safetensors")
+	if r := psgraph(t, "run", "--role", "local", "examples/formats/census.yaml", "--steps", "1", "--save", census); r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	r := psgraph(t, "predict", "examples/formats/census.yaml", "--init-from", census, "--data", "examples/formats/census-income.sample", "-o", out, "--keep", "idd")
+	if r.code != 1 || !strings.Contains(r.stderr, `--keep idd: examples/formats/census-income.sample has no column "idd"; its columns are id, age,`) || !strings.Contains(r.stderr, `(did you mean "id"?)`) {
+		t.Errorf("--keep of a missing column: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// readCSV reads a CSV file with encoding/csv (an independent reader).
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
