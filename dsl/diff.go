@@ -83,7 +83,7 @@ func Diff(a, b *Graph) string {
 		for _, e := range []**Eval{&da.Eval, &db.Eval} {
 			if *e != nil {
 				ee := **e
-				ee.Pos = Pos{}
+				ee.Pos, ee.stratifyPos = Pos{}, Pos{}
 				*e = &ee
 			}
 		}

@@ -280,7 +280,14 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	case e.CSV != "":
 		fmt.Fprintf(b, "  eval: {csv: %s}\n", YAMLString(RelPath(filepath.Dir(g.File), e.CSV)))
 	default:
-		fmt.Fprintf(b, "  eval: {fraction: %s}\n", formatFloat(e.Fraction))
+		fmt.Fprintf(b, "  eval: {fraction: %s", formatFloat(e.Fraction))
+		if e.Stratify {
+			b.WriteString(", stratify: true")
+		}
+		if e.Seed != nil {
+			fmt.Fprintf(b, ", seed: %d", *e.Seed)
+		}
+		b.WriteString("}\n")
 	}
 	return nil
 }

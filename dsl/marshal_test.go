@@ -203,6 +203,7 @@ func TestMarshalRoundTripDataOptions(t *testing.T) {
 		"  delimiter: \"\\t\"\n  ids: {name: c, columns: [1, 3], fill: 7}\n",
 		"  delimiter: \";\"\n  features: {name: x, columns: [0, 1]}\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {fraction: 0.25}\ntrain: {batch: 4, eval_every: 5}\n",
+		"  delimiter: tab\n  label: {name: y, column: 0}\n  seed: 3\n  eval: {fraction: 0.25, stratify: true, seed: 8}\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {csv: train.tsv}\n  stream: true\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  features:\n    - {name: a, columns: [1, 2]}\n    - {name: b, columns: [2, 3], fill: 0, transform: log}\n" +
 			"  ids:\n    - {name: c, columns: [1, 3], fill: 7, num_ids: 100}\n    - {name: d, column: 3, hash_buckets: 1000, shared_space: true, separator: \"|\", max_len: 5}\n    - {name: e, columns: [3, 4], hash_buckets: 10}\n",

@@ -267,7 +267,7 @@ func countVocabs(spec *dsl.Data, p *rowParser, src rowSource, saved Vocabs) erro
 		if err != nil {
 			return err
 		}
-		if held, err = heldOutOf(spec, int(n)); err != nil {
+		if held, err = heldOutOf(spec, int(n), nil); err != nil {
 			return err
 		}
 	}
