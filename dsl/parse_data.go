@@ -321,6 +321,13 @@ func (d *decoder) fileNames(data *Data, at *dataNodes) bool {
 			d.errorf(at.names, "data.names does not apply to a parquet file: its columns have names already; give columns by those")
 			return false
 		}
+		if data.Format == "" && data.Online == nil && !data.Header {
+			// a name a column: fewer or more would name the wrong ones
+			if fields, line, err := headerNames(data.CSV, data.Delimiter); err == nil && len(fields) != len(data.Names) {
+				d.errorf(at.names, "data.names gives %d names, and the first row of %s (line %d) has %d fields; give one name a column, in order", len(data.Names), data.CSV, line, len(fields))
+				return false
+			}
+		}
 		return true
 	case data.Format == FormatParquet:
 		names, err := parquetschema.Names(data.CSV)
