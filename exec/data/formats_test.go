@@ -123,7 +123,7 @@ func TestTFRecordMultiValuedAndKinds(t *testing.T) {
 	}
 	firstGenres := recs[1][5]
 	bad := loadSpec(t, dir, "  tfrecord: movielens.tfrecords\n  ids: {name: g, column: genres, hash_buckets: 10}\n")
-	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "movielens.tfrecords: record 1: column 0 (genres) holds "+strconv.Itoa(len(strings.Split(firstGenres, "|")))+" values, and the model reads one value of it a row; read it with an ids spec with max_len") {
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "movielens.tfrecords: record 1: feature \"genres\" holds "+strconv.Itoa(len(strings.Split(firstGenres, "|")))+" values, and the model reads one value of it a row; read it with an ids spec with max_len") {
 		t.Errorf("a list read as one value: got %v", err)
 	}
 }

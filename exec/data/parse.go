@@ -326,8 +326,15 @@ func (p *rowParser) quoteErr(lineNo int, err error) error {
 }
 
 // colName is a file column as messages name it: its number, and its name
-// when the file has names.
+// when the file has names; a tfrecord's feature by its key, a parquet
+// file's column by its name (their numbers are psgraph's, not the file's).
 func (p *rowParser) colName(col int) string {
+	if p.spec.Format == dsl.FormatTFRecord && col < len(p.spec.Names) {
+		return fmt.Sprintf("feature %q", p.spec.Names[col])
+	}
+	if p.spec.Format == dsl.FormatParquet && col < len(p.spec.Names) {
+		return fmt.Sprintf("column %q", p.spec.Names[col])
+	}
 	if col < len(p.spec.Names) {
 		return fmt.Sprintf("column %d (%s)", col, p.spec.Names[col])
 	}
