@@ -35,14 +35,8 @@ func init() {
 	})
 	register("mse", func(k Args) (Kernel, error) {
 		p, t, loss := k.In[0], k.In[1], k.Out[0]
-		inv := 1 / float64(max(p.Numel(), 1))
 		return func(Runtime) error {
-			var total float64
-			for i, v := range p.F {
-				d := float64(v) - float64(t.F[i])
-				total += d * d
-			}
-			loss.F[0] = float32(total * inv)
+			loss.F[0] = float32(meanSquaredError(p.F, t.F))
 			return nil
 		}, nil
 	})
@@ -60,14 +54,8 @@ func init() {
 	})
 	register("rmse", func(k Args) (Kernel, error) {
 		p, t, out := k.In[0], k.In[1], k.Out[0]
-		inv := 1 / float64(max(p.Numel(), 1))
 		return func(Runtime) error {
-			var total float64
-			for i, v := range p.F {
-				d := float64(v) - float64(t.F[i])
-				total += d * d
-			}
-			out.F[0] = float32(math.Sqrt(total * inv))
+			out.F[0] = float32(math.Sqrt(meanSquaredError(p.F, t.F)))
 			return nil
 		}, nil
 	})
@@ -83,4 +71,14 @@ func init() {
 			return nil
 		}, nil
 	})
+}
+
+// meanSquaredError is the mean over p of (p - t)², in float64.
+func meanSquaredError(p, t []float32) float64 {
+	var total float64
+	for i, v := range p {
+		d := float64(v) - float64(t[i])
+		total += d * d
+	}
+	return total / float64(max(len(p), 1))
 }
