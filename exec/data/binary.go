@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -106,7 +107,12 @@ type tfrecordSource struct {
 	p    *rowParser
 	row_ *binaryRow
 	cols map[string]int // a feature's key: its column, for those the model reads
-	n    int64          // the record being read (from 1)
+	// seen is the keys of the last record in its order, with their columns
+	// (-1: not read): records of one writer list their features in one
+	// order, so a key is most often where it was, and found without a
+	// lookup.
+	seen []seenKey
+	n    int64 // the record being read (from 1)
 }
 
 // countReader counts the bytes read from a file.
@@ -178,7 +184,7 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	b := s.row_
 	b.start(24*len(rec)+64, len(rec)+1)
 	fs := tfrecord.NewFeatures(rec)
-	for {
+	for k := 0; ; {
 		key, vals, ok, err := fs.Next()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", s.p.where(), err)
@@ -186,8 +192,9 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 		if !ok {
 			break
 		}
-		col, read := s.cols[string(key)]
-		if !read {
+		col := s.column(k, key)
+		k++
+		if col < 0 {
 			continue
 		}
 		from := len(b.values)
@@ -213,4 +220,27 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 		}
 	}
 	return true, s.p.parseFields(int(s.n), out)
+}
+
+// seenKey is a key of a record and its column (-1: not read).
+type seenKey struct {
+	key []byte
+	col int
+}
+
+// column is the column of the k-th feature of a record, key.
+func (s *tfrecordSource) column(k int, key []byte) int {
+	if k < len(s.seen) && string(s.seen[k].key) == string(key) {
+		return s.seen[k].col
+	}
+	col, read := s.cols[string(key)]
+	if !read {
+		col = -1
+	}
+	if k < len(s.seen) {
+		s.seen[k] = seenKey{append(s.seen[k].key[:0], key...), col}
+	} else if k == len(s.seen) && k < 1<<12 {
+		s.seen = append(s.seen, seenKey{slices.Clone(key), col})
+	}
+	return col
 }

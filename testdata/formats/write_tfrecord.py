@@ -23,7 +23,8 @@ Usage:
       OUTDIR/criteo.tfrecords, OUTDIR/criteo.tfrecords.gz (the same, gzipped) and
       OUTDIR/criteo_encoded.csv, the CSV the records were made from.
   write_tfrecord.py movielens CSV OUTDIR   MovieLens rows with genres as a
-      bytes_list of several values: OUTDIR/movielens.tfrecords.
+      bytes_list of several values, every third record's features in reverse
+      order: OUTDIR/movielens.tfrecords.
   write_tfrecord.py tsv TSV N OUT   psgraph gen criteo's TSV as tf.Examples
       (its first 8192 rows repeated to N), for the benchmark of the formats.
   write_tfrecord.py big N OUT   N synthetic Criteo-like rows (label, I1..I13
@@ -135,7 +136,7 @@ def movielens(src, out):
     with open(src, newline="") as f:
         rows = list(csv.DictReader(f))
     with open(os.path.join(out, "movielens.tfrecords"), "wb") as f:
-        for r in rows:
+        for i, r in enumerate(rows):
             feats = [
                 ("user_id", int64_feature([int(r["user_id"])])),
                 ("movie_id", int64_feature([int(r["movie_id"])])),
@@ -143,6 +144,8 @@ def movielens(src, out):
                 ("title", bytes_feature([r["title"].encode()])),
                 ("genres", bytes_feature([g.encode() for g in r["genres"].split("|")])),
             ]
+            if i % 3 == 1:  # a map's entries in any order: a reader may not rely on one
+                feats.reverse()
             f.write(frame(example(feats)))
 
 
