@@ -12,6 +12,7 @@ type predictOptions struct {
 	data     string
 	out      string
 	outputs  []string
+	keep     []string
 	log      logFlags
 }
 
@@ -32,9 +33,14 @@ sigmoid probabilities) or any variable of the model computed without the
 label (e.g. logits). The default: pred,prob for a softmax classifier, prob
 for a sigmoid one, the prediction for an mse loss. The last line of stdout
 is JSON: out, rows, the number of columns and the first few names
-(first_columns; the header line has them all).`,
+(first_columns; the header line has them all).
+
+--keep names columns of the data file to write first on each row, as they
+are in the file (an id, to join the predictions back to the rows); a
+tfrecord or parquet file's columns the model does not read may be kept.`,
 		Example: `  psgraph predict examples/digits-mlp.yaml --init-from digits.safetensors --data examples/data/digits.csv -o pred.csv
-  psgraph predict examples/digits-mlp.yaml --init-from digits.safetensors --data examples/data/digits.csv -o out.csv --outputs logits,prob`,
+  psgraph predict examples/digits-mlp.yaml --init-from digits.safetensors --data examples/data/digits.csv -o out.csv --outputs logits,prob
+  psgraph predict examples/formats/avazu.yaml --init-from avazu.safetensors --data examples/formats/avazu_sample.txt -o pred.csv --keep id`,
 		Args: exactArgs(1, "one model file"),
 		RunE: func(c *cobra.Command, args []string) error { return o.run(c, args[0]) },
 	}
@@ -43,6 +49,7 @@ is JSON: out, rows, the number of columns and the first few names
 	f.StringVar(&o.data, "data", "", "required: the rows to predict, a file with the model's columns")
 	f.StringVarP(&o.out, "output", "o", "", "required: the CSV file to write")
 	f.StringSliceVar(&o.outputs, "outputs", nil, "what to write, comma-separated: pred, prob, or variables of the model (default: pred,prob for softmax, prob for sigmoid, the prediction for mse)")
+	f.StringSliceVar(&o.keep, "keep", nil, "columns of the data file to write first on each row as they are, comma-separated (an id to join the predictions back to the rows)")
 	o.log.addFormat(c)
 	return c
 }
@@ -64,7 +71,7 @@ func (o *predictOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
-	res, err := evaluate.Predict(c.Context(), g, evaluate.PredictOptions{InitFrom: o.initFrom, Data: o.data, Out: o.out, Outputs: o.outputs, Log: log})
+	res, err := evaluate.Predict(c.Context(), g, evaluate.PredictOptions{InitFrom: o.initFrom, Data: o.data, Out: o.out, Outputs: o.outputs, Keep: o.keep, Log: log})
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,10 @@
 package cmd_test
 
 import (
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -65,4 +67,49 @@ func TestEpochsTrain2x2EqualsLocal(t *testing.T) {
 		t.Errorf("2x2 job of 3 epochs at batch 60: %v steps, want 6", s["steps"])
 	}
 	equalToLocal(t, local, dist, "2x2 sync with epochs")
+}
+
+// A regression whose output variable is named pred (as docs/dsl.md's
+// float-target example names it) predicts it, by default and with
+// --outputs pred: the column holds x·W + b of the saved parameters,
+// computed here from the safetensors file and the CSV.
+func TestRegressionPredictsItsOutputNamedPred(t *testing.T) {
+	dir := t.TempDir()
+	params := filepath.Join(dir, "linear.safetensors")
+	if r := psgraph(t, "run", "--role", "local", "testdata/regression/linear.yaml", "--save", params); r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	p := readTensors(t, params)
+	src, err := os.ReadFile("../testdata/regression/linear.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSpace(string(src)), "\n")[1:]
+	for _, args := range [][]string{nil, {"--outputs", "pred"}} {
+		out := filepath.Join(dir, "pred.csv")
+		r := psgraph(t, append([]string{"predict", "testdata/regression/linear.yaml", "--init-from", params, "--data", "testdata/regression/linear.csv", "-o", out}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("predict %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if lines[0] != "pred" || len(lines) != len(rows)+1 {
+			t.Fatalf("predict %v: header %q and %d rows, want pred and %d", args, lines[0], len(lines)-1, len(rows))
+		}
+		for i, row := range rows {
+			f := strings.Split(row, ",")
+			want := float64(p["b"][0])
+			for j := range 3 {
+				x, _ := strconv.ParseFloat(f[j], 64)
+				want += x * float64(p["W"][j])
+			}
+			got, _ := strconv.ParseFloat(lines[i+1], 64)
+			if math.Abs(got-want) > 1e-5*math.Max(1, math.Abs(want)) {
+				t.Fatalf("predict %v row %d: %v, want x·W + b = %v", args, i, got, want)
+			}
+		}
+	}
 }

@@ -218,7 +218,7 @@ func (g *Graph) inferKnown(batch int, known map[string]ops.Type) (map[string]ops
 // take: class ids (int32) or float targets (float32).
 var labelOps = map[string]bool{
 	"softmax_cross_entropy": false, "accuracy": false,
-	"sigmoid_cross_entropy": true, "mse": true,
+	"sigmoid_cross_entropy": true, "mse": true, "mae": true, "rmse": true,
 }
 
 // labelFits refuses a loss or metric that reads the data label with the
@@ -232,18 +232,12 @@ func (g *Graph) labelFits(op *Op) error {
 	if c.Float == wantFloat {
 		return nil
 	}
-	col := fmt.Sprintf("column: %d", c.Lo)
+	col := c.colsText()
 	one := col
-	if len(c.names) > 0 {
-		one = "column: " + YAMLString(c.names[0])
-	}
-	switch {
-	case len(c.names) == 1:
-		col = "column: " + YAMLString(c.names[0])
-	case len(c.names) > 1:
-		col = "columns: " + stringList(c.names)
-	case c.Hi-c.Lo > 1:
-		col = fmt.Sprintf("columns: [%d, %d]", c.Lo, c.Hi)
+	if len(c.refs) > 0 {
+		one = "column: " + c.refs[0].text()
+	} else if len(c.Cols) > 0 {
+		one = fmt.Sprintf("column: %d", c.Cols[0])
 	}
 	if wantFloat {
 		return Errorf(op.Pos, "op %s reads %q, the data label, as its target, but the label is int32 class ids (data.label at %s); %s needs float32 targets: write label: {name: %s, %s, dtype: float32} in data", op.Type, c.Name, c.Pos, op.Type, YAMLString(c.Name), col)

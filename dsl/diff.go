@@ -53,12 +53,18 @@ func Diff(a, b *Graph) string {
 		da, db := *a.Data, *b.Data
 		da.Pos, db.Pos = Pos{}, Pos{}
 		da.NormalizePos, db.NormalizePos = Pos{}, Pos{}
+		da.headerLine, db.headerLine = 0, 0
 		strip := func(c *Column) *Column {
 			if c == nil {
 				return nil
 			}
 			cc := *c
-			cc.Pos, cc.rangePos, cc.fillPos, cc.sepPos, cc.names, cc.rangeKey, cc.what = Pos{}, Pos{}, Pos{}, Pos{}, nil, "", ""
+			cc.Pos, cc.rangePos, cc.fillPos, cc.sepPos, cc.refs, cc.rangeKey, cc.what = Pos{}, Pos{}, Pos{}, Pos{}, nil, "", ""
+			if cc.Vocab != nil {
+				v := *cc.Vocab
+				v.Pos = Pos{}
+				cc.Vocab = &v
+			}
 			return &cc
 		}
 		for _, d := range []*Data{&da, &db} {
@@ -77,7 +83,7 @@ func Diff(a, b *Graph) string {
 		for _, e := range []**Eval{&da.Eval, &db.Eval} {
 			if *e != nil {
 				ee := **e
-				ee.Pos = Pos{}
+				ee.Pos, ee.stratifyPos = Pos{}, Pos{}
 				*e = &ee
 			}
 		}

@@ -47,7 +47,7 @@ func errorCases(t *testing.T) []string {
 
 // Every line of an error starts with the model file and a line:col, or
 // with a data file:line followed by the model position of its column spec.
-var posLine = regexp.MustCompile(`^testdata/errors/[a-z0-9_]+\.yaml:[0-9]+:[0-9]+: \S|^testdata/errors/data/[a-z]+\.(csv|tsv):[0-9]+: .*testdata/errors/[a-z0-9_]+\.yaml:[0-9]+:[0-9]+`)
+var posLine = regexp.MustCompile(`^testdata/errors/[a-z0-9_]+\.yaml:[0-9]+:[0-9]+: \S|^testdata/errors/data/[a-z]+\.(csv|tsv):[0-9]+(:[0-9]+)?: .*testdata/errors/[a-z0-9_]+\.yaml:[0-9]+:[0-9]+`)
 
 // TestErrors loads each bad model in testdata/errors and compares the error
 // text with the .err golden file beside it (go test -run TestErrors -update

@@ -9,22 +9,53 @@ import (
 
 // Eval is a model's held-out data (data.eval): a second file with the
 // training file's columns, or a fraction of the training rows drawn by
-// data.seed. Evaluation uses the training split's normalization
-// statistics.
+// its seed (data.seed unless it has its own), per class when stratified.
+// Evaluation uses the training split's normalization statistics.
 type Eval struct {
 	CSV      string  // resolved path; "" for a fraction
 	Fraction float64 // in (0, 1); 0 for a file
-	Pos      Pos
+	// Stratify: the fraction of each class of the label is held out (its
+	// share of the held-out rows is its share of all rows).
+	Stratify bool
+	// Seed draws the held-out rows; nil: data.seed's.
+	Seed *uint64
+	Pos  Pos
+
+	stratifyPos Pos
 }
 
-var evalKeys = []string{"csv", "fraction"}
+var evalKeys = []string{"csv", "fraction", "stratify", "seed"}
+
+// SplitSeed is the seed that draws the held-out fraction: eval.seed, else
+// data.seed.
+func (d *Data) SplitSeed() uint64 {
+	if d.Eval != nil && d.Eval.Seed != nil {
+		return *d.Eval.Seed
+	}
+	return d.Seed
+}
 
 // eval decodes data.eval: {csv: FILE} or {fraction: F}.
 func (d *decoder) eval(n *yaml.Node, dir string) *Eval {
 	e := &Eval{Pos: d.pos(n)}
-	var csvNode, fracNode *yaml.Node
+	var csvNode, fracNode, splitNode *yaml.Node
 	d.fields(n, "data.eval", evalKeys, func(key string, k, v *yaml.Node) {
 		switch key {
+		case "stratify":
+			splitNode = k
+			e.stratifyPos = d.pos(k)
+			if b, ok := d.boolean(v, "data.eval.stratify"); ok {
+				e.Stratify = b
+			}
+		case "seed":
+			splitNode = k
+			if x, ok := d.integer(v, "data.eval.seed"); ok {
+				if x < 0 {
+					d.errorf(v, "data.eval.seed must be >= 0, got %d", x)
+				}
+				u := uint64(x)
+				e.Seed = &u
+			}
 		case "csv":
 			csvNode = k
 			if s, ok := d.str(v, "data.eval.csv"); ok {
@@ -49,6 +80,8 @@ func (d *decoder) eval(n *yaml.Node, dir string) *Eval {
 		}
 	})
 	switch {
+	case csvNode != nil && splitNode != nil:
+		d.errorf(splitNode, "data.eval.%s draws the rows of a held-out fraction, and a held-out file (line %d) is read whole; remove it", splitNode.Value, csvNode.Line)
 	case csvNode != nil && fracNode != nil:
 		d.errorf(fracNode, "data.eval has both csv (line %d) and fraction; keep one of them", csvNode.Line)
 	case csvNode == nil && fracNode == nil && n.Kind == yaml.MappingNode:
@@ -68,6 +101,10 @@ func (d *decoder) checkEval(data *Data, evalNode *yaml.Node) {
 		d.errorf(evalNode, "data.eval.csv needs a csv training source (synthetic data has no file columns); use eval: {fraction: F} to hold out generated rows")
 	case e.Fraction > 0 && data.Stream:
 		d.errorf(evalNode, "data.eval.fraction cannot be used with stream: true: holding out rows of a streamed file would need them all in memory; split the file beforehand and give eval: {csv: HELD_OUT_FILE}")
+	case e.Stratify && (data.Label == nil || data.Label.Float):
+		d.errs = append(d.errs, Errorf(e.stratifyPos, "data.eval.stratify holds out a share of each class, and the data has no label of class ids; remove it (or give data.label class ids)"))
+	case e.Stratify && data.Label.Vocab != nil && data.Label.Vocab.File == "":
+		d.errs = append(d.errs, Errorf(e.stratifyPos, "data.eval.stratify needs the classes before the rows are split, and data.label's vocabulary is built from the training rows; give the label vocab: FILE (its classes, one a line), or remove stratify"))
 	}
 }
 

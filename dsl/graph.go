@@ -154,9 +154,16 @@ type Assign struct {
 
 // Column selects CSV columns for a data variable.
 type Column struct {
-	Name   string
-	Lo, Hi int // half-open column range; for a label Hi = Lo+1
-	Pos    Pos
+	Name string
+	// Cols are the file columns the variable reads, in order (counting
+	// from 0): a CSV's fields, or the places of a tfrecord's or parquet
+	// file's named columns in Data.Names.
+	Cols []int
+	// HashCols, when set, number the hash spaces of Cols instead of
+	// themselves: a held-out or prediction file whose columns stand
+	// elsewhere than the model's data file's hashes them as training did.
+	HashCols []int
+	Pos      Pos
 	// Fill stands in for an empty field (features and unhashed ids); nil:
 	// an empty field is an error.
 	Fill *float64
@@ -192,6 +199,14 @@ type Column struct {
 	// (dtype: float32; regression, binary cross entropy) instead of int32
 	// class ids [batch].
 	Float bool
+	// Positive, for a label: the values that are the positive class (1);
+	// every other value is 0 (positive: VALUE or a list).
+	Positive []string
+	// Threshold, for a label: a number at least Threshold is 1, below it 0.
+	Threshold *float64
+	// Vocab maps a field's string to an id: for ids (a table's rows) and
+	// a label (class ids); nil: none.
+	Vocab *Vocab
 
 	rangePos Pos    // of the column/columns value
 	what     string // the spec's name in messages: data.ids, data.ids[1]
@@ -199,18 +214,46 @@ type Column struct {
 	// isFeatures: a features spec (float32 values) rather than ids or a label
 	isFeatures bool
 	fillPos    Pos      // of the fill key
-	names      []string // columns given by header name, resolved into Lo, Hi
+	maxLenPos  Pos      // of a max_len key without separator
+	refs       []colRef // the columns as written, resolved into Cols
 	rangeKey   string   // "column" or "columns"
+}
+
+// Vocab is a vocabulary (data.ids or data.label vocab): a field's string
+// is its id, from a file (one value a line, the line's place its id) or
+// built from the training rows (the values seen at least MinCount times).
+// OOV buckets hold the values it lacks: their ids, hashed, follow its
+// size. Its words are known once it is read or built (exec/data).
+type Vocab struct {
+	File     string // resolved path; "" for a vocabulary built from the data
+	MinCount int    // built: the fewest times a value is seen to be in it
+	MaxSize  int    // built: at most that many values (0: no bound)
+	OOV      int    // buckets of out-of-vocabulary values (0: such a value is an error)
+	// Shared: one built vocabulary over all the spec's columns
+	// (shared_space: true) rather than one per column.
+	Shared bool
+	// Words is the vocabulary of a file, read when the model is loaded.
+	Words []string
+	Pos   Pos
+}
+
+// colRef is a column as a spec writes it: a name, a number, or a range
+// of either (from..to, both ends included).
+type colRef struct {
+	name string
+	num  int // -1 for a name
+	to   *colRef
 }
 
 // The values of an ids spec's key (Column.KeyType).
 const (
 	KeyHash64 = "hash64" // each field's bytes hashed to a 64-bit key
 	KeyInt64  = "int64"  // each field an int64, taken as it is
+	KeyUint64 = "uint64" // each field an unsigned 64-bit integer, its bits as an int64
 )
 
 // KeyNames are the values of an ids spec's key.
-var KeyNames = []string{KeyHash64, KeyInt64}
+var KeyNames = []string{KeyHash64, KeyInt64, KeyUint64}
 
 // IDType is the dtype of an ids spec's variable: int32 ids, or int64 keys
 // with key.
@@ -228,11 +271,14 @@ func (c *Column) Key() string { return c.what }
 // Width is the number of values the variable holds per row: the columns
 // of its range, or MaxLen for a multi-valued column.
 func (c *Column) Width() int {
-	if c.Separator != 0 {
+	if c.MaxLen > 0 {
 		return c.MaxLen
 	}
-	return c.Hi - c.Lo
+	return len(c.Cols)
 }
+
+// Col is the file column the variable's value i is read from.
+func (c *Column) Col(i int) int { return c.Cols[i] }
 
 // IDBound is the number of ids the spec can yield, ids being in [0,
 // IDBound): its HashBuckets or NumIDs; 0 when unknown (integer ids without
@@ -241,13 +287,47 @@ func (c *Column) IDBound() int {
 	if c.HashBuckets > 0 {
 		return c.HashBuckets
 	}
+	if c.Vocab != nil && c.Vocab.File != "" {
+		return c.Vocab.Size(len(c.Cols))
+	}
+	if c.Vocab != nil && c.Vocab.MaxSize > 0 {
+		return c.Vocab.Size(len(c.Cols))
+	}
 	return c.NumIDs
+}
+
+// Size is the ids of a vocabulary over cols columns: its words (a file's,
+// or a built one's MaxSize) and OOV buckets, once for a file's (one
+// vocabulary for all the columns) and per column for a built one unless
+// shared (spaces side by side); 0 when not known before the data is read.
+func (v *Vocab) Size(cols int) int {
+	if v.File != "" {
+		return len(v.Words) + v.OOV
+	}
+	if v.MaxSize == 0 {
+		return 0
+	}
+	if v.Shared {
+		cols = 1
+	}
+	return (v.MaxSize + v.OOV) * cols
 }
 
 // Data describes the data source.
 type Data struct {
-	CSV       string // resolved path
-	Synthetic *Synthetic
+	// CSV is the resolved path of the data file, whatever its Format.
+	CSV string
+	// Format is the file's: "" (delimited text), "tfrecord" or "parquet".
+	Format string
+	// Names are the file's column names, by position: a CSV's header line
+	// or names:, a parquet file's columns; for a tfrecord, the feature
+	// keys of names:, or those the data section names in order of first
+	// mention. nil: a CSV without names.
+	Names []string
+	// headerLine is the line of the header Names come from (0: none; -1:
+	// the names were unusable, reported).
+	headerLine int
+	Synthetic  *Synthetic
 	// Features and IDs are the features and ids specs, in file order: one
 	// for the mapping form (features: {...}), several for the list form.
 	Features  []*Column

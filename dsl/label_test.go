@@ -3,6 +3,7 @@ package dsl
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,8 +131,8 @@ func TestHeaderColumnsByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := g.Data
-	if !d.Header || d.Features[0].Lo != 0 || d.Features[0].Hi != 3 || d.Label.Lo != 3 || d.Label.Hi != 4 || !d.Label.Float {
-		t.Fatalf("features [%d, %d), label [%d, %d) float %v, header %v; want [0, 3), [3, 4) float, header", d.Features[0].Lo, d.Features[0].Hi, d.Label.Lo, d.Label.Hi, d.Label.Float, d.Header)
+	if !d.Header || !slices.Equal(d.Features[0].Cols, []int{0, 1, 2}) || !slices.Equal(d.Label.Cols, []int{3}) || !d.Label.Float {
+		t.Fatalf("features %v, label %v float %v, header %v; want [0 1 2], [3] float, header", d.Features[0].Cols, d.Label.Cols, d.Label.Float, d.Header)
 	}
 	src, err := Marshal(g)
 	if err != nil {
@@ -153,11 +154,20 @@ func TestHeaderColumnsByName(t *testing.T) {
 func TestHeaderErrors(t *testing.T) {
 	for _, c := range []struct{ header, features, label, want string }{
 		{"", "[a, b, c]", "{name: y, column: 3, dtype: float32}",
-			"m.yaml:4:32: data.features.columns names columns, but the file has no header line to find them in; add header: true to data"},
+			`m.yaml:4:32: data.features.columns names column "a", but the file has no names to find it in; add header: true to data (the first line names the columns) or names: [...]`},
 		{"  header: true\n", "[a, b, cc]", "{name: y, column: 3, dtype: float32}",
 			`m.yaml:5:32: data.features.columns: ` + "%DIR%" + `/data.csv has no column "cc" in its header (line 1) (did you mean "c"?); its columns are a, b, c, price, kind`},
-		{"  header: true\n", "[a, c, b]", "{name: y, column: 3, dtype: float32}",
-			`m.yaml:5:32: data.features.columns: "c" (column 2) does not follow "a" (column 0) in the header of`},
+		{"  header: true\n", "c..a", "{name: y, column: 3, dtype: float32}",
+			`m.yaml:5:32: data.features.columns: the range c..a runs backwards: "c" is column 2 of ` + "%DIR%" + `/data.csv and "a" column 0; write a..c`},
+		{"  header: true\n", "[a, 1..b]", "{name: y, column: 3, dtype: float32}",
+			`m.yaml:5:36: data.features.columns: "1..b" mixes a name and a number; give both ends by name or both by number`},
+		{"  header: true\n", "[a]", "{name: y, columns: [price, kind]}",
+			`data.label reads int32 class ids from one column; give column: N, or add dtype: float32`},
+		{"  header: true\n", "[a]", "{name: y, column: price, positive: x, threshold: 3}",
+			`data.label has positive (line 6) and threshold; give one mapping of the label's values`},
+		{"", "[0, 1]", "{name: y, column: 3, dtype: float32}\n  names: [a, b, a]",
+			`data.names names "a" twice; every column needs a name of its own`},
+
 		{"  header: true\n", "[0, 3]", "{name: y, column: prise, dtype: float32}",
 			`has no column "prise" in its header (line 1) (did you mean "price"?)`},
 		{"  header: 1\n", "[0, 3]", "{name: y, column: 3, dtype: float32}",

@@ -181,6 +181,8 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	switch {
 	case d.Online != nil:
 		writeOnlineSource(b, g) // online.go
+	case d.CSV != "" && d.Format != "":
+		fmt.Fprintf(b, "  %s: %s\n", d.Format, YAMLString(RelPath(filepath.Dir(g.File), d.CSV)))
 	case d.CSV != "":
 		fmt.Fprintf(b, "  csv: %s\n", YAMLString(RelPath(filepath.Dir(g.File), d.CSV)))
 	case d.Synthetic != nil:
@@ -193,10 +195,10 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		fmt.Fprintf(b, "{name: %s", YAMLString(c.Name))
 		switch {
 		case d.Synthetic != nil: // columns follow from the synthetic layout
-		case isRange:
-			fmt.Fprintf(b, ", columns: [%d, %d]", c.Lo, c.Hi)
+		case isRange || len(c.Cols) != 1:
+			b.WriteString(", columns: " + colsList(c.Cols))
 		default:
-			fmt.Fprintf(b, ", column: %d", c.Lo)
+			fmt.Fprintf(b, ", column: %d", c.Cols[0])
 		}
 		switch {
 		case c.Fill != nil && c.KeyType == KeyInt64:
@@ -225,6 +227,7 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 		if c.Float {
 			b.WriteString(", dtype: float32")
 		}
+		writeMapping(b, g, c)
 		b.WriteString("}")
 	}
 	col := func(key string, c *Column, isRange bool) {
@@ -260,7 +263,10 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	if d.Header {
 		b.WriteString("  header: true\n")
 	}
-	col("label", d.Label, d.Label != nil && d.Label.Hi-d.Label.Lo > 1)
+	if d.Names != nil && d.Format != FormatParquet && !d.Header {
+		b.WriteString("  names: " + stringList(d.Names) + "\n")
+	}
+	col("label", d.Label, d.Label != nil && len(d.Label.Cols) > 1)
 	cols("ids", d.IDs)
 	fmt.Fprintf(b, "  normalize: %s\n  shuffle: %t\n  seed: %d\n", YAMLString(d.Normalize), d.Shuffle, d.Seed)
 	if d.Stream {
@@ -274,7 +280,14 @@ func writeData(b *bytes.Buffer, g *Graph) error {
 	case e.CSV != "":
 		fmt.Fprintf(b, "  eval: {csv: %s}\n", YAMLString(RelPath(filepath.Dir(g.File), e.CSV)))
 	default:
-		fmt.Fprintf(b, "  eval: {fraction: %s}\n", formatFloat(e.Fraction))
+		fmt.Fprintf(b, "  eval: {fraction: %s", formatFloat(e.Fraction))
+		if e.Stratify {
+			b.WriteString(", stratify: true")
+		}
+		if e.Seed != nil {
+			fmt.Fprintf(b, ", seed: %d", *e.Seed)
+		}
+		b.WriteString("}\n")
 	}
 	return nil
 }

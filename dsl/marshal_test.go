@@ -203,12 +203,17 @@ func TestMarshalRoundTripDataOptions(t *testing.T) {
 		"  delimiter: \"\\t\"\n  ids: {name: c, columns: [1, 3], fill: 7}\n",
 		"  delimiter: \";\"\n  features: {name: x, columns: [0, 1]}\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {fraction: 0.25}\ntrain: {batch: 4, eval_every: 5}\n",
+		"  delimiter: tab\n  label: {name: y, column: 0}\n  seed: 3\n  eval: {fraction: 0.25, stratify: true, seed: 8}\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  eval: {csv: train.tsv}\n  stream: true\n",
 		"  delimiter: tab\n  label: {name: y, column: 0}\n  features:\n    - {name: a, columns: [1, 2]}\n    - {name: b, columns: [2, 3], fill: 0, transform: log}\n" +
 			"  ids:\n    - {name: c, columns: [1, 3], fill: 7, num_ids: 100}\n    - {name: d, column: 3, hash_buckets: 1000, shared_space: true, separator: \"|\", max_len: 5}\n    - {name: e, columns: [3, 4], hash_buckets: 10}\n",
 		"  delimiter: tab\n  ids:\n    - {name: c, column: 3, separator: \";\", max_len: 2}\n",
 		"  delimiter: tab\n  ids:\n    - {name: k, columns: [1, 3], key: hash64, shared_space: true}\n    - {name: u, column: 3, key: int64, fill: -9223372036854775807}\n" +
 			"    - {name: h, column: 3, key: hash64, separator: \"|\", max_len: 4}\n    - {name: v, column: 1, key: int64, separator: \";\", max_len: 2}\n",
+		"  delimiter: tab\n  names: [y, a, b, c]\n  label: {name: y, column: y, positive: [\"1\", yes]}\n  features: {name: x, columns: [b, a]}\n" +
+			"  ids:\n    - {name: u, column: c, key: uint64}\n    - {name: v, columns: a..c, vocab: {min_count: 3, max_size: 10, oov_buckets: 2}}\n    - {name: w, columns: [c, 1], vocab: {file: train.tsv}}\n",
+		"  delimiter: tab\n  label: {name: y, column: 0, threshold: 0.5, dtype: float32}\n  features: {name: x, columns: [3, 1..2, 0]}\n",
+		"  delimiter: tab\n  label: {name: y, column: 2, vocab: {min_count: 1}}\n",
 	} {
 		path := filepath.Join(dir, "m.yaml")
 		g, err := LoadBytes(path, []byte("psgraph: 1\ndata:\n  csv: train.tsv\n"+data))

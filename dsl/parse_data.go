@@ -4,7 +4,9 @@ package dsl
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -14,13 +16,16 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/internal/csvrow"
+	"github.com/psgraph/psgraph/internal/parquetschema"
 )
 
-var dataKeys = []string{"csv", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream", "header", "eval",
+var dataKeys = []string{"csv", "tfrecord", "parquet", "names", "synthetic", "features", "label", "ids", "normalize", "shuffle", "seed", "delimiter", "stream", "header", "eval",
 	"kafka", "follow", "on_bad_row", "normalize_rows", "metrics_window"} // the last line: online.go
 
 func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 	data := &Data{Pos: d.pos(n), Normalize: "none", Seed: 1, Delimiter: ','}
+	d.dataDir = dir
 	var at dataNodes
 	d.fields(n, "data", dataKeys, func(key string, k, v *yaml.Node) { d.dataField(data, &at, dir, key, k, v) })
 	d.checkEval(data, at.eval)
@@ -35,14 +40,18 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 		d.checkSynthetic(data, &at)
 	}
 	d.labelShape(data.Label)
-	if data.CSV != "" && data.Online == nil && len(d.errs) == 0 {
-		d.resolveNames(data)
+	d.checkFormat(data, &at)
+	if data.Synthetic == nil && len(d.errs) == 0 && d.fileNames(data, &at) {
+		d.resolveColumns(data, &at)
 	}
 	if data.Stream && data.Shuffle {
 		d.errorf(at.shuffle, "data.shuffle cannot be used with stream: true: a streamed file is read in file order, and a shuffle over all rows needs them all in memory; shuffle the file once beforehand (e.g. `shuf -o shuffled.tsv train.tsv`) and set shuffle: false, or remove stream to load the file into memory")
 	}
-	if data.CSV != "" && data.Online == nil && len(d.errs) == 0 {
+	if data.CSV != "" && data.Format == "" && data.Online == nil && len(d.errs) == 0 {
 		d.checkCSVWidth(data)
+	}
+	if len(d.errs) == 0 {
+		d.loadVocabs(data)
 	}
 	for _, c := range data.IDs {
 		if c.Separator != 0 && c.Separator == data.Delimiter {
@@ -59,6 +68,7 @@ func (d *decoder) data(n *yaml.Node, dir string, g *Graph) *Data {
 // dataNodes are the keys of a data section that later checks point at.
 type dataNodes struct {
 	csv, syn, features, ids, delim, stream, shuffle, header, eval *yaml.Node
+	names, format                                                 *yaml.Node
 	online                                                        onlineNodes
 }
 
@@ -67,6 +77,16 @@ func (d *decoder) dataField(data *Data, at *dataNodes, dir, key string, k, v *ya
 	switch key {
 	case "csv":
 		d.csvSource(data, at, dir, v)
+	case "tfrecord", "parquet":
+		d.binarySource(data, at, dir, key, k, v)
+	case "names":
+		at.names = k
+		if names, ok := d.strings(v, "data.names"); ok {
+			if dup := firstDuplicate(names); dup != "" {
+				d.errorf(v, "data.names names %q twice; every column needs a name of its own", dup)
+			}
+			data.Names = names
+		}
 	case "synthetic":
 		at.syn = k
 		data.Synthetic = d.synthetic(v)
@@ -132,10 +152,13 @@ func (d *decoder) checkSynthetic(data *Data, at *dataNodes) {
 		if c.Fill != nil {
 			d.errs = append(d.errs, Errorf(c.fillPos, "data.features.fill needs a csv source (synthetic data has no missing values); remove it"))
 		}
-		c.Lo, c.Hi = 0, data.Synthetic.Features
+		c.Cols = nil
+		for j := range data.Synthetic.Features {
+			c.Cols = append(c.Cols, j)
+		}
 	}
 	if data.Label != nil {
-		data.Label.Lo, data.Label.Hi = data.Synthetic.Features, data.Synthetic.Features+1
+		data.Label.Cols = []int{data.Synthetic.Features}
 	}
 }
 
@@ -150,7 +173,7 @@ func (d *decoder) declareData(g *Graph, data *Data) {
 		case c == data.Label:
 			v.Shape = ir.Shape{-1}
 			if c.Float {
-				v.DType, v.Shape = ir.F32, ir.Shape{-1, c.Hi - c.Lo}
+				v.DType, v.Shape = ir.F32, ir.Shape{-1, len(c.Cols)}
 			}
 		case c.isFeatures:
 			v.DType, v.Shape = ir.F32, ir.Shape{-1, c.Width()}
@@ -181,41 +204,55 @@ func (d *decoder) specs(n *yaml.Node, what string, allowed []string) []*Column {
 	return out
 }
 
-// checkCSVWidth compares the column ranges with the width of the CSV's
-// first non-empty row, so that a bad range is reported at its YAML node.
-// The data loader checks every row when it reads the file.
+// checkCSVWidth compares the columns with the width of the CSV's first
+// row, so that a bad column is reported at its YAML node. The data loader
+// checks every row when it reads the file.
 func (d *decoder) checkCSVWidth(data *Data) {
 	f, err := os.Open(data.CSV)
 	if err != nil {
 		return
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<16), 1<<26)
-	row, header := 0, data.Header
-	for sc.Scan() {
-		row++
-		line := TrimField(sc.Text(), data.Delimiter)
-		if line == "" {
+	r := csvrow.NewReader(bufio.NewReaderSize(f, 1<<16), data.Delimiter)
+	sp := csvrow.Splitter{Delim: data.Delimiter}
+	header := data.Header
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			return // the reader of the data reports it
+		}
+		line := csvrow.Trim(rec, data.Delimiter)
+		if len(line) == 0 {
 			continue
 		}
-		if header { // the names; resolveNames checked them
+		if header { // the names; resolveColumns checked them
 			header = false
 			continue
 		}
-		width := strings.Count(line, string(data.Delimiter)) + 1
+		if sp.Split(line) != nil {
+			return
+		}
+		width := len(sp.Fields)
 		hint := ""
-		if width == 1 && data.Delimiter != '\t' && strings.Contains(line, "\t") {
+		if width == 1 && data.Delimiter != '\t' && bytes.IndexByte(line, '\t') >= 0 {
 			hint = " (its lines hold tabs: add delimiter: tab to data)"
 		}
 		for _, c := range data.Columns() {
-			if c.Hi <= width {
-				continue
+			if hi := c.maxCol(); hi >= width {
+				d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s reads column %d, but %s has %d columns (0 to %d) in row %d%s; columns count from 0, and two numbers [first, end) are a half-open range", c.what, rangeKey(c), hi, data.CSV, width, width-1, r.Start, hint))
 			}
-			d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s reads column %d, but %s has %d columns (0 to %d) in row %d%s; columns count from 0 and ranges are [first, end)", c.what, rangeKey(c), c.Hi-1, data.CSV, width, width-1, row, hint))
 		}
 		return
 	}
+}
+
+// maxCol is the last file column the spec reads (-1: none).
+func (c *Column) maxCol() int {
+	m := -1
+	for _, x := range c.Cols {
+		m = max(m, x)
+	}
+	return m
 }
 
 // rangeKey is the key that gave a spec its columns: column or columns.
@@ -230,97 +267,238 @@ func rangeKey(c *Column) string {
 }
 
 // labelShape checks the label's column spec against its dtype: class ids
-// are one column, float targets one column or a range.
+// are one column, float targets one column or several.
 func (d *decoder) labelShape(c *Column) {
-	if c == nil || c.Float || c.rangeKey != "columns" {
+	if c == nil || c.Float || c.rangeKey != "columns" || len(c.refs) == 1 && c.refs[0].to == nil {
 		return
 	}
-	d.errs = append(d.errs, Errorf(c.rangePos, "data.label reads int32 class ids from one column; give column: N, or add dtype: float32 to read float targets from a columns range (regression with several outputs)"))
+	d.errs = append(d.errs, Errorf(c.rangePos, "data.label reads int32 class ids from one column; give column: N, or add dtype: float32 to read float targets from several columns (regression with several outputs)"))
 }
 
 // headerNames reads the column names of a data file with header: true,
-// its first non-blank line, and that line's number.
+// its first non-blank record, and that record's line.
 func headerNames(file string, delim byte) ([]string, int, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<16), 1<<26)
-	for row := 1; sc.Scan(); row++ {
-		line := TrimField(sc.Text(), delim)
-		if line == "" {
+	r := csvrow.NewReader(bufio.NewReaderSize(f, 1<<16), delim)
+	sp := csvrow.Splitter{Delim: delim}
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			return nil, 0, fmt.Errorf("the file is empty, but data.header says its first line names the columns")
+		}
+		if qe, ok := err.(*csvrow.Error); ok {
+			return nil, 0, fmt.Errorf("%s:%s", file, qe.At(r.Start))
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		line := csvrow.Trim(rec, delim)
+		if len(line) == 0 {
 			continue
 		}
-		names := strings.Split(line, string(delim))
-		for i, n := range names {
-			names[i] = strings.Trim(TrimField(n, delim), `"`)
+		if err := sp.Split(line); err != nil {
+			return nil, 0, fmt.Errorf("%s:%s", file, err.(*csvrow.Error).At(r.Start))
 		}
-		return names, row, nil
+		names := make([]string, len(sp.Fields))
+		for i, n := range sp.Fields {
+			names[i] = string(n)
+		}
+		return names, r.Start, nil
 	}
-	if err := sc.Err(); err != nil {
-		return nil, 0, err
-	}
-	return nil, 0, fmt.Errorf("the file is empty, but data.header says its first line names the columns")
 }
 
-// resolveNames turns the column names of features, label and ids into
-// column ranges, from the header line of the CSV. A range by names lists
-// consecutive columns, in file order.
-func (d *decoder) resolveNames(data *Data) {
-	var header []string
-	var line int
-	for _, c := range data.Columns() {
-		if c.names == nil {
-			continue
+// fileNames sets data.Names, the names of the file's columns: names:,
+// a CSV's header line, a parquet file's columns; for a tfrecord without
+// names:, the keys the data section names, in order of first mention.
+func (d *decoder) fileNames(data *Data, at *dataNodes) bool {
+	switch {
+	case data.Names != nil:
+		if data.Format == FormatParquet {
+			d.errorf(at.names, "data.names does not apply to a parquet file: its columns have names already; give columns by those")
+			return false
 		}
-		if !data.Header {
-			d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s names columns, but the file has no header line to find them in; add header: true to data (the first line then names the columns), or give column numbers (counting from 0)", c.what, c.rangeKey))
-			continue
-		}
-		if header == nil {
-			var err error
-			if header, line, err = headerNames(data.CSV, data.Delimiter); err != nil {
-				d.errs = append(d.errs, Errorf(data.Pos, "%s: %v", data.CSV, errText(err)))
-				return
+		if data.Format == "" && data.Online == nil && !data.Header {
+			// a name a column: fewer or more would name the wrong ones
+			if fields, line, err := headerNames(data.CSV, data.Delimiter); err == nil && len(fields) != len(data.Names) {
+				d.errorf(at.names, "data.names gives %d names, and the first row of %s (line %d) has %d fields; give one name a column, in order", len(data.Names), data.CSV, line, len(fields))
+				return false
 			}
 		}
-		at := make([]int, len(c.names))
+		return true
+	case data.Format == FormatParquet:
+		names, err := parquetschema.Names(data.CSV)
+		if err != nil {
+			d.errs = append(d.errs, Errorf(data.Pos, "%s: %v", data.CSV, errText(err)))
+			return false
+		}
+		data.Names = names
+	case data.Format == FormatTFRecord:
+		for _, c := range data.Columns() {
+			var refs []colRef
+			for _, r := range c.refs {
+				names, ok := keyRange(r)
+				if !ok {
+					d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: a tfrecord's features have no positions, only keys: give them by key (columns: [I1, I2]), a range of numbered keys (I1..I13), or list the keys in order with data.names: [...] to give them positions", c.what, c.rangeKey))
+					return false
+				}
+				for _, n := range names {
+					if !slices.Contains(data.Names, n) {
+						data.Names = append(data.Names, n)
+					}
+					refs = append(refs, colRef{name: n, num: -1})
+				}
+			}
+			c.refs = refs
+		}
+	case data.Header && data.Online == nil:
+		names, line, err := headerNames(data.CSV, data.Delimiter)
+		if err != nil {
+			d.errs = append(d.errs, Errorf(data.Pos, "%s: %v", data.CSV, errText(err)))
+			return false
+		}
+		if allNumbers(names) {
+			d.errs = append(d.errs, Errorf(d.pos(at.header), "data.header is true, but the first line of %s (line %d) holds only numbers (%s): it is a row, not column names; remove header: true, and give the columns names with names: [...] if you want to use names", data.CSV, line, strings.Join(names[:min(len(names), 4)], ", ")))
+			return false
+		}
+		data.Names, data.headerLine = names, line
+	}
+	return true
+}
+
+// keyRange lists the keys of a tfrecord's column as written: a key, or a
+// range of numbered keys with one prefix (I1..I13: I1, I2, ..., I13);
+// false for a number or another range.
+func keyRange(r colRef) ([]string, bool) {
+	if r.num >= 0 {
+		return nil, false
+	}
+	if r.to == nil {
+		return []string{r.name}, true
+	}
+	split := func(s string) (string, int, bool) {
+		i := len(s)
+		for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+			i--
+		}
+		n, err := strconv.Atoi(s[i:])
+		return s[:i], n, err == nil && i > 0
+	}
+	p1, a, ok1 := split(r.name)
+	p2, b, ok2 := split(r.to.name)
+	if !ok1 || !ok2 || p1 != p2 || b < a {
+		return nil, false
+	}
+	var out []string
+	for i := a; i <= b; i++ {
+		out = append(out, p1+strconv.Itoa(i))
+	}
+	return out, true
+}
+
+// allNumbers says whether every name is a number: a row, not a header.
+func allNumbers(names []string) bool {
+	for _, n := range names {
+		if _, err := strconv.ParseFloat(strings.TrimSpace(n), 64); err != nil {
+			return false
+		}
+	}
+	return len(names) > 0
+}
+
+// resolveColumns turns the columns of features, label and ids as written
+// (names, numbers, ranges) into file columns: names by data.Names.
+func (d *decoder) resolveColumns(data *Data, at *dataNodes) {
+	for _, c := range data.Columns() {
+		if c.refs == nil {
+			continue
+		}
+		if data.Names == nil && data.headerLine == 0 {
+			if name := firstName(c.refs); name != "" {
+				d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s names column %q, but the file has no names to find it in; add header: true to data (the first line names the columns) or names: [...] (the columns' names, in order), or give column numbers (counting from 0)", c.what, c.rangeKey, name))
+				continue
+			}
+		}
+		var cols []int
 		ok := true
-		for i, name := range c.names {
-			at[i] = slices.Index(header, name)
-			if at[i] < 0 {
-				d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: %s has no column %q in its header (line %d)%s; its columns are %s", c.what, c.rangeKey, data.CSV, name, line, suggest(name, header), strings.Join(header, ", ")))
+		for _, r := range c.refs {
+			from, good := d.colIndex(data, c, r)
+			ok = ok && good
+			if !good {
+				continue
+			}
+			if r.to == nil {
+				cols = append(cols, from)
+				continue
+			}
+			to, good := d.colIndex(data, c, *r.to)
+			if ok = ok && good; !good {
+				continue
+			}
+			if to < from {
+				d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: the range %s..%s runs backwards: %q is column %d of %s and %q column %d; write %s..%s", c.what, c.rangeKey, r.name, r.to.name, r.name, from, data.CSV, r.to.name, to, r.to.name, r.name))
 				ok = false
-			} else if i > 0 && ok && at[i] != at[i-1]+1 {
-				d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: %q (column %d) does not follow %q (column %d) in the header of %s; a data variable reads consecutive columns: list them in file order, or reorder the file", c.what, c.rangeKey, name, at[i], c.names[i-1], at[i-1], data.CSV))
-				ok = false
+				continue
+			}
+			for x := from; x <= to; x++ {
+				cols = append(cols, x)
 			}
 		}
 		if ok {
-			c.Lo, c.Hi = at[0], at[len(at)-1]+1
+			c.Cols = cols
 		}
 	}
+}
+
+// firstName is the first column given by name ("" when none is).
+func firstName(refs []colRef) string {
+	for _, r := range refs {
+		if r.num < 0 {
+			return r.name
+		}
+	}
+	return ""
+}
+
+// colIndex is the file column of a column as written.
+func (d *decoder) colIndex(data *Data, c *Column, r colRef) (int, bool) {
+	if r.num >= 0 {
+		return r.num, true
+	}
+	if data.Names == nil && data.headerLine < 0 {
+		return 0, false // reported
+	}
+	if data.Names == nil {
+		d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s names column %q, but the file has no names to find it in; add header: true to data (the first line names the columns) or names: [...] (the columns' names, in order), or give column numbers (counting from 0)", c.what, c.rangeKey, r.name))
+		return 0, false
+	}
+	if i := slices.Index(data.Names, r.name); i >= 0 {
+		return i, true
+	}
+	where := "its names"
+	if data.headerLine > 0 {
+		where = fmt.Sprintf("its header (line %d)", data.headerLine)
+	}
+	if len(data.Names) == 1 && data.Delimiter != '\t' && strings.Contains(data.Names[0], "\t") {
+		d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: %s has no column %q: %s is one field holding tabs; add delimiter: tab to data", c.what, c.rangeKey, data.CSV, r.name, where))
+		data.Names, data.headerLine = nil, -1 // one error, not one per spec
+		return 0, false
+	}
+	shown := data.Names
+	if len(shown) > 40 {
+		shown = shown[:40]
+	}
+	d.errs = append(d.errs, Errorf(c.rangePos, "%s.%s: %s has no column %q in %s%s; its columns are %s", c.what, c.rangeKey, data.CSV, r.name, where, suggest(r.name, data.Names), strings.Join(shown, ", ")))
+	return 0, false
 }
 
 // TrimField removes the white space (space, tab, CR, LF, VT, FF) around a
 // data line or field, except the delimiter itself: with delimiter tab, a
 // line's trailing tab separates an empty last field.
-func TrimField[T string | []byte](s T, delim byte) T {
-	i, j := 0, len(s)
-	for i < j && isDataSpace(s[i], delim) {
-		i++
-	}
-	for j > i && isDataSpace(s[j-1], delim) {
-		j--
-	}
-	return s[i:j]
-}
-
-func isDataSpace(b, delim byte) bool {
-	return b != delim && (b == ' ' || b == '\t' || b == '\r' || b == '\n' || b == '\v' || b == '\f')
-}
+func TrimField[T string | []byte](s T, delim byte) T { return csvrow.Trim(s, delim) }
 
 // intList formats integers as YAML writes them: [3, -1].
 func intList(xs []int) string {
@@ -368,9 +546,9 @@ func (d *decoder) synthetic(n *yaml.Node) *Synthetic {
 }
 
 var (
-	featureKeys = []string{"name", "columns", "fill", "transform"}
-	labelKeys   = []string{"name", "column", "columns", "dtype"}
-	idKeys      = []string{"name", "column", "columns", "fill", "hash_buckets", "key", "shared_space", "num_ids", "separator", "max_len"}
+	featureKeys = []string{"name", "column", "columns", "fill", "transform"}
+	labelKeys   = []string{"name", "column", "columns", "dtype", "positive", "threshold", "vocab"}
+	idKeys      = []string{"name", "column", "columns", "fill", "hash_buckets", "key", "shared_space", "num_ids", "separator", "max_len", "vocab"}
 )
 
 // column decodes a data variable's column spec; allowed says which keys
@@ -394,45 +572,147 @@ func (d *decoder) column(n *yaml.Node, what string, allowed []string) *Column {
 }
 
 // columnNodes are the keys of a column spec that its checks point at.
-type columnNodes struct{ hash, shared, num, maxLen, key, fill *yaml.Node }
+type columnNodes struct{ hash, shared, num, maxLen, key, fill, positive, threshold, vocab, dtype *yaml.Node }
 
 // columnRange decodes a column spec's name and columns (false: key is
-// another one).
+// another one). A column is a number (counting from 0) or a name; columns
+// are a list of them, each entry also a range A..B (both ends included),
+// or a range alone (columns: I1..I13). A list of exactly two numbers is
+// the half-open range [first, end).
 func (d *decoder) columnRange(c *Column, what, key string, v *yaml.Node) bool {
 	switch key {
 	case "name":
 		c.Name, _ = d.str(v, what+".name")
 	case "column":
 		c.rangePos, c.rangeKey = d.pos(v), key
-		if v.Kind == yaml.ScalarNode && v.Tag == "!!str" { // a header name
-			c.names = []string{v.Value}
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!str" { // a name
+			if strings.Contains(v.Value, "..") {
+				d.errorf(v, "%s.column is one column, and %q is a range; write columns: %s for a range", what, v.Value, v.Value)
+				return true
+			}
+			c.refs = []colRef{{name: v.Value, num: -1}}
 		} else if x, ok := d.integer(v, what+".column"); ok {
 			if x < 0 {
 				d.errorf(v, "%s.column must be >= 0, got %d", what, x)
 			}
-			c.Lo, c.Hi = x, x+1
+			c.refs = []colRef{{num: x}}
 		}
 	case "columns":
 		c.rangePos, c.rangeKey = d.pos(v), key
-		if names := stringItems(v); names != nil { // header names
-			c.names = names
-		} else if r, ok := d.ints(v, what+".columns"); ok {
-			if len(r) != 2 || r[0] < 0 || r[1] <= r[0] {
-				d.errorf(v, "%s.columns must be a half-open range [first, end) with 0 <= first < end, e.g. [0, 64], got %s", what, intList(r))
-			} else {
-				c.Lo, c.Hi = r[0], r[1]
-			}
-		}
+		c.refs = d.columnRefs(v, what)
 	default:
 		return false
 	}
 	return true
 }
 
+// columnRefs decodes a columns value into the columns as written.
+func (d *decoder) columnRefs(v *yaml.Node, what string) []colRef {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+		if r, ok := d.rangeRef(v, what); ok {
+			return []colRef{r}
+		}
+		d.errorf(v, "%s.columns %q is one name; write column: %s for one column, a list [A, B, C], or a range A..B (both ends included)", what, v.Value, v.Value)
+		return nil
+	}
+	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+		d.errorf(v, "%s.columns must be a list of columns (names or numbers, e.g. [I1, I5, C3]) or a range A..B, e.g. I1..I13 or 1..13 (both ends included), got %s", what, kindName(v))
+		return nil
+	}
+	isNum := func(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!int" }
+	if len(v.Content) == 2 && isNum(v.Content[0]) && isNum(v.Content[1]) { // [first, end)
+		r, ok := d.ints(v, what+".columns")
+		if !ok {
+			return nil
+		}
+		if r[0] < 0 || r[1] <= r[0] {
+			d.errorf(v, "%s.columns: two numbers are a half-open range [first, end) with 0 <= first < end, e.g. [0, 64] for columns 0 to 63, got %s; to list columns %d and %d write [%d..%d, %d..%d], and a range with both ends included is %d..%d", what, intList(r), r[0], r[1], r[0], r[0], r[1], r[1], min(r[0], r[1]), max(r[0], r[1]))
+			return nil
+		}
+		return []colRef{{num: r[0], to: &colRef{num: r[1] - 1}}}
+	}
+	var out []colRef
+	for _, it := range v.Content {
+		switch {
+		case isNum(it):
+			x, ok := d.integer(it, what+".columns entry")
+			if ok && x < 0 {
+				d.errorf(it, "%s.columns: column %d is negative; columns count from 0", what, x)
+				ok = false
+			}
+			if ok {
+				out = append(out, colRef{num: x})
+			}
+		case it.Kind == yaml.ScalarNode && it.Tag == "!!str":
+			if r, ok := d.rangeRef(it, what); ok {
+				out = append(out, r)
+			} else if !strings.Contains(it.Value, "..") {
+				out = append(out, colRef{name: it.Value, num: -1})
+			}
+		default:
+			d.errorf(it, "%s.columns entry must be a column name, a number or a range A..B, got %s", what, kindName(it))
+		}
+	}
+	return out
+}
+
+// rangeRef decodes a range A..B of names or numbers (false: not a range,
+// or a malformed one, reported).
+func (d *decoder) rangeRef(v *yaml.Node, what string) (colRef, bool) {
+	a, b, ok := strings.Cut(v.Value, "..")
+	if !ok {
+		return colRef{}, false
+	}
+	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
+	if a == "" || b == "" || strings.Contains(b, "..") {
+		d.errorf(v, "%s.columns: %q is not a range; write FIRST..LAST, e.g. I1..I13 or 1..13 (both ends included)", what, v.Value)
+		return colRef{}, false
+	}
+	ref := func(s string) colRef {
+		if x, err := strconv.Atoi(s); err == nil && x >= 0 {
+			return colRef{num: x}
+		}
+		return colRef{name: s, num: -1}
+	}
+	from, to := ref(a), ref(b)
+	if (from.num < 0) != (to.num < 0) {
+		d.errorf(v, "%s.columns: %q mixes a name and a number; give both ends by name or both by number", what, v.Value)
+		return colRef{}, false
+	}
+	if from.num >= 0 && to.num < from.num {
+		d.errorf(v, "%s.columns: range %q runs backwards; write %d..%d", what, v.Value, to.num, from.num)
+		return colRef{}, false
+	}
+	from.to = &to
+	return from, true
+}
+
 // columnField decodes the other keys of a column spec.
 func (d *decoder) columnField(c *Column, at *columnNodes, what string, allowed []string, key string, k, v *yaml.Node) {
 	switch key {
+	case "positive":
+		at.positive = k
+		if v.Kind == yaml.SequenceNode {
+			c.Positive, _ = d.strings(v, what+".positive")
+		} else if v.Kind == yaml.ScalarNode && v.Value != "" {
+			c.Positive = []string{v.Value}
+		} else {
+			d.errorf(v, "%s.positive must be a value or a list of values (the label values that are the positive class, 1), got %s", what, kindName(v))
+		}
+	case "threshold":
+		at.threshold = k
+		if x, ok := d.number(v, what+".threshold"); ok {
+			c.Threshold = &x
+		}
+	case "vocab":
+		at.vocab = k
+		oov := 1
+		if what == "data.label" {
+			oov = 0
+		}
+		c.Vocab = d.vocab(v, what, oov)
 	case "dtype":
+		at.dtype = k
 		if s, ok := d.str(v, what+".dtype"); ok {
 			switch s {
 			case "float32":
@@ -473,7 +753,7 @@ func (d *decoder) columnField(c *Column, at *columnNodes, what string, allowed [
 		at.key = k
 		if s, ok := d.str(v, what+".key"); ok {
 			if !contains(KeyNames, s) {
-				d.errorf(v, "%s.key %q is not hash64 (each field's bytes hashed to a 64-bit key) or int64 (each field an integer, taken as it is)%s", what, s, suggest(s, KeyNames))
+				d.errorf(v, "%s.key %q is not hash64 (each field's bytes hashed to a 64-bit key), int64 (each field an integer, taken as it is) or uint64 (an unsigned 64-bit integer, its bits taken as an int64 key)%s", what, s, suggest(s, KeyNames))
 			} else {
 				c.KeyType = s
 			}
@@ -513,17 +793,18 @@ func (d *decoder) columnField(c *Column, at *columnNodes, what string, allowed [
 
 // checkColumn refuses keys of a column spec that do not go together.
 func (d *decoder) checkColumn(c *Column, at *columnNodes, what string) {
-	hashed := at.hash != nil || c.KeyType == KeyHash64
+	hashed := at.hash != nil || c.KeyType == KeyHash64 || at.vocab != nil
 	switch {
 	case at.hash != nil && c.Fill != nil:
 		d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with hash_buckets: an empty field is hashed as a value of its own; remove fill", what))
 	case c.KeyType == KeyHash64 && c.Fill != nil:
 		d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with key: hash64: an empty field is hashed as a value of its own; remove fill", what))
-	case c.Fill != nil && c.KeyType == KeyInt64 && c.FillKey == ir.PadKey:
+	case c.Fill != nil && (c.KeyType == KeyInt64 || c.KeyType == KeyUint64) && c.FillKey == ir.PadKey:
 		d.errorf(at.fill, "%s.fill %d is the padding key of int64 keys (-2^63); choose another key", what, c.FillKey)
 	case c.Fill != nil && c.KeyType == "" && at.hash == nil && (c.FillKey < 0 || c.FillKey > math.MaxInt32):
 		d.errorf(at.fill, "%s.fill must be an id in [0, %d], got %d", what, math.MaxInt32, c.FillKey)
 	}
+	d.checkMapping(c, at, what)
 	if at.key != nil && at.hash != nil {
 		d.errorf(at.key, "%s.key reads 64-bit keys, and hash_buckets hashes into int32 ids in [0, N) for a table of N rows: give one of them (key: hash64 keeps the whole 64-bit hash, with no buckets)", what)
 	}
@@ -540,14 +821,14 @@ func (d *decoder) checkColumn(c *Column, at *columnNodes, what string) {
 		switch {
 		case at.maxLen == nil:
 			d.errs = append(d.errs, Errorf(c.sepPos, "%s.separator needs max_len: N, the most ids a field holds (the variable is [batch, N]; a field with more keeps its first N, and the run reports how many fields were cut)", what))
-		case c.rangeKey == "columns" && (len(c.names) > 1 || c.names == nil && c.Hi-c.Lo != 1):
+		case c.rangeKey == "columns" && (len(c.refs) != 1 || c.refs[0].to != nil):
 			d.errs = append(d.errs, Errorf(c.rangePos, "%s.separator reads one multi-valued column, but %s.columns names several; give column: N, or one spec per column", what, what))
 		}
 		if c.Fill != nil {
 			d.errs = append(d.errs, Errorf(c.fillPos, "%s.fill does not apply with separator: an empty field holds no ids (all padding); remove fill", what))
 		}
 	} else if at.maxLen != nil {
-		d.errorf(at.maxLen, "%s.max_len applies to a multi-valued column; add separator: \"|\" (the character between a field's ids) or remove max_len", what)
+		c.maxLenPos = d.pos(at.maxLen) // checked with the data's format (checkFormat)
 	}
 }
 

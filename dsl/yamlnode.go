@@ -13,6 +13,8 @@ import (
 type decoder struct {
 	file string
 	errs ErrorList
+	// dataDir is the directory the data section's paths are relative to.
+	dataDir string
 }
 
 func (d *decoder) pos(n *yaml.Node) Pos {

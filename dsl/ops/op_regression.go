@@ -5,7 +5,8 @@ import (
 )
 
 // Element-wise losses, each a scalar mean over all elements:
-// sigmoid_cross_entropy (binary cross-entropy with logits) and mse.
+// sigmoid_cross_entropy (binary cross-entropy with logits) and mse, and
+// the regression metrics mae and rmse.
 
 func init() {
 	register(&Def{
@@ -34,6 +35,14 @@ func init() {
 			}
 			return out
 		},
+	}, &Def{
+		Name: "mae", Doc: "mean over all elements of |pred - target| (a metric; not differentiable)",
+		Inputs: []string{"pred", "target"}, Outputs: []string{"mae"},
+		Infer: inferPairLoss("pred", "target"),
+	}, &Def{
+		Name: "rmse", Doc: "square root of the mean over all elements of (pred - target)² (a metric; not differentiable); an evaluation's is over all its rows, not a mean of chunks'",
+		Inputs: []string{"pred", "target"}, Outputs: []string{"rmse"},
+		Infer: inferPairLoss("pred", "target"),
 	}, &Def{
 		Name: "mse_grad", Doc: "dpred = dloss * 2 (pred - target) / numel", Internal: true,
 		Inputs: []string{"dloss", "pred", "target"}, Outputs: []string{"dpred"},

@@ -8,9 +8,7 @@
 package data
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -38,6 +36,8 @@ type Set struct {
 	NK       int
 	spec     *dsl.Data
 	layout   []slot
+	// vocabs are the vocabularies the rows were mapped by (nil: none).
+	vocabs Vocabs
 	// truncated: per ids spec, the fields of the file that held more than
 	// max_len ids (counted when the file was read).
 	truncated []int64
@@ -104,7 +104,7 @@ func layoutOf(spec *dsl.Data) []slot {
 		off += c.Width()
 	}
 	if c := spec.Label; c != nil && c.Float {
-		out = append(out, slot{kind: slotTargets, width: c.Hi - c.Lo})
+		out = append(out, slot{kind: slotTargets, width: len(c.Cols)})
 	} else if c != nil {
 		out = append(out, slot{kind: slotLabel, width: 1})
 	}
@@ -172,7 +172,7 @@ func Load(spec *dsl.Data) (*Set, error) {
 
 // raw reads a model's data source (its csv, or generated rows) with the
 // features transformed but not normalized.
-func raw(spec *dsl.Data, rep *progress.Reporter) (*Set, error) {
+func raw(spec *dsl.Data, rep *progress.Reporter, vocabs Vocabs) (*Set, error) {
 	var s *Set
 	var err error
 	if spec.Synthetic != nil {
@@ -185,7 +185,7 @@ func raw(spec *dsl.Data, rep *progress.Reporter) (*Set, error) {
 			}
 		}
 	} else {
-		s, err = readCSV(spec, rep)
+		s, err = readCSV(spec, rep, vocabs)
 		if err != nil {
 			return nil, err
 		}
@@ -194,68 +194,104 @@ func raw(spec *dsl.Data, rep *progress.Reporter) (*Set, error) {
 	return s, nil
 }
 
-func readCSV(spec *dsl.Data, rep *progress.Reporter) (*Set, error) {
-	f, err := os.Open(spec.CSV)
-	if err != nil {
-		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
+func readCSV(spec *dsl.Data, rep *progress.Reporter, vocabs Vocabs) (*Set, error) {
+	p := newRowParser(spec)
+	if vocabs != nil {
+		if err := p.fitsVocabs(vocabs); err != nil {
+			return nil, err
+		}
+		p.setVocabs(vocabs)
 	}
-	defer f.Close()
+	src, err := openSource(spec, p, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	if p.counting { // a first pass for the vocabularies built from the data
+		if err := countVocabs(spec, p, src, vocabs); err != nil {
+			return nil, err
+		}
+	}
 	var ph *progress.Phase
 	if rep != nil {
 		size := int64(-1)
-		if fi, err := f.Stat(); err == nil {
+		if fi, err := os.Stat(spec.CSV); err == nil {
 			size = fi.Size()
 		}
 		ph = rep.Start("reading "+spec.CSV, "bytes", size)
 	}
 	defer ph.Done()
 	var reported int64
-	p := newRowParser(spec)
-	s := &Set{NF: p.nf, NI: p.ni, NK: p.nk, NT: p.nt}
-	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
+	s := &Set{NF: p.nf, NI: p.ni, NK: p.nk, NT: p.nt, vocabs: p.vocabsNow}
 	var label int32
 	var out rowOut
-	header := spec.Header
 	for {
-		line, err := lr.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", spec.CSV, lr.line+1, err)
-		}
-		line = dsl.TrimField(line, p.delim)
-		if len(line) == 0 {
-			continue
-		}
-		if header {
-			header = false
-			p.header(line, lr.line)
-			continue
-		}
 		s.Features = slices.Grow(s.Features, p.nf)[:len(s.Features)+p.nf]
 		s.IDs = slices.Grow(s.IDs, p.ni)[:len(s.IDs)+p.ni]
 		s.Keys = slices.Grow(s.Keys, p.nk)[:len(s.Keys)+p.nk]
 		s.Targets = slices.Grow(s.Targets, p.nt)[:len(s.Targets)+p.nt]
 		p.rowOut(&out, s.Features[len(s.Features)-p.nf:], &label, s.Targets[len(s.Targets)-p.nt:], s.IDs[len(s.IDs)-p.ni:], s.Keys[len(s.Keys)-p.nk:])
-		if err := p.parse(line, lr.line, &out); err != nil {
+		ok, err := src.row(&out)
+		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			s.Features, s.IDs = s.Features[:len(s.Features)-p.nf], s.IDs[:len(s.IDs)-p.ni]
+			s.Keys, s.Targets = s.Keys[:len(s.Keys)-p.nk], s.Targets[:len(s.Targets)-p.nt]
+			break
 		}
 		if spec.Label != nil && p.nt == 0 {
 			s.Labels = append(s.Labels, label)
 		}
 		s.Rows++
 		if s.Rows%progressRows == 0 {
-			ph.Add(lr.pos - reported)
-			reported = lr.pos
+			ph.Add(src.pos() - reported)
+			reported = src.pos()
 		}
 	}
-	ph.Add(lr.pos - reported)
+	ph.Add(src.pos() - reported)
 	if s.Rows == 0 {
 		return nil, fmt.Errorf("%s: the data file has no rows", spec.CSV)
 	}
 	s.truncated = p.truncated
 	return s, nil
+}
+
+// countVocabs reads the rows of src once to build the vocabularies the
+// data builds (their values counted over the training rows: a held-out
+// fraction's rows are not counted), then rewinds it.
+func countVocabs(spec *dsl.Data, p *rowParser, src rowSource, saved Vocabs) error {
+	var held []bool
+	if e := spec.Eval; e != nil && e.Fraction > 0 {
+		n, err := allRows(spec)
+		if err != nil {
+			return err
+		}
+		if held, err = heldOutOf(spec, int(n), nil); err != nil {
+			return err
+		}
+	}
+	var b batchRows
+	b.init(spec, p)
+	trunc := slices.Clone(p.truncated)
+	for r := 0; ; r++ {
+		if r < len(held) && held[r] {
+			if _, err := src.skip(); err != nil {
+				return err
+			}
+			continue
+		}
+		ok, err := src.row(&b.scratch)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+	}
+	copy(p.truncated, trunc) // the parse that follows counts them
+	p.vocabsNow = p.buildVocabs(saved)
+	return src.rewind()
 }
 
 // Rows is the number of rows training reads, without parsing them: the
@@ -274,27 +310,22 @@ func allRows(spec *dsl.Data) (int64, error) {
 	if spec.Synthetic != nil {
 		return int64(spec.Synthetic.Rows), nil
 	}
-	f, err := os.Open(spec.CSV)
+	p := newRowParser(spec)
+	src, err := openSource(spec, p, 1<<20)
 	if err != nil {
-		return 0, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
+		return 0, err
 	}
-	defer f.Close()
-	lr := &lineReader{r: bufio.NewReaderSize(f, 1<<20)}
+	defer src.close()
 	var n int64
 	for {
-		row, err := lr.skip(spec.Delimiter)
-		if err == io.EOF {
+		row, err := src.skip()
+		if err != nil {
+			return 0, err
+		}
+		if !row {
 			break
 		}
-		if err != nil {
-			return 0, fmt.Errorf("%s:%d: %w", spec.CSV, lr.line+1, err)
-		}
-		if row {
-			n++
-		}
-	}
-	if spec.Header && n > 0 {
-		n--
+		n++
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("%s: the data file has no rows", spec.CSV)
@@ -346,7 +377,7 @@ func stats(s *Set, mode string) *Scaling {
 
 // normalize applies sc (nil: none) to every row of s.
 func normalize(s *Set, sc *Scaling) {
-	if sc == nil || s.NF == 0 {
+	if sc == nil || sc.Shift == nil || s.NF == 0 {
 		return
 	}
 	for i := 0; i < s.Rows; i++ {
@@ -385,6 +416,9 @@ func (st *featureStats) add(row []float32) {
 type Scaling struct {
 	Mode         string // standard or minmax
 	Shift, Scale []float64
+	// Vocabs are the vocabularies the training rows were mapped by (nil:
+	// none): they travel with the statistics, to be saved with the model.
+	Vocabs Vocabs
 }
 
 // scaling gives standard: (v - mean) / std, minmax: (v - min) / (max -

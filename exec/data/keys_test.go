@@ -230,9 +230,9 @@ func TestKeyLineErrors(t *testing.T) {
 		{"1\t9223372036854775808\t1", `train.tsv:2: column 1: "9223372036854775808" is not an integer of the int64 range`},
 		{"1\t-9223372036854775809\t1", `"-9223372036854775809" is not an integer of the int64 range`},
 		{"1\t1.5\t1", `"1.5" is not an integer of the int64 range`},
-		{"1\t-9223372036854775808\t1", `train.tsv:2: column 1: key -9223372036854775808 is -2^63, the padding key of int64 keys, which data.ids[0] "u" (`},
+		{"1\t-9223372036854775808\t1", `train.tsv:2: column 1: key -9223372036854775808 is the padding key of int64 keys (-2^63, 2^63 as uint64), which data.ids[0] "u" (`},
 		{"1\t\t1", `train.tsv:2: column 1 is empty; add fill: KEY to data.ids[0] (`},
-		{"1\t5\t7;-9223372036854775808", `train.tsv:2: column 2: key -9223372036854775808 is -2^63, the padding key of int64 keys, which data.ids[1] "m"`},
+		{"1\t5\t7;-9223372036854775808", `train.tsv:2: column 2: key -9223372036854775808 is the padding key of int64 keys (-2^63, 2^63 as uint64), which data.ids[1] "m"`},
 		{"1\t5\tx;1", `train.tsv:2: column 2: "x" is not an integer of the int64 range, because it is read as int64 keys "m"`},
 	} {
 		g := loadModel(t, "train.tsv", "0\t1\t1\n"+c.row+"\n", "  delimiter: tab\n  label: {name: y, column: 0}\n  ids:\n    - {name: u, column: 1, key: int64}\n    - {name: m, column: 2, key: int64, separator: \";\", max_len: 2}\n")

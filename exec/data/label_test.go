@@ -82,8 +82,8 @@ func TestHeaderIsNotARow(t *testing.T) {
 
 func TestHeaderAndFloatLabelLineErrors(t *testing.T) {
 	for _, c := range []struct{ csv, want string }{
-		{"a,b,c\n1,2,x\n", `d.csv:2: column 2: "x" is not a number, but it is the label "y"`},
-		{"a,b,c\n1,2,\n", `d.csv:2: column 2 is empty, but it is the label "y"`},
+		{"a,b,c\n1,2,x\n", `d.csv:2: column 2 (c): "x" is not a number, but it is the label "y"`},
+		{"a,b,c\n1,2,\n", `d.csv:2: column 2 (c) is empty, but it is the label "y"`},
 		{"a,b,c\n1,2,3,4\n", "d.csv:2: line has 4 fields separated by \",\", but the header (line 1) has 3"},
 	} {
 		g := loadModel(t, "d.csv", c.csv, "  header: true\n  features: {name: x, columns: [a, b]}\n  label: {name: y, column: c, dtype: float32}\n")

@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -25,8 +26,11 @@ type LineParser struct {
 	scale *Scaling
 	label *dsl.Column // the model's label (nil: none)
 	need  int         // fields of a row with the label
-	held  [][]byte    // a label-less row's fields with the label's put back, empty
-	row   int         // the row being parsed, for errors
+	// labelCols are the label's columns below need, in order: a row
+	// without them has need-len(labelCols) fields.
+	labelCols []int
+	held      [][]byte // a label-less row's fields with the label's put back, empty
+	row       int      // the row being parsed, for errors
 }
 
 // NewLineParser is the parser of rows of spec, normalized with norm
@@ -38,7 +42,18 @@ func NewLineParser(spec *dsl.Data, norm *Scaling) (*LineParser, error) {
 	lp.p.where = func() string { return "row " + strconv.Itoa(lp.row) }
 	lp.rows.init(&noLabel, lp.p)
 	for _, c := range spec.Columns() {
-		lp.need = max(lp.need, c.Hi)
+		for _, col := range c.Cols {
+			lp.need = max(lp.need, col+1)
+		}
+	}
+	if c := spec.Label; c != nil {
+		lp.labelCols = slices.Sorted(slices.Values(c.Cols))
+	}
+	if norm != nil && norm.Vocabs != nil {
+		if err := lp.p.fitsVocabs(norm.Vocabs); err != nil {
+			return nil, err
+		}
+		lp.p.setVocabs(norm.Vocabs)
 	}
 	if norm != nil && norm.Shift != nil {
 		if err := norm.fits(lp.p.nf); err != nil {
@@ -60,10 +75,7 @@ func (lp *LineParser) Fields() int { return lp.need }
 
 // LabelWidth is how many columns the label takes (0: the model has none).
 func (lp *LineParser) LabelWidth() int {
-	if lp.label == nil {
-		return 0
-	}
-	return lp.label.Hi - lp.label.Lo
+	return len(lp.labelCols)
 }
 
 // Parse parses line, row `row` of a request, into row b of the tensors
@@ -76,19 +88,31 @@ func (lp *LineParser) Parse(line []byte, row int, dst []*tensor.Tensor, b int) e
 	if len(line) == 0 {
 		return p.errAt(row, "the row is empty; give one line of the data file, its fields separated by %s", p.delimName())
 	}
-	p.split(line)
+	if err := p.split(line); err != nil {
+		return p.quoteErr(row, err)
+	}
 	n, lw := len(p.fields), lp.LabelWidth()
 	switch {
 	case n >= lp.need:
 	case lw > 0 && n == lp.need-lw:
 		// the label's columns were left out: put them back, empty
-		lo := lp.label.Lo
-		lp.held = append(append(append(lp.held[:0], p.fields[:lo]...), make([][]byte, lw)...), p.fields[lo:]...)
-		p.fields, lp.held = lp.held, p.fields
+		lp.held = lp.held[:0]
+		at := 0
+		for _, f := range p.fields {
+			for at < lw && lp.labelCols[at] == len(lp.held) {
+				lp.held = append(lp.held, nil)
+				at++
+			}
+			lp.held = append(lp.held, f)
+		}
+		for ; at < lw; at++ {
+			lp.held = append(lp.held, nil)
+		}
+		p.fields = lp.held
 	default:
 		without := ""
 		if lw > 0 {
-			without = fmt.Sprintf(", or %d without the label %q (column %d)", lp.need-lw, lp.label.Name, lp.label.Lo)
+			without = fmt.Sprintf(", or %d without the label %q (columns %v)", lp.need-lw, lp.label.Name, lp.labelCols)
 		}
 		return p.errAt(row, "column %d is missing: the row has %d fields separated by %s, and the model reads %d (columns 0 to %d)%s (data at %s)", n, n, p.delimName(), lp.need, lp.need-1, without, lp.spec.Pos)
 	}
@@ -118,11 +142,11 @@ func (lp *LineParser) Features(i, row int, src []float64, dst []float32) error {
 	for j, v := range src {
 		switch {
 		case math.IsNaN(v) && c.Fill == nil:
-			return lp.p.errAt(row, "column %d of %q is NaN, a missing value, and %s has no fill (%s); send a number", c.Lo+j, c.Name, c.Key(), c.Pos)
+			return lp.p.errAt(row, "column %d of %q is NaN, a missing value, and %s has no fill (%s); send a number", c.Cols[j], c.Name, c.Key(), c.Pos)
 		case math.IsNaN(v):
 			v = *c.Fill
 		case math.IsInf(v, 0):
-			return lp.p.errAt(row, "column %d of %q is infinite; send a finite number", c.Lo+j, c.Name)
+			return lp.p.errAt(row, "column %d of %q is infinite; send a finite number", c.Cols[j], c.Name)
 		}
 		if c.Transform == "log" && v > 0 {
 			v = math.Log1p(v)

@@ -124,7 +124,7 @@ func TestLineParserErrorsNameRowAndColumn(t *testing.T) {
 		line string
 		want []string
 	}{
-		{strings.Join(fields[:30], "\t"), []string{"row 3: ", "column 30 is missing", "30 fields", "reads 40", "39 without the label \"y\" (column 0)"}},
+		{strings.Join(fields[:30], "\t"), []string{"row 3: ", "column 30 is missing", "30 fields", "reads 40", "39 without the label \"y\" (columns [0])"}},
 		{strings.Join(append(slices.Clone(fields[:2]), append([]string{"x7"}, fields[3:]...)...), "\t"), []string{"row 3: ", "column 2: \"x7\" is not a number"}},
 		{"  ", []string{"row 3: ", "empty"}},
 	} {

@@ -74,6 +74,12 @@ func (o *OnlineParser) Observed(mode string) *Scaling {
 // SetScaling makes Parse normalize with sc (nil: none); sc must cover the
 // data's feature columns.
 func (o *OnlineParser) SetScaling(sc *Scaling) error {
+	if sc != nil && sc.Vocabs != nil {
+		if err := o.p.fitsVocabs(sc.Vocabs); err != nil {
+			return err
+		}
+		o.p.setVocabs(sc.Vocabs)
+	}
 	if sc != nil && sc.Shift == nil {
 		sc = nil
 	}

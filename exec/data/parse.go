@@ -1,17 +1,16 @@
 package data
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/bits"
 	"strconv"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/internal/csvrow"
 )
 
 // maxLine bounds the length of one line of a data file.
@@ -108,63 +107,6 @@ func bucketOf(h uint64, buckets int) int32 {
 	return int32(hi)
 }
 
-// lineReader reads the lines of a data file without copying them, except
-// a line longer than the reader's buffer, which it assembles.
-type lineReader struct {
-	r    *bufio.Reader
-	long []byte
-	line int   // number of the line last returned or skipped (from 1)
-	pos  int64 // bytes of the file returned or skipped
-}
-
-// next returns the next line, its newline included; the slice is valid
-// until the next call. It returns io.EOF after the last line.
-func (l *lineReader) next() ([]byte, error) {
-	b, err := l.r.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		l.long = append(l.long[:0], b...)
-		for err == bufio.ErrBufferFull {
-			if len(l.long) > maxLine {
-				return nil, fmt.Errorf("line %d is longer than %d MiB; is this a text data file?", l.line+1, maxLine>>20)
-			}
-			b, err = l.r.ReadSlice('\n')
-			l.long = append(l.long, b...)
-		}
-		b = l.long
-	}
-	switch {
-	case err == io.EOF && len(b) == 0:
-		return nil, io.EOF
-	case err != nil && err != io.EOF:
-		return nil, err
-	}
-	l.line++
-	l.pos += int64(len(b))
-	return b, nil
-}
-
-// skip passes over the next line without copying it and says whether it
-// holds a row (is not blank). It returns io.EOF after the last line.
-func (l *lineReader) skip(delim byte) (bool, error) {
-	row, got := false, false
-	for {
-		b, err := l.r.ReadSlice('\n')
-		l.pos += int64(len(b))
-		got = got || len(b) > 0
-		row = row || len(dsl.TrimField(b, delim)) > 0
-		switch {
-		case err == bufio.ErrBufferFull:
-			continue
-		case err == io.EOF && !got:
-			return false, io.EOF
-		case err != nil && err != io.EOF:
-			return false, err
-		}
-		l.line++
-		return row, nil
-	}
-}
-
 // rowParser turns a line of a data file into one row's values: the
 // features of every features spec side by side (nf values), the label, the
 // int32 ids of every ids spec without key side by side (ni values), and
@@ -177,12 +119,18 @@ type rowParser struct {
 	need      int // columns the model reads
 	width     int // fields of every line: those of the first row; -1 before it
 	widthLine int // the first row's line
-	fields    [][]byte
-	nf, ni    int
-	nk        int // int64 keys (ids specs with key)
-	nt        int // float label (target) columns; 0 for class ids
-	feats     []featSpec
-	ids       []idSpec
+	sp        csvrow.Splitter
+	// fields are the row's fields by file column: a line's, split, or
+	// those a tfrecord or parquet reader put there (nil where the model
+	// reads nothing); lists, for those readers, a column's list of values
+	// (nil: one value, in fields).
+	fields [][]byte
+	lists  [][][]byte
+	nf, ni int
+	nk     int // int64 keys (ids specs with key)
+	nt     int // float label (target) columns; 0 for class ids
+	feats  []featSpec
+	ids    []idSpec
 	// truncated counts, per ids spec, the fields that held more than
 	// max_len ids (a multi-valued column); the first max_len were kept.
 	truncated []int64
@@ -192,6 +140,15 @@ type rowParser struct {
 	// where the first row came from.
 	where      func() string
 	widthWhere string
+	// label maps a label's field to its value (positive, threshold,
+	// vocab); nil: the field is the value.
+	labelVocab *vocabIndex
+	// counting: the rows are read to build vocabularies (their ids are
+	// not known yet, and written as 0).
+	counting bool
+	// vocabsNow are the vocabularies the parser maps by (saved, files'
+	// and built ones), once it is not counting.
+	vocabsNow Vocabs
 }
 
 // featSpec is a features spec: its columns go to the row's features from off.
@@ -238,10 +195,12 @@ const (
 	idsBuckets               // hash_buckets: int32 ids hashed into [0, buckets)
 	keysHash64               // key: hash64: int64 keys, the whole hash
 	keysInt64                // key: int64: int64 keys, taken as they are
+	keysUint64               // key: uint64: int64 keys, an unsigned integer's bits
+	idsVocab   idKind = 10   // vocab: int32 ids of a vocabulary
 )
 
 // wide says whether the kind yields int64 keys.
-func (k idKind) wide() bool { return k >= keysHash64 }
+func (k idKind) wide() bool { return k >= keysHash64 && k <= keysUint64 }
 
 // hashed says whether the kind hashes its fields' bytes.
 func (k idKind) hashed() bool { return k == idsBuckets || k == keysHash64 }
@@ -256,6 +215,10 @@ type idSpec struct {
 	seeds   []uint64 // hashed kinds: the hash state of each column (columnHash, or fnvOffset64 shared)
 	bound   int      // integer ids: num_ids (0: not stated)
 	sep     byte     // a multi-valued column: the separator (its width is max_len); 0: one id a field
+	// vocabs, for kind idsVocab: each column's vocabulary (one shared by
+	// all for a file's, or shared_space), and the id its ids start at.
+	vocabs []*vocabIndex
+	base   []int32
 }
 
 // log1pSmall holds float32(ln(1+n)) of the small integers most count
@@ -272,15 +235,18 @@ func newRowParser(spec *dsl.Data) *rowParser {
 	if p.delim == 0 {
 		p.delim = ','
 	}
+	p.sp.Delim = p.delim
 	for _, c := range spec.Columns() {
-		p.need = max(p.need, c.Hi)
+		for _, col := range c.Cols {
+			p.need = max(p.need, col+1)
+		}
 	}
 	for _, c := range spec.Features {
 		p.feats = append(p.feats, featSpec{c: c, off: p.nf})
 		p.nf += c.Width()
 	}
 	if c := spec.Label; c != nil && c.Float {
-		p.nt = c.Hi - c.Lo
+		p.nt = len(c.Cols)
 	}
 	for _, c := range spec.IDs {
 		s := idSpec{c: c, off: p.ni, buckets: c.HashBuckets, bound: c.NumIDs, sep: c.Separator}
@@ -289,11 +255,19 @@ func newRowParser(spec *dsl.Data) *rowParser {
 			s.kind = keysHash64
 		case c.KeyType == dsl.KeyInt64:
 			s.kind = keysInt64
+		case c.KeyType == dsl.KeyUint64:
+			s.kind = keysUint64
+		case c.Vocab != nil:
+			s.kind = idsVocab
 		case c.HashBuckets > 0:
 			s.kind = idsBuckets
 		}
 		if s.kind.hashed() {
-			for col := c.Lo; col < c.Hi; col++ {
+			spaces := c.Cols
+			if c.HashCols != nil {
+				spaces = c.HashCols
+			}
+			for _, col := range spaces {
 				h := columnHash(col)
 				if c.SharedSpace {
 					h = fnvOffset64
@@ -310,6 +284,7 @@ func newRowParser(spec *dsl.Data) *rowParser {
 		p.ids = append(p.ids, s)
 	}
 	p.truncated = make([]int64, len(p.ids))
+	p.setVocabs(nil)
 	return p
 }
 
@@ -330,15 +305,49 @@ func (p *rowParser) delimName() string {
 
 // header reads the header line (data.header): the width every row must
 // have. The names were checked against the model when it was loaded.
-func (p *rowParser) header(line []byte, lineNo int) {
-	p.width, p.widthLine = bytes.Count(line, []byte{p.delim})+1, lineNo
+func (p *rowParser) header(line []byte, lineNo int) error {
+	if err := p.sp.Split(line); err != nil {
+		return p.quoteErr(lineNo, err)
+	}
+	p.width, p.widthLine = len(p.sp.Fields), lineNo
+	return nil
+}
+
+// quoteErr is a quoting error of the record starting at line lineNo.
+func (p *rowParser) quoteErr(lineNo int, err error) error {
+	qe, ok := err.(*csvrow.Error)
+	if !ok {
+		return err
+	}
+	if p.where != nil {
+		return fmt.Errorf("%s: column %d of the row's line %d: %s (data at %s)", p.where(), qe.Col, qe.Line+1, qe.Msg, p.spec.Pos)
+	}
+	return fmt.Errorf("%s:%s (data at %s)", p.file, qe.At(lineNo), p.spec.Pos)
+}
+
+// colName is a file column as messages name it: its number, and its name
+// when the file has names; a tfrecord's feature by its key, a parquet
+// file's column by its name (their numbers are psgraph's, not the file's).
+func (p *rowParser) colName(col int) string {
+	if p.spec.Format == dsl.FormatTFRecord && col < len(p.spec.Names) {
+		return fmt.Sprintf("feature %q", p.spec.Names[col])
+	}
+	if p.spec.Format == dsl.FormatParquet && col < len(p.spec.Names) {
+		return fmt.Sprintf("column %q", p.spec.Names[col])
+	}
+	if col < len(p.spec.Names) {
+		return fmt.Sprintf("column %d (%s)", col, p.spec.Names[col])
+	}
+	return fmt.Sprintf("column %d", col)
 }
 
 // parse reads the row in line (trimmed, not blank) into out: the values
 // of each features and ids spec, the label (a class id, or nt float
 // targets), whichever the model declares.
 func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
-	p.split(line)
+	if err := p.split(line); err != nil {
+		return p.quoteErr(lineNo, err)
+	}
 	if p.width < 0 {
 		p.width, p.widthLine = len(p.fields), lineNo
 		if p.where != nil && p.need <= p.width {
@@ -368,21 +377,12 @@ func (p *rowParser) parse(line []byte, lineNo int, out *rowOut) error {
 	return p.parseFields(lineNo, out)
 }
 
-// split cuts line into p.fields at the delimiter, each field trimmed.
-func (p *rowParser) split(line []byte) {
-	p.fields = p.fields[:0]
-	for more := true; more; {
-		f := line
-		if i := bytes.IndexByte(line, p.delim); i >= 0 {
-			f, line = line[:i], line[i+1:]
-		} else {
-			more = false
-		}
-		if len(f) > 0 && (f[0] <= ' ' || f[len(f)-1] <= ' ') {
-			f = dsl.TrimField(f, p.delim)
-		}
-		p.fields = append(p.fields, f)
-	}
+// split cuts line into p.fields at the delimiter (RFC 4180 quoting),
+// each field trimmed.
+func (p *rowParser) split(line []byte) error {
+	err := p.sp.Split(line)
+	p.fields = p.sp.Fields
+	return err
 }
 
 // parseFields reads the row split into p.fields (at least p.need of
@@ -390,92 +390,145 @@ func (p *rowParser) split(line []byte) {
 func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 	for i, fs := range p.feats {
 		c, out := fs.c, out.feat[i]
-		for col := c.Lo; col < c.Hi; col++ {
+		for k, col := range c.Cols {
 			f := p.fields[col]
 			var v float64
 			if len(f) == 0 {
 				if c.Fill == nil {
-					return p.errAt(lineNo, "column %d is empty; add fill: VALUE to %s (%s) to stand in for missing values", col, c.Key(), c.Pos)
+					return p.errAt(lineNo, "%s is empty; add fill: VALUE to %s (%s) to stand in for missing values", p.colName(col), c.Key(), c.Pos)
 				}
 				v = *c.Fill
 			} else if n, ok := parseInt(f); ok {
 				if c.Transform == "log" && n >= 0 && n < int64(len(log1pSmall)) {
-					out[col-c.Lo] = log1pSmall[n]
+					out[k] = log1pSmall[n]
 					continue
 				}
 				v = float64(n)
 			} else if v, ok = parseNumber(f); !ok {
 				hint := "fields must be numbers"
-				if lineNo == 1 && !p.spec.Header && p.where == nil {
+				if lineNo == 1 && !p.spec.Header && p.where == nil && p.spec.Format == "" {
 					hint = "is it a header line? add header: true to data"
 				}
-				return p.errAt(lineNo, "column %d: %q is not a number (%s; data at %s)", col, f, hint, p.spec.Pos)
+				return p.errAt(lineNo, "%s: %q is not a number (%s; data at %s)", p.colName(col), f, hint, p.spec.Pos)
 			}
 			if c.Transform == "log" && v > 0 {
 				v = math.Log1p(v)
 			}
-			out[col-c.Lo] = float32(v)
+			out[k] = float32(v)
 		}
 	}
 	if c := p.spec.Label; c != nil && c.Float {
-		for col := c.Lo; col < c.Hi; col++ {
-			f := p.fields[col]
-			if len(f) == 0 {
-				return p.errAt(lineNo, "column %d is empty, but it is the label %q (%s); every row needs its target: fix or drop the line", col, c.Name, c.Pos)
+		for k, col := range c.Cols {
+			v, err := p.labelValue(c, p.fields[col], col, lineNo)
+			if err != nil {
+				return err
 			}
-			v, ok := parseNumber(f)
-			if !ok {
-				return p.errAt(lineNo, "column %d: %q is not a number, but it is the label %q (%s), a float32 target; fix the row or choose another column", col, f, c.Name, c.Pos)
-			}
-			out.tgt[col-c.Lo] = float32(v)
+			out.tgt[k] = float32(v)
 		}
 	} else if c != nil {
-		v, err := p.integer(c, p.fields[c.Lo], c.Lo, lineNo, "label")
+		col := c.Cols[0]
+		var v int32
+		var err error
+		switch {
+		case c.Vocab != nil:
+			v, err = p.labelClass(c, p.fields[col], col, lineNo)
+		case c.Positive != nil || c.Threshold != nil:
+			var x float64
+			x, err = p.labelValue(c, p.fields[col], col, lineNo)
+			v = int32(x)
+		default:
+			v, err = p.integer(c, p.fields[col], col, lineNo, "label")
+		}
 		if err != nil {
 			return err
 		}
 		*out.label = v
 	}
 	for j := range p.ids {
-		s := &p.ids[j]
-		var err error
-		switch {
-		case s.sep != 0 && s.kind.wide():
-			err = p.multiKeys(s, j, lineNo, out.keys[j])
-		case s.sep != 0:
-			err = p.multi(s, j, lineNo, out.ids[j])
-		case s.kind == idsBuckets:
-			fields, buckets := p.fields[s.c.Lo:s.c.Hi], s.buckets
-			seeds, out := s.seeds[:len(fields)], out.ids[j][:len(fields)]
-			for i, f := range fields {
-				out[i] = bucketOf(hashKey(seeds[i], f), buckets)
-			}
-		case s.kind == keysHash64:
-			fields := p.fields[s.c.Lo:s.c.Hi]
-			seeds, out := s.seeds[:len(fields)], out.keys[j][:len(fields)]
-			for i, f := range fields {
-				out[i] = ir.HashKey(hashKey(seeds[i], f))
-			}
-		case s.kind == keysInt64:
-			out := out.keys[j]
-			for col := s.c.Lo; col < s.c.Hi; col++ {
-				if out[col-s.c.Lo], err = p.key(s.c, p.fields[col], col, lineNo); err != nil {
-					return err
-				}
-			}
-		default:
-			out := out.ids[j]
-			for col := s.c.Lo; col < s.c.Hi; col++ {
-				if out[col-s.c.Lo], err = p.id(s, p.fields[col], col, lineNo); err != nil {
-					return err
-				}
-			}
-		}
-		if err != nil {
+		if err := p.parseIDs(&p.ids[j], j, lineNo, out); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// parseIDs reads the fields of ids spec s (the j-th) into out.
+func (p *rowParser) parseIDs(s *idSpec, j, lineNo int, out *rowOut) error {
+	var err error
+	switch {
+	case s.c.MaxLen > 0:
+		if s.kind.wide() {
+			return p.multiKeys(s, j, lineNo, out.keys[j])
+		}
+		return p.multi(s, j, lineNo, out.ids[j])
+	case s.kind == idsBuckets:
+		seeds, out, buckets := s.seeds, out.ids[j], s.buckets
+		for k, col := range s.c.Cols {
+			out[k] = bucketOf(hashKey(seeds[k], p.fields[col]), buckets)
+		}
+	case s.kind == keysHash64:
+		seeds, out := s.seeds, out.keys[j]
+		for k, col := range s.c.Cols {
+			out[k] = ir.HashKey(hashKey(seeds[k], p.fields[col]))
+		}
+	case s.kind == keysInt64 || s.kind == keysUint64:
+		out := out.keys[j]
+		for k, col := range s.c.Cols {
+			if out[k], err = p.key(s, p.fields[col], col, lineNo); err != nil {
+				return err
+			}
+		}
+	case s.kind == idsVocab:
+		out := out.ids[j]
+		for k, col := range s.c.Cols {
+			if out[k], err = p.vocabID(s, k, p.fields[col], col, lineNo); err != nil {
+				return err
+			}
+		}
+	default:
+		out := out.ids[j]
+		for k, col := range s.c.Cols {
+			if out[k], err = p.id(s, p.fields[col], col, lineNo); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// labelValue maps a label field to its value: 1 or 0 by positive or
+// threshold, else the number it holds.
+func (p *rowParser) labelValue(c *dsl.Column, f []byte, col, lineNo int) (float64, error) {
+	if len(f) == 0 {
+		return 0, p.errAt(lineNo, "%s is empty, but it is the label %q (%s); every row needs its label: fix or drop the line", p.colName(col), c.Name, c.Pos)
+	}
+	if c.Positive != nil {
+		for _, v := range c.Positive {
+			if string(f) == v {
+				return 1, nil
+			}
+		}
+		return 0, nil
+	}
+	v, ok := parseNumber(f)
+	if !ok {
+		hint := "fix the row or choose another column"
+		switch {
+		case c.Threshold != nil:
+			hint = "threshold compares numbers; for string labels write positive: VALUE (or a list) instead"
+		case !c.Float:
+		default:
+			hint = fmt.Sprintf("for string labels write positive: %q (the value of the positive class; every other value is 0), or vocab: {min_count: 1} for class ids", f)
+		}
+		return 0, p.errAt(lineNo, "%s: %q is not a number, but it is the label %q (%s); %s", p.colName(col), f, c.Name, c.Pos, hint)
+	}
+	if c.Threshold != nil {
+		if v >= *c.Threshold {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return v, nil
 }
 
 // id reads an integer id field f (of column col) of ids spec s, checked
@@ -483,9 +536,50 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 func (p *rowParser) id(s *idSpec, f []byte, col, lineNo int) (int32, error) {
 	v, err := p.integer(s.c, f, col, lineNo, "ids")
 	if err == nil && s.bound > 0 && int(v) >= s.bound {
-		err = p.errAt(lineNo, "column %d: id %d is not below num_ids %d of %s %q (%s); fix the row or raise num_ids (and the rows of the tables it reads)", col, v, s.bound, s.c.Key(), s.c.Name, s.c.Pos)
+		err = p.errAt(lineNo, "%s: id %d is not below num_ids %d of %s %q (%s); fix the row or raise num_ids (and the rows of the tables it reads)", p.colName(col), v, s.bound, s.c.Key(), s.c.Name, s.c.Pos)
 	}
 	return v, err
+}
+
+// pieceIter walks the values of a multi-valued column: the pieces of a
+// text field between separators, or a list a tfrecord or parquet reader
+// gave. Empty values hold no id.
+type pieceIter struct {
+	rest   []byte
+	sep    byte
+	list   [][]byte
+	isList bool
+}
+
+// pieces walks the values of column col.
+func (p *rowParser) pieces(col int, sep byte) pieceIter {
+	if p.lists != nil && p.lists[col] != nil {
+		return pieceIter{list: p.lists[col], isList: true}
+	}
+	if sep == 0 { // one value
+		return pieceIter{list: p.fields[col : col+1], isList: true}
+	}
+	return pieceIter{rest: p.fields[col], sep: sep}
+}
+
+func (it *pieceIter) next() ([]byte, bool) {
+	for {
+		var piece []byte
+		if it.isList {
+			if len(it.list) == 0 {
+				return nil, false
+			}
+			piece, it.list = it.list[0], it.list[1:]
+		} else {
+			if len(it.rest) == 0 {
+				return nil, false
+			}
+			piece, it.rest = nextPiece(it.rest, it.sep)
+		}
+		if len(piece) > 0 {
+			return piece, true
+		}
+	}
 }
 
 // nextPiece splits the next piece off a multi-valued field: the bytes up
@@ -508,19 +602,27 @@ func nextPiece(rest []byte, sep byte) (piece, after []byte) {
 // ids the rest of the field is dropped and the field counted in
 // truncated[j].
 func (p *rowParser) multi(s *idSpec, j, lineNo int, out []int32) error {
-	col, n := s.c.Lo, 0
-	for rest := p.fields[col]; len(rest) > 0; {
-		var piece []byte
-		if piece, rest = nextPiece(rest, s.sep); len(piece) == 0 {
-			continue
+	col, n := s.c.Cols[0], 0
+	it := p.pieces(col, s.sep)
+	for {
+		piece, ok := it.next()
+		if !ok {
+			break
 		}
 		if n == len(out) {
 			p.truncated[j]++
 			break
 		}
-		if s.kind == idsBuckets {
+		switch s.kind {
+		case idsBuckets:
 			out[n] = bucketOf(hashKey(s.seeds[0], piece), s.buckets)
-		} else {
+		case idsVocab:
+			v, err := p.vocabID(s, 0, piece, col, lineNo)
+			if err != nil {
+				return err
+			}
+			out[n] = v
+		default:
 			v, err := p.id(s, piece, col, lineNo)
 			if err != nil {
 				return err
@@ -539,11 +641,12 @@ func (p *rowParser) multi(s *idSpec, j, lineNo int, out []int32) error {
 // (key: hash64) or integers (key: int64), then ir.PadKey in the slots
 // left.
 func (p *rowParser) multiKeys(s *idSpec, j, lineNo int, out []int64) error {
-	col, n := s.c.Lo, 0
-	for rest := p.fields[col]; len(rest) > 0; {
-		var piece []byte
-		if piece, rest = nextPiece(rest, s.sep); len(piece) == 0 {
-			continue
+	col, n := s.c.Cols[0], 0
+	it := p.pieces(col, s.sep)
+	for {
+		piece, ok := it.next()
+		if !ok {
+			break
 		}
 		if n == len(out) {
 			p.truncated[j]++
@@ -552,7 +655,7 @@ func (p *rowParser) multiKeys(s *idSpec, j, lineNo int, out []int64) error {
 		if s.kind == keysHash64 {
 			out[n] = ir.HashKey(hashKey(s.seeds[0], piece))
 		} else {
-			v, err := p.key(s.c, piece, col, lineNo)
+			v, err := p.key(s, piece, col, lineNo)
 			if err != nil {
 				return err
 			}
@@ -567,22 +670,60 @@ func (p *rowParser) multiKeys(s *idSpec, j, lineNo int, out []int64) error {
 }
 
 // key reads an int64 key field f (of column col) of a spec with key:
-// int64: a decimal integer of the int64 range other than the padding key.
-func (p *rowParser) key(c *dsl.Column, f []byte, col, lineNo int) (int64, error) {
+// int64 (a decimal integer of the int64 range) or key: uint64 (one of the
+// uint64 range, its bits as an int64), other than the padding key.
+func (p *rowParser) key(s *idSpec, f []byte, col, lineNo int) (int64, error) {
+	c := s.c
 	if len(f) == 0 {
 		if c.Fill != nil {
 			return c.FillKey, nil
 		}
-		return 0, p.errAt(lineNo, "column %d is empty; add fill: KEY to %s (%s) to stand in for missing keys, or key: hash64 to hash the column's strings", col, c.Key(), c.Pos)
+		return 0, p.errAt(lineNo, "%s is empty; add fill: KEY to %s (%s) to stand in for missing keys, or key: hash64 to hash the column's strings", p.colName(col), c.Key(), c.Pos)
 	}
-	v, ok := parseInt64(f)
+	var v int64
+	var ok bool
+	if s.kind == keysUint64 {
+		var u uint64
+		u, ok = parseUint64(f)
+		v = int64(u)
+	} else {
+		v, ok = parseInt64(f)
+	}
 	switch {
+	case !ok && s.kind == keysUint64:
+		return 0, p.errAt(lineNo, "%s: %q is not an integer of the uint64 range (0 to 18446744073709551615), because it is read as uint64 keys %q (%s, key: uint64); fix the row, or write key: hash64 to hash the column's strings", p.colName(col), f, c.Name, c.Pos)
 	case !ok:
-		return 0, p.errAt(lineNo, "column %d: %q is not an integer of the int64 range, because it is read as int64 keys %q (%s, key: int64); fix the row, or write key: hash64 to hash the column's strings", col, f, c.Name, c.Pos)
+		hint := "write key: hash64 to hash the column's strings"
+		if u, isU := parseUint64(f); isU && u >= 1<<63 {
+			hint = "it is an unsigned 64-bit integer: write key: uint64"
+		}
+		return 0, p.errAt(lineNo, "%s: %q is not an integer of the int64 range, because it is read as int64 keys %q (%s, key: int64); fix the row, or %s", p.colName(col), f, c.Name, c.Pos, hint)
 	case v == ir.PadKey:
-		return 0, p.errAt(lineNo, "column %d: key %d is -2^63, the padding key of int64 keys, which %s %q (%s) cannot hold; fix the row, or write key: hash64 to hash the column", col, v, c.Key(), c.Name, c.Pos)
+		return 0, p.errAt(lineNo, "%s: key %s is the padding key of int64 keys (-2^63, 2^63 as uint64), which %s %q (%s) cannot hold; fix the row, or write key: hash64 to hash the column", p.colName(col), f, c.Key(), c.Name, c.Pos)
 	}
 	return v, nil
+}
+
+// parseUint64 reads an unsigned decimal integer of the uint64 range.
+func parseUint64(b []byte) (uint64, bool) {
+	if len(b) > 0 && b[0] == '+' {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
 }
 
 // integer reads a non-negative int32 of a label or an integer ids field f
@@ -593,9 +734,9 @@ func (p *rowParser) integer(c *dsl.Column, f []byte, col, lineNo int, what strin
 			return int32(*c.Fill), nil
 		}
 		if what == "label" {
-			return 0, p.errAt(lineNo, "column %d is empty, but it is the label %q (%s); every row needs a label: fix or drop the line", col, c.Name, c.Pos)
+			return 0, p.errAt(lineNo, "%s is empty, but it is the label %q (%s); every row needs a label: fix or drop the line", p.colName(col), c.Name, c.Pos)
 		}
-		return 0, p.errAt(lineNo, "column %d is empty; add fill: ID to %s (%s) to stand in for missing ids, or hash_buckets: N to hash the column's strings", col, c.Key(), c.Pos)
+		return 0, p.errAt(lineNo, "%s is empty; add fill: ID to %s (%s) to stand in for missing ids, or hash_buckets: N to hash the column's strings", p.colName(col), c.Key(), c.Pos)
 	}
 	if n, ok := parseInt(f); ok && n >= 0 && n <= math.MaxInt32 {
 		return int32(n), nil
@@ -603,13 +744,15 @@ func (p *rowParser) integer(c *dsl.Column, f []byte, col, lineNo int, what strin
 	v, ok := parseNumber(f)
 	if !ok || v != math.Trunc(v) || v < 0 || v > math.MaxInt32 {
 		hint := "fix the row or choose another column"
-		if what == "label" {
-			hint = "fix the row, or add dtype: float32 to data.label to read float targets (regression)"
+		switch {
+		case what == "label" && !ok:
+			hint = fmt.Sprintf("for string labels write positive: %q (the value of the positive class; every other value is 0), or vocab: {min_count: 1} to number the classes", f)
+		case what == "label":
+			hint = "fix the row, add dtype: float32 to data.label to read float targets (regression), or threshold: X to make values of at least X the positive class"
+		case what == "ids" && !ok:
+			hint = fmt.Sprintf("add hash_buckets: N or vocab: {min_count: 1} to %s to map strings to ids, or fix the row", c.Key())
 		}
-		if what == "ids" && !ok {
-			hint = fmt.Sprintf("add hash_buckets: N to %s to hash strings into ids, or fix the row", c.Key())
-		}
-		return 0, p.errAt(lineNo, "column %d: %q must be a non-negative integer, because it is read as %s %q (%s); %s", col, f, what, c.Name, c.Pos, hint)
+		return 0, p.errAt(lineNo, "%s: %q must be a non-negative integer, because it is read as %s %q (%s); %s", p.colName(col), f, what, c.Name, c.Pos, hint)
 	}
 	return int32(v), nil
 }

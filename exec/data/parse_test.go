@@ -178,15 +178,7 @@ func readAll(t *testing.T, spec *dsl.Data, stream bool, rows int) *Set {
 		}
 		return s
 	}
-	fs, err := OpenStream(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	b := newBatch(spec, rows)
-	if err := fs.Fill(0, b.all); err != nil {
-		t.Fatal(err)
-	}
+	b := readStreamed(t, spec, rows)
 	return b.set(rows)
 }
 
@@ -230,7 +222,7 @@ func TestDataLineErrors(t *testing.T) {
 		{"fractional label", good + "\n" + fracLabel + "\n", criteoData,
 			[]string{`train.tsv:2: column 0: "0.5" must be a non-negative integer, because it is read as label "y"`}},
 		{"string ids without hash_buckets", good + "\n", unhashed,
-			[]string{`train.tsv:1: column 14: "abcd0123" must be a non-negative integer, because it is read as ids "cat"`, "add hash_buckets: N to data.ids"}},
+			[]string{`train.tsv:1: column 14: "abcd0123" must be a non-negative integer, because it is read as ids "cat"`, "add hash_buckets: N or vocab: {min_count: 1} to data.ids"}},
 		{"forgotten delimiter", good + "\n", strings.Replace(criteoData, "  delimiter: tab\n", "", 1), nil},
 	}
 	for _, c := range cases {

@@ -8,7 +8,7 @@ import "github.com/psgraph/psgraph/dsl"
 // A serving replica following a job computes them as the job's trainers
 // did.
 func TrainingScaling(spec *dsl.Data) (*Scaling, error) {
-	if spec.Normalize == "" || spec.Normalize == "none" || spec.Features == nil {
+	if (spec.Normalize == "" || spec.Normalize == "none" || spec.Features == nil) && !spec.BuildsVocab() {
 		return nil, nil
 	}
 	if spec.Stream {

@@ -270,7 +270,7 @@ func TestSpecListsStreamWithoutAllocating(t *testing.T) {
 func TestSpecListErrorsNameTheSpec(t *testing.T) {
 	g := loadModel(t, "train.tsv", "1\t5\tx\n", "  delimiter: tab\n  ids:\n    - {name: a, column: 0}\n    - {name: b, column: 2}\n")
 	_, err := Load(g.Data)
-	if err == nil || !strings.Contains(err.Error(), `train.tsv:1: column 2: "x" must be a non-negative integer, because it is read as ids "b"`) || !strings.Contains(err.Error(), "add hash_buckets: N to data.ids[1]") {
+	if err == nil || !strings.Contains(err.Error(), `train.tsv:1: column 2: "x" must be a non-negative integer, because it is read as ids "b"`) || !strings.Contains(err.Error(), "add hash_buckets: N or vocab: {min_count: 1} to data.ids[1]") {
 		t.Errorf("got %v", err)
 	}
 }

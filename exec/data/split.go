@@ -2,8 +2,10 @@ package data
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/progress"
@@ -28,20 +30,30 @@ func LoadSplit(spec *dsl.Data, norm *Scaling) (*Split, error) {
 // LoadSplitProgress is LoadSplit reporting the progress of reading the
 // file to rep (nil: none).
 func LoadSplitProgress(spec *dsl.Data, norm *Scaling, rep *progress.Reporter) (*Split, error) {
-	all, err := raw(spec, rep)
+	var saved Vocabs
+	if norm != nil {
+		saved = norm.Vocabs
+	}
+	all, err := raw(spec, rep, saved)
 	if err != nil {
 		return nil, err
 	}
 	sp := &Split{Train: all}
 	if e := spec.Eval; e != nil && e.Fraction > 0 {
-		held, err := HeldOut(all.Rows, e.Fraction, spec.Seed)
+		held, err := heldOutOf(spec, all.Rows, all.Labels)
 		if err != nil {
-			return nil, fmt.Errorf("data.eval (%s): %w", e.Pos, err)
+			return nil, err
 		}
 		sp.Train, sp.Eval = subset(all, held, false), subset(all, held, true)
 	}
 	if norm == nil {
 		norm = stats(sp.Train, spec.Normalize)
+		if all.vocabs != nil {
+			if norm == nil {
+				norm = &Scaling{Mode: spec.Normalize}
+			}
+			norm.Vocabs = all.vocabs
+		}
 	} else if err := norm.fits(all.NF); err != nil {
 		return nil, err
 	}
@@ -51,7 +63,7 @@ func LoadSplitProgress(spec *dsl.Data, norm *Scaling, rep *progress.Reporter) (*
 		if err != nil {
 			return nil, err
 		}
-		if sp.Eval, err = raw(held, rep); err != nil {
+		if sp.Eval, err = raw(held, rep, all.vocabs); err != nil {
 			return nil, err
 		}
 	}
@@ -70,7 +82,11 @@ func LoadFile(spec *dsl.Data, path string, norm *Scaling) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := raw(o, nil)
+	var saved Vocabs
+	if norm != nil {
+		saved = norm.Vocabs
+	}
+	s, err := raw(o, nil, saved)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +105,31 @@ func WithFile(spec *dsl.Data, path string) *dsl.Data {
 	return &c
 }
 
+// heldOutOf is which of rows rows data.eval's fraction holds out; labels
+// are the rows' class ids, for a stratified split (nil: read them).
+func heldOutOf(spec *dsl.Data, rows int, labels []int32) ([]bool, error) {
+	if spec.Eval.Stratify {
+		var err error
+		if labels == nil {
+			if labels, err = readLabels(spec); err != nil {
+				return nil, err
+			}
+		}
+		held, err := HeldOutStratified(labels, spec.Eval.Fraction, spec.SplitSeed())
+		if err != nil {
+			return nil, fmt.Errorf("data.eval (%s): %w", spec.Eval.Pos, err)
+		}
+		return held, nil
+	}
+	held, err := HeldOut(rows, spec.Eval.Fraction, spec.SplitSeed())
+	if err != nil {
+		return nil, fmt.Errorf("data.eval (%s): %w", spec.Eval.Pos, err)
+	}
+	return held, nil
+}
+
 func (sc *Scaling) fits(nf int) error {
-	if sc != nil && len(sc.Shift) != nf {
+	if sc != nil && sc.Shift != nil && len(sc.Shift) != nf {
 		return fmt.Errorf("the saved normalization statistics cover %d feature columns, but the data has %d; the model file and the parameter file do not belong together", len(sc.Shift), nf)
 	}
 	return nil
@@ -111,6 +150,77 @@ func HeldOut(rows int, fraction float64, seed uint64) ([]bool, error) {
 		held[i] = true
 	}
 	return held, nil
+}
+
+// HeldOutStratified is HeldOut per class: the round(fraction x rows)
+// rows held out are shared among the classes of labels in proportion to
+// their rows (largest remainders: each class gets the whole part of its
+// share, and the classes with the largest fractional parts one more,
+// the smaller class id first on a tie), each class's drawn by seed from
+// its rows as HeldOut draws them. So a class of a tenth of the rows is a
+// tenth of the held-out rows, whatever the seed, and the count is
+// HeldOut's.
+func HeldOutStratified(labels []int32, fraction float64, seed uint64) ([]bool, error) {
+	rows := len(labels)
+	if rows < 2 {
+		return nil, fmt.Errorf("holding out a fraction of the rows needs at least 2 rows, the data has %d", rows)
+	}
+	k := heldCount(rows, fraction)
+	byClass := map[int32][]int{} // each class's rows, in the permutation's order
+	for _, i := range rand.New(rand.NewPCG(seed, 0xe7a1)).Perm(rows) {
+		byClass[labels[i]] = append(byClass[labels[i]], i)
+	}
+	classes := slices.Sorted(maps.Keys(byClass))
+	take := make([]int, len(classes))
+	rest := make([]int, len(classes)) // the fractional parts, in units of 1/rows
+	given := 0
+	for j, c := range classes {
+		n := len(byClass[c]) * k
+		take[j], rest[j] = n/rows, n%rows
+		given += take[j]
+	}
+	order := make([]int, len(classes))
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return rest[b] - rest[a] })
+	for _, j := range order[:k-given] {
+		take[j]++
+	}
+	held := make([]bool, rows)
+	for j, c := range classes {
+		for _, i := range byClass[c][:take[j]] {
+			held[i] = true
+		}
+	}
+	return held, nil
+}
+
+// readLabels reads the class ids of the rows of spec's file, in file
+// order, parsing the label's column only.
+func readLabels(spec *dsl.Data) ([]int32, error) {
+	ls := *spec
+	ls.Features, ls.IDs, ls.Normalize = nil, nil, ""
+	p := newRowParser(&ls)
+	src, err := openSource(&ls, p, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	var label int32
+	var out rowOut
+	p.rowOut(&out, nil, &label, nil, nil, nil)
+	var labels []int32
+	for {
+		ok, err := src.row(&out)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return labels, nil
+		}
+		labels = append(labels, label)
+	}
 }
 
 // subset is the rows of s whose held value is want, in file order.

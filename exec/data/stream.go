@@ -1,9 +1,7 @@
 package data
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 
@@ -29,8 +27,7 @@ const StreamBuffer = 1 << 20
 // line up front. A FileStream is not safe for concurrent use.
 type FileStream struct {
 	spec  *dsl.Data
-	f     *os.File
-	lr    lineReader
+	src   rowSource
 	p     *rowParser
 	scale *Scaling // nil: no normalization
 	cur   int64    // file row (counting non-blank lines from 0) read next
@@ -64,9 +61,10 @@ func OpenStreamScaled(spec *dsl.Data, norm *Scaling) (*FileStream, error) {
 	return openStream(spec, StreamBuffer, norm, nil)
 }
 
-// Scaling is the normalization the stream applies (nil: none).
+// Scaling is the normalization the stream applies and the vocabularies
+// it maps values by (nil: neither).
 func (s *FileStream) Scaling() *Scaling {
-	if s.scale == nil || s.scale.Shift == nil {
+	if s.scale == nil || s.scale.Shift == nil && s.scale.Vocabs == nil {
 		return nil
 	}
 	return s.scale
@@ -74,43 +72,71 @@ func (s *FileStream) Scaling() *Scaling {
 
 func openStream(spec *dsl.Data, buffer int, norm *Scaling, rep *progress.Reporter) (*FileStream, error) {
 	if spec.CSV == "" {
-		return nil, fmt.Errorf("data (%s): stream needs a csv source", spec.Pos)
+		return nil, fmt.Errorf("data (%s): stream needs a data file", spec.Pos)
 	}
-	f, err := os.Open(spec.CSV)
-	if err != nil {
-		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
-	}
-	s := &FileStream{spec: spec, f: f, p: newRowParser(spec), rows: -1}
-	s.lr.r = bufio.NewReaderSize(f, buffer)
-	s.batchRows.init(spec, s.p)
-	if err := s.rewind(); err != nil { // past the header
-		f.Close()
-		return nil, err
-	}
-	if err := s.readRow(&s.scratch); err != nil { // the width of the rows
-		f.Close()
-		return nil, err
-	}
-	if norm != nil {
-		if norm.Shift != nil {
-			if err := norm.fits(s.p.nf); err != nil {
-				f.Close()
-				return nil, err
-			}
-			s.scale = norm
-		}
-	} else if spec.Normalize != "" && spec.Normalize != "none" && s.p.nf > 0 {
-		st := newFeatureStats(s.p.nf)
-		ph := s.startPass(rep, "reading the data file for the normalization statistics")
-		if _, err := s.pass(ph, func() { st.add(s.row) }); err != nil {
-			f.Close()
+	s := &FileStream{spec: spec, p: newRowParser(spec), rows: -1}
+	var err error
+	if norm != nil && norm.Vocabs != nil {
+		if err := s.p.fitsVocabs(norm.Vocabs); err != nil {
 			return nil, err
 		}
-		s.scale = st.scaling(spec.Normalize)
+		s.p.setVocabs(norm.Vocabs)
+	}
+	if s.src, err = openSource(spec, s.p, buffer); err != nil {
+		return nil, err
+	}
+	s.batchRows.init(spec, s.p)
+	fail := func(err error) (*FileStream, error) {
+		s.src.close()
+		return nil, err
+	}
+	if norm != nil && norm.Shift != nil {
+		if err := norm.fits(s.p.nf); err != nil {
+			return fail(err)
+		}
+	}
+	normalize := norm == nil && spec.Normalize != "" && spec.Normalize != "none" && s.p.nf > 0
+	if normalize || s.p.counting { // one pass: the statistics and the vocabularies
+		var st *featureStats
+		what := "reading the data file for the vocabularies"
+		if normalize {
+			st, what = newFeatureStats(s.p.nf), "reading the data file for the normalization statistics"
+		}
+		ph := s.startPass(rep, what)
+		if _, err := s.pass(ph, func() {
+			if st != nil {
+				st.add(s.row)
+			}
+		}); err != nil {
+			return fail(err)
+		}
+		sc := &Scaling{Mode: spec.Normalize}
+		if st != nil {
+			sc = st.scaling(spec.Normalize)
+		}
+		if s.p.counting {
+			var saved Vocabs
+			if norm != nil {
+				saved = norm.Vocabs
+			}
+			sc.Vocabs = s.p.buildVocabs(saved)
+		}
+		if norm != nil && norm.Shift != nil {
+			sc.Mode, sc.Shift, sc.Scale = norm.Mode, norm.Shift, norm.Scale
+		}
+		norm = sc
+	} else if norm == nil {
+		norm = &Scaling{Mode: spec.Normalize}
+	}
+	s.scale = norm
+	if err := s.rewind(); err != nil {
+		return fail(err)
+	}
+	if err := s.readRow(&s.scratch); err != nil { // the width of the rows
+		return fail(err)
 	}
 	if err := s.rewind(); err != nil {
-		f.Close()
-		return nil, err
+		return fail(err)
 	}
 	s.truncBase = slices.Clone(s.p.truncated)
 	return s, nil
@@ -124,7 +150,7 @@ func (s *FileStream) Truncated() []Truncation {
 }
 
 // Close closes the file.
-func (s *FileStream) Close() error { return s.f.Close() }
+func (s *FileStream) Close() error { return s.src.close() }
 
 // Rows is the number of rows in the file, or -1 while the stream has not
 // yet reached the file's end.
@@ -138,20 +164,20 @@ func (s *FileStream) pass(ph *progress.Phase, fn func()) (int64, error) {
 	if err := s.rewind(); err != nil {
 		return 0, err
 	}
-	reported := s.lr.pos
+	reported := s.src.pos()
 	for {
 		ok, err := s.nextRow(&s.scratch)
 		if err != nil {
 			return 0, err
 		}
 		if !ok {
-			ph.Add(s.lr.pos - reported)
+			ph.Add(s.src.pos() - reported)
 			return s.cur, nil
 		}
 		fn()
 		if s.cur%progressRows == 0 {
-			ph.Add(s.lr.pos - reported)
-			reported = s.lr.pos
+			ph.Add(s.src.pos() - reported)
+			reported = s.src.pos()
 		}
 	}
 }
@@ -166,65 +192,35 @@ func (s *FileStream) startPass(rep *progress.Reporter, what string) *progress.Ph
 		return nil
 	}
 	size := int64(-1)
-	if fi, err := s.f.Stat(); err == nil {
+	if fi, err := os.Stat(s.spec.CSV); err == nil {
 		size = fi.Size()
 	}
 	return rep.Start(what+" "+s.spec.CSV, "bytes", size)
 }
 
 func (s *FileStream) rewind() error {
-	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("%s: %w", s.spec.CSV, err)
-	}
-	s.lr.r.Reset(s.f)
-	s.lr.line, s.lr.pos, s.cur = 0, 0, 0
-	if !s.spec.Header {
-		return nil
-	}
-	for { // the header line names the columns; rows start after it
-		line, err := s.lr.next()
-		if err == io.EOF {
-			return fmt.Errorf("%s: the data file has no rows", s.spec.CSV)
-		}
-		if err != nil {
-			return fmt.Errorf("%s:%d: %w", s.spec.CSV, s.lr.line+1, err)
-		}
-		if line = dsl.TrimField(line, s.p.delim); len(line) > 0 {
-			s.p.header(line, s.lr.line)
-			return nil
-		}
-	}
+	s.cur = 0
+	return s.src.rewind()
 }
 
 // nextRow parses the next row of the file; false at the file's end, which
 // also settles the row count.
 func (s *FileStream) nextRow(out *rowOut) (bool, error) {
-	for {
-		line, err := s.lr.next()
-		if err == io.EOF {
-			switch {
-			case s.rows < 0 && s.cur == 0:
-				return false, fmt.Errorf("%s: the data file has no rows", s.spec.CSV)
-			case s.rows < 0:
-				s.rows = s.cur
-			case s.cur != s.rows:
-				return false, s.changed()
-			}
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("%s:%d: %w", s.spec.CSV, s.lr.line+1, err)
-		}
-		line = dsl.TrimField(line, s.p.delim)
-		if len(line) == 0 {
-			continue
-		}
-		if err := s.p.parse(line, s.lr.line, out); err != nil {
-			return false, err
-		}
+	ok, err := s.src.row(out)
+	switch {
+	case err != nil:
+		return false, err
+	case ok:
 		s.cur++
 		return true, nil
+	case s.rows < 0 && s.cur == 0:
+		return false, fmt.Errorf("%s: the data file has no rows", s.spec.CSV)
+	case s.rows < 0:
+		s.rows = s.cur
+	case s.cur != s.rows:
+		return false, s.changed()
 	}
+	return false, nil
 }
 
 func (s *FileStream) changed() error {
@@ -254,22 +250,17 @@ func (s *FileStream) readRow(out *rowOut) error {
 // the file ended first (which settles the row count).
 func (s *FileStream) skipRows(n int64) (bool, error) {
 	for ; n > 0; n-- {
-		for {
-			row, err := s.lr.skip(s.p.delim)
-			if err == io.EOF {
-				if s.rows < 0 {
-					s.rows = s.cur
-				} else if s.cur != s.rows {
-					return false, s.changed()
-				}
-				return false, nil
+		row, err := s.src.skip()
+		if err != nil {
+			return false, err
+		}
+		if !row {
+			if s.rows < 0 {
+				s.rows = s.cur
+			} else if s.cur != s.rows {
+				return false, s.changed()
 			}
-			if err != nil {
-				return false, fmt.Errorf("%s:%d: %w", s.spec.CSV, s.lr.line+1, err)
-			}
-			if row {
-				break
-			}
+			return false, nil
 		}
 		s.cur++
 	}
@@ -387,7 +378,7 @@ func (s *batchRows) at(dst []*tensor.Tensor, b int) *rowOut {
 // normalize applies the stream's scaling to the features of a row just
 // parsed, spec by spec.
 func (s *FileStream) normalize(out *rowOut) {
-	if s.scale == nil {
+	if s.scale == nil || s.scale.Shift == nil {
 		return
 	}
 	for i, fs := range s.p.feats {

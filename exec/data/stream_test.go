@@ -32,7 +32,7 @@ func newBatch(spec *dsl.Data, rows int) batch {
 		b.features = b.all[0]
 	}
 	if c := spec.Label; c != nil && c.Float {
-		b.labels = tensor.New(tensor.F32, tensor.Shape{rows, c.Hi - c.Lo})
+		b.labels = tensor.New(tensor.F32, tensor.Shape{rows, len(c.Cols)})
 	} else if c != nil {
 		b.labels = tensor.New(tensor.I32, tensor.Shape{rows})
 	}
@@ -226,7 +226,7 @@ func TestFileStreamMemoryIsBounded(t *testing.T) {
 		t.Errorf("Fill allocates %.1f times per batch, want 0", allocs)
 	}
 	// What the stream holds: its buffer, a row of scratch, its parser.
-	held := int64(fs.lr.r.Size() + cap(fs.lr.long) + 4*(len(fs.row)+len(fs.ids)) + 24*cap(fs.p.fields))
+	held := fs.src.held() + int64(4*(len(fs.row)+len(fs.ids)))
 	if held > 2*buffer {
 		t.Errorf("the stream holds %d bytes, more than twice its %d-byte buffer", held, buffer)
 	}

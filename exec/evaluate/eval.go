@@ -43,6 +43,7 @@ type Evaluator struct {
 	chunks  *chunks
 	sums    []float64
 	aucs    []aucMetric
+	roots   []int // the targets that are rmse: summed as squares, the root taken at the end
 	// Made once, so that a run allocates nothing.
 	ordered *data.Stream
 	rt      *program.Runtime
@@ -79,6 +80,9 @@ func NewEvaluatorTables(g *dsl.Graph, set *data.Set, file *data.FileStream, para
 		if op := producer(g, m); op != nil && op.Type == "auc" {
 			e.aucs = append(e.aucs, aucMetric{at: i, scores: op.Inputs[0], label: op.Inputs[1]})
 			compileTargets = append(compileTargets[:len(compileTargets):len(compileTargets)], op.Inputs...)
+		}
+		if op := producer(g, m); op != nil && op.Type == "rmse" {
+			e.roots = append(e.roots, i)
 		}
 	}
 	compile := func(batch int) (*program.Program, *program.Feeder, error) {
@@ -173,6 +177,9 @@ func (e *Evaluator) Run(ctx context.Context) ([]float64, error) {
 	for i := range e.aucs {
 		e.sums[e.aucs[i].at] = e.aucs[i].rows.AUC()
 	}
+	for _, i := range e.roots {
+		e.sums[i] = math.Sqrt(e.sums[i])
+	}
 	return e.sums, nil
 }
 
@@ -190,7 +197,11 @@ func (e *Evaluator) chunk(n int) error {
 		return err
 	}
 	for i, name := range e.targets {
-		e.sums[i] += float64(n) * float64(p.Scope[name].F[0])
+		v := float64(p.Scope[name].F[0])
+		if slices.Contains(e.roots, i) {
+			v *= v
+		}
+		e.sums[i] += float64(n) * v
 	}
 	for i := range e.aucs {
 		a := &e.aucs[i]

@@ -83,10 +83,13 @@ func PredictOutputs(g *dsl.Graph, names []string, batch int, what string) ([]Out
 	for _, n := range names {
 		o := Output{Name: n, Var: n, kind: h.kind}
 		if n == "pred" || n == "prob" {
-			if h.kind != "softmax" && h.kind != "sigmoid" {
+			_, isVar := types[n]
+			switch {
+			case h.kind == "softmax" || h.kind == "sigmoid":
+				o.Var = h.output
+			case !isVar: // a regression's pred is its variable of that name, if it has one
 				return nil, fmt.Errorf("%s %s needs a classifier: the loss %q must be softmax_cross_entropy or sigmoid_cross_entropy (it is %s); name the variables to write instead", what, n, g.Train.Loss, h.loss.Type)
 			}
-			o.Var = h.output
 		}
 		ty, ok := types[o.Var]
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/internal/atomicfile"
+	"github.com/psgraph/psgraph/internal/csvrow"
 
 	"github.com/rs/zerolog"
 
@@ -25,6 +26,7 @@ type PredictOptions struct {
 	Data     string   // the input rows: a file with the model's columns at their positions; a last label column may be absent
 	Out      string   // the CSV file to write, one row per input row
 	Outputs  []string // pred, prob, or variables of the model; nil: the model's default (softmax: pred, prob; sigmoid: prob; mse: the prediction)
+	Keep     []string // columns of the data file written first on each row as they are (an id to join the predictions back to the rows)
 	Chunk    int      // rows computed at once (0: EvalChunk)
 	Log      zerolog.Logger
 }
@@ -75,16 +77,22 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 	if err != nil {
 		return nil, err
 	}
-	spec, err := data.Other(g.Data, opt.Data)
+	spec, err := data.ForPrediction(g.Data, opt.Data) // new rows need no label
 	if err != nil {
 		return nil, err
 	}
-	spec.Label = nil // new rows need no label
 	file, err := data.OpenStreamScaled(spec, norm)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
+	var kept *data.Kept
+	if len(opt.Keep) > 0 {
+		if kept, err = data.OpenKept(spec, opt.Keep); err != nil {
+			return nil, err
+		}
+		defer kept.Close()
+	}
 	var targets, names []string
 	for _, o := range outs {
 		targets, names = append(targets, o.Var), append(names, o.Name)
@@ -108,13 +116,21 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 		return nil, err
 	}
 	res := &PredictResult{Out: opt.Out}
+	res.Columns = append(res.Columns, opt.Keep...)
 	for _, o := range outs {
 		res.Columns = append(res.Columns, o.Columns()...)
 	}
 	err = atomicfile.Write(opt.Out, func(f io.Writer) error {
 		w := bufio.NewWriterSize(f, 1<<20)
-		w.WriteString(strings.Join(res.Columns, ",") + "\n")
-		rows, err := writePredictions(ctx, file, ch, outs, w)
+		var head []byte
+		for i, c := range res.Columns {
+			if i > 0 {
+				head = append(head, ',')
+			}
+			head = csvrow.AppendField(head, []byte(c), ',')
+		}
+		w.Write(append(head, '\n'))
+		rows, err := writePredictions(ctx, file, kept, ch, outs, w)
 		res.Rows = rows
 		if err == nil {
 			err = w.Flush()
@@ -131,8 +147,9 @@ func Predict(ctx context.Context, g *dsl.Graph, opt PredictOptions) (*PredictRes
 }
 
 // writePredictions runs the model over the file, chunk by chunk, and
-// writes each row's outputs to w; it returns the rows written.
-func writePredictions(ctx context.Context, file *data.FileStream, ch *chunks, outs []Output, w *bufio.Writer) (int, error) {
+// writes each row's kept fields (kept: nil for none) and outputs to w; it
+// returns the rows written.
+func writePredictions(ctx context.Context, file *data.FileStream, kept *data.Kept, ch *chunks, outs []Output, w *bufio.Writer) (int, error) {
 	rows := 0
 	var line []byte
 	rw := newRowWriter(outs)
@@ -151,6 +168,19 @@ func writePredictions(ctx context.Context, file *data.FileStream, ch *chunks, ou
 		}
 		for r := 0; r < n; r++ {
 			line = line[:0]
+			if kept != nil {
+				vals, err := kept.Next()
+				if err != nil {
+					return err
+				}
+				if vals == nil {
+					return fmt.Errorf("the kept columns ended before row %d: %w", rows+r+1, errFileChanged)
+				}
+				for _, v := range vals {
+					line = csvrow.AppendField(line, v, ',')
+					line = append(line, ',')
+				}
+			}
 			for i, o := range outs {
 				if i > 0 {
 					line = append(line, ',')

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,127 @@ func TestFinalPassIsTheUsersChoice(t *testing.T) {
 		if tailOnly := math.Abs(r.sum.Loss-r.tail) < 1e-6; tailOnly == c.wantPass {
 			t.Errorf("%s: summary loss %g, mean of the last 100 steps %g: want the tail mean %v", c.name, r.sum.Loss, r.tail, !c.wantPass)
 		}
+	}
+}
+
+// A regression's rmse and mae over an evaluation are those of all its
+// rows, computed here from the CSV and the parameters (W = [1, -1, 0.5],
+// b = 0.25), whatever the chunks: mae a row-weighted mean of the chunks',
+// rmse the root of the row-weighted mean of their squares (not a mean of
+// chunk roots, which the last check tells apart).
+func TestChunkedRegressionMetricsAreExact(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(testfix.Path("testdata/regression/linear.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "linear.csv"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model, err := os.ReadFile(testfix.Path("testdata/regression/linear.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := strings.NewReplacer("  - {type: mse, inputs: [pred, y], outputs: [loss]}\n",
+		"  - {type: mse, inputs: [pred, y], outputs: [loss]}\n  - {type: rmse, inputs: [pred, y], outputs: [rmse]}\n  - {type: mae, inputs: [pred, y], outputs: [mae]}\n",
+		"  loss: loss\n", "  loss: loss\n  metrics: [rmse, mae]\n").Replace(string(model))
+	path := filepath.Join(dir, "linear.yaml")
+	if err := os.WriteFile(path, []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := dsl.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := initialParams(t, g)
+	copy(params["W"].F, []float32{1, -1, 0.5})
+	params["b"].F[0] = 0.25
+	lines := strings.Split(strings.TrimSpace(string(src)), "\n")[1:]
+	var sq, abs float64
+	var sqs []float64
+	for _, l := range lines {
+		var x [4]float64
+		for j, f := range strings.Split(l, ",") {
+			x[j] = must(strconv.ParseFloat(f, 64))
+		}
+		d := x[0] - x[1] + 0.5*x[2] + 0.25 - x[3]
+		sq, abs = sq+d*d, abs+math.Abs(d)
+		sqs = append(sqs, d*d)
+	}
+	n := float64(len(lines))
+	wantRMSE, wantMAE := math.Sqrt(sq/n), abs/n
+	var meanOfRoots float64 // chunks of 64
+	for lo := 0; lo < len(sqs); lo += 64 {
+		hi := min(lo+64, len(sqs))
+		var s float64
+		for _, v := range sqs[lo:hi] {
+			s += v
+		}
+		meanOfRoots += float64(hi-lo) * math.Sqrt(s/float64(hi-lo))
+	}
+	if meanOfRoots /= n; math.Abs(meanOfRoots-wantRMSE) < 1e-4 {
+		t.Fatalf("the mean of chunk RMSEs %.6f is within 1e-4 of the exact %.6f: the data does not tell them apart", meanOfRoots, wantRMSE)
+	}
+	set, err := data.Load(g.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []int{64, 240} {
+		ev, err := evaluate.NewEvaluator(g, set, nil, params, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals, err := ev.Run(context.Background())
+		ev.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(vals[1]-wantRMSE) > 1e-5*wantRMSE || math.Abs(vals[2]-wantMAE) > 1e-5*wantMAE {
+			t.Errorf("chunks of %d: rmse %.6f mae %.6f, want %.6f and %.6f", chunk, vals[1], vals[2], wantRMSE, wantMAE)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// The summary of a run without a final pass has the auc of its last 100
+// steps' rows at once, not a mean of batch AUCs: batches of 4 rows, many
+// of one class (a NaN AUC, null in the metrics file), give a summary auc
+// that is a number.
+func TestTailSummaryAUCSurvivesOneClassBatches(t *testing.T) {
+	g := ctrAUCGraph(t, 1000, false)
+	g.Train.Batch = 4
+	metrics := filepath.Join(t.TempDir(), "m.jsonl")
+	sum, err := trainer.Train(context.Background(), g, trainer.RunOptions{
+		Role: "local", Steps: 150, LogEvery: 1, Metrics: metrics, Log: zerolog.Nop(), FinalPass: trainer.FinalPassOff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	nulls := 0
+	for _, l := range lines[len(lines)-100:] {
+		var m struct{ AUC *float64 }
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.AUC == nil {
+			nulls++
+		}
+	}
+	if nulls == 0 {
+		t.Fatal("no batch of the last 100 steps has one class: the data does not stress the claim")
+	}
+	if auc := sum.Metrics["auc"]; math.IsNaN(auc) || auc <= 0 || auc >= 1 {
+		t.Errorf("summary auc %v with %d one-class batches in the last 100 steps, want the AUC of their rows", auc, nulls)
 	}
 }

@@ -4,7 +4,8 @@ import (
 	"math"
 )
 
-// Element-wise losses: sigmoid_cross_entropy and mse, and their gradients.
+// Element-wise losses: sigmoid_cross_entropy and mse, and their gradients;
+// the regression metrics mae and rmse.
 
 func init() {
 	register("sigmoid_cross_entropy", func(k Args) (Kernel, error) {
@@ -34,14 +35,27 @@ func init() {
 	})
 	register("mse", func(k Args) (Kernel, error) {
 		p, t, loss := k.In[0], k.In[1], k.Out[0]
+		return func(Runtime) error {
+			loss.F[0] = float32(meanSquaredError(p.F, t.F))
+			return nil
+		}, nil
+	})
+	register("mae", func(k Args) (Kernel, error) {
+		p, t, out := k.In[0], k.In[1], k.Out[0]
 		inv := 1 / float64(max(p.Numel(), 1))
 		return func(Runtime) error {
 			var total float64
 			for i, v := range p.F {
-				d := float64(v) - float64(t.F[i])
-				total += d * d
+				total += math.Abs(float64(v) - float64(t.F[i]))
 			}
-			loss.F[0] = float32(total * inv)
+			out.F[0] = float32(total * inv)
+			return nil
+		}, nil
+	})
+	register("rmse", func(k Args) (Kernel, error) {
+		p, t, out := k.In[0], k.In[1], k.Out[0]
+		return func(Runtime) error {
+			out.F[0] = float32(math.Sqrt(meanSquaredError(p.F, t.F)))
 			return nil
 		}, nil
 	})
@@ -57,4 +71,14 @@ func init() {
 			return nil
 		}, nil
 	})
+}
+
+// meanSquaredError is the mean over p of (p - t)², in float64.
+func meanSquaredError(p, t []float32) float64 {
+	var total float64
+	for i, v := range p {
+		d := float64(v) - float64(t[i])
+		total += d * d
+	}
+	return total / float64(max(len(p), 1))
 }

@@ -21,14 +21,27 @@ import (
 // safetensors metadata: normalize (the mode), normalize_shift and
 // normalize_scale (JSON arrays, one number per feature column, exact to
 // the bit: float64 written with the shortest round-trip form).
+//
+// The vocabularies the data was mapped by (data.Vocabs) travel there too,
+// as vocabs: a JSON object from each spec's key (data.ids[1]) to its
+// vocabularies' words, a word's place its id.
 const (
 	metaNormalize = "normalize"
 	metaShift     = "normalize_shift"
 	metaScale     = "normalize_scale"
+	metaVocabs    = "vocabs"
 )
 
 func normMeta(meta map[string]string, sc *data.Scaling) {
 	if sc == nil {
+		return
+	}
+	if sc.Vocabs != nil {
+		b, _ := json.Marshal(sc.Vocabs)
+		meta[metaVocabs] = string(b)
+	}
+	if sc.Shift == nil {
+		meta[metaNormalize] = sc.Mode
 		return
 	}
 	list := func(xs []float64) string {
@@ -57,6 +70,14 @@ func NormFromMeta(file string, meta map[string]string) (*data.Scaling, error) {
 		return nil, nil
 	}
 	sc := &data.Scaling{Mode: mode}
+	if v, ok := meta[metaVocabs]; ok {
+		if json.Unmarshal([]byte(v), &sc.Vocabs) != nil {
+			return nil, fmt.Errorf("%s: the vocabularies in the file's metadata are malformed; save the model again", file)
+		}
+	}
+	if _, ok := meta[metaShift]; !ok {
+		return sc, nil
+	}
 	if json.Unmarshal([]byte(meta[metaShift]), &sc.Shift) != nil || json.Unmarshal([]byte(meta[metaScale]), &sc.Scale) != nil || len(sc.Shift) != len(sc.Scale) {
 		return nil, fmt.Errorf("%s: the normalization statistics in the file's metadata are malformed; save the model again", file)
 	}
@@ -241,8 +262,8 @@ func modelOf(g *dsl.Graph, file string, log zerolog.Logger, ts map[string]*tenso
 	if err != nil {
 		return nil, nil, err
 	}
-	if d := g.Data; norm == nil && d != nil && d.Normalize != "none" && d.Features != nil {
-		log.Warn().Str("file", file).Msg("the file has no normalization statistics; using those of the model's training data, computed again")
+	if d := g.Data; norm == nil && d != nil && d.Normalize != "none" && d.Features != nil || norm == nil && d.BuildsVocab() {
+		log.Warn().Str("file", file).Msg("the file has no normalization statistics or vocabularies; using those of the model's training data, computed again")
 		if d.Stream {
 			f, err := data.OpenStream(d)
 			if err != nil {

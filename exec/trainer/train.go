@@ -279,7 +279,7 @@ type run struct {
 	feed              *program.Feeder
 	rt                *program.Runtime
 	ev                *evaluate.Evaluator
-	tail              *tailMean
+	tail              *window // the last tailSteps steps
 	metrics           *bufio.Writer
 	closers           []func()
 }
@@ -471,7 +471,7 @@ func (r *run) compile() error {
 		opt.Log.Warn().Msg("--final-pass: a trainer of a job with lookup tables holds only the table rows it fetched, so its summary is the mean of its last 100 steps")
 	}
 	if r.tables || opt.FinalPass == FinalPassOff || opt.FinalPass == FinalPassAuto && r.set == nil {
-		r.tail = &tailMean{names: append([]string{g.Train.Loss}, g.Train.Metrics...)}
+		r.tail = newWindow(g, tailSteps*r.batch, r.batch)
 	}
 	if g.Data.IsOnline() { // the progressive validation's window instead
 		r.tail = nil
@@ -626,7 +626,9 @@ func (r *run) loop(start time.Time) error {
 			stepStart = now
 		}
 		if r.tail != nil && k >= r.steps-tailSteps {
-			r.tail.add(r.prog.Scope)
+			if err := r.tail.add(r.prog.Scope); err != nil {
+				return err
+			}
 		}
 		if r.on != nil {
 			if err := r.on.stepped(r.prog.Scope); err != nil {
@@ -829,7 +831,11 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		return sum, nil
 	}
 	if r.tail != nil {
-		r.tail.fill(sum)
+		vals := r.tail.values()
+		sum.Loss = vals[0]
+		for i, m := range g.Train.Metrics {
+			sum.Metrics[m] = vals[i+1]
+		}
 		return sum, nil
 	}
 	// The pass over the whole training data (--final-pass).
@@ -977,36 +983,10 @@ func stepsMissing(g *dsl.Graph) error {
 }
 
 // tailSteps is how many final steps a trainer with lookup tables averages
-// its summary's loss and metrics over.
+// its summary's loss and metrics over: the mean of their batch values, and
+// an auc over all their rows at once (a batch of one class, whose AUC is
+// NaN, does not make the summary's NaN).
 const tailSteps = 100
-
-// tailMean averages scalars over the last steps of a run.
-type tailMean struct {
-	names []string
-	sums  []float64
-	n     int
-}
-
-func (m *tailMean) add(s program.Scope) {
-	if m.sums == nil {
-		m.sums = make([]float64, len(m.names))
-	}
-	for i, name := range m.names {
-		m.sums[i] += float64(s[name].F[0])
-	}
-	m.n++
-}
-
-func (m *tailMean) fill(sum *Summary) {
-	if m.n == 0 {
-		sum.Loss = math.NaN()
-		return
-	}
-	sum.Loss = m.sums[0] / float64(m.n)
-	for i, name := range m.names[1:] {
-		sum.Metrics[name] = m.sums[i+1] / float64(m.n)
-	}
-}
 
 // writeMetrics writes a step's line of the metrics file; more (nil:
 // none) writes more fields into it.

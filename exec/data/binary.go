@@ -1,0 +1,246 @@
+package data
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/data/tfrecord"
+)
+
+// binaryRow is where a tfrecord or parquet reader puts a row's values for
+// the row parser: each column the model reads gets its value as text (a
+// number formatted as its shortest decimal, so that a number reads as it
+// would from a CSV) or bytes, and a column of a multi-valued spec its
+// list of values.
+type binaryRow struct {
+	p      *rowParser
+	read   []int  // the columns the model reads
+	multi  []bool // by column: read by a multi-valued spec (max_len)
+	sep    []bool // by column: and that spec splits a text value (separator)
+	arena  []byte // the text of the row's numbers
+	values [][]byte
+}
+
+func newBinaryRow(spec *dsl.Data, p *rowParser) *binaryRow {
+	n := max(len(spec.Names), p.need)
+	b := &binaryRow{p: p, multi: make([]bool, n), sep: make([]bool, n)}
+	p.fields, p.lists = make([][]byte, n), make([][][]byte, n)
+	seen := make([]bool, n)
+	for _, c := range spec.Columns() {
+		for _, col := range c.Cols {
+			if !seen[col] {
+				seen[col] = true
+				b.read = append(b.read, col)
+			}
+		}
+	}
+	for _, c := range spec.IDs {
+		if c.MaxLen > 0 {
+			for _, col := range c.Cols {
+				b.multi[col], b.sep[col] = true, c.Separator != 0
+			}
+		}
+	}
+	return b
+}
+
+// start readies the row for values taking about size bytes of text and
+// count values. The slices given out stay valid while the row is filled
+// (a buffer that grows leaves the old one to them); sizing them right
+// spares the growing.
+func (b *binaryRow) start(size, count int) {
+	if cap(b.arena) < size {
+		b.arena = make([]byte, 0, 2*size)
+	}
+	if cap(b.values) < count {
+		b.values = make([][]byte, 0, 2*count)
+	}
+	b.arena, b.values = b.arena[:0], b.values[:0]
+	for _, col := range b.read {
+		b.p.fields[col], b.p.lists[col] = nil, nil
+	}
+}
+
+// appendInt and appendFloat write a number's text into the arena.
+func (b *binaryRow) appendInt(x int64) []byte {
+	n := len(b.arena)
+	b.arena = strconv.AppendInt(b.arena, x, 10)
+	return b.arena[n:len(b.arena):len(b.arena)]
+}
+
+func (b *binaryRow) appendFloat(x float64, bits int) []byte {
+	n := len(b.arena)
+	b.arena = strconv.AppendFloat(b.arena, x, 'g', -1, bits)
+	return b.arena[n:len(b.arena):len(b.arena)]
+}
+
+// set gives column col its values (b.values[from:]): one is its field
+// (a multi-valued column with a separator splits it), several (or none)
+// a multi-valued column's list, or an error for a column read one value
+// a row.
+func (b *binaryRow) set(col, from int, where func() string) error {
+	vals := b.values[from:len(b.values):len(b.values)]
+	switch {
+	case b.multi[col] && (len(vals) != 1 || !b.sep[col]):
+		b.p.lists[col] = vals
+	case len(vals) == 1:
+		b.p.fields[col] = vals[0]
+	case len(vals) > 1:
+		return fmt.Errorf("%s: %s holds %d values, and the model reads one value of it a row; read it with an ids spec with max_len: N (a multi-valued column, the first N values) (data at %s)", where(), b.p.colName(col), len(vals), b.p.spec.Pos)
+	}
+	return nil
+}
+
+// tfrecordSource is a TFRecord file's rows: its tf.Example records, each
+// feature a column named by its key.
+type tfrecordSource struct {
+	spec *dsl.Data
+	f    *os.File
+	cnt  countReader
+	br   *bufio.Reader
+	r    *tfrecord.Reader
+	p    *rowParser
+	row_ *binaryRow
+	cols map[string]int // a feature's key: its column, for those the model reads
+	// seen is the keys of the last record in its order, with their columns
+	// (-1: not read): records of one writer list their features in one
+	// order, so a key is most often where it was, and found without a
+	// lookup.
+	seen []seenKey
+	n    int64 // the record being read (from 1)
+}
+
+// countReader counts the bytes read from a file.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func openTFRecord(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
+	f, err := os.Open(spec.CSV)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
+	}
+	s := &tfrecordSource{spec: spec, f: f, br: bufio.NewReaderSize(f, buffer), p: p, row_: newBinaryRow(spec, p), cols: map[string]int{}}
+	for _, col := range s.row_.read {
+		s.cols[spec.Names[col]] = col
+	}
+	p.where = func() string { return fmt.Sprintf("%s: record %d", spec.CSV, s.n) }
+	return s, nil
+}
+
+func (s *tfrecordSource) close() error { return s.f.Close() }
+func (s *tfrecordSource) pos() int64   { return s.cnt.n }
+func (s *tfrecordSource) held() int64 {
+	return int64(s.br.Size() + s.r.Held() + cap(s.row_.arena) + 24*cap(s.row_.values))
+}
+
+func (s *tfrecordSource) rewind() error {
+	if _, err := s.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("%s: %w", s.spec.CSV, err)
+	}
+	s.cnt = countReader{r: s.f}
+	r, err := tfrecord.NewReader(&s.cnt, s.br)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.spec.CSV, err)
+	}
+	s.r, s.n = r, 0
+	return nil
+}
+
+func (s *tfrecordSource) next() ([]byte, error) {
+	rec, err := s.r.Next()
+	if err == io.EOF {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.spec.CSV, err)
+	}
+	s.n++
+	return rec, nil
+}
+
+func (s *tfrecordSource) skip() (bool, error) {
+	rec, err := s.next()
+	return rec != nil, err
+}
+
+func (s *tfrecordSource) row(out *rowOut) (bool, error) {
+	rec, err := s.next()
+	if err != nil || rec == nil {
+		return false, err
+	}
+	b := s.row_
+	b.start(24*len(rec)+64, len(rec)+1)
+	fs := tfrecord.NewFeatures(rec)
+	for k := 0; ; {
+		key, vals, ok, err := fs.Next()
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", s.p.where(), err)
+		}
+		if !ok {
+			break
+		}
+		col := s.column(k, key)
+		k++
+		if col < 0 {
+			continue
+		}
+		from := len(b.values)
+		for {
+			raw, x, more, err := vals.Next()
+			if err != nil {
+				return false, fmt.Errorf("%s: feature %q: %w", s.p.where(), key, err)
+			}
+			if !more {
+				break
+			}
+			switch vals.Kind {
+			case tfrecord.Bytes:
+				b.values = append(b.values, raw)
+			case tfrecord.Int64:
+				b.values = append(b.values, b.appendInt(int64(x)))
+			case tfrecord.Float:
+				b.values = append(b.values, b.appendFloat(float64(tfrecord.Float32(x)), 32))
+			}
+		}
+		if err := b.set(col, from, s.p.where); err != nil {
+			return false, err
+		}
+	}
+	return true, s.p.parseFields(int(s.n), out)
+}
+
+// seenKey is a key of a record and its column (-1: not read).
+type seenKey struct {
+	key []byte
+	col int
+}
+
+// column is the column of the k-th feature of a record, key.
+func (s *tfrecordSource) column(k int, key []byte) int {
+	if k < len(s.seen) && string(s.seen[k].key) == string(key) {
+		return s.seen[k].col
+	}
+	col, read := s.cols[string(key)]
+	if !read {
+		col = -1
+	}
+	if k < len(s.seen) {
+		s.seen[k] = seenKey{append(s.seen[k].key[:0], key...), col}
+	} else if k == len(s.seen) && k < 1<<12 {
+		s.seen = append(s.seen, seenKey{slices.Clone(key), col})
+	}
+	return col
+}

@@ -1,0 +1,203 @@
+package tfrecord
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Kind is the kind of a feature's values.
+type Kind uint8
+
+const (
+	Empty Kind = iota // a Feature without a list
+	Bytes             // bytes_list
+	Float             // float_list
+	Int64             // int64_list
+)
+
+func (k Kind) String() string {
+	return [...]string{"empty", "bytes_list", "float_list", "int64_list"}[k]
+}
+
+// Features walks the features of a serialized tf.Example: each Next is
+// one feature's key and values, in the order the record holds them. It
+// allocates nothing.
+type Features struct {
+	outer, inner msg // the Example's fields, and its Features message's
+}
+
+// NewFeatures walks the features of the example rec.
+func NewFeatures(rec []byte) Features { return Features{outer: msg{b: rec}} }
+
+// Next returns the next feature; false after the last.
+func (fs *Features) Next() (key []byte, vals Values, ok bool, err error) {
+	for {
+		num, wt, v, _, more, err := fs.inner.next()
+		if err != nil {
+			return nil, Values{}, false, err
+		}
+		if !more {
+			// the next Features message of the Example (field 1); there is one
+			for {
+				num, wt, v, _, more, err := fs.outer.next()
+				if err != nil || !more {
+					return nil, Values{}, false, err
+				}
+				if num == 1 && wt == 2 {
+					fs.inner = msg{b: v}
+					break
+				}
+			}
+			continue
+		}
+		if num != 1 || wt != 2 { // Features.feature: a map entry
+			continue
+		}
+		entry := msg{b: v}
+		for {
+			num, wt, v, _, more, err := entry.next()
+			if err != nil {
+				return nil, Values{}, false, err
+			}
+			if !more {
+				break
+			}
+			switch {
+			case num == 1 && wt == 2:
+				key = v
+			case num == 2 && wt == 2: // the Feature: its one list
+				f := msg{b: v}
+				for {
+					num, wt, list, _, more, err := f.next()
+					if err != nil {
+						return nil, Values{}, false, err
+					}
+					if !more {
+						break
+					}
+					if wt == 2 && num >= 1 && num <= 3 {
+						vals = Values{Kind: Kind(num), list: msg{b: list}}
+					}
+				}
+			}
+		}
+		return key, vals, true, nil
+	}
+}
+
+// Values walks the values of one feature.
+type Values struct {
+	Kind   Kind
+	list   msg
+	packed []byte // the rest of a packed run
+}
+
+// Next returns the next value: a bytes_list's bytes in b, an
+// int64_list's value or a float_list's float32 bits in x; false after the
+// last.
+func (vs *Values) Next() (b []byte, x uint64, ok bool, err error) {
+	for {
+		if len(vs.packed) > 0 {
+			if vs.Kind == Float {
+				if len(vs.packed) < 4 {
+					return nil, 0, false, errCorrupt("a packed float_list")
+				}
+				x, vs.packed = uint64(binary.LittleEndian.Uint32(vs.packed)), vs.packed[4:]
+				return nil, x, true, nil
+			}
+			u, n := binary.Uvarint(vs.packed)
+			if n <= 0 {
+				return nil, 0, false, errCorrupt("a packed int64_list")
+			}
+			vs.packed = vs.packed[n:]
+			return nil, u, true, nil
+		}
+		num, wt, v, x, more, err := vs.list.next()
+		if err != nil || !more {
+			return nil, 0, false, err
+		}
+		if num != 1 {
+			continue
+		}
+		switch {
+		case vs.Kind == Bytes && wt == 2:
+			return v, 0, true, nil
+		case wt == 2 && vs.Kind != Bytes:
+			vs.packed = v
+		case wt == 0 && vs.Kind == Int64, wt == 5 && vs.Kind == Float:
+			return nil, x, true, nil
+		}
+	}
+}
+
+// Len is the number of values.
+func (vs Values) Len() (int, error) {
+	n := 0
+	for {
+		_, _, ok, err := vs.Next()
+		if err != nil || !ok {
+			return n, err
+		}
+		n++
+	}
+}
+
+// Float is a float_list value's float32 from the bits Next gave.
+func Float32(x uint64) float32 { return math.Float32frombits(uint32(x)) }
+
+func errCorrupt(what string) error {
+	return fmt.Errorf("%s that cannot be decoded: %w", what, ErrCorrupt)
+}
+
+// msg walks the fields of a protocol buffer message.
+type msg struct{ b []byte }
+
+// next returns the next field's number, wire type, and its bytes
+// (length-delimited) or value (varint, fixed32, fixed64); false after
+// the last.
+func (m *msg) next() (num, wt int, v []byte, x uint64, ok bool, err error) {
+	b := m.b
+	if len(b) == 0 {
+		return 0, 0, nil, 0, false, nil
+	}
+	if len(b) >= 2 && b[0] < 0x80 && b[0]&7 == 2 && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+		// the common case: a length-delimited field with a one-byte tag and length
+		l := int(b[1])
+		m.b = b[2+l:]
+		return int(b[0] >> 3), 2, b[2 : 2+l], 0, true, nil
+	}
+	tag, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, 0, nil, 0, false, errCorrupt("a tf.Example")
+	}
+	b = b[n:]
+	num, wt = int(tag>>3), int(tag&7)
+	switch wt {
+	case 0:
+		if x, n = binary.Uvarint(b); n <= 0 {
+			return 0, 0, nil, 0, false, errCorrupt("a tf.Example")
+		}
+		b = b[n:]
+	case 1:
+		if len(b) < 8 {
+			return 0, 0, nil, 0, false, errCorrupt("a tf.Example")
+		}
+		x, b = binary.LittleEndian.Uint64(b), b[8:]
+	case 2:
+		l, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < l {
+			return 0, 0, nil, 0, false, errCorrupt("a tf.Example")
+		}
+		v, b = b[n:n+int(l)], b[n+int(l):]
+	case 5:
+		if len(b) < 4 {
+			return 0, 0, nil, 0, false, errCorrupt("a tf.Example")
+		}
+		x, b = uint64(binary.LittleEndian.Uint32(b)), b[4:]
+	default:
+		return 0, 0, nil, 0, false, errCorrupt("a tf.Example")
+	}
+	m.b = b
+	return num, wt, v, x, true, nil
+}
