@@ -54,7 +54,7 @@ train: {loss: loss, batch: 2, steps: 1, optimizer: {type: sgd, lr: 0.1}}
 	}
 	file := filepath.Join(dir, "model.safetensors")
 	E := tensor.New(tensor.F32, tensor.Shape{5, 1})
-	if err := SaveModel(file, "m", []string{"E"}, map[string]*tensor.Tensor{"E": E}, sp.Norm); err != nil {
+	if err := SaveModel(file, "m", -1, []string{"E"}, map[string]*tensor.Tensor{"E": E}, sp.Norm); err != nil {
 		t.Fatal(err)
 	}
 	// The training file changes: green is now the most frequent value.
