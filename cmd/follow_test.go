@@ -60,6 +60,7 @@ func waitVersion(t *testing.T, p *proc, base, model string, v int64) int64 {
 // predictions psgraph predict's with trainer 0's saved model. Nothing
 // else was restarted for either.
 func TestServeFollowsJob(t *testing.T) {
+	t.Parallel()
 	const steps, model, init = 3000, "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
 	dir := t.TempDir()
 	plan, ck, final := filepath.Join(dir, "plan"), filepath.Join(dir, "ck"), filepath.Join(dir, "final.safetensors")

@@ -97,6 +97,7 @@ func closeTo(a, b float64) bool {
 // column, in requests of 100 rows; and digits' features given as a typed
 // FP32 tensor too. SIGTERM ends the server with exit 0.
 func TestServeEqualsPredict(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctrData := filepath.Join(dir, "ctr.tsv")
 	if r := psgraph(t, "gen", "criteo", "-o", ctrData, "--rows", "3000", "--seed", "3", "--vocab", "500"); r.code != 0 {
