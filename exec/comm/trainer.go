@@ -27,6 +27,7 @@ type Trainer struct {
 	start        atomic.Int64 // the trainer's first step (rejoin.Learning until known)
 	steps, batch int64
 	links        map[transport.NodeID]*link // built by Join; read-only after
+	joined       bool                       // Join ran: a lost pserver is waited for
 	// told is the sum over the links of the incarnation each holds this
 	// trainer's position: equal to the watch's epoch when every pserver is
 	// up to date (rejoinRestarted's one-load check).
@@ -96,7 +97,7 @@ func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 		start = rejoin.Learning
 	}
 	c.start.Store(start)
-	c.links = map[transport.NodeID]*link{}
+	c.links, c.joined = map[transport.NodeID]*link{}, true
 	for _, p := range c.peers {
 		c.links[p] = &link{id: p, m: rejoin.Link{Peer: p.String(), Async: c.async}, sent: map[string]*sentMsg{}, got: map[string]*atomic.Int64{},
 			replies: map[string]bool{}}
@@ -266,23 +267,12 @@ func (m *sentMsg) noteCounted(step int64, dt ir.DType, payload []byte) {
 	m.has, m.step, m.dt = true, step, dt
 }
 
-var errTrainerAny = errors.New("a trainer receives from one pserver at a time")
-
-// Reply, RecvAny and Pending are a pserver's; a trainer's graph has none.
-func (c *Trainer) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
-	return errTrainerAny
-}
-func (c *Trainer) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
-	return 0, ir.Node{}, 0, errTrainerAny
-}
-func (c *Trainer) Pending(context.Context, []string) (string, error) { return "", errTrainerAny }
-
 // Recv implements kernels.Rendezvous: v@step from pserver from. With a
 // timeout it rides out a lost or restarted pserver (recvFromPServer).
 func (c *Trainer) Recv(ctx context.Context, step int64, from ir.Node, v string, dst []byte) (int, error) {
 	sink := c.prefix(v, dst)
 	defer release(sink)
-	if c.timeout > 0 && c.links != nil {
+	if c.timeout > 0 && c.joined {
 		return c.recvFromPServer(ctx, from, step, v, dst, sink)
 	}
 	return c.recvInto(ctx, from, step, v, dst, sink)

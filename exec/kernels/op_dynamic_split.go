@@ -25,6 +25,7 @@ import (
 // float32, 8n + 4nD bytes.
 
 func init() {
+	runsOn(ir.PServerRole, "dyn_serve", "dyn_accumulate")
 	register("dyn_serve", dynServeKernel)
 	register("dyn_accumulate", dynAccumulateKernel)
 }
@@ -278,14 +279,14 @@ func dynServeKernel(k Args) (Kernel, error) {
 		// Async: requests as they come until a row gradient is pending
 		// (serve_rows says why).
 		for {
-			next, err := rt.Rendezvous().Pending(rt.Context(), either)
+			next, err := rt.Server().Pending(rt.Context(), either)
 			if err != nil {
 				return err
 			}
 			if next == gradVar {
 				return nil
 			}
-			n, src, step, err := rt.Rendezvous().RecvAny(rt.Context(), idsVar, reqs[0])
+			n, src, step, err := rt.Server().RecvAny(rt.Context(), idsVar, reqs[0])
 			if err != nil {
 				return err
 			}

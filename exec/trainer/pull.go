@@ -196,16 +196,6 @@ func (r *pullRendezvous) recv(ctx context.Context, from ir.Node, name string, ds
 	return 4 * len(ids) * t.width, nil
 }
 
-func (r *pullRendezvous) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
-	return errEvalSends
-}
-func (r *pullRendezvous) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
-	return 0, ir.Node{}, 0, errEvalSends
-}
-func (r *pullRendezvous) Pending(context.Context, []string) (string, error) {
-	return "", errEvalSends
-}
-
 var _ kernels.Rendezvous = (*pullRendezvous)(nil)
 
 // tableEntry is a whole table of the saved model, pulled from its shards

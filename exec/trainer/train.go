@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/transport"
@@ -405,6 +406,15 @@ func (r *run) openData() error {
 	return nil
 }
 
+// node is the trainer's place in its job (a local run's: outside one).
+func (r *run) node() kernels.Node {
+	n := kernels.Node{Trainer: r.opt.TrainerIndex, Trainers: r.n}
+	if r.opt.Comm != nil {
+		n.Role = ir.TrainerRole
+	}
+	return n
+}
+
 // compile compiles the training program, gives it its initial values,
 // and prepares the metrics file and the held-out evaluator.
 func (r *run) compile() error {
@@ -413,8 +423,7 @@ func (r *run) compile() error {
 	if r.evaluates && opt.Comm != nil {
 		pin = opt.Params // the received parameters, which evaluation reads
 	}
-	prog, err := program.Compile(g, program.CompileOptions{Batch: r.batch, Pin: pin,
-		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
+	prog, err := program.Compile(g, program.CompileOptions{Batch: r.batch, Pin: pin, Node: r.node()})
 	if err != nil {
 		return err
 	}
@@ -476,19 +485,20 @@ func (r *run) compile() error {
 			shared[name] = t
 		}
 	}
-	if r.ev, err = evaluate.NewEvaluatorTables(g, r.held.Set, r.held.File, shared, r.prog.Tables, max(r.batch, evaluate.EvalChunk)); err != nil {
-		return err
-	}
-	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
-	r.closers = append(r.closers, r.ev.Close)
+	var rv kernels.Rendezvous // the evaluation's table pulls
 	if r.tables {
 		tables, err := tablesOf(g, r.batch)
 		if err != nil {
 			return err
 		}
 		r.pulls = newPullRendezvous(opt.Comm, tables)
-		r.ev.Use(r.pulls)
+		rv = r.pulls
 	}
+	if r.ev, err = evaluate.NewEvaluatorTables(g, r.held.Set, r.held.File, shared, r.prog.Tables, rv, max(r.batch, evaluate.EvalChunk)); err != nil {
+		return err
+	}
+	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
+	r.closers = append(r.closers, r.ev.Close)
 	return nil
 }
 
@@ -811,7 +821,7 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		return sum, nil
 	}
 	// The pass over the whole training data (--final-pass).
-	ev, err := evaluate.NewEvaluatorTables(g, r.set, r.file, params, r.prog.Tables, max(r.batch, evaluate.EvalChunk))
+	ev, err := evaluate.NewEvaluatorTables(g, r.set, r.file, params, r.prog.Tables, nil, max(r.batch, evaluate.EvalChunk))
 	if err != nil {
 		return nil, err
 	}
@@ -900,8 +910,7 @@ func (r *run) save(names []string, params program.Scope, local []modelfile.Entry
 // gradients).
 func (r *run) receiveFinal(params program.Scope) error {
 	opt := r.opt
-	fin, err := program.Compile(r.g, program.CompileOptions{Batch: r.batch, Targets: opt.Params,
-		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
+	fin, err := program.Compile(r.g, program.CompileOptions{Batch: r.batch, Targets: opt.Params, Node: r.node()})
 	if err != nil {
 		return err
 	}
