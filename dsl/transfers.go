@@ -57,8 +57,10 @@ func (k TransferKind) Request() bool { return k == TableIDsTransfer }
 // A Transfer is one stream of messages of a placed graph, seen from the
 // node whose graph it is: what it sends to, or receives from, one peer
 // (Peer.Index -1: every trainer, or in async mode the one a piece came
-// from). Split, the trainer and the pserver all read a node's transfers
-// from Transfers; nothing rediscovers them from op types.
+// from). The catalog says which ops are transfers (ops.Def.Transfer);
+// split computes a placed graph's table once for plan.yaml and a job once
+// per node (job.Job.Transfers), which it passes to the node's
+// communication and loop.
 type Transfer struct {
 	Var  string
 	Kind TransferKind
@@ -102,10 +104,7 @@ func (g *Graph) Transfers(batch int, types map[string]ops.Type) ([]Transfer, err
 		return t, ok
 	}
 	for _, op := range g.Ops {
-		switch op.Type {
-		case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows",
-			"fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
-		default:
+		if def, _ := ops.Lookup(op.Type); !def.Transfer {
 			continue
 		}
 		ts, err := transfersOf(g, op, batch, typeOf)

@@ -27,10 +27,10 @@ type Runtime interface {
 	Context() context.Context
 	Step() int64
 	// Rendezvous is the node's communication in a job (nil outside one,
-	// where no kernel of a communication op is built: runsOn).
+	// where no kernel of a communication op is built: checkRole).
 	Rendezvous() Rendezvous
 	// Server is a pserver's communication (nil on any other node, where
-	// no kernel of a pserver's op is built: runsOn).
+	// no kernel of a pserver's op is built: checkRole).
 	Server() ServerRendezvous
 	// Queue returns the node-local queue of that name.
 	Queue(name string, capacity int) Queue
@@ -55,7 +55,8 @@ type Rendezvous interface {
 // receiving from one peer, it takes a transfer from whichever trainer
 // sent it first and answers that trainer, as an async pserver, or a piece
 // count below the trainers', does. A trainer has none: the kernel of a
-// pserver's op is not built on a trainer (runsOn), so a graph wired to
+// pserver's op is not built on a trainer (its catalog entry says
+// which role runs it: ops.Def.On), so a graph wired to
 // the wrong role fails when it is compiled.
 type ServerRendezvous interface {
 	Rendezvous
@@ -74,25 +75,13 @@ type ServerRendezvous interface {
 	Pending(ctx context.Context, vs []string) (string, error)
 }
 
-// roles holds the role of the node each communication op's kernel runs
-// on (ir.NoRole: either role of a job); ops not in it are no
-// communication and run anywhere.
-var roles = map[string]ir.Role{}
-
-// runsOn records that the kernels of ops run on a node of role on
-// (ir.NoRole: any node of a job).
-func runsOn(on ir.Role, ops ...string) {
-	for _, op := range ops {
-		roles[op] = on
-	}
-}
-
-// checkRole fails for a communication op built for a node it does not
-// run on: outside a job, or on the other role.
+// checkRole fails for a transfer op (ops.Def.Transfer) built for a node
+// it does not run on (ops.Def.On): outside a job, or on the other role.
 func checkRole(op string, n Node) error {
-	on, comm := roles[op]
+	def, _ := ops.Lookup(op)
+	on := def.On
 	switch {
-	case !comm:
+	case !def.Transfer:
 		return nil
 	case n.Role == ir.NoRole:
 		return errors.New("this op moves tensors between nodes; run the placed files from `psgraph split` with --role trainer/pserver")

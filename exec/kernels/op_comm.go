@@ -14,8 +14,6 @@ import (
 // clearly in a local run.
 
 func init() {
-	runsOn(ir.NoRole, "send", "recv")
-	runsOn(ir.PServerRole, "accumulate")
 	register("send", sendKernel)
 	register("recv", recvKernel)
 	register("accumulate", accumulateKernel)

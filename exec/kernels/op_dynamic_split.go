@@ -25,7 +25,6 @@ import (
 // float32, 8n + 4nD bytes.
 
 func init() {
-	runsOn(ir.PServerRole, "dyn_serve", "dyn_accumulate")
 	register("dyn_serve", dynServeKernel)
 	register("dyn_accumulate", dynAccumulateKernel)
 }

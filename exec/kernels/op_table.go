@@ -14,8 +14,6 @@ import (
 // on a trainer, serve_rows and accumulate_rows on a pserver.
 
 func init() {
-	runsOn(ir.TrainerRole, "fetch_rows", "send_rows")
-	runsOn(ir.PServerRole, "serve_rows", "accumulate_rows")
 	registerSplit("fetch_rows", fetchRowsKernel)
 	register("send_rows", sendRowsKernel)
 	register("serve_rows", serveRowsKernel)

@@ -20,8 +20,6 @@ import (
 // not add up applies and answers nothing.
 
 func init() {
-	runsOn(ir.TrainerRole, "fetch_tables", "send_tables")
-	runsOn(ir.PServerRole, "serve_tables", "accumulate_tables")
 	registerSplit("fetch_tables", fetchTablesKernel)
 	register("send_tables", sendTablesKernel)
 	register("serve_tables", serveTablesKernel)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,10 +27,13 @@ import (
 // ServeOptions configures a pserver: the node that holds parameter blocks,
 // runs their initializers and optimizer subgraphs, and serves them.
 type ServeOptions struct {
-	Comm     Comm
-	InitFrom string
-	Log      zerolog.Logger
-	LogEvery int
+	Comm Comm
+	// Transfers is the pserver's transfer table (dsl.Graph.Transfers),
+	// computed once for the job (job.Job.Transfers).
+	Transfers []dsl.Transfer
+	InitFrom  string
+	Log       zerolog.Logger
+	LogEvery  int
 	// Workers bounds concurrent compute (0: GOMAXPROCS).
 	Workers int
 	// Checkpoint saves the node's blocks and optimizer state every Every
@@ -204,12 +208,8 @@ func compileParts(g *dsl.Graph, opt ServeOptions, cancel context.CancelFunc) ([]
 				cancel()
 			}
 		}
-		ts, err := pg.Transfers(max(pg.Batch(), 1), nil)
-		if err != nil {
-			return parts, err
-		}
-		for _, t := range ts {
-			if t.Kind != dsl.ParamTransfer || t.Recv || t.Initial == "" {
+		for _, t := range opt.Transfers {
+			if t.Kind != dsl.ParamTransfer || t.Recv || t.Initial == "" || !slices.Contains(pg.Ops, t.Op) {
 				continue
 			}
 			x, ok := prog.Scope[t.Initial]
@@ -329,7 +329,7 @@ func idle(ctx context.Context, c Comm) error {
 // ended) and the table shards it holds (--save), and tells the trainers
 // it is done.
 func finish(ctx context.Context, g *dsl.Graph, parts []*part, c Comm, opt ServeOptions, first, last int64) error {
-	if err := awaitTrainers(ctx, g, c, last); err != nil {
+	if err := awaitTrainers(ctx, opt.Transfers, c, last); err != nil {
 		return c.StopJob(err)
 	}
 	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && last > first && last%int64(ck.Every) != 0 {
@@ -421,11 +421,7 @@ func serveLoop(ctx context.Context, p *part, index int, c Comm, opt ServeOptions
 
 // awaitTrainers checks, once one trainer finished at step k, that every
 // trainer finished there too: in sync mode they run the same steps.
-func awaitTrainers(ctx context.Context, g *dsl.Graph, c Comm, k int64) error {
-	ts, err := g.Transfers(max(g.Batch(), 1), nil)
-	if err != nil {
-		return err
-	}
+func awaitTrainers(ctx context.Context, ts []dsl.Transfer, c Comm, k int64) error {
 	for _, t := range ts {
 		if !t.Recv || t.Kind != dsl.GradTransfer && t.Kind != dsl.ClipFactorTransfer {
 			continue

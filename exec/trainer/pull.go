@@ -34,13 +34,10 @@ type table struct {
 	order  int
 }
 
-// tablesOf lists the sharded tables the trainer's graph fetches rows of.
-func tablesOf(g *dsl.Graph, batch int) (map[string]table, error) {
+// tablesOf lists the sharded tables the trainer's graph fetches rows of,
+// from its transfer table ts at batch.
+func tablesOf(g *dsl.Graph, batch int, ts []dsl.Transfer) (map[string]table, error) {
 	types, err := g.Infer(batch)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := g.Transfers(batch, types)
 	if err != nil {
 		return nil, err
 	}

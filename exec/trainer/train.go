@@ -35,6 +35,9 @@ type RunOptions struct {
 	Role  string // "local", "trainer"
 	Steps int    // 0: the model's train.steps
 	Batch int    // 0: the model's train.batch
+	// Transfers is a distributed trainer's transfer table at Batch
+	// (dsl.Graph.Transfers), computed once for the job (job.Job.Transfers).
+	Transfers []dsl.Transfer
 	// InitFrom is a safetensors file of initial values: a local run's
 	// parameters and state; a distributed trainer reads from it only the
 	// persistent variables it holds (the model's own state, such as
@@ -186,7 +189,7 @@ type Comm interface {
 	// err, and returns err.
 	StopJob(err error) error
 	// LearnStep is the step a trainer that learns its start joins at.
-	LearnStep(ctx context.Context, g *dsl.Graph) (int64, error)
+	LearnStep(ctx context.Context) (int64, error)
 	// Traffic is what the endpoint moved so far.
 	Traffic() transport.Traffic
 	// Pull receives rows of pserver shard's part of table (comm.Pull):
@@ -487,7 +490,7 @@ func (r *run) compile() error {
 	}
 	var rv kernels.Rendezvous // the evaluation's table pulls
 	if r.tables {
-		tables, err := tablesOf(g, r.batch)
+		tables, err := tablesOf(g, r.batch, opt.Transfers)
 		if err != nil {
 			return err
 		}
@@ -511,7 +514,7 @@ func (r *run) startStep() error {
 	if r.first < 0 { // learn it from the pservers' first parameter messages
 		r.first = 0
 		if opt.Comm != nil {
-			k, err := opt.Comm.LearnStep(r.ctx, r.prog.Graph)
+			k, err := opt.Comm.LearnStep(r.ctx)
 			if err != nil {
 				return err
 			}
@@ -875,7 +878,7 @@ func (r *run) save(names []string, params program.Scope, local []modelfile.Entry
 	if !r.tables || opt.TrainerIndex != 0 {
 		return modelfile.SaveModelStreamed(opt.Save, g.Name, names, params, r.norm, local)
 	}
-	tables, err := tablesOf(g, r.batch)
+	tables, err := tablesOf(g, r.batch, opt.Transfers)
 	if err != nil {
 		return err
 	}
