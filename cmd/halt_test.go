@@ -212,7 +212,6 @@ func undisturbed(t *testing.T, dir, model string) undisturbedJob {
 // the job ends bitwise where an undisturbed job ends: it went on at
 // exactly the next row.
 func TestStopTrainParent(t *testing.T) {
-	t.Parallel()
 	for i, kind := range []string{"kafka", "file"} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
@@ -245,7 +244,6 @@ func TestStopTrainParent(t *testing.T) {
 // checkpoints that step and exits 0, and the job rerun from the
 // checkpoints ends bitwise where the undisturbed job ends.
 func TestStopEveryRole(t *testing.T) {
-	t.Parallel()
 	for i, c := range []struct {
 		kind  string
 		order []int // of pserver-0, pserver-1, trainer-0, trainer-1
@@ -307,7 +305,6 @@ func TestStopEveryRole(t *testing.T) {
 // other), checkpoints it with the stream position after exactly its
 // steps' rows, and every node exits 0.
 func TestStopAsyncJob(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	lines := genLines(t, dir, haltRows)
 	src := newGrowingSource(t, "kafka", dir)

@@ -337,7 +337,6 @@ func TestStreamKafkaJob2x2KilledResumesBitwise(t *testing.T) {
 // (the stream's position, why it ended) and exits 0; run again, it goes
 // on from there.
 func TestStreamStopsOnSIGTERM(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	rows := genRows(t, dir, 6000)
 	model := streamModel(t, dir, "csv: "+rows+"\n  follow: true", "normalize: none", "sgd")
