@@ -18,7 +18,7 @@ for d in "${dirs[@]}"; do
   printf '%s: go test ./... %.1f s (exit %d; load %s)\n' "$d" "$(echo "$end - $start" | bc)" "$rc" "$(cut -d' ' -f1-3 /proc/loadavg)"
   python3 - "$out" <<'PY'
 import json, sys
-tests, pkgs = [], []
+tests, pkgs, failed = [], [], []
 for line in open(sys.argv[1]):
     if not line.startswith("{"):
         continue
@@ -26,12 +26,16 @@ for line in open(sys.argv[1]):
     if d.get("Action") in ("pass", "fail") and "Elapsed" in d:
         if d.get("Test") and "/" not in d["Test"]:
             tests.append((d["Elapsed"], d["Package"].split("/psgraph/")[-1], d["Test"]))
+            if d["Action"] == "fail":
+                failed.append(d["Test"])
         elif not d.get("Test"):
             pkgs.append((d["Elapsed"], d["Package"].split("/psgraph/")[-1]))
 for e, p in sorted(pkgs, reverse=True)[:5]:
     print(f"  package {p}: {e:.1f} s")
 for e, p, t in sorted(tests, reverse=True)[:10]:
     print(f"  {p} {t}: {e:.1f} s")
+if failed:
+    print("  failed: " + " ".join(failed))
 PY
   rm -f "$out"
 done
