@@ -10,7 +10,8 @@ import (
 // them in a go test line of their own.
 var long = flag.Bool("long", false, "run the long tests (soaks, scale runs; .ci/run passes it)")
 
-// Long skips tb unless the tests run with -long. Call it first in a test
+// Long skips tb unless the tests run with -long (after the packages:
+// go test ./cmd -long). Call it first in a test
 // whose claim needs minutes or a scale a quick run cannot give.
 func Long(tb testing.TB) {
 	tb.Helper()
