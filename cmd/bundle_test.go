@@ -16,6 +16,7 @@ import (
 // with twice the batch, up to float32 rounding (the job averages two
 // halves' gradients where one node sums the whole batch).
 func TestTrainBundledTablesOverTCP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "ctr.tsv")
 	ok(t, psgraph(t, "gen", "criteo", "-o", data, "--rows", "4000", "--seed", "3"))

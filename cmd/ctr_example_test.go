@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // ctrExampleRows is the size of the generated file the CTR example tests
@@ -83,6 +84,7 @@ func lastSteps(t *testing.T, metrics string, n int) (loss, auc, acc float64) {
 // row of which it has trained on once, says 0.87. The generator's own
 // logit scores 0.83 (TestGeneratorLogitAUC in exec/data/criteo).
 func TestCTRExampleLocal(t *testing.T) {
+	testfix.Long(t)
 	run := func(model string) (sum map[string]any, loss, auc, acc float64) {
 		t.Helper()
 		metrics := filepath.Join(filepath.Dir(model), "metrics.jsonl")
@@ -123,6 +125,7 @@ func TestCTRExampleLocal(t *testing.T) {
 // 256x26 ids with their rows and row gradients (TestTableTrafficIsRowsInmem
 // counts them exactly): 0.7% of one copy of the table each way.
 func TestCTRExampleTrain2x2(t *testing.T) {
+	testfix.Long(t)
 	model := ctrExample(t, nil)
 	const steps, pservers = 150, 2
 	r := psgraph(t, "train", model, "--trainers", "2", "--pservers", "2", "--steps", "150")

@@ -73,6 +73,7 @@ func TestGenCriteoThenRunCTR(t *testing.T) {
 }
 
 func TestGenUsageErrorsExit2(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "x.tsv")
 	for _, c := range []struct {
 		args []string

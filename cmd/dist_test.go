@@ -34,6 +34,7 @@ func summary(t *testing.T, r result) map[string]any {
 }
 
 func TestTrainSyncAndAsyncOnDigits(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"sync", "async"} {
 		t.Run(mode, func(t *testing.T) {
 			plan := t.TempDir()
@@ -244,6 +245,7 @@ func (p *proc) wait(t *testing.T, within time.Duration) result {
 // and N trainers with batch b end where one local node with batch N*b
 // ends (same --init-from).
 func TestRolesByHandReverseOrderEqualLocal(t *testing.T) {
+	t.Parallel()
 	// adam-warmup-cosine: a schedule run on the pservers; adam-clip-norm:
 	// the pservers' partial norms exchanged through the trainers over TCP.
 	for _, opt := range []string{"sgd", "adam", "adam-warmup-cosine", "adam-clip-norm"} {
@@ -287,6 +289,7 @@ func TestRolesByHandReverseOrderEqualLocal(t *testing.T) {
 // exit 0. Here the trainers get 3 s to reconnect, and no trainer or
 // pserver may have lost a peer.
 func TestMorePServersThanBlocksEndQuietly(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ trainers, pservers int }{{1, 6}, {4, 8}} {
 		t.Run(fmt.Sprintf("%dx%d", c.trainers, c.pservers), func(t *testing.T) {
 			plan := filepath.Join(t.TempDir(), "plan")
@@ -379,6 +382,7 @@ func rel(a, b []float32) float64 {
 // A failing child stops the job: train exits non-zero with its error and
 // no child outlives it.
 func TestTrainStopsWhenAChildFails(t *testing.T) {
+	t.Parallel()
 	// An --init-from file of another model (one tensor, x, none of
 	// digits-mlp's parameters) makes both pservers fail at start; train
 	// itself reads only the file's header (its normalization statistics:
@@ -410,6 +414,7 @@ func TestTrainStopsWhenAChildFails(t *testing.T) {
 // records the endpoints it chose, and a sync job trains bitwise the same
 // parameters over either (the transport moves bytes, never changes them).
 func TestTrainOverUnixSocketsEqualsTCP(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS == "windows" {
 		t.Skip("train uses TCP on Windows")
 	}

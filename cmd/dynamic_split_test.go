@@ -19,6 +19,7 @@ import (
 // the sync runs save the same file byte for byte (the job is
 // deterministic), and psgraph eval and predict read it.
 func TestTrainCTRDynamicSplit(t *testing.T) {
+	t.Parallel()
 	file, data := ctrDynamicExample(t)
 	dir := filepath.Dir(file)
 	const steps = "30"
@@ -104,6 +105,7 @@ func TestTrainCTRDynamicSplit(t *testing.T) {
 // every node exits 0, trainer 0 saves the whole table, and the trainers
 // end with the loss of an undisturbed run.
 func TestKilledDynamicPserverRestartsFromCheckpoint(t *testing.T) {
+	t.Parallel()
 	file, _ := ctrDynamicExample(t)
 	dir := filepath.Dir(file)
 	const steps = "600"

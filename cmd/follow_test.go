@@ -101,6 +101,7 @@ type followCase struct {
 }
 
 func followJob(t *testing.T, c followCase) {
+	t.Parallel()
 	steps, model := int64(c.steps), c.model
 	dir := t.TempDir()
 	plan, ck, final := filepath.Join(dir, "plan"), filepath.Join(dir, "ck"), filepath.Join(dir, "final.safetensors")

@@ -189,6 +189,7 @@ func heldOutAUC(t *testing.T, dir, name, file, interactions string) float64 {
 // truth, while a factorization machine beats it: the interactions are
 // there to learn.
 func TestGenFMTruthNeedsInteractions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	aucs := map[string]float64{}
 	bayes := map[string]float64{}
@@ -213,6 +214,7 @@ func TestGenFMTruthNeedsInteractions(t *testing.T) {
 // the same rows, a higher Bayes-optimal AUC, and a linear model of the ids
 // reaches less (held out) while the best reachable rises.
 func TestGenInteractionStrength(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	type run struct{ bayes, first, inter, linear float64 }
 	runs := map[string]run{}

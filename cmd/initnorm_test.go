@@ -37,6 +37,7 @@ func savedNorm(t *testing.T, path string) map[string]string {
 // from its checkpoints keeps the statistics it was trained with; a file
 // saved with another normalize mode is refused at data.normalize.
 func TestInitFromKeepsNormalization(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	raw, err := os.ReadFile("../examples/data/iris.csv")
 	if err != nil {

@@ -24,6 +24,14 @@ var binary string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The parallel tests here mostly wait on their processes (a
+	// handshake timeout, a restart, a reconnect): four at a time on any
+	// machine, unless -parallel says otherwise.
+	parallel := false
+	flag.Visit(func(f *flag.Flag) { parallel = parallel || f.Name == "test.parallel" })
+	if !parallel {
+		flag.Set("test.parallel", "4")
+	}
 	dir, err := os.MkdirTemp("", "psgraph-cmd-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

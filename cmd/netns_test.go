@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // netns runs ip(8) and fails the test on error.
@@ -21,6 +23,7 @@ func ipCmd(t *testing.T, args ...string) {
 // pair; the link is cut for a few seconds mid-run and restored. The job
 // must finish normally. Needs root and iproute2; skipped otherwise.
 func TestLinkCutBetweenNamespaces(t *testing.T) {
+	testfix.Long(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}

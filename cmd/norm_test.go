@@ -124,6 +124,7 @@ func TestBatchNormStatisticsInCheckpoints(t *testing.T) {
 // 0's are saved: bn-input.yaml normalizes the features themselves, so
 // they are torch's over the rows trainer 0 read.
 func TestBatchNormTrain2x2SavesTrainer0Statistics(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "job.safetensors")
 	ok(t, psgraph(t, "train", "testdata/norm/bn-input.yaml", "--trainers", "2", "--pservers", "2", "--save", out))
 	got := readTensors(t, out)
@@ -203,6 +204,7 @@ func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
 // a break saves, statistics and parameters alike. (bn-mlp.yaml: the
 // statistics depend on the parameters, so both must be resumed.)
 func TestBatchNormTrain2x2ResumesStatisticsFromCheckpoints(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	job := func(steps string, args ...string) (string, result) {
 		out := filepath.Join(t.TempDir(), "job.safetensors")
@@ -251,6 +253,7 @@ func TestBatchNormTrain2x2ResumesStatisticsFromCheckpoints(t *testing.T) {
 // whose pservers count both trainers' steps, is rerun from its checkpoints
 // (each trainer restores its newest checkpoint before the pservers' step).
 func TestTrainerCheckpointsWhatItHolds(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := editedBNMLP(t, dir,
 		"W2: {shape: [8, 1], init: {type: he_normal, seed: 2}}", "W2: {shape: [8, 1], init: {type: he_normal, seed: 2}, place: trainer}",

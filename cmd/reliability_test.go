@@ -33,6 +33,7 @@ func splitDigits(t *testing.T, trainers int) string {
 // A trainer with the wrong token is refused before any tensor is read and
 // exits non-zero saying authentication failed, without printing a token.
 func TestWrongTokenRefused(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 1)
 	addr := freeAddr(t)
 	ps := start(t, "pserver-0", []string{"PSGRAPH_TOKEN=the-right-secret"}, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr)
@@ -61,6 +62,7 @@ func TestNonLoopbackListenNeedsToken(t *testing.T) {
 // Garbage, an oversized frame header and a half-written handshake at a
 // live pserver close those connections only: the job then runs normally.
 func TestGarbageAtLivePserver(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 1)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
@@ -108,6 +110,7 @@ func TestGarbageAtLivePserver(t *testing.T) {
 // trainer why (an abort frame), which stops at once with that error, not
 // after waiting for the pserver to come back. Nothing hangs.
 func TestKilledTrainerStopsTheJob(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 2)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
@@ -145,6 +148,7 @@ func waitForLine(t *testing.T, p *proc, s string) {
 // run's checkpoints end, and finishes exactly where an uninterrupted job
 // finishes.
 func TestTrainResumesFromCheckpointDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck")
 	whole, resumed := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "resumed.safetensors")
@@ -174,6 +178,7 @@ func TestTrainResumesFromCheckpointDir(t *testing.T) {
 // the pserver waits for it, sends the new process the current parameters,
 // and the job finishes with the accuracy of an undisturbed run.
 func TestRestartedTrainerRejoins(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 2)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
@@ -227,6 +232,7 @@ func TestRestartedTrainerRejoins(t *testing.T) {
 // --tls-cert/--tls-key on the pserver and --tls-ca on the trainer run a job
 // over TLS; a trainer without TLS cannot talk to that pserver.
 func TestJobOverTLS(t *testing.T) {
+	t.Parallel()
 	set, err := testcert.New()
 	if err != nil {
 		t.Fatal(err)
@@ -262,6 +268,7 @@ func TestJobOverTLS(t *testing.T) {
 // trainers reconnect and tell it where they are, it starts at their step,
 // and the job finishes with the accuracy of an undisturbed run.
 func TestKilledPserverRestartsFromCheckpoint(t *testing.T) {
+	t.Parallel()
 	const steps = "1500"
 	dir := t.TempDir()
 	plan, ck := filepath.Join(dir, "plan"), filepath.Join(dir, "ck")
@@ -351,6 +358,7 @@ func TestKilledPserverRestartsFromCheckpoint(t *testing.T) {
 // writes its shard (--save), and the trainers end with the loss of an
 // undisturbed run.
 func TestKilledTablePserverRestartsFromCheckpoint(t *testing.T) {
+	t.Parallel()
 	const steps, model, init = "6000", "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
 	dir := t.TempDir()
 	plan, ck := filepath.Join(dir, "plan"), filepath.Join(dir, "ck")
@@ -437,6 +445,7 @@ func TestKilledTablePserverRestartsFromCheckpoint(t *testing.T) {
 // tokenless (loopback allows it), the tokenless peer would pass the proof
 // and be refused only as an already connected trainer-0.
 func TestTrainChildrenRequireTheGeneratedToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := start(t, "train", nil, "train", "examples/digits-mlp.yaml", "--trainers", "1", "--pservers", "1", "--steps", "100000000", "--log-every", "100", "--plan-dir", dir)
 	waitForLine(t, p, "step=100")
@@ -469,6 +478,7 @@ func TestTrainChildrenRequireTheGeneratedToken(t *testing.T) {
 // to --connect-timeout, then exits 1 naming the pserver, its address and
 // the way out; it does not hang.
 func TestKilledPserverThatNeverReturns(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 1)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}

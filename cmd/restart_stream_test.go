@@ -22,6 +22,7 @@ import (
 // can leave a step apart) and no other is: C1 and C2 say so, message by
 // message.
 func TestStreamRestartedTrainerTrainsOnce(t *testing.T) {
+	t.Parallel()
 	for i, kind := range []string{"kafka", "file"} {
 		t.Run(kind, func(t *testing.T) { restartedTrainer(t, kind, uint64(7+i)) })
 	}

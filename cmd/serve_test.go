@@ -98,6 +98,7 @@ func closeTo(a, b float64) bool {
 // FP32 tensor too. The responses' model_version is the training step the
 // file records (40). SIGTERM ends the server with exit 0.
 func TestServeEqualsPredict(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctrData := filepath.Join(dir, "ctr.tsv")
 	if r := psgraph(t, "gen", "criteo", "-o", ctrData, "--rows", "3000", "--seed", "3", "--vocab", "500"); r.code != 0 {

@@ -134,6 +134,7 @@ func positionOffsets(t *testing.T, r result) map[int64]int64 {
 // exactly once and no other: the counting model's C says so, message by
 // message.
 func TestStreamKafkaIdlePartitionKilledTrainsOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tp := newIDTopic(t, 3)
 	tp.produce(t, 1500, 0, 1) // partition 2 stays empty for now
@@ -198,6 +199,7 @@ func checkpointOffsets(t *testing.T, ck string, trainers int) map[int64]int64 {
 // message before its trainers' final positions once (C holds the two
 // trainers' mean, so a message trained once is -0.5).
 func TestStreamKafkaJobIdlePartitionKilledTrainsOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tp := newIDTopic(t, 4)
 	tp.produce(t, 500, 0, 1, 2) // partition 3 stays empty for now

@@ -210,6 +210,7 @@ func killedAndResumed(t *testing.T, dir, stdin string, kills []int, args func(sa
 // of the stream's first rows (normalize_rows) come back from the
 // checkpoint.
 func TestStreamStdinKilledResumesBitwise(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rows := genRows(t, dir, 12000) // 187 steps of 64
 	model := streamModel(t, dir, `csv: "-"`, "normalize: standard\n  normalize_rows: 1000", "sgd")
@@ -221,6 +222,7 @@ func TestStreamStdinKilledResumesBitwise(t *testing.T) {
 // The same for a followed file (the run ends at --steps) and a followed
 // directory of part files.
 func TestStreamFollowKilledResumesBitwise(t *testing.T) {
+	t.Parallel()
 	for _, what := range []string{"file", "dir"} {
 		t.Run(what, func(t *testing.T) {
 			dir := t.TempDir()
@@ -297,6 +299,7 @@ func topic(t *testing.T, file string, partitions int32) string {
 // its progressive validation over the last 1000 rows (16 batches) is the
 // undisturbed run's too.
 func TestStreamKafkaKilledResumesBitwise(t *testing.T) {
+	t.Parallel()
 	for _, opt := range []string{"sgd", "adagrad"} {
 		t.Run(opt, func(t *testing.T) {
 			dir := t.TempDir()
@@ -319,6 +322,7 @@ func TestStreamKafkaKilledResumesBitwise(t *testing.T) {
 // checkpoint's stream position, and ends bitwise where the undisturbed
 // job ends.
 func TestStreamKafkaJob2x2KilledResumesBitwise(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rows := genRows(t, dir, 16000)
 	addr := topic(t, rows, 4)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // wholeModelRows is the CTR table of the whole-model test: 4M rows of 16
@@ -24,6 +25,7 @@ const wholeModelRows = 4_000_000
 // the same file byte for byte (the job is sync, so both runs compute the
 // same), and psgraph eval of both gives the same loss and AUC.
 func TestHandRunTableJobSavesWholeModel(t *testing.T) {
+	testfix.Long(t)
 	model := ctrExample(t, func(s string) string {
 		s = strings.Replace(s, "hash_buckets: 1000000", fmt.Sprintf("hash_buckets: %d", wholeModelRows), 1)
 		return strings.Replace(s, "emb: {shape: [1000000, 16]", fmt.Sprintf("emb: {shape: [%d, 16]", wholeModelRows), 1)
@@ -104,6 +106,7 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 // final numbers (an exact AUC over every held-out row) are those psgraph
 // eval computes from the model it saved, to the bit.
 func TestHandRunTableJobEvaluatesHeldOut(t *testing.T) {
+	t.Parallel()
 	held := filepath.Join(t.TempDir(), "held.tsv")
 	ok(t, psgraph(t, "gen", "criteo", "-o", held, "--rows", "3000", "--seed", "2"))
 	model := ctrExample(t, func(s string) string {

@@ -56,8 +56,10 @@ func (k TransferKind) Request() bool { return k == TableIDsTransfer }
 // A Transfer is one stream of messages of a placed graph, seen from the
 // node whose graph it is: what it sends to, or receives from, one peer
 // (Peer.Index -1: every trainer, or in async mode the one a piece came
-// from). Split, the trainer and the pserver all read a node's transfers
-// from Transfers; nothing rediscovers them from op types.
+// from). The catalog says which ops are transfers (ops.Def.Transfer);
+// split computes a placed graph's table once for plan.yaml and a job once
+// per node (job.Job.Transfers), which it passes to the node's
+// communication and loop.
 type Transfer struct {
 	Var  string
 	Kind TransferKind
@@ -122,14 +124,11 @@ func (g *Graph) Transfers(batch int, types map[string]ops.Type) ([]Transfer, err
 	return out, nil
 }
 
-// isTransferOp reports whether ops of type typ send or receive.
+// isTransferOp reports whether ops of type typ send or receive (the
+// catalog's Transfer property).
 func isTransferOp(typ string) bool {
-	switch typ {
-	case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows",
-		"fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
-		return true
-	}
-	return false
+	def, _ := ops.Lookup(typ)
+	return def.Transfer
 }
 
 // transfersOf appends the transfers of one communication op to dst.

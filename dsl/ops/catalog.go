@@ -173,6 +173,15 @@ type Def struct {
 	Blocking bool
 	// Stateful ops must not be pruned or reordered away (send, enqueue).
 	Stateful bool
+	// Transfer ops move tensors between the nodes of a job: a placed
+	// graph's transfer table (dsl.Graph.Transfers) is what they send and
+	// receive, and only a node of a job runs them, one of role On
+	// (ir.NoRole: either role). dyn_serve and dyn_accumulate, what a
+	// dynamic table's serve_rows and accumulate_rows are lowered to, are
+	// transfer ops too: the table lists their transfers under the ops
+	// before lowering.
+	Transfer bool
+	On       ir.Role
 	// Internal ops are produced by autodiff or split; they are valid in
 	// model files but listed apart in the docs.
 	Internal bool

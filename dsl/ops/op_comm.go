@@ -56,7 +56,7 @@ var (
 
 func init() {
 	register(&Def{
-		Name: "send", Doc: "hands x to the node named by `to` under the transfer name `var`; never blocks on the network",
+		Name: "send", Transfer: true, On: ir.NoRole, Doc: "hands x to the node named by `to` under the transfer name `var`; never blocks on the network",
 		Inputs: []string{"x"}, Outputs: []string{},
 		Attrs: []AttrSpec{
 			attrVar,
@@ -70,7 +70,7 @@ func init() {
 		},
 		Stateful: true, Internal: true,
 	}, &Def{
-		Name: "recv", Doc: "blocks until the transfer `var` from `from` for this step arrived, and outputs it",
+		Name: "recv", Transfer: true, On: ir.NoRole, Doc: "blocks until the transfer `var` from `from` for this step arrived, and outputs it",
 		Outputs: []string{"y"},
 		Attrs: []AttrSpec{
 			attrVar,
@@ -85,7 +85,7 @@ func init() {
 		},
 		Blocking: true, Internal: true,
 	}, &Def{
-		Name: "accumulate", Doc: "blocks until `count` pieces of `var` for this step arrived from distinct trainers, and outputs their mean (sum, then 1/count)",
+		Name: "accumulate", Transfer: true, On: ir.PServerRole, Doc: "blocks until `count` pieces of `var` for this step arrived from distinct trainers, and outputs their mean (sum, then 1/count)",
 		Outputs: []string{"y"},
 		Attrs: []AttrSpec{
 			attrVar,

@@ -90,7 +90,7 @@ func init() {
 		},
 		Stateful: true,
 	}, &Def{
-		Name: "dyn_serve", Doc: "a pserver's serve_rows of its shard of dynamic table `var`: answers each trainer's distinct keys and their counts (transfer `transfer`@ids) with their rows (`transfer`@rows), counting the sightings and admitting keys once every request of the step was counted (sync)", Internal: true,
+		Name: "dyn_serve", Transfer: true, On: ir.PServerRole, Doc: "a pserver's serve_rows of its shard of dynamic table `var`: answers each trainer's distinct keys and their counts (transfer `transfer`@ids) with their rows (`transfer`@rows), counting the sightings and admitting keys once every request of the step was counted (sync)", Internal: true,
 		Outputs: []string{},
 		Attrs:   serveAttrs(),
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
@@ -101,7 +101,7 @@ func init() {
 		},
 		Blocking: true, Stateful: true,
 	}, &Def{
-		Name: "dyn_accumulate", Doc: "a pserver's accumulate_rows of its shard of dynamic table `var`: blocks until `count` row gradients by key (transfer `transfer`) arrived, checks every piece before merging any, and outputs their mean by key (rows are positions in the step's keys, whose slots dyn_gather and dyn_scatter read)", Internal: true,
+		Name: "dyn_accumulate", Transfer: true, On: ir.PServerRole, Doc: "a pserver's accumulate_rows of its shard of dynamic table `var`: blocks until `count` row gradients by key (transfer `transfer`) arrived, checks every piece before merging any, and outputs their mean by key (rows are positions in the step's keys, whose slots dyn_gather and dyn_scatter read)", Internal: true,
 		Outputs: []string{"g"},
 		Attrs:   serveAttrs(),
 		Infer: func(in []Type, a Attrs) ([]Type, error) {

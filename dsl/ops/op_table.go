@@ -17,7 +17,7 @@ import (
 
 func init() {
 	register(&Def{
-		Name: "fetch_rows", Doc: "sends each shard of table `var` the unique ids of the inputs it owns (id mod shards), and outputs the rows they answer (row-sparse); ids < 0 are padding and not fetched. A dynamic table's (shape [dynamic, D]): int64 keys, sent with their counts to the shard dyntable.ShardOf names, the rows 0..n-1 in order of first sight (dyn_pos maps keys to them)", Internal: true,
+		Name: "fetch_rows", Transfer: true, On: ir.TrainerRole, Doc: "sends each shard of table `var` the unique ids of the inputs it owns (id mod shards), and outputs the rows they answer (row-sparse); ids < 0 are padding and not fetched. A dynamic table's (shape [dynamic, D]): int64 keys, sent with their counts to the shard dyntable.ShardOf names, the rows 0..n-1 in order of first sight (dyn_pos maps keys to them)", Internal: true,
 		Outputs: []string{"rows"}, MinInputs: 1, MaxInputs: -1,
 		Attrs: []AttrSpec{
 			attrVar,
@@ -48,7 +48,7 @@ func init() {
 		},
 		Blocking: true,
 	}, &Def{
-		Name: "send_rows", Doc: "sends each shard of table `var` the rows of the row gradient g it owns (as local rows, with their values)", Internal: true,
+		Name: "send_rows", Transfer: true, On: ir.TrainerRole, Doc: "sends each shard of table `var` the rows of the row gradient g it owns (as local rows, with their values)", Internal: true,
 		Inputs: []string{"g"}, Outputs: []string{},
 		Attrs: []AttrSpec{
 			attrVar,
@@ -66,7 +66,7 @@ func init() {
 		},
 		Stateful: true,
 	}, &Def{
-		Name: "serve_rows", Doc: "answers each trainer's ids for shard table with those rows (transfer `var`@ids in, `var`@rows out)", Internal: true,
+		Name: "serve_rows", Transfer: true, On: ir.PServerRole, Doc: "answers each trainer's ids for shard table with those rows (transfer `var`@ids in, `var`@rows out)", Internal: true,
 		Inputs: []string{"table"}, Outputs: []string{},
 		Attrs: []AttrSpec{
 			attrVar,
@@ -84,7 +84,7 @@ func init() {
 		},
 		Blocking: true, Stateful: true,
 	}, &Def{
-		Name: "accumulate_rows", Doc: "blocks until `count` row gradients of `var` arrived from distinct trainers, and outputs their mean as one row gradient (rows merged)", Internal: true,
+		Name: "accumulate_rows", Transfer: true, On: ir.PServerRole, Doc: "blocks until `count` row gradients of `var` arrived from distinct trainers, and outputs their mean as one row gradient (rows merged)", Internal: true,
 		Outputs: []string{"g"},
 		Attrs: []AttrSpec{
 			attrVar,
@@ -114,7 +114,7 @@ func init() {
 // part is what its own op would move.
 func init() {
 	register(&Def{
-		Name: "fetch_tables", Doc: "fetch_rows of several fixed tables in one request and one reply per shard (transfer `var`@ids, `var`@rows): the ids inputs are the tables' in turn (`inputs`[t] of them for table t), the outputs each table's fetched rows; the request is every table's count of ids (int32), then their ids", Internal: true,
+		Name: "fetch_tables", Transfer: true, On: ir.TrainerRole, Doc: "fetch_rows of several fixed tables in one request and one reply per shard (transfer `var`@ids, `var`@rows): the ids inputs are the tables' in turn (`inputs`[t] of them for table t), the outputs each table's fetched rows; the request is every table's count of ids (int32), then their ids", Internal: true,
 		Outputs: []string{"rows"}, MinInputs: 2, MaxInputs: -1, MinOutputs: 2, MaxOutputs: -1,
 		Attrs: []AttrSpec{
 			attrVar,
@@ -155,7 +155,7 @@ func init() {
 		},
 		Blocking: true,
 	}, &Def{
-		Name: "send_tables", Doc: "send_rows of several fixed tables' row gradients in one message per shard (transfer `var`): every table's count of rows (int32), then each table's local rows (int32) and their values", Internal: true,
+		Name: "send_tables", Transfer: true, On: ir.TrainerRole, Doc: "send_rows of several fixed tables' row gradients in one message per shard (transfer `var`): every table's count of rows (int32), then each table's local rows (int32) and their values", Internal: true,
 		Outputs: []string{}, MinInputs: 2, MaxInputs: -1,
 		Attrs: []AttrSpec{
 			attrVar,
@@ -175,7 +175,7 @@ func init() {
 		},
 		Stateful: true,
 	}, &Def{
-		Name: "serve_tables", Doc: "serve_rows of several fixed tables' shards, the inputs: answers each trainer's bundled request (transfer `var`@ids) with every table's rows in one reply (`var`@rows)", Internal: true,
+		Name: "serve_tables", Transfer: true, On: ir.PServerRole, Doc: "serve_rows of several fixed tables' shards, the inputs: answers each trainer's bundled request (transfer `var`@ids) with every table's rows in one reply (`var`@rows)", Internal: true,
 		Outputs: []string{}, MinInputs: 2, MaxInputs: -1,
 		Attrs: []AttrSpec{
 			attrVar,
@@ -201,7 +201,7 @@ func init() {
 		},
 		Blocking: true, Stateful: true,
 	}, &Def{
-		Name: "accumulate_tables", Doc: "accumulate_rows of several fixed tables' shards from one bundled row gradient per trainer (transfer `var`): outputs each table's mean row gradient", Internal: true,
+		Name: "accumulate_tables", Transfer: true, On: ir.PServerRole, Doc: "accumulate_rows of several fixed tables' shards from one bundled row gradient per trainer (transfer `var`): outputs each table's mean row gradient", Internal: true,
 		Outputs: []string{"g"}, MinOutputs: 2, MaxOutputs: -1,
 		Attrs: []AttrSpec{
 			attrVar,

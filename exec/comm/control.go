@@ -26,16 +26,12 @@ var (
 // floor, and every incarnation sends at most one to each peer.
 const CtrlStep = math.MaxInt64
 
-// Specs lists what a node's graph receives (its transfer table's
-// receiving ends, one per name), for transport.Endpoint.Accept.
-func Specs(g *dsl.Graph, batch int) ([]transport.Spec, error) {
-	ts, err := g.Transfers(batch, nil)
-	if err != nil {
-		return nil, err
-	}
+// Specs lists what a node receives (the receiving ends of its transfer
+// table ts, one per name), for transport.Endpoint.Accept.
+func Specs(ts []dsl.Transfer) []transport.Spec {
 	var specs []transport.Spec
 	for _, t := range dsl.Received(ts) {
 		specs = append(specs, transport.Spec{Var: t.Var, DType: t.DType, Bytes: t.Bytes, AtMost: t.AtMost})
 	}
-	return specs, nil
+	return specs
 }

@@ -40,11 +40,13 @@ type node struct {
 	log      zerolog.Logger
 	atMost   map[string]bool
 	watch    *watch
+	// transfers is the node's transfer table (Config.Transfers).
+	transfers []dsl.Transfer
 }
 
 func newNode(cfg Config, peers []transport.NodeID) node {
 	n := node{ep: cfg.EP, trainers: max(cfg.Trainers, 1), async: cfg.Async, peers: peers, timeout: cfg.Timeout, log: cfg.Log,
-		atMost: map[string]bool{}}
+		atMost: map[string]bool{}, transfers: cfg.Transfers}
 	for _, t := range cfg.Transfers {
 		if t.AtMost {
 			n.atMost[t.Var] = true

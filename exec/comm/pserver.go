@@ -16,7 +16,7 @@ import (
 
 // PServer is a pserver's communication: StartServing before the first
 // step, then one Part per parameter block loop, each that loop's
-// kernels.Rendezvous. A lost trainer gets the timeout to come back; a
+// kernels.ServerRendezvous (it serves pserver.Comm). A lost trainer gets the timeout to come back; a
 // trainer that came back as a new process gets each part's parameters
 // (rejoin.Part decides).
 type PServer struct {
@@ -257,7 +257,7 @@ func (c *PServer) recvAny(ctx context.Context, v string, dst []byte, sink transp
 	}
 }
 
-// Part is the kernels.Rendezvous of one part's loop (a parameter block
+// Part is the kernels.ServerRendezvous of one part's loop (a parameter block
 // and its optimizer): its receives from the trainers send a trainer that
 // came back as a new process this part's current parameters first
 // (rejoin.Part), so it can join at this step.
@@ -293,7 +293,7 @@ func (p *Part) Send(ctx context.Context, step int64, to ir.Node, v string, dt ir
 	return nil
 }
 
-// Reply implements kernels.Rendezvous.
+// Reply implements kernels.ServerRendezvous.
 func (p *Part) Reply(ctx context.Context, offset int64, replyTo, v string, dt ir.DType, payload []byte) error {
 	p.c.mu.Lock()
 	k, ok := p.c.source[replyTo]
@@ -320,7 +320,7 @@ func (p *Part) Recv(ctx context.Context, step int64, from ir.Node, v string, dst
 	return len(dst), p.recvRejoin(ctx, from, step, v, dst, nil)
 }
 
-// RecvAny implements kernels.Rendezvous.
+// RecvAny implements kernels.ServerRendezvous.
 func (p *Part) RecvAny(ctx context.Context, v string, dst []byte) (int, ir.Node, int64, error) {
 	sink := p.c.prefix(v, dst)
 	defer release(sink)
@@ -341,7 +341,7 @@ func (p *Part) RecvAny(ctx context.Context, v string, dst []byte) (int, ir.Node,
 	return len(dst), k.Src, k.Step, nil
 }
 
-// Pending implements kernels.Rendezvous. A trainer lost meanwhile gets the
+// Pending implements kernels.ServerRendezvous. A trainer lost meanwhile gets the
 // timeout to come back, as for a gradient.
 func (p *Part) Pending(ctx context.Context, vs []string) (string, error) {
 	if p.q != nil {
@@ -472,4 +472,4 @@ func (c *PServer) recvTable(ctx context.Context, step int64, from ir.Node, v str
 	}
 }
 
-var _ kernels.Rendezvous = (*Part)(nil)
+var _ kernels.ServerRendezvous = (*Part)(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ type Trainer struct {
 	start        atomic.Int64 // the trainer's first step (rejoin.Learning until known)
 	steps, batch int64
 	links        map[transport.NodeID]*link // built by Join; read-only after
+	joined       bool                       // Join ran: a lost pserver is waited for
 	// told is the sum over the links of the incarnation each holds this
 	// trainer's position: equal to the watch's epoch when every pserver is
 	// up to date (rejoinRestarted's one-load check).
@@ -96,15 +98,12 @@ func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 		start = rejoin.Learning
 	}
 	c.start.Store(start)
-	c.links = map[transport.NodeID]*link{}
+	c.links, c.joined = map[transport.NodeID]*link{}, true
 	for _, p := range c.peers {
 		c.links[p] = &link{id: p, m: rejoin.Link{Peer: p.String(), Async: c.async}, sent: map[string]*sentMsg{}, got: map[string]*atomic.Int64{},
 			replies: map[string]bool{}}
 	}
-	ts, err := g.Transfers(batch, nil)
-	if err != nil {
-		return err
-	}
+	ts := c.transfers
 	// What the trainer receives from each pserver first: a request's
 	// record points at the step of its reply.
 	for _, t := range ts {
@@ -120,7 +119,7 @@ func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 		l.got[t.Var] = got
 		l.replies[t.Var] = t.Kind == dsl.ClipPartTransfer
 	}
-	prod := g.Producers()
+	prod, fed := g.Producers(), receivedFrom(ts)
 	for _, t := range ts {
 		if t.Recv || t.Peer.Role != ir.PServerRole {
 			continue
@@ -134,7 +133,7 @@ func (c *Trainer) Join(ctx context.Context, g *dsl.Graph, start int64, steps, ba
 			l.sent[t.Var] = &sentMsg{request: true, answer: l.got[ops.TableRows(t.Table)], counted: len(sh) == 2 && sh[0] == ir.DynamicRows}
 			continue
 		}
-		l.sent[t.Var] = &sentMsg{own: !fedBy(g, prod, t.Op.Inputs[0], t.Peer.Attr())}
+		l.sent[t.Var] = &sentMsg{own: !fedBy(g, prod, t.Op.Inputs[0], fed[t.Peer])}
 	}
 	for _, p := range c.peers {
 		l := c.links[p]
@@ -161,13 +160,16 @@ func (c *Trainer) linkOf(t dsl.Transfer) (*link, error) {
 	return l, nil
 }
 
-// fedBy reports whether variable v is computed from a parameter received
-// from peer (a recv op with from: peer), so its memory cannot be
-// overwritten before that peer's next parameters arrived.
-func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
+// fedBy reports whether variable v is computed from a variable in fed,
+// what a pserver sends this trainer (receivedFrom), so its memory cannot
+// be overwritten before that pserver's next parameters arrived.
+func fedBy(g *dsl.Graph, prod map[string]int, v string, fed map[string]bool) bool {
 	seen := map[string]bool{}
 	var walk func(string) bool
 	walk = func(v string) bool {
+		if fed[v] {
+			return true
+		}
 		if seen[v] {
 			return false
 		}
@@ -176,11 +178,7 @@ func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
 		if !ok {
 			return false
 		}
-		op := g.Ops[i]
-		if op.Type == "recv" && op.Attrs.String("from") == peer || op.Type == "fetch_rows" || op.Type == "fetch_tables" { // rows of every pserver
-			return true
-		}
-		for _, in := range op.Inputs {
+		for _, in := range g.Ops[i].Inputs {
 			if walk(in) {
 				return true
 			}
@@ -188,6 +186,37 @@ func fedBy(g *dsl.Graph, prod map[string]int, v, peer string) bool {
 		return false
 	}
 	return walk(v)
+}
+
+// receivedFrom lists, per pserver, the variables of the trainer's graph
+// that the transfer table ts receives from it: the outputs of its recv
+// ops from that pserver, and a table's fetched rows, which come from
+// every pserver.
+func receivedFrom(ts []dsl.Transfer) map[ir.Node]map[string]bool {
+	out := map[ir.Node]map[string]bool{}
+	rows := map[string]bool{}
+	for _, t := range ts {
+		if t.Recv && t.Kind == dsl.TableRowsTransfer {
+			for _, o := range t.Op.Outputs {
+				rows[o] = true
+			}
+		}
+	}
+	for _, t := range ts {
+		if t.Peer.Role != ir.PServerRole || out[t.Peer] != nil {
+			continue
+		}
+		m := maps.Clone(rows)
+		for _, u := range ts {
+			if u.Recv && u.Peer == t.Peer && u.Kind != dsl.TableRowsTransfer {
+				for _, o := range u.Op.Outputs {
+					m[o] = true
+				}
+			}
+		}
+		out[t.Peer] = m
+	}
+	return out
 }
 
 // position is where the trainer is with respect to pserver l
@@ -266,23 +295,12 @@ func (m *sentMsg) noteCounted(step int64, dt ir.DType, payload []byte) {
 	m.has, m.step, m.dt = true, step, dt
 }
 
-var errTrainerAny = errors.New("a trainer receives from one pserver at a time")
-
-// Reply, RecvAny and Pending are a pserver's; a trainer's graph has none.
-func (c *Trainer) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
-	return errTrainerAny
-}
-func (c *Trainer) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
-	return 0, ir.Node{}, 0, errTrainerAny
-}
-func (c *Trainer) Pending(context.Context, []string) (string, error) { return "", errTrainerAny }
-
 // Recv implements kernels.Rendezvous: v@step from pserver from. With a
 // timeout it rides out a lost or restarted pserver (recvFromPServer).
 func (c *Trainer) Recv(ctx context.Context, step int64, from ir.Node, v string, dst []byte) (int, error) {
 	sink := c.prefix(v, dst)
 	defer release(sink)
-	if c.timeout > 0 && c.links != nil {
+	if c.timeout > 0 && c.joined {
 		return c.recvFromPServer(ctx, from, step, v, dst, sink)
 	}
 	return c.recvInto(ctx, from, step, v, dst, sink)
@@ -318,13 +336,9 @@ func (c *Trainer) Finish(ctx context.Context) error {
 // returns the newest of their oldest steps. The pservers send their
 // parameters for the step they are at (and the one before, when their
 // parts may differ by one), so at that step every recv finds its message.
-func (c *Trainer) LearnStep(ctx context.Context, g *dsl.Graph) (int64, error) {
-	ts, err := g.Transfers(g.Batch(), nil)
-	if err != nil {
-		return 0, err
-	}
+func (c *Trainer) LearnStep(ctx context.Context) (int64, error) {
 	step, any := int64(0), false
-	for _, t := range ts {
+	for _, t := range c.transfers {
 		// Parameters only: a pserver's partial norm (clip) is sent after
 		// the gradients arrive, not with the parameters.
 		if !t.Recv || t.Kind != dsl.ParamTransfer || t.Peer.Index < 0 {

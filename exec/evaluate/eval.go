@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/data"
 )
 
@@ -65,15 +66,22 @@ type aucMetric struct {
 // NewEvaluator evaluates the data of set (in memory) or file (streamed)
 // with the parameters params, in chunks of chunk rows.
 func NewEvaluator(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, chunk int) (*Evaluator, error) {
-	return NewEvaluatorTables(g, set, file, params, nil, chunk)
+	return NewEvaluatorTables(g, set, file, params, nil, nil, chunk)
 }
 
 // NewEvaluatorTables is NewEvaluator for a model with dynamic tables,
-// which it reads from tables (by name) without changing them.
-func NewEvaluatorTables(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, tables map[string]*dyntable.Table, chunk int) (*Evaluator, error) {
+// which it reads from tables (by name) without changing them, or for a
+// trainer's graph whose communication ops (a table's fetch_rows) talk
+// through rv (nil: none): trainer 0 of a job with tables pulls the rows
+// each chunk looks up from the pservers.
+func NewEvaluatorTables(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, tables map[string]*dyntable.Table, rv kernels.Rendezvous, chunk int) (*Evaluator, error) {
 	e := &Evaluator{targets: append([]string{g.Train.Loss}, g.Train.Metrics...), set: set, file: file}
 	e.sums = make([]float64, len(e.targets))
-	e.rt = &program.Runtime{Ctx: context.Background()}
+	e.rt = &program.Runtime{Ctx: context.Background(), RV: rv}
+	var node kernels.Node
+	if rv != nil {
+		node.Role = ir.TrainerRole
+	}
 	e.onChunk = e.chunk
 	compileTargets := e.targets
 	for i, m := range e.targets {
@@ -86,7 +94,7 @@ func NewEvaluatorTables(g *dsl.Graph, set *data.Set, file *data.FileStream, para
 		}
 	}
 	compile := func(batch int) (*program.Program, *program.Feeder, error) {
-		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: compileTargets, Shared: params, Tables: tables, Workers: 1})
+		p, err := program.Compile(g, program.CompileOptions{Batch: batch, Targets: compileTargets, Shared: params, Tables: tables, Workers: 1, Node: node})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -126,11 +134,6 @@ func (e *Evaluator) Chunk() int { return e.chunks.size }
 func (e *Evaluator) ReportTo(rep *progress.Reporter, what string) {
 	e.rep, e.what, e.phase = rep, what, &progress.Phase{}
 }
-
-// Use makes the evaluation's communication ops (a table's fetch_rows in
-// a trainer's graph) talk through rv: trainer 0 of a job with tables
-// pulls the rows each chunk looks up from the pservers.
-func (e *Evaluator) Use(rv kernels.Rendezvous) { e.rt.RV = rv }
 
 // Close releases the evaluator's programs.
 func (e *Evaluator) Close() {

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,12 +24,23 @@ import (
 // the pserver ran gets zeros of the size asked for (the request's keys'
 // rows).
 type loopRendezvous struct {
-	kernels.NoRendezvous
 	mu    sync.Mutex // a program's kernels send and receive from several goroutines
 	msgs  map[string][]byte
 	width int // the table's row width
 	entry int // the bytes of one requested row: 12 (a key and its count), 4 (a fixed table's id)
 }
+
+// A 1x1 sync job's pserver receives from its one trainer by name: the
+// calls of an async pserver or of a piece count below the trainers' fail.
+var errLoopSync = errors.New("loopRendezvous joins a 1x1 sync job only")
+
+func (r *loopRendezvous) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
+	return errLoopSync
+}
+func (r *loopRendezvous) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
+	return 0, ir.Node{}, 0, errLoopSync
+}
+func (r *loopRendezvous) Pending(context.Context, []string) (string, error) { return "", errLoopSync }
 
 func (r *loopRendezvous) Send(_ context.Context, _ int64, _ ir.Node, v string, _ ir.DType, payload []byte) error {
 	r.mu.Lock()
@@ -59,14 +71,14 @@ func (r *loopRendezvous) Recv(_ context.Context, _ int64, _ ir.Node, v string, d
 // step's keys have rows.
 func TestDynamicSplitStepDoesNotAllocate(t *testing.T) {
 	j := dynamicTableJob(t, 1, 1, false)
-	tp, err := program.Compile(j.Trainer, program.CompileOptions{Batch: 8})
+	tp, err := program.Compile(j.Trainer, program.CompileOptions{Batch: 8, Node: kernels.Node{Role: ir.TrainerRole}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tp.Close()
 	var pp *program.Program
 	for _, part := range program.Components(j.PServers[0]) {
-		p, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Trainers: 1}})
+		p, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Role: ir.PServerRole, Trainers: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +92,7 @@ func TestDynamicSplitStepDoesNotAllocate(t *testing.T) {
 	}
 	rv := &loopRendezvous{msgs: map[string][]byte{}, width: 4, entry: 12}
 	feed := newTestFeed(t, j.Trainer, tp)
-	rt := &program.Runtime{Ctx: context.Background(), RV: rv}
+	rt := &program.Runtime{Ctx: context.Background(), PS: rv}
 	k := 0
 	step := func() {
 		feed(k % 50) // 50 batches of 8 rows: the file, each key seen again every pass
@@ -140,14 +152,14 @@ func BenchmarkSplitStepDynamicVsFixed(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			tp, err := program.Compile(plan.Trainer, program.CompileOptions{})
+			tp, err := program.Compile(plan.Trainer, program.CompileOptions{Node: kernels.Node{Role: ir.TrainerRole}})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer tp.Close()
 			var parts []*program.Program
 			for _, part := range program.Components(plan.PServers[0]) {
-				p, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Trainers: 1}})
+				p, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Role: ir.PServerRole, Trainers: 1}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -167,7 +179,7 @@ func BenchmarkSplitStepDynamicVsFixed(b *testing.B) {
 				entry = 12
 			}
 			rv := &loopRendezvous{msgs: map[string][]byte{}, width: 16, entry: entry}
-			rt := &program.Runtime{Ctx: context.Background(), RV: rv}
+			rt := &program.Runtime{Ctx: context.Background(), PS: rv}
 			batch := int64(plan.Trainer.Batch())
 			step := func(k int) {
 				if err := feed.Fill(st, int64(k)*batch); err != nil {

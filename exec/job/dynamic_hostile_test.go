@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/dyntable"
@@ -48,7 +49,7 @@ func dynamicTableJob(t *testing.T, n, m int, async bool) *Job {
 func dynamicPart(t *testing.T, j *Job, i int, ep transport.Endpoint, keys []int64) (*program.Program, *dyntable.Table, *program.Runtime) {
 	t.Helper()
 	for _, part := range program.Components(j.PServers[i]) {
-		prog, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Trainers: j.Trainers, Async: j.Async}})
+		prog, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Role: ir.PServerRole, Trainers: j.Trainers, Async: j.Async}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +67,7 @@ func dynamicPart(t *testing.T, j *Job, i int, ep transport.Endpoint, keys []int6
 		}
 		c := comm.NewPServer(comm.Config{EP: ep, Trainers: j.Trainers, Async: j.Async, Transfers: ts})
 		t.Cleanup(c.Close)
-		return prog, tab, &program.Runtime{Ctx: context.Background(), RV: c.Part(nil, 0)}
+		return prog, tab, &program.Runtime{Ctx: context.Background(), PS: c.Part(nil, 0)}
 	}
 	t.Fatalf("pserver-%d holds no dynamic shard", i)
 	return nil, nil, nil
@@ -270,7 +271,7 @@ func TestDynamicHostilePServerReply(t *testing.T) {
 				j := dynamicTableJob(t, 1, 2, false)
 				rej := &rejections{}
 				eps := jobEndpoints(t, kind, j, batch, rej)
-				prog, err := program.Compile(j.Trainer, program.CompileOptions{Batch: batch})
+				prog, err := program.Compile(j.Trainer, program.CompileOptions{Batch: batch, Node: kernels.Node{Role: ir.TrainerRole}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/dyntable"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/pserver"
@@ -195,7 +196,7 @@ func (pr pauseRun) run(t testing.TB) pauseResult {
 		}
 		served <- err
 	}()
-	tp, err := program.Compile(j.Trainer, program.CompileOptions{Batch: pr.batch})
+	tp, err := program.Compile(j.Trainer, program.CompileOptions{Batch: pr.batch, Node: kernels.Node{Role: ir.TrainerRole}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func restoreShard(t *testing.T, dir string, step int64) *dyntable.Table {
 	t.Helper()
 	j := pauseModel(t, 64)
 	for _, part := range program.Components(j.PServers[0]) {
-		p, err := program.Compile(part, program.CompileOptions{Sequential: true})
+		p, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Role: ir.PServerRole}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/pserver"
@@ -26,6 +27,51 @@ type Job struct {
 	Async    bool
 	// Params are the parameters trainers receive from pservers, in model order.
 	Params []string
+
+	// tables holds each node's transfer table, computed once per node
+	// and batch (Transfers) and passed down to its communication and loop.
+	mu     sync.Mutex
+	tables map[tableKey][]dsl.Transfer
+}
+
+type tableKey struct {
+	id    transport.NodeID
+	batch int
+}
+
+// Transfers is node id's transfer table (dsl.Graph.Transfers): a
+// trainer's at batch (0: the model's), a pserver's at its graph's batch
+// (batch is ignored), computed the first time it is asked for.
+func (j *Job) Transfers(id transport.NodeID, batch int) ([]dsl.Transfer, error) {
+	var g *dsl.Graph
+	switch {
+	case id.Role == ir.PServerRole && id.Index >= 0 && id.Index < len(j.PServers):
+		g = j.PServers[id.Index]
+		batch = max(g.Batch(), 1)
+	case id.Role == ir.TrainerRole && id.Index >= 0 && id.Index < j.Trainers:
+		g = j.Trainer
+		if batch <= 0 {
+			batch = g.Batch()
+		}
+		id = transport.Trainer(0) // every trainer runs the one graph
+	default:
+		return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	k := tableKey{id, batch}
+	if ts, ok := j.tables[k]; ok {
+		return ts, nil
+	}
+	ts, err := g.Transfers(batch, nil)
+	if err != nil {
+		return nil, err
+	}
+	if j.tables == nil {
+		j.tables = map[tableKey][]dsl.Transfer{}
+	}
+	j.tables[k] = ts
+	return ts, nil
 }
 
 // TrainerIDs and PServerIDs name the job's nodes.
@@ -50,30 +96,26 @@ func (j *Job) PServerIDs() []transport.NodeID {
 // (a pserver hears trainers' positions, a trainer a pserver's resume step).
 func (j *Job) Specs(id transport.NodeID, batch int) ([]transport.Spec, error) {
 	i := id.Index
-	var g *dsl.Graph
 	var ctrl transport.Spec
 	switch {
 	case !id.Valid() || i < 0:
 		return nil, fmt.Errorf("%q is not a node of the job", id)
 	case id.Role == ir.PServerRole && i < len(j.PServers):
-		g, ctrl, batch = j.PServers[i], comm.PositionSpec, 1
+		ctrl = comm.PositionSpec
 	case id.Role == ir.TrainerRole && i < j.Trainers:
-		g, ctrl = j.Trainer, comm.ResumeSpec
+		ctrl = comm.ResumeSpec
 	default:
 		return nil, fmt.Errorf("%s is not a node of a job of %d trainers and %d pservers", id, j.Trainers, len(j.PServers))
 	}
-	specs, err := comm.Specs(g, batch)
+	ts, err := j.Transfers(id, batch)
 	if err != nil {
 		return nil, err
 	}
+	specs := comm.Specs(ts)
 	for _, s := range specs {
 		if strings.HasPrefix(s.Var, "psgraph/") {
 			return nil, fmt.Errorf("the graph of %s has a transfer named %q, and psgraph reserves names beginning with psgraph/ for its own messages; rename that variable", id, s.Var)
 		}
-	}
-	ts, err := g.Transfers(batch, nil)
-	if err != nil {
-		return nil, err
 	}
 	specs = append(specs, comm.HaltSpecs(id.Role)...)
 	return append(append(specs, ctrl), comm.PullSpecs(ts)...), nil
@@ -87,7 +129,7 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 		opt.Prom.SetReady(true) // listening: the trainers can reach it
 	}
 	g := j.PServers[i]
-	ts, err := g.Transfers(max(g.Batch(), 1), nil)
+	ts, err := j.Transfers(transport.PServer(i), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +138,7 @@ func (j *Job) RunPServer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	if opt.Stop != nil && j.Trainer.Data.IsOnline() {
 		defer c.StartHalt(opt.Stop)()
 	}
-	opt.Comm = c
+	opt.Comm, opt.Transfers = c, ts
 	return pserver.Serve(ctx, g, opt)
 }
 
@@ -125,7 +167,7 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 		specs, _ := j.Specs(transport.Trainer(i), opt.Batch)
 		ep = opt.Prom.Endpoint(ep, j.PServerIDs(), specs)
 	}
-	ts, err := j.Trainer.Transfers(opt.Batch, nil)
+	ts, err := j.Transfers(transport.Trainer(i), opt.Batch)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +181,7 @@ func (j *Job) RunTrainer(ctx context.Context, i int, ep transport.Endpoint, opt 
 	if err := c.Join(ctx, j.Trainer, int64(opt.StartStep), opt.Steps, opt.Batch); err != nil {
 		return nil, err
 	}
-	opt.Comm = c
+	opt.Comm, opt.Transfers = c, ts
 	return trainer.Train(ctx, j.Trainer, opt)
 }
 
@@ -154,7 +196,7 @@ func (j *Job) tablesFit(batch int) error {
 	if !dsl.HasTables(j.Trainer) {
 		return nil
 	}
-	ts, err := j.Trainer.Transfers(batch, nil)
+	ts, err := j.Transfers(transport.Trainer(0), batch)
 	if err != nil {
 		return err
 	}
@@ -163,7 +205,7 @@ func (j *Job) tablesFit(batch int) error {
 			continue
 		}
 		g := j.PServers[t.Peer.Index]
-		ps, err := g.Transfers(max(g.Batch(), 1), nil)
+		ps, err := j.Transfers(t.Peer, 0)
 		if err != nil {
 			return err
 		}

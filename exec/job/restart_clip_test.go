@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -12,11 +11,10 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ops"
 	"github.com/psgraph/psgraph/exec/trainer"
+	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
-
-var soak = flag.Bool("soak", false, "run the restart soaks (TestPServerRestartClipNormSoak: 50 pserver restarts with clip.norm)")
 
 const clipModel = "../../testdata/restart/digits-clip-norm.yaml"
 
@@ -85,13 +83,11 @@ func gradsTo(t *testing.T, g *dsl.Graph, p transport.NodeID) int {
 	return n
 }
 
-// The same restart wherever it falls, 50 times (go test -soak -run
+// The same restart wherever it falls, 50 times (go test -long -run
 // Soak): every run finishes (TestPServerRestartInmem's checks: accuracy,
 // one model on both trainers, a start at or after the checkpoint).
 func TestPServerRestartClipNormSoak(t *testing.T) {
-	if !*soak {
-		t.Skip("a soak: go test ./exec/job -soak -run TestPServerRestartClipNormSoak")
-	}
+	testfix.Long(t)
 	g := load(t, clipModel)
 	const runs = 50
 	passed := 0

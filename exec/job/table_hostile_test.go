@@ -128,7 +128,7 @@ func tablePart(t *testing.T, j *Job, i int, ep transport.Endpoint) (*program.Pro
 		if len(dsl.TableShards(part)) == 0 {
 			continue
 		}
-		prog, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Trainers: j.Trainers, Async: j.Async}})
+		prog, err := program.Compile(part, program.CompileOptions{Sequential: true, Node: kernels.Node{Role: ir.PServerRole, Trainers: j.Trainers, Async: j.Async}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func tablePart(t *testing.T, j *Job, i int, ep transport.Endpoint) (*program.Pro
 		}
 		c := comm.NewPServer(comm.Config{EP: ep, Trainers: j.Trainers, Async: j.Async, Transfers: ts})
 		t.Cleanup(c.Close)
-		return prog, &program.Runtime{Ctx: context.Background(), RV: c.Part(nil, 0)}
+		return prog, &program.Runtime{Ctx: context.Background(), PS: c.Part(nil, 0)}
 	}
 	t.Fatalf("pserver-%d holds no table shard", i)
 	return nil, nil
@@ -282,7 +282,7 @@ func TestTableHostilePServerReply(t *testing.T) {
 				j := tableJob(t, 1, 2, false)
 				rej := &rejections{}
 				eps := jobEndpoints(t, kind, j, batch, rej)
-				prog, err := program.Compile(j.Trainer, program.CompileOptions{Batch: batch})
+				prog, err := program.Compile(j.Trainer, program.CompileOptions{Batch: batch, Node: kernels.Node{Role: ir.TrainerRole}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/comm"
 	"github.com/psgraph/psgraph/exec/evaluate"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/trainer"
@@ -303,7 +305,7 @@ func TestTableShardsInitFromStridedRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j, pg := range plan.PServers {
-			prog, err := program.Compile(pg, program.CompileOptions{Sequential: true})
+			prog, err := program.Compile(pg, program.CompileOptions{Sequential: true, Node: kernels.Node{Role: ir.PServerRole}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,9 +26,12 @@ import (
 type Runtime interface {
 	Context() context.Context
 	Step() int64
-	// Rendezvous is the node's communication; a local run's fails every
-	// call (NoRendezvous).
+	// Rendezvous is the node's communication in a job (nil outside one,
+	// where no kernel of a communication op is built: checkRole).
 	Rendezvous() Rendezvous
+	// Server is a pserver's communication (nil on any other node, where
+	// no kernel of a pserver's op is built: checkRole).
+	Server() ServerRendezvous
 	// Queue returns the node-local queue of that name.
 	Queue(name string, capacity int) Queue
 }
@@ -37,19 +40,30 @@ type Runtime interface {
 // manner of TensorFlow's: a kernel sends and receives by transfer (its
 // name) and peer; how a peer that was lost is waited for, and a restarted
 // one brought up to date, is the node's business (package comm), not the
-// kernel's.
+// kernel's. Trainers and pservers both have these two calls.
 type Rendezvous interface {
 	// Send hands payload to transfer v's peer `to` (Index -1: every
 	// trainer) for step. It must not block on the network; payload must
 	// not change before the node's next step.
 	Send(ctx context.Context, step int64, to ir.Node, v string, dt ir.DType, payload []byte) error
+	// Recv blocks until transfer v of step from peer `from` arrived,
+	// reads it into the front of dst and returns its length.
+	Recv(ctx context.Context, step int64, from ir.Node, v string, dst []byte) (int, error)
+}
+
+// ServerRendezvous is a pserver's rendezvous: besides sending to and
+// receiving from one peer, it takes a transfer from whichever trainer
+// sent it first and answers that trainer, as an async pserver, or a piece
+// count below the trainers', does. A trainer has none: the kernel of a
+// pserver's op is not built on a trainer (its catalog entry says
+// which role runs it: ops.Def.On), so a graph wired to
+// the wrong role fails when it is compiled.
+type ServerRendezvous interface {
+	Rendezvous
 	// Reply sends payload under transfer v to the trainer whose piece of
 	// transfer replyTo was received last (RecvAny), for that piece's step
 	// plus offset: an async pserver answers whoever sent the gradient.
 	Reply(ctx context.Context, offset int64, replyTo, v string, dt ir.DType, payload []byte) error
-	// Recv blocks until transfer v of step from peer `from` arrived,
-	// reads it into the front of dst and returns its length.
-	Recv(ctx context.Context, step int64, from ir.Node, v string, dst []byte) (int, error)
 	// RecvAny blocks until transfer v arrived from any trainer (an async
 	// pserver, or a piece count below the trainers'), reads it into the
 	// front of dst and returns its length, its trainer and its step.
@@ -61,31 +75,28 @@ type Rendezvous interface {
 	Pending(ctx context.Context, vs []string) (string, error)
 }
 
-// NoRendezvous is the rendezvous of a node outside a split job: every
-// call fails, saying that the op belongs to a placed graph.
-type NoRendezvous struct{}
-
-var errNoRendezvous = errors.New("this op moves tensors between nodes; run the placed files from `psgraph split` with --role trainer/pserver")
-
-func (NoRendezvous) Send(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
-	return errNoRendezvous
+// checkRole fails for a transfer op (ops.Def.Transfer) built for a node
+// it does not run on (ops.Def.On): outside a job, or on the other role.
+func checkRole(op string, n Node) error {
+	def, _ := ops.Lookup(op)
+	on := def.On
+	switch {
+	case !def.Transfer:
+		return nil
+	case n.Role == ir.NoRole:
+		return errors.New("this op moves tensors between nodes; run the placed files from `psgraph split` with --role trainer/pserver")
+	case on != ir.NoRole && on != n.Role:
+		return fmt.Errorf("this op runs on a %s, and this graph is run as a %s: run each placed file from `psgraph split` with its own --role", on, n.Role)
+	}
+	return nil
 }
-func (NoRendezvous) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
-	return errNoRendezvous
-}
-func (NoRendezvous) Recv(context.Context, int64, ir.Node, string, []byte) (int, error) {
-	return 0, errNoRendezvous
-}
-func (NoRendezvous) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
-	return 0, ir.Node{}, 0, errNoRendezvous
-}
-func (NoRendezvous) Pending(context.Context, []string) (string, error) { return "", errNoRendezvous }
 
 // Node is the node's place in its job, fixed when its kernels are built:
-// its trainer index (a trainer's; dropout masks differ per trainer), the
-// trainer count, and whether the job is async. The zero Node is a local
-// run's: one trainer, sync.
+// its role (ir.NoRole: outside a job), its trainer index (a trainer's;
+// dropout masks differ per trainer), the trainer count, and whether the
+// job is async. The zero Node is a local run's: one trainer, sync.
 type Node struct {
+	Role     ir.Role
 	Trainer  int
 	Trainers int
 	Async    bool
@@ -139,6 +150,9 @@ func Build(name string, a Args) (Kernel, error) {
 	if !ok {
 		return nil, fmt.Errorf("no kernel is registered for op %q", name)
 	}
+	if err := checkRole(name, a.Node); err != nil {
+		return nil, err
+	}
 	return b(a)
 }
 
@@ -182,6 +196,9 @@ func BuildSplit(name string, a Args) (s Split, ok bool, err error) {
 	b, ok := splitBuilders[name]
 	if !ok {
 		return Split{}, false, nil
+	}
+	if err := checkRole(name, a.Node); err != nil {
+		return Split{}, true, err
 	}
 	s, err = b(a)
 	return s, true, err

@@ -35,8 +35,11 @@ func sendKernel(k Args) (Kernel, error) {
 	}
 	offset, replyTo := int64(k.Attrs.Int("step_offset")), k.Attrs.String("reply_to")
 	if to.Index < 0 && k.Node.Async && replyTo != "" {
+		if k.Node.Role != ir.PServerRole {
+			return nil, fmt.Errorf("send %s replies to the trainer of %s, which a pserver does; this graph is run as a %s", v, replyTo, k.Node.Role)
+		}
 		return func(rt Runtime) error {
-			return rt.Rendezvous().Reply(rt.Context(), offset, replyTo, v, x.DType, x.Bytes())
+			return rt.Server().Reply(rt.Context(), offset, replyTo, v, x.DType, x.Bytes())
 		}, nil
 	}
 	return func(rt Runtime) error {
@@ -76,7 +79,7 @@ func accumulateKernel(k Args) (Kernel, error) {
 	}
 	ordered := n == k.Node.TrainerCount() && !k.Node.Async
 	return func(rt Runtime) error {
-		return Mean(rt.Context(), rt.Rendezvous(), rt.Step(), v, n, ordered, y.F, scratch)
+		return Mean(rt.Context(), rt.Server(), rt.Step(), v, n, ordered, y.F, scratch)
 	}, nil
 }
 
@@ -85,7 +88,7 @@ func accumulateKernel(k Args) (Kernel, error) {
 // from each trainer for step and they are summed in trainer order, so the
 // result is deterministic; otherwise (async, or a min_count below the
 // trainers') the first n pieces to arrive from anyone are taken.
-func Mean(ctx context.Context, rv Rendezvous, step int64, v string, n int, ordered bool, y, scratch []float32) error {
+func Mean(ctx context.Context, rv ServerRendezvous, step int64, v string, n int, ordered bool, y, scratch []float32) error {
 	for i := range n {
 		into := scratch
 		if i == 0 {

@@ -278,14 +278,14 @@ func dynServeKernel(k Args) (Kernel, error) {
 		// Async: requests as they come until a row gradient is pending
 		// (serve_rows says why).
 		for {
-			next, err := rt.Rendezvous().Pending(rt.Context(), either)
+			next, err := rt.Server().Pending(rt.Context(), either)
 			if err != nil {
 				return err
 			}
 			if next == gradVar {
 				return nil
 			}
-			n, src, step, err := rt.Rendezvous().RecvAny(rt.Context(), idsVar, reqs[0])
+			n, src, step, err := rt.Server().RecvAny(rt.Context(), idsVar, reqs[0])
 			if err != nil {
 				return err
 			}

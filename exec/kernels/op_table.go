@@ -221,14 +221,14 @@ func serveRequests(k Args, count int, idsVar, gradVar string, buf []byte, serve 
 			return nil
 		}
 		for {
-			next, err := rt.Rendezvous().Pending(rt.Context(), either)
+			next, err := rt.Server().Pending(rt.Context(), either)
 			if err != nil {
 				return err
 			}
 			if next == gradVar {
 				return nil
 			}
-			n, src, step, err := rt.Rendezvous().RecvAny(rt.Context(), idsVar, buf)
+			n, src, step, err := rt.Server().RecvAny(rt.Context(), idsVar, buf)
 			if err != nil {
 				return err
 			}
@@ -248,7 +248,7 @@ func recvPiece(rt Runtime, k Args, count, i int, v string, buf []byte) (n, src i
 		n, err = rt.Rendezvous().Recv(rt.Context(), rt.Step(), ir.Trainer(i), v, buf)
 		return n, i, err
 	}
-	n, from, _, err := rt.Rendezvous().RecvAny(rt.Context(), v, buf)
+	n, from, _, err := rt.Server().RecvAny(rt.Context(), v, buf)
 	return n, from.Index, err
 }
 

@@ -60,7 +60,7 @@ func TestBundledTableMessagesRefused(t *testing.T) {
 			tables = append(tables, tb)
 			before = append(before, append([]float32{}, tb.F...))
 		}
-		args := Args{Attrs: ops.Attrs{"var": ops.TableBundle, "count": 1, "max_rows": []int{4, 4}, "shapes": []int{5, 2, 4, 3}}}
+		args := Args{Attrs: ops.Attrs{"var": ops.TableBundle, "count": 1, "max_rows": []int{4, 4}, "shapes": []int{5, 2, 4, 3}}, Node: Node{Role: onOf(c.op)}}
 		var outs []*tensor.Tensor
 		if c.op == "serve_tables" {
 			args.In = tables

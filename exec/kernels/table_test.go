@@ -11,9 +11,14 @@ import (
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
+// onOf is the role that runs op (the catalog's).
+func onOf(op string) ir.Role {
+	def, _ := ops.Lookup(op)
+	return def.On
+}
+
 // hostileRuntime answers every receive with a fixed payload.
 type hostileRuntime struct {
-	NoRendezvous
 	payload []byte
 	sent    int
 }
@@ -21,6 +26,7 @@ type hostileRuntime struct {
 func (r *hostileRuntime) Context() context.Context { return context.Background() }
 func (r *hostileRuntime) Step() int64              { return 0 }
 func (r *hostileRuntime) Rendezvous() Rendezvous   { return r }
+func (r *hostileRuntime) Server() ServerRendezvous { return nil }
 func (r *hostileRuntime) Queue(string, int) Queue  { return nil }
 func (r *hostileRuntime) Send(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
 	r.sent++
@@ -55,7 +61,7 @@ func TestShardOpsRefuseHostileInput(t *testing.T) {
 			table.F[i] = float32(i)
 		}
 		before := append([]float32{}, table.F...)
-		args := Args{Attrs: ops.Attrs{"var": "T", "count": 1, "max_rows": 4, "shape": []int{rows, d}}}
+		args := Args{Attrs: ops.Attrs{"var": "T", "count": 1, "max_rows": 4, "shape": []int{rows, d}}, Node: Node{Role: onOf(c.op)}}
 		var out *tensor.Tensor
 		if c.op == "serve_rows" {
 			args.In = []*tensor.Tensor{table}
@@ -124,7 +130,7 @@ func TestFetchRowsSkipsPadding(t *testing.T) {
 	bags := &tensor.Tensor{DType: tensor.I32, Shape: tensor.Shape{2, 3}, I: []int32{7, -1, 4, -1, -1, 7}}
 	items := &tensor.Tensor{DType: tensor.I32, Shape: tensor.Shape{2}, I: []int32{2, 4}}
 	out := tensor.NewSparse(tensor.Shape{v, d}, 8, tensor.NewRowSet(8))
-	k, err := Build("fetch_rows", Args{In: []*tensor.Tensor{bags, items}, Out: []*tensor.Tensor{out}, Attrs: ops.Attrs{"var": "T", "shards": m, "shape": []int{v, d}}})
+	k, err := Build("fetch_rows", Args{In: []*tensor.Tensor{bags, items}, Out: []*tensor.Tensor{out}, Attrs: ops.Attrs{"var": "T", "shards": m, "shape": []int{v, d}}, Node: Node{Role: ir.TrainerRole}})
 	if err != nil {
 		t.Fatal(err)
 	}

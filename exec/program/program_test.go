@@ -11,10 +11,10 @@ import (
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/internal/testfix"
 
 	"github.com/psgraph/psgraph/exec/data"
-	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
 
@@ -376,7 +376,7 @@ ops:
 		t.Fatal(err)
 	}
 	for _, seq := range []bool{false, true} {
-		p, err := Compile(cg, CompileOptions{Sequential: seq})
+		p, err := Compile(cg, CompileOptions{Sequential: seq, Node: kernels.Node{Role: ir.TrainerRole}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +391,11 @@ ops:
 }
 
 // cancelledComm's recv returns the context's error, as a transport does.
-type cancelledComm struct{ kernels.NoRendezvous }
+type cancelledComm struct{}
+
+func (cancelledComm) Send(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
+	return nil
+}
 
 func (cancelledComm) Recv(ctx context.Context, _ int64, _ ir.Node, _ string, _ []byte) (int, error) {
 	return 0, ctx.Err()

@@ -11,12 +11,15 @@ import (
 )
 
 // Runtime is the kernels.Runtime of one node: the step being run, the
-// node's communication (its kernels.Rendezvous; nil outside a job) and its
-// queues. A loop keeps one and sets StepNum before each Run.
+// node's communication and its queues. A loop keeps one and sets StepNum
+// before each Run.
 type Runtime struct {
 	Ctx     context.Context
 	StepNum int64
-	RV      kernels.Rendezvous
+	// RV is a trainer's communication, PS a pserver's (both nil outside
+	// a job).
+	RV kernels.Rendezvous
+	PS kernels.ServerRendezvous
 
 	mu     sync.Mutex
 	queues map[string]*queue
@@ -25,13 +28,16 @@ type Runtime struct {
 func (r *Runtime) Context() context.Context { return r.Ctx }
 func (r *Runtime) Step() int64              { return r.StepNum }
 
-// Rendezvous is the node's communication: kernels.NoRendezvous outside a job.
+// Rendezvous is the node's communication, a trainer's or a pserver's.
 func (r *Runtime) Rendezvous() kernels.Rendezvous {
-	if r.RV == nil {
-		return kernels.NoRendezvous{}
+	if r.PS != nil {
+		return r.PS
 	}
 	return r.RV
 }
+
+// Server is a pserver's communication.
+func (r *Runtime) Server() kernels.ServerRendezvous { return r.PS }
 
 // Queue returns the node-local bounded queue of that name.
 func (r *Runtime) Queue(name string, capacity int) kernels.Queue {

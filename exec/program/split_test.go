@@ -25,7 +25,6 @@ import (
 // of table t holding value 1000*t + g. It counts the requests in flight
 // when the first reply was waited for.
 type shardRendezvous struct {
-	kernels.NoRendezvous
 	shards int
 	tables map[string]int // a table's rows transfer -> its index
 
@@ -140,7 +139,7 @@ func TestSplitFetchesAllInFlight(t *testing.T) {
 	g := splitModel(t, tables, shards, rows, d)
 	for _, workers := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			p, err := Compile(g, CompileOptions{Batch: batch, Workers: workers, Node: kernels.Node{Trainers: 1}})
+			p, err := Compile(g, CompileOptions{Batch: batch, Workers: workers, Node: kernels.Node{Role: ir.TrainerRole, Trainers: 1}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +200,7 @@ func TestSplitFetchesAllInFlight(t *testing.T) {
 // reports the op.
 func TestSplitStartErrorStopsTheStep(t *testing.T) {
 	g := splitModel(t, 2, 2, 50, 4)
-	p, err := Compile(g, CompileOptions{Batch: 4, Workers: 2})
+	p, err := Compile(g, CompileOptions{Batch: 4, Workers: 2, Node: kernels.Node{Role: ir.TrainerRole}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func streamPart(t testing.TB, rows, cols int, optimizer string) *dsl.Graph {
 // compilePart compiles a part as Serve does and initializes its variables.
 func compilePart(t testing.TB, part *dsl.Graph) *Program {
 	t.Helper()
-	p, err := Compile(part, CompileOptions{Sequential: true})
+	p, err := Compile(part, CompileOptions{Sequential: true, Node: kernels.Node{Role: ir.PServerRole}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,6 @@ func compilePart(t testing.TB, part *dsl.Graph) *Program {
 // of the gradient writes grad (when set) and Send keeps a copy of the last
 // payload of each transfer (when sent is set).
 type streamComm struct {
-	kernels.NoRendezvous
 	grad []float32
 	sent map[string][]float32
 }
@@ -151,6 +150,9 @@ func (c *streamComm) RecvAny(ctx context.Context, v string, dst []byte) (int, ir
 	n, err := c.Recv(ctx, 0, ir.Node{}, v, dst)
 	return n, ir.Trainer(0), 0, err
 }
+
+// Pending: the gradient is always there.
+func (c *streamComm) Pending(_ context.Context, vs []string) (string, error) { return vs[0], nil }
 
 // randomGrad is a gradient with values over several magnitudes.
 func randomGrad(rng *rand.Rand, n int) []float32 {
@@ -256,11 +258,11 @@ func TestStreamerEqualsProgram(t *testing.T) {
 						for k := int64(0); k < steps; k++ {
 							grad := randomGrad(rng, n)
 							rc := &streamComm{grad: grad, sent: map[string][]float32{}}
-							if err := ref.Run(&Runtime{Ctx: context.Background(), RV: rc, StepNum: k}); err != nil {
+							if err := ref.Run(&Runtime{Ctx: context.Background(), PS: rc, StepNum: k}); err != nil {
 								t.Fatal(err)
 							}
 							sc := &streamComm{sent: map[string][]float32{}}
-							if err := streamStep(s, &Runtime{Ctx: context.Background(), RV: sc, StepNum: k}, grad, split.sizes(rng, n), scratch); err != nil {
+							if err := streamStep(s, &Runtime{Ctx: context.Background(), PS: sc, StepNum: k}, grad, split.sizes(rng, n), scratch); err != nil {
 								t.Fatal(err)
 							}
 							for name, want := range PersistentOf(ref) {
@@ -397,7 +399,7 @@ func TestStreamerChunkOrder(t *testing.T) {
 			if s == nil {
 				t.Fatal(why)
 			}
-			err := c.run(s, &Runtime{Ctx: context.Background(), RV: &streamComm{}})
+			err := c.run(s, &Runtime{Ctx: context.Background(), PS: &streamComm{}})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error containing %q", err, c.want)
 			}
@@ -419,7 +421,7 @@ func TestStreamerDoesNotAllocate(t *testing.T) {
 			grad := randomGrad(rand.New(rand.NewPCG(1, 1)), n)
 			sizes := append(fixedSizes(n/2, 1000), fixedSizes(n-n/2, 65536)...)
 			scratch := make([]float32, 65536)
-			rt := &Runtime{Ctx: context.Background(), RV: &streamComm{}}
+			rt := &Runtime{Ctx: context.Background(), PS: &streamComm{}}
 			allocs := testing.AllocsPerRun(10, func() {
 				if err := streamStep(s, rt, grad, sizes, scratch); err != nil {
 					t.Fatal(err)
@@ -451,7 +453,7 @@ func BenchmarkStreamingUpdate(b *testing.B) {
 			}
 			grad := randomGrad(rand.New(rand.NewPCG(1, 2)), rows*cols)
 			gt := p.Scope["W@GRAD"]
-			rt := &Runtime{Ctx: context.Background(), RV: &streamComm{}}
+			rt := &Runtime{Ctx: context.Background(), PS: &streamComm{}}
 			var normal, streamed time.Duration
 			var normalB, streamedB uint64
 			var m0, m1 runtime.MemStats

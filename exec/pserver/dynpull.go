@@ -33,7 +33,7 @@ type dynShardServer struct {
 
 }
 
-func (s *dynShardServer) serve(ctx context.Context, c *comm.PServer) error {
+func (s *dynShardServer) serve(ctx context.Context, c Comm) error {
 	w := s.t.Config().Dim
 	s.keyBuf = make([]int64, 0, comm.DynamicPullKeyList(w))
 	return servePulls(ctx, c, s.part, s.table, "dynamic table "+s.table, w, s)

@@ -62,7 +62,7 @@ func (p *stepsApplied) await(ctx context.Context, k int64) error {
 
 // puller answers the pulls of one table shard until the job ends.
 type puller interface {
-	serve(ctx context.Context, c *comm.PServer) error
+	serve(ctx context.Context, c Comm) error
 }
 
 // shardReader is what a fixed and a dynamic shard answer pulls with: how
@@ -76,7 +76,7 @@ type shardReader interface {
 // servePulls answers the pulls of table, of rows w wide, from sr until
 // every trainer is done (a finished error) or ctx ends. what names the
 // table in errors.
-func servePulls(ctx context.Context, c *comm.PServer, p *part, table, what string, w int, sr shardReader) error {
+func servePulls(ctx context.Context, c Comm, p *part, table, what string, w int, sr shardReader) error {
 	buf := make([]byte, comm.PullSpec(table, w).Bytes)
 	// One reply buffer per trainer: a trainer sends its next pull only
 	// once it received the last reply, which may change only then.
@@ -151,7 +151,7 @@ func shardServers(parts []*part, async bool) ([]puller, error) {
 	return out, nil
 }
 
-func (s *shardServer) serve(ctx context.Context, c *comm.PServer) error {
+func (s *shardServer) serve(ctx context.Context, c Comm) error {
 	w := s.shard.RowWidth()
 	s.ids = make([]int32, 0, comm.PullRows(w))
 	return servePulls(ctx, c, s.part, s.table, s.table, w, s)
@@ -176,7 +176,7 @@ func (s *shardServer) read(r comm.Pull, buf []float32) ([]float32, error) {
 }
 
 // readAt runs read once the part is as far as r asks (see above).
-func (p *part) readAt(ctx context.Context, c *comm.PServer, who int, r comm.Pull, read func()) error {
+func (p *part) readAt(ctx context.Context, c Comm, who int, r comm.Pull, read func()) error {
 	switch {
 	case !c.Async():
 		if err := p.applied.await(ctx, r.At); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -25,10 +27,13 @@ import (
 // ServeOptions configures a pserver: the node that holds parameter blocks,
 // runs their initializers and optimizer subgraphs, and serves them.
 type ServeOptions struct {
-	Comm     *comm.PServer
-	InitFrom string
-	Log      zerolog.Logger
-	LogEvery int
+	Comm Comm
+	// Transfers is the pserver's transfer table (dsl.Graph.Transfers),
+	// computed once for the job (job.Job.Transfers).
+	Transfers []dsl.Transfer
+	InitFrom  string
+	Log       zerolog.Logger
+	LogEvery  int
 	// Workers bounds concurrent compute (0: GOMAXPROCS).
 	Workers int
 	// Checkpoint saves the node's blocks and optimizer state every Every
@@ -184,7 +189,7 @@ func (p *part) saveTables(ck *modelfile.Checkpointer, step int64) error {
 // cancels the pserver (but a trainer finishing is not a failure).
 func compileParts(g *dsl.Graph, opt ServeOptions, cancel context.CancelFunc) ([]*part, error) {
 	var parts []*part
-	node := kernels.Node{Trainers: opt.Comm.Trainers(), Async: opt.Comm.Async()}
+	node := kernels.Node{Role: ir.PServerRole, Trainers: opt.Comm.Trainers(), Async: opt.Comm.Async()}
 	for _, pg := range program.Components(g) {
 		// A part is one block's update: accumulate, then a short chain of
 		// small element-wise ops; running it on its loop's goroutine saves
@@ -203,12 +208,8 @@ func compileParts(g *dsl.Graph, opt ServeOptions, cancel context.CancelFunc) ([]
 				cancel()
 			}
 		}
-		ts, err := pg.Transfers(max(pg.Batch(), 1), nil)
-		if err != nil {
-			return parts, err
-		}
-		for _, t := range ts {
-			if t.Kind != dsl.ParamTransfer || t.Recv || t.Initial == "" {
+		for _, t := range opt.Transfers {
+			if t.Kind != dsl.ParamTransfer || t.Recv || t.Initial == "" || !slices.Contains(pg.Ops, t.Op) {
 				continue
 			}
 			x, ok := prog.Scope[t.Initial]
@@ -247,7 +248,7 @@ func restore(parts []*part, opt ServeOptions) (int64, error) {
 // done, and returns the last step and how many parts streamed their
 // update. The part that failed cancelled the others: its error is
 // reported, not their cancellation.
-func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *comm.PServer, opt ServeOptions, first int64) (int64, int, error) {
+func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c Comm, opt ServeOptions, first int64) (int64, int, error) {
 	var snap *snapshot
 	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 {
 		snap = &snapshot{ck: ck, log: opt.Log, parts: len(parts), pending: map[int64]*pendingCk{}}
@@ -307,7 +308,7 @@ func runParts(ctx context.Context, cancel context.CancelFunc, parts []*part, c *
 // block on it: more pservers than blocks): it waits until every trainer
 // said Done, as a pserver's loops do, so that the trainers, which connect
 // to every pserver, find it there until they finish.
-func idle(ctx context.Context, c *comm.PServer) error {
+func idle(ctx context.Context, c Comm) error {
 	for i := range c.Trainers() {
 		for {
 			err := c.Endpoint().WaitDone(ctx, transport.Trainer(i))
@@ -327,8 +328,8 @@ func idle(ctx context.Context, c *comm.PServer) error {
 // of the last step (so a finished job can be continued from where it
 // ended) and the table shards it holds (--save), and tells the trainers
 // it is done.
-func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, opt ServeOptions, first, last int64) error {
-	if err := awaitTrainers(ctx, g, c, last); err != nil {
+func finish(ctx context.Context, g *dsl.Graph, parts []*part, c Comm, opt ServeOptions, first, last int64) error {
+	if err := awaitTrainers(ctx, opt.Transfers, c, last); err != nil {
 		return c.StopJob(err)
 	}
 	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && last > first && last%int64(ck.Every) != 0 {
@@ -364,10 +365,10 @@ func finish(ctx context.Context, g *dsl.Graph, parts []*part, c *comm.PServer, o
 // trainers are done (a finished error) or something fails.
 // The first part (index 0) also counts the pserver's steps for
 // Prometheus; opt.Publisher learns what each step changed.
-func serveLoop(ctx context.Context, p *part, index int, c *comm.PServer, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64) (int64, error) {
+func serveLoop(ctx context.Context, p *part, index int, c Comm, opt ServeOptions, first int64, snap *snapshot, streamed *atomic.Int64) (int64, error) {
 	counts := index == 0
 	rv := p.rv
-	rt := &program.Runtime{Ctx: ctx, RV: rv}
+	rt := &program.Runtime{Ctx: ctx, PS: rv}
 	logEvery := int64(max(opt.LogEvery, 1))
 	vars := program.PersistentOf(p.prog)
 	var sp *streamedPart
@@ -420,11 +421,7 @@ func serveLoop(ctx context.Context, p *part, index int, c *comm.PServer, opt Ser
 
 // awaitTrainers checks, once one trainer finished at step k, that every
 // trainer finished there too: in sync mode they run the same steps.
-func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.PServer, k int64) error {
-	ts, err := g.Transfers(max(g.Batch(), 1), nil)
-	if err != nil {
-		return err
-	}
+func awaitTrainers(ctx context.Context, ts []dsl.Transfer, c Comm, k int64) error {
 	for _, t := range ts {
 		if !t.Recv || t.Kind != dsl.GradTransfer && t.Kind != dsl.ClipFactorTransfer {
 			continue
@@ -459,7 +456,7 @@ func awaitTrainers(ctx context.Context, g *dsl.Graph, c *comm.PServer, k int64) 
 // awaitDone waits until trainer i said Done with nothing more of v at
 // step k, riding out a connection lost meanwhile (what the loss cut off,
 // the Done included, is written again).
-func awaitDone(ctx context.Context, c *comm.PServer, i int, k int64, v string, buf []byte) error {
+func awaitDone(ctx context.Context, c Comm, i int, k int64, v string, buf []byte) error {
 	for {
 		err := c.Endpoint().Recv(ctx, transport.Trainer(i), k, v, buf)
 		switch {

@@ -34,13 +34,10 @@ type table struct {
 	order  int
 }
 
-// tablesOf lists the sharded tables the trainer's graph fetches rows of.
-func tablesOf(g *dsl.Graph, batch int) (map[string]table, error) {
+// tablesOf lists the sharded tables the trainer's graph fetches rows of,
+// from its transfer table ts at batch.
+func tablesOf(g *dsl.Graph, batch int, ts []dsl.Transfer) (map[string]table, error) {
 	types, err := g.Infer(batch)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := g.Transfers(batch, types)
 	if err != nil {
 		return nil, err
 	}
@@ -194,16 +191,6 @@ func (r *pullRendezvous) recv(ctx context.Context, from ir.Node, name string, ds
 		}
 	}
 	return 4 * len(ids) * t.width, nil
-}
-
-func (r *pullRendezvous) Reply(context.Context, int64, string, string, ir.DType, []byte) error {
-	return errEvalSends
-}
-func (r *pullRendezvous) RecvAny(context.Context, string, []byte) (int, ir.Node, int64, error) {
-	return 0, ir.Node{}, 0, errEvalSends
-}
-func (r *pullRendezvous) Pending(context.Context, []string) (string, error) {
-	return "", errEvalSends
 }
 
 var _ kernels.Rendezvous = (*pullRendezvous)(nil)

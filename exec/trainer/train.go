@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/transport"
@@ -34,6 +35,9 @@ type RunOptions struct {
 	Role  string // "local", "trainer"
 	Steps int    // 0: the model's train.steps
 	Batch int    // 0: the model's train.batch
+	// Transfers is a distributed trainer's transfer table at Batch
+	// (dsl.Graph.Transfers), computed once for the job (job.Job.Transfers).
+	Transfers []dsl.Transfer
 	// InitFrom is a safetensors file of initial values: a local run's
 	// parameters and state; a distributed trainer reads from it only the
 	// persistent variables it holds (the model's own state, such as
@@ -190,7 +194,7 @@ type Comm interface {
 	// err, and returns err.
 	StopJob(err error) error
 	// LearnStep is the step a trainer that learns its start joins at.
-	LearnStep(ctx context.Context, g *dsl.Graph) (int64, error)
+	LearnStep(ctx context.Context) (int64, error)
 	// Traffic is what the endpoint moved so far.
 	Traffic() transport.Traffic
 	// Pull receives rows of pserver shard's part of table (comm.Pull):
@@ -421,6 +425,15 @@ func (r *run) openData() error {
 	return nil
 }
 
+// node is the trainer's place in its job (a local run's: outside one).
+func (r *run) node() kernels.Node {
+	n := kernels.Node{Trainer: r.opt.TrainerIndex, Trainers: r.n}
+	if r.opt.Comm != nil {
+		n.Role = ir.TrainerRole
+	}
+	return n
+}
+
 // compile compiles the training program, gives it its initial values,
 // and prepares the metrics file and the held-out evaluator.
 func (r *run) compile() error {
@@ -429,8 +442,7 @@ func (r *run) compile() error {
 	if r.evaluates && opt.Comm != nil {
 		pin = opt.Params // the received parameters, which evaluation reads
 	}
-	prog, err := program.Compile(g, program.CompileOptions{Batch: r.batch, Pin: pin,
-		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
+	prog, err := program.Compile(g, program.CompileOptions{Batch: r.batch, Pin: pin, Node: r.node()})
 	if err != nil {
 		return err
 	}
@@ -492,19 +504,20 @@ func (r *run) compile() error {
 			shared[name] = t
 		}
 	}
-	if r.ev, err = evaluate.NewEvaluatorTables(g, r.held.Set, r.held.File, shared, r.prog.Tables, max(r.batch, evaluate.EvalChunk)); err != nil {
-		return err
-	}
-	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
-	r.closers = append(r.closers, r.ev.Close)
+	var rv kernels.Rendezvous // the evaluation's table pulls
 	if r.tables {
-		tables, err := tablesOf(g, r.batch)
+		tables, err := tablesOf(g, r.batch, opt.Transfers)
 		if err != nil {
 			return err
 		}
 		r.pulls = newPullRendezvous(opt.Comm, tables)
-		r.ev.Use(r.pulls)
+		rv = r.pulls
 	}
+	if r.ev, err = evaluate.NewEvaluatorTables(g, r.held.Set, r.held.File, shared, r.prog.Tables, rv, max(r.batch, evaluate.EvalChunk)); err != nil {
+		return err
+	}
+	r.ev.ReportTo(r.progress(), "evaluating the held-out data")
+	r.closers = append(r.closers, r.ev.Close)
 	return nil
 }
 
@@ -517,7 +530,7 @@ func (r *run) startStep() error {
 	if r.first < 0 { // learn it from the pservers' first parameter messages
 		r.first = 0
 		if opt.Comm != nil {
-			k, err := opt.Comm.LearnStep(r.ctx, r.prog.Graph)
+			k, err := opt.Comm.LearnStep(r.ctx)
 			if err != nil {
 				return err
 			}
@@ -839,7 +852,7 @@ func (r *run) end(elapsed float64) (*Summary, error) {
 		return sum, nil
 	}
 	// The pass over the whole training data (--final-pass).
-	ev, err := evaluate.NewEvaluatorTables(g, r.set, r.file, params, r.prog.Tables, max(r.batch, evaluate.EvalChunk))
+	ev, err := evaluate.NewEvaluatorTables(g, r.set, r.file, params, r.prog.Tables, nil, max(r.batch, evaluate.EvalChunk))
 	if err != nil {
 		return nil, err
 	}
@@ -893,7 +906,7 @@ func (r *run) save(names []string, params program.Scope, local []modelfile.Entry
 	if !r.tables || opt.TrainerIndex != 0 {
 		return modelfile.SaveModelStreamed(opt.Save, g.Name, int64(r.steps), names, params, r.norm, local)
 	}
-	tables, err := tablesOf(g, r.batch)
+	tables, err := tablesOf(g, r.batch, opt.Transfers)
 	if err != nil {
 		return err
 	}
@@ -928,8 +941,7 @@ func (r *run) save(names []string, params program.Scope, local []modelfile.Entry
 // gradients).
 func (r *run) receiveFinal(params program.Scope) error {
 	opt := r.opt
-	fin, err := program.Compile(r.g, program.CompileOptions{Batch: r.batch, Targets: opt.Params,
-		Node: kernels.Node{Trainer: opt.TrainerIndex, Trainers: r.n}})
+	fin, err := program.Compile(r.g, program.CompileOptions{Batch: r.batch, Targets: opt.Params, Node: r.node()})
 	if err != nil {
 		return err
 	}

@@ -121,13 +121,11 @@ func newDrawing(g *dsl.Graph, prefix string, opt Options) *drawing {
 	return d
 }
 
+// isComm reports whether op moves tensors between nodes (the catalog's
+// transfer ops).
 func isComm(op *dsl.Op) bool {
-	switch op.Type {
-	case "send", "recv", "accumulate", "fetch_rows", "send_rows", "serve_rows", "accumulate_rows",
-		"fetch_tables", "send_tables", "serve_tables", "accumulate_tables":
-		return true
-	}
-	return false
+	def, _ := ops.Lookup(op.Type)
+	return def.Transfer
 }
 
 func (d *drawing) varID(name string) string { return d.prefix + "v:" + name }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 func generate(t *testing.T, opt Options) []byte {
@@ -175,9 +177,7 @@ func TestLabelFollowsIDs(t *testing.T) {
 // accuracy of 0.81, against 0.56 and 0.75 for the click rate alone: no model of this data can do better on
 // average, and examples/ctr.yaml is measured against these numbers.
 func TestGeneratorLogitAUC(t *testing.T) {
-	if testing.Short() {
-		t.Skip("generates and scores 200,000 rows")
-	}
+	testfix.Long(t) // generates and scores 200,000 rows
 	opt := Options{Rows: 200000, Seed: 1}.withDefaults()
 	out := generate(t, opt)
 	rank := make([]map[uint32]uint32, informative) // id -> rank, per informative column
