@@ -834,22 +834,6 @@ func (d *decoder) checkColumn(c *Column, at *columnNodes, what string) {
 
 var transformNames = []string{"none", "log"}
 
-// stringItems returns the entries of a list of strings (column names),
-// nil when n is not a non-empty list of YAML strings.
-func stringItems(n *yaml.Node) []string {
-	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		return nil
-	}
-	out := make([]string, 0, len(n.Content))
-	for _, it := range n.Content {
-		if it.Kind != yaml.ScalarNode || it.Tag != "!!str" {
-			return nil
-		}
-		out = append(out, it.Value)
-	}
-	return out
-}
-
 // delimiter decodes data.delimiter: one character, or the words tab and
 // comma. A YAML plain scalar \t (backslash, t) also means tab, since YAML
 // expands the escape only inside double quotes.

@@ -96,9 +96,6 @@ func (f *Feed) reset() {
 	}
 }
 
-// Pending says whether a delta is owed.
-func (f *Feed) Pending() bool { return f.applied }
-
 // Take is the delta owed now, and the feed starts afresh; false when
 // nothing is owed.
 func (f *Feed) Take() (Delta, bool) {
