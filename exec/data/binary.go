@@ -18,18 +18,21 @@ import (
 // would from a CSV) or bytes, and a column of a multi-valued spec its
 // list of values.
 type binaryRow struct {
-	p      *rowParser
-	read   []int  // the columns the model reads
-	multi  []bool // by column: read by a multi-valued spec (max_len)
-	sep    []bool // by column: and that spec splits a text value (separator)
-	arena  []byte // the text of the row's numbers
-	values [][]byte
+	p     *rowParser
+	read  []int  // the columns the model reads
+	multi []bool // by column: read by a multi-valued spec (max_len)
+	sep   []bool // by column: and that spec splits a text value (separator)
+	// typable is, by column, whether an integer of it may be given as
+	// one (p.typed) rather than as text.
+	typable []bool
+	arena   []byte // the text of the row's numbers
+	values  [][]byte
 }
 
 func newBinaryRow(spec *dsl.Data, p *rowParser) *binaryRow {
 	n := max(len(spec.Names), p.need)
-	b := &binaryRow{p: p, multi: make([]bool, n), sep: make([]bool, n)}
-	p.fields, p.lists = make([][]byte, n), make([][][]byte, n)
+	b := &binaryRow{p: p, multi: make([]bool, n), sep: make([]bool, n), typable: typedCols(spec, n)}
+	p.fields, p.lists, p.typed = make([][]byte, n), make([][][]byte, n), make([]typedValue, n)
 	seen := make([]bool, n)
 	for _, c := range spec.Columns() {
 		for _, col := range c.Cols {
@@ -62,8 +65,33 @@ func (b *binaryRow) start(size, count int) {
 	}
 	b.arena, b.values = b.arena[:0], b.values[:0]
 	for _, col := range b.read {
-		b.p.fields[col], b.p.lists[col] = nil, nil
+		b.p.fields[col], b.p.lists[col], b.p.typed[col] = nil, nil, typedValue{}
 	}
+}
+
+// typedInt gives column col an integer as its value (in b.values a nil
+// placeholder, so that set counts it), where the column takes one; false:
+// give it as text.
+func (b *binaryRow) typedInt(col int, x int64) bool {
+	if !b.typable[col] {
+		return false
+	}
+	b.p.typed[col] = typedValue{typed: true, i: x}
+	b.values = append(b.values, nil)
+	return true
+}
+
+// typedFloat is typedInt for a float32 that is an integer below 2^24 in
+// magnitude (a count held as a float): its text ("3", "-0", "1e+06")
+// parses to that integer's value. Other floats go as text: parsing a
+// float32's shortest text as a float64 and rounding that to float32 does
+// not always give the float32 back (7.038531e-26, bits 0x15ae43fd: twice
+// rounded), and the text's reading is the one every format shares.
+func (b *binaryRow) typedFloat(col int, x float32) bool {
+	if !(x > -(1<<24) && x < 1<<24) || x != float32(int32(x)) {
+		return false
+	}
+	return b.typedInt(col, int64(x))
 }
 
 // appendInt and appendFloat write a number's text into the arena.
@@ -210,9 +238,13 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 			case tfrecord.Bytes:
 				b.values = append(b.values, raw)
 			case tfrecord.Int64:
-				b.values = append(b.values, b.appendInt(int64(x)))
+				if !b.typedInt(col, int64(x)) {
+					b.values = append(b.values, b.appendInt(int64(x)))
+				}
 			case tfrecord.Float:
-				b.values = append(b.values, b.appendFloat(float64(tfrecord.Float32(x)), 32))
+				if f := tfrecord.Float32(x); !b.typedFloat(col, f) {
+					b.values = append(b.values, b.appendFloat(float64(f), 32))
+				}
 			}
 		}
 		if err := b.set(col, from, s.p.where); err != nil {
