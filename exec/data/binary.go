@@ -135,12 +135,16 @@ type tfrecordSource struct {
 	p    *rowParser
 	row_ *binaryRow
 	cols map[string]int // a feature's key: its column, for those the model reads
-	// seen is the keys of the last record in its order, with their columns
-	// (-1: not read): records of one writer list their features in one
-	// order, so a key is most often where it was, and found without a
-	// lookup.
-	seen []seenKey
-	n    int64 // the record being read (from 1)
+	// seen is the keys met, in the order records list them, with their
+	// columns (-1: not read); at is where in it the record's next key is
+	// looked for first. Records of one writer list their features in one
+	// order, some left out, so a key is most often at or just after the
+	// last one's, and found without a lookup; index is each key's place in
+	// seen, for the others.
+	seen  []seenKey
+	index map[string]int
+	at    int
+	n     int64 // the record being read (from 1)
 }
 
 // countReader counts the bytes read from a file.
@@ -160,7 +164,7 @@ func openTFRecord(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
-	s := &tfrecordSource{spec: spec, f: f, br: bufio.NewReaderSize(f, buffer), p: p, row_: newBinaryRow(spec, p), cols: map[string]int{}}
+	s := &tfrecordSource{spec: spec, f: f, br: bufio.NewReaderSize(f, buffer), p: p, row_: newBinaryRow(spec, p), cols: map[string]int{}, index: map[string]int{}}
 	for _, col := range s.row_.read {
 		s.cols[spec.Names[col]] = col
 	}
@@ -212,7 +216,8 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	b := s.row_
 	b.start(24*len(rec)+64, len(rec)+1)
 	fs := tfrecord.NewFeatures(rec)
-	for k := 0; ; {
+	s.at = 0
+	for {
 		key, vals, ok, err := fs.Next()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", s.p.where(), err)
@@ -220,8 +225,7 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 		if !ok {
 			break
 		}
-		col := s.column(k, key)
-		k++
+		col := s.column(key)
 		if col < 0 {
 			continue
 		}
@@ -260,19 +264,28 @@ type seenKey struct {
 	col int
 }
 
-// column is the column of the k-th feature of a record, key.
-func (s *tfrecordSource) column(k int, key []byte) int {
-	if k < len(s.seen) && string(s.seen[k].key) == string(key) {
-		return s.seen[k].col
+// column is the column of a record's next feature, key.
+func (s *tfrecordSource) column(key []byte) int {
+	for i := s.at; i < min(s.at+4, len(s.seen)); i++ {
+		if string(s.seen[i].key) == string(key) {
+			s.at = i + 1
+			return s.seen[i].col
+		}
+	}
+	if i, ok := s.index[string(key)]; ok {
+		s.at = i + 1
+		return s.seen[i].col
 	}
 	col, read := s.cols[string(key)]
 	if !read {
 		col = -1
 	}
-	if k < len(s.seen) {
-		s.seen[k] = seenKey{append(s.seen[k].key[:0], key...), col}
-	} else if k == len(s.seen) && k < 1<<12 {
-		s.seen = append(s.seen, seenKey{slices.Clone(key), col})
+	if len(s.seen) < 1<<12 { // a new key: in its place, after the last one
+		s.seen = slices.Insert(s.seen, s.at, seenKey{slices.Clone(key), col})
+		for i := s.at; i < len(s.seen); i++ {
+			s.index[string(s.seen[i].key)] = i
+		}
+		s.at++
 	}
 	return col
 }
