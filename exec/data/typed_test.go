@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // A tfrecord or parquet reader's numbers given to the row parser as
@@ -98,5 +100,65 @@ func TestTypedValuesReadAsTheirText(t *testing.T) {
 				t.Fatalf("1.5 went as an integer (%v)", err)
 			}
 		})
+	}
+}
+
+// A parquet file's booleans, signed and unsigned integers and floats
+// (negative, int64's extremes, -0, NaN, infinities, fractions) read into
+// the same rows (or the same errors) given to the row parser as numbers
+// as given as text, with transform: log and without.
+func TestParquetTypedValuesReadAsTheirText(t *testing.T) {
+	dir := t.TempDir()
+	testfix.WriteParquet(t, filepath.Join(dir, "t.parquet"), 3, "SELECT * FROM (VALUES "+
+		"(true, CAST(-5 AS INTEGER), CAST(7 AS UINTEGER), CAST(9223372036854775807 AS BIGINT), CAST(1.5 AS FLOAT), CAST(3 AS FLOAT)), "+
+		"(false, CAST(-2147483648 AS INTEGER), CAST(4294967295 AS UINTEGER), CAST(-9223372036854775808 AS BIGINT), CAST(-0.0 AS FLOAT), CAST(16777215 AS FLOAT)), "+
+		"(true, CAST(0 AS INTEGER), CAST(1023 AS UINTEGER), CAST(-1 AS BIGINT), CAST(7.038531e-26 AS FLOAT), CAST(3e10 AS FLOAT)), "+
+		"(false, CAST(1024 AS INTEGER), CAST(0 AS UINTEGER), CAST(123456789012345678 AS BIGINT), CAST('nan' AS FLOAT), CAST(-1e6 AS FLOAT)), "+
+		"(true, CAST(1 AS INTEGER), CAST(2 AS UINTEGER), CAST(3 AS BIGINT), CAST('inf' AS FLOAT), CAST('-inf' AS FLOAT))"+
+		") t(b, i, u, l, f, g)")
+	for _, tr := range []string{"", ", transform: log"} {
+		spec := loadSpec(t, dir, "  parquet: t.parquet\n  features: {name: x, columns: [b, i, u, l, f, g]"+tr+"}\n")
+		read := func(typed bool) (rows [][]float32, errs []string) {
+			p := newRowParser(spec)
+			src, err := openSource(spec, p, StreamBuffer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.close()
+			if !typed {
+				clear(src.(*parquetSource).b.typable)
+			}
+			var out rowOut
+			for {
+				feat := make([]float32, 6)
+				p.rowOut(&out, feat, nil, nil, nil, nil)
+				ok, err := src.row(&out)
+				if !ok && err == nil {
+					return rows, errs
+				}
+				rows, errs = append(rows, feat), append(errs, fmt.Sprint(err))
+				if p.typed[0].typed != typed {
+					t.Fatalf("typed %v: a boolean went typed %v", typed, p.typed[0].typed)
+				}
+			}
+		}
+		got, gotErr := read(true)
+		want, wantErr := read(false)
+		if len(got) != 5 || len(want) != 5 {
+			t.Fatalf("%d and %d rows, want 5", len(got), len(want))
+		}
+		for r := range want {
+			if gotErr[r] != wantErr[r] {
+				t.Fatalf("transform%q row %d: typed gives error %s, text %s", tr, r, gotErr[r], wantErr[r])
+			}
+			for k := range want[r] {
+				if wantErr[r] == "<nil>" && math.Float32bits(got[r][k]) != math.Float32bits(want[r][k]) {
+					t.Fatalf("transform%q row %d: typed %v, text %v", tr, r, got[r], want[r])
+				}
+			}
+		}
+		if wantErr[3] == "<nil>" || wantErr[0] != "<nil>" || want[1][4] != 0 || math.Signbit(float64(want[1][4])) {
+			t.Fatalf("transform%q: the text path's rows %v, errors %q: want NaN an error, -0 read as 0", tr, want, wantErr)
+		}
 	}
 }
