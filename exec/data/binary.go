@@ -18,18 +18,21 @@ import (
 // would from a CSV) or bytes, and a column of a multi-valued spec its
 // list of values.
 type binaryRow struct {
-	p      *rowParser
-	read   []int  // the columns the model reads
-	multi  []bool // by column: read by a multi-valued spec (max_len)
-	sep    []bool // by column: and that spec splits a text value (separator)
-	arena  []byte // the text of the row's numbers
-	values [][]byte
+	p     *rowParser
+	read  []int  // the columns the model reads
+	multi []bool // by column: read by a multi-valued spec (max_len)
+	sep   []bool // by column: and that spec splits a text value (separator)
+	// typable is, by column, whether an integer of it may be given as
+	// one (p.typed) rather than as text.
+	typable []bool
+	arena   []byte // the text of the row's numbers
+	values  [][]byte
 }
 
 func newBinaryRow(spec *dsl.Data, p *rowParser) *binaryRow {
 	n := max(len(spec.Names), p.need)
-	b := &binaryRow{p: p, multi: make([]bool, n), sep: make([]bool, n)}
-	p.fields, p.lists = make([][]byte, n), make([][][]byte, n)
+	b := &binaryRow{p: p, multi: make([]bool, n), sep: make([]bool, n), typable: typedCols(spec, n)}
+	p.fields, p.lists, p.typed = make([][]byte, n), make([][][]byte, n), make([]typedValue, n)
 	seen := make([]bool, n)
 	for _, c := range spec.Columns() {
 		for _, col := range c.Cols {
@@ -62,8 +65,33 @@ func (b *binaryRow) start(size, count int) {
 	}
 	b.arena, b.values = b.arena[:0], b.values[:0]
 	for _, col := range b.read {
-		b.p.fields[col], b.p.lists[col] = nil, nil
+		b.p.fields[col], b.p.lists[col], b.p.typed[col] = nil, nil, typedValue{}
 	}
+}
+
+// typedInt gives column col an integer as its value (in b.values a nil
+// placeholder, so that set counts it), where the column takes one; false:
+// give it as text.
+func (b *binaryRow) typedInt(col int, x int64) bool {
+	if !b.typable[col] {
+		return false
+	}
+	b.p.typed[col] = typedValue{typed: true, i: x}
+	b.values = append(b.values, nil)
+	return true
+}
+
+// typedFloat is typedInt for a float32 that is an integer below 2^24 in
+// magnitude (a count held as a float): its text ("3", "-0", "1e+06")
+// parses to that integer's value. Other floats go as text: parsing a
+// float32's shortest text as a float64 and rounding that to float32 does
+// not always give the float32 back (7.038531e-26, bits 0x15ae43fd: twice
+// rounded), and the text's reading is the one every format shares.
+func (b *binaryRow) typedFloat(col int, x float32) bool {
+	if !(x > -(1<<24) && x < 1<<24) || x != float32(int32(x)) {
+		return false
+	}
+	return b.typedInt(col, int64(x))
 }
 
 // appendInt and appendFloat write a number's text into the arena.
@@ -107,12 +135,16 @@ type tfrecordSource struct {
 	p    *rowParser
 	row_ *binaryRow
 	cols map[string]int // a feature's key: its column, for those the model reads
-	// seen is the keys of the last record in its order, with their columns
-	// (-1: not read): records of one writer list their features in one
-	// order, so a key is most often where it was, and found without a
-	// lookup.
-	seen []seenKey
-	n    int64 // the record being read (from 1)
+	// seen is the keys met, in the order records list them, with their
+	// columns (-1: not read); at is where in it the record's next key is
+	// looked for first. Records of one writer list their features in one
+	// order, some left out, so a key is most often at or just after the
+	// last one's, and found without a lookup; index is each key's place in
+	// seen, for the others.
+	seen  []seenKey
+	index map[string]int
+	at    int
+	n     int64 // the record being read (from 1)
 }
 
 // countReader counts the bytes read from a file.
@@ -132,7 +164,7 @@ func openTFRecord(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
-	s := &tfrecordSource{spec: spec, f: f, br: bufio.NewReaderSize(f, buffer), p: p, row_: newBinaryRow(spec, p), cols: map[string]int{}}
+	s := &tfrecordSource{spec: spec, f: f, br: bufio.NewReaderSize(f, buffer), p: p, row_: newBinaryRow(spec, p), cols: map[string]int{}, index: map[string]int{}}
 	for _, col := range s.row_.read {
 		s.cols[spec.Names[col]] = col
 	}
@@ -184,7 +216,8 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	b := s.row_
 	b.start(24*len(rec)+64, len(rec)+1)
 	fs := tfrecord.NewFeatures(rec)
-	for k := 0; ; {
+	s.at = 0
+	for {
 		key, vals, ok, err := fs.Next()
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", s.p.where(), err)
@@ -192,8 +225,7 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 		if !ok {
 			break
 		}
-		col := s.column(k, key)
-		k++
+		col := s.column(key)
 		if col < 0 {
 			continue
 		}
@@ -210,9 +242,13 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 			case tfrecord.Bytes:
 				b.values = append(b.values, raw)
 			case tfrecord.Int64:
-				b.values = append(b.values, b.appendInt(int64(x)))
+				if !b.typedInt(col, int64(x)) {
+					b.values = append(b.values, b.appendInt(int64(x)))
+				}
 			case tfrecord.Float:
-				b.values = append(b.values, b.appendFloat(float64(tfrecord.Float32(x)), 32))
+				if f := tfrecord.Float32(x); !b.typedFloat(col, f) {
+					b.values = append(b.values, b.appendFloat(float64(f), 32))
+				}
 			}
 		}
 		if err := b.set(col, from, s.p.where); err != nil {
@@ -228,19 +264,28 @@ type seenKey struct {
 	col int
 }
 
-// column is the column of the k-th feature of a record, key.
-func (s *tfrecordSource) column(k int, key []byte) int {
-	if k < len(s.seen) && string(s.seen[k].key) == string(key) {
-		return s.seen[k].col
+// column is the column of a record's next feature, key.
+func (s *tfrecordSource) column(key []byte) int {
+	for i := s.at; i < min(s.at+4, len(s.seen)); i++ {
+		if string(s.seen[i].key) == string(key) {
+			s.at = i + 1
+			return s.seen[i].col
+		}
+	}
+	if i, ok := s.index[string(key)]; ok {
+		s.at = i + 1
+		return s.seen[i].col
 	}
 	col, read := s.cols[string(key)]
 	if !read {
 		col = -1
 	}
-	if k < len(s.seen) {
-		s.seen[k] = seenKey{append(s.seen[k].key[:0], key...), col}
-	} else if k == len(s.seen) && k < 1<<12 {
-		s.seen = append(s.seen, seenKey{slices.Clone(key), col})
+	if len(s.seen) < 1<<12 { // a new key: in its place, after the last one
+		s.seen = slices.Insert(s.seen, s.at, seenKey{slices.Clone(key), col})
+		for i := s.at; i < len(s.seen); i++ {
+			s.index[string(s.seen[i].key)] = i
+		}
+		s.at++
 	}
 	return col
 }

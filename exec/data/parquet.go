@@ -206,7 +206,11 @@ func (s *parquetSource) row(out *rowOut) (bool, error) {
 	for i, c := range s.cur {
 		col := b.read[i]
 		from := len(b.values)
-		ok, err := c.next(s.pf, func(v *parquet.Value) { b.values = append(b.values, s.text(c, v)) })
+		ok, err := c.next(s.pf, func(v *parquet.Value) {
+			if !s.typed(c, col, v) {
+				b.values = append(b.values, s.text(c, v))
+			}
+		})
 		if err != nil {
 			return false, fmt.Errorf("%s: row %d: %w", s.spec.CSV, s.n+1, err)
 		}
@@ -223,6 +227,30 @@ func (s *parquetSource) row(out *rowOut) (bool, error) {
 	}
 	s.n++
 	return true, s.p.parseFields(int(s.n), out)
+}
+
+// typed gives column col value v as a number where the row takes it so
+// (binaryRow.typedInt): an integer, a boolean as 0 or 1, a float that is a
+// small integer; false: give it as text.
+func (s *parquetSource) typed(c *parquetColumn, col int, v *parquet.Value) bool {
+	b := s.b
+	switch v.Kind() {
+	case parquet.Boolean:
+		if v.Boolean() {
+			return b.typedInt(col, 1)
+		}
+		return b.typedInt(col, 0)
+	case parquet.Int32:
+		if c.unsigned {
+			return b.typedInt(col, int64(uint32(v.Int32())))
+		}
+		return b.typedInt(col, int64(v.Int32()))
+	case parquet.Int64:
+		return !c.unsigned && b.typedInt(col, v.Int64())
+	case parquet.Float:
+		return b.typedFloat(col, v.Float())
+	}
+	return false
 }
 
 // text is a value's text: an integer's or a float's shortest decimal, a

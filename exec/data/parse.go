@@ -126,6 +126,12 @@ type rowParser struct {
 	// (nil: one value, in fields).
 	fields [][]byte
 	lists  [][][]byte
+	// typed are, for a tfrecord or parquet reader, the columns whose one
+	// value it gave as an integer rather than as text (typed: false, the
+	// text in fields): the value the text would parse to, without its
+	// formatting and parsing. Only columns read by features specs alone
+	// are given so (typedCols).
+	typed  []typedValue
 	nf, ni int
 	nk     int // int64 keys (ids specs with key)
 	nt     int // float label (target) columns; 0 for class ids
@@ -149,6 +155,33 @@ type rowParser struct {
 	// vocabsNow are the vocabularies the parser maps by (saved, files'
 	// and built ones), once it is not counting.
 	vocabsNow Vocabs
+}
+
+// typedValue is a column's one value given as an integer, i, where typed.
+type typedValue struct {
+	typed bool
+	i     int64
+}
+
+// typedCols says, by column, which columns a reader may give as integers:
+// those read by features specs alone.
+func typedCols(spec *dsl.Data, n int) []bool {
+	k := make([]bool, n)
+	for _, c := range spec.Features {
+		for _, col := range c.Cols {
+			k[col] = true
+		}
+	}
+	other := append([]*dsl.Column{}, spec.IDs...)
+	if spec.Label != nil {
+		other = append(other, spec.Label)
+	}
+	for _, c := range other {
+		for _, col := range c.Cols {
+			k[col] = false
+		}
+	}
+	return k
 }
 
 // featSpec is a features spec: its columns go to the row's features from off.
@@ -391,8 +424,20 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 	for i, fs := range p.feats {
 		c, out := fs.c, out.feat[i]
 		for k, col := range c.Cols {
-			f := p.fields[col]
 			var v float64
+			if p.typed != nil && p.typed[col].typed { // as parseInt or parseNumber would read its text
+				n := p.typed[col].i
+				if c.Transform == "log" && n >= 0 && n < int64(len(log1pSmall)) {
+					out[k] = log1pSmall[n]
+					continue
+				}
+				if v = float64(n); c.Transform == "log" && v > 0 {
+					v = math.Log1p(v)
+				}
+				out[k] = float32(v)
+				continue
+			}
+			f := p.fields[col]
 			if len(f) == 0 {
 				if c.Fill == nil {
 					return p.errAt(lineNo, "%s is empty; add fill: VALUE to %s (%s) to stand in for missing values", p.colName(col), c.Key(), c.Pos)

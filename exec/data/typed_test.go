@@ -1,0 +1,164 @@
+package data
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/psgraph/psgraph/internal/testfix"
+)
+
+// A tfrecord or parquet reader's numbers given to the row parser as
+// integers (typedInt, typedFloat) read into the row bit for bit as their
+// text does (appendInt, appendFloat, as a CSV of them would): negative
+// and huge int64s (beyond 18 digits, beyond float64's 53 bits), -0,
+// float32 integers about 2^24, denormals, float32's extremes, the float32
+// whose text reads back twice rounded, a million random float32 bit
+// patterns, with transform: log and without; NaN and infinities are
+// refused and give the text's error.
+func TestTypedValuesReadAsTheirText(t *testing.T) {
+	ints := []int64{0, 1, -1, 7, 1023, 1024, -1024, 123456789, 1<<53 + 1, -(1<<53 + 1), 999999999999999999, 1000000000000000000, -999999999999999999, math.MaxInt64, math.MinInt64, math.MinInt64 + 1}
+	floats := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.1, -1.5, 3, 3e10, 16777216, 16777217, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, 1.1754942e-38, 1e-10, 1023, 1024, -16777215, 16777215, -16777216, 1e6, 2.5e6, math.Float32frombits(0x15ae43fd),
+		float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1000000 {
+		floats = append(floats, math.Float32frombits(rng.Uint32()))
+	}
+	for range 100000 {
+		ints = append(ints, int64(rng.Uint64()), rng.Int64N(1<<20)-1<<19)
+	}
+	for _, transform := range []string{"", "log"} {
+		t.Run("transform="+transform, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "x.tfrecords"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			tr := ""
+			if transform != "" {
+				tr = ", transform: " + transform
+			}
+			spec := loadSpec(t, dir, "  tfrecord: x.tfrecords\n  names: [a, b]\n  features: {name: f, columns: a..b"+tr+"}\n")
+			p := newRowParser(spec)
+			b := newBinaryRow(spec, p)
+			var out rowOut
+			got, want := make([]float32, 2), make([]float32, 2)
+			// read gives column 0 the value v (an int64 or a float32) as
+			// text, or typed where the row takes it so, and column 1 the
+			// integer 2 as text; it returns the row's feature of column 0.
+			read := func(v any, typed bool, feat []float32) error {
+				p.rowOut(&out, feat, nil, nil, nil, nil)
+				b.start(64, 4)
+				switch x := v.(type) {
+				case int64:
+					if !typed || !b.typedInt(0, x) {
+						b.values = append(b.values, b.appendInt(x))
+					}
+				case float32:
+					if !typed || !b.typedFloat(0, x) {
+						b.values = append(b.values, b.appendFloat(float64(x), 32))
+					}
+				}
+				if err := b.set(0, 0, p.where); err != nil {
+					return err
+				}
+				b.values = append(b.values, b.appendInt(2))
+				if err := b.set(1, 1, p.where); err != nil {
+					return err
+				}
+				return p.parseFields(1, &out)
+			}
+			check := func(v any) {
+				t.Helper()
+				errT, errS := read(v, true, got), read(v, false, want)
+				if fmt.Sprint(errT) != fmt.Sprint(errS) {
+					t.Fatalf("%v: typed gives error %v, text %v", v, errT, errS)
+				}
+				if errS == nil && (math.Float32bits(got[0]) != math.Float32bits(want[0]) || got[1] != want[1]) {
+					t.Fatalf("%v: typed reads %v (%#x), text %v (%#x)", v, got, math.Float32bits(got[0]), want, math.Float32bits(want[0]))
+				}
+			}
+			for _, x := range ints {
+				check(x)
+			}
+			for _, x := range floats {
+				check(x)
+			}
+			// the checks compared something: NaN is an error both ways, 1.5 a value
+			if err := read(float32(math.NaN()), true, got); err == nil {
+				t.Fatal("NaN read as a value, want the text's error")
+			}
+			if err := read(int64(-3), true, got); err != nil || !p.typed[0].typed {
+				t.Fatalf("an int64 of a features column went as text (%v)", err)
+			}
+			if err := read(float32(-7), true, got); err != nil || !p.typed[0].typed {
+				t.Fatalf("an integer float32 of a features column went as text (%v)", err)
+			}
+			if err := read(float32(1.5), true, got); err != nil || p.typed[0].typed {
+				t.Fatalf("1.5 went as an integer (%v)", err)
+			}
+		})
+	}
+}
+
+// A parquet file's booleans, signed and unsigned integers and floats
+// (negative, int64's extremes, -0, NaN, infinities, fractions) read into
+// the same rows (or the same errors) given to the row parser as numbers
+// as given as text, with transform: log and without.
+func TestParquetTypedValuesReadAsTheirText(t *testing.T) {
+	dir := t.TempDir()
+	testfix.WriteParquet(t, filepath.Join(dir, "t.parquet"), 3, "SELECT * FROM (VALUES "+
+		"(true, CAST(-5 AS INTEGER), CAST(7 AS UINTEGER), CAST(9223372036854775807 AS BIGINT), CAST(1.5 AS FLOAT), CAST(3 AS FLOAT)), "+
+		"(false, CAST(-2147483648 AS INTEGER), CAST(4294967295 AS UINTEGER), CAST(-9223372036854775808 AS BIGINT), CAST(-0.0 AS FLOAT), CAST(16777215 AS FLOAT)), "+
+		"(true, CAST(0 AS INTEGER), CAST(1023 AS UINTEGER), CAST(-1 AS BIGINT), CAST(7.038531e-26 AS FLOAT), CAST(3e10 AS FLOAT)), "+
+		"(false, CAST(1024 AS INTEGER), CAST(0 AS UINTEGER), CAST(123456789012345678 AS BIGINT), CAST('nan' AS FLOAT), CAST(-1e6 AS FLOAT)), "+
+		"(true, CAST(1 AS INTEGER), CAST(2 AS UINTEGER), CAST(3 AS BIGINT), CAST('inf' AS FLOAT), CAST('-inf' AS FLOAT))"+
+		") t(b, i, u, l, f, g)")
+	for _, tr := range []string{"", ", transform: log"} {
+		spec := loadSpec(t, dir, "  parquet: t.parquet\n  features: {name: x, columns: [b, i, u, l, f, g]"+tr+"}\n")
+		read := func(typed bool) (rows [][]float32, errs []string) {
+			p := newRowParser(spec)
+			src, err := openSource(spec, p, StreamBuffer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.close()
+			if !typed {
+				clear(src.(*parquetSource).b.typable)
+			}
+			var out rowOut
+			for {
+				feat := make([]float32, 6)
+				p.rowOut(&out, feat, nil, nil, nil, nil)
+				ok, err := src.row(&out)
+				if !ok && err == nil {
+					return rows, errs
+				}
+				rows, errs = append(rows, feat), append(errs, fmt.Sprint(err))
+				if p.typed[0].typed != typed {
+					t.Fatalf("typed %v: a boolean went typed %v", typed, p.typed[0].typed)
+				}
+			}
+		}
+		got, gotErr := read(true)
+		want, wantErr := read(false)
+		if len(got) != 5 || len(want) != 5 {
+			t.Fatalf("%d and %d rows, want 5", len(got), len(want))
+		}
+		for r := range want {
+			if gotErr[r] != wantErr[r] {
+				t.Fatalf("transform%q row %d: typed gives error %s, text %s", tr, r, gotErr[r], wantErr[r])
+			}
+			for k := range want[r] {
+				if wantErr[r] == "<nil>" && math.Float32bits(got[r][k]) != math.Float32bits(want[r][k]) {
+					t.Fatalf("transform%q row %d: typed %v, text %v", tr, r, got[r], want[r])
+				}
+			}
+		}
+		if wantErr[3] == "<nil>" || wantErr[0] != "<nil>" || want[1][4] != 0 || math.Signbit(float64(want[1][4])) {
+			t.Fatalf("transform%q: the text path's rows %v, errors %q: want NaN an error, -0 read as 0", tr, want, wantErr)
+		}
+	}
+}
