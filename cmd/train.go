@@ -45,7 +45,7 @@ every child, each checkpoints that step and ends, and train prints the
 summary and exits 0 (a second signal stops everything at once). The children share a freshly
 generated token, a share of the cores (GOMAXPROCS) and a GODEBUG that
 keeps the Go runtime's sysmon from parking at every idle moment of a
-step (bench/history-2026-12.md).`,
+step (docs/runtime.md).`,
 		Example: `  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2
   psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2 --mode async --save digits.safetensors`,
 		Args: exactArgs(1, "one model file"),

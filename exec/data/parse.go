@@ -832,25 +832,18 @@ func parseInt64(b []byte) (int64, bool) {
 	if n, ok := parseInt(b); ok {
 		return n, true
 	}
-	neg := false
-	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
-		neg = b[0] == '-'
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
 		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 19 {
-		return 0, false
-	}
-	var n uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
+		if len(b) > 0 && b[0] == '+' { // parseUint64 takes a sign of its own
 			return 0, false
 		}
-		n = n*10 + uint64(c-'0') // 19 digits stay below 2^64
 	}
+	n, ok := parseUint64(b)
 	switch {
-	case neg && n <= 1<<63:
+	case ok && neg && n <= 1<<63:
 		return int64(-n), true
-	case !neg && n < 1<<63:
+	case ok && !neg && n < 1<<63:
 		return int64(n), true
 	}
 	return 0, false
