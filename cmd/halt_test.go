@@ -374,8 +374,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 }
 
 // waitRoleStep waits until train's relayed log (JSON lines) has a
-// progress line of role at step >= step; it fails the test if train ended
-// first or after 90 s.
+// progress line of role at step >= step (waitLog).
 func waitRoleStep(t *testing.T, p *proc, role string, step int) {
 	t.Helper()
 	tag := fmt.Sprintf(`"role":%q,"step":`, role)
@@ -390,16 +389,5 @@ func waitRoleStep(t *testing.T, p *proc, role string, step int) {
 		}
 		return false
 	}
-	for deadline := time.Now().Add(90 * time.Second); !reached(); {
-		select {
-		case err := <-p.done:
-			p.done <- err
-			t.Fatalf("%s ended (%v) before %s's step %d:\n%s", p.name, err, role, step, p.stderrText())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s never reached step %d:\n%s", p.name, role, step, p.stderrText())
-		}
-		time.Sleep(5 * time.Millisecond) // polling a growing log
-	}
+	waitLog(t, p, fmt.Sprintf("%s's step %d", role, step), reached)
 }

@@ -83,15 +83,22 @@ func lastStep(p *proc) int {
 // waitStep waits until p logged a step >= step, failing if p ended first.
 func waitStep(t *testing.T, p *proc, step int) {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); lastStep(p) < step; {
+	waitLog(t, p, fmt.Sprintf("step %d", step), func() bool { return lastStep(p) >= step })
+}
+
+// waitLog polls p's growing log until reached says what was awaited is
+// there; it fails the test if p ended first or after 90 s.
+func waitLog(t *testing.T, p *proc, what string, reached func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); !reached(); {
 		select {
 		case err := <-p.done:
 			p.done <- err
-			t.Fatalf("%s ended (%v) before step %d:\n%s", p.name, err, step, p.stderrText())
+			t.Fatalf("%s ended (%v) before %s:\n%s", p.name, err, what, p.stderrText())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never reached step %d:\n%s", p.name, step, p.stderrText())
+			t.Fatalf("%s never reached %s:\n%s", p.name, what, p.stderrText())
 		}
 		time.Sleep(time.Millisecond) // polling a growing log
 	}
