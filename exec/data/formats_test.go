@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,9 +195,12 @@ func TestParquetMatchesTheCSV(t *testing.T) {
 // memory that does not grow with it: the source holds its buffers (a
 // page a column for parquet), and reading batches allocates next to
 // nothing once they have grown: nothing a row for tfrecord. For parquet,
-// parquet-go decodes each page into a buffer from its sync.Pools, which a
-// collection empties and which grow as pages of other columns take them:
-// about a sixth of the bytes read on this file, bounded here at half.
+// parquet-go decodes each page into buffers from its sync.Pools and
+// allocates a few small objects a page: about a sixth of the bytes read on
+// this file (5.0 MB of 31.7 MB), bounded here at a quarter. The collector
+// is off while the batches are read: a collection empties the pools, so
+// with it on, the figure followed the GC's timing (41.6 MB in one CI run
+// under load), not the reader.
 func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 	dir := t.TempDir()
 	const rows = 60000
@@ -235,6 +239,8 @@ func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 			}
 			fill(0)
 			var before, after runtime.MemStats
+			runtime.GC()
+			defer debug.SetGCPercent(debug.SetGCPercent(-1))
 			runtime.ReadMemStats(&before)
 			for k := int64(1); k < 2*rows/batchRows; k++ { // two epochs
 				fill(k)
@@ -247,7 +253,7 @@ func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 			}
 			limit := st.Size() / 100 // tfrecord: the batches' growth at most
 			if c.name == "parquet" {
-				limit = st.Size() // two reads
+				limit = st.Size() / 2 // two reads: a quarter of the bytes read
 			}
 			if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(limit) {
 				t.Errorf("reading the %d-byte file twice allocated %d bytes, more than %d", st.Size(), grew, limit)
