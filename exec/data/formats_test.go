@@ -255,7 +255,8 @@ func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 			if c.name == "parquet" {
 				limit = st.Size() / 2 // two reads: a quarter of the bytes read
 			}
-			if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(limit) {
+			// the race detector's sync.Pool drops items at random
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(limit) && !testfix.Race {
 				t.Errorf("reading the %d-byte file twice allocated %d bytes, more than %d", st.Size(), grew, limit)
 			}
 			// the values read are the writer's: row 7's I3 and label

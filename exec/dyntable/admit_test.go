@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 var admissionScale = flag.Bool("admission-scale", false, "run TestFalseAdmissionsAtScale at 10 million sightings")
@@ -199,7 +201,7 @@ func TestAdmissionProbability(t *testing.T) {
 // twice are admitted early within the count-min bound.
 func TestFalseAdmissionRate(t *testing.T) {
 	q := 500000
-	if raceEnabled || testing.Short() {
+	if testfix.Race || testing.Short() {
 		q = 100000
 	}
 	tab, err := New(Config{Dim: 1, MinCount: 2, SketchBytes: 1 << 20})
@@ -281,7 +283,7 @@ func TestFalseAdmissionsAtScale(t *testing.T) {
 	switch {
 	case *admissionScale:
 		n, cases = 10_000_000, []stream{{1.2, 2}, {1.05, 2}, {1.05, 3}}
-	case raceEnabled || testing.Short():
+	case testfix.Race || testing.Short():
 		n = 1_000_000
 	}
 	for _, c := range cases {

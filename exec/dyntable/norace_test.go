@@ -1,5 +1,0 @@
-//go:build !race
-
-package dyntable
-
-const raceEnabled = false
