@@ -28,16 +28,24 @@ type parquetSource struct {
 	size int64
 }
 
+// parquetBuf is the values a column reads at a time: few enough that the
+// buffers of 40 columns (24 bytes a value) stay in the cache, since a row
+// takes one value of each in turn.
+const parquetBuf = 128
+
 // parquetColumn reads one leaf column's values, row by row.
 type parquetColumn struct {
 	leaf     int
 	unsigned bool // an unsigned integer's logical type
-	rg       int  // the row group being read
-	pages    parquet.Pages
-	page     parquet.Page
-	vals     parquet.ValueReader
-	buf      []parquet.Value
-	at, n    int // buf[at:n] not yet consumed
+	// flat: the column holds one value a row (or a null), not a list; its
+	// values are read in place, one a row
+	flat  bool
+	rg    int // the row group being read
+	pages parquet.Pages
+	page  parquet.Page
+	vals  parquet.ValueReader
+	buf   []parquet.Value
+	at, n int // buf[at:n] not yet consumed
 }
 
 func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
@@ -62,7 +70,10 @@ func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
 			f.Close()
 			return nil, fmt.Errorf("%s: the file has no column %q, which the model reads (data at %s); was it written again since the model was loaded?", spec.CSV, spec.Names[col], spec.Pos)
 		}
-		c := &parquetColumn{leaf: leaves[at], buf: make([]parquet.Value, 1024)}
+		c := &parquetColumn{leaf: leaves[at], buf: make([]parquet.Value, parquetBuf)}
+		if pc := pf.Root().Column(names[at]); pc != nil && pc.Leaf() && pc.MaxRepetitionLevel() == 0 {
+			c.flat = !s.b.multi[col]
+		}
 		if rgs := pf.RowGroups(); len(rgs) > 0 {
 			if lt := rgs[0].ColumnChunks()[c.leaf].Type().LogicalType(); lt != nil {
 				if it, ok := lt.Value.(*format.IntType); ok && !it.IsSigned {
@@ -205,6 +216,30 @@ func (s *parquetSource) row(out *rowOut) (bool, error) {
 	any := false
 	for i, c := range s.cur {
 		col := b.read[i]
+		if c.flat { // the next value, as next would give it
+			if c.at == c.n {
+				ok, err := c.fill(s.pf)
+				if err != nil {
+					return false, fmt.Errorf("%s: row %d: %w", s.spec.CSV, s.n+1, err)
+				}
+				if !ok {
+					continue
+				}
+			}
+			v := &c.buf[c.at]
+			c.at++
+			any = true
+			if !v.IsNull() && !s.typed(c, col, v) {
+				if v.Kind() == parquet.ByteArray || v.Kind() == parquet.FixedLenByteArray {
+					// in place: the page holding it stays until the column's
+					// next fill, the next row's
+					b.p.fields[col] = v.ByteArray()
+				} else {
+					b.p.fields[col] = s.text(c, v)
+				}
+			}
+			continue
+		}
 		from := len(b.values)
 		ok, err := c.next(s.pf, func(v *parquet.Value) {
 			if !s.typed(c, col, v) {
