@@ -237,7 +237,7 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 			continue
 		}
 		if f.One && !b.multi[col] { // its one value, as the loop below would give it
-			switch f.Values.Kind {
+			switch f.Kind {
 			case tfrecord.Bytes:
 				b.p.fields[col] = f.Raw
 			case tfrecord.Int64:
@@ -252,7 +252,7 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 			continue
 		}
 		from := len(b.values)
-		vals := f.Values
+		vals := f.Values()
 		for {
 			raw, x, more, err := vals.Next()
 			if err != nil {

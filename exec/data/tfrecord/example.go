@@ -30,19 +30,24 @@ type Features struct {
 // NewFeatures walks the features of the example rec.
 func NewFeatures(rec []byte) Features { return Features{outer: msg{b: rec}} }
 
-// Feature is a feature of a record: its key and its values. Where it
-// holds exactly one value laid out as writers most often lay it out (a
-// bytes_list's value, an int64_list's packed varint, a float_list's
-// packed float, every tag and length one byte), One is true and Raw (a
-// bytes_list's) or X (an int64_list's value, a float_list's float32 bits)
-// is that value, as Values.Next would give it; else walk Values.
+// Feature is a feature of a record: its key, the kind of its values and
+// their list (Values walks it). Where it holds exactly one value laid out
+// as writers most often lay it out (a bytes_list's value, an int64_list's
+// packed varint, a float_list's packed float, every tag and length one
+// byte), One is true and Raw (a bytes_list's) or X (an int64_list's
+// value, a float_list's float32 bits) is that value, as Values.Next would
+// give it.
 type Feature struct {
-	Key    []byte
-	Values Values
-	One    bool
-	Raw    []byte
-	X      uint64
+	Key  []byte
+	Kind Kind
+	One  bool
+	Raw  []byte
+	X    uint64
+	list []byte
 }
+
+// Values walks the feature's values.
+func (f *Feature) Values() Values { return Values{Kind: f.Kind, list: msg{b: f.list}} }
 
 // Next reads the next feature into f; false after the last.
 func (fs *Features) Next(f *Feature) (bool, error) {
@@ -56,8 +61,24 @@ func (fs *Features) Next(f *Feature) (bool, error) {
 			if r[0] == 0x12 && r[1] < 0x80 && int(r[1]) == len(r)-2 && len(r) >= 4 {
 				if t := r[2]; t&7 == 2 && t>>3 >= 1 && t>>3 <= 3 && r[3] < 0x80 && int(r[3]) == len(r)-4 {
 					fs.inner.b = b[2+int(b[1]):]
-					f.Key, f.Values = key, Values{Kind: Kind(t >> 3), list: msg{b: r[4:]}}
-					f.one()
+					l := r[4:]
+					f.Key, f.Kind, f.list, f.One = key, Kind(t>>3), l, false
+					if len(l) >= 2 && l[0] == 0x0a && l[1] < 0x80 && int(l[1]) == len(l)-2 {
+						switch v := l[2:]; f.Kind {
+						case Bytes:
+							f.Raw, f.One = v, true
+						case Int64:
+							if len(v) == 1 && v[0] < 0x80 {
+								f.X, f.One = uint64(v[0]), true
+							} else if u, n := binary.Uvarint(v); n > 0 && n == len(v) {
+								f.X, f.One = u, true
+							}
+						case Float:
+							if len(v) == 4 {
+								f.X, f.One = uint64(binary.LittleEndian.Uint32(v)), true
+							}
+						}
+					}
 					return true, nil
 				}
 			}
@@ -116,31 +137,8 @@ func (fs *Features) Next(f *Feature) (bool, error) {
 				}
 			}
 		}
-		f.Key, f.Values = key, vals
+		f.Key, f.Kind, f.list = key, vals.Kind, vals.list.b
 		return true, nil
-	}
-}
-
-// one sets f.One, and the value, where f.Values is one value in the
-// common layout.
-func (f *Feature) one() {
-	l := f.Values.list.b
-	f.One = false
-	if len(l) < 2 || l[0] != 0x0a || l[1] >= 0x80 || int(l[1]) != len(l)-2 {
-		return
-	}
-	v := l[2:]
-	switch f.Values.Kind {
-	case Bytes:
-		f.Raw, f.One = v, true
-	case Int64:
-		if u, n := binary.Uvarint(v); n > 0 && n == len(v) {
-			f.X, f.One = u, true
-		}
-	case Float:
-		if len(v) == 4 {
-			f.X, f.One = uint64(binary.LittleEndian.Uint32(v)), true
-		}
 	}
 }
 

@@ -75,7 +75,7 @@ func TestReaderReadsAnIndependentWritersRecords(t *testing.T) {
 		if !ok {
 			break
 		}
-		key, vals := f.Key, f.Values
+		key, vals := f.Key, f.Values()
 		want := tfrecord.Int64
 		if key[0] != 'C' {
 			want = tfrecord.Float
