@@ -78,12 +78,12 @@ func (r *Reader) Next() ([]byte, error) {
 	if n > maxRecord {
 		return nil, fmt.Errorf("record %d: length %d is past 1 GiB: %w", r.N+1, n, ErrCorrupt)
 	}
-	r.r.Discard(12)
 	var b []byte
-	if int(n)+4 <= r.r.Size() {
-		b, err = r.r.Peek(int(n) + 4)
-		r.skip = len(b)
+	if int(n)+16 <= r.r.Size() { // the header and the record, in place
+		b, err = r.r.Peek(int(n) + 16)
+		r.skip, b = len(b), b[min(12, len(b)):]
 	} else {
+		r.r.Discard(12)
 		if uint64(cap(r.buf)) < n+4 {
 			r.buf = make([]byte, n+4)
 		}
