@@ -133,12 +133,13 @@ func TestTFRecordMultiValuedAndKinds(t *testing.T) {
 // list, an unsigned integer and nulls) reads as the CSV it came from, by
 // column name: hashed titles in the same hash spaces (the columns keep
 // their places), genres split at "|" from a string or taken from a list,
-// the rating thresholded, a missing value filled.
+// the rating thresholded, a missing value filled, unsigned integers plain
+// and dictionary-encoded as uint64 keys.
 func TestParquetMatchesTheCSV(t *testing.T) {
 	dir := t.TempDir()
 	csvPath := testfix.DeepCTR(t, dir, "movielens_sample.txt")
 	testfix.WriteParquet(t, filepath.Join(dir, "m.parquet"), 2048, "SELECT user_id, movie_id, rating, timestamp, title, genres, gender, age, CASE WHEN occupation = 0 THEN NULL ELSE occupation END AS occupation, zip, "+
-		"string_split(genres, '|') AS genre_list, CAST(user_id AS UBIGINT) + 18446744073709540000 AS big, CAST(rating AS DOUBLE) / 2 AS half FROM read_csv('"+csvPath+"')")
+		"string_split(genres, '|') AS genre_list, CAST(user_id AS UBIGINT) + 18446744073709540000 AS big, CAST(age AS UBIGINT) + 18446744073709540000 AS bigage, CAST(rating AS DOUBLE) / 2 AS half FROM read_csv('"+csvPath+"')")
 	src, err := os.ReadFile(csvPath)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func TestParquetMatchesTheCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	pq := loadSpec(t, dir, "  parquet: m.parquet\n"+common+"  ids:\n"+ids+
-		"    - {name: l, column: genre_list, max_len: 4, vocab: {min_count: 1}}\n    - {name: b, column: big, key: uint64}\n")
+		"    - {name: l, column: genre_list, max_len: 4, vocab: {min_count: 1}}\n    - {name: b, column: big, key: uint64}\n    - {name: ba, column: bigage, key: uint64}\n")
 	got, err := Load(pq)
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +180,12 @@ func TestParquetMatchesTheCSV(t *testing.T) {
 	first, _ := strconv.ParseUint(strings.SplitN(strings.SplitN(string(src), "\n", 3)[1], ",", 2)[0], 10, 64)
 	if want := first + 18446744073709540000; got.Keys[0] != int64(want) {
 		t.Errorf("uint64 key %d", got.Keys[0])
+	}
+	// bigage: few distinct values, dictionary-encoded unsigned integers
+	for r := range got.Rows {
+		if want := uint64(want.Features[r*2]) + 18446744073709540000; got.Keys[r*2+1] != int64(want) {
+			t.Fatalf("row %d: uint64 key %d, want %d", r, uint64(got.Keys[r*2+1]), want)
+		}
 	}
 	b := readStreamed(t, pq, got.Rows)
 	for r := range got.Rows {
