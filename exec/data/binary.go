@@ -216,7 +216,7 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	b := s.row_
 	b.start(24*len(rec)+64, len(rec)+1)
 	fs := tfrecord.NewFeatures(rec)
-	var feat tfrecord.Feature // on the stack: no write barriers
+	var feat tfrecord.Feature // each feature in turn
 	f := &feat
 	s.at = 0
 	for {
