@@ -31,25 +31,18 @@ type parquetSource struct {
 }
 
 // flatPage is a flat column's page read from its arrays: its rows'
-// definition levels (nil: every row holds a value), and its values (int64s,
-// byte arrays, or dictionary indices into the entries of dict), vi the
-// next one.
+// definition levels (nil: every row holds a value), and its values (vals:
+// int64s or byte arrays; or dictionary indices, idx, into the
+// dictionary's entries), vi the next one.
 type flatPage struct {
 	kind      flatKind
 	defs      []byte
 	maxDef    byte
 	row, rows int
 	vi, nv    int
-	i64       []int64
-	data      []byte
-	offs      []uint32
+	vals      flatValues
 	idx       []int32
-	// the dictionary's entries, for flatDict
-	dictI64  []int64
-	dictData []byte
-	dictOffs []uint32
-	dictLen  int
-	dictKind flatKind
+	entries   flatValues
 }
 
 type flatKind uint8
@@ -59,6 +52,35 @@ const (
 	flatBytes
 	flatDict
 )
+
+// flatValues are a page's (or a dictionary's) n values: int64s, or byte
+// arrays (data cut at offs).
+type flatValues struct {
+	kind flatKind
+	i64  []int64
+	data []byte
+	offs []uint32
+	n    int
+}
+
+// take reads v's arrays; false: values of another kind.
+func (fv *flatValues) take(v encoding.Values) bool {
+	switch v.Kind() {
+	case encoding.Int64:
+		fv.kind, fv.i64 = flatInt64, v.Int64()
+		fv.n = len(fv.i64)
+	case encoding.ByteArray:
+		fv.kind = flatBytes
+		fv.data, fv.offs = v.ByteArray()
+		fv.n = len(fv.offs) - 1
+	default:
+		return false
+	}
+	return fv.n >= 0
+}
+
+// bytes is byte array i.
+func (fv *flatValues) bytes(i int) []byte { return fv.data[fv.offs[i]:fv.offs[i+1]:fv.offs[i+1]] }
 
 // parquetBuf is the values a column reads at a time: few enough that the
 // buffers of 40 columns (24 bytes a value) stay in the cache, since a row
@@ -252,17 +274,10 @@ func (c *parquetColumn) arrays(page parquet.Page) bool {
 		fp.nv = len(fp.idx)
 		return true
 	}
-	switch data.Kind() {
-	case encoding.Int64:
-		fp.kind, fp.i64 = flatInt64, data.Int64()
-		fp.nv = len(fp.i64)
-	case encoding.ByteArray:
-		fp.kind = flatBytes
-		fp.data, fp.offs = data.ByteArray()
-		fp.nv = len(fp.offs) - 1
-	default:
+	if !fp.vals.take(data) {
 		return false
 	}
+	fp.kind, fp.nv = fp.vals.kind, fp.vals.n
 	return true
 }
 
@@ -270,28 +285,16 @@ func (c *parquetColumn) arrays(page parquet.Page) bool {
 // column is given hashed) for the pages that index them; false: entries
 // of another kind.
 func (c *parquetColumn) dictionary(d parquet.Dictionary) bool {
-	fp := &c.flatPage
 	c.dict = nil
-	data := d.Page().Data()
-	switch data.Kind() {
-	case encoding.Int64:
-		fp.dictKind, fp.dictI64 = flatInt64, data.Int64()
-		fp.dictLen = len(fp.dictI64)
-	case encoding.ByteArray:
-		fp.dictKind = flatBytes
-		fp.dictData, fp.dictOffs = data.ByteArray()
-		fp.dictLen = len(fp.dictOffs) - 1
-		if c.hashed {
-			c.hashes = c.hashes[:0]
-			for i := range fp.dictLen {
-				c.hashes = append(c.hashes, hashKey(c.seed, fp.dictData[fp.dictOffs[i]:fp.dictOffs[i+1]]))
-			}
-		}
-	default:
+	dv := &c.flatPage.entries
+	if !dv.take(d.Page().Data()) || d.Len() != dv.n {
 		return false
 	}
-	if fp.dictLen < 0 || d.Len() != fp.dictLen {
-		return false
+	if c.hashed && dv.kind == flatBytes {
+		c.hashes = c.hashes[:0]
+		for i := range dv.n {
+			c.hashes = append(c.hashes, hashKey(c.seed, dv.bytes(i)))
+		}
 	}
 	c.dict = d
 	return true
@@ -341,21 +344,21 @@ func (s *parquetSource) flatRow(c *parquetColumn, col int, set bool) (bool, erro
 			}
 			switch fp.kind {
 			case flatInt64:
-				s.int64Value(c, col, fp.i64[v])
+				s.int64Value(c, col, fp.vals.i64[v])
 			case flatBytes:
-				b.p.fields[col] = fp.data[fp.offs[v]:fp.offs[v+1]:fp.offs[v+1]]
+				b.p.fields[col] = fp.vals.bytes(v)
 			case flatDict:
 				k := int(fp.idx[v])
-				if k < 0 || k >= fp.dictLen {
-					return false, fmt.Errorf("column %q: dictionary index %d past its %d entries: %w", s.spec.Names[col], k, fp.dictLen, errParquetPage)
+				if k < 0 || k >= fp.entries.n {
+					return false, fmt.Errorf("column %q: dictionary index %d past its %d entries: %w", s.spec.Names[col], k, fp.entries.n, errParquetPage)
 				}
 				switch {
-				case fp.dictKind == flatInt64:
-					s.int64Value(c, col, fp.dictI64[k])
+				case fp.entries.kind == flatInt64:
+					s.int64Value(c, col, fp.entries.i64[k])
 				case c.hashed:
 					b.p.typed[col] = typedValue{hashed: true, h: c.hashes[k]}
 				default:
-					b.p.fields[col] = fp.dictData[fp.dictOffs[k]:fp.dictOffs[k+1]:fp.dictOffs[k+1]]
+					b.p.fields[col] = fp.entries.bytes(k)
 				}
 			}
 			return true, nil
