@@ -216,24 +216,47 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	b := s.row_
 	b.start(24*len(rec)+64, len(rec)+1)
 	fs := tfrecord.NewFeatures(rec)
+	var feat tfrecord.Feature // each feature in turn
+	f := &feat
 	s.at = 0
 	for {
-		key, vals, ok, err := fs.Next()
+		ok, err := fs.Next(f)
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", s.p.where(), err)
 		}
 		if !ok {
 			break
 		}
-		col := s.column(key)
+		var col int
+		if at := s.at; at < len(s.seen) && string(s.seen[at].key) == string(f.Key) { // the common case: the key after the last
+			col, s.at = s.seen[at].col, at+1
+		} else {
+			col = s.column(f.Key)
+		}
 		if col < 0 {
 			continue
 		}
+		if f.One && !b.multi[col] { // its one value, as the loop below would give it
+			switch f.Kind {
+			case tfrecord.Bytes:
+				b.p.fields[col] = f.Raw
+			case tfrecord.Int64:
+				if !b.typedInt(col, int64(f.X)) {
+					b.p.fields[col] = b.appendInt(int64(f.X))
+				}
+			default:
+				if x := tfrecord.Float32(f.X); !b.typedFloat(col, x) {
+					b.p.fields[col] = b.appendFloat(float64(x), 32)
+				}
+			}
+			continue
+		}
 		from := len(b.values)
+		vals := f.Values()
 		for {
 			raw, x, more, err := vals.Next()
 			if err != nil {
-				return false, fmt.Errorf("%s: feature %q: %w", s.p.where(), key, err)
+				return false, fmt.Errorf("%s: feature %q: %w", s.p.where(), f.Key, err)
 			}
 			if !more {
 				break

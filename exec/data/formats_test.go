@@ -133,12 +133,13 @@ func TestTFRecordMultiValuedAndKinds(t *testing.T) {
 // list, an unsigned integer and nulls) reads as the CSV it came from, by
 // column name: hashed titles in the same hash spaces (the columns keep
 // their places), genres split at "|" from a string or taken from a list,
-// the rating thresholded, a missing value filled.
+// the rating thresholded, a missing value filled, unsigned integers plain
+// and dictionary-encoded as uint64 keys.
 func TestParquetMatchesTheCSV(t *testing.T) {
 	dir := t.TempDir()
 	csvPath := testfix.DeepCTR(t, dir, "movielens_sample.txt")
 	testfix.WriteParquet(t, filepath.Join(dir, "m.parquet"), 2048, "SELECT user_id, movie_id, rating, timestamp, title, genres, gender, age, CASE WHEN occupation = 0 THEN NULL ELSE occupation END AS occupation, zip, "+
-		"string_split(genres, '|') AS genre_list, CAST(user_id AS UBIGINT) + 18446744073709540000 AS big, CAST(rating AS DOUBLE) / 2 AS half FROM read_csv('"+csvPath+"')")
+		"string_split(genres, '|') AS genre_list, CAST(user_id AS UBIGINT) + 18446744073709540000 AS big, CAST(age AS UBIGINT) + 18446744073709540000 AS bigage, CAST(rating AS DOUBLE) / 2 AS half FROM read_csv('"+csvPath+"')")
 	src, err := os.ReadFile(csvPath)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func TestParquetMatchesTheCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	pq := loadSpec(t, dir, "  parquet: m.parquet\n"+common+"  ids:\n"+ids+
-		"    - {name: l, column: genre_list, max_len: 4, vocab: {min_count: 1}}\n    - {name: b, column: big, key: uint64}\n")
+		"    - {name: l, column: genre_list, max_len: 4, vocab: {min_count: 1}}\n    - {name: b, column: big, key: uint64}\n    - {name: ba, column: bigage, key: uint64}\n")
 	got, err := Load(pq)
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +180,12 @@ func TestParquetMatchesTheCSV(t *testing.T) {
 	first, _ := strconv.ParseUint(strings.SplitN(strings.SplitN(string(src), "\n", 3)[1], ",", 2)[0], 10, 64)
 	if want := first + 18446744073709540000; got.Keys[0] != int64(want) {
 		t.Errorf("uint64 key %d", got.Keys[0])
+	}
+	// bigage: few distinct values, dictionary-encoded unsigned integers
+	for r := range got.Rows {
+		if want := uint64(want.Features[r*2]) + 18446744073709540000; got.Keys[r*2+1] != int64(want) {
+			t.Fatalf("row %d: uint64 key %d, want %d", r, uint64(got.Keys[r*2+1]), want)
+		}
 	}
 	b := readStreamed(t, pq, got.Rows)
 	for r := range got.Rows {
@@ -271,6 +278,104 @@ func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 	}
 }
 
+// ctrNames are the columns of psgraph gen criteo's TSV.
+func ctrNames() []string {
+	names := []string{"label"}
+	for j := 1; j <= 13; j++ {
+		names = append(names, "I"+strconv.Itoa(j))
+	}
+	for j := 1; j <= 26; j++ {
+		names = append(names, "C"+strconv.Itoa(j))
+	}
+	return names
+}
+
+// writeCTRParquet writes the rows of psgraph gen criteo's TSV as parquet
+// by DuckDB (the counts BIGINT, the categoricals VARCHAR, an empty field
+// a null), in row groups of rowGroup rows.
+func writeCTRParquet(tb testing.TB, tsv, out string, rowGroup int) {
+	cols := "{"
+	for i, n := range ctrNames() {
+		if i > 0 {
+			cols += ", "
+		}
+		typ := "BIGINT"
+		if n[0] == 'C' {
+			typ = "VARCHAR"
+		}
+		cols += "'" + n + "': '" + typ + "'"
+	}
+	cols += "}"
+	testfix.WriteParquet(tb, out, rowGroup, "SELECT * FROM read_csv('"+tsv+"', delim='\\t', header=false, columns="+cols+")")
+}
+
+// The CTR example's data (psgraph gen criteo: empty counts and
+// categoricals, 26 hashed columns, labels), 5,000 rows, read from
+// TFRecords of it (a missing feature for an empty count) and from
+// parquet DuckDB wrote of it in three row groups (nulls for the empty
+// fields; its pages dictionary-encoded or plain as DuckDB chose) gives
+// the TSV's rows exactly, loaded and streamed in batches that cross the
+// row groups' ends.
+func TestBinaryFormatsReadTheCTRDataAsTheTSV(t *testing.T) {
+	dir := t.TempDir()
+	tsv := filepath.Join(dir, "ctr.tsv")
+	f, err := os.Create(tsv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows = 5000
+	if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	testfix.WriteTFRecord(t, "tsv", tsv, strconv.Itoa(rows), filepath.Join(dir, "ctr.tfrecords"))
+	names := "  names: [" + strings.Join(ctrNames(), ", ") + "]\n"
+	spec := "  label: {name: click, column: label}\n  features: {name: dense, columns: I1..I13, fill: 0, transform: log}\n" +
+		"  ids:\n    - {name: cat, columns: C1..C26, hash_buckets: 1000000}\n    - {name: k, columns: [C3, C9], key: hash64}\n"
+	want, err := Load(loadSpec(t, dir, "  csv: ctr.tsv\n  delimiter: tab\n"+names+spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Rows != rows || !slices.Contains(want.Features, 0) {
+		t.Fatalf("the TSV: %d rows, want %d with empty counts filled", want.Rows, rows)
+	}
+	srcs := []string{"  tfrecord: ctr.tfrecords\n" + names}
+	if testfix.DuckDBNode() != "" {
+		writeCTRParquet(t, tsv, filepath.Join(dir, "ctr.parquet"), 2048)
+		srcs = append(srcs, "  parquet: ctr.parquet\n")
+	} else {
+		t.Log("parquet not read: node or @duckdb/node-api is not installed")
+	}
+	for _, src := range srcs {
+		d := loadSpec(t, dir, src+spec)
+		got, err := Load(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Rows != rows || !slices.Equal(got.IDs, want.IDs) || !slices.Equal(got.Keys, want.Keys) || !slices.Equal(got.Labels, want.Labels) || !slices.Equal(got.Features, want.Features) {
+			t.Fatalf("%s%d rows; equal to the TSV's: ids %v, keys %v, labels %v, features %v", src, got.Rows, slices.Equal(got.IDs, want.IDs), slices.Equal(got.Keys, want.Keys), slices.Equal(got.Labels, want.Labels), slices.Equal(got.Features, want.Features))
+		}
+		fs, err := OpenStream(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const batch = 300 // 2048 is not a multiple: batches cross the row groups' ends
+		bt := newBatch(d, batch)
+		for k := 0; k*batch < rows; k++ {
+			if err := fs.Fill(int64(k*batch), bt.all); err != nil {
+				t.Fatal(err)
+			}
+			for r := 0; r < batch && k*batch+r < rows; r++ {
+				i := k*batch + r
+				if !slices.Equal(bt.ids.I[r*26:r*26+26], want.IDs[i*26:i*26+26]) || !slices.Equal(bt.features.F[r*13:r*13+13], want.Features[i*13:i*13+13]) || bt.labels.I[r] != want.Labels[i] {
+					t.Fatalf("%sstreamed row %d differs from the TSV's", src, i)
+				}
+			}
+		}
+		fs.Close()
+	}
+}
+
 // BenchmarkFormats reads the CTR example's data (examples/ctr.yaml: psgraph
 // gen criteo's 200,000 rows; the label, 13 counts filled and log
 // transformed, 26 categoricals hashed) streamed in batches of 256, from
@@ -288,33 +393,14 @@ func BenchmarkFormats(b *testing.B) {
 	}
 	f.Close()
 	testfix.WriteTFRecord(b, "tsv", tsv, strconv.Itoa(rows), filepath.Join(dir, "ctr.tfrecords"))
-	var names []string
-	names = append(names, "label")
-	for j := 1; j <= 13; j++ {
-		names = append(names, "I"+strconv.Itoa(j))
-	}
-	for j := 1; j <= 26; j++ {
-		names = append(names, "C"+strconv.Itoa(j))
-	}
+	names := ctrNames()
 	spec := "  label: {name: click, column: label}\n  features: {name: dense, columns: I1..I13, fill: 0, transform: log}\n  ids: {name: cat, columns: C1..C26, hash_buckets: 1000000}\n  stream: true\n"
 	cases := []struct{ name, src string }{
 		{"tsv", "  csv: ctr.tsv\n  delimiter: tab\n  names: [" + strings.Join(names, ", ") + "]\n"},
 		{"tfrecord", "  tfrecord: ctr.tfrecords\n  names: [" + strings.Join(names, ", ") + "]\n"},
 	}
 	if testfix.DuckDBNode() != "" {
-		cols := "{"
-		for i, n := range names {
-			if i > 0 {
-				cols += ", "
-			}
-			typ := "BIGINT"
-			if n[0] == 'C' {
-				typ = "VARCHAR"
-			}
-			cols += "'" + n + "': '" + typ + "'"
-		}
-		cols += "}"
-		testfix.WriteParquet(b, filepath.Join(dir, "ctr.parquet"), 122880, "SELECT * FROM read_csv('"+tsv+"', delim='\\t', header=false, columns="+cols+")")
+		writeCTRParquet(b, tsv, filepath.Join(dir, "ctr.parquet"), 122880)
 		cases = append(cases, struct{ name, src string }{"parquet", "  parquet: ctr.parquet\n"})
 	}
 	for _, c := range cases {

@@ -1,12 +1,14 @@
 package data
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -28,16 +30,85 @@ type parquetSource struct {
 	size int64
 }
 
+// flatPage is a flat column's page read from its arrays: its rows'
+// definition levels (nil: every row holds a value), and its values (vals:
+// int64s or byte arrays; or dictionary indices, idx, into the
+// dictionary's entries), vi the next one.
+type flatPage struct {
+	kind      flatKind
+	defs      []byte
+	maxDef    byte
+	row, rows int
+	vi, nv    int
+	vals      flatValues
+	idx       []int32
+	entries   flatValues
+}
+
+type flatKind uint8
+
+const (
+	flatInt64 flatKind = iota + 1
+	flatBytes
+	flatDict
+)
+
+// flatValues are a page's (or a dictionary's) n values: int64s, or byte
+// arrays (data cut at offs).
+type flatValues struct {
+	kind flatKind
+	i64  []int64
+	data []byte
+	offs []uint32
+	n    int
+}
+
+// take reads v's arrays; false: values of another kind.
+func (fv *flatValues) take(v encoding.Values) bool {
+	switch v.Kind() {
+	case encoding.Int64:
+		fv.kind, fv.i64 = flatInt64, v.Int64()
+		fv.n = len(fv.i64)
+	case encoding.ByteArray:
+		fv.kind = flatBytes
+		fv.data, fv.offs = v.ByteArray()
+		fv.n = len(fv.offs) - 1
+	default:
+		return false
+	}
+	return fv.n >= 0
+}
+
+// bytes is byte array i.
+func (fv *flatValues) bytes(i int) []byte { return fv.data[fv.offs[i]:fv.offs[i+1]:fv.offs[i+1]] }
+
+// parquetBuf is the values a column reads at a time: few enough that the
+// buffers of 40 columns (24 bytes a value) stay in the cache, since a row
+// takes one value of each in turn.
+const parquetBuf = 128
+
 // parquetColumn reads one leaf column's values, row by row.
 type parquetColumn struct {
 	leaf     int
 	unsigned bool // an unsigned integer's logical type
-	rg       int  // the row group being read
-	pages    parquet.Pages
-	page     parquet.Page
-	vals     parquet.ValueReader
-	buf      []parquet.Value
-	at, n    int // buf[at:n] not yet consumed
+	// flat: the column holds one value a row (or a null), not a list; its
+	// values are read in place, one a row, from the page's arrays where
+	// the page is of int64s or byte arrays, plain or dictionary-encoded
+	// (flatPage), else as the others' are
+	flat bool
+	flatPage
+	// hashed: the column's bytes are given hashed from seed (hashedCols):
+	// a dictionary's entries are hashed once (hashes, of dict)
+	hashed bool
+	seed   uint64
+	dict   parquet.Dictionary
+	hashes []uint64
+	rg     int // the row group being read
+	pages  parquet.Pages
+	page   parquet.Page
+	vals   parquet.ValueReader
+	buf    []parquet.Value
+	at, n  int // buf[at:n] not yet consumed
 }
 
 func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
@@ -51,6 +122,7 @@ func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
 		return nil, fmt.Errorf("%s: %w", spec.CSV, err)
 	}
 	s := &parquetSource{spec: spec, f: f, pf: pf, p: p, b: newBinaryRow(spec, p), size: fileSize(f)}
+	hashed, seeds := p.hashedCols(len(p.fields))
 	for _, col := range s.b.read {
 		at := -1
 		for i, n := range names {
@@ -62,7 +134,11 @@ func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
 			f.Close()
 			return nil, fmt.Errorf("%s: the file has no column %q, which the model reads (data at %s); was it written again since the model was loaded?", spec.CSV, spec.Names[col], spec.Pos)
 		}
-		c := &parquetColumn{leaf: leaves[at], buf: make([]parquet.Value, 1024)}
+		c := &parquetColumn{leaf: leaves[at], buf: make([]parquet.Value, parquetBuf)}
+		if pc := pf.Root().Column(names[at]); pc != nil && pc.Leaf() && pc.MaxRepetitionLevel() == 0 {
+			c.flat, c.maxDef = !s.b.multi[col], byte(pc.MaxDefinitionLevel())
+		}
+		c.hashed, c.seed = hashed[col], seeds[col]
 		if rgs := pf.RowGroups(); len(rgs) > 0 {
 			if lt := rgs[0].ColumnChunks()[c.leaf].Type().LogicalType(); lt != nil {
 				if it, ok := lt.Value.(*format.IntType); ok && !it.IsSigned {
@@ -98,6 +174,7 @@ func (s *parquetSource) held() int64 {
 		if c.page != nil {
 			n += c.page.Size()
 		}
+		n += int64(8 * cap(c.hashes))
 	}
 	return n + int64(cap(s.b.arena)+24*cap(s.b.values))
 }
@@ -116,6 +193,7 @@ func (c *parquetColumn) release() {
 		parquet.Release(c.page)
 		c.page, c.vals = nil, nil
 	}
+	c.flatPage.row, c.flatPage.rows, c.dict = 0, 0, nil
 	if c.pages != nil {
 		c.pages.Close()
 		c.pages = nil
@@ -134,20 +212,37 @@ func (c *parquetColumn) fill(pf *parquet.File) (bool, error) {
 			if err != nil && err != io.EOF {
 				return false, err
 			}
-			parquet.Release(c.page)
-			c.page, c.vals = nil, nil
 		}
+		if ok, err := c.nextPage(pf, false); !ok || err != nil {
+			return false, err
+		}
+	}
+}
+
+// nextPage moves to the column's next page: its values read from its
+// arrays (c.flatPage) where flat may and the page is of a kind read so,
+// else through c.vals; false at the file's end.
+func (c *parquetColumn) nextPage(pf *parquet.File, flat bool) (bool, error) {
+	if c.page != nil {
+		parquet.Release(c.page)
+		c.page, c.vals = nil, nil
+	}
+	c.flatPage.row, c.flatPage.rows = 0, 0
+	for {
 		if c.pages != nil {
 			page, err := c.pages.ReadPage()
 			if err == nil {
-				c.page, c.vals = page, page.Values()
-				continue
+				c.page = page
+				if !flat || !c.arrays(page) {
+					c.vals = page.Values()
+				}
+				return true, nil
 			}
 			if err != io.EOF {
 				return false, err
 			}
 			c.pages.Close()
-			c.pages = nil
+			c.pages, c.dict = nil, nil
 		}
 		c.rg++
 		rgs := pf.RowGroups()
@@ -155,6 +250,140 @@ func (c *parquetColumn) fill(pf *parquet.File) (bool, error) {
 			return false, nil
 		}
 		c.pages = rgs[c.rg].ColumnChunks()[c.leaf].Pages()
+	}
+}
+
+// arrays readies c.flatPage to read page from its arrays; false: the
+// page is of another kind.
+func (c *parquetColumn) arrays(page parquet.Page) bool {
+	fp := &c.flatPage
+	fp.defs = page.DefinitionLevels()
+	fp.rows, fp.row, fp.vi = int(page.NumRows()), 0, 0
+	if fp.defs != nil && len(fp.defs) != fp.rows {
+		return false
+	}
+	data := page.Data()
+	if d := page.Dictionary(); d != nil {
+		if data.Kind() != encoding.Int32 {
+			return false
+		}
+		if d != c.dict && !c.dictionary(d) {
+			return false
+		}
+		fp.kind, fp.idx = flatDict, data.Int32()
+		fp.nv = len(fp.idx)
+		return true
+	}
+	if !fp.vals.take(data) {
+		return false
+	}
+	fp.kind, fp.nv = fp.vals.kind, fp.vals.n
+	return true
+}
+
+// dictionary takes d's entries (int64s or byte arrays, hashed where the
+// column is given hashed) for the pages that index them; false: entries
+// of another kind.
+func (c *parquetColumn) dictionary(d parquet.Dictionary) bool {
+	c.dict = nil
+	dv := &c.flatPage.entries
+	if !dv.take(d.Page().Data()) || d.Len() != dv.n {
+		return false
+	}
+	if c.hashed && dv.kind == flatBytes {
+		c.hashes = c.hashes[:0]
+		for i := range dv.n {
+			c.hashes = append(c.hashes, hashKey(c.seed, dv.bytes(i)))
+		}
+	}
+	c.dict = d
+	return true
+}
+
+// flatRow reads a flat column's next row into column col of the row
+// (where set); false at the file's end.
+func (s *parquetSource) flatRow(c *parquetColumn, col int, set bool) (bool, error) {
+	b := s.b
+	for {
+		if c.vals != nil {
+			if c.at < c.n {
+				v := &c.buf[c.at]
+				c.at++
+				if set && !v.IsNull() && !s.typed(c, col, v) {
+					if v.Kind() == parquet.ByteArray || v.Kind() == parquet.FixedLenByteArray {
+						// in place: the page holding it stays until the
+						// column's next page, read at a later row
+						b.p.fields[col] = v.ByteArray()
+					} else {
+						b.p.fields[col] = s.text(c, v)
+					}
+				}
+				return true, nil
+			}
+			n, err := c.vals.ReadValues(c.buf)
+			if n > 0 {
+				c.at, c.n = 0, n
+				continue
+			}
+			if err != nil && err != io.EOF {
+				return false, err
+			}
+		} else if fp := &c.flatPage; fp.row < fp.rows {
+			r := fp.row
+			fp.row++
+			if fp.defs != nil && fp.defs[r] != fp.maxDef { // a null
+				return true, nil
+			}
+			v := fp.vi
+			if v >= fp.nv {
+				return false, fmt.Errorf("a page of column %q holds fewer values than its rows say: %w", s.spec.Names[col], errParquetPage)
+			}
+			fp.vi++
+			if !set {
+				return true, nil
+			}
+			switch fp.kind {
+			case flatInt64:
+				s.int64Value(c, col, fp.vals.i64[v])
+			case flatBytes:
+				b.p.fields[col] = fp.vals.bytes(v)
+			case flatDict:
+				k := int(fp.idx[v])
+				if k < 0 || k >= fp.entries.n {
+					return false, fmt.Errorf("column %q: dictionary index %d past its %d entries: %w", s.spec.Names[col], k, fp.entries.n, errParquetPage)
+				}
+				switch {
+				case fp.entries.kind == flatInt64:
+					s.int64Value(c, col, fp.entries.i64[k])
+				case c.hashed:
+					b.p.typed[col] = typedValue{hashed: true, h: c.hashes[k]}
+				default:
+					b.p.fields[col] = fp.entries.bytes(k)
+				}
+			}
+			return true, nil
+		}
+		if ok, err := c.nextPage(s.pf, true); !ok || err != nil {
+			return false, err
+		}
+	}
+}
+
+// errParquetPage is the error of a page whose parts disagree.
+var errParquetPage = errors.New("a corrupt parquet page")
+
+// int64Value gives column col an INT64 value x: as a number where the
+// row takes it so, else as its text (unsigned where its logical type
+// says so), as typed and text would.
+func (s *parquetSource) int64Value(c *parquetColumn, col int, x int64) {
+	b := s.b
+	switch {
+	case c.unsigned:
+		n := len(b.arena)
+		b.arena = strconv.AppendUint(b.arena, uint64(x), 10)
+		b.p.fields[col] = b.arena[n:len(b.arena):len(b.arena)]
+	case !b.typedInt(col, x):
+		b.p.fields[col] = b.appendInt(x)
 	}
 }
 
@@ -186,8 +415,14 @@ func (c *parquetColumn) next(pf *parquet.File, fn func(v *parquet.Value)) (bool,
 
 func (s *parquetSource) skip() (bool, error) {
 	any := false
-	for _, c := range s.cur {
-		ok, err := c.next(s.pf, func(*parquet.Value) {})
+	for i, c := range s.cur {
+		var ok bool
+		var err error
+		if c.flat {
+			ok, err = s.flatRow(c, s.b.read[i], false)
+		} else {
+			ok, err = c.next(s.pf, func(*parquet.Value) {})
+		}
 		if err != nil {
 			return false, fmt.Errorf("%s: row %d: %w", s.spec.CSV, s.n+1, err)
 		}
@@ -205,6 +440,14 @@ func (s *parquetSource) row(out *rowOut) (bool, error) {
 	any := false
 	for i, c := range s.cur {
 		col := b.read[i]
+		if c.flat {
+			ok, err := s.flatRow(c, col, true)
+			if err != nil {
+				return false, fmt.Errorf("%s: row %d: %w", s.spec.CSV, s.n+1, err)
+			}
+			any = any || ok
+			continue
+		}
 		from := len(b.values)
 		ok, err := c.next(s.pf, func(v *parquet.Value) {
 			if !s.typed(c, col, v) {

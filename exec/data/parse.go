@@ -157,10 +157,36 @@ type rowParser struct {
 	vocabsNow Vocabs
 }
 
-// typedValue is a column's one value given as an integer, i, where typed.
+// typedValue is a column's one value given as an integer, i, where
+// typed; or, where hashed, as its hash, h (hashKey of its bytes from the
+// column's seed), for a column a reader may give so (hashedCols).
 type typedValue struct {
-	typed bool
-	i     int64
+	typed, hashed bool
+	i             int64
+	h             uint64
+}
+
+// hashedCols says, by column, which columns a reader may give hashed, and
+// the seed their bytes are hashed from: those read by one single-valued
+// ids spec that hashes them (hash_buckets, key: hash64), and by nothing
+// else.
+func (p *rowParser) hashedCols(n int) (ok []bool, seed []uint64) {
+	ok, seed = make([]bool, n), make([]uint64, n)
+	uses := make([]int, n)
+	for _, c := range p.spec.Columns() {
+		for _, col := range c.Cols {
+			uses[col]++
+		}
+	}
+	for _, s := range p.ids {
+		if !s.kind.hashed() || s.c.MaxLen > 0 {
+			continue
+		}
+		for k, col := range s.c.Cols {
+			ok[col], seed[col] = uses[col] == 1, s.seeds[k]
+		}
+	}
+	return ok, seed
 }
 
 // typedCols says, by column, which columns a reader may give as integers:
@@ -509,11 +535,19 @@ func (p *rowParser) parseIDs(s *idSpec, j, lineNo int, out *rowOut) error {
 	case s.kind == idsBuckets:
 		seeds, out, buckets := s.seeds, out.ids[j], s.buckets
 		for k, col := range s.c.Cols {
+			if p.typed != nil && p.typed[col].hashed {
+				out[k] = bucketOf(p.typed[col].h, buckets)
+				continue
+			}
 			out[k] = bucketOf(hashKey(seeds[k], p.fields[col]), buckets)
 		}
 	case s.kind == keysHash64:
 		seeds, out := s.seeds, out.keys[j]
 		for k, col := range s.c.Cols {
+			if p.typed != nil && p.typed[col].hashed {
+				out[k] = ir.HashKey(p.typed[col].h)
+				continue
+			}
 			out[k] = ir.HashKey(hashKey(seeds[k], p.fields[col]))
 		}
 	case s.kind == keysInt64 || s.kind == keysUint64:

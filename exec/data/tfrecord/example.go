@@ -30,19 +30,72 @@ type Features struct {
 // NewFeatures walks the features of the example rec.
 func NewFeatures(rec []byte) Features { return Features{outer: msg{b: rec}} }
 
-// Next returns the next feature; false after the last.
-func (fs *Features) Next() (key []byte, vals Values, ok bool, err error) {
+// Feature is a feature of a record: its key, the kind of its values and
+// their list (Values walks it). Where it holds exactly one value laid out
+// as writers most often lay it out (a bytes_list's value, an int64_list's
+// packed varint, a float_list's packed float, every tag and length one
+// byte), One is true and Raw (a bytes_list's) or X (an int64_list's
+// value, a float_list's float32 bits) is that value, as Values.Next would
+// give it.
+type Feature struct {
+	Key  []byte
+	Kind Kind
+	One  bool
+	Raw  []byte
+	X    uint64
+	list []byte
+}
+
+// Values walks the feature's values.
+func (f *Feature) Values() Values { return Values{Kind: f.Kind, list: msg{b: f.list}} }
+
+// Next reads the next feature into f; false after the last.
+func (fs *Features) Next(f *Feature) (bool, error) {
+	// the common case, as TensorFlow and most writers lay a feature out:
+	// a map entry of its key then its Feature, which holds one list, every
+	// tag and length one byte
+	if b := fs.inner.b; len(b) >= 8 && b[0] == 0x0a && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+		e := b[2 : 2+int(b[1])]
+		if len(e) >= 2 && e[0] == 0x0a && e[1] < 0x80 && int(e[1]) <= len(e)-4 {
+			key, r := e[2:2+int(e[1])], e[2+int(e[1]):]
+			if r[0] == 0x12 && r[1] < 0x80 && int(r[1]) == len(r)-2 && len(r) >= 4 {
+				if t := r[2]; t&7 == 2 && t>>3 >= 1 && t>>3 <= 3 && r[3] < 0x80 && int(r[3]) == len(r)-4 {
+					fs.inner.b = b[2+int(b[1]):]
+					l := r[4:]
+					f.Key, f.Kind, f.list, f.One = key, Kind(t>>3), l, false
+					if len(l) >= 2 && l[0] == 0x0a && l[1] < 0x80 && int(l[1]) == len(l)-2 {
+						switch v := l[2:]; f.Kind {
+						case Bytes:
+							f.Raw, f.One = v, true
+						case Int64:
+							if len(v) == 1 && v[0] < 0x80 {
+								f.X, f.One = uint64(v[0]), true
+							} else if u, n := binary.Uvarint(v); n > 0 && n == len(v) {
+								f.X, f.One = u, true
+							}
+						case Float:
+							if len(v) == 4 {
+								f.X, f.One = uint64(binary.LittleEndian.Uint32(v)), true
+							}
+						}
+					}
+					return true, nil
+				}
+			}
+		}
+	}
+	f.One = false
 	for {
 		num, wt, v, _, more, err := fs.inner.next()
 		if err != nil {
-			return nil, Values{}, false, err
+			return false, err
 		}
 		if !more {
 			// the next Features message of the Example (field 1); there is one
 			for {
 				num, wt, v, _, more, err := fs.outer.next()
 				if err != nil || !more {
-					return nil, Values{}, false, err
+					return false, err
 				}
 				if num == 1 && wt == 2 {
 					fs.inner = msg{b: v}
@@ -55,10 +108,12 @@ func (fs *Features) Next() (key []byte, vals Values, ok bool, err error) {
 			continue
 		}
 		entry := msg{b: v}
+		var key []byte
+		var vals Values
 		for {
 			num, wt, v, _, more, err := entry.next()
 			if err != nil {
-				return nil, Values{}, false, err
+				return false, err
 			}
 			if !more {
 				break
@@ -71,7 +126,7 @@ func (fs *Features) Next() (key []byte, vals Values, ok bool, err error) {
 				for {
 					num, wt, list, _, more, err := f.next()
 					if err != nil {
-						return nil, Values{}, false, err
+						return false, err
 					}
 					if !more {
 						break
@@ -82,7 +137,8 @@ func (fs *Features) Next() (key []byte, vals Values, ok bool, err error) {
 				}
 			}
 		}
-		return key, vals, true, nil
+		f.Key, f.Kind, f.list = key, vals.Kind, vals.list.b
+		return true, nil
 	}
 }
 

@@ -28,7 +28,7 @@ const maxRecord = 1 << 30
 type Reader struct {
 	r    *bufio.Reader
 	buf  []byte
-	head [12]byte
+	skip int // the bytes of the last record, read in place, to discard
 	// N is the number of records read.
 	N int64
 }
@@ -52,12 +52,22 @@ func NewReader(r io.Reader, br *bufio.Reader) (*Reader, error) {
 var ErrCorrupt = errors.New("corrupt TFRecord")
 
 // Next returns the next record's bytes, valid until the next call; io.EOF
-// after the last.
+// after the last. A record that fits the buffered reader's buffer is read
+// in place, without a copy.
 func (r *Reader) Next() ([]byte, error) {
-	head := r.head[:]
-	if _, err := io.ReadFull(r.r, head); err != nil {
-		if err == io.EOF {
+	if r.skip > 0 { // the last record, read in place
+		if _, err := r.r.Discard(r.skip); err != nil {
+			return nil, err
+		}
+		r.skip = 0
+	}
+	head, err := r.r.Peek(12)
+	if len(head) < 12 {
+		if len(head) == 0 && err == io.EOF {
 			return nil, io.EOF
+		}
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("record %d: %w", r.N+1, err)
 		}
 		return nil, fmt.Errorf("record %d: the file ends inside its header: %w", r.N+1, ErrCorrupt)
 	}
@@ -68,15 +78,27 @@ func (r *Reader) Next() ([]byte, error) {
 	if n > maxRecord {
 		return nil, fmt.Errorf("record %d: length %d is past 1 GiB: %w", r.N+1, n, ErrCorrupt)
 	}
-	if uint64(cap(r.buf)) < n+4 {
-		r.buf = make([]byte, n+4)
+	var b []byte
+	if int(n)+16 <= r.r.Size() { // the header and the record, in place
+		b, err = r.r.Peek(int(n) + 16)
+		r.skip, b = len(b), b[min(12, len(b)):]
+	} else {
+		r.r.Discard(12)
+		if uint64(cap(r.buf)) < n+4 {
+			r.buf = make([]byte, n+4)
+		}
+		var m int
+		m, err = io.ReadFull(r.r, r.buf[:n+4])
+		b = r.buf[:m]
 	}
-	r.buf = r.buf[:n+4]
-	if _, err := io.ReadFull(r.r, r.buf); err != nil {
+	if len(b) < int(n)+4 {
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return nil, fmt.Errorf("record %d: %w", r.N+1, err)
+		}
 		return nil, fmt.Errorf("record %d: the file ends inside it: %w", r.N+1, ErrCorrupt)
 	}
-	rec := r.buf[:n]
-	if MaskedCRC(rec) != binary.LittleEndian.Uint32(r.buf[n:]) {
+	rec := b[:n]
+	if MaskedCRC(rec) != binary.LittleEndian.Uint32(b[n:]) {
 		return nil, fmt.Errorf("record %d: the checksum of its data does not match: %w", r.N+1, ErrCorrupt)
 	}
 	r.N++

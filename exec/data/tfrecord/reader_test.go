@@ -16,8 +16,14 @@ import (
 
 // records reads every record of b (a copy each) or the first error.
 func records(t *testing.T, b []byte) ([][]byte, error) {
+	return recordsBuffered(t, b, 4096)
+}
+
+// recordsBuffered is records through a buffer of size bytes: records
+// longer are copied out of it, the others read in place.
+func recordsBuffered(t *testing.T, b []byte, size int) ([][]byte, error) {
 	t.Helper()
-	r, err := tfrecord.NewReader(bytes.NewReader(b), bufio.NewReaderSize(nil, 4096))
+	r, err := tfrecord.NewReader(bytes.NewReader(b), bufio.NewReaderSize(nil, size))
 	if err != nil {
 		return nil, err
 	}
@@ -60,14 +66,16 @@ func TestReaderReadsAnIndependentWritersRecords(t *testing.T) {
 	// write_tfrecord.py writes C1..C26 (int64_list), I1..I13 (float_list), label (float_list)
 	fs := tfrecord.NewFeatures(recs[0])
 	var keys []string
+	var f tfrecord.Feature
 	for {
-		key, vals, ok, err := fs.Next()
+		ok, err := fs.Next(&f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !ok {
 			break
 		}
+		key, vals := f.Key, f.Values()
 		want := tfrecord.Int64
 		if key[0] != 'C' {
 			want = tfrecord.Float
@@ -79,6 +87,16 @@ func TestReaderReadsAnIndependentWritersRecords(t *testing.T) {
 	}
 	if len(keys) != 40 || keys[0] != "C1" || keys[39] != "label" {
 		t.Errorf("keys %v", keys)
+	}
+
+	// through a buffer smaller than a record: each copied, the same bytes;
+	// a cut one an error
+	small, err := recordsBuffered(t, plain, 16)
+	if err != nil || len(small) != 200 || !bytes.Equal(small[0], recs[0]) || !bytes.Equal(small[199], recs[199]) {
+		t.Fatalf("through a small buffer: %d records, error %v", len(small), err)
+	}
+	if got, err := recordsBuffered(t, plain[:len(plain)-3], 16); !errors.Is(err, tfrecord.ErrCorrupt) || !strings.Contains(err.Error(), "record 200: the file ends inside it") || len(got) != 199 {
+		t.Errorf("a cut file through a small buffer: %d records, error %v", len(got), err)
 	}
 
 	flipped := bytes.Clone(plain)
