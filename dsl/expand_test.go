@@ -51,6 +51,19 @@ func TestExpandSpeculationEqualsSequential(t *testing.T) {
 	models["state-clash"] = []byte(strings.Replace(strings.Replace(deep, "optimizer: {type: sgd, lr: 0.1}", "optimizer: {type: momentum, lr: 0.1}", 1),
 		"params:\n", "state:\n  W3@velocity: {shape: [4, 4]}\nparams:\n", 1))
 
+	// The forward ops fit only at the batch (a mean without keepdims
+	// subtracted from its input, with the batch equal to the width): the
+	// symbolic batch's error, which the speculating expansion finds beside
+	// its final checks, must be the sequential one, also before the
+	// structure error of a declared gradient name, and the graph must
+	// load with the trap taken out.
+	trap := strings.NewReplacer("batch: 16", "batch: 4",
+		"ops:\n", "ops:\n  - {type: mean, inputs: [x], outputs: [mu], attrs: {axis: 1}}\n  - {type: sub, inputs: [x, mu], outputs: [xc]}\n").Replace(deep)
+	models["batch-trap"] = []byte(trap)
+	models["batch-trap-grad-clash"] = []byte(strings.Replace(trap, "params:\n", "state:\n  W3@GRAD: {shape: [4, 4]}\nparams:\n", 1))
+	models["grad-clash"] = []byte(strings.Replace(deep, "params:\n", "state:\n  W3@GRAD: {shape: [4, 4]}\nparams:\n", 1))
+	models["batch-fits"] = []byte(strings.Replace(trap, "attrs: {axis: 1}}", "attrs: {axis: 1, keepdims: true}}", 1))
+
 	kept, dropped := 0, 0
 	speculationKept = func(k bool) {
 		if k {
@@ -69,6 +82,12 @@ func TestExpandSpeculationEqualsSequential(t *testing.T) {
 		gq, errq := LoadBytes(name, src)
 		if fmt.Sprint(errs) != fmt.Sprint(errq) {
 			t.Fatalf("%s: errors differ:\n  speculating: %v\n  sequential:  %v", name, errs, errq)
+		}
+		switch want := map[string]string{"batch-trap": "op sub", "batch-trap-grad-clash": "op sub", "grad-clash": "W3@GRAD"}[name]; {
+		case want != "" && (errs == nil || !strings.Contains(errs.Error(), want)):
+			t.Fatalf("%s: got %v, want an error about %s", name, errs, want)
+		case name == "batch-fits" && errs != nil:
+			t.Fatalf("%s: %v", name, errs)
 		}
 		if errs != nil {
 			continue
