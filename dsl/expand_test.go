@@ -114,3 +114,51 @@ func TestExpandSpeculationEqualsSequential(t *testing.T) {
 		t.Fatalf("the speculation was kept for only %d models", kept)
 	}
 }
+
+// A model may name its own values bw.<type>.<n>, as autodiff names its
+// temporaries: its backward pass is the one of the same model under
+// other names (autodiff never renames them, and they never stop a
+// temporary's renaming), here with names whose numbers are those of
+// autodiff's temporaries, read by gradient ops and summed from two uses.
+func TestAutodiffModelNamesLikeTemporaries(t *testing.T) {
+	src := `psgraph: 1
+name: bw
+data:
+  synthetic: {rows: 16, features: 4, classes: 4}
+  features: {name: x}
+  label: {name: y}
+params:
+  W0: {shape: [4, 4], init: {type: he_normal}}
+  W1: {shape: [4, 4], init: {type: he_normal}}
+ops:
+  - {type: matmul, inputs: [x, W0], outputs: [bw.relu.1]}
+  - {type: relu, inputs: [bw.relu.1], outputs: [bw.relu.2]}
+  - {type: matmul, inputs: [bw.relu.2, W1], outputs: [bw.relu.3]}
+  - {type: add, inputs: [bw.relu.3, bw.relu.1], outputs: [bw.relu.4]}
+  - {type: softmax_cross_entropy, inputs: [bw.relu.4, y], outputs: [loss]}
+train: {loss: loss, batch: 4, optimizer: {type: momentum, lr: 0.1}}
+`
+	for _, spec := range []bool{true, false} {
+		speculate = spec
+		got, err := LoadBytes("bw.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := LoadBytes("u.yaml", []byte(strings.ReplaceAll(src, "bw.relu.", "u.relu.")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err1 := Marshal(got)
+		w, err2 := Marshal(want)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if string(g) != strings.ReplaceAll(string(w), "u.relu.", "bw.relu.") {
+			t.Fatalf("speculate %v: the backward pass differs with the model's names like autodiff's:\n%s\nwant\n%s", spec, g, w)
+		}
+		if !strings.Contains(string(g), "{type: add, inputs: [bw.relu.4@GRAD, bw.relu_grad.") {
+			t.Fatalf("no sum of two uses' gradients:\n%s", g)
+		}
+	}
+	speculate = true
+}
