@@ -138,6 +138,7 @@ ops:
   - {type: softmax_cross_entropy, inputs: [bw.relu.4, y], outputs: [loss]}
 train: {loss: loss, batch: 4, optimizer: {type: momentum, lr: 0.1}}
 `
+	defer func() { speculate = true }()
 	for _, spec := range []bool{true, false} {
 		speculate = spec
 		got, err := LoadBytes("bw.yaml", []byte(src))
@@ -160,5 +161,4 @@ train: {loss: loss, batch: 4, optimizer: {type: momentum, lr: 0.1}}
 			t.Fatalf("no sum of two uses' gradients:\n%s", g)
 		}
 	}
-	speculate = true
 }
