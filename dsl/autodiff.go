@@ -94,7 +94,8 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 
 	// Which variables lie on a path from a parameter to the loss?
 	fromParam := make(map[string]bool, len(g.Ops))
-	for _, p := range g.Params() {
+	params := g.Params() // autodiff adds ops, never variables
+	for _, p := range params {
 		fromParam[p] = true
 	}
 	for _, i := range order {
@@ -173,7 +174,7 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 			return fmt.Errorf("autodiff of op %s at %s: %w", op.Type, op.Pos, b.err)
 		}
 	}
-	for _, p := range g.Params() {
+	for _, p := range params {
 		if len(contrib[p]) == 0 {
 			continue
 		}
