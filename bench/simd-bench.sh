@@ -12,7 +12,10 @@
 #   - the 10M-row CTR example (as .ci/bench's ctr10m; ctr_example_torch.py);
 #   - canonical DLRM (examples/dlrm.yaml; bench/zoo_torch.py speed);
 #   - `psgraph split` of the 100k-op model of BenchmarkSplitEndToEnd (4
-#     trainers, 8 pservers), against OLD_PSGRAPH when given.
+#     trainers, 8 pservers), against OLD_PSGRAPH when given: the two
+#     binaries one after the other, which goes first alternating by round.
+# PARTS=split runs only the split rows (no PyTorch needed):
+#   PARTS=split bash bench/simd-bench.sh 5 /tmp/psgraph-0bc071f
 # psgraph runs on the AVX2 path: where the CPU has AVX-512, every psgraph
 # command and Go benchmark runs with GODEBUG=cpu.avx512f=off, and the
 # table says which path each figure is from (psgraph version). PyTorch runs
@@ -24,13 +27,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
-runs=${1:-5} old=${2:-} out=${SIMD_BENCH_OUT:-simd-bench.json}
+runs=${1:-5} old=${2:-} out=${SIMD_BENCH_OUT:-simd-bench.json} parts=${PARTS:-all}
+case $parts in
+  all | split) ;;
+  *) echo "simd-bench: PARTS is all (the default) or split, not $parts" >&2; exit 2 ;;
+esac
+if [ -n "$old" ] && ! [ -x "$old" ]; then
+  echo "simd-bench: OLD_PSGRAPH $old is not an executable" >&2; exit 2
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if [ "$parts" = all ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   echo "simd-bench: python3-torch missing (apt-get install python3-torch)" >&2; exit 1
 fi
-if ! ls /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 >/dev/null 2>&1; then
+if [ "$parts" = all ] && ! ls /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 >/dev/null 2>&1; then
   echo "simd-bench: PyTorch would run on the reference BLAS; install libopenblas0-pthread" >&2; exit 1
 fi
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "null"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
@@ -48,6 +58,7 @@ if [ "$("$ps" version | sed -n 's/.*kernels \([a-z0-9]*\),.*/\1/p')" = avx512 ];
 fi
 on() { env "${avx2[@]}" "$@"; } # a psgraph command on the AVX2 path
 path=$(on "$ps" version | sed -n 's/.*; \(kernels .*\))$/\1/p')
+if [ "$parts" = all ]; then
 go build -tags purego -o "$tmp/psgraph-go" .
 gopath=$("$tmp/psgraph-go" version | sed -n 's/.*; \(kernels .*\))$/\1/p')
 go test -c -o "$tmp/program.test" ./exec/program
@@ -65,6 +76,7 @@ sed -e 's/hash_buckets: 1000000/hash_buckets: 10000000/' -e 's/\[1000000, 16\]/[
 "$ps" gen criteo -o "$tmp/zoo-train.tsv" --rows 200000 --vocab 1000 --truth fm --interaction 2 >/dev/null 2>&1
 cp "$tmp/zoo-train.tsv" "$tmp/zoo-eval.tsv"
 sed "s#data/zoo-#$tmp/zoo-#" examples/dlrm.yaml >"$tmp/dlrm.yaml"
+fi
 # The split model: partition's mixedModel of 33,334 widths of 8 (33,333
 # layers of matmul, add, relu; momentum), BenchmarkSplitEndToEnd's.
 /usr/bin/python3 - "$tmp/deep.yaml" <<'PY'
@@ -83,14 +95,47 @@ for i in range(n):
 out.append("  - {type: softmax_cross_entropy, inputs: [%s, y], outputs: [loss]}\ntrain:\n  loss: loss\n  batch: 8\n  optimizer: {type: momentum, lr: 0.01}\n" % prev)
 open(sys.argv[1], "w").write("".join(out))
 PY
-split() { # split BINARY: wall seconds of one `psgraph split` of the model
+split() { # split BINARY NAME: one `psgraph split` of the model; its wall
+  # seconds into $tmp/split.NAME, its processor seconds (user + system)
+  # into $tmp/split.NAME.cpu
   rm -rf "$tmp/plan"
-  local t0 t1
-  t0=$(date +%s.%N)
-  on "$1" split "$tmp/deep.yaml" --trainers 4 --pservers 8 -o "$tmp/plan" >/dev/null 2>&1
-  t1=$(date +%s.%N)
-  awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f\n", b-a}'
+  local t TIMEFORMAT='%R %U %S'
+  t=$({ time on "$1" split "$tmp/deep.yaml" --trainers 4 --pservers 8 -o "$tmp/plan" >/dev/null 2>&1; } 2>&1)
+  if ! [ -s "$tmp/plan/plan.yaml" ]; then
+    echo "simd-bench: $1 split wrote no plan" >&2; exit 1
+  fi
+  echo "$t" | awk '{printf "%.2f\n", $1}' >>"$tmp/split.$2"
+  echo "$t" | awk '{printf "%.2f\n", $2 + $3}' >>"$tmp/split.$2.cpu"
 }
+splits() { # round R: the new binary and the old one, the first alternating
+  if [ -z "$old" ]; then split "$ps" new; return; fi
+  if [ $(($1 % 2)) = 1 ]; then split "$ps" new; split "$old" old; else split "$old" old; split "$ps" new; fi
+}
+: >>"$tmp/split.old"
+: >>"$tmp/split.old.cpu"
+
+if [ "$parts" = split ]; then
+  echo "simd-bench: $runs rounds of psgraph split${old:+ against $old} ..." >&2
+  for r in $(seq "$runs"); do
+    splits "$r"
+  done
+  sn=$(median <"$tmp/split.new") so=$(median <"$tmp/split.old")
+  cn=$(median <"$tmp/split.new.cpu") co=$(median <"$tmp/split.old.cpu")
+  cat <<TABLE
+$(nproc) cores of $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg); medians of $runs alternating rounds (ranges in parentheses); processor seconds are user + system.
+
+| psgraph split, 100k-op model, 4 trainers x 8 pservers | wall s | processor s | target |
+| --- | --- | --- | --- |
+| this psgraph | $sn ($(range "$tmp/split.new")) | $cn ($(range "$tmp/split.new.cpu")) | < 4 s |
+${old:+| old binary $old | $so ($(range "$tmp/split.old")) | $co ($(range "$tmp/split.old.cpu")) | |}
+TABLE
+  cat >"$out" <<JSON
+{"machine": "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)", "runs": $runs, "parts": "split",
+ "split_s": $sn, "split_old_s": $so, "split_cpu_s": $cn, "split_old_cpu_s": $co}
+JSON
+  echo "simd-bench: wrote $out" >&2
+  exit 0
+fi
 
 echo "simd-bench: $runs rounds on $path ..." >&2
 for r in $(seq "$runs"); do
@@ -116,10 +161,8 @@ for r in $(seq "$runs"); do
     done
   done
   echo "$best" >>"$tmp/dlrm.torch"
-  split "$ps" >>"$tmp/split.new"
-  if [ -n "$old" ]; then split "$old" >>"$tmp/split.old"; fi
+  splits "$r"
 done
-: >>"$tmp/split.old"
 
 d=$(median <"$tmp/digits.ps") dt=$(median <"$tmp/digits.torch")
 w=$(median <"$tmp/wide.ps") wt=$(median <"$tmp/wide.torch")

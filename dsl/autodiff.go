@@ -18,11 +18,14 @@ type gradBuilder struct {
 	n     int
 	pos   Pos
 	err   error
-	// read holds every backward temporary (bw.*) some op reads and
-	// producer the backward op producing each, so renameFresh (which
-	// renames only those) needs no scan of the whole graph.
-	read     map[string]bool
-	producer map[string]*Op
+	// renameFresh renames only Emit's temporaries, bw.<type>.<n>:
+	// emitted[n] is the op producing the n-th until it is renamed, and
+	// readN[n] says whether some op reads it, so it needs no scan of the
+	// whole graph nor a lookup in a map of every name. read holds the
+	// other bw.* names ops read (a model may name its values so too).
+	read    map[string]bool
+	emitted []*Op
+	readN   []bool
 }
 
 // bwPrefix starts the names of backward temporaries (Emit's).
@@ -31,11 +34,16 @@ const bwPrefix = "bw."
 func (b *gradBuilder) Emit(typ string, inputs []string, attrs ops.Attrs) string {
 	b.n++
 	out := bwPrefix + typ + "." + strconv.Itoa(b.n)
-	b.emitNamed(typ, inputs, attrs, out)
+	b.emit(typ, inputs, attrs, out, b.n)
 	return out
 }
 
 func (b *gradBuilder) emitNamed(typ string, inputs []string, attrs ops.Attrs, out string) {
+	b.emit(typ, inputs, attrs, out, 0)
+}
+
+// emit appends the op computing out, Emit's n-th temporary when n > 0.
+func (b *gradBuilder) emit(typ string, inputs []string, attrs ops.Attrs, out string, n int) {
 	if _, ok := ops.Lookup(typ); !ok {
 		panic("autodiff: gradient rule emits unknown op " + typ)
 	}
@@ -43,11 +51,18 @@ func (b *gradBuilder) emitNamed(typ string, inputs []string, attrs ops.Attrs, ou
 	b.g.Ops = append(b.g.Ops, op)
 	for _, in := range inputs {
 		if strings.HasPrefix(in, bwPrefix) {
-			b.read[in] = true
+			if k, own := b.own(in); own {
+				b.readN[k] = true
+			} else {
+				b.read[in] = true
+			}
 		}
 	}
-	if strings.HasPrefix(out, bwPrefix) {
-		b.producer[out] = op
+	if n > 0 {
+		for len(b.emitted) <= n {
+			b.emitted, b.readN = append(b.emitted, nil), append(b.readN, false)
+		}
+		b.emitted[n] = op
 	}
 	if err := inferOp(op, b.types, b.batch); err != nil && b.err == nil {
 		b.err = err
@@ -79,7 +94,8 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 
 	// Which variables lie on a path from a parameter to the loss?
 	fromParam := make(map[string]bool, len(g.Ops))
-	for _, p := range g.Params() {
+	params := g.Params() // autodiff adds ops, never variables
+	for _, p := range params {
 		fromParam[p] = true
 	}
 	for _, i := range order {
@@ -101,7 +117,8 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 		return Errorf(t.Pos, "train.loss %q does not depend on any parameter: nothing to train", t.Loss)
 	}
 
-	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}, read: map[string]bool{}, producer: make(map[string]*Op, len(g.Ops))}
+	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}, read: map[string]bool{},
+		emitted: make([]*Op, 1, 3*len(g.Ops)), readN: make([]bool, 1, 3*len(g.Ops))}
 	for _, op := range g.Ops {
 		for _, in := range op.Inputs {
 			if strings.HasPrefix(in, bwPrefix) {
@@ -157,7 +174,7 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 			return fmt.Errorf("autodiff of op %s at %s: %w", op.Type, op.Pos, b.err)
 		}
 	}
-	for _, p := range g.Params() {
+	for _, p := range params {
 		if len(contrib[p]) == 0 {
 			continue
 		}
@@ -208,18 +225,30 @@ func (b *gradBuilder) finish(x string, parts []string) string {
 	return acc
 }
 
-// renameFresh renames a backward temporary that no op reads yet.
+// own reports whether name is Emit's n-th temporary, not yet renamed.
+func (b *gradBuilder) own(name string) (n int, ok bool) {
+	dot := strings.LastIndexByte(name, '.')
+	n, err := strconv.Atoi(name[dot+1:])
+	if err != nil || n <= 0 || n >= len(b.emitted) || b.emitted[n] == nil || b.emitted[n].Outputs[0] != name {
+		return 0, false
+	}
+	return n, true
+}
+
+// renameFresh renames a temporary of Emit's that no op reads yet (never
+// a name of the model's, nor a gradient's name built from one: a value
+// the model names bw.* has a gradient bw.*@GRAD that other gradients may
+// already hold).
 func (b *gradBuilder) renameFresh(from, to string) bool {
+	n, own := b.own(from)
+	if !own || b.readN[n] || b.read[from] {
+		return false
+	}
 	if _, taken := b.types[to]; taken {
 		return false
 	}
-	producer := b.producer[from]
-	if b.read[from] || producer == nil || len(producer.Outputs) != 1 {
-		return false
-	}
-	producer.Outputs[0] = to
-	delete(b.producer, from)
-	b.producer[to] = producer
+	b.emitted[n].Outputs[0] = to
+	b.emitted[n] = nil
 	b.types[to] = b.types[from]
 	delete(b.types, from)
 	return true

@@ -28,12 +28,31 @@ const symbolicBatchStart = 1000003
 // of the batch's size and has no -1 in a shape keeps its types, so only
 // the names that depend on the batch are inferred again.
 func (g *Graph) checkSymbolicBatch(order []int, types map[string]ops.Type, batch int) error {
+	return g.symbolicBatchCheck(batch)(order, types)
+}
+
+// symbolicBatchCheck is checkSymbolicBatch with the symbolic batch chosen
+// (and the graph's dependence on the batch decided) now, from the graph
+// as it is: the check it returns gives the same answer after autodiff and
+// the optimizer have appended their ops, variables and types (it reads
+// the variables declared now and the forward ops of order, whose types
+// those leave as they are), so Expand runs it beside the final checks.
+func (g *Graph) symbolicBatchCheck(batch int) func(order []int, types map[string]ops.Type) error {
 	if !g.dependsOnBatch() {
-		return nil
+		return func([]int, map[string]ops.Type) error { return nil }
 	}
 	sym := g.symbolicBatch(batch)
+	declared := g.Order[:len(g.Order):len(g.Order)]
+	return func(order []int, types map[string]ops.Type) error {
+		return g.probeSymbolicBatch(declared, order, types, batch, sym)
+	}
+}
+
+// probeSymbolicBatch infers the forward ops of order again at the
+// symbolic batch sym (checkSymbolicBatch); declared are the variables.
+func (g *Graph) probeSymbolicBatch(declared []string, order []int, types map[string]ops.Type, batch, sym int) error {
 	probe := map[string]ops.Type{} // the names whose types change with the batch
-	for _, name := range g.Order {
+	for _, name := range declared {
 		if v := g.Vars[name]; v.Kind == KindData || hasBatchDim(v.Shape) {
 			probe[name] = g.varType(v, sym)
 		}

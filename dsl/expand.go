@@ -79,8 +79,16 @@ func (g *Graph) Expand() error {
 		}
 		return Errorf(pos, "train needs loss (the scalar to minimize) when it names an optimizer")
 	}
-	if err := g.checkSymbolicBatch(order, types, batch); err != nil {
-		return err
+	// The forward ops at a symbolic batch: checked now, or, when the
+	// speculated expansion may be kept, beside the final checks (autodiff
+	// and the expansion leave what it reads as it is); its errors come
+	// first either way.
+	symbolic := g.symbolicBatchCheck(batch)
+	if spec == nil {
+		if err := symbolic(order, types); err != nil {
+			return err
+		}
+		symbolic = nil
 	}
 	if known {
 		err = g.differentiate(types, order)
@@ -92,26 +100,38 @@ func (g *Graph) Expand() error {
 		sx = <-spec
 		spec = nil
 	}
+	kept := err == nil && sx.fits(g, types)
+	if symbolic != nil && !kept {
+		if serr := symbolic(order, types); serr != nil {
+			return serr
+		}
+	}
 	if err != nil {
 		return err
 	}
-	kept := sx.fits(g, types)
 	if sx != nil && speculationKept != nil {
 		speculationKept(kept)
 	}
 	if kept {
 		sx.x.apply(g)
-		// The structure check only reads the graph: it runs beside the
-		// type merge and checks, and its errors come first, as they do in
-		// inferKnown.
+		// The structure and symbolic batch checks only read the graph
+		// (the latter its types too, once merged): they run beside the
+		// type merge and checks, and their errors come first, as they do
+		// in the sequential expansion.
+		merged := make(chan struct{})
 		structure := make(chan error, 1)
 		go func() {
 			_, err := g.checkStructure()
+			<-merged
+			if serr := symbolic(order, types); serr != nil {
+				err = serr
+			}
 			structure <- err
 		}()
 		for k, v := range sx.types {
 			types[k] = v
 		}
+		close(merged)
 		err := g.checkTypes(types, batch)
 		if serr := <-structure; serr != nil {
 			return serr

@@ -51,6 +51,19 @@ func TestExpandSpeculationEqualsSequential(t *testing.T) {
 	models["state-clash"] = []byte(strings.Replace(strings.Replace(deep, "optimizer: {type: sgd, lr: 0.1}", "optimizer: {type: momentum, lr: 0.1}", 1),
 		"params:\n", "state:\n  W3@velocity: {shape: [4, 4]}\nparams:\n", 1))
 
+	// The forward ops fit only at the batch (a mean without keepdims
+	// subtracted from its input, with the batch equal to the width): the
+	// symbolic batch's error, which the speculating expansion finds beside
+	// its final checks, must be the sequential one, also before the
+	// structure error of a declared gradient name, and the graph must
+	// load with the trap taken out.
+	trap := strings.NewReplacer("batch: 16", "batch: 4",
+		"ops:\n", "ops:\n  - {type: mean, inputs: [x], outputs: [mu], attrs: {axis: 1}}\n  - {type: sub, inputs: [x, mu], outputs: [xc]}\n").Replace(deep)
+	models["batch-trap"] = []byte(trap)
+	models["batch-trap-grad-clash"] = []byte(strings.Replace(trap, "params:\n", "state:\n  W3@GRAD: {shape: [4, 4]}\nparams:\n", 1))
+	models["grad-clash"] = []byte(strings.Replace(deep, "params:\n", "state:\n  W3@GRAD: {shape: [4, 4]}\nparams:\n", 1))
+	models["batch-fits"] = []byte(strings.Replace(trap, "attrs: {axis: 1}}", "attrs: {axis: 1, keepdims: true}}", 1))
+
 	kept, dropped := 0, 0
 	speculationKept = func(k bool) {
 		if k {
@@ -69,6 +82,12 @@ func TestExpandSpeculationEqualsSequential(t *testing.T) {
 		gq, errq := LoadBytes(name, src)
 		if fmt.Sprint(errs) != fmt.Sprint(errq) {
 			t.Fatalf("%s: errors differ:\n  speculating: %v\n  sequential:  %v", name, errs, errq)
+		}
+		switch want := map[string]string{"batch-trap": "op sub", "batch-trap-grad-clash": "op sub", "grad-clash": "W3@GRAD"}[name]; {
+		case want != "" && (errs == nil || !strings.Contains(errs.Error(), want)):
+			t.Fatalf("%s: got %v, want an error about %s", name, errs, want)
+		case name == "batch-fits" && errs != nil:
+			t.Fatalf("%s: %v", name, errs)
 		}
 		if errs != nil {
 			continue
@@ -93,5 +112,53 @@ func TestExpandSpeculationEqualsSequential(t *testing.T) {
 	t.Logf("kept %d, dropped %d of %d models", kept, dropped, len(models))
 	if kept < 20 {
 		t.Fatalf("the speculation was kept for only %d models", kept)
+	}
+}
+
+// A model may name its own values bw.<type>.<n>, as autodiff names its
+// temporaries: its backward pass is the one of the same model under
+// other names (autodiff never renames them, and they never stop a
+// temporary's renaming), here with names whose numbers are those of
+// autodiff's temporaries, read by gradient ops and summed from two uses.
+func TestAutodiffModelNamesLikeTemporaries(t *testing.T) {
+	src := `psgraph: 1
+name: bw
+data:
+  synthetic: {rows: 16, features: 4, classes: 4}
+  features: {name: x}
+  label: {name: y}
+params:
+  W0: {shape: [4, 4], init: {type: he_normal}}
+  W1: {shape: [4, 4], init: {type: he_normal}}
+ops:
+  - {type: matmul, inputs: [x, W0], outputs: [bw.relu.1]}
+  - {type: relu, inputs: [bw.relu.1], outputs: [bw.relu.2]}
+  - {type: matmul, inputs: [bw.relu.2, W1], outputs: [bw.relu.3]}
+  - {type: add, inputs: [bw.relu.3, bw.relu.1], outputs: [bw.relu.4]}
+  - {type: softmax_cross_entropy, inputs: [bw.relu.4, y], outputs: [loss]}
+train: {loss: loss, batch: 4, optimizer: {type: momentum, lr: 0.1}}
+`
+	defer func() { speculate = true }()
+	for _, spec := range []bool{true, false} {
+		speculate = spec
+		got, err := LoadBytes("bw.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := LoadBytes("u.yaml", []byte(strings.ReplaceAll(src, "bw.relu.", "u.relu.")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err1 := Marshal(got)
+		w, err2 := Marshal(want)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if string(g) != strings.ReplaceAll(string(w), "u.relu.", "bw.relu.") {
+			t.Fatalf("speculate %v: the backward pass differs with the model's names like autodiff's:\n%s\nwant\n%s", spec, g, w)
+		}
+		if !strings.Contains(string(g), "{type: add, inputs: [bw.relu.4@GRAD, bw.relu_grad.") {
+			t.Fatalf("no sum of two uses' gradients:\n%s", g)
+		}
 	}
 }

@@ -62,7 +62,7 @@ func BenchmarkSplitEndToEnd(b *testing.B) {
 	}
 	src := mixedModel(widths, "{type: momentum, lr: 0.01}")
 	dir := b.TempDir()
-	defer debug.SetGCPercent(debug.SetGCPercent(300)) // as cmd/split.go sets it
+	defer debug.SetGCPercent(debug.SetGCPercent(1000)) // cmd/split.go's splitGCPercent
 	for b.Loop() {
 		g, err := dsl.LoadBytes("deep.yaml", src)
 		if err != nil {
