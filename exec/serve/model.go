@@ -610,9 +610,10 @@ type TableRows struct {
 // one before the current, once no request uses it, its values first made
 // the current one's), given the programs the current one's requests use
 // (warm), and swapped in whole, so a request computes with one version of
-// them; table rows are written in place, between two programs' runs
-// (Model.rows), so a row is never read half-written and a request may see
-// rows newer than its dense version, never older.
+// them; table rows are written in place, a few hundred at a time between
+// two programs' runs (Model.rows, lockRows), so a row is never read
+// half-written and a request may see rows newer than its dense version,
+// never older; the rows of a shard sent whole are replaced in one hold.
 func (m *Model) Apply(u Update) error {
 	m.applyMu.Lock()
 	defer m.applyMu.Unlock()
@@ -637,27 +638,29 @@ func (m *Model) Apply(u Update) error {
 		copy(shadow.Tensors[d.Name].F[d.Offset:], d.Values)
 	}
 	m.warm(shadow, cur) // the programs cur's requests use, ready before it is
-	m.rows.Lock()
-	defer m.rows.Unlock()
+	whole := false
 	for _, sh := range u.Shards {
-		if sh.Whole {
-			if err := cur.Tables[sh.Name].DropShard(sh.Shard); err != nil {
-				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
+		whole = whole || sh.Whole
+	}
+	if whole { // a shard replaced: dropped and written again in one hold, so no request sees it missing
+		m.lockRows(true)
+		defer m.rows.Unlock()
+		for _, sh := range u.Shards {
+			if sh.Whole {
+				if err := cur.Tables[sh.Name].DropShard(sh.Shard); err != nil {
+					return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
+				}
 			}
 		}
 	}
 	for _, r := range u.Rows {
-		if t := cur.Tables[r.Name]; t != nil {
-			if err := t.MirrorRows(&dyntable.Batch{Keys: r.Keys, Meta: r.Meta, Values: r.Values}); err != nil {
-				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, r.Name, err)
-			}
-			continue
+		if err := m.writeRows(cur, r, !whole); err != nil {
+			return fmt.Errorf("update of step %d: %w", u.Step, err)
 		}
-		t := cur.Tensors[r.Name]
-		w := t.Shape[1]
-		for i, id := range r.IDs {
-			copy(t.F[int(id)*w:int(id+1)*w], r.Values[i*w:(i+1)*w])
-		}
+	}
+	if !whole {
+		m.lockRows(false)
+		defer m.rows.Unlock()
 	}
 	for _, sh := range u.Shards {
 		if err := cur.Tables[sh.Name].Expire(sh.Shard, sh.Watermark); err != nil {
@@ -668,6 +671,74 @@ func (m *Model) Apply(u Update) error {
 	m.cur.Store(shadow)
 	m.spare = cur
 	return nil
+}
+
+// rowsPerHold is the table rows an update writes per hold of Model.rows
+// (~16 KB of a 16-wide table's rows: a few microseconds).
+const rowsPerHold = 256
+
+// rowsPatience is how long lockRows waits for a moment no program runs
+// before it queues for the lock (holding back the requests that arrive
+// meanwhile until the running ones are done).
+const rowsPatience = 5 * time.Millisecond
+
+// writeRows writes table rows r of an update, held (the caller holds
+// Model.rows) or a few hundred rows a hold of it (rowsPerHold).
+func (m *Model) writeRows(cur *version, r TableRows, chunked bool) error {
+	n, per := len(r.IDs), rowsPerHold
+	dyn := cur.Tables[r.Name]
+	if dyn != nil {
+		n = len(r.Keys)
+	}
+	if !chunked {
+		per = max(n, 1)
+	}
+	for lo := 0; lo < n; lo += per {
+		hi := min(n, lo+per)
+		if chunked {
+			m.lockRows(false)
+		}
+		var err error
+		if dyn != nil {
+			w := dyn.Config().Dim
+			err = dyn.MirrorRows(&dyntable.Batch{Keys: r.Keys[lo:hi], Meta: r.Meta[lo:hi], Values: r.Values[lo*w : hi*w]})
+		} else {
+			t := cur.Tensors[r.Name]
+			w := t.Shape[1]
+			for i, id := range r.IDs[lo:hi] {
+				copy(t.F[int(id)*w:int(id+1)*w], r.Values[(lo+i)*w:(lo+i+1)*w])
+			}
+		}
+		if chunked {
+			m.rows.Unlock()
+		}
+		if err != nil {
+			return fmt.Errorf("dynamic table %s: %w", r.Name, err)
+		}
+	}
+	return nil
+}
+
+// lockRows takes Model.rows for writing between two programs' runs. A
+// writer waiting in Lock holds back every reader that comes after it
+// until the readers before it are done (sync.RWMutex), so a request
+// arriving while a program runs would wait for that run and then for the
+// write; lockRows instead takes the lock at a moment no program runs
+// (TryLock), and queues for it only after rowsPatience (or at once when
+// wait says so: a write that must not be put off).
+func (m *Model) lockRows(wait bool) {
+	if m.rows.TryLock() {
+		return
+	}
+	if !wait {
+		for deadline := time.Now().Add(rowsPatience); time.Now().Before(deadline); {
+			time.Sleep(20 * time.Microsecond)
+			if m.rows.TryLock() {
+				return
+			}
+		}
+	}
+	m.rows.Lock()
 }
 
 // checkUpdate refuses an update that does not fit the model: it would
