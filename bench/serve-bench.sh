@@ -40,8 +40,13 @@ if ! command -v hey >/dev/null; then
 		exit 1
 	fi
 fi
-cd "$ROOT" && go build -o "$DIR/psgraph" .
-PSG="$DIR/psgraph"
+if [ -n "${PSG:-}" ]; then # a binary given (an older build, to compare)
+	PSG=$(realpath "$PSG")
+	cd "$ROOT"
+else
+	cd "$ROOT" && go build -o "$DIR/psgraph" .
+	PSG="$DIR/psgraph"
+fi
 [ -f "$DIR/ctr.tsv" ] || "$PSG" gen criteo -o "$DIR/ctr.tsv" --rows "$ROWS" --seed 1 2>/dev/null
 sed "s|csv: data/ctr.tsv|csv: $DIR/ctr.tsv|" examples/ctr.yaml >"$DIR/ctr.yaml"
 [ -f "$DIR/ctr.safetensors" ] || "$PSG" run --role local "$DIR/ctr.yaml" --steps "$STEPS" --save "$DIR/ctr.safetensors" --log-every 0 >/dev/null 2>&1

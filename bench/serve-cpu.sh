@@ -8,15 +8,22 @@
 # seconds come from its rusage (GNU time) or, for the replica, from
 # /proc/PID/stat between its being ready and the job's end; printed as
 # CPU milliseconds per job step, a figure that does not depend on how
-# loaded the machine is, with trainer 0's steps/s beside it. PROFILE=1
+# loaded the machine is, with trainer 0's steps/s beside it (and, for
+# "load", the requests' p99 while following and after the job). PSG=BIN
+# runs a binary given instead of building one (to compare). PROFILE=1
 # also writes CPU profiles of pserver-0 and the replica to DIR (the last
 # run of each mode): go tool pprof DIR/ps0-with.prof.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$(mktemp -d)}
 ROWS=${ROWS:-60000} RUNS=${RUNS:-3} JOB_STEPS=${JOB_STEPS:-1500} MODES=${MODES:-without with} PROFILE=${PROFILE:-0}
-cd "$ROOT" && go build -o "$DIR/psgraph" .
-PSG="$DIR/psgraph"
+if [ -n "${PSG:-}" ]; then # a binary given (an older build, to compare)
+	PSG=$(realpath "$PSG")
+	cd "$ROOT"
+else
+	cd "$ROOT" && go build -o "$DIR/psgraph" .
+	PSG="$DIR/psgraph"
+fi
 [ -f "$DIR/ctr.tsv" ] || "$PSG" gen criteo -o "$DIR/ctr.tsv" --rows "$ROWS" --seed 1 2>/dev/null
 sed "s|csv: data/ctr.tsv|csv: $DIR/ctr.tsv|" examples/ctr.yaml >"$DIR/ctr.yaml"
 python3 - "$DIR" <<'PY'
@@ -63,7 +70,7 @@ PY
 		sampler=$!
 	fi
 	if [ "$mode" = load ]; then
-		hey -z 1000s -c 4 -m POST -T application/json -D "$DIR/body.json" "http://$sa/v2/models/ctr/infer" >/dev/null &
+		hey -z 1000s -c 4 -m POST -T application/json -D "$DIR/body.json" -o csv "http://$sa/v2/models/ctr/infer" >"$DIR/follow.csv" &
 		heypid=$!
 	fi
 	/usr/bin/time -f "%U %S" -o "$DIR/t1.time" "$PSG" run --role trainer --index 1 --plan "$DIR/plan" --pserver-endpoints "$a0,$a1" --steps "$JOB_STEPS" --log-every 0 >/dev/null 2>"$DIR/t1.log" &
@@ -73,7 +80,18 @@ PY
 	[ -n "$sampler" ] && { wait $sampler || true; echo "sampler CPU s: $(awk '{print $1 + $2}' "$DIR/sampler.time")" >&2; }
 	if [ -n "$rpid" ]; then
 		r1=$(ticks $rpid)
-		[ -n "$heypid" ] && { kill -INT $heypid; wait $heypid || true; }
+		if [ -n "$heypid" ]; then # the requests' p99 while following and once the job ended
+			kill -INT $heypid
+			wait $heypid || true
+			hey -n 2000 -c 4 -m POST -T application/json -D "$DIR/body.json" -o csv "http://$sa/v2/models/ctr/infer" >"$DIR/steady.csv"
+			python3 - "$DIR/follow.csv" "$DIR/steady.csv" >&2 <<'PY'
+import csv, sys
+def p99(f):
+    lat = sorted(float(r["response-time"]) for r in csv.DictReader(open(f)) if r["status-code"] == "200")
+    return lat[int(0.99 * (len(lat) - 1))] * 1000
+print(f"request p99 while following {p99(sys.argv[1]):.2f} ms, steady {p99(sys.argv[2]):.2f} ms")
+PY
+		fi
 		kill -TERM $rpid
 		wait $rpid
 	fi
