@@ -30,7 +30,7 @@
 # MODES="with sampled" measures it), which on 2 cores came out of the
 # job's steps/s and the requests' latency.
 # Prints one line per target: the median figure over RUNS runs, the bound,
-# and ok or MISSED.
+# and ok or MISSED. PSG=BIN runs a binary given instead of building one.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$(mktemp -d)}
@@ -43,23 +43,8 @@ if ! command -v hey >/dev/null; then
 		exit 1
 	fi
 fi
-if [ -n "${PSG:-}" ]; then # a binary given (an older build, to compare)
-	PSG=$(realpath "$PSG")
-	cd "$ROOT"
-else
-	cd "$ROOT" && go build -o "$DIR/psgraph" .
-	PSG="$DIR/psgraph"
-fi
-[ -f "$DIR/ctr.tsv" ] || "$PSG" gen criteo -o "$DIR/ctr.tsv" --rows "$ROWS" --seed 1 2>/dev/null
-sed "s|csv: data/ctr.tsv|csv: $DIR/ctr.tsv|" examples/ctr.yaml >"$DIR/ctr.yaml"
+. "$ROOT/bench/serve-setup.sh" # PSG, DIR/ctr.tsv, DIR/ctr.yaml, DIR/body.json, port
 [ -f "$DIR/ctr.safetensors" ] || "$PSG" run --role local "$DIR/ctr.yaml" --steps "$STEPS" --save "$DIR/ctr.safetensors" --log-every 0 >/dev/null 2>&1
-python3 - "$DIR" <<'PY'
-import json, sys
-d = sys.argv[1]
-lines = open(d + "/ctr.tsv").read().split("\n")[:100]
-json.dump({"inputs": [{"name": "rows", "datatype": "BYTES", "shape": [100], "data": lines}]}, open(d + "/body.json", "w"))
-PY
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 : >"$DIR/predict.txt"
 : >"$DIR/serve.txt"
 for run in $(seq "$RUNS"); do

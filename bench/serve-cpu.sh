@@ -17,22 +17,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$(mktemp -d)}
 ROWS=${ROWS:-60000} RUNS=${RUNS:-3} JOB_STEPS=${JOB_STEPS:-1500} MODES=${MODES:-without with} PROFILE=${PROFILE:-0}
-if [ -n "${PSG:-}" ]; then # a binary given (an older build, to compare)
-	PSG=$(realpath "$PSG")
-	cd "$ROOT"
-else
-	cd "$ROOT" && go build -o "$DIR/psgraph" .
-	PSG="$DIR/psgraph"
-fi
-[ -f "$DIR/ctr.tsv" ] || "$PSG" gen criteo -o "$DIR/ctr.tsv" --rows "$ROWS" --seed 1 2>/dev/null
-sed "s|csv: data/ctr.tsv|csv: $DIR/ctr.tsv|" examples/ctr.yaml >"$DIR/ctr.yaml"
-python3 - "$DIR" <<'PY'
-import json, sys
-d = sys.argv[1]
-lines = open(d + "/ctr.tsv").read().split("\n")[:100]
-json.dump({"inputs": [{"name": "rows", "datatype": "BYTES", "shape": [100], "data": lines}]}, open(d + "/body.json", "w"))
-PY
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$ROOT/bench/serve-setup.sh" # PSG, DIR/ctr.tsv, DIR/ctr.yaml, DIR/body.json, port
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rm -rf "$DIR/plan"
 "$PSG" split "$DIR/ctr.yaml" --trainers 2 --pservers 2 -o "$DIR/plan" >/dev/null

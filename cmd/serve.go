@@ -1,9 +1,6 @@
 package cmd
 
 import (
-	"fmt"
-	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -98,17 +95,11 @@ func (o *serveOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
-	if o.cpuProf != "" {
-		f, err := os.Create(o.cpuProf)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := cpuProfile(o.cpuProf)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	opt := serve.Options{
 		InitFrom: o.initFrom, Listen: o.listen, MaxBody: o.maxBody, MaxConcurrent: o.maxConcurrent, MaxBatch: o.maxBatch,
 		ReadTimeout: o.readTimeout, DrainTimeout: o.drainTimeout, Version: Version, Log: log,
