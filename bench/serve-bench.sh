@@ -12,15 +12,25 @@
 #     and failures;
 # and the server's resident memory against the model file's bytes + 64 MiB.
 # Then a 2x2 job of examples/ctr.yaml (JOB_STEPS steps of 256 rows, TCP on
-# loopback), in alternating runs without and with a replica following it
-# (psgraph serve --plan): trainer 0's steps/s each way; the staleness of
-# every step, measured from outside: the time from pserver-0's
-# psgraph_steps_total reaching a step to the replica's model_version
-# reaching it (both polled every 5 ms); the replica's RSS; and the
-# request p99 while it follows (hey, 4 clients, 100 rows a request) against
-# its p99 once the job ended (steady).
+# loopback), in alternating runs of five kinds: without a replica
+# ("without"); with one following it (psgraph serve --plan, "with"):
+# trainer 0's steps/s each way; with one followed and watched ("stale"):
+# the staleness of every step, measured from outside, the time from
+# pserver-0's psgraph_steps_total reaching a step to the replica's
+# model_version reaching it (both polled every 5 ms); with one answering
+# requests meanwhile ("load": hey, 4 clients, 100 rows a request): their
+# p99 while it follows against its p99 once the job ended (steady); and
+# both ("busy"): the staleness under those requests; and, to tell what
+# following costs the requests from what the job's CPU does, a server of
+# the model file not following the job, answering the same requests while
+# the job runs beside it ("beside"). The watcher is kept
+# out of the steps/s and p99 runs: its polls (Prometheus' /metrics of
+# pserver-0 and the model's metadata, 200 times a second each) cost
+# about as much CPU as the replica itself (bench/serve-cpu.sh
+# MODES="with sampled" measures it), which on 2 cores came out of the
+# job's steps/s and the requests' latency.
 # Prints one line per target: the median figure over RUNS runs, the bound,
-# and ok or MISSED.
+# and ok or MISSED. PSG=BIN runs a binary given instead of building one.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$(mktemp -d)}
@@ -33,18 +43,8 @@ if ! command -v hey >/dev/null; then
 		exit 1
 	fi
 fi
-cd "$ROOT" && go build -o "$DIR/psgraph" .
-PSG="$DIR/psgraph"
-[ -f "$DIR/ctr.tsv" ] || "$PSG" gen criteo -o "$DIR/ctr.tsv" --rows "$ROWS" --seed 1 2>/dev/null
-sed "s|csv: data/ctr.tsv|csv: $DIR/ctr.tsv|" examples/ctr.yaml >"$DIR/ctr.yaml"
+. "$ROOT/bench/serve-setup.sh" # PSG, DIR/ctr.tsv, DIR/ctr.yaml, DIR/body.json, port
 [ -f "$DIR/ctr.safetensors" ] || "$PSG" run --role local "$DIR/ctr.yaml" --steps "$STEPS" --save "$DIR/ctr.safetensors" --log-every 0 >/dev/null 2>&1
-python3 - "$DIR" <<'PY'
-import json, sys
-d = sys.argv[1]
-lines = open(d + "/ctr.tsv").read().split("\n")[:100]
-json.dump({"inputs": [{"name": "rows", "datatype": "BYTES", "shape": [100], "data": lines}]}, open(d + "/body.json", "w"))
-PY
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 : >"$DIR/predict.txt"
 : >"$DIR/serve.txt"
 for run in $(seq "$RUNS"); do
@@ -88,17 +88,23 @@ rm -rf "$DIR/plan"
 "$PSG" split "$DIR/ctr.yaml" --trainers 2 --pservers 2 -o "$DIR/plan" >/dev/null
 export PSGRAPH_TOKEN=bench
 : >"$DIR/job.txt"
-job() { # job without|with|load: one 2x2 run, with a replica following (load: and answering requests); appends "mode steps/s staleness-p99 rss-MiB follow-p99 steady-p99" to job.txt
+job() { # job without|with|stale|load|busy: one 2x2 run, with a replica following (stale: watched; load: answering requests; busy: both); appends "mode steps/s staleness-p99 rss-MiB follow-p99 steady-p99" to job.txt
 	local mode=$1 a0 a1 m0 sa
 	a0=127.0.0.1:$(port) a1=127.0.0.1:$(port) m0=127.0.0.1:$(port) sa=127.0.0.1:$(port)
 	"$PSG" run --role pserver --index 0 --plan "$DIR/plan" --listen "$a0" --metrics-addr "$m0" >/dev/null 2>"$DIR/ps0.log" &
 	local ps0=$!
 	"$PSG" run --role pserver --index 1 --plan "$DIR/plan" --listen "$a1" >/dev/null 2>"$DIR/ps1.log" &
 	local ps1=$! rpid="" sampler=""
-	if [ "$mode" != without ]; then
+	if [ "$mode" = beside ]; then # a server of the model file, not following the job
+		"$PSG" serve "$DIR/ctr.yaml" --init-from "$DIR/ctr.safetensors" --listen "$sa" 2>"$DIR/replica.log" &
+		rpid=$!
+		until curl -sf "http://$sa/v2/health/ready" >/dev/null 2>&1; do sleep 0.05; done
+	elif [ "$mode" != without ]; then
 		"$PSG" serve "$DIR/ctr.yaml" --plan "$DIR/plan" --pserver-endpoints "$a0,$a1" --listen "$sa" 2>"$DIR/replica.log" &
 		rpid=$!
 		until curl -sf "http://$sa/v2/health/ready" >/dev/null 2>&1; do sleep 0.05; done
+	fi
+	if [ "$mode" = stale ] || [ "$mode" = busy ]; then
 		python3 - "$m0" "$sa" "$DIR/stale.txt" <<'PY' &
 import sys, time, urllib.request, json
 m0, sa, out = sys.argv[1:]
@@ -132,7 +138,7 @@ open(out, "w").write(str(st[int(0.99 * (len(st) - 1))] if st else float("nan")))
 PY
 		sampler=$!
 	fi
-	if [ "$mode" = load ]; then
+	if [ "$mode" = load ] || [ "$mode" = busy ] || [ "$mode" = beside ]; then
 		hey -z 1000s -c 4 -m POST -T application/json -D "$DIR/body.json" -o csv "http://$sa/v2/models/ctr/infer" >"$DIR/follow.csv" &
 		heypid=$!
 	fi
@@ -141,12 +147,13 @@ PY
 	wait $ps0 $ps1
 	local sps stale=nan rss=nan fp99=nan sp99=nan
 	sps=$(python3 -c "import json,sys; print(json.loads(open('$DIR/t0.out').read().strip().split(chr(10))[-1])['steps_per_s'])")
-	if [ "$mode" != without ]; then
+	if [ -n "$sampler" ]; then
 		wait $sampler || true
 		stale=$(cat "$DIR/stale.txt")
-		rss=$(awk '/VmRSS/ {print $2/1024}' /proc/$rpid/status)
 	fi
-	if [ "$mode" = load ]; then
+	[ -n "$rpid" ] && rss=$(awk '/VmRSS/ {print $2/1024}' /proc/$rpid/status)
+	[ "$mode" = busy ] && { kill -INT $heypid; wait $heypid || true; }
+	if [ "$mode" = load ] || [ "$mode" = beside ]; then
 		kill -INT $heypid; wait $heypid || true
 		hey -n 2000 -c 4 -m POST -T application/json -D "$DIR/body.json" -o csv "http://$sa/v2/models/ctr/infer" >"$DIR/steady.csv"
 		read -r fp99 sp99 < <(python3 - "$DIR/follow.csv" "$DIR/steady.csv" <<'PY'
@@ -162,9 +169,9 @@ PY
 	echo "$mode $sps $stale $rss $fp99 $sp99" >>"$DIR/job.txt"
 }
 for run in $(seq "$RUNS"); do
-	job without
-	job with
-	job load
+	for mode in without with stale load busy beside; do
+		job $mode
+	done
 done
 model_mib=$(python3 -c "import os; print(os.path.getsize('$DIR/ctr.safetensors') / 2**20)")
 JOB_STEPS=$JOB_STEPS python3 - "$DIR" "$model_mib" <<'PY'
@@ -192,18 +199,26 @@ jobs = [l.split() for l in open(d + "/job.txt")]
 without = statistics.median(float(j[1]) for j in jobs if j[0] == "without")
 withr = [j for j in jobs if j[0] == "with"]
 loadr = [j for j in jobs if j[0] == "load"]
+staler = [j for j in jobs if j[0] == "stale"]
+busyr = [j for j in jobs if j[0] == "busy"]
 wsps = statistics.median(float(j[1]) for j in withr)
 lsps = statistics.median(float(j[1]) for j in loadr)
-stale = statistics.median(float(j[2]) for j in withr)
-lstale = statistics.median(float(j[2]) for j in loadr)
-rrss = max(float(j[3]) for j in withr + loadr)
+ssps = statistics.median(float(j[1]) for j in staler)
+stale = statistics.median(float(j[2]) for j in staler)
+lstale = statistics.median(float(j[2]) for j in busyr)
+rrss = max(float(j[3]) for j in withr + loadr + staler + busyr)
+besider = [j for j in jobs if j[0] == "beside"]
+bp99 = statistics.median(float(j[4]) for j in besider)
+bsp99 = statistics.median(float(j[5]) for j in besider)
 fp99 = statistics.median(float(j[4]) for j in loadr)
 sp99 = statistics.median(float(j[5]) for j in loadr)
 print(f"following a 2x2 job of examples/ctr.yaml ({os.environ.get('JOB_STEPS', '1500')} steps); median of {len(withr)} runs of each kind, alternating")
 line("job steps/s with a replica / without", f"{wsps:.0f}/{without:.0f} = {wsps/without:.2f}x", ">= 0.95x", wsps >= 0.95 * without)
+line("  the same, watched for staleness / without", f"{ssps/without:.2f}x", "(the watcher's CPU)", True)
 line("staleness p99 (pserver-0 applied -> replica served)", f"{stale:.3f} s", "<= 1 s", stale <= 1)
 line("  the same under 4 clients' requests", f"{lstale:.3f} s", "<= 1 s", lstale <= 1)
 line("  job steps/s under those requests / without", f"{lsps/without:.2f}x", "(the cores are shared)", True)
 line("request p99 while following / steady", f"{fp99:.2f}/{sp99:.2f} ms = {fp99/sp99:.2f}x", "<= 2x", fp99 <= 2 * sp99)
+line("  beside the job, not following it / steady (a file served)", f"{bp99:.2f}/{bsp99:.2f} ms = {bp99/bsp99:.2f}x", "(the job's CPU)", True)
 line("replica RSS (max over runs)", f"{rrss:.0f} MiB", f"<= {model:.0f} + 64 MiB", rrss <= model + 64)
 PY

@@ -196,17 +196,11 @@ func (o *runOptions) run(c *cobra.Command, args []string) error {
 	if err := checkStepsBatch(c, o.steps, o.batch); err != nil {
 		return err
 	}
-	if o.cpuProf != "" {
-		f, err := os.Create(o.cpuProf)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := cpuProfile(o.cpuProf)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	switch o.role {
 	case "local":
 		if len(args) != 1 {
@@ -352,4 +346,20 @@ func (n *netFlags) token() (string, error) {
 		return t, nil
 	}
 	return os.Getenv("PSGRAPH_TOKEN"), nil
+}
+
+// cpuProfile starts a CPU profile written to path ("": none) until stop.
+func cpuProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -23,6 +23,7 @@ type serveOptions struct {
 	maxBatch      int
 	readTimeout   time.Duration
 	drainTimeout  time.Duration
+	cpuProf       string
 	log           logFlags
 }
 
@@ -72,6 +73,7 @@ serving the job's last step when the job ends. docs/serving.md says more.`,
 	f.IntVar(&o.maxBatch, "max-batch", serve.DefaultMaxBatch, "most rows computed at once; a larger request is computed in chunks of it")
 	f.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "time to read a request's headers (at most 5s of it) and body; a slower client is cut off")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM, how long to wait for the requests in flight")
+	f.StringVar(&o.cpuProf, "cpuprofile", "", "write a CPU profile of the server, until it stops, to this file (go tool pprof)")
 	o.log.addFormat(c)
 	return c
 }
@@ -93,6 +95,11 @@ func (o *serveOptions) run(c *cobra.Command, model string) error {
 	if err != nil {
 		return err
 	}
+	stop, err := cpuProfile(o.cpuProf)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	opt := serve.Options{
 		InitFrom: o.initFrom, Listen: o.listen, MaxBody: o.maxBody, MaxConcurrent: o.maxConcurrent, MaxBatch: o.maxBatch,
 		ReadTimeout: o.readTimeout, DrainTimeout: o.drainTimeout, Version: Version, Log: log,

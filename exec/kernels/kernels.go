@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
@@ -34,6 +35,11 @@ type Runtime interface {
 	Server() ServerRendezvous
 	// Queue returns the node-local queue of that name.
 	Queue(name string, capacity int) Queue
+	// TableReads is held around every read of a table's rows in a
+	// forward pass (lookup_table and embedding_bag of a table, dyn_pull of
+	// a dynamic table in inference) when the tables are written in place
+	// while programs run (a server following a job); nil: none is.
+	TableReads() sync.Locker
 }
 
 // Rendezvous is where communication kernels meet the node's peers, in the

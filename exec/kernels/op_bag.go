@@ -16,7 +16,13 @@ func init() {
 	register("embedding_bag", func(k Args) (Kernel, error) {
 		b := newBag(k.In[0], k.In[1], k.Attrs.String("mode"))
 		y := k.Out[0]
-		return func(Runtime) error { return b.forward(b.ids.I, y.F) }, nil
+		return func(rt Runtime) error {
+			if l := rt.TableReads(); l != nil {
+				l.Lock()
+				defer l.Unlock()
+			}
+			return b.forward(b.ids.I, y.F)
+		}, nil
 	})
 	register("embedding_bag_grad", func(k Args) (Kernel, error) {
 		dy, dt := k.In[0], k.Out[0]

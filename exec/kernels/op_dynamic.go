@@ -189,6 +189,10 @@ func dynPullKernel(k Args) (Kernel, error) {
 		out.Rows.Identity(n)
 		out.Fit()
 		if k.Inference {
+			if l := rt.TableReads(); l != nil {
+				l.Lock()
+				defer l.Unlock()
+			}
 			return d.Table.Read(d.keys, out.F)
 		}
 		if err := d.Table.Advance(rt.Step()); err != nil {

@@ -15,11 +15,15 @@ func init() {
 		if table.Rows != nil {
 			return lookupFetched(table, ids, y), nil
 		}
-		return func(Runtime) error {
+		return func(rt Runtime) error {
 			for i, id := range ids.I {
 				if id < 0 || int(id) >= v {
 					return idRange(i, id, v, ids.Shape)
 				}
+			}
+			if l := rt.TableReads(); l != nil {
+				l.Lock()
+				defer l.Unlock()
 			}
 			gatherRows(y.F, table.F, ids.I, d)
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl/ir"
@@ -28,6 +29,7 @@ func (r *hostileRuntime) Step() int64              { return 0 }
 func (r *hostileRuntime) Rendezvous() Rendezvous   { return r }
 func (r *hostileRuntime) Server() ServerRendezvous { return nil }
 func (r *hostileRuntime) Queue(string, int) Queue  { return nil }
+func (r *hostileRuntime) TableReads() sync.Locker  { return nil }
 func (r *hostileRuntime) Send(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
 	r.sent++
 	return nil

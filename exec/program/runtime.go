@@ -20,6 +20,9 @@ type Runtime struct {
 	// a job).
 	RV kernels.Rendezvous
 	PS kernels.ServerRendezvous
+	// Tables is held around every read of a table's rows
+	// (kernels.Runtime.TableReads; nil: none).
+	Tables sync.Locker
 
 	mu     sync.Mutex
 	queues map[string]*queue
@@ -35,6 +38,9 @@ func (r *Runtime) Rendezvous() kernels.Rendezvous {
 	}
 	return r.RV
 }
+
+// TableReads is held around every read of a table's rows (nil: none).
+func (r *Runtime) TableReads() sync.Locker { return r.Tables }
 
 // Server is a pserver's communication.
 func (r *Runtime) Server() kernels.ServerRendezvous { return r.PS }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
+	"sync"
 	"unsafe"
 )
 
@@ -272,17 +274,68 @@ type Frame struct {
 	Shard Shard
 }
 
-// words reads n little-endian 64-bit words.
+// words reads n little-endian 64-bit words (into a buffer of the pool,
+// Recycle).
 func (r *Reader) words(n int) ([]int64, error) {
+	out := words.get(n)
+	if littleEndian && n > 0 { // read straight into the words
+		_, err := io.ReadFull(r.r, unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 8*n))
+		return out, err
+	}
 	b := make([]byte, 8*n)
 	if _, err := io.ReadFull(r.r, b); err != nil {
 		return nil, err
 	}
-	out := make([]int64, n)
 	for i := range out {
 		out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
 	}
 	return out, nil
+}
+
+// The buffers Next reads rows into come from these pools and go back to
+// them with Recycle, so a replica reading deltas all day allocates (and
+// its collector frees) nothing per delta once warm.
+var (
+	values pool[float32]
+	words  pool[int64]
+)
+
+// pool holds buffers by size class: class c holds buffers of at least
+// 2^c elements.
+type pool[T any] struct{ classes [40]sync.Pool }
+
+// get is a buffer of n elements (their values left as they were).
+func (p *pool[T]) get(n int) []T {
+	c := bits.Len(uint(max(n, 1) - 1)) // 2^c >= n
+	if c < len(p.classes) {
+		if b, ok := p.classes[c].Get().(*[]T); ok {
+			return (*b)[:n]
+		}
+	}
+	return make([]T, n, 1<<min(c, 62))
+}
+
+// put gives b back to the pool.
+func (p *pool[T]) put(b []T) {
+	if cap(b) == 0 {
+		return
+	}
+	c := bits.Len(uint(cap(b))) - 1 // 2^c <= cap
+	if c < len(p.classes) {
+		b = b[:0]
+		p.classes[c].Put(&b)
+	}
+}
+
+// Recycle gives the buffers of rows read by a Reader back for the frames
+// read next; the caller must hold no slice of them after.
+func Recycle(r Rows) {
+	values.put(r.Values)
+	words.put(r.IDs)
+	words.put(r.Keys)
+	if r.Meta != nil {
+		words.put(unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(r.Meta))), cap(r.Meta)))
+	}
 }
 
 // Frame kinds, as read.
@@ -362,14 +415,11 @@ func (r *Reader) Next() (Frame, error) {
 			if err != nil {
 				return Frame{}, err
 			}
-			rw.Meta = make([]uint64, count)
-			for i, m := range meta {
-				rw.Meta[i] = uint64(m)
-			}
+			rw.Meta = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(meta))), cap(meta))[:len(meta)] // the same bits
 		default:
 			return Frame{}, fmt.Errorf("a rows frame of %q by %d, which no psgraph pserver writes", rw.Name, h[24])
 		}
-		rw.Values = make([]float32, count*width)
+		rw.Values = values.get(count * width)
 		if littleEndian && len(rw.Values) > 0 { // read straight into the values
 			if _, err := io.ReadFull(r.r, unsafe.Slice((*byte)(unsafe.Pointer(&rw.Values[0])), 4*len(rw.Values))); err != nil {
 				return Frame{}, err

@@ -58,9 +58,9 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 // from 4 goroutines through the handler (no network), each request's
 // latency taken: steady; while the model file (64 MiB) is read again and
 // swapped in every 250 ms, as a reload does (SIGHUP, the repository
-// extension's load); while an update (the dense parameters and 4096 table
-// rows) is applied every 250 ms, as a replica following a job applies a
-// pserver's delta; under the memory limit the server sets. It reports the
+// extension's load); while an update (a dense parameter and 16,384 table
+// rows) is applied every 125 ms, as a replica following a 2x2 job applies
+// its two pservers' deltas; under the memory limit the server sets. It reports the
 // p50 and p99 latency and the reloads or updates done: neither may stall
 // the requests (a new version is given its programs before it is served,
 // requests compute with the version they took, table rows are written
@@ -80,17 +80,20 @@ func BenchmarkInferWhileReloading(b *testing.B) {
 	}
 	body := rowsBody(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))
 	r := rand.New(rand.NewPCG(1, 2))
-	ids, rows, wt := make([]int64, 4096), make([]float32, 4096*16), make([]float32, 128*64)
+	// an update as a replica following a 2x2 job of the example applies:
+	// from each pserver every 250 ms, a dense block and ~16,000 table rows
+	ids, rows, wt := make([]int64, 16384), make([]float32, 16384*16), make([]float32, 128*64)
 	for _, c := range []struct {
 		name   string
+		every  time.Duration
 		change func(m *Model, n int64) error
 	}{
-		{"steady", nil},
-		{"reloading", func(m *Model, n int64) error {
+		{"steady", 0, nil},
+		{"reloading", 250 * time.Millisecond, func(m *Model, n int64) error {
 			src := &fileSource{g: g, path: file, log: zerolog.Nop(), model: m}
 			return src.load()
 		}},
-		{"updating", func(m *Model, n int64) error {
+		{"updating", 125 * time.Millisecond, func(m *Model, n int64) error {
 			for i := range ids {
 				ids[i] = r.Int64N(1_000_000)
 			}
@@ -128,14 +131,14 @@ func BenchmarkInferWhileReloading(b *testing.B) {
 			var next atomic.Int64
 			done := make(chan struct{})
 			changes := make(chan int64)
-			go func() { // a reload or an update every 250 ms while the requests run
+			go func() { // a reload or an update every c.every while the requests run
 				n := int64(0)
 				defer func() { changes <- n }()
 				if c.change == nil {
 					<-done
 					return
 				}
-				tick := time.NewTicker(250 * time.Millisecond)
+				tick := time.NewTicker(c.every)
 				defer tick.Stop()
 				for {
 					select {
@@ -174,6 +177,7 @@ func BenchmarkInferWhileReloading(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(n), "changes")
+			b.ReportMetric(m.RowsWait()*1e6/float64(b.N), "rows-wait-µs/req")
 		})
 	}
 }

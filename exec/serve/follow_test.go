@@ -140,9 +140,15 @@ func TestUpdatesUnderLoadAreConsistent(t *testing.T) {
 		for n, deadline := answered.Load(), time.Now().Add(10*time.Second); answered.Load() < n+2 && !failed.Load() && time.Now().Before(deadline); {
 			runtime.Gosched()
 		}
+		// every row written many times over, in several holds of the rows
+		// lock (rowsPerHold)
+		ids := make([]int64, 4*rowsPerHold)
+		for i := range ids {
+			ids[i] = int64(7 - i%8)
+		}
 		u := Update{Step: step,
 			Dense: []DenseValues{{Name: "W", Offset: 0, Values: filled(tensor.Shape{4}, float32(step)).F}, {Name: "W", Offset: 4, Values: filled(tensor.Shape{4}, float32(step)).F}},
-			Rows:  []TableRows{{Name: "emb", IDs: []int64{0, 1, 2, 3, 4, 5, 6, 7}, Values: filled(tensor.Shape{32}, float32(step)).F}}}
+			Rows:  []TableRows{{Name: "emb", IDs: ids, Values: filled(tensor.Shape{4 * len(ids)}, float32(step)).F}}}
 		if err := m.Apply(u); err != nil {
 			t.Fatal(err)
 		}

@@ -20,10 +20,11 @@ type Metrics struct {
 // requestBuckets cover 50 µs to ~6 s.
 var requestBuckets = prometheus.ExponentialBuckets(50e-6, 2, 17)
 
-// NewMetrics registers the server's metrics; version and staleness are
-// read when scraped (staleness: seconds the served version is behind the
-// newest one its source knows of, 0 when caught up).
-func NewMetrics(version func() float64, staleness func() float64) *Metrics {
+// NewMetrics registers the server's metrics; version, staleness and
+// rowsWait are read when scraped (staleness: seconds the served version
+// is behind the newest one its source knows of, 0 when caught up;
+// rowsWait: Model.RowsWait).
+func NewMetrics(version, staleness, rowsWait func() float64) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "psgraph_serve_request_seconds", Buckets: requestBuckets,
 		Help: "Wall time of one inference request, from its headers read to its response written, by HTTP status code."}, []string{"code"})
@@ -39,6 +40,8 @@ func NewMetrics(version func() float64, staleness func() float64) *Metrics {
 			Help: "The version served: the training step of the job followed or the model file (the count of its loads for a file that records no step)."}, version),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "psgraph_serve_staleness_seconds",
 			Help: "Seconds the served version is behind the newest its source has: the pservers' newest applied step (following a job), or a changed --init-from file not yet loaded; 0 when caught up."}, staleness),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "psgraph_serve_rows_wait_seconds_total",
+			Help: "Seconds inference requests waited, in all, for updates of the job followed writing table rows before they could compute."}, rowsWait),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -106,16 +106,19 @@ type Model struct {
 	outsMu sync.Mutex
 	outs   map[string][]evaluate.Output // resolved output lists, by their names joined
 
-	// Following a job (Apply): rows is held for reading while a program
-	// runs and for writing while an update writes table rows, so a row is
-	// never read half-written; spare is the version before the current
+	// Following a job (Apply): rows is held for reading around a
+	// program's reads of table rows (program.Runtime.Tables: its
+	// lookup_table, embedding_bag and dyn_pull) and for writing while an
+	// update writes a few hundred table rows, so a row is never read
+	// half-written and neither side waits on the other for long; spare is the version before the current
 	// one, whose dense tensors the next update writes once no request
 	// uses it (a shadow copy); tables names the fixed tables, whose
 	// tensors every version shares.
-	rows    sync.RWMutex
-	applyMu sync.Mutex
-	spare   *version
-	tables  map[string]bool
+	rows     sync.RWMutex
+	rowsWait atomic.Int64 // nanoseconds requests waited for rows (RowsWait)
+	applyMu  sync.Mutex
+	spare    *version
+	tables   map[string]bool
 }
 
 // version is one version of the parameters and the programs compiled
@@ -361,7 +364,7 @@ func (v *version) compile(m *Model, key poolKey, outs []evaluate.Output) (*worke
 		v.made[key] = made{n: mk.n + 1, outs: outs}
 	}
 	v.mu.Unlock()
-	return &worker{key: key, prog: p, feed: program.FeederOf(lp.Spec(), p.Scope), lp: lp}, nil
+	return &worker{key: key, prog: p, feed: program.FeederOf(lp.Spec(), p.Scope), lp: lp, rt: program.Runtime{Tables: (*rowsReader)(m)}}, nil
 }
 
 // put makes w idle again, or closes it: the version is retired, or keeps
@@ -502,9 +505,7 @@ func (m *Model) chunk(ctx context.Context, w *worker, req *Request, off, n int, 
 		return err
 	}
 	w.rt.Ctx = ctx
-	m.rows.RLock()
 	err := w.prog.Run(&w.rt)
-	m.rows.RUnlock()
 	if err != nil {
 		// kernels fail only on their data (an id outside its table)
 		return badRequest("rows %d to %d: %v", off, off+n-1, err)
@@ -560,6 +561,25 @@ func (m *Model) fill(w *worker, req *Request, off, n int) error {
 	return nil
 }
 
+// rowsReader is Model.rows held for reading around a program's reads of
+// table rows (program.Runtime.Tables), timing the waits (RowsWait).
+type rowsReader Model
+
+func (r *rowsReader) Lock() {
+	if r.rows.TryRLock() {
+		return
+	}
+	t := time.Now()
+	r.rows.RLock()
+	r.rowsWait.Add(int64(time.Since(t)))
+}
+
+func (r *rowsReader) Unlock() { r.rows.RUnlock() }
+
+// RowsWait is the seconds requests have waited, in all, for updates
+// writing table rows (Apply) before they could compute.
+func (m *Model) RowsWait() float64 { return float64(m.rowsWait.Load()) / 1e9 }
+
 // String names the model and its version, for logs.
 func (m *Model) String() string { return fmt.Sprintf("%s version %d", m.meta.Name, m.Version()) }
 
@@ -610,9 +630,11 @@ type TableRows struct {
 // one before the current, once no request uses it, its values first made
 // the current one's), given the programs the current one's requests use
 // (warm), and swapped in whole, so a request computes with one version of
-// them; table rows are written in place, between two programs' runs
-// (Model.rows), so a row is never read half-written and a request may see
-// rows newer than its dense version, never older.
+// them; table rows are written in place, rowsPerHold at a time between
+// two reads of table rows by programs (Model.rows), so a row is never
+// read half-written and a request may see rows newer than its dense
+// version, never older; the rows of a shard sent whole are replaced in
+// one hold (no request sees the shard missing).
 func (m *Model) Apply(u Update) error {
 	m.applyMu.Lock()
 	defer m.applyMu.Unlock()
@@ -637,27 +659,29 @@ func (m *Model) Apply(u Update) error {
 		copy(shadow.Tensors[d.Name].F[d.Offset:], d.Values)
 	}
 	m.warm(shadow, cur) // the programs cur's requests use, ready before it is
-	m.rows.Lock()
-	defer m.rows.Unlock()
+	whole := false
 	for _, sh := range u.Shards {
-		if sh.Whole {
-			if err := cur.Tables[sh.Name].DropShard(sh.Shard); err != nil {
-				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
+		whole = whole || sh.Whole
+	}
+	if whole { // a shard replaced: dropped and written again in one hold, so no request sees it missing
+		m.rows.Lock()
+		defer m.rows.Unlock()
+		for _, sh := range u.Shards {
+			if sh.Whole {
+				if err := cur.Tables[sh.Name].DropShard(sh.Shard); err != nil {
+					return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, sh.Name, err)
+				}
 			}
 		}
 	}
 	for _, r := range u.Rows {
-		if t := cur.Tables[r.Name]; t != nil {
-			if err := t.MirrorRows(&dyntable.Batch{Keys: r.Keys, Meta: r.Meta, Values: r.Values}); err != nil {
-				return fmt.Errorf("update of step %d: dynamic table %s: %w", u.Step, r.Name, err)
-			}
-			continue
+		if err := m.writeRows(cur, r, !whole); err != nil {
+			return fmt.Errorf("update of step %d: %w", u.Step, err)
 		}
-		t := cur.Tensors[r.Name]
-		w := t.Shape[1]
-		for i, id := range r.IDs {
-			copy(t.F[int(id)*w:int(id+1)*w], r.Values[i*w:(i+1)*w])
-		}
+	}
+	if !whole && len(u.Shards) > 0 {
+		m.rows.Lock()
+		defer m.rows.Unlock()
 	}
 	for _, sh := range u.Shards {
 		if err := cur.Tables[sh.Name].Expire(sh.Shard, sh.Watermark); err != nil {
@@ -667,6 +691,48 @@ func (m *Model) Apply(u Update) error {
 	shadow.Version = u.Step
 	m.cur.Store(shadow)
 	m.spare = cur
+	return nil
+}
+
+// rowsPerHold is the table rows an update writes per hold of Model.rows
+// (64 KiB of a 16-wide table's rows: a few microseconds), so a request's
+// table reads wait at most that long for an update.
+const rowsPerHold = 1024
+
+// writeRows writes table rows r of an update, held (the caller holds
+// Model.rows) or a few hundred rows a hold of it (rowsPerHold).
+func (m *Model) writeRows(cur *version, r TableRows, chunked bool) error {
+	n, per := len(r.IDs), rowsPerHold
+	dyn := cur.Tables[r.Name]
+	if dyn != nil {
+		n = len(r.Keys)
+	}
+	if !chunked {
+		per = max(n, 1)
+	}
+	for lo := 0; lo < n; lo += per {
+		hi := min(n, lo+per)
+		if chunked {
+			m.rows.Lock()
+		}
+		var err error
+		if dyn != nil {
+			w := dyn.Config().Dim
+			err = dyn.MirrorRows(&dyntable.Batch{Keys: r.Keys[lo:hi], Meta: r.Meta[lo:hi], Values: r.Values[lo*w : hi*w]})
+		} else {
+			t := cur.Tensors[r.Name]
+			w := t.Shape[1]
+			for i, id := range r.IDs[lo:hi] {
+				copy(t.F[int(id)*w:int(id+1)*w], r.Values[(lo+i)*w:(lo+i+1)*w])
+			}
+		}
+		if chunked {
+			m.rows.Unlock()
+		}
+		if err != nil {
+			return fmt.Errorf("dynamic table %s: %w", r.Name, err)
+		}
+	}
 	return nil
 }
 

@@ -172,7 +172,11 @@ func (f *follower) run(ctx context.Context, met *Metrics) error {
 				// newest state it has; a new one is ready only once caught up.
 				f.follow.Lost(ev.pserver)
 			default:
-				if err := f.apply(ev, met); err != nil {
+				err := f.apply(ev, met)
+				for _, r := range ev.rows { // applied (copied) or dropped: their buffers read the next deltas
+					replicate.Recycle(r)
+				}
+				if err != nil {
 					return err
 				}
 			}

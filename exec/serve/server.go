@@ -123,7 +123,7 @@ func Run(ctx context.Context, g *dsl.Graph, opt Options) error {
 		return err
 	}
 	src.model = m
-	src.met = NewMetrics(func() float64 { return float64(m.Version()) }, src.staleness)
+	src.met = NewMetrics(func() float64 { return float64(m.Version()) }, src.staleness, m.RowsWait)
 	src.met.Updated()
 	h := NewHandler(m, HandlerOptions{MaxBody: opt.MaxBody, MaxConcurrent: opt.MaxConcurrent, Load: src.load, Metrics: src.met, Log: opt.Log, Version: opt.Version})
 	hup := make(chan os.Signal, 1)
@@ -159,7 +159,7 @@ func RunFollow(ctx context.Context, g *dsl.Graph, opt Options, fo FollowOptions)
 		return err
 	}
 	limitMemory(f.cur.Load().Bytes(), opt.Log)
-	met := NewMetrics(func() float64 { return float64(f.Version()) }, f.staleness)
+	met := NewMetrics(func() float64 { return float64(f.Version()) }, f.staleness, f.RowsWait)
 	h := NewHandler(f, HandlerOptions{MaxBody: opt.MaxBody, MaxConcurrent: opt.MaxConcurrent, Metrics: met, Log: opt.Log, Version: opt.Version})
 	return serveHTTP(ctx, h, opt, func(ctx context.Context) error { return f.run(ctx, met) })
 }

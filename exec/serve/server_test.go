@@ -132,7 +132,7 @@ func TestBadInputIsRefusedAndTheServerGoesOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	met := NewMetrics(func() float64 { return float64(m.Version()) }, func() float64 { return 0 })
+	met := NewMetrics(func() float64 { return float64(m.Version()) }, func() float64 { return 0 }, m.RowsWait)
 	srv := httptest.NewServer(NewHandler(m, HandlerOptions{MaxBody: 8 << 10, Metrics: met}))
 	defer srv.Close()
 	infer := srv.URL + "/v2/models/digits-mlp/infer"
