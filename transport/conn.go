@@ -57,6 +57,12 @@ func (t *TCP) dialPeer(ctx context.Context, p *peer) error {
 			}
 		}
 		last = err
+		if !errors.Is(err, errDuplicate) { // "already connected": the listener is there
+			p.mu.Lock()
+			close(p.dialFail)
+			p.dialFail = make(chan struct{})
+			p.mu.Unlock()
+		}
 		t.cfg.Log.Debug().Str("peer", p.id.String()).Err(err).Msg("connect failed, retrying")
 		select {
 		case <-ctx.Done():
@@ -446,9 +452,17 @@ func (c *conn) lost(err error) {
 	case gone:
 	case t.in.aborted(p.id):
 		t.cfg.Log.Debug().Str("peer", p.id.String()).Msg("connection closed after the peer stopped the job")
-	case t.in.finishedPeer(p.id) && p.pending.Load() == 0:
+	case t.in.finishedPeer(p.id) && p.pending.Load() == 0 && (c.server || !p.said.Load()):
 		// The peer said Done and all it sent arrived: its end, not a fault.
 		t.cfg.Log.Debug().Str("peer", p.id.String()).Msg("connection closed after the peer finished")
+	case t.in.finishedPeer(p.id) && p.pending.Load() == 0:
+		// Both said Done: this node's goodbye (sayBye), written or still
+		// to come, may not have reached a listener that waits for it
+		// (Config.HangupWait), so it redials, quietly; a listener that
+		// had it and closed is not there to answer.
+		t.cfg.Log.Debug().Str("peer", p.id.String()).Msg("connection closed after the peer finished; redialing to say goodbye")
+		t.wg.Add(1)
+		go t.redial(p)
 	case !c.server:
 		t.cfg.Log.Warn().Str("peer", p.id.String()).Err(err).Msg("connection lost; reconnecting")
 		t.wg.Add(1)
@@ -480,7 +494,11 @@ func (t *TCP) redial(p *peer) {
 		return
 	default:
 	}
-	t.cfg.Log.Warn().Str("peer", p.id.String()).Err(err).Msg("giving up reconnecting")
+	if t.in.finishedPeer(p.id) { // only a goodbye was at stake
+		t.cfg.Log.Debug().Str("peer", p.id.String()).Err(err).Msg("giving up reconnecting to a peer that finished")
+	} else {
+		t.cfg.Log.Warn().Str("peer", p.id.String()).Err(err).Msg("giving up reconnecting")
+	}
 	t.giveUp(p, err, false)
 }
 

@@ -34,7 +34,8 @@ type inbox struct {
 	self    NodeID
 	peers   []NodeID // the nodes RecvAny waits on
 	onError func(error)
-	eager   int // payloads up to this size are read ahead
+	onBye   func() // a peer said goodbye (TCP: Close may stop waiting)
+	eager   int    // payloads up to this size are read ahead
 
 	mu      sync.Mutex
 	specs   map[string]Spec

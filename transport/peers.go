@@ -14,6 +14,7 @@ import (
 type peerState struct {
 	delivered int64         // data messages that arrived from this peer (for Done)
 	doneAt    int64         // message count announced by Done; -1 while not done
+	bye       bool          // a second Done came: the peer closes (Config.HangupWait)
 	err       error         // the peer's connection failed
 	aborted   error         // the peer stopped the job (an Aborted); permanent
 	inc       uint64        // the peer's incarnation (0: never connected)
@@ -55,11 +56,17 @@ func (in *inbox) current(src NodeID, inc uint64) *peerState {
 // done records that src announced its end after count data messages.
 func (in *inbox) done(src NodeID, inc uint64, count int64) {
 	in.mu.Lock()
-	defer in.mu.Unlock()
+	bye := false
 	if ps := in.current(src, inc); ps != nil {
 		in.counted(ps, "", false)
+		ps.bye = ps.doneAt >= 0 // Done again: the dialer's goodbye (TCP.sayBye)
+		bye = ps.bye
 		ps.doneAt = count
 		in.wakeAll()
+	}
+	in.mu.Unlock()
+	if bye && in.onBye != nil {
+		in.onBye()
 	}
 }
 
@@ -136,7 +143,7 @@ func (in *inbox) connected(src NodeID, inc uint64) bool {
 			}
 		}
 		ps.streams = map[string]*streamState{}
-		ps.delivered, ps.doneAt, ps.aborted = 0, -1, nil
+		ps.delivered, ps.doneAt, ps.aborted, ps.bye = 0, -1, nil, false
 		ps.restarts++
 		close(ps.restarted)
 		ps.restarted = make(chan struct{})
@@ -200,6 +207,14 @@ func (in *inbox) finishedPeer(src NodeID) bool {
 	defer in.mu.Unlock()
 	ps := in.peer[src]
 	return ps != nil && in.finished(ps)
+}
+
+// saidBye reports whether src, finished, said Done again as it closed.
+func (in *inbox) saidBye(src NodeID) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ps := in.peer[src]
+	return ps != nil && ps.bye
 }
 
 // waitPeer blocks until src is connected; it returns at once with an

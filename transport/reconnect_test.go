@@ -274,3 +274,58 @@ func TestTCPDoneThenCloseIsQuiet(t *testing.T) {
 		tr.Close()
 	}
 }
+
+// A peer that finished and then lost its connection is waited for by a
+// listener's Close (Config.HangupWait) until it said goodbye: it redials
+// to collect the closing node's Done (still queued at the cut, or written
+// into the connection the cut took and written again on the next), and
+// would otherwise wait its whole ConnectTimeout for a node that is gone
+// (a trainer of a job whose links were cut sat 60 s after its last step,
+// in 1 of 3 runs under load). Without the goodbye check, Close returns at
+// once here.
+func TestTCPCloseWaitsForFinishedPeerThatIsLost(t *testing.T) {
+	ctx := context.Background()
+	m, _ := tcpJob(t, func(c *Config) {
+		if c.Listen != "" {
+			c.HangupWait = 5 * time.Second
+		}
+	}, t0, p0)
+	tr, ps := m[t0], m[p0]
+	hold := make(chan struct{})
+	tr.holdDial = hold // the trainer cannot redial until released
+	must(t, tr.Done(ctx, p0))
+	must(t, ps.WaitDone(ctx, t0))
+	breakConn(t, tr, p0)
+	waitFor(t, "the pserver to see the loss", func() bool { return curConn(ps, t0) == nil })
+	must(t, ps.Done(ctx, t0))
+	closed := make(chan struct{})
+	go func() { ps.Close(); close(closed) }()
+	waitFor(t, "Close to wait for the trainer", func() bool {
+		select {
+		case <-closed:
+			t.Fatal("the pserver closed before the finished trainer, its connection lost, said goodbye")
+		default:
+		}
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		return len(ps.waiters) > 0
+	})
+	close(hold)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// As comm's AwaitPeers does: a lost peer is waited for, then its Done.
+	var err error
+	for err = tr.WaitDone(wctx, p0); err != nil && wctx.Err() == nil; err = tr.WaitDone(wctx, p0) {
+		if err = tr.WaitPeer(wctx, p0); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("the trainer did not get the pserver's Done: %v", err)
+	}
+	tr.Close()
+	<-closed
+	if !ps.in.saidBye(t0) {
+		t.Fatal("the pserver closed without the trainer's goodbye")
+	}
+}

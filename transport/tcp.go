@@ -66,6 +66,17 @@ type Config struct {
 	Keep int
 	// CloseTimeout bounds Close's flush (default 10 s).
 	CloseTimeout time.Duration
+	// HangupWait, on a listener, has Close wait up to this long (within
+	// CloseTimeout) until every peer that dialed it and said Done said
+	// goodbye: Done again, which a dialer says once it has this node's
+	// Done (WaitDone) or as it closes. A peer whose connection was cut
+	// before that Done arrived redials to collect it (written again from
+	// the send log), and would otherwise wait its whole ConnectTimeout for
+	// a node that closed meanwhile. A goodbye lost in a cut of its own
+	// costs this node the wait. Set where the peers close on their own (a
+	// pserver's trainers), not where one goroutine closes both ends in
+	// turn (0: no wait).
+	HangupWait time.Duration
 	// TLS, when set, wraps every connection in TLS before the handshake
 	// (which still authenticates with the token): a server config with a
 	// certificate for Listen (set ClientCAs and ClientAuth to require
@@ -175,6 +186,8 @@ type peer struct {
 	lost    atomic.Int64 // queued messages dropped because the peer is gone for good
 	pending atomic.Int64 // queued messages not yet written or dropped
 	state   atomic.Int32 // connNever, connUp or connDown
+	said    atomic.Bool  // this node said Done to the peer
+	bye     atomic.Bool  // and Done again, its goodbye (sayBye)
 
 	mu        sync.Mutex
 	sess      *yamux.Session
@@ -184,6 +197,7 @@ type peer struct {
 	inc       uint64        // the peer's incarnation (0: never connected)
 	epoch     int64         // bumped when the peer restarts; older queued items are dropped
 	change    chan struct{} // closed (and replaced) when sess changes
+	dialFail  chan struct{} // closed (and replaced) when a dial to the peer fails
 	gone      chan struct{} // closed when a dialer gives the peer up for good
 	err       error
 	writers   map[string]*writer // bulk streams' writers, by transfer
@@ -222,13 +236,14 @@ func newTCP(cfg Config) (*TCP, error) {
 		}
 		ids = append(ids, id)
 		t.peers[id] = &peer{t: t, id: id, addr: addr, slots: make(chan struct{}, cfg.QueueDepth),
-			change: make(chan struct{}), gone: make(chan struct{}), writers: map[string]*writer{}}
+			change: make(chan struct{}), dialFail: make(chan struct{}), gone: make(chan struct{}), writers: map[string]*writer{}}
 	}
 	t.inline = min(cfg.EagerBytes, maxInline)
 	if cfg.EagerBytes < 0 {
 		t.inline = -1
 	}
 	t.in = newInbox(cfg.Self, ids, cfg.OnError)
+	t.in.onBye = t.wakeFlush
 	t.in.eager = max(cfg.EagerBytes, 0)
 	t.in.accept(cfg.Accept)
 	return t, nil
@@ -344,6 +359,7 @@ func (t *TCP) Done(ctx context.Context, to NodeID) error {
 	if p == nil {
 		return &PeerError{to, ErrUnknownPeer}
 	}
+	p.said.Store(true)
 	return t.enqueue(ctx, to, "", item{kind: kindDone, step: p.sent.Load()})
 }
 
@@ -357,7 +373,22 @@ func (t *TCP) Abort(ctx context.Context, to NodeID, reason string) error {
 }
 
 func (t *TCP) WaitDone(ctx context.Context, peer NodeID) error {
-	return t.in.waitDone(ctx, peer)
+	err := t.in.waitDone(ctx, peer)
+	if p := t.peers[peer]; err == nil && p != nil && p.addr != "" {
+		t.sayBye(ctx, p) // both are done: this node needs nothing more of it
+	}
+	return err
+}
+
+// sayBye tells listener p, once, after this node said Done to it and has
+// its Done, that this node hangs up: a second Done, which a listener with
+// Config.HangupWait waits for before it closes. It is kept and written
+// again after a cut like any message, so a trainer that lost its
+// connection after the pserver's Done redials to deliver it.
+func (t *TCP) sayBye(ctx context.Context, p *peer) {
+	if p.said.Load() && p.bye.CompareAndSwap(false, true) {
+		t.enqueue(ctx, p.id, "", item{kind: kindDone, step: p.sent.Load()})
+	}
 }
 
 // WaitPeer blocks until peer is connected (again).
@@ -460,12 +491,23 @@ func (t *TCP) finish(p *peer) {
 	t.mu.Lock()
 	t.pending--
 	if t.pending == 0 || left == 0 { // flush(live) waits per peer
-		for _, c := range t.waiters {
-			c <- struct{}{}
-		}
-		t.waiters = t.waiters[:0]
+		t.wakeFlushLocked()
 	}
 	t.mu.Unlock()
+}
+
+// wakeFlush wakes the flushes waiting (a goodbye arrived: Close's may end).
+func (t *TCP) wakeFlush() {
+	t.mu.Lock()
+	t.wakeFlushLocked()
+	t.mu.Unlock()
+}
+
+func (t *TCP) wakeFlushLocked() {
+	for _, c := range t.waiters {
+		c <- struct{}{}
+	}
+	t.waiters = t.waiters[:0]
 }
 
 // Flush waits until every message queued so far was written. It fails
@@ -474,24 +516,80 @@ func (t *TCP) finish(p *peer) {
 // up with messages queued for it.
 func (t *TCP) Flush(ctx context.Context) error { return t.flush(ctx, false) }
 
+// redialed waits until p, lost, is connected again; false once a dial to
+// it failed (nobody listens: it closed) or ctx ended.
+func (t *TCP) redialed(ctx context.Context, p *peer) bool {
+	for {
+		p.mu.Lock()
+		up, change, fail := p.sess != nil, p.change, p.dialFail
+		p.mu.Unlock()
+		if up {
+			return true
+		}
+		select {
+		case <-change:
+		case <-fail:
+			return false
+		case <-p.gone:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
 // flush waits until what was queued is written. With live, peers that are
 // not connected are skipped instead of failing it (Close: what can still
 // be said, such as an abort's reason, reaches the peers that are there).
 func (t *TCP) flush(ctx context.Context, live bool) error {
+	var hangupEnd <-chan struct{} // closed once HangupWait passed
+	if live && t.cfg.HangupWait > 0 {
+		hctx, cancel := context.WithTimeout(ctx, t.cfg.HangupWait)
+		defer cancel()
+		hangupEnd = hctx.Done()
+	}
 	for {
+		hangup := false
+		if hangupEnd != nil {
+			select {
+			case <-hangupEnd:
+				hangupEnd = nil // then wait as without it
+			default:
+				hangup = true
+			}
+		}
+		// live (Close): a peer not connected now is not waited for, except
+		// within HangupWait one that dials this node and finished (its Done
+		// arrived), until it said goodbye.
+		var finished map[NodeID]bool
+		if hangup {
+			for id, p := range t.peers {
+				if p.addr == "" && t.in.finishedPeer(id) && !t.in.saidBye(id) {
+					if finished == nil {
+						finished = map[NodeID]bool{}
+					}
+					finished[id] = true
+				}
+			}
+		}
 		t.mu.Lock()
 		waiting := false
-		for _, p := range t.peers {
+		for id, p := range t.peers {
 			st := p.state.Load()
 			gone := p.lost.Load() > 0 || (st == connDown && p.pending.Load() > 0)
 			if gone && !live {
 				t.mu.Unlock()
 				return t.peerErr(p)
 			}
-			gone = gone || st != connUp // live: a peer not connected now is not waited for
-			waiting = waiting || (!gone && p.pending.Load() > 0)
+			switch {
+			case !live, p.lost.Load() > 0:
+			case finished[id]:
+				waiting = true
+			default:
+				waiting = waiting || (st == connUp && p.pending.Load() > 0)
+			}
 		}
-		if t.pending == 0 || (live && !waiting) {
+		if (!live && t.pending == 0) || (live && !waiting) {
 			t.mu.Unlock()
 			return nil
 		}
@@ -508,6 +606,7 @@ func (t *TCP) flush(ctx context.Context, live bool) error {
 		select {
 		case <-c:
 		case <-lost:
+		case <-hangupEnd:
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
@@ -537,6 +636,18 @@ func (t *TCP) flush(ctx context.Context, live bool) error {
 func (t *TCP) Close() error {
 	t.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
+		for id, p := range t.peers {
+			// Goodbye to the listeners not yet told, or told but not yet
+			// written to (sayBye); to one that finished (it waits for it)
+			// over a redial of a cut connection, unless the redial fails.
+			if p.addr == "" || !p.said.Load() || (p.bye.Load() && p.pending.Load() == 0) {
+				continue
+			}
+			if p.state.Load() != connUp && (!t.in.finishedPeer(id) || !t.redialed(ctx, p)) {
+				continue
+			}
+			t.sayBye(ctx, p)
+		}
 		t.flush(ctx, true)
 		cancel()
 		t.mu.Lock()

@@ -87,6 +87,7 @@ func listen(ctx context.Context, plan *partition.Plan, job *job.Job, index int, 
 	}
 	cfg.TLS, cfg.Replicas = tc, replicas
 	cfg.Listen, cfg.Insecure = addr, insecure
+	cfg.HangupWait = 2 * time.Second // each trainer closes on its own, once it has the Done
 	cfg.Peers = map[transport.NodeID]string{}
 	for _, id := range job.TrainerIDs() {
 		cfg.Peers[id] = ""
