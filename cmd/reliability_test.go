@@ -66,7 +66,9 @@ func TestGarbageAtLivePserver(t *testing.T) {
 	plan := splitDigits(t, 1)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
-	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr)
+	// A handshake that stalls (the last payload) is cut off after
+	// --handshake-timeout.
+	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--handshake-timeout", "1s")
 	dial := func() net.Conn {
 		for deadline := time.Now().Add(20 * time.Second); ; {
 			c, err := net.Dial("tcp", addr)
@@ -90,7 +92,11 @@ func TestGarbageAtLivePserver(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(15 * time.Second))
 		buf := make([]byte, 256)
 		for { // the pserver must close the connection
-			if _, err := c.Read(buf); err != nil {
+			_, err := c.Read(buf)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("the pserver kept a connection that sent %q open for 15 s", p)
+			}
+			if err != nil {
 				break
 			}
 		}

@@ -60,17 +60,18 @@ func (k *checkpointFlags) checkpointer(name, model string) (*modelfile.Checkpoin
 // from a PSGRAPH_* environment variable, so an orchestrator can start roles
 // without composing flags; flags win.
 type netFlags struct {
-	index          int
-	plan           string
-	listen         string
-	pservers       string
-	connectTimeout time.Duration
-	tokenFile      string
-	insecure       bool
-	trainerTimeout time.Duration
-	tlsCert        string
-	tlsKey         string
-	tlsCA          string
+	index            int
+	plan             string
+	listen           string
+	pservers         string
+	connectTimeout   time.Duration
+	tokenFile        string
+	insecure         bool
+	trainerTimeout   time.Duration
+	handshakeTimeout time.Duration
+	tlsCert          string
+	tlsKey           string
+	tlsCA            string
 }
 
 func (n *netFlags) add(c *cobra.Command) {
@@ -90,6 +91,7 @@ func (n *netFlags) add(c *cobra.Command) {
 	f.StringVar(&n.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&n.tlsCA, "tls-ca", "", "PEM CA bundle: a trainer verifies its pservers with it; a pserver given one requires client certificates signed by it")
 	f.DurationVar(&n.trainerTimeout, "trainer-timeout", 30*time.Second, "pserver: how long to wait for a lost trainer before the job stops")
+	f.DurationVar(&n.handshakeTimeout, "handshake-timeout", 10*time.Second, "how long a new connection has to complete the handshake (authentication) before it is cut off")
 }
 
 // fromEnv fills flags the user did not set from the environment.
@@ -320,7 +322,7 @@ func (o *runOptions) runNode(c *cobra.Command) error {
 		Role: o.role, Index: n.index, Plan: n.plan,
 		Listen: n.listen, PServers: pservers, Token: token, Insecure: n.insecure,
 		TLSCert: n.tlsCert, TLSKey: n.tlsKey, TLSCA: n.tlsCA,
-		ConnectTimeout: n.connectTimeout, TrainerTimeout: n.trainerTimeout,
+		ConnectTimeout: n.connectTimeout, TrainerTimeout: n.trainerTimeout, HandshakeTimeout: n.handshakeTimeout,
 		Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
 		LogEvery: o.log.every, Log: log, Prom: prom.Node(), FinalPass: finalPass(c),
 		CheckpointDir: o.ck.dir, CheckpointEvery: o.ck.every, ResumeStep: o.ck.resumeStep, StartStep: o.ck.startStep,

@@ -80,12 +80,12 @@ func tlsConfig(certFile, keyFile, caFile string, server bool) (*tls.Config, erro
 
 // listen starts pserver index's endpoint; the trainers connect to it, and
 // serving replicas to replicas (nil: refused).
-func listen(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addr, token string, insecure bool, tc *tls.Config, replicas func(transport.NodeID, uint64, net.Conn), log zerolog.Logger) (transport.Endpoint, error) {
+func listen(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addr, token string, insecure bool, tc *tls.Config, replicas func(transport.NodeID, uint64, net.Conn), handshake time.Duration, log zerolog.Logger) (transport.Endpoint, error) {
 	cfg, err := baseConfig(plan, job, transport.PServer(index), 1, token, log)
 	if err != nil {
 		return nil, err
 	}
-	cfg.TLS, cfg.Replicas = tc, replicas
+	cfg.TLS, cfg.Replicas, cfg.HandshakeTimeout = tc, replicas, handshake
 	cfg.Listen, cfg.Insecure = addr, insecure
 	cfg.HangupWait = 2 * time.Second // each trainer closes on its own, once it has the Done
 	cfg.Peers = map[transport.NodeID]string{}
@@ -104,12 +104,12 @@ func listen(ctx context.Context, plan *partition.Plan, job *job.Job, index int, 
 }
 
 // dial connects trainer index to every pserver, retrying until timeout.
-func dial(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addrs []string, batch int, token string, timeout time.Duration, tc *tls.Config, log zerolog.Logger) (transport.Endpoint, error) {
+func dial(ctx context.Context, plan *partition.Plan, job *job.Job, index int, addrs []string, batch int, token string, timeout time.Duration, tc *tls.Config, handshake time.Duration, log zerolog.Logger) (transport.Endpoint, error) {
 	cfg, err := baseConfig(plan, job, transport.Trainer(index), batch, token, log)
 	if err != nil {
 		return nil, err
 	}
-	cfg.TLS = tc
+	cfg.TLS, cfg.HandshakeTimeout = tc, handshake
 	cfg.ConnectTimeout = timeout
 	cfg.Peers = map[transport.NodeID]string{}
 	for i, a := range addrs {

@@ -36,6 +36,7 @@ type Options struct {
 	TLSCert, TLSKey, TLSCA string
 	ConnectTimeout         time.Duration // trainer: how long to retry reaching a pserver
 	TrainerTimeout         time.Duration // pserver: how long to wait for a lost trainer
+	HandshakeTimeout       time.Duration // how long a new connection has for the handshake (0: 10 s)
 
 	Steps    int    // trainer: 0: the model's train.steps
 	Batch    int    // trainer: 0: the plan's batch
@@ -148,7 +149,7 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 	// Serving replicas (psgraph serve --plan) subscribe to the parameters;
 	// they authenticate with the job's token like the trainers.
 	pub := pserver.NewPublisher(o.Log)
-	ep, err := listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, pub.Handle, o.Log)
+	ep, err := listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, pub.Handle, o.HandshakeTimeout, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +198,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 		return nil, err
 	}
 	job := jobOf(plan)
-	ep, err := dial(ctx, plan, job, o.Index, addrs, batch, o.Token, o.ConnectTimeout, tc, o.Log)
+	ep, err := dial(ctx, plan, job, o.Index, addrs, batch, o.Token, o.ConnectTimeout, tc, o.HandshakeTimeout, o.Log)
 	if err != nil {
 		return nil, err
 	}
