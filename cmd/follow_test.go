@@ -184,6 +184,7 @@ func followJob(t *testing.T, c followCase) {
 // serves the last step (predict's outputs with the saved model), train
 // prints trainer 0's summary, and SIGTERM stops train with exit 0.
 func TestTrainServe(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	save := filepath.Join(dir, "digits.safetensors")
 	addr := freeAddr(t)

@@ -52,6 +52,7 @@ func TestWrongTokenRefused(t *testing.T) {
 
 // A pserver on a non-loopback address needs a token, or --insecure.
 func TestNonLoopbackListenNeedsToken(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 1)
 	r := psgraph(t, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", "0.0.0.0:0")
 	if r.code != 1 || !strings.Contains(r.stderr, "refusing to listen on 0.0.0.0:0 without a token") || !strings.Contains(r.stderr, "--insecure") || !strings.Contains(r.stderr, "--token-file") {
@@ -537,6 +538,7 @@ func splitModel(t *testing.T, model string, trainers int) string {
 // tells the pserver, which exits 1 with that cause instead of waiting for
 // the trainer to come back.
 func TestNaNLossStopsTheJob(t *testing.T) {
+	t.Parallel()
 	plan := splitModel(t, writeDigitsVariant(t, "{type: sgd, lr: 0.1}", "{type: sgd, lr: 1e30}"), 1)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
@@ -555,6 +557,7 @@ func TestNaNLossStopsTheJob(t *testing.T) {
 // passes its reason on, so trainer-0, whose own rows are fine, exits 1
 // with that first cause too, and nothing waits for a timeout.
 func TestBadBatchStopsTheJob(t *testing.T) {
+	t.Parallel()
 	lines, err := os.ReadFile("../examples/data/digits.csv")
 	if err != nil {
 		t.Fatal(err)
@@ -595,6 +598,7 @@ func TestBadBatchStopsTheJob(t *testing.T) {
 // pservers, so a finished run can be continued from where it ended; and
 // the last checkpoint equals the saved model.
 func TestCheckpointAtTheLastStep(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	steps := func(manifest string) []any {
 		b, err := os.ReadFile(manifest)

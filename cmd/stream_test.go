@@ -403,6 +403,7 @@ func TestStreamStopsOnSIGTERM(t *testing.T) {
 // offset (exit 1); with on_bad_row: skip it is counted and skipped, and
 // the summary says how many.
 func TestStreamKafkaBadRow(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rows := genRows(t, dir, 2000)
 	b, err := os.ReadFile(rows)
