@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/node"
+	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 	"github.com/psgraph/psgraph/transport/testcert"
@@ -363,10 +364,14 @@ func TestKilledPserverRestartsFromCheckpoint(t *testing.T) {
 // rows or sending it row gradients, wait for it, tell it where they are
 // and re-send what it lost; every node exits 0, the restarted pserver
 // writes its shard (--save), and the trainers end with the loss of an
-// undisturbed run.
+// undisturbed run. By default the jobs run 3000 steps; with -long 6000.
 func TestKilledTablePserverRestartsFromCheckpoint(t *testing.T) {
 	t.Parallel()
-	const steps, model, init = "6000", "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
+	const model, init = "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
+	steps := "3000"
+	if testfix.IsLong() {
+		steps = "6000"
+	}
 	dir := t.TempDir()
 	plan, ck := filepath.Join(dir, "plan"), filepath.Join(dir, "ck")
 	if r := psgraph(t, "split", model, "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
