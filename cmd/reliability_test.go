@@ -258,7 +258,7 @@ func TestJobOverTLS(t *testing.T) {
 	env := []string{"PSGRAPH_TOKEN=secret"}
 	addr := freeAddr(t)
 	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--tls-cert", cert, "--tls-key", key)
-	plain := start(t, "plain trainer", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "10", "--connect-timeout", "5s")
+	plain := start(t, "plain trainer", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "10", "--connect-timeout", "1s")
 	if r := plain.wait(t, 30*time.Second); r.code == 0 {
 		t.Fatal("a trainer without TLS trained against a TLS pserver")
 	}
