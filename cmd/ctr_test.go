@@ -26,6 +26,7 @@ func writeCTRModels(t *testing.T, dir string) (mem, stream string) {
 // loaded or streamed, to a loss below the entropy of the click rate (what
 // predicting the rate alone scores), with the same summary either way.
 func TestGenCriteoThenRunCTR(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "train.tsv")
 	r := psgraph(t, "gen", "criteo", "-o", file, "--rows", "2000", "--seed", "3", "--vocab", "200")
@@ -103,6 +104,7 @@ func TestGenUsageErrorsExit2(t *testing.T) {
 // A bad line deep in a streamed file stops the run with file:line and
 // exit code 1, in the step that reads it.
 func TestStreamedBadLineExits1(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "train.tsv")
 	if r := psgraph(t, "gen", "criteo", "-o", file, "--rows", "500"); r.code != 0 {

@@ -164,6 +164,7 @@ func runCutJob(t *testing.T, model, mode string, trainerArgs ...string) (int, st
 // the rest is written again, and the job ends where an undisturbed one
 // ends (2x1 sync against local training with the combined batch).
 func TestConnectionsCutMidRunEqualLocal(t *testing.T) {
+	t.Parallel()
 	model := filepath.Join("testdata", "optim", "mlp-adam.yaml")
 	init := filepath.Join("testdata", "optim", "init.safetensors")
 	local := filepath.Join(t.TempDir(), "local.safetensors")
@@ -179,6 +180,7 @@ func TestConnectionsCutMidRunEqualLocal(t *testing.T) {
 // dropped (instead of stopping the job), takes a cut-off gradient up where
 // it stopped, and the job trains digits as well as an undisturbed one.
 func TestConnectionsCutMidRunAsync(t *testing.T) {
+	t.Parallel()
 	_, summary := runCutJob(t, "examples/digits-mlp.yaml", "async", "--steps", "400")
 	var s struct{ Acc float64 }
 	if err := json.Unmarshal([]byte(summary), &s); err != nil {

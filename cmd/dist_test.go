@@ -111,6 +111,7 @@ func bytesOf(s map[string]any, key string) int64 {
 // what the trainers received, and each connection carried more than its
 // payloads (frame headers, yamux).
 func TestNodeSummariesCountTraffic(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	plan := filepath.Join(dir, "plan")
 	if r := psgraph(t, "split", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // examples/ctr-dynamic.yaml trains as a 2x2 job over real loopback
@@ -17,13 +18,20 @@ import (
 // started role by role, as the Kubernetes manifests start it, each
 // trainer 0 saving the whole table (keys and rows from both pservers);
 // the sync runs save the same file byte for byte (the job is
-// deterministic), and psgraph eval and predict read it.
+// deterministic), and psgraph eval and predict read it. The async train
+// runs with -long only: by default TestDynamicSplitAsyncInmem (exec/job)
+// covers an async job with a dynamic table, and TestTrainSyncAndAsyncOnDigits
+// an async psgraph train.
 func TestTrainCTRDynamicSplit(t *testing.T) {
 	t.Parallel()
 	file, data := ctrDynamicExample(t)
 	dir := filepath.Dir(file)
 	const steps = "30"
-	for _, mode := range []string{"sync", "async"} {
+	modes := []string{"sync"}
+	if testfix.IsLong() {
+		modes = append(modes, "async")
+	}
+	for _, mode := range modes {
 		save := filepath.Join(dir, mode+".safetensors")
 		r := psgraph(t, "train", file, "--trainers", "2", "--pservers", "2", "--mode", mode, "--steps", steps, "--save", save)
 		if r.code != 0 {
@@ -103,8 +111,15 @@ func TestTrainCTRDynamicSplit(t *testing.T) {
 // holds its shard's snapshot-and-deltas chain beside its manifest, the
 // trainers wait for it, tell it where they are and re-send what it lost;
 // every node exits 0, trainer 0 saves the whole table, and the trainers
-// end with the loss of an undisturbed run.
+// end with the loss of an undisturbed run. Behind -long: by default
+// TestPServerRestartDynamicInmem (exec/job) restarts a dynamic shard's
+// pserver from its chain in process (bitwise when staged, the
+// undisturbed loss when not), and TestKilledPserverRestartsFromCheckpoint
+// and TestKilledTablePserverRestartsFromCheckpoint SIGKILL and restart
+// real pservers; -long adds the two together, a dynamic shard's real
+// pserver killed.
 func TestKilledDynamicPserverRestartsFromCheckpoint(t *testing.T) {
+	testfix.Long(t)
 	t.Parallel()
 	file, _ := ctrDynamicExample(t)
 	dir := filepath.Dir(file)

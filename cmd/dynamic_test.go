@@ -15,6 +15,7 @@ import (
 // writes it, psgraph eval reads it back, and psgraph split shards it by
 // key.
 func TestCTRDynamicExample(t *testing.T) {
+	t.Parallel()
 	file, data := ctrDynamicExample(t)
 	dir := filepath.Dir(file)
 	save := filepath.Join(dir, "model.safetensors")

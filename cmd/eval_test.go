@@ -65,6 +65,7 @@ func accuracyOf(rows [][]float64, ys []int, keep func(int) bool) float64 {
 // hand from psgraph predict's pred column and the CSV's labels, and the
 // loss and accuracy the run's summary reported.
 func TestEvalEqualsAccuracyFromPredict(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := filepath.Join(dir, "digits.safetensors")
 	run := psgraph(t, "run", "--role", "local", "examples/digits-mlp.yaml", "--steps", "150", "--save", model)
@@ -113,6 +114,7 @@ func TestEvalEqualsAccuracyFromPredict(t *testing.T) {
 // this test computes from the saved weights and the CSV, normalized with
 // the mean and std of the rows; its logits are those logits.
 func TestPredictProbabilitiesAreSoftmaxOfSavedWeights(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := filepath.Join(dir, "digits.safetensors")
 	ok(t, psgraph(t, "run", "--role", "local", "examples/digits-mlp.yaml", "--steps", "100", "--save", model))
@@ -183,6 +185,7 @@ func TestPredictProbabilitiesAreSoftmaxOfSavedWeights(t *testing.T) {
 // saved file reports the same, and predict's pred column gives that
 // accuracy over the held-out rows.
 func TestEvalPredictAfterTrain2x2(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := filepath.Join(dir, "digits.safetensors")
 	metrics := filepath.Join(dir, "run.jsonl")
@@ -231,6 +234,7 @@ func TestEvalPredictAfterTrain2x2(t *testing.T) {
 // model, its table pulled from the pservers) computes, and predict's pred
 // column gives that accuracy.
 func TestTableJobEvaluatesHeldOut(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := filepath.Join(dir, "ids.safetensors")
 	tr := psgraph(t, "train", "testdata/eval/ids-heldout.yaml", "--trainers", "2", "--pservers", "2", "--save", model)
@@ -266,6 +270,7 @@ func TestTableJobEvaluatesHeldOut(t *testing.T) {
 // bad input (an unknown output, a parameter file of another model) with
 // exit 1 and a message that says what to do.
 func TestEvalPredictRefuseBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	digits := filepath.Join(dir, "digits.safetensors")
 	ok(t, psgraph(t, "run", "--role", "local", "examples/digits-mlp.yaml", "--steps", "5", "--save", digits))
@@ -299,6 +304,7 @@ func TestEvalPredictRefuseBadInput(t *testing.T) {
 // check counts the training and held-out rows: 1797 digits, round(0.2 x
 // 1797) = 359 held out.
 func TestCheckCountsHeldOutRows(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "check", "testdata/eval/digits-heldout.yaml")
 	ok(t, r)
 	if !strings.Contains(r.stdout, "data (1438 rows, 359 held out):") {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // servedVersion is the version a server reports (-1: none yet) and
@@ -70,8 +72,15 @@ func TestServeFollowsJob(t *testing.T) {
 // key and their watermarks; the replica, killed and restarted, and a
 // pserver killed and restarted from its checkpoint (its shard sent whole
 // again) catch up; after the job its predictions are psgraph predict's
-// with trainer 0's saved model, which holds the live rows only.
+// with trainer 0's saved model, which holds the live rows only. Behind
+// -long: by default TestMirrorReadsAsTheShards (exec/dyntable) and
+// TestUpdatesWriteDynamicTableRowsByKey (exec/serve) show a replica's
+// mirror of dynamic shards in process (rows by key, watermarks, a shard
+// sent whole again), and TestServeFollowsJob and
+// TestServeFollowsTrainerState a replica following real processes
+// through restarts; -long adds a dynamic table followed end to end.
 func TestServeFollowsDynamicJob(t *testing.T) {
+	testfix.Long(t)
 	model, data := ctrDynamicExample(t)
 	followJob(t, followCase{model: model, name: "ctr-dynamic", data: data, steps: 1200, batch: 64, rows: 300})
 }
@@ -184,6 +193,7 @@ func followJob(t *testing.T, c followCase) {
 // serves the last step (predict's outputs with the saved model), train
 // prints trainer 0's summary, and SIGTERM stops train with exit 0.
 func TestTrainServe(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	save := filepath.Join(dir, "digits.safetensors")
 	addr := freeAddr(t)

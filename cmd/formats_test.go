@@ -51,6 +51,7 @@ train:
 // gzipped TFRecord, the CSV, a Parquet file DuckDB wrote, one without the
 // label to predict) to the same loss and predictions.
 func TestTFRecordModelMatchesCSVModel(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	testfix.WriteTFRecord(t, "criteo", testfix.DeepCTR(t, dir, "criteo_sample.txt"), dir)
 	write := func(name, src string) string {
@@ -154,6 +155,7 @@ func equalParams(t *testing.T, a, b, what string) {
 // file as docs/dsl.md shows, and docs/dsl.md holds its data section as the
 // file has it.
 func TestDocsDataExamplesRun(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../docs/dsl.md")
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +201,7 @@ func TestDocsDataExamplesRun(t *testing.T) {
 // feature the model does not read (the label, left out of a prediction);
 // each row's kept fields are the file's, read here with encoding/csv.
 func TestPredictKeepsColumns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, c := range []struct {
 		model, data string

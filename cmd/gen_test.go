@@ -52,6 +52,7 @@ func genVariances(t *testing.T, args ...string) (auc, first, inter float64) {
 // (ties at their mean rank), and the expected AUC its expectation over
 // label draws, pair by pair.
 func TestGenReportsBayesAUC(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file, probs := filepath.Join(dir, "fm.tsv"), filepath.Join(dir, "p.txt")
 	rate, auc, expected := genStats(t, "-o", file, "--rows", "3000", "--seed", "2", "--vocab", "80", "--truth", "fm", "--interaction", "1.5", "--history", "5", "--probs", probs)

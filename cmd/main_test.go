@@ -82,6 +82,7 @@ func psgraph(t *testing.T, args ...string) result {
 }
 
 func TestCheckBadModelExits1WithPosition(t *testing.T) {
+	t.Parallel()
 	cases := []badInput{
 		{"dsl/testdata/errors/unknown_op.yaml", `dsl/testdata/errors/unknown_op.yaml:10:12: unknown op "matmull" (did you mean "matmul"?)`},
 		{"dsl/testdata/errors/matmul_mismatch.yaml", "dsl/testdata/errors/matmul_mismatch.yaml:9:5: op matmul (x float32[1, 4], W float32[5, 3])"},
@@ -101,6 +102,7 @@ func TestCheckBadModelExits1WithPosition(t *testing.T) {
 // A --batch too large for memory is an error at the model's data node, not a
 // crash in the allocator.
 func TestRunHugeBatchExits1(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "run", "--role", "local", "--batch", "1000000000", "examples/digits-mlp.yaml")
 	badInput{"", `examples/digits-mlp.yaml:6:13: data "x" is [1000000000, 64] at batch 1000000000`}.check(t, r)
 }
@@ -121,6 +123,7 @@ func (c badInput) check(t *testing.T, r result) {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		args []string
@@ -153,6 +156,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 }
 
 func TestCheckDigitsSummary(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "check", "examples/digits-mlp.yaml")
 	if r.code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", r.code, r.stderr)
@@ -179,6 +183,7 @@ func TestCheckDigitsSummary(t *testing.T) {
 }
 
 func TestRunLocalPrintsJSONSummaryLast(t *testing.T) {
+	t.Parallel()
 	model := filepath.Join(t.TempDir(), "tiny.yaml")
 	if err := os.WriteFile(model, []byte(testfix.TinyModel), 0o644); err != nil {
 		t.Fatal(err)
@@ -226,6 +231,7 @@ func TestRunLocalPrintsJSONSummaryLast(t *testing.T) {
 
 // check names the row gradients of an embedding model.
 func TestCheckShowsRowGradients(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "check", "testdata/sparse/emb-adagrad.yaml")
 	if r.code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", r.code, r.stderr)
@@ -244,6 +250,7 @@ func TestCheckShowsRowGradients(t *testing.T) {
 // the plan.yaml beside it lists it with its hash. The same file copied
 // out of its plan directory is refused like any model.
 func TestCheckRefusesNothingToTrain(t *testing.T) {
+	t.Parallel()
 	const why = "the model has no train.optimizer, so there is nothing to train"
 	badInput{"", "cmd/testdata/no-optimizer.yaml:12:3: " + why}.check(t, psgraph(t, "check", "cmd/testdata/no-optimizer.yaml"))
 	for _, args := range [][]string{{"run", "--role", "local"}, {"train"}} {
@@ -273,6 +280,7 @@ func TestCheckRefusesNothingToTrain(t *testing.T) {
 // pservers' addresses --pserver-endpoints, as split does, and still takes
 // --pservers for them with a warning.
 func TestRunPServerEndpointsFlag(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if r := psgraph(t, "split", "examples/iris.yaml", "--trainers", "1", "--pservers", "2", "-o", dir); r.code != 0 {
 		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
@@ -299,6 +307,7 @@ func TestRunPServerEndpointsFlag(t *testing.T) {
 // optimizer to expand again) and trains to the same parameters as the
 // original.
 func TestCheckOpsPrintsTheExpandedModel(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "check", "examples/iris.yaml", "--ops")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
@@ -330,6 +339,7 @@ func TestCheckOpsPrintsTheExpandedModel(t *testing.T) {
 // Connection retries are debug detail: a trainer started before its
 // pserver retries quietly by default and says so with --log-level debug.
 func TestLogLevel(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if r := psgraph(t, "split", "examples/iris.yaml", "--trainers", "1", "--pservers", "1", "-o", dir); r.code != 0 {
 		t.Fatalf("split: exit %d\n%s", r.code, r.stderr)
@@ -358,6 +368,7 @@ func TestLogLevel(t *testing.T) {
 // --steps 0 is refused before anything trains: the flag's default 0 means
 // the model's train.steps, and a typed 0 used to train those steps.
 func TestStepsZeroIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	save := filepath.Join(dir, "out.safetensors")
 	for _, args := range [][]string{
@@ -384,6 +395,7 @@ func TestStepsZeroIsRefused(t *testing.T) {
 // Each progress line says the step, the run's total, the percentage done,
 // the rate and the time left.
 func TestProgressFields(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "run", "--role", "local", "examples/iris.yaml", "--steps", "100", "--log-every", "50", "--log-format", "json")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)

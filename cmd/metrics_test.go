@@ -24,6 +24,7 @@ func get(addr, path string) (int, string, error) {
 // serves its probes and metrics while it waits for its trainer; a trainer
 // given --metrics-addr joins, and both finish.
 func TestMetricsAddrOfRealNodes(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 1)
 	listen, pm, tm := freeAddr(t), freeAddr(t), freeAddr(t)
 	ps := start(t, "pserver-0", []string{"PSGRAPH_TOKEN=test-token", "PSGRAPH_ROLE=pserver", "PSGRAPH_INDEX=0", "PSGRAPH_PLAN=" + plan,

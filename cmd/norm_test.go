@@ -30,6 +30,7 @@ func trainBNMLP(t *testing.T, args ...string) (string, result) {
 // loss, evaluated with the running statistics, is torch's model.eval()
 // loss over the data set.
 func TestBatchNormMatchesTorch(t *testing.T) {
+	t.Parallel()
 	saved, run := trainBNMLP(t)
 	sum := summary(t, run)
 	got, want := readTensors(t, saved), readTensors(t, "../testdata/norm/bn-mlp.safetensors")
@@ -61,6 +62,7 @@ func TestBatchNormMatchesTorch(t *testing.T) {
 // is given: a row scores the same alone as in a 3-row file, and both are
 // torch's model.eval() probabilities.
 func TestBatchNormPredictUsesRunningStatistics(t *testing.T) {
+	t.Parallel()
 	saved, _ := trainBNMLP(t)
 	raw, err := os.ReadFile("../testdata/norm/bn.csv")
 	if err != nil {
@@ -103,6 +105,7 @@ func TestBatchNormPredictUsesRunningStatistics(t *testing.T) {
 // A local run resumed from its checkpoint restores the running statistics
 // with the parameters: it saves what the run without a break saves.
 func TestBatchNormStatisticsInCheckpoints(t *testing.T) {
+	t.Parallel()
 	straight, _ := trainBNMLP(t, "--steps", "24")
 	ck := t.TempDir()
 	trainBNMLP(t, "--steps", "12", "--checkpoint-dir", ck, "--checkpoint-every", "6")
@@ -178,6 +181,7 @@ func editedBNMLP(t *testing.T, dir string, edits ...string) string {
 // statistics of the training program: the run's eval_loss is what psgraph
 // eval computes from the saved file.
 func TestBatchNormHeldOutUsesRunningStatistics(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := editedBNMLP(t, dir,
 		"  label: {name: y, column: 4, dtype: float32}\n", "  label: {name: y, column: 4, dtype: float32}\n  eval: {fraction: 0.25}\n",
@@ -295,6 +299,7 @@ func TestTrainerCheckpointsWhatItHolds(t *testing.T) {
 // (1 - momentum)^N (s0 - initial): job B, started from job A's saved file
 // with A's rows, ends at A + 0.8^N (A - initial).
 func TestBatchNormTrain2x2ReadsStatisticsFromInitFrom(t *testing.T) {
+	t.Parallel()
 	const steps = 5
 	job := func(args ...string) string {
 		out := filepath.Join(t.TempDir(), "job.safetensors")

@@ -9,6 +9,7 @@ import (
 // train.optimizer, with the state each gets; row-wise adagrad's state of
 // one value per row shows with its shape.
 func TestCheckListsParameterOptimizers(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "check", "testdata/optim/mlp-mixed.yaml")
 	if r.code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", r.code, r.stderr)

@@ -12,6 +12,7 @@ import (
 // A float target (label dtype: float32, columns named by a header line)
 // trains the same in a 2x2 sync job as locally with the combined batch.
 func TestFloatTargetTrain2x2EqualsLocal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := filepath.Join("testdata", "regression", "linear.yaml")
 	local := filepath.Join(dir, "local.safetensors")
@@ -33,6 +34,7 @@ func TestFloatTargetTrain2x2EqualsLocal(t *testing.T) {
 // trainers x 60 is ceil(720 / 120) = 6 steps, as one node with batch 120
 // trains, to the same parameters.
 func TestEpochsTrain2x2EqualsLocal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src, err := os.ReadFile("../testdata/regression/linear.yaml")
 	if err != nil {
@@ -74,6 +76,7 @@ func TestEpochsTrain2x2EqualsLocal(t *testing.T) {
 // --outputs pred: the column holds x·W + b of the saved parameters,
 // computed here from the safetensors file and the CSV.
 func TestRegressionPredictsItsOutputNamedPred(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	params := filepath.Join(dir, "linear.safetensors")
 	if r := psgraph(t, "run", "--role", "local", "testdata/regression/linear.yaml", "--save", params); r.code != 0 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/exec/node"
+	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 	"github.com/psgraph/psgraph/transport/testcert"
@@ -52,6 +53,7 @@ func TestWrongTokenRefused(t *testing.T) {
 
 // A pserver on a non-loopback address needs a token, or --insecure.
 func TestNonLoopbackListenNeedsToken(t *testing.T) {
+	t.Parallel()
 	plan := splitDigits(t, 1)
 	r := psgraph(t, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", "0.0.0.0:0")
 	if r.code != 1 || !strings.Contains(r.stderr, "refusing to listen on 0.0.0.0:0 without a token") || !strings.Contains(r.stderr, "--insecure") || !strings.Contains(r.stderr, "--token-file") {
@@ -256,7 +258,7 @@ func TestJobOverTLS(t *testing.T) {
 	env := []string{"PSGRAPH_TOKEN=secret"}
 	addr := freeAddr(t)
 	ps := start(t, "pserver-0", env, "run", "--role", "pserver", "--index", "0", "--plan", plan, "--listen", addr, "--tls-cert", cert, "--tls-key", key)
-	plain := start(t, "plain trainer", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "10", "--connect-timeout", "5s")
+	plain := start(t, "plain trainer", env, "run", "--role", "trainer", "--index", "0", "--plan", plan, "--pserver-endpoints", addr, "--steps", "10", "--connect-timeout", "1s")
 	if r := plain.wait(t, 30*time.Second); r.code == 0 {
 		t.Fatal("a trainer without TLS trained against a TLS pserver")
 	}
@@ -362,10 +364,14 @@ func TestKilledPserverRestartsFromCheckpoint(t *testing.T) {
 // rows or sending it row gradients, wait for it, tell it where they are
 // and re-send what it lost; every node exits 0, the restarted pserver
 // writes its shard (--save), and the trainers end with the loss of an
-// undisturbed run.
+// undisturbed run. By default the jobs run 3000 steps; with -long 6000.
 func TestKilledTablePserverRestartsFromCheckpoint(t *testing.T) {
 	t.Parallel()
-	const steps, model, init = "6000", "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
+	const model, init = "testdata/sparse/emb-adagrad.yaml", "testdata/sparse/init.safetensors"
+	steps := "3000"
+	if testfix.IsLong() {
+		steps = "6000"
+	}
 	dir := t.TempDir()
 	plan, ck := filepath.Join(dir, "plan"), filepath.Join(dir, "ck")
 	if r := psgraph(t, "split", model, "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
@@ -537,6 +543,7 @@ func splitModel(t *testing.T, model string, trainers int) string {
 // tells the pserver, which exits 1 with that cause instead of waiting for
 // the trainer to come back.
 func TestNaNLossStopsTheJob(t *testing.T) {
+	t.Parallel()
 	plan := splitModel(t, writeDigitsVariant(t, "{type: sgd, lr: 0.1}", "{type: sgd, lr: 1e30}"), 1)
 	addr := freeAddr(t)
 	env := []string{"PSGRAPH_TOKEN=secret"}
@@ -555,6 +562,7 @@ func TestNaNLossStopsTheJob(t *testing.T) {
 // passes its reason on, so trainer-0, whose own rows are fine, exits 1
 // with that first cause too, and nothing waits for a timeout.
 func TestBadBatchStopsTheJob(t *testing.T) {
+	t.Parallel()
 	lines, err := os.ReadFile("../examples/data/digits.csv")
 	if err != nil {
 		t.Fatal(err)
@@ -595,6 +603,7 @@ func TestBadBatchStopsTheJob(t *testing.T) {
 // pservers, so a finished run can be continued from where it ended; and
 // the last checkpoint equals the saved model.
 func TestCheckpointAtTheLastStep(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	steps := func(manifest string) []any {
 		b, err := os.ReadFile(manifest)

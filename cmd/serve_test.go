@@ -277,6 +277,7 @@ func modelName(t *testing.T, model string) string {
 // parameters as version 200, the training step the file records, equal
 // to psgraph predict's with that file.
 func TestServeReloadsOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	model := "examples/digits-mlp.yaml"
 	save := filepath.Join(dir, "model.safetensors")
@@ -319,6 +320,7 @@ func TestServeReloadsOnSIGHUP(t *testing.T) {
 // serve's usage errors exit 2, a missing model file 1, each saying what
 // to give.
 func TestServeBadArgumentsExit(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		code int

@@ -104,6 +104,7 @@ func writeSpecsData(t *testing.T, path string, rows int) (cut int, rate float64)
 // entropy, trains as a 2x2 job, and predicts; check and run report the
 // histories cut to max_len.
 func TestDataSpecsTrainEndToEnd(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const rows = 2000
 	cut, p := writeSpecsData(t, filepath.Join(dir, "train.tsv"), rows)

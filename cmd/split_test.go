@@ -11,6 +11,7 @@ import (
 )
 
 func TestSplitCommand(t *testing.T) {
+	t.Parallel()
 	model := filepath.Join("..", "examples", "digits-mlp.yaml")
 	out := filepath.Join(t.TempDir(), "plan")
 	run := func(args ...string) (int, string, string) {

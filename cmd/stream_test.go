@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -118,6 +119,18 @@ func killAt(t *testing.T, p *proc, step int) int {
 	return lastStep(p)
 }
 
+// kills is how many times the killed-and-resumed tests kill their run:
+// once by default (a kill anywhere, a resume from its checkpoint, the
+// model bitwise the undisturbed run's), five times with -long (resumes
+// of resumed runs, kills falling in more places: in a step, during a
+// checkpoint's write, between two).
+func kills() int {
+	if testfix.IsLong() {
+		return 5
+	}
+	return 1
+}
+
 // killTargets are n steps in [lo, hi), increasing, drawn from a seed.
 func killTargets(seed uint64, n, lo, hi int) []int {
 	r := rand.New(rand.NewPCG(seed, 5))
@@ -210,8 +223,8 @@ func killedAndResumed(t *testing.T, dir, stdin string, kills []int, args func(sa
 	}
 }
 
-// A local run reading standard input, killed with SIGKILL five times at
-// random steps and resumed each time from its checkpoint on the same
+// A local run reading standard input, killed with SIGKILL at a random
+// step (once; five times with -long, see kills) and resumed each time from its checkpoint on the same
 // input from its start, trains each row once, in the same batches: its
 // model is bitwise the undisturbed run's. The normalization statistics
 // of the stream's first rows (normalize_rows) come back from the
@@ -221,7 +234,7 @@ func TestStreamStdinKilledResumesBitwise(t *testing.T) {
 	dir := t.TempDir()
 	rows := genRows(t, dir, 12000) // 187 steps of 64
 	model := streamModel(t, dir, `csv: "-"`, "normalize: standard\n  normalize_rows: 1000", "sgd")
-	killedAndResumed(t, dir, rows, killTargets(1, 5, 3, 180), func(save, ck string) []string {
+	killedAndResumed(t, dir, rows, killTargets(1, kills(), 3, 180), func(save, ck string) []string {
 		return []string{"run", "--role", "local", model, "--save", save, "--checkpoint-dir", ck, "--checkpoint-every", "7", "--log-every", "1", "--log-format", "json"}
 	})
 }
@@ -241,7 +254,7 @@ func TestStreamFollowKilledResumesBitwise(t *testing.T) {
 				src = "csv: " + parts + "\n  follow: true"
 			}
 			model := streamModel(t, dir, src, "normalize: none", "sgd")
-			killedAndResumed(t, dir, "", killTargets(2, 5, 3, 170), func(save, ck string) []string {
+			killedAndResumed(t, dir, "", killTargets(2, kills(), 3, 170), func(save, ck string) []string {
 				return []string{"run", "--role", "local", model, "--steps", "175", "--save", save, "--checkpoint-dir", ck, "--checkpoint-every", "6", "--log-every", "1", "--log-format", "json"}
 			})
 		})
@@ -300,8 +313,8 @@ func topic(t *testing.T, file string, partitions int32) string {
 }
 
 // A local run reading a Kafka topic of two partitions, killed with
-// SIGKILL five times at random steps and resumed from its checkpoint
-// each time, ends bitwise where the undisturbed run ends: with sgd, and
+// SIGKILL at a random step (once; five times with -long) and resumed
+// from its checkpoint each time, ends bitwise where the undisturbed run ends: with sgd, and
 // with adagrad (whose accumulators come back from the checkpoint too);
 // its progressive validation over the last 1000 rows (16 batches) is the
 // undisturbed run's too.
@@ -315,7 +328,7 @@ func TestStreamKafkaKilledResumesBitwise(t *testing.T) {
 			// a window of 16 batches: it wraps many times, and comes back
 			// from each checkpoint in its ring's order
 			model := streamModel(t, dir, fmt.Sprintf("kafka: {brokers: [%q], topic: clicks, start: earliest}\n  metrics_window: 1000", addr), "normalize: standard\n  normalize_rows: 500", opt)
-			killedAndResumed(t, dir, "", killTargets(3, 5, 3, 180), func(save, ck string) []string {
+			killedAndResumed(t, dir, "", killTargets(3, kills(), 3, 180), func(save, ck string) []string {
 				return []string{"run", "--role", "local", model, "--steps", "185", "--save", save, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--log-every", "1", "--log-format", "json"}
 			})
 		})
@@ -323,8 +336,8 @@ func TestStreamKafkaKilledResumesBitwise(t *testing.T) {
 }
 
 // A 2x2 job (psgraph train) reading a Kafka topic of four partitions,
-// two per trainer, killed with SIGKILL five times at random steps (train
-// and, through Pdeathsig, every child) and rerun with the same command
+// two per trainer, killed with SIGKILL at a random step (once; five
+// times with -long) (train and, through Pdeathsig, every child) and rerun with the same command
 // line, resumes where every node has a checkpoint, each trainer at its
 // checkpoint's stream position, and ends bitwise where the undisturbed
 // job ends.
@@ -334,7 +347,7 @@ func TestStreamKafkaJob2x2KilledResumesBitwise(t *testing.T) {
 	rows := genRows(t, dir, 16000)
 	addr := topic(t, rows, 4)
 	model := streamModel(t, dir, fmt.Sprintf("kafka: {brokers: [%q], topic: clicks, start: earliest}", addr), "normalize: none", "sgd")
-	killedAndResumed(t, dir, "", killTargets(4, 5, 3, 115), func(save, ck string) []string {
+	killedAndResumed(t, dir, "", killTargets(4, kills(), 3, 115), func(save, ck string) []string {
 		return []string{"train", model, "--trainers", "2", "--pservers", "2", "--steps", "120", "--save", save, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--log-every", "1", "--log-format", "json"}
 	})
 }
@@ -403,6 +416,7 @@ func TestStreamStopsOnSIGTERM(t *testing.T) {
 // offset (exit 1); with on_bad_row: skip it is counted and skipped, and
 // the summary says how many.
 func TestStreamKafkaBadRow(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rows := genRows(t, dir, 2000)
 	b, err := os.ReadFile(rows)

@@ -12,6 +12,7 @@ import (
 // --save writes one model file (trainer 0's dense parameters and the
 // pservers' shards, merged) equal to local training with batch N*b.
 func TestTrainShardedTableEqualsLocal(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	dist, local := filepath.Join(dir, "dist.safetensors"), filepath.Join(dir, "local.safetensors")
 	r := psgraph(t, "train", "testdata/sparse/emb-adam.yaml", "--trainers", "2", "--pservers", "2", "--steps", "40", "--batch", "8",

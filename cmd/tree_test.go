@@ -17,6 +17,7 @@ func walk(c *cobra.Command, f func(*cobra.Command)) {
 }
 
 func TestEveryCommandHasAnExample(t *testing.T) {
+	t.Parallel()
 	n := 0
 	walk(NewRootCmd(io.Discard, io.Discard), func(c *cobra.Command) {
 		n++
@@ -31,6 +32,7 @@ func TestEveryCommandHasAnExample(t *testing.T) {
 
 // A flag name means one thing: same type everywhere, lowercase-dashed.
 func TestFlagNamesAreConsistent(t *testing.T) {
+	t.Parallel()
 	// --pservers is a count for split and train but the endpoint list for
 	// run (docs/runtime.md); kept for compatibility.
 	exceptions := map[string]bool{"pservers": true}

@@ -14,6 +14,7 @@ import (
 )
 
 func TestVizCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	plan := filepath.Join(dir, "plan")
 	if r := psgraph(t, "split", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
@@ -64,6 +65,7 @@ func TestVizCommand(t *testing.T) {
 }
 
 func TestVizAndK8sUsageErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args []string
 		want string
@@ -88,6 +90,7 @@ func TestVizAndK8sUsageErrors(t *testing.T) {
 }
 
 func TestK8sCommand(t *testing.T) {
+	t.Parallel()
 	plan := filepath.Join(t.TempDir(), "plan")
 	if r := psgraph(t, "split", "examples/digits-mlp.yaml", "--trainers", "2", "--pservers", "2", "-o", plan); r.code != 0 {
 		t.Fatalf("split: %s", r.stderr)
@@ -104,6 +107,7 @@ func TestK8sCommand(t *testing.T) {
 }
 
 func TestVersionAndCompletion(t *testing.T) {
+	t.Parallel()
 	r := psgraph(t, "version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "psgraph dev (go") || !strings.HasSuffix(r.stdout, "; kernels "+blas.VecName()+", gemm "+blas.Name()+")\n") {
 		t.Errorf("version: exit %d, %q", r.code, r.stdout)
