@@ -2,7 +2,6 @@ package data
 
 import (
 	"bufio"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -240,7 +239,7 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 			break
 		}
 		var col int
-		if at := s.at; at < len(s.seen) && s.seen[at].is(f.Key) { // the common case: the key after the last
+		if at := s.at; at < len(s.seen) && string(s.seen[at].key) == string(f.Key) { // the common case: the key after the last
 			col, s.at = s.seen[at].col, at+1
 		} else {
 			col = s.column(f.Key)
@@ -293,46 +292,16 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	return true, s.p.parseFields(int(s.n), out)
 }
 
-// seenKey is a key of a record and its column (-1: not read); word is
-// its first 8 bytes (zeros past its end), mask the bits of them it has.
+// seenKey is a key of a record and its column (-1: not read).
 type seenKey struct {
-	key        []byte
-	col        int
-	word, mask uint64
-}
-
-func newSeenKey(key []byte, col int) seenKey {
-	k := seenKey{key: slices.Clone(key), col: col}
-	if len(key) <= 8 {
-		var w [8]byte
-		copy(w[:], key)
-		k.word, k.mask = binary.LittleEndian.Uint64(w[:]), ^uint64(0)>>(64-8*len(key))
-		if len(key) == 0 {
-			k.mask = 0
-		}
-	}
-	return k
-}
-
-// is says whether key is k's key. A key of at most 8 bytes is compared
-// as one word, read from the record past the key's end where the record
-// goes on (a slice's capacity, bytes of the record it is cut from): a
-// key a record names every feature by is most often that short ("C14",
-// "I3", "label"), and a comparison of strings costs a call.
-func (k *seenKey) is(key []byte) bool {
-	if len(key) != len(k.key) {
-		return false
-	}
-	if len(key) <= 8 && cap(key) >= 8 {
-		return (binary.LittleEndian.Uint64(key[:8])^k.word)&k.mask == 0
-	}
-	return string(key) == string(k.key)
+	key []byte
+	col int
 }
 
 // column is the column of a record's next feature, key.
 func (s *tfrecordSource) column(key []byte) int {
 	for i := s.at; i < min(s.at+4, len(s.seen)); i++ {
-		if s.seen[i].is(key) {
+		if string(s.seen[i].key) == string(key) {
 			s.at = i + 1
 			return s.seen[i].col
 		}
@@ -346,7 +315,7 @@ func (s *tfrecordSource) column(key []byte) int {
 		col = -1
 	}
 	if len(s.seen) < 1<<12 { // a new key: in its place, after the last one
-		s.seen = slices.Insert(s.seen, s.at, newSeenKey(key, col))
+		s.seen = slices.Insert(s.seen, s.at, seenKey{slices.Clone(key), col})
 		for i := s.at; i < len(s.seen); i++ {
 			s.index[string(s.seen[i].key)] = i
 		}
