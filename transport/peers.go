@@ -209,12 +209,13 @@ func (in *inbox) finishedPeer(src NodeID) bool {
 	return ps != nil && in.finished(ps)
 }
 
-// saidBye reports whether src, finished, said Done again as it closed.
-func (in *inbox) saidBye(src NodeID) bool {
+// awaitsBye reports whether src finished but has not yet said Done
+// again, its goodbye (TCP.sayBye).
+func (in *inbox) awaitsBye(src NodeID) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	ps := in.peer[src]
-	return ps != nil && ps.bye
+	return ps != nil && in.finished(ps) && !ps.bye
 }
 
 // waitPeer blocks until src is connected; it returns at once with an

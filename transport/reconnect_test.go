@@ -325,7 +325,7 @@ func TestTCPCloseWaitsForFinishedPeerThatIsLost(t *testing.T) {
 	}
 	tr.Close()
 	<-closed
-	if !ps.in.saidBye(t0) {
+	if ps.in.awaitsBye(t0) {
 		t.Fatal("the pserver closed without the trainer's goodbye")
 	}
 }

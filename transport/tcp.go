@@ -564,7 +564,7 @@ func (t *TCP) flush(ctx context.Context, live bool) error {
 		var finished map[NodeID]bool
 		if hangup {
 			for id, p := range t.peers {
-				if p.addr == "" && t.in.finishedPeer(id) && !t.in.saidBye(id) {
+				if p.addr == "" && t.in.awaitsBye(id) {
 					if finished == nil {
 						finished = map[NodeID]bool{}
 					}
