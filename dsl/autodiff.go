@@ -118,7 +118,7 @@ func (g *Graph) differentiate(types map[string]ops.Type, order []int) error {
 	}
 
 	b := &gradBuilder{g: g, types: types, batch: g.Batch(), pos: Pos{File: g.File}, read: map[string]bool{},
-		emitted: make([]*Op, 1, 3*len(g.Ops)), readN: make([]bool, 1, 3*len(g.Ops))}
+		emitted: make([]*Op, 1, 1+3*len(g.Ops)), readN: make([]bool, 1, 1+3*len(g.Ops))}
 	for _, op := range g.Ops {
 		for _, in := range op.Inputs {
 			if strings.HasPrefix(in, bwPrefix) {
