@@ -369,6 +369,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	}
 	save(1)
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -412,22 +413,31 @@ func TestHotSwapUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	for v := int64(2); v <= loads+1; v++ {
-		// let a few requests run on the version before
-		for deadline := time.Now().Add(10 * time.Second); ; {
+	// ranOn waits until a few requests ran on version v (a client that
+	// failed ends the test instead).
+	ranOn := func(v int64) {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 			mu.Lock()
-			n := seen[fmt.Sprint(v-1)]
+			n, failed := seen[fmt.Sprint(v)], len(failures)
 			mu.Unlock()
-			if n >= 3 || time.Now().After(deadline) {
-				break
+			if n >= 3 {
+				return
 			}
-			time.Sleep(time.Millisecond)
+			if failed > 0 || time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("%d requests ran on version %d within a minute; %d failed (%v)", n, v, failed, failures)
+			}
 		}
+	}
+	for v := int64(2); v <= loads+1; v++ {
+		ranOn(v - 1)
 		save(v)
 		if r := post(t, base+"/v2/repository/models/digits-mlp/load", nil); r.status != 200 {
 			t.Fatalf("load %d: %d %s", v, r.status, r.body)
 		}
 	}
+	ranOn(loads + 1) // the last version answers too before the clients stop
 	close(stop)
 	wg.Wait()
 	cancel()
