@@ -3,7 +3,6 @@ package dsl
 // The data section's column names: a file's header, and a spec's names and ranges resolved against it.
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -23,32 +22,14 @@ func headerNames(file string, delim byte) ([]string, int, error) {
 		return nil, 0, err
 	}
 	defer f.Close()
-	r := csvrow.NewReader(bufio.NewReaderSize(f, 1<<16), delim)
-	sp := csvrow.Splitter{Delim: delim}
-	for {
-		rec, err := r.Next()
-		if err == io.EOF {
-			return nil, 0, fmt.Errorf("the file is empty, but data.header says its first line names the columns")
-		}
-		if qe, ok := err.(*csvrow.Error); ok {
-			return nil, 0, fmt.Errorf("%s:%s", file, qe.At(r.Start))
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		line := csvrow.Trim(rec, delim)
-		if len(line) == 0 {
-			continue
-		}
-		if err := sp.Split(line); err != nil {
-			return nil, 0, fmt.Errorf("%s:%s", file, err.(*csvrow.Error).At(r.Start))
-		}
-		names := make([]string, len(sp.Fields))
-		for i, n := range sp.Fields {
-			names[i] = string(n)
-		}
-		return names, r.Start, nil
+	names, line, err := csvrow.Header(f, delim)
+	if err == io.EOF {
+		return nil, 0, fmt.Errorf("the file is empty, but data.header says its first line names the columns")
 	}
+	if qe, ok := err.(*csvrow.Error); ok {
+		return nil, 0, fmt.Errorf("%s:%s", file, qe.At(line))
+	}
+	return names, line, err
 }
 
 // fileNames sets data.Names, the names of the file's columns: names:,

@@ -12,10 +12,7 @@ func (p *rowParser) parseIDs(s *idSpec, j, lineNo int, out *rowOut) error {
 	var err error
 	switch {
 	case s.c.MaxLen > 0:
-		if s.kind.wide() {
-			return p.multiKeys(s, j, lineNo, out.keys[j])
-		}
-		return p.multi(s, j, lineNo, out.ids[j])
+		return p.multi(s, j, lineNo, out.ids[j], out.keys[j])
 	case s.kind == idsBuckets:
 		seeds, out, buckets := s.seeds, out.ids[j], s.buckets
 		for k, col := range s.c.Cols {
@@ -124,75 +121,56 @@ func nextPiece(rest []byte, sep byte) (piece, after []byte) {
 	return piece, after
 }
 
-// multi reads the field of a multi-valued ids column into out (max_len
-// slots): its ids in order, then -1 in the slots left. Empty pieces
+// multi reads the field of a multi-valued ids column into ids (int32
+// ids) or keys (int64 keys, the spec's kind wide; the other one nil), of
+// max_len slots: its ids in order, hashed, of a vocabulary or integers,
+// then -1 (ids) or ir.PadKey (keys) in the slots left. Empty pieces
 // (between two separators, or an empty field) hold no id; past max_len
 // ids the rest of the field is dropped and the field counted in
 // truncated[j].
-func (p *rowParser) multi(s *idSpec, j, lineNo int, out []int32) error {
-	col, n := s.c.Cols[0], 0
+func (p *rowParser) multi(s *idSpec, j, lineNo int, ids []int32, keys []int64) error {
+	col, n, width := s.c.Cols[0], 0, max(len(ids), len(keys))
 	it := p.pieces(col, s.sep)
 	for {
 		piece, ok := it.next()
 		if !ok {
 			break
 		}
-		if n == len(out) {
+		if n == width {
 			p.truncated[j]++
 			break
 		}
 		switch s.kind {
 		case idsBuckets:
-			out[n] = bucketOf(hashKey(s.seeds[0], piece), s.buckets)
+			ids[n] = bucketOf(hashKey(s.seeds[0], piece), s.buckets)
+		case keysHash64:
+			keys[n] = ir.HashKey(hashKey(s.seeds[0], piece))
+		case keysInt64, keysUint64:
+			v, err := p.key(s, piece, col, lineNo)
+			if err != nil {
+				return err
+			}
+			keys[n] = v
 		case idsVocab:
 			v, err := p.vocabID(s, 0, piece, col, lineNo)
 			if err != nil {
 				return err
 			}
-			out[n] = v
+			ids[n] = v
 		default:
 			v, err := p.id(s, piece, col, lineNo)
 			if err != nil {
 				return err
 			}
-			out[n] = v
+			ids[n] = v
 		}
 		n++
 	}
-	for ; n < len(out); n++ {
-		out[n] = -1
+	for ; n < len(ids); n++ {
+		ids[n] = -1
 	}
-	return nil
-}
-
-// multiKeys is multi for int64 keys: the field's keys in order, hashed
-// (key: hash64) or integers (key: int64), then ir.PadKey in the slots
-// left.
-func (p *rowParser) multiKeys(s *idSpec, j, lineNo int, out []int64) error {
-	col, n := s.c.Cols[0], 0
-	it := p.pieces(col, s.sep)
-	for {
-		piece, ok := it.next()
-		if !ok {
-			break
-		}
-		if n == len(out) {
-			p.truncated[j]++
-			break
-		}
-		if s.kind == keysHash64 {
-			out[n] = ir.HashKey(hashKey(s.seeds[0], piece))
-		} else {
-			v, err := p.key(s, piece, col, lineNo)
-			if err != nil {
-				return err
-			}
-			out[n] = v
-		}
-		n++
-	}
-	for ; n < len(out); n++ {
-		out[n] = ir.PadKey
+	for ; n < len(keys); n++ {
+		keys[n] = ir.PadKey
 	}
 	return nil
 }

@@ -105,3 +105,28 @@ func (l *Reader) Skip() (bool, error) {
 // Held is the bytes the reader holds: its buffer and the records it
 // assembled.
 func (l *Reader) Held() int { return l.r.Size() + cap(l.long) + cap(l.rec) }
+
+// Header reads the header line of a delimited text file from r: its first
+// non-blank record, split at delim into its fields, and the line it
+// starts at. A file without one gives io.EOF; a quoting problem gives an
+// *Error and the line its record starts at (Error.At places it).
+func Header(r io.Reader, delim byte) ([]string, int, error) {
+	lr := NewReader(bufio.NewReaderSize(r, 64<<10), delim)
+	sp := Splitter{Delim: delim}
+	for {
+		rec, err := lr.Next()
+		if err != nil {
+			return nil, lr.Start, err
+		}
+		if line := Trim(rec, delim); len(line) > 0 {
+			if err := sp.Split(line); err != nil {
+				return nil, lr.Start, err
+			}
+			names := make([]string, len(sp.Fields))
+			for i, f := range sp.Fields {
+				names[i] = string(f)
+			}
+			return names, lr.Start, nil
+		}
+	}
+}
