@@ -5,7 +5,6 @@ package dsl
 import (
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,12 +16,7 @@ import (
 // headerNames reads the column names of a data file with header: true,
 // its first non-blank record, and that record's line.
 func headerNames(file string, delim byte) ([]string, int, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	names, line, err := csvrow.Header(f, delim)
+	names, line, err := csvrow.Header(file, delim)
 	if err == io.EOF {
 		return nil, 0, fmt.Errorf("the file is empty, but data.header says its first line names the columns")
 	}

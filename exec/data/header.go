@@ -3,7 +3,6 @@ package data
 import (
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -135,12 +134,7 @@ func headerNames(path string, delim byte) ([]string, int, error) {
 	if delim == 0 {
 		delim = ','
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	names, line, err := csvrow.Header(f, delim)
+	names, line, err := csvrow.Header(path, delim)
 	if err == io.EOF {
 		return nil, 0, fmt.Errorf("no header line")
 	}

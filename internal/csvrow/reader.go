@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 )
 
 // MaxRecord bounds the length of one record (a line, or the lines of a
@@ -106,12 +107,17 @@ func (l *Reader) Skip() (bool, error) {
 // assembled.
 func (l *Reader) Held() int { return l.r.Size() + cap(l.long) + cap(l.rec) }
 
-// Header reads the header line of a delimited text file from r: its first
-// non-blank record, split at delim into its fields, and the line it
+// Header reads the header line of the delimited text file at path: its
+// first non-blank record, split at delim into its fields, and the line it
 // starts at. A file without one gives io.EOF; a quoting problem gives an
 // *Error and the line its record starts at (Error.At places it).
-func Header(r io.Reader, delim byte) ([]string, int, error) {
-	lr := NewReader(bufio.NewReaderSize(r, 64<<10), delim)
+func Header(path string, delim byte) ([]string, int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	lr := NewReader(bufio.NewReaderSize(f, 64<<10), delim)
 	sp := Splitter{Delim: delim}
 	for {
 		rec, err := lr.Next()
