@@ -21,6 +21,34 @@ func (g *Graph) Producers() map[string]int {
 	return p
 }
 
+// ComputedFrom reports whether variable v is computed, through the ops of
+// g, from a variable for which from is true (v itself counts); prod is
+// g.Producers().
+func (g *Graph) ComputedFrom(prod map[string]int, v string, from func(string) bool) bool {
+	seen := map[string]bool{}
+	var walk func(string) bool
+	walk = func(x string) bool {
+		if from(x) {
+			return true
+		}
+		if seen[x] {
+			return false
+		}
+		seen[x] = true
+		i, ok := prod[x]
+		if !ok {
+			return false
+		}
+		for _, in := range g.Ops[i].Inputs {
+			if walk(in) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(v)
+}
+
 // checkStructure validates names, arity and single assignment, and returns
 // the ops in a dependency order.
 func (g *Graph) checkStructure() ([]int, error) {

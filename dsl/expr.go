@@ -34,38 +34,31 @@ func (p *exprParser) space() {
 	}
 }
 
-func (p *exprParser) sum() (float64, error) {
-	v, err := p.product()
-	for err == nil {
-		p.space()
-		if p.i >= len(p.src) || (p.src[p.i] != '+' && p.src[p.i] != '-') {
-			break
-		}
-		op := p.src[p.i]
-		p.i++
-		var w float64
-		if w, err = p.product(); op == '+' {
-			v += w
-		} else {
-			v -= w
-		}
-	}
-	return v, err
-}
+func (p *exprParser) sum() (float64, error) { return p.chain(p.product, '+', '-') }
 
-func (p *exprParser) product() (float64, error) {
-	v, err := p.unary()
+func (p *exprParser) product() (float64, error) { return p.chain(p.unary, '*', '/') }
+
+// chain parses operands (by next) joined by the operators a and b of one
+// precedence level, left to right.
+func (p *exprParser) chain(next func() (float64, error), a, b byte) (float64, error) {
+	v, err := next()
 	for err == nil {
 		p.space()
-		if p.i >= len(p.src) || (p.src[p.i] != '*' && p.src[p.i] != '/') {
+		if p.i >= len(p.src) || (p.src[p.i] != a && p.src[p.i] != b) {
 			break
 		}
 		op := p.src[p.i]
 		p.i++
 		var w float64
-		if w, err = p.unary(); op == '*' {
+		w, err = next()
+		switch op {
+		case '+':
+			v += w
+		case '-':
+			v -= w
+		case '*':
 			v *= w
-		} else {
+		case '/':
 			v /= w
 		}
 	}

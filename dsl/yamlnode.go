@@ -163,29 +163,22 @@ func (d *decoder) list(n *yaml.Node, what string) ([]*yaml.Node, bool) {
 }
 
 func (d *decoder) strings(n *yaml.Node, what string) ([]string, bool) {
-	items, ok := d.list(n, what)
-	if !ok {
-		return nil, false
-	}
-	out := make([]string, 0, len(items))
-	for _, it := range items {
-		s, ok := d.str(it, what+" entry")
-		if !ok {
-			return nil, false
-		}
-		out = append(out, s)
-	}
-	return out, true
+	return listOf(d, n, what, d.str)
 }
 
 func (d *decoder) ints(n *yaml.Node, what string) ([]int, bool) {
+	return listOf(d, n, what, d.integer)
+}
+
+// listOf decodes list n of what, each entry by item.
+func listOf[T any](d *decoder, n *yaml.Node, what string, item func(*yaml.Node, string) (T, bool)) ([]T, bool) {
 	items, ok := d.list(n, what)
 	if !ok {
 		return nil, false
 	}
-	out := make([]int, 0, len(items))
+	out := make([]T, 0, len(items))
 	for _, it := range items {
-		v, ok := d.integer(it, what+" entry")
+		v, ok := item(it, what+" entry")
 		if !ok {
 			return nil, false
 		}

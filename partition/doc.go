@@ -9,5 +9,7 @@
 // The files follow Split's steps: groups.go finds each parameter's
 // optimizer subgraph and checks its edges, blocks.go cuts parameters into
 // row blocks and places them on pservers, build.go writes the subgraphs,
-// order.go orders their ops canonically, plan.go renders the plan's files.
+// order.go orders their ops canonically, plan.go describes the plan
+// (plan.yaml's info and the summary split prints), planfile.go renders,
+// writes and reads the plan's files.
 package partition

@@ -2,7 +2,7 @@ package transport
 
 // Held large messages: a payload above the inbox's eager size is
 // registered by hold and waits in its stream until a recv claims it (take,
-// in inbox.go); its decoder then reads it straight into the receiver's
+// in recv.go); its decoder then reads it straight into the receiver's
 // memory (next, filled). One that blocks a later step of its stream is
 // spilled into a buffer (spillBlockers); one cut off by a lost connection
 // is parked until the sender writes the rest again (park).

@@ -284,23 +284,9 @@ func packA(dst []float32, A view, i0, p0, mb, kb, mr int) {
 			continue
 		}
 		for i := 0; i < mh; i++ {
-			o := (i0+q+i)*A.rs + p0*A.cs
-			if A.cs == 1 {
-				src := A.p[o : o+kb]
-				for p, v := range src {
-					d[p*mr+i] = v
-				}
-			} else {
-				for p := 0; p < kb; p++ {
-					d[p*mr+i] = A.p[o+p*A.cs]
-				}
-			}
+			packLane(d, A.p, (i0+q+i)*A.rs+p0*A.cs, A.cs, kb, mr, i)
 		}
-		for i := mh; i < mr; i++ {
-			for p := 0; p < kb; p++ {
-				d[p*mr+i] = 0
-			}
-		}
+		clearLanes(d, kb, mh, mr)
 	}
 }
 
@@ -336,22 +322,33 @@ func packB(dst []float32, B view, p0, j0, kb, nb, nr int) {
 			}
 		}
 		for ; j < nw; j++ {
-			o := p0*B.rs + (j0+q+j)*B.cs
-			if B.rs == 1 {
-				src := B.p[o : o+kb]
-				for p, v := range src {
-					d[p*nr+j] = v
-				}
-			} else {
-				for p := 0; p < kb; p++ {
-					d[p*nr+j] = B.p[o+p*B.rs]
-				}
-			}
+			packLane(d, B.p, p0*B.rs+(j0+q+j)*B.cs, B.rs, kb, nr, j)
 		}
-		for j := nw; j < nr; j++ {
-			for p := 0; p < kb; p++ {
-				d[p*nr+j] = 0
-			}
+		clearLanes(d, kb, nw, nr)
+	}
+}
+
+// packLane writes kb values of x, from offset o at stride s, into lane i
+// of a panel d of w lanes: value p goes to d[p*w+i]. It packs one row of
+// A (packA) or one column of B (packB).
+func packLane(d, x []float32, o, s, kb, w, i int) {
+	if s == 1 {
+		for p, v := range x[o : o+kb] {
+			d[p*w+i] = v
+		}
+		return
+	}
+	for p := 0; p < kb; p++ {
+		d[p*w+i] = x[o+p*s]
+	}
+}
+
+// clearLanes zeroes lanes [from, w) of the kb values of a panel d of w
+// lanes: the padding of a panel narrower than the kernel.
+func clearLanes(d []float32, kb, from, w int) {
+	for i := from; i < w; i++ {
+		for p := 0; p < kb; p++ {
+			d[p*w+i] = 0
 		}
 	}
 }

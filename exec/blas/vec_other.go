@@ -22,5 +22,3 @@ func sigmoidVec(x, y []float32) int                                { return 0 }
 func tanhVec(x, y []float32) int                                   { return 0 }
 func sqrtVec(x, y []float32) int                                   { return 0 }
 func expSubVec(x []float32, m float32, y []float32) (int, float32) { return 0, 0 }
-
-func fmaPeak(n int) (flops int, ok bool) { return 0, false }

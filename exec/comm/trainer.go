@@ -164,28 +164,7 @@ func (c *Trainer) linkOf(t dsl.Transfer) (*link, error) {
 // what a pserver sends this trainer (receivedFrom), so its memory cannot
 // be overwritten before that pserver's next parameters arrived.
 func fedBy(g *dsl.Graph, prod map[string]int, v string, fed map[string]bool) bool {
-	seen := map[string]bool{}
-	var walk func(string) bool
-	walk = func(v string) bool {
-		if fed[v] {
-			return true
-		}
-		if seen[v] {
-			return false
-		}
-		seen[v] = true
-		i, ok := prod[v]
-		if !ok {
-			return false
-		}
-		for _, in := range g.Ops[i].Inputs {
-			if walk(in) {
-				return true
-			}
-		}
-		return false
-	}
-	return walk(v)
+	return g.ComputedFrom(prod, v, func(x string) bool { return fed[x] })
 }
 
 // receivedFrom lists, per pserver, the variables of the trainer's graph

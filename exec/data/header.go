@@ -1,10 +1,8 @@
 package data
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -136,33 +134,12 @@ func headerNames(path string, delim byte) ([]string, int, error) {
 	if delim == 0 {
 		delim = ','
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, err
+	names, line, err := csvrow.Header(path, delim)
+	if err == io.EOF {
+		return nil, 0, fmt.Errorf("no header line")
 	}
-	defer f.Close()
-	r := csvrow.NewReader(bufio.NewReaderSize(f, 64<<10), delim)
-	sp := csvrow.Splitter{Delim: delim}
-	for {
-		rec, err := r.Next()
-		if err == io.EOF {
-			return nil, 0, fmt.Errorf("no header line")
-		}
-		if qe, ok := err.(*csvrow.Error); ok {
-			return nil, 0, fmt.Errorf("%s", qe.At(r.Start))
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		if line := csvrow.Trim(rec, delim); len(line) > 0 {
-			if err := sp.Split(line); err != nil {
-				return nil, 0, fmt.Errorf("%s", err.(*csvrow.Error).At(r.Start))
-			}
-			names := make([]string, len(sp.Fields))
-			for i, f := range sp.Fields {
-				names[i] = string(f)
-			}
-			return names, r.Start, nil
-		}
+	if qe, ok := err.(*csvrow.Error); ok {
+		return nil, 0, fmt.Errorf("%s", qe.At(line))
 	}
+	return names, line, err
 }

@@ -22,6 +22,21 @@ func (t *Table) checkSlot(slot int32) error {
 	return nil
 }
 
+// checkSlots checks every slot but NoRow before Gather or Scatter copies
+// a row: a loop of independent loads of the records, which the processor
+// overlaps (bench/history-2026-12.md); the copies then find them in the
+// cache.
+func (t *Table) checkSlots(slots []int32) error {
+	for _, slot := range slots {
+		if slot >= 0 {
+			if err := t.checkSlot(slot); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Gather copies columns [col, col+width) of each slot's row (value
 // columns first, then state) into dst, row after row; a NoRow slot reads
 // the default row (Config.Default, then Config.StateInit).
@@ -31,15 +46,8 @@ func (t *Table) Gather(slots []int32, col, width int, dst []float32) error {
 	if err := t.checkCols(col, width, len(slots), len(dst)); err != nil {
 		return err
 	}
-	// Check every slot first: a loop of independent loads of the records,
-	// which the processor overlaps (bench/history-2026-12.md); the copies then
-	// find them in the cache.
-	for _, slot := range slots {
-		if slot >= 0 {
-			if err := t.checkSlot(slot); err != nil {
-				return err
-			}
-		}
+	if err := t.checkSlots(slots); err != nil {
+		return err
 	}
 	for i, slot := range slots {
 		out := dst[i*width : (i+1)*width]
@@ -60,12 +68,8 @@ func (t *Table) Scatter(slots []int32, col, width int, src []float32) error {
 	if err := t.checkCols(col, width, len(slots), len(src)); err != nil {
 		return err
 	}
-	for _, slot := range slots {
-		if slot >= 0 {
-			if err := t.checkSlot(slot); err != nil {
-				return err
-			}
-		}
+	if err := t.checkSlots(slots); err != nil {
+		return err
 	}
 	for i, slot := range slots {
 		if slot < 0 {

@@ -517,14 +517,6 @@ func (t *Table) Find(keys []int64, slots []int32) {
 	}
 }
 
-func (t *Table) find(key int64) int32 {
-	_, _, slot, found := t.idx.find(&t.rows, key, uint32(indexHash(key)>>32))
-	if !found || t.deadAt(slot) {
-		return NoRow
-	}
-	return slot
-}
-
 // Delete removes the rows of keys (keys without one are ignored).
 func (t *Table) Delete(keys []int64) {
 	t.mu.Lock()

@@ -346,46 +346,9 @@ func EvalModel(ctx context.Context, g *dsl.Graph, opt EvalOptions) (*EvalResult,
 	return res, nil
 }
 
-// Evaluate computes loss and metrics over the whole data set, in file
-// order and in chunks of EvalChunk rows (Evaluator), with the given
-// parameter values.
-func Evaluate(g *dsl.Graph, set *data.Set, params program.Scope) (loss float64, metrics map[string]float64, err error) {
-	ev, err := NewEvaluator(g, set, nil, params, EvalChunk)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer ev.Close()
-	return ev.once(g)
-}
-
 // EvalChunk is the number of rows an evaluation computes at once (the
 // training batch when that is larger).
 const EvalChunk = 1024
-
-// EvaluateStream computes loss and metrics over a streamed data file, in
-// file order and in chunks of chunk rows, as Evaluate does over a set in
-// memory (Evaluator).
-func EvaluateStream(g *dsl.Graph, file *data.FileStream, params program.Scope, chunk int) (loss float64, metrics map[string]float64, err error) {
-	ev, err := NewEvaluator(g, nil, file, params, chunk)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer ev.Close()
-	return ev.once(g)
-}
-
-// once runs the evaluator once: the loss, and the metrics by name.
-func (e *Evaluator) once(g *dsl.Graph) (float64, map[string]float64, error) {
-	vals, err := e.Run(context.Background())
-	if err != nil {
-		return 0, nil, err
-	}
-	metrics := map[string]float64{}
-	for i, m := range g.Train.Metrics {
-		metrics[m] = vals[i+1]
-	}
-	return vals[0], metrics, nil
-}
 
 // JSONNum writes v for a JSON summary: 6 significant digits, null for
 // NaN and infinities.

@@ -249,27 +249,5 @@ func (rw *rowWriter) appendRow(b []byte, o Output, t *tensor.Tensor, r int) []by
 
 // dependsOn reports whether variable v is computed from variable from.
 func dependsOn(g *dsl.Graph, v, from string) bool {
-	prod := g.Producers()
-	seen := map[string]bool{}
-	var walk func(string) bool
-	walk = func(x string) bool {
-		if x == from {
-			return true
-		}
-		if seen[x] {
-			return false
-		}
-		seen[x] = true
-		i, ok := prod[x]
-		if !ok {
-			return false
-		}
-		for _, in := range g.Ops[i].Inputs {
-			if walk(in) {
-				return true
-			}
-		}
-		return false
-	}
-	return walk(v)
+	return g.ComputedFrom(g.Producers(), v, func(x string) bool { return x == from })
 }

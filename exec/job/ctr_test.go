@@ -100,7 +100,7 @@ func TestEvaluateStreamInChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole := &trainer.Summary{}
-	if whole.Loss, whole.Metrics, err = evaluate.Evaluate(mem, set, params); err != nil {
+	if whole.Loss, whole.Metrics, err = evaluateAll(mem, set, nil, params, evaluate.EvalChunk); err != nil {
 		t.Fatal(err)
 	}
 	fs, err := data.OpenStream(stream.Data)
@@ -110,7 +110,7 @@ func TestEvaluateStreamInChunks(t *testing.T) {
 	defer fs.Close()
 	for _, chunk := range []int{40, 150, 1024} {
 		got := &trainer.Summary{}
-		if got.Loss, got.Metrics, err = evaluate.EvaluateStream(stream, fs, params, chunk); err != nil {
+		if got.Loss, got.Metrics, err = evaluateAll(stream, nil, fs, params, chunk); err != nil {
 			t.Fatal(err)
 		}
 		if math.Abs(got.Loss-whole.Loss) > 1e-5*whole.Loss || math.Abs(got.Metrics["acc"]-whole.Metrics["acc"]) > 1e-6 {

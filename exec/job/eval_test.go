@@ -17,9 +17,30 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/tensor"
 )
+
+// evaluateAll computes loss and metrics over the whole data set (set, or
+// the streamed file) in chunks of chunk rows with the given parameter
+// values: the loss, and the metrics by name.
+func evaluateAll(g *dsl.Graph, set *data.Set, file *data.FileStream, params program.Scope, chunk int) (float64, map[string]float64, error) {
+	ev, err := evaluate.NewEvaluator(g, set, file, params, chunk)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer ev.Close()
+	vals, err := ev.Run(context.Background())
+	if err != nil {
+		return 0, nil, err
+	}
+	metrics := map[string]float64{}
+	for i, m := range g.Train.Metrics {
+		metrics[m] = vals[i+1]
+	}
+	return vals[0], metrics, nil
+}
 
 // meanStd is the per-column mean and population standard deviation of
 // the rows keep selects (a std of 0 counts as 1), computed by hand.

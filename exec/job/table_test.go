@@ -241,7 +241,7 @@ func evalModel(t *testing.T, g *dsl.Graph, file string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loss, _, err := evaluate.Evaluate(g, set, program.Scope(ts))
+	loss, _, err := evaluateAll(g, set, nil, program.Scope(ts), evaluate.EvalChunk)
 	if err != nil {
 		t.Fatal(err)
 	}

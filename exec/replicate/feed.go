@@ -18,8 +18,8 @@ import (
 // that falls behind gets the latest state and never holds training back.
 //
 // A new subscriber, or one whose connection was lost (it may be a new
-// process that holds nothing), is owed everything: its next delta is
-// Full.
+// process that holds nothing), is owed everything: every subscription
+// starts with a new Feed, whose first delta is Full.
 type Feed struct {
 	step    int64
 	applied bool // a step was applied since the last Take
@@ -77,13 +77,6 @@ func (f *Feed) Rows(t int, ids []int32) {
 		bs[w] |= 1 << (uint32(id) & 63)
 	}
 	f.dirty[t] = true
-}
-
-// Lost records that the subscriber's connection was lost: whoever
-// subscribes again is owed everything.
-func (f *Feed) Lost() {
-	f.full, f.applied = true, true
-	f.reset()
 }
 
 func (f *Feed) reset() {

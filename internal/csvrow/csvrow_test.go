@@ -6,6 +6,8 @@ import (
 	"encoding/csv"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -214,4 +216,29 @@ func unquotedSplit(fields [][]byte, line []byte, delim byte) [][]byte {
 		fields = append(fields, f)
 	}
 	return fields
+}
+
+// Header is the first non-blank record and the line it starts at;
+// an empty file is io.EOF and an unclosed quote an *Error placed from
+// its record's line.
+func TestHeaderSkipsBlankLines(t *testing.T) {
+	header := func(text string, delim byte) ([]string, int, error) {
+		path := filepath.Join(t.TempDir(), "data.csv")
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return Header(path, delim)
+	}
+	names, line, err := header("\n  \n\"a,1\";b;c\nx;y;z\n", ';')
+	if err != nil || !slices.Equal(names, []string{"a,1", "b", "c"}) || line != 3 {
+		t.Fatalf("Header = %q, %d, %v; want [a,1 b c], 3, nil", names, line, err)
+	}
+	if _, _, err := header("\n\n", ','); err != io.EOF {
+		t.Fatalf("Header of blank lines: %v, want io.EOF", err)
+	}
+	_, line, err = header("\na,\"b\nc\n", ',')
+	qe, ok := err.(*Error)
+	if !ok || line != 2 || !strings.HasPrefix(qe.At(line), "2:3: ") {
+		t.Fatalf("Header of an unclosed quote: %v at line %d, want an *Error at 2:3", err, line)
+	}
 }

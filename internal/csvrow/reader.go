@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 )
 
 // MaxRecord bounds the length of one record (a line, or the lines of a
@@ -105,3 +106,33 @@ func (l *Reader) Skip() (bool, error) {
 // Held is the bytes the reader holds: its buffer and the records it
 // assembled.
 func (l *Reader) Held() int { return l.r.Size() + cap(l.long) + cap(l.rec) }
+
+// Header reads the header line of the delimited text file at path: its
+// first non-blank record, split at delim into its fields, and the line it
+// starts at. A file without one gives io.EOF; a quoting problem gives an
+// *Error and the line its record starts at (Error.At places it).
+func Header(path string, delim byte) ([]string, int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	lr := NewReader(bufio.NewReaderSize(f, 64<<10), delim)
+	sp := Splitter{Delim: delim}
+	for {
+		rec, err := lr.Next()
+		if err != nil {
+			return nil, lr.Start, err
+		}
+		if line := Trim(rec, delim); len(line) > 0 {
+			if err := sp.Split(line); err != nil {
+				return nil, lr.Start, err
+			}
+			names := make([]string, len(sp.Fields))
+			for i, f := range sp.Fields {
+				names[i] = string(f)
+			}
+			return names, lr.Start, nil
+		}
+	}
+}

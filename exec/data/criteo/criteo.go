@@ -69,28 +69,23 @@ type Options struct {
 	History int
 	// Drift > 0 slides each categorical column's vocabulary over the
 	// file by Drift x Vocab ids: new ids appear at the head of the
-	// distribution, old ones fall to its tail and out (see Window).
+	// distribution, old ones fall to its tail and out (see window).
 	Drift float64
 	// Probs, when set, receives each row's true click probability, one
 	// per line, as the AUC computation uses it (float32, shortest form).
 	Probs io.Writer
 }
 
-// Window is the vocabulary of every categorical column at row i of a file
-// of opt.Rows rows: the id indices [first, first+Vocab), index first+k
-// being the id of Zipf rank k (rank 0 the most frequent). With D =
-// floor(Drift x Vocab), first = D - floor(D x i / Rows): the window
-// starts at [D, D+Vocab) and slides down to [0, Vocab) by the file's end,
-// so ids below the first row's window are new, and the ids above the last
-// row's window have faded out. Without drift it is [0, Vocab) throughout.
-// An id's hidden weight and latent vector belong to its index, so they
-// move with it.
-func (o Options) Window(i int64) (first uint64) {
-	return window(o.withDefaults().driftIDs(), i, o.Rows)
-}
-
 // window is the first index of row i's window: d - floor(d i / rows),
-// exact for any d < 2^64 and i < rows.
+// exact for any d < 2^64 and i < rows. The window is the vocabulary of
+// every categorical column at row i of a file of rows rows: the id
+// indices [first, first+Vocab), index first+k being the id of Zipf rank k
+// (rank 0 the most frequent), d = floor(Drift x Vocab) (driftIDs). It
+// starts at [d, d+Vocab) and slides down to [0, Vocab) by the file's end,
+// so ids below the first row's window are new, and the ids above the
+// last row's window have faded out. Without drift it is [0, Vocab)
+// throughout. An id's hidden weight and latent vector belong to its
+// index, so they move with it.
 func window(d uint64, i, rows int64) uint64 {
 	hi, lo := bits.Mul64(d, uint64(i))
 	off, _ := bits.Div64(hi, lo, uint64(rows))
@@ -327,7 +322,7 @@ func newGenerator(opt Options, stats bool) *generator {
 // row draws row i into g.line and returns its true click probability and
 // its drawn label.
 func (g *generator) row(i int64) (float32, bool) {
-	var first uint64 // the index of rank 0 (Window)
+	var first uint64 // the index of rank 0 (window)
 	if g.drift > 0 {
 		first = window(g.drift, i, g.opt.Rows)
 	}

@@ -512,3 +512,9 @@ func TestDriftShare(t *testing.T) {
 		}
 	}
 }
+
+// Window is window of row i of a file written with opt: the first id
+// index of every categorical column's vocabulary at that row.
+func (o Options) Window(i int64) (first uint64) {
+	return window(o.withDefaults().driftIDs(), i, o.Rows)
+}

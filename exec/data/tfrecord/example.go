@@ -16,10 +16,6 @@ const (
 	Int64             // int64_list
 )
 
-func (k Kind) String() string {
-	return [...]string{"empty", "bytes_list", "float_list", "int64_list"}[k]
-}
-
 // Features walks the features of a serialized tf.Example: each Next is
 // one feature's key and values, in the order the record holds them. It
 // allocates nothing.
@@ -184,18 +180,6 @@ func (vs *Values) Next() (b []byte, x uint64, ok bool, err error) {
 		case wt == 0 && vs.Kind == Int64, wt == 5 && vs.Kind == Float:
 			return nil, x, true, nil
 		}
-	}
-}
-
-// Len is the number of values.
-func (vs Values) Len() (int, error) {
-	n := 0
-	for {
-		_, _, ok, err := vs.Next()
-		if err != nil || !ok {
-			return n, err
-		}
-		n++
 	}
 }
 
