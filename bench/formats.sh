@@ -7,7 +7,9 @@
 #     rows (write_tfrecord.py) and from a Parquet file DuckDB wrote of them
 #     (BenchmarkFormats in exec/data); ROUNDS rounds, the three in turn
 #     within each; the best rows/s of each and the ratios to
-#     the TSV's (target: tfrecord and parquet >= 0.8).
+#     the TSV's (target: tfrecord and parquet >= 0.8); and, for a shared
+#     machine, the least CPU time a row of each (the process's, user and
+#     system) and the same ratios of it.
 #  2. quoting: the RFC 4180 splitter against the split psgraph had before
 #     quoting (a split at every delimiter) on unquoted Criteo-like lines
 #     (BenchmarkSplit in internal/csvrow), in turn each round; the best MB/s of
@@ -22,6 +24,9 @@ benchtime=${BENCHTIME:-5000x}
 best() { # name metric-unit: the best value of that unit over the lines of that sub-benchmark
   awk -v n="$1" -v u="$2" '$1 ~ "/"n"(-[0-9]+)?$" { for (i = 2; i < NF; i++) if ($(i+1) == u && $i > b) b = $i } END { print b + 0 }'
 }
+least() { # name metric-unit: the least value of that unit, as best
+  awk -v n="$1" -v u="$2" '$1 ~ "/"n"(-[0-9]+)?$" { for (i = 2; i < NF; i++) if ($(i+1) == u && (b == "" || $i < b)) b = $i } END { print b + 0 }'
+}
 fmt_out= split_out=
 for _ in $(seq "$rounds"); do # each round: the formats in turn, then the splitters in turn
   fmt_out+=$(go test ./exec/data -run '^$' -bench '^BenchmarkFormats$' -benchtime "$benchtime" -count 1)$'\n'
@@ -32,6 +37,11 @@ tsv=$(echo "$fmt_out" | best tsv rows/s)
 for f in tfrecord parquet; do
   r=$(echo "$fmt_out" | best "$f" rows/s)
   awk -v f="$f" -v r="$r" -v t="$tsv" 'BEGIN { if (r > 0) printf "%s: %.0f rows/s, %.2fx the TSV reader (%.0f rows/s); target >= 0.8x\n", f, r, r / t, t; else printf "%s: not measured\n", f }'
+done
+tsvcpu=$(echo "$fmt_out" | least tsv cpu-ns/row)
+for f in tfrecord parquet; do
+  c=$(echo "$fmt_out" | least "$f" cpu-ns/row)
+  awk -v f="$f" -v c="$c" -v t="$tsvcpu" 'BEGIN { if (c > 0 && t > 0) printf "%s: %.0f ns of CPU a row, %.2fx the TSV reader'"'"'s rate in CPU time (%.0f ns a row)\n", f, c, t / c, t }'
 done
 echo "$split_out" | grep -E '^Benchmark'
 before=$(echo "$split_out" | best before MB/s)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -145,17 +144,12 @@ type tfrecordSource struct {
 	r    *tfrecord.Reader
 	p    *rowParser
 	row_ *binaryRow
-	cols map[string]int // a feature's key: its column, for those the model reads
-	// seen is the keys met, in the order records list them, with their
-	// columns (-1: not read); at is where in it the record's next key is
-	// looked for first. Records of one writer list their features in one
-	// order, some left out, so a key is most often at or just after the
-	// last one's, and found without a lookup; index is each key's place in
-	// seen, for the others.
-	seen  []seenKey
-	index map[string]int
-	at    int
-	n     int64 // the record being read (from 1)
+	// keys gives each feature the model reads its column (a feature's
+	// key is its column's name), learning where records list them; vals
+	// is a record's such features.
+	keys *tfrecord.Keys
+	vals []tfrecord.Value
+	n    int64 // the record being read (from 1)
 }
 
 // countReader counts the bytes read from a file.
@@ -175,10 +169,17 @@ func openTFRecord(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: cannot open data file: %w", spec.CSV, err)
 	}
-	s := &tfrecordSource{spec: spec, f: f, br: bufio.NewReaderSize(f, buffer), p: p, row_: newBinaryRow(spec, p), cols: map[string]int{}, index: map[string]int{}}
+	s := &tfrecordSource{spec: spec, f: f, br: bufio.NewReaderSize(f, buffer), p: p, row_: newBinaryRow(spec, p)}
+	cols := map[string]int{} // a feature's key: its column, for those the model reads
 	for _, col := range s.row_.read {
-		s.cols[spec.Names[col]] = col
+		cols[spec.Names[col]] = col
 	}
+	s.keys = tfrecord.NewKeys(func(key []byte) int {
+		if col, ok := cols[string(key)]; ok {
+			return col
+		}
+		return -1
+	})
 	p.where = func() string { return fmt.Sprintf("%s: record %d", spec.CSV, s.n) }
 	return s, nil
 }
@@ -186,7 +187,7 @@ func openTFRecord(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
 func (s *tfrecordSource) close() error { return s.f.Close() }
 func (s *tfrecordSource) pos() int64   { return s.cnt.n }
 func (s *tfrecordSource) held() int64 {
-	return int64(s.br.Size() + s.r.Held() + cap(s.row_.arena) + 24*cap(s.row_.values))
+	return int64(s.br.Size() + s.r.Held() + cap(s.row_.arena) + 24*cap(s.row_.values) + 40*cap(s.vals))
 }
 
 func (s *tfrecordSource) rewind() error {
@@ -226,53 +227,40 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	}
 	b := s.row_
 	b.start(24*len(rec)+64, len(rec)+1)
-	fs := tfrecord.NewFeatures(rec)
-	var feat tfrecord.Feature // each feature in turn
-	f := &feat
-	s.at = 0
-	for {
-		ok, err := fs.Next(f)
-		if err != nil {
-			return false, fmt.Errorf("%s: %w", s.p.where(), err)
-		}
-		if !ok {
-			break
-		}
-		var col int
-		if at := s.at; at < len(s.seen) && string(s.seen[at].key) == string(f.Key) { // the common case: the key after the last
-			col, s.at = s.seen[at].col, at+1
-		} else {
-			col = s.column(f.Key)
-		}
-		if col < 0 {
-			continue
-		}
-		if f.One && !b.multi[col] { // its one value, as the loop below would give it
-			switch f.Kind {
+	// the features the model reads, in the record's order; on a corrupt
+	// one Decode gives those before it, whose values are read first: the
+	// error is the first that reading feature by feature would meet
+	vals, derr := s.keys.Decode(rec, s.vals[:0])
+	s.vals = vals[:0]
+	for i := range vals {
+		v := &vals[i]
+		col := v.Slot
+		if v.One && !b.multi[col] { // its one value, as the loop below would give it
+			switch v.Kind {
 			case tfrecord.Bytes:
-				b.p.fields[col] = f.Raw
+				b.p.fields[col] = v.Raw(rec)
 			case tfrecord.Int64:
-				if !b.typedInt(col, int64(f.X)) {
-					b.p.fields[col] = b.appendInt(int64(f.X))
+				if !b.typedInt(col, int64(v.X)) {
+					b.p.fields[col] = b.appendInt(int64(v.X))
 				}
 			default:
-				if x := tfrecord.Float32(f.X); !b.typedFloat(col, x) {
+				if x := tfrecord.Float32(v.X); !b.typedFloat(col, x) {
 					b.p.fields[col] = b.appendFloat(float64(x), 32)
 				}
 			}
 			continue
 		}
 		from := len(b.values)
-		vals := f.Values()
+		vs := v.Values(rec)
 		for {
-			raw, x, more, err := vals.Next()
+			raw, x, more, err := vs.Next()
 			if err != nil {
-				return false, fmt.Errorf("%s: feature %q: %w", s.p.where(), f.Key, err)
+				return false, fmt.Errorf("%s: feature %q: %w", s.p.where(), s.spec.Names[col], err)
 			}
 			if !more {
 				break
 			}
-			switch vals.Kind {
+			switch vs.Kind {
 			case tfrecord.Bytes:
 				b.values = append(b.values, raw)
 			case tfrecord.Int64:
@@ -289,37 +277,8 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 			return false, err
 		}
 	}
+	if derr != nil {
+		return false, fmt.Errorf("%s: %w", s.p.where(), derr)
+	}
 	return true, s.p.parseFields(int(s.n), out)
-}
-
-// seenKey is a key of a record and its column (-1: not read).
-type seenKey struct {
-	key []byte
-	col int
-}
-
-// column is the column of a record's next feature, key.
-func (s *tfrecordSource) column(key []byte) int {
-	for i := s.at; i < min(s.at+4, len(s.seen)); i++ {
-		if string(s.seen[i].key) == string(key) {
-			s.at = i + 1
-			return s.seen[i].col
-		}
-	}
-	if i, ok := s.index[string(key)]; ok {
-		s.at = i + 1
-		return s.seen[i].col
-	}
-	col, read := s.cols[string(key)]
-	if !read {
-		col = -1
-	}
-	if len(s.seen) < 1<<12 { // a new key: in its place, after the last one
-		s.seen = slices.Insert(s.seen, s.at, seenKey{slices.Clone(key), col})
-		for i := s.at; i < len(s.seen); i++ {
-			s.index[string(s.seen[i].key)] = i
-		}
-		s.at++
-	}
-	return col
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Kind is the kind of a feature's values.
@@ -240,4 +241,215 @@ func (m *msg) next() (num, wt int, v []byte, x uint64, ok bool, err error) {
 	}
 	m.b = b
 	return num, wt, v, x, true, nil
+}
+
+// Keys gives the features of records the caller's slots by their keys
+// (Decode), learning the order records list their keys in: records of
+// one writer list their features in one order, some left out, so a
+// record's next key is most often the one after the last one's place,
+// compared in place, without a lookup.
+type Keys struct {
+	slot func(key []byte) int // a key met for the first time: its slot, -1 for none
+	// seen is the keys met, in the order records list them, with their
+	// slots; index is each one's place in seen.
+	seen  []seenKey
+	index map[string]int
+}
+
+type seenKey struct {
+	key  []byte
+	slot int
+	kind Kind // of its values the first time it was met
+	// the map entry of the key and one value of its kind in the common
+	// layout (every tag and length one byte), as the entry's first nw
+	// words hold it (0: none; a key of more than 14 bytes): its first
+	// 10+len(key) bytes, the lengths those of an empty value (tmpl); the
+	// bytes that grow by the value's length (step); the bytes compared
+	// (mask). need is the bytes the words take (math.MaxInt: none), n
+	// the entry's bytes before its value, maxvl the longest value whose
+	// lengths each take a byte.
+	need, n, maxvl   int
+	tmpl, step, mask [3]uint64
+}
+
+// newSeenKey is a key met for the first time, with the kind of its values.
+func newSeenKey(key []byte, slot int, kind Kind) seenKey {
+	k := seenKey{key: slices.Clone(key), slot: slot, kind: kind, need: math.MaxInt}
+	n := 10 + len(key)
+	if n > 24 || kind < Bytes || kind > Int64 {
+		return k
+	}
+	// 0a L 0a kl key.. 12 fl t ll 0a vl, where L = kl+8+vl, fl = vl+4,
+	// ll = vl+2
+	var hdr, step [24]byte
+	hdr[0], hdr[1], hdr[2], hdr[3] = 0x0a, byte(len(key)+8), 0x0a, byte(len(key))
+	copy(hdr[4:], key)
+	h := hdr[4+len(key):]
+	h[0], h[1], h[2], h[3], h[4], h[5] = 0x12, 4, byte(kind)<<3|2, 2, 0x0a, 0
+	step[1], step[n-5], step[n-3], step[n-1] = 1, 1, 1, 1
+	nw := (n + 7) / 8
+	k.need, k.n, k.maxvl = 8*nw, n, 0x77-len(key)
+	for i := range nw {
+		k.tmpl[i] = binary.LittleEndian.Uint64(hdr[8*i:])
+		k.step[i] = binary.LittleEndian.Uint64(step[8*i:])
+		for j := 8 * i; j < min(8*i+8, n); j++ {
+			k.mask[i] |= 0xff << (8 * (j - 8*i))
+		}
+	}
+	return k
+}
+
+// maxSeen bounds the keys Keys learns the places of: the keys past it are
+// looked up each time.
+const maxSeen = 1 << 12
+
+// NewKeys matches keys to slots by slot, called once a key.
+func NewKeys(slot func(key []byte) int) *Keys {
+	return &Keys{slot: slot, index: map[string]int{}}
+}
+
+// Value is a feature of a record that has a slot, as Decode gives it:
+// its slot, the kind of its values and where the record holds their list
+// (Values walks it). Where it holds exactly one value laid out as writers
+// most often lay it out (as for Feature.One), One is true and Raw (a
+// bytes_list's) or X (an int64_list's value, a float_list's float32
+// bits) is that value, as Values.Next would give it. It holds no
+// pointers: the record's offsets, not slices of it.
+type Value struct {
+	Slot     int
+	X        uint64
+	off, end int // the list, rec[off:end]
+	Kind     Kind
+	One      bool
+}
+
+// Raw is a One bytes_list's value; rec is the record Decode read.
+func (v *Value) Raw(rec []byte) []byte { return rec[v.off+2 : v.end] }
+
+// Values walks the feature's values; rec is the record Decode read.
+func (v *Value) Values(rec []byte) Values {
+	return Values{Kind: v.Kind, list: msg{b: rec[v.off:v.end]}}
+}
+
+// Decode appends to out the features of the serialized tf.Example rec
+// that have a slot, in the order the record lists them: those Features
+// would give, with a slot. On an error it returns the features before
+// the one it met the error in (a caller that reads values as it goes
+// reads those first, as it would have).
+func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
+	fs := NewFeatures(rec)
+	if len(rec) >= 2 && rec[0] == 0x0a { // the Example's Features message, first
+		if l, n := binary.Uvarint(rec[1:]); n > 0 && l <= uint64(len(rec)-1-n) {
+			fs.inner.b, fs.outer.b = rec[1+n:1+n+int(l)], rec[1+n+int(l):]
+		}
+	}
+	at := 0 // where in seen the next key is looked for first
+	var f Feature
+	for {
+		fs.inner.b, at, out = k.common(rec, fs.inner.b, at, out)
+		ok, err := fs.Next(&f)
+		if err != nil || !ok {
+			return out, err
+		}
+		var slot int
+		if at < len(k.seen) && string(k.seen[at].key) == string(f.Key) {
+			slot = k.seen[at].slot
+			at++
+		} else {
+			slot, at = k.find(f.Key, f.Kind, at)
+		}
+		if slot < 0 {
+			continue
+		}
+		v := Value{Slot: slot, Kind: f.Kind, One: f.One, X: f.X}
+		if len(f.list) > 0 { // a slice of rec: its offset is what its capacity lacks of rec's
+			v.off = cap(rec) - cap(f.list)
+			v.end = v.off + len(f.list)
+		}
+		out = append(out, v)
+	}
+}
+
+// common reads the features at the start of b (the rest of a Features
+// message of rec) that are laid out the commonest way, feature after
+// feature: the key of the place after the last one's (at), one value of
+// the kind it had, every tag and length one byte. It compares the
+// entry's bytes up to its value with the key's, a word at a time, and
+// returns the rest of b, the place after the last key read and out with
+// their values.
+func (k *Keys) common(rec, b []byte, at int, out []Value) ([]byte, int, []Value) {
+	seen := k.seen
+	if len(seen)-at > cap(out)-len(out) {
+		out = slices.Grow(out, len(seen)-at)
+	}
+	o, w := len(out), out[:cap(out)] // a value a key at most
+	pos := cap(rec) - cap(b)         // b's offset in rec
+	for at < len(seen) {
+		sk := &seen[at]
+		n := sk.n
+		if len(b) < sk.need {
+			break
+		}
+		vl := int(b[n-1])
+		end := n + vl
+		if vl > sk.maxvl || end > len(b) {
+			break
+		}
+		x := uint64(vl)
+		d := (binary.LittleEndian.Uint64(b)^(sk.tmpl[0]+x*sk.step[0]))&sk.mask[0] | (binary.LittleEndian.Uint64(b[8:])^(sk.tmpl[1]+x*sk.step[1]))&sk.mask[1]
+		if sk.need > 16 {
+			d |= (binary.LittleEndian.Uint64(b[16:]) ^ (sk.tmpl[2] + x*sk.step[2])) & sk.mask[2]
+		}
+		if d != 0 {
+			break
+		}
+		at++
+		if sk.slot >= 0 {
+			v := &w[o]
+			o++
+			v.Slot, v.off, v.end, v.Kind, v.One = sk.slot, pos+n-2, pos+end, sk.kind, true
+			switch sk.kind {
+			case Int64:
+				if vl == 1 && b[n] < 0x80 {
+					v.X = uint64(b[n])
+				} else if u, m := binary.Uvarint(b[n:end]); m > 0 && m == vl {
+					v.X = u
+				} else {
+					v.One = false
+				}
+			case Float:
+				if vl == 4 {
+					v.X = uint64(binary.LittleEndian.Uint32(b[n:]))
+				} else {
+					v.One = false
+				}
+			}
+		}
+		b = b[end:]
+		pos += end
+	}
+	return b, at, w[:o]
+}
+
+// find is the slot of a record's key not at place at of seen, and the
+// place after it: looked for just after at (a key left out of the
+// record), then in the index, else a new key, given its place after at.
+func (k *Keys) find(key []byte, kind Kind, at int) (slot, next int) {
+	for i := at; i < min(at+4, len(k.seen)); i++ {
+		if string(k.seen[i].key) == string(key) {
+			return k.seen[i].slot, i + 1
+		}
+	}
+	if i, ok := k.index[string(key)]; ok {
+		return k.seen[i].slot, i + 1
+	}
+	slot = k.slot(key)
+	if len(k.seen) >= maxSeen {
+		return slot, at
+	}
+	k.seen = slices.Insert(k.seen, at, newSeenKey(key, slot, kind))
+	for i := at; i < len(k.seen); i++ {
+		k.index[string(k.seen[i].key)] = i
+	}
+	return slot, at + 1
 }
