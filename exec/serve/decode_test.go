@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"slices"
@@ -292,5 +293,48 @@ func BenchmarkDecodeRows100(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The rows' strings decode as encoding/json decodes them, whatever their
+// escapes and wherever those fall in the eight-byte words fastWire
+// copies (lines of 0 to 40 bytes of plain bytes, escapes, UTF-8, bytes
+// that differ from a quote or a backslash in one bit); a line with a \u
+// escape or a control character is left to encoding/json, which decodes
+// or refuses it.
+func TestRowsDecodeAsEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	pieces := []string{`a`, `7`, `\t`, `\n`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`, `é`, "\x23", "\x5d", "\x1f", ` `, `\u00e9`, `#`, `]`}
+	m := ctrMeta()
+	text := new([]byte)
+	var lines [][]byte
+	for trial := range 5000 {
+		var quoted []string
+		for range 1 + r.IntN(4) {
+			var l strings.Builder
+			for range r.IntN(20) {
+				l.WriteString(pieces[r.IntN(len(pieces))])
+			}
+			quoted = append(quoted, `"`+l.String()+`"`)
+		}
+		body := fmt.Sprintf(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[%d],"data":[%s]}]}`, len(quoted), strings.Join(quoted, ","))
+		var want []string
+		jerr := json.Unmarshal([]byte("["+strings.Join(quoted, ",")+"]"), &want)
+		req, err := decodeRequest([]byte(body), m, decodeHow{lines: lines, text: text})
+		if jerr != nil {
+			if err == nil {
+				t.Fatalf("trial %d: %s decoded, encoding/json refuses it: %v", trial, body, jerr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("trial %d: %s: %v", trial, body, err)
+		}
+		for i, l := range req.Lines {
+			if string(l) != want[i] {
+				t.Fatalf("trial %d: line %d of %s decoded as %q, encoding/json says %q", trial, i, body, l, want[i])
+			}
+		}
+		lines = req.Lines[:0]
 	}
 }

@@ -223,8 +223,10 @@ func (s *scanner) str() (str []byte, esc bool, ok bool) {
 // line reads a string of the rows' data, decoded: a slice of the body
 // if it holds no escape, else of s.text, where it is written with its
 // escapes decoded (a \u escape, which encoding/json decodes, is refused).
-// One pass: each byte is read once, and a line's plain runs between
-// escapes are copied whole.
+// One pass: each byte is read once; past the first escape the string is
+// copied eight bytes at a time, each word stored whole (s.text has room
+// for 8 bytes past the body's length) and the written length advanced to
+// its first special byte.
 func (s *scanner) line() ([]byte, bool) {
 	if !s.next('"') {
 		return nil, false
@@ -238,11 +240,12 @@ func (s *scanner) line() ([]byte, bool) {
 		s.i = i + 1
 		return b[start:i:i], true
 	}
-	if cap(s.text) < len(b) { // the lines decoded are never longer than the body
-		s.text = make([]byte, 0, len(b))
+	if cap(s.text) < len(b)+8 { // the lines decoded are never longer than the body
+		s.text = make([]byte, 0, len(b)+8)
 	}
 	t0 := len(s.text)
-	t := append(s.text, b[start:i]...)
+	t := s.text[:cap(s.text)]
+	w := t0 + copy(t[t0:], b[start:i])
 	for {
 		// b[i] is a backslash
 		if i++; i >= len(b) {
@@ -264,32 +267,42 @@ func (s *scanner) line() ([]byte, bool) {
 		default:
 			return nil, false
 		}
-		t = append(t, c)
-		j := plainRun(b, i+1)
-		if j >= len(b) || b[j] < 0x20 {
+		t[w] = c
+		i, w = i+1, w+1
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			binary.LittleEndian.PutUint64(t[w:], x)
+			if m := specialBytes(x); m != 0 {
+				k := bits.TrailingZeros64(m) / 8
+				i, w = i+k, w+k
+				goto special
+			}
+			i, w = i+8, w+8
+		}
+		for i < len(b) && !special[b[i]] {
+			t[w] = b[i]
+			i, w = i+1, w+1
+		}
+		if i >= len(b) {
 			return nil, false
 		}
-		t = append(t, b[i+1:j]...)
-		if i = j; b[i] == '"' {
+	special:
+		if b[i] == '"' {
 			break
 		}
+		if b[i] < 0x20 {
+			return nil, false
+		}
 	}
-	s.i, s.text = i+1, t
-	return t[t0:len(t):len(t)], true
+	s.i, s.text = i+1, t[:w]
+	return t[t0:w:w], true
 }
 
 // plainRun is where the string's plain run from i ends: the index of its
 // first quote, backslash or control character, or len(b).
 func plainRun(b []byte, i int) int {
-	// eight bytes at a time: a byte below 0x20 or equal to '"' or '\\'
-	// sets its top bit in m (the lowest byte flagged is the first such;
-	// a borrow flags only bytes after it)
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	for ; i+8 <= len(b); i += 8 {
-		w := binary.LittleEndian.Uint64(b[i:])
-		q, bs := w^(ones*'"'), w^(ones*'\\')
-		m := ((w - ones*0x20) | (q - ones) | (bs - ones)) &^ w & highs
-		if m != 0 {
+		if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
@@ -297,6 +310,16 @@ func plainRun(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// specialBytes flags the bytes of the word w (little-endian) that end a
+// plain run: below 0x20, '"' or '\\' sets the top bit of its byte. The
+// lowest byte flagged is the first such (a borrow flags only bytes
+// after it).
+func specialBytes(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, bs := w^(ones*'"'), w^(ones*'\\')
+	return ((w - ones*0x20) | (q - ones) | (bs - ones)) &^ w & highs
 }
 
 // special are the bytes that end a string's plain run: a quote, a
