@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"slices"
@@ -158,9 +159,13 @@ func FuzzDecodeRequest(f *testing.F) {
 		// fastWire, on the body or the handler's own copy of it, decodes
 		// what encoding/json decodes, and says the same of what it refuses
 		general, gerr := decodeRequest(slices.Clone(body), m, decodeHow{general: true})
-		owned := slices.Clone(body)
-		scratch := make([][]byte, 3, 8) // a previous request's lines
-		handler, herr := decodeRequest(owned, m, decodeHow{owned: true, lines: scratch})
+		sent := slices.Clone(body)
+		scratch := make([][]byte, 3, 8)                  // a previous request's lines
+		text := []byte("a previous request's lines\t\n") // and their text
+		handler, herr := decodeRequest(body, m, decodeHow{lines: scratch, text: &text})
+		if !bytes.Equal(body, sent) {
+			t.Fatalf("the decoder wrote the body %q: %q", sent, body)
+		}
 		for _, c := range []struct {
 			how string
 			req *Request
@@ -242,13 +247,13 @@ func TestFastWireReadsTheRowsRequest(t *testing.T) {
 		{`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["x"]}]} x`, false},
 	} {
 		body := []byte(c.body)
-		w, fast := fastWire(body, true, nil)
+		w, fast := fastWire(body, nil, nil)
 		if fast != c.fast {
 			t.Errorf("fastWire reads %s: %v, want %v", c.body, fast, c.fast)
 			continue
 		}
-		if !fast && string(body) != c.body {
-			t.Errorf("fastWire left %s to encoding/json as %s", c.body, body)
+		if string(body) != c.body {
+			t.Errorf("fastWire wrote %s as %s", c.body, body)
 		}
 		if fast && (len(w.Inputs) == 0 || !w.Inputs[0].parsed) {
 			t.Errorf("fastWire read %s as %+v", c.body, w)
@@ -257,7 +262,8 @@ func TestFastWireReadsTheRowsRequest(t *testing.T) {
 }
 
 // BenchmarkDecodeRows100 decodes a request of 100 rows of examples/ctr.yaml
-// as the handler does (fastWire, in the request's own body) and with
+// as the handler does (fastWire, the lines with escapes decoded into a
+// buffer reused from request to request) and with
 // encoding/json alone: go test ./exec/serve -run X -bench DecodeRows100
 // -benchmem (the handler's way makes no allocation but the Request's and
 // its shape's).
@@ -271,7 +277,7 @@ func BenchmarkDecodeRows100(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		how  decodeHow
-	}{{"fast", decodeHow{owned: true}}, {"encoding-json", decodeHow{general: true}}} {
+	}{{"fast", decodeHow{text: new([]byte)}}, {"encoding-json", decodeHow{general: true}}} {
 		b.Run(c.name, func(b *testing.B) {
 			own := slices.Clone(body)
 			b.SetBytes(int64(len(body)))
@@ -282,10 +288,53 @@ func BenchmarkDecodeRows100(b *testing.B) {
 				if err != nil || req.Rows != 100 {
 					b.Fatal(err)
 				}
-				if c.how.owned {
+				if !c.how.general {
 					c.how.lines = req.Lines[:0]
 				}
 			}
 		})
+	}
+}
+
+// The rows' strings decode as encoding/json decodes them, whatever their
+// escapes and wherever those fall in the eight-byte words fastWire
+// copies (lines of 0 to 40 bytes of plain bytes, escapes, UTF-8, bytes
+// that differ from a quote or a backslash in one bit); a line with a \u
+// escape or a control character is left to encoding/json, which decodes
+// or refuses it.
+func TestRowsDecodeAsEncodingJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	pieces := []string{`a`, `7`, `\t`, `\n`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`, `é`, "\x23", "\x5d", "\x1f", ` `, `\u00e9`, `#`, `]`}
+	m := ctrMeta()
+	text := new([]byte)
+	var lines [][]byte
+	for trial := range 5000 {
+		var quoted []string
+		for range 1 + r.IntN(4) {
+			var l strings.Builder
+			for range r.IntN(20) {
+				l.WriteString(pieces[r.IntN(len(pieces))])
+			}
+			quoted = append(quoted, `"`+l.String()+`"`)
+		}
+		body := fmt.Sprintf(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[%d],"data":[%s]}]}`, len(quoted), strings.Join(quoted, ","))
+		var want []string
+		jerr := json.Unmarshal([]byte("["+strings.Join(quoted, ",")+"]"), &want)
+		req, err := decodeRequest([]byte(body), m, decodeHow{lines: lines, text: text})
+		if jerr != nil {
+			if err == nil {
+				t.Fatalf("trial %d: %s decoded, encoding/json refuses it: %v", trial, body, jerr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("trial %d: %s: %v", trial, body, err)
+		}
+		for i, l := range req.Lines {
+			if string(l) != want[i] {
+				t.Fatalf("trial %d: line %d of %s decoded as %q, encoding/json says %q", trial, i, body, l, want[i])
+			}
+		}
+		lines = req.Lines[:0]
 	}
 }

@@ -2,29 +2,34 @@ package serve
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
 // fastWire reads the common request, whose only input is the rows, without
-// encoding/json: one pass over the body, each line a slice of it, appended
-// to lines (the caller's, reused). It takes an object of "id" (a string),
-// "inputs" (objects of "name" (RowsInput), "datatype", "shape" and
-// "data", an array of strings) and "outputs" (objects of "name") and
-// nothing else: for any other request (typed inputs, parameters, other
-// members or a member's other spelling, a key given twice, null, a \u
-// escape, invalid UTF-8 in a name) it answers false, and decodeRequest
-// asks encoding/json, whose result it would have been (FuzzDecodeRequest
-// checks the two agree on every body). Nothing of the body is written
-// until the whole of it was read (the lines' escapes are then decoded in
-// place, which owned allows; else in a copy), so encoding/json reads the
-// body as sent. encoding/json would scan the body three times (validate
-// it, skip the data to keep it raw, then the lines' own decoding) and copy
-// every line.
-func fastWire(body []byte, owned bool, lines [][]byte) (wireRequest, bool) {
+// encoding/json: one pass over the body, each line a slice of it, or,
+// for a line with escapes, of *text, where it is written decoded (grown
+// to the body's size when it is too small, and kept for the next
+// request); the lines are appended to lines (the caller's, reused). It
+// takes an object of "id" (a string), "inputs" (objects of "name"
+// (RowsInput), "datatype", "shape" and "data", an array of strings) and
+// "outputs" (objects of "name") and nothing else: for any other request
+// (typed inputs, parameters, other members or a member's other spelling,
+// a key given twice, null, a \u escape, invalid UTF-8 in a name) it
+// answers false, and decodeRequest asks encoding/json, whose result it
+// would have been (FuzzDecodeRequest checks the two agree on every body).
+// It never writes the body, so encoding/json reads it as sent. encoding/json
+// would scan the body three times (validate it, skip the data to keep it
+// raw, then the lines' own decoding) and copy every line.
+func fastWire(body []byte, lines [][]byte, text *[]byte) (wireRequest, bool) {
 	lines = lines[:0]
 	s := &scanner{b: body}
+	if text != nil {
+		s.text = (*text)[:0]
+	}
 	var w wireRequest
-	esc, seen := false, 0
+	seen := 0
 	ok := s.object(func(key []byte) bool {
 		var bit int
 		ok := false
@@ -35,12 +40,11 @@ func fastWire(body []byte, owned bool, lines [][]byte) (wireRequest, bool) {
 		case "inputs":
 			bit = 2
 			ok = s.array(func() bool {
-				in, inEsc, ok := s.input(lines[len(lines):])
+				in, ok := s.input(lines[len(lines):])
 				w.Inputs = append(w.Inputs, in)
 				if in.parsed {
 					lines = in.lines // the next input's lines after this one's
 				}
-				esc = esc || inEsc
 				return ok
 			})
 		case "outputs":
@@ -65,27 +69,18 @@ func fastWire(body []byte, owned bool, lines [][]byte) (wireRequest, bool) {
 		seen |= bit
 		return ok
 	})
+	if text != nil && cap(s.text) > cap(*text) {
+		*text = s.text[:0]
+	}
 	if !ok || !s.end() {
 		return wireRequest{}, false
-	}
-	if esc {
-		if !owned { // decode the escapes in a copy, not in the caller's body
-			return fastWire(append([]byte(nil), body...), true, lines[:0])
-		}
-		for i := range w.Inputs {
-			for j, l := range w.Inputs[i].lines {
-				if bytes.IndexByte(l, '\\') >= 0 {
-					w.Inputs[i].lines[j], _ = unescape(l) // checked by str
-				}
-			}
-		}
 	}
 	return w, true
 }
 
 // input reads an input object of the rows, whose data is an array of
-// strings, appended to lines; esc says whether one holds an escape.
-func (s *scanner) input(lines [][]byte) (in wireInput, esc bool, ok bool) {
+// strings, appended to lines.
+func (s *scanner) input(lines [][]byte) (in wireInput, ok bool) {
 	seen := 0
 	ok = s.object(func(key []byte) bool {
 		var bit int
@@ -109,9 +104,8 @@ func (s *scanner) input(lines [][]byte) (in wireInput, esc bool, ok bool) {
 			bit = 8
 			start := s.ws()
 			ok = s.array(func() bool {
-				l, e, ok := s.str()
+				l, ok := s.line()
 				lines = append(lines, l)
-				esc = esc || e
 				return ok
 			})
 			in.Data = s.b[start:s.i:s.i] // for the checks of its presence only
@@ -124,13 +118,15 @@ func (s *scanner) input(lines [][]byte) (in wireInput, esc bool, ok bool) {
 		return ok
 	})
 	// typed inputs, whose data are not strings, are encoding/json's
-	return in, esc, ok && in.Name == RowsInput
+	return in, ok && in.Name == RowsInput
 }
 
-// scanner reads the JSON of fastWire. It never writes the body.
+// scanner reads the JSON of fastWire. It never writes the body: the
+// lines with escapes are decoded into text.
 type scanner struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	text []byte
 }
 
 func (s *scanner) ws() int {
@@ -222,6 +218,108 @@ func (s *scanner) str() (str []byte, esc bool, ok bool) {
 	}
 	s.i = i + 1
 	return b[start:i:i], esc, true
+}
+
+// line reads a string of the rows' data, decoded: a slice of the body
+// if it holds no escape, else of s.text, where it is written with its
+// escapes decoded (a \u escape, which encoding/json decodes, is refused).
+// One pass: each byte is read once; past the first escape the string is
+// copied eight bytes at a time, each word stored whole (s.text has room
+// for 8 bytes past the body's length) and the written length advanced to
+// its first special byte.
+func (s *scanner) line() ([]byte, bool) {
+	if !s.next('"') {
+		return nil, false
+	}
+	b, start := s.b, s.i
+	i := plainRun(b, start)
+	if i >= len(b) || b[i] < 0x20 {
+		return nil, false
+	}
+	if b[i] == '"' {
+		s.i = i + 1
+		return b[start:i:i], true
+	}
+	if cap(s.text) < len(b)+8 { // the lines decoded are never longer than the body
+		s.text = make([]byte, 0, len(b)+8)
+	}
+	t0 := len(s.text)
+	t := s.text[:cap(s.text)]
+	w := t0 + copy(t[t0:], b[start:i])
+	for {
+		// b[i] is a backslash
+		if i++; i >= len(b) {
+			return nil, false
+		}
+		c := b[i]
+		switch c {
+		case '"', '\\', '/':
+		case 'b':
+			c = '\b'
+		case 'f':
+			c = '\f'
+		case 'n':
+			c = '\n'
+		case 'r':
+			c = '\r'
+		case 't':
+			c = '\t'
+		default:
+			return nil, false
+		}
+		t[w] = c
+		i, w = i+1, w+1
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			binary.LittleEndian.PutUint64(t[w:], x)
+			if m := specialBytes(x); m != 0 {
+				k := bits.TrailingZeros64(m) / 8
+				i, w = i+k, w+k
+				goto special
+			}
+			i, w = i+8, w+8
+		}
+		for i < len(b) && !special[b[i]] {
+			t[w] = b[i]
+			i, w = i+1, w+1
+		}
+		if i >= len(b) {
+			return nil, false
+		}
+	special:
+		if b[i] == '"' {
+			break
+		}
+		if b[i] < 0x20 {
+			return nil, false
+		}
+	}
+	s.i, s.text = i+1, t[:w]
+	return t[t0:w:w], true
+}
+
+// plainRun is where the string's plain run from i ends: the index of its
+// first quote, backslash or control character, or len(b).
+func plainRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for i < len(b) && !special[b[i]] {
+		i++
+	}
+	return i
+}
+
+// specialBytes flags the bytes of the word w (little-endian) that end a
+// plain run: below 0x20, '"' or '\\' sets the top bit of its byte. The
+// lowest byte flagged is the first such (a borrow flags only bytes
+// after it).
+func specialBytes(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, bs := w^(ones*'"'), w^(ones*'\\')
+	return ((w - ones*0x20) | (q - ones) | (bs - ones)) &^ w & highs
 }
 
 // special are the bytes that end a string's plain run: a quote, a

@@ -237,8 +237,7 @@ func (h *Handler) inferCode(w http.ResponseWriter, r *http.Request) int {
 		}
 		return writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err))
 	}
-	// the body is the request's own: its lines are decoded in place
-	req, err := decodeRequest(body, h.p.Meta(), decodeHow{owned: true, lines: bufs.lines})
+	req, err := decodeRequest(body, h.p.Meta(), decodeHow{lines: bufs.lines, text: &bufs.text})
 	if err != nil {
 		return writeError(w, StatusOf(err), err.Error())
 	}
@@ -392,13 +391,14 @@ func (b *reqBufs) readBody(w http.ResponseWriter, r *http.Request, max int64) ([
 	}
 }
 
-// reqBufs are a request's buffers, reused: its body (decoded in place),
-// its lines (slices of the body), its outputs and its response.
+// reqBufs are a request's buffers, reused: its body, its lines (slices
+// of the body or of text, where those with escapes are decoded), its
+// outputs and its response.
 type reqBufs struct {
-	body, out []byte
-	lines     [][]byte
-	res       Result
-	one       [1]byte
+	body, text, out []byte
+	lines           [][]byte
+	res             Result
+	one             [1]byte
 }
 
 var bufPool = sync.Pool{New: func() any { return new(reqBufs) }}
@@ -413,6 +413,9 @@ func (b *reqBufs) put() {
 	}
 	if cap(b.out) > maxPooled {
 		b.out = nil
+	}
+	if cap(b.text) > maxPooled {
+		b.text = nil
 	}
 	if cap(b.lines) > maxPooled/64 {
 		b.lines = nil

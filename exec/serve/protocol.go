@@ -149,9 +149,9 @@ type decodeHow struct {
 	// general: with encoding/json alone, not fastWire (the reference
 	// FuzzDecodeRequest compares fastWire with).
 	general bool
-	// owned: the body is the caller's to change (the lines' escapes are
-	// decoded in it, not in a copy, and the lines are slices of it).
-	owned bool
+	// text is room for the lines with escapes, decoded (nil: a buffer of
+	// the request's own); grown, it is kept in *text for the next request.
+	text *[]byte
 	// lines is room for the lines, reused from request to request.
 	lines [][]byte
 }
@@ -162,7 +162,7 @@ func decodeRequest(body []byte, m *Meta, how decodeHow) (*Request, error) {
 	var w wireRequest
 	fast := false
 	if !how.general {
-		w, fast = fastWire(body, how.owned, how.lines)
+		w, fast = fastWire(body, how.lines, how.text)
 	}
 	if !fast {
 		w = wireRequest{}

@@ -127,6 +127,37 @@ func TestQuoteErrorsNameLineAndColumn(t *testing.T) {
 	}
 }
 
+// An unquoted record splits at every delimiter, each field trimmed, as
+// bytes.Split and Trim cut it, whatever the bytes around the delimiters
+// (the byte one below it, which a word-wise search could mistake for it
+// after a match; bytes with the top bit set; spaces) and wherever they
+// fall in a word.
+func TestSplitPlainCutsAtEveryDelimiter(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := range 20000 {
+		delim := []byte{',', '\t', ';', '|', 0x01}[trial%5]
+		alphabet := []byte{delim, delim, delim ^ 1, delim - 1, delim + 1, ' ', '\r', 0x80 | delim, 0xff, 0, 'a', '7'}
+		line := make([]byte, r.IntN(40))
+		for i := range line {
+			line[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		if bytes.IndexByte(line, '"') >= 0 {
+			continue
+		}
+		var want []string
+		for _, f := range bytes.Split(line, []byte{delim}) {
+			want = append(want, string(Trim(f, delim)))
+		}
+		sp := Splitter{Delim: delim}
+		if err := sp.Split(line); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if got := toStrings(sp.Fields); !slices.Equal(got, want) {
+			t.Fatalf("%q split at %q: %q, want %q", line, delim, got, want)
+		}
+	}
+}
+
 // Splitting allocates nothing, quoted fields included, once its buffers
 // have grown.
 func TestSplitDoesNotAllocate(t *testing.T) {
