@@ -29,6 +29,9 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // test.
 var binary string
 
+// sharedDir holds fixtures tests share (TestMain removes it).
+var sharedDir string
+
 // asPsgraph is main.go's main: the test binary started as psgraph.
 func asPsgraph() {
 	code := cmd.Main(os.Args[1:], os.Stdout, os.Stderr)
@@ -55,6 +58,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "psgraph")
+	sharedDir = dir
 	if err := linkSelf(binary); err != nil {
 		fmt.Fprintln(os.Stderr, "making the psgraph binary:", err)
 		os.RemoveAll(dir)
