@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -192,6 +193,39 @@ type undisturbedJob struct {
 	r     result
 }
 
+// undisturbedJobs holds the undisturbed job of each kind of source
+// (kafka, file), run once for both TestStopTrainParent and
+// TestStopEveryRole: the same rows, model and flags, so the same job.
+var undisturbedJobs = map[string]*sharedUndisturbed{"kafka": {}, "file": {}}
+
+type sharedUndisturbed struct {
+	once sync.Once
+	job  undisturbedJob
+	ok   bool
+}
+
+// undisturbedOf is the undisturbed job of the kind of source kind on
+// lines (every row), run by the first test that asks, on a source of
+// its own in a directory that outlives that test.
+func undisturbedOf(t *testing.T, kind string, lines []string) undisturbedJob {
+	t.Helper()
+	s := undisturbedJobs[kind]
+	s.once.Do(func() {
+		dir, err := os.MkdirTemp(sharedDir, "undisturbed-"+kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := newGrowingSource(t, kind, dir)
+		src.add(lines)
+		s.job = undisturbed(t, dir, streamModel(t, dir, src.yaml, "normalize: none", "sgd"))
+		s.ok = true
+	})
+	if !s.ok {
+		t.Fatalf("the undisturbed %s job failed (in the test that ran it first)", kind)
+	}
+	return s.job
+}
+
 // undisturbed runs the job to step 90 on a source holding every row.
 func undisturbed(t *testing.T, dir, model string) undisturbedJob {
 	t.Helper()
@@ -232,7 +266,7 @@ func TestStopTrainParent(t *testing.T) {
 			stopped := checkStopped(t, kind, ck, r)
 			t.Logf("SIGTERM at step %d: the job stopped after step %d", target, stopped)
 			src.add(lines[src.n:]) // the rest of the rows arrive
-			resumeAndCompare(t, model, ck, undisturbed(t, dir, model), stopped)
+			resumeAndCompare(t, model, ck, undisturbedOf(t, kind, lines), stopped)
 		})
 	}
 }
@@ -295,7 +329,7 @@ func TestStopEveryRole(t *testing.T) {
 			stopped := checkStopped(t, c.kind, ck, t0)
 			t.Logf("SIGTERM in the order %v from step %d: the job stopped after step %d", names, target, stopped)
 			src.add(lines[src.n:]) // the rest of the rows arrive
-			resumeAndCompare(t, model, ck, undisturbed(t, dir, model), stopped)
+			resumeAndCompare(t, model, ck, undisturbedOf(t, c.kind, lines), stopped)
 		})
 	}
 }

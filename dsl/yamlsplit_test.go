@@ -135,13 +135,20 @@ func TestParseYAMLPiecesRefuseBadCuts(t *testing.T) {
 }
 
 // TestParseLargeModelErrorsAsWhole: a large model with a mistake near its
-// end reports the error a single parse reports, with its line.
+// end reports the error a single parse reports, with its line. Large is
+// just above parallelParseMin (4,200 layers, 1.04 MiB: parsed in pieces on
+// two cores); 12,000 layers took three times the CPU and tested no more.
 func TestParseLargeModelErrorsAsWhole(t *testing.T) {
-	src := deepModel(12000)
+	const layers = 4200
+	src := deepModel(layers)
 	if len(src) < parallelParseMin {
 		t.Fatalf("model of %d bytes is below the concurrent size %d", len(src), parallelParseMin)
 	}
-	bad := strings.Replace(src, "inputs: [h11990, W11991]", "inputs: [h11990, W11991", 1)
+	near := fmt.Sprintf("inputs: [h%d, W%d]", layers-10, layers-9)
+	if !strings.Contains(src, near) {
+		t.Fatalf("the model has no %q to break", near)
+	}
+	bad := strings.Replace(src, near, strings.TrimSuffix(near, "]"), 1)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	_, errPieces := Parse("deep.yaml", []byte(bad))
 	runtime.GOMAXPROCS(1)

@@ -18,16 +18,29 @@ import (
 // float32 integers about 2^24, denormals, float32's extremes, the float32
 // whose text reads back twice rounded, a million random float32 bit
 // patterns, with transform: log and without; NaN and infinities are
-// refused and give the text's error.
+// refused and give the text's error. The default run draws 100,000 random
+// float32s and 2 x 10,000 random int64s beside the edge cases above;
+// TestTypedValuesReadAsTheirTextMillion (-long) a million and 2 x 100,000.
 func TestTypedValuesReadAsTheirText(t *testing.T) {
+	typedValuesReadAsTheirText(t, 100000, 10000)
+}
+
+func TestTypedValuesReadAsTheirTextMillion(t *testing.T) {
+	testfix.Long(t)
+	typedValuesReadAsTheirText(t, 1000000, 100000)
+}
+
+// typedValuesReadAsTheirText checks the edge cases and randFloats random
+// float32 bit patterns and 2 x randInts random int64s.
+func typedValuesReadAsTheirText(t *testing.T, randFloats, randInts int) {
 	ints := []int64{0, 1, -1, 7, 1023, 1024, -1024, 123456789, 1<<53 + 1, -(1<<53 + 1), 999999999999999999, 1000000000000000000, -999999999999999999, math.MaxInt64, math.MinInt64, math.MinInt64 + 1}
 	floats := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 0.1, -1.5, 3, 3e10, 16777216, 16777217, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, 1.1754942e-38, 1e-10, 1023, 1024, -16777215, 16777215, -16777216, 1e6, 2.5e6, math.Float32frombits(0x15ae43fd),
 		float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range 1000000 {
+	for range randFloats {
 		floats = append(floats, math.Float32frombits(rng.Uint32()))
 	}
-	for range 100000 {
+	for range randInts {
 		ints = append(ints, int64(rng.Uint64()), rng.Int64N(1<<20)-1<<19)
 	}
 	for _, transform := range []string{"", "log"} {
