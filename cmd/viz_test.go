@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -122,5 +124,40 @@ func TestVersionAndCompletion(t *testing.T) {
 	r = psgraph(t, "vis", "x")
 	if r.code != 2 || !strings.Contains(r.stderr, `unknown command "vis" (did you mean "viz"?)`) {
 		t.Errorf("unknown command: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// A psgraph process that draws nothing does not start Graphviz: the
+// WebAssembly module is instantiated on first use (third_party/go-graphviz,
+// psgraph's patch), not in a package init, where it cost every trainer,
+// pserver and check 4 MiB and about 43 ms of CPU at start.
+func TestStartInstantiatesNoGraphviz(t *testing.T) {
+	t.Parallel()
+	c := exec.Command(binary, "version")
+	c.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Run(); err != nil {
+		t.Fatalf("psgraph version: %v\n%s", err, stderr.String())
+	}
+	inits, bytesAllocated := 0, 0
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		// init github.com/goccy/go-graphviz/cgraph @13 ms, 0.009 ms clock, 248 bytes, 5 allocs
+		f := strings.Fields(line)
+		if len(f) < 11 || f[0] != "init" || !strings.Contains(f[1], "go-graphviz") || f[8] != "bytes," {
+			continue
+		}
+		n, err := strconv.Atoi(f[7])
+		if err != nil {
+			t.Fatalf("inittrace line %q: %v", line, err)
+		}
+		inits++
+		bytesAllocated += n
+	}
+	if inits == 0 {
+		t.Fatalf("no go-graphviz package init in GODEBUG=inittrace=1 output (is it still linked?):\n%s", stderr.String())
+	}
+	if bytesAllocated > 64<<10 {
+		t.Errorf("go-graphviz's package inits allocated %d bytes at start: the WebAssembly module is instantiated eagerly again", bytesAllocated)
 	}
 }
