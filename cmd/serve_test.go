@@ -92,7 +92,8 @@ func closeTo(a, b float64) bool {
 }
 
 // Predictions over HTTP equal psgraph predict's for the same rows and
-// model file: a dense model (digits), the CTR example (a hashed table)
+// model file: a dense model (digits), the CTR example (a hashed table,
+// of 100,000 rows here: smallCTRTable)
 // and its dynamic-table twin, rows given with and without their label
 // column, in requests of 100 rows; and digits' features given as a typed
 // FP32 tensor too. The responses' model_version is the training step the
@@ -105,6 +106,13 @@ func TestServeEqualsPredict(t *testing.T) {
 		t.Fatalf("gen: exit %d\n%s", r.code, r.stderr)
 	}
 	ctr := withData(t, dir, "examples/ctr.yaml", "data/ctr.tsv", ctrData)
+	small, err := os.ReadFile(ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ctr, []byte(smallCTRTable(t, string(small))), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	dynFile, dynData := ctrDynamicExample(t)
 	for _, c := range []struct {
 		name, model, data string
