@@ -1,6 +1,7 @@
 package cmd_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,7 +68,7 @@ func restartedTrainer(t *testing.T, kind string, seed uint64) {
 	ck := filepath.Join(dir, "ck")
 	addrs := []string{freeAddr(t), freeAddr(t)}
 	env := []string{"PSGRAPH_TOKEN=restart-test"}
-	common := []string{"--plan", plan, "--checkpoint-dir", ck, "--checkpoint-every", "5", "--log-every", "1", "--log-format", "json"}
+	common := []string{"--plan", plan, "--checkpoint-dir", ck, "--checkpoint-every", "40", "--log-every", "1", "--log-format", "json"}
 	var roles []*proc
 	for j, a := range addrs {
 		roles = append(roles, start(t, fmt.Sprintf("pserver-%d", j), env, append([]string{"run", "--role", "pserver", "--index", fmt.Sprint(j), "--listen", a, "--trainer-timeout", "60s"}, common...)...))
@@ -88,10 +89,25 @@ func restartedTrainer(t *testing.T, kind string, seed uint64) {
 		}
 	}
 	log := t1b.stderrText()
-	for _, want := range []string{"joining at the pservers' step", "skipping the rows of the steps the previous process trained"} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the restarted trainer did not log %q:\n%s", want, log)
+	// It joins at the pservers' step and skips the batches of the steps
+	// since its newest checkpoint (from_step; -1: none yet, every step
+	// from the stream's start), and only those. A kill that lands just
+	// after a checkpoint leaves none to skip (checkpoints every 40 steps
+	// and kills drawn from 20-100 make that rare; the trained-once check
+	// below holds either way).
+	const skipMsg = "skipping the rows of the steps the previous process trained"
+	join, _ := logField(t, log, "joining at the pservers' step", "step")
+	if _, skipped := logField(t, log, skipMsg, "batches"); skipped {
+		batches, _ := logField(t, log, skipMsg, "batches")
+		from, _ := logField(t, log, skipMsg, "from_step")
+		to, _ := logField(t, log, skipMsg, "to_step")
+		if to != join || from >= to || batches != to-max(from, 0) {
+			t.Errorf("joined at step %d, skipped %d batches from step %d to %d", join, batches, from, to)
 		}
+	} else if ckpt, ok := logField(t, log, "restored this trainer's own state", "checkpoint"); !ok || ckpt != join {
+		t.Errorf("joined at step %d, skipped nothing, restored checkpoint %d (found %v):\n%s", join, ckpt, ok, log)
+	} else {
+		t.Logf("killed just after checkpoint %d: no steps to skip this run", ckpt)
 	}
 	for _, l := range strings.Split(log, "\n") {
 		if strings.Contains(l, "joining") || strings.Contains(l, "skipping") {
@@ -108,4 +124,25 @@ func restartedTrainer(t *testing.T, kind string, seed uint64) {
 	for _, c := range []string{"C1", "C2"} {
 		tp.trainedOnceIn(t, save, c, offs, -0.5)
 	}
+}
+
+// logField is the integer field key of the first JSON log line with
+// message msg, and whether there is one.
+func logField(t *testing.T, log, msg, key string) (int64, bool) {
+	t.Helper()
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, `"message":"`+msg+`"`) {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		v, ok := m[key].(float64)
+		if !ok {
+			t.Fatalf("log line %q has no number %q", l, key)
+		}
+		return int64(v), true
+	}
+	return 0, false
 }
