@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,7 +237,15 @@ func (p *proc) wait(t *testing.T, within time.Duration) result {
 		}
 		return result{code, p.out.String(), p.err.String()}
 	case <-time.After(within):
-		t.Fatalf("%s did not exit within %v\nstderr:\n%s", p.name, within, p.err.String())
+		// SIGQUIT makes a Go process print every goroutine's stack: what
+		// it waits on, for a hang seen once in a loaded run
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case err := <-p.done:
+			p.done <- err
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("%s did not exit within %v (sent SIGQUIT for its goroutines)\nstderr:\n%s", p.name, within, p.err.String())
 	}
 	return result{}
 }
