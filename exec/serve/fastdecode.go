@@ -251,20 +251,8 @@ func (s *scanner) line() ([]byte, bool) {
 		if i++; i >= len(b) {
 			return nil, false
 		}
-		c := b[i]
-		switch c {
-		case '"', '\\', '/':
-		case 'b':
-			c = '\b'
-		case 'f':
-			c = '\f'
-		case 'n':
-			c = '\n'
-		case 'r':
-			c = '\r'
-		case 't':
-			c = '\t'
-		default:
+		c, ok := escaped(b[i])
+		if !ok {
 			return nil, false
 		}
 		t[w] = c
@@ -425,23 +413,32 @@ func unescape(s []byte) ([]byte, bool) {
 		if i++; i >= len(s) {
 			return nil, false
 		}
-		switch s[i] {
-		case '"', '\\', '/':
-			c = s[i]
-		case 'b':
-			c = '\b'
-		case 'f':
-			c = '\f'
-		case 'n':
-			c = '\n'
-		case 'r':
-			c = '\r'
-		case 't':
-			c = '\t'
-		default:
+		var ok bool
+		if c, ok = escaped(s[i]); !ok {
 			return nil, false
 		}
 		out = append(out, c)
 	}
 	return out, true
+}
+
+// escaped is the byte a JSON string's escape \c stands for; false for
+// \u (which the callers leave to encoding/json) and for any c JSON has no
+// escape for.
+func escaped(c byte) (byte, bool) {
+	switch c {
+	case '"', '\\', '/':
+		return c, true
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	}
+	return 0, false
 }
