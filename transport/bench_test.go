@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // rawPair is a plain Go TCP connection over loopback whose far end reads
@@ -242,13 +244,13 @@ func stepBurst(b *testing.B, tweak func(*Config), n, small, large int) {
 	for s := int64(0); s < 20; s++ {
 		step(s)
 	}
-	cpu0 := processCPU()
+	cpu0 := testfix.ProcessCPU()
 	b.ResetTimer()
 	for s := int64(20); s < total; s++ {
 		step(s)
 	}
 	b.StopTimer()
-	cpu := processCPU() - cpu0
+	cpu := testfix.ProcessCPU() - cpu0
 	must(b, <-errc)
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(2*len(names))/1e3, "cpu-us/msg")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/(float64(2*(n*small+2*large))/1e6)/1e3, "cpu-us/MB")

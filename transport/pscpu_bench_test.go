@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // The test binary is also BenchmarkPServerCPU's pservers: with
@@ -270,7 +272,7 @@ func pserverChild(pattern string) error {
 	var msgs int64
 	for s := int64(0); s < int64(steps); s++ {
 		if s == cpuWarmup {
-			cpu0 = processCPU()
+			cpu0 = testfix.ProcessCPU()
 			if f := os.Getenv("PSGRAPH_PSCPU_PROFILE"); f != "" { // a CPU profile of the timed steps
 				w, err := os.Create(fmt.Sprintf("%s.%d", f, j))
 				if err != nil {
@@ -305,7 +307,7 @@ func pserverChild(pattern string) error {
 			}
 		}
 	}
-	cpu := processCPU() - cpu0
+	cpu := testfix.ProcessCPU() - cpu0
 	fmt.Printf("pscpu %d %d\n", cpu.Nanoseconds(), msgs)
 	for t := 0; t < 2; t++ {
 		e.WaitDone(ctx, Trainer(t))

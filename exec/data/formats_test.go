@@ -420,14 +420,14 @@ func BenchmarkFormats(b *testing.B) {
 			bt := newBatch(d, batch)
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := processCPU()
+			cpu := testfix.ProcessCPU()
 			for k := 0; k < b.N; k++ {
 				if err := fs.Fill(int64(k*batch), bt.all); err != nil {
 					b.Fatal(err)
 				}
 			}
 			if cpu > 0 {
-				b.ReportMetric(float64(processCPU()-cpu)/float64(b.N*batch), "cpu-ns/row")
+				b.ReportMetric(float64(testfix.ProcessCPU()-cpu)/float64(b.N*batch), "cpu-ns/row")
 			}
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
 		})

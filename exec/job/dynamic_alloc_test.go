@@ -15,6 +15,7 @@ import (
 	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -198,7 +199,7 @@ func BenchmarkSplitStepDynamicVsFixed(b *testing.B) {
 			for k := range 20 {
 				step(k)
 			}
-			cpu0 := cpuTime()
+			cpu0 := testfix.ProcessCPU()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for k := range b.N {
@@ -206,7 +207,7 @@ func BenchmarkSplitStepDynamicVsFixed(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/step")
+			b.ReportMetric(float64((testfix.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/step")
 		})
 	}
 }

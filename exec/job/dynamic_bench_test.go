@@ -11,6 +11,7 @@ import (
 	"github.com/psgraph/psgraph/exec/data"
 	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // ctrRun is one of BenchmarkCTRDynamicVsFixed's models, compiled, fed
@@ -97,7 +98,7 @@ func BenchmarkCTRDynamicVsFixed(b *testing.B) {
 	for _, name := range []string{"fixed-10M", "dynamic-min1", "dynamic-min2"} {
 		b.Run(name, func(b *testing.B) {
 			r := newCTRRun(b, filepath.Join(dir, name+".yaml"), models[name])
-			cpu0 := cpuTime()
+			cpu0 := testfix.ProcessCPU()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -105,7 +106,7 @@ func BenchmarkCTRDynamicVsFixed(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/step")
+			b.ReportMetric(float64((testfix.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/step")
 			if t := r.p.Tables["emb"]; t != nil {
 				b.ReportMetric(float64(t.Stats().Live), "live-rows")
 			}
@@ -128,11 +129,11 @@ func BenchmarkCTRDynamicVsFixedInterleaved(b *testing.B) {
 	b.ResetTimer()
 	for lo := 0; lo < b.N; lo += 50 {
 		for i, r := range []*ctrRun{fixed, dynamic} {
-			c0 := cpuTime()
+			c0 := testfix.ProcessCPU()
 			for range min(50, b.N-lo) {
 				r.step(b)
 			}
-			cpu[i] += cpuTime() - c0
+			cpu[i] += testfix.ProcessCPU() - c0
 		}
 	}
 	b.StopTimer()

@@ -25,6 +25,7 @@ import (
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/exec/program"
 	"github.com/psgraph/psgraph/exec/pserver"
+	"github.com/psgraph/psgraph/internal/testfix"
 	"github.com/psgraph/psgraph/partition"
 	"github.com/psgraph/psgraph/transport"
 )
@@ -418,7 +419,7 @@ func BenchmarkPServerSnapshotPause(b *testing.B) {
 	defer q.close()
 	sl := newSchedLatency()
 	sched := make([]time.Duration, steps+1)
-	cpu[0], rq[0] = cpuTime(), q.wait()
+	cpu[0], rq[0] = testfix.ProcessCPU(), q.wait()
 	sl.since()
 	res := pauseRun{batch: batch, every: every, ckDir: b.TempDir(), steps: steps,
 		keys: func(k int, dst []int64) {
@@ -431,7 +432,7 @@ func BenchmarkPServerSnapshotPause(b *testing.B) {
 			}
 		},
 		after: func(k int) {
-			cpu[k+1], rq[k+1], sched[k+1] = cpuTime(), q.wait(), sl.since()
+			cpu[k+1], rq[k+1], sched[k+1] = testfix.ProcessCPU(), q.wait(), sl.since()
 		},
 	}.run(b)
 	b.StopTimer()

@@ -21,6 +21,7 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // BenchmarkInferCTR100Rows is one request of 100 rows of examples/ctr.yaml
@@ -45,7 +46,7 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 	h := NewHandler(m, HandlerOptions{})
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := testfix.ProcessCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			w := httptest.NewRecorder()
@@ -56,7 +57,7 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "rows/s")
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/req")
+	b.ReportMetric(float64((testfix.ProcessCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/req")
 }
 
 // BenchmarkInferWhileReloading is requests of 100 rows of examples/ctr.yaml
