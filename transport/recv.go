@@ -252,16 +252,9 @@ scan:
 			// with the same receiver takes up the rest.
 			return Key{Step: e.step, Var: v, Src: e.src}, err
 		}
-		all := true
-		for _, p := range in.peers {
-			ps := in.peer[p]
-			if in.finished(ps) {
-				continue
-			}
-			if err := ps.failure(); err != nil {
-				return Key{}, &PeerError{p, err}
-			}
-			all = false
+		all, err := in.allFinished()
+		if err != nil {
+			return Key{}, err
 		}
 		if all && len(q.items) == 0 {
 			return Key{}, ErrAllDone
@@ -302,16 +295,9 @@ func (in *inbox) pending(ctx context.Context, vs []string) (string, error) {
 			}
 			empty = empty && len(q.items) == 0
 		}
-		all := true
-		for _, p := range in.peers {
-			ps := in.peer[p]
-			if in.finished(ps) {
-				continue
-			}
-			if err := ps.failure(); err != nil {
-				return "", &PeerError{p, err}
-			}
-			all = false
+		all, err := in.allFinished()
+		if err != nil {
+			return "", err
 		}
 		if all && empty {
 			return "", ErrAllDone
@@ -374,4 +360,22 @@ func (in *inbox) peek(ctx context.Context, src NodeID, v string) (int64, error) 
 			return 0, err
 		}
 	}
+}
+
+// allFinished reports whether every peer has finished; a PeerError for
+// the first peer that has not finished and whose connection is lost.
+// in.mu is held.
+func (in *inbox) allFinished() (bool, error) {
+	all := true
+	for _, p := range in.peers {
+		ps := in.peer[p]
+		if in.finished(ps) {
+			continue
+		}
+		if err := ps.failure(); err != nil {
+			return false, &PeerError{p, err}
+		}
+		all = false
+	}
+	return all, nil
 }
