@@ -7,11 +7,6 @@ import (
 	"os"
 
 	"github.com/psgraph/psgraph/cmd"
-	"github.com/psgraph/psgraph/exec/launch"
 )
 
-func main() {
-	code := cmd.Main(os.Args[1:], os.Stdout, os.Stderr)
-	launch.ReportPeakRSS() // to a parent that asked (psgraph train)
-	os.Exit(code)
-}
+func main() { os.Exit(cmd.Process()) }

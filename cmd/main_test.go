@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/psgraph/psgraph/cmd"
-	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/internal/testfix"
 )
 
@@ -32,16 +31,9 @@ var binary string
 // sharedDir holds fixtures tests share (TestMain removes it).
 var sharedDir string
 
-// asPsgraph is main.go's main: the test binary started as psgraph.
-func asPsgraph() {
-	code := cmd.Main(os.Args[1:], os.Stdout, os.Stderr)
-	launch.ReportPeakRSS()
-	os.Exit(code)
-}
-
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == "psgraph" {
-		asPsgraph()
+		os.Exit(cmd.Process()) // main.go's main
 	}
 	flag.Parse()
 	// The parallel tests here mostly wait on their processes (a

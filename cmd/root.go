@@ -35,6 +35,16 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// Process is the psgraph process: Main on its command line and standard
+// streams, then its peak memory to a parent that asked (psgraph train);
+// the exit code. main.go calls it, and so do cmd's tests, whose binary
+// runs as psgraph.
+func Process() int {
+	code := Main(os.Args[1:], os.Stdout, os.Stderr)
+	launch.ReportPeakRSS()
+	return code
+}
+
 // Main runs the command line and returns the exit code: 0 on success, 1 for
 // bad input or a failed run, 2 for usage errors.
 //
