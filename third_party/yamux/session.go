@@ -62,6 +62,14 @@ type Session struct {
 	// acceptCh is used to pass ready streams to the client
 	acceptCh chan *Stream
 
+	// writeMu is held by whoever writes a frame to conn: the send loop,
+	// or a sender that finds no frame queued (psgraph's patch: it writes
+	// its frame itself, without the hand-off to the send loop). queued
+	// counts the frames given to sendCh and not yet written, so a sender
+	// never overtakes one.
+	writeMu sync.Mutex
+	queued  atomic.Int32
+
 	// sendCh is used to mark a stream as ready to send,
 	// or to send a header out directly.
 	sendCh chan *sendReady
@@ -400,12 +408,23 @@ func (s *Session) waitForSendErr(hdr header, body []byte, errCh chan error) erro
 		timerPool.Put(t)
 	}()
 
+	if s.queued.Load() == 0 && s.writeMu.TryLock() {
+		if s.queued.Load() == 0 {
+			err := s.writeDirect(hdr, body)
+			s.writeMu.Unlock()
+			return err
+		}
+		s.writeMu.Unlock()
+	}
 	ready := &sendReady{Hdr: hdr, Body: body, Err: errCh}
+	s.queued.Add(1)
 	select {
 	case s.sendCh <- ready:
 	case <-s.shutdownCh:
+		s.queued.Add(-1)
 		return ErrSessionShutdown
 	case <-timer.C:
+		s.queued.Add(-1)
 		return ErrConnectionWriteTimeout
 	}
 
@@ -457,14 +476,41 @@ func (s *Session) sendNoWait(hdr header) error {
 		timerPool.Put(t)
 	}()
 
+	s.queued.Add(1)
 	select {
 	case s.sendCh <- &sendReady{Hdr: hdr}:
 		return nil
 	case <-s.shutdownCh:
+		s.queued.Add(-1)
 		return ErrSessionShutdown
 	case <-timer.C:
+		s.queued.Add(-1)
 		return ErrConnectionWriteTimeout
 	}
+}
+
+// writeDirect writes a frame from the sender's goroutine, writeMu held
+// and no frame queued (psgraph's patch); a failed write ends the session
+// as the send loop's does.
+func (s *Session) writeDirect(hdr header, body []byte) error {
+	select {
+	case <-s.shutdownCh:
+		return ErrSessionShutdown
+	default:
+	}
+	if _, err := s.conn.Write(hdr); err != nil {
+		s.logger.Printf("[ERR] yamux: Failed to write header: %v", err)
+		go s.exitErr(err)
+		return err
+	}
+	if len(body) > 0 {
+		if _, err := s.conn.Write(body); err != nil {
+			s.logger.Printf("[ERR] yamux: Failed to write body: %v", err)
+			go s.exitErr(err)
+			return err
+		}
+	}
+	return nil
 }
 
 // send is a long running goroutine that sends data
@@ -479,42 +525,52 @@ func (s *Session) sendLoop() error {
 	for {
 		select {
 		case ready := <-s.sendCh:
-			// Send a header if ready
-			if ready.Hdr != nil {
-				_, err := s.conn.Write(ready.Hdr)
-				if err != nil {
-					s.logger.Printf("[ERR] yamux: Failed to write header: %v", err)
-					asyncSendErr(ready.Err, err)
-					return err
-				}
+			s.writeMu.Lock()
+			err := s.sendOne(ready)
+			s.writeMu.Unlock()
+			s.queued.Add(-1)
+			if err != nil {
+				return err
 			}
-
-			// The body is written from the sender's memory, under its
-			// lock (psgraph's patch: upstream copies it into a buffer
-			// first, so that a sender that times out is not held by the
-			// write; here it waits for the write, which a shut-down
-			// session's closed connection ends).
-			ready.mu.Lock()
-			if len(ready.Body) > 0 {
-				_, err := s.conn.Write(ready.Body)
-				ready.Body = nil
-				ready.mu.Unlock()
-				if err != nil {
-					s.logger.Printf("[ERR] yamux: Failed to write body: %v", err)
-					asyncSendErr(ready.Err, err)
-					return err
-				}
-			} else {
-				ready.Body = nil
-				ready.mu.Unlock()
-			}
-
-			// No error, successful send
-			asyncSendErr(ready.Err, nil)
 		case <-s.shutdownCh:
 			return nil
 		}
 	}
+}
+
+// sendOne writes a queued frame, writeMu held.
+func (s *Session) sendOne(ready *sendReady) error {
+	// Send a header if ready
+	if ready.Hdr != nil {
+		_, err := s.conn.Write(ready.Hdr)
+		if err != nil {
+			s.logger.Printf("[ERR] yamux: Failed to write header: %v", err)
+			asyncSendErr(ready.Err, err)
+			return err
+		}
+	}
+
+	// The body is written from the sender's memory, under its lock
+	// (psgraph's patch: upstream copies it into a buffer first, so that a
+	// sender that times out is not held by the write; here it waits for
+	// the write, which a shut-down session's closed connection ends).
+	ready.mu.Lock()
+	body := ready.Body
+	ready.Body = nil
+	var err error
+	if len(body) > 0 {
+		_, err = s.conn.Write(body)
+	}
+	ready.mu.Unlock()
+	if err != nil {
+		s.logger.Printf("[ERR] yamux: Failed to write body: %v", err)
+		asyncSendErr(ready.Err, err)
+		return err
+	}
+
+	// No error, successful send
+	asyncSendErr(ready.Err, nil)
+	return nil
 }
 
 // recv is a long running goroutine that accepts new data
