@@ -27,10 +27,11 @@ func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *Fee
 	if err := Init(p, InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	return p, NewFeeder(g, p.Scope), data.NewStream(set)
 }
 

@@ -269,7 +269,7 @@ func TestFastWireReadsTheRowsRequest(t *testing.T) {
 // its shape's).
 func BenchmarkDecodeRows100(b *testing.B) {
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
 	body := rowsBody(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))
