@@ -333,7 +333,7 @@ func TestBlockInitMatchesWholeParameter(t *testing.T) {
 	}
 	w := g.Vars["W1"]
 	whole := tensor.New(tensor.F32, w.Shape)
-	if err := program.Initialize(whole, w.Init, "W1", nil, 0, 1); err != nil {
+	if err := program.Initialize(whole, w.Init, "W1", nil, 0, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	cols := w.Shape[1]
@@ -347,7 +347,7 @@ func TestBlockInitMatchesWholeParameter(t *testing.T) {
 			blocks++
 			bt := tensor.New(tensor.F32, v.Shape)
 			seed, full, row, step := v.InitTarget()
-			if err := program.Initialize(bt, v.Init, seed, full, row, step); err != nil {
+			if err := program.Initialize(bt, v.Init, seed, full, row, step, nil); err != nil {
 				t.Fatal(err)
 			}
 			want := whole.F[v.Block.Start*cols : v.Block.End*cols]

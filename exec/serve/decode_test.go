@@ -16,6 +16,12 @@ import (
 	"github.com/psgraph/psgraph/exec/data/criteo"
 )
 
+// DecodeRequest is decodeRequest with buffers of the request's own, as
+// the tests call it.
+func DecodeRequest(body []byte, m *Meta) (*Request, error) {
+	return decodeRequest(body, m, decodeHow{})
+}
+
 // ctrMeta is the Meta of a CTR model: 13 features, 26 hashed ids, and a
 // multi-valued history column of int64 keys.
 func ctrMeta() *Meta {
