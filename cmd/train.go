@@ -114,14 +114,14 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if _, err := modelfile.SavedScaling(g, o.initFrom); err != nil {
 		return err
 	}
-	if o.inProc {
-		return o.runInProcess(c, g, opt, sum, dir)
+	var addrs []string // in one process: none
+	if !o.inProc {
+		var cleanup func()
+		if addrs, cleanup, err = o.endpoints(opt.PServers); err != nil {
+			return err
+		}
+		defer cleanup()
 	}
-	addrs, cleanup, err := o.endpoints(opt.PServers)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
 	opt.Endpoints = addrs
 	opt.SourceSHA256 = sum
 	plan, err := partition.Split(g, opt)
@@ -130,6 +130,9 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	}
 	if err := plan.Write(dir); err != nil {
 		return err
+	}
+	if o.inProc {
+		return o.runInProcess(c, plan, dir)
 	}
 	token, err := launch.NewToken()
 	if err != nil {
@@ -236,18 +239,10 @@ func (o *trainOptions) inProcessFlags(c *cobra.Command) error {
 	return nil
 }
 
-// runInProcess is train with --in-process: the plan split and written as
-// for the children, then every node run inside this process
-// (node.InProcess), trainer 0's summary printed last.
-func (o *trainOptions) runInProcess(c *cobra.Command, g *dsl.Graph, opt partition.Options, sum, dir string) error {
-	opt.SourceSHA256 = sum
-	plan, err := partition.Split(g, opt)
-	if err != nil {
-		return err
-	}
-	if err := plan.Write(dir); err != nil {
-		return err
-	}
+// runInProcess is train with --in-process: the plan written in dir (with
+// no endpoints) run node by node inside this process (node.InProcess),
+// trainer 0's summary printed last.
+func (o *trainOptions) runInProcess(c *cobra.Command, plan *partition.Plan, dir string) error {
 	fmt.Fprint(c.ErrOrStderr(), plan.Summary())
 	w := zerolog.SyncWriter(c.ErrOrStderr()) // the nodes log from their goroutines
 	logs := func(name string) zerolog.Logger {
