@@ -45,7 +45,7 @@ func InProcess(ctx context.Context, o InProcessOptions) (*trainer.Summary, error
 		return nil, err
 	}
 	if plan.Trainer.Data.IsOnline() {
-		return nil, usagef("--in-process runs a job over a data file; this model reads an online source (data.online), whose job stops on a signal passed to every process: run it without --in-process")
+		return nil, usagef("--in-process cannot run this job: this model reads an online source (data.online), whose job stops at a step its trainers agree on when a signal reaches every process; run it without --in-process")
 	}
 	if o.Batch != 0 && o.Batch != plan.Trainer.Train.Batch {
 		// every trainer runs the one graph: set its batch once, before
