@@ -91,13 +91,14 @@ func splits(d byte) bool {
 
 // rowsSplit reads the data array of the rows input from s's position as
 // split rows into sb; false (s's position then undefined) if an element
-// is not a string, holds an escape other than the delimiter's \t, or the
-// array is malformed: the caller reads it again as lines.
+// is not a string, holds an escape other than the delimiter's \t or a
+// control character, or the array is malformed: the caller reads it
+// again as lines.
 func (s *scanner) rowsSplit(sb *splitBufs) (*SplitRows, bool) {
 	d := sb.delim
-	sep, stop := int32(1), d // stop: the byte a field ends at, besides the specials
+	sep := int32(1)
 	if d == '\t' {
-		sep, stop = 2, 0 // \t: a backslash, special already (NUL is a control character, special too)
+		sep = 2
 	}
 	bounds, at := sb.bounds[:0], sb.at[:0]
 	b := s.b
@@ -106,28 +107,9 @@ func (s *scanner) rowsSplit(sb *splitBufs) (*SplitRows, bool) {
 			return false
 		}
 		at = append(at, int32(len(bounds)))
-		i := s.i + 1
-		bounds = append(bounds, int32(i))
-		for {
-			i = stopRun(b, i, stop)
-			if i >= len(b) {
-				return false
-			}
-			switch c := b[i]; {
-			case c == '"':
-				bounds = append(bounds, int32(i))
-				s.i = i + 1
-				return true
-			case c == d && sep == 1:
-				bounds = append(bounds, int32(i))
-				i++
-			case c == '\\' && sep == 2 && i+1 < len(b) && b[i+1] == 't':
-				bounds = append(bounds, int32(i))
-				i += 2
-			default: // another escape, or a control character
-				return false
-			}
-		}
+		var ok bool
+		s.i, bounds, ok = splitRow(b, s.i+1, d, bounds)
+		return ok
 	})
 	at = append(at, int32(len(bounds)))
 	sb.bounds, sb.at = bounds, at
@@ -138,21 +120,56 @@ func (s *scanner) rowsSplit(sb *splitBufs) (*SplitRows, bool) {
 	return &sb.rows, true
 }
 
-// stopRun is where the string's run from i ends: the index of its first
-// quote, backslash, control character or byte d, or len(b). Eight bytes
-// at a time, as plainRun.
-func stopRun(b []byte, i int, d byte) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	dd := ones * uint64(d)
+// splitRow reads the row whose string starts at b[i] (past its quote):
+// appends to bounds where its first field starts and where each field
+// ends, and answers where the string ends (past its quote); false if it
+// holds a control character or an escape other than the delimiter's \t,
+// or does not end. Eight bytes at a time, each word read once: every byte
+// that ends a field or the string is flagged exactly (stops), and each is
+// taken in order.
+func splitRow(b []byte, i int, d byte, bounds []int32) (int, []int32, bool) {
+	bounds = append(bounds, int32(i))
 	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		y := x ^ dd
-		if m := specialBytes(x) | (y-ones)&^y&highs; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
+		for m := stops(binary.LittleEndian.Uint64(b[i:]), d); m != 0; m &= m - 1 {
+			k := i + bits.TrailingZeros64(m)/8
+			bounds = append(bounds, int32(k))
+			if c := b[k]; c == '"' {
+				return k + 1, bounds, true
+			} else if !fieldEnd(b, k, c, d) {
+				return 0, bounds, false
+			}
 		}
 	}
-	for i < len(b) && !special[b[i]] && b[i] != d {
-		i++
+	for ; i < len(b); i++ {
+		if c := b[i]; special[c] || c == d {
+			bounds = append(bounds, int32(i))
+			if c == '"' {
+				return i + 1, bounds, true
+			} else if !fieldEnd(b, i, c, d) {
+				return 0, bounds, false
+			}
+		}
 	}
-	return i
+	return 0, bounds, false
+}
+
+// fieldEnd says whether c, at b[k], ends a field: it is the delimiter
+// (not a tab, which is written \t), or the backslash of a \t (whose t is
+// never flagged) for a tab.
+func fieldEnd(b []byte, k int, c, d byte) bool {
+	if d == '\t' {
+		return c == '\\' && k+1 < len(b) && b[k+1] == 't'
+	}
+	return c == d
+}
+
+// stops flags, in the top bit of each byte, exactly the bytes of the word
+// w (little-endian) that stop a row's run: a quote, a backslash, a
+// control character, the delimiter d. A byte y is zero exactly when the
+// top bit of (y&lo7 + lo7) | y is clear (no carry crosses bytes): a byte
+// is flagged when that bit is clear for any of the four.
+func stops(w uint64, d byte) uint64 {
+	const ones, lo7, highs = 0x0101010101010101, 0x7f7f7f7f7f7f7f7f, 0x8080808080808080
+	q, bs, dl, ctl := w^ones*'"', w^ones*'\\', w^ones*uint64(d), w&(ones*0xe0)
+	return highs &^ (((q&lo7 + lo7) | q) & ((bs&lo7 + lo7) | bs) & ((dl&lo7 + lo7) | dl) & ((ctl&lo7 + lo7) | ctl))
 }
