@@ -20,8 +20,14 @@ import (
 )
 
 func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *Feeder, *data.Stream) {
-	g := testfix.Model(t, "../../examples/digits-mlp.yaml")
-	p, err := Compile(g, CompileOptions{Batch: 64, Workers: workers, KeepTemps: len(keepTemps) > 0 && keepTemps[0]})
+	return compileModel(t, "../../examples/digits-mlp.yaml", 64, workers, len(keepTemps) > 0 && keepTemps[0])
+}
+
+// compileModel compiles the model file at path to train batches of
+// batch rows, initialized, with its feeder and data stream.
+func compileModel(t testing.TB, path string, batch, workers int, keepTemps bool) (*Program, *Feeder, *data.Stream) {
+	g := testfix.Model(t, path)
+	p, err := Compile(g, CompileOptions{Batch: batch, Workers: workers, KeepTemps: keepTemps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,19 +292,7 @@ ops:
 // buffer, and so is the gradient's).
 func TestInPlaceEqualsKeepTemps(t *testing.T) {
 	emb := func(keep bool) (*Program, *Feeder, *data.Stream) {
-		g := testfix.Model(t, "../../testdata/sparse/emb-adagrad.yaml")
-		p, err := Compile(g, CompileOptions{Batch: 16, Workers: 2, KeepTemps: keep})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := Init(p, InitOptions{From: ""}); err != nil {
-			t.Fatal(err)
-		}
-		set, err := data.Load(g.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p, NewFeeder(g, p.Scope), data.NewStream(set)
+		return compileModel(t, "../../testdata/sparse/emb-adagrad.yaml", 16, 2, keep)
 	}
 	// predicting, e is read by the reshape alone (training, the reshape
 	// of the gradient reads it too, for its shape): h is e's buffer, and
