@@ -266,8 +266,10 @@ func TestFastWireReadsTheRowsRequest(t *testing.T) {
 }
 
 // BenchmarkDecodeRows100 decodes a request of 100 rows of examples/ctr.yaml
-// as the handler does (fastWire, the lines with escapes decoded into a
-// buffer reused from request to request) and with
+// as the handler does (fastWire: split, the rows cut into fields as they
+// are read, as for the model's tabs; fast, the lines with escapes decoded
+// into a buffer reused from request to request, as for a model the rows
+// are not cut for, and then still to be split) and with
 // encoding/json alone: go test ./exec/serve -run X -bench DecodeRows100
 // -benchmem (the handler's way makes no allocation but the Request's and
 // its shape's).
@@ -281,7 +283,11 @@ func BenchmarkDecodeRows100(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		how  decodeHow
-	}{{"fast", decodeHow{text: new([]byte)}}, {"encoding-json", decodeHow{general: true}}} {
+	}{
+		{"fast", decodeHow{text: new([]byte)}},
+		{"split", decodeHow{text: new([]byte), split: &splitBufs{delim: '\t'}}}, // the handler's, for a TSV model
+		{"encoding-json", decodeHow{general: true}},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			own := slices.Clone(body)
 			b.SetBytes(int64(len(body)))
@@ -289,7 +295,7 @@ func BenchmarkDecodeRows100(b *testing.B) {
 			for range b.N {
 				copy(own, body) // as a request's body is read into its buffer
 				req, err := decodeRequest(own, m, c.how)
-				if err != nil || req.Rows != 100 {
+				if err != nil || req.Rows != 100 || c.how.split != nil && req.Split == nil {
 					b.Fatal(err)
 				}
 				if !c.how.general {
