@@ -1,7 +1,6 @@
 package data
 
 import (
-	"encoding/binary"
 	"math/bits"
 
 	"github.com/psgraph/psgraph/dsl/ir"
@@ -79,19 +78,6 @@ func columnHash(col int) uint64 {
 // bytes, then murmur3's 64-bit finalizer. Every hashed id goes through
 // it: a bucket is bucketOf(hashKey(...)), a 64-bit key ir.HashKey(hashKey(...)).
 func hashKey(h uint64, field []byte) uint64 {
-	// eight bytes a load (a Criteo field is 8 hex digits): the same
-	// byte-by-byte FNV-1a, without a loop's branch and load a byte
-	for ; len(field) >= 8; field = field[8:] {
-		x := binary.LittleEndian.Uint64(field)
-		h = (h ^ x&0xff) * fnvPrime64
-		h = (h ^ x>>8&0xff) * fnvPrime64
-		h = (h ^ x>>16&0xff) * fnvPrime64
-		h = (h ^ x>>24&0xff) * fnvPrime64
-		h = (h ^ x>>32&0xff) * fnvPrime64
-		h = (h ^ x>>40&0xff) * fnvPrime64
-		h = (h ^ x>>48&0xff) * fnvPrime64
-		h = (h ^ x>>56) * fnvPrime64
-	}
 	for _, b := range field {
 		h ^= uint64(b)
 		h *= fnvPrime64
