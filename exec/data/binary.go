@@ -230,22 +230,28 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	// the features the model reads, in the record's order; on a corrupt
 	// one Decode gives those before it, whose values are read first: the
 	// error is the first that reading feature by feature would meet
-	vals, derr := s.keys.Decode(rec, s.vals[:0])
+	fields, typed, multi, typable := b.p.fields, b.p.typed, b.multi, b.typable
+	// a feature's one string goes straight to its column's field (a
+	// multi-valued column's too: one value, split at its separator if it
+	// has one, as the loop below gives it)
+	vals, derr := s.keys.Decode(rec, s.vals[:0], fields)
 	s.vals = vals[:0]
 	for i := range vals {
 		v := &vals[i]
 		col := v.Slot
-		if v.One && !b.multi[col] { // its one value, as the loop below would give it
+		if v.One && !multi[col] { // its one value, as the loop below would give it
 			switch v.Kind {
 			case tfrecord.Bytes:
-				b.p.fields[col] = v.Raw(rec)
+				fields[col] = v.Raw(rec)
 			case tfrecord.Int64:
-				if !b.typedInt(col, int64(v.X)) {
-					b.p.fields[col] = b.appendInt(int64(v.X))
+				if typable[col] {
+					typed[col] = typedValue{typed: true, i: int64(v.X)}
+				} else {
+					fields[col] = b.appendInt(int64(v.X))
 				}
 			default:
 				if x := tfrecord.Float32(v.X); !b.typedFloat(col, x) {
-					b.p.fields[col] = b.appendFloat(float64(x), 32)
+					fields[col] = b.appendFloat(float64(x), 32)
 				}
 			}
 			continue

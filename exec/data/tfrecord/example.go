@@ -265,16 +265,15 @@ type seenKey struct {
 	// words hold it (0: none; a key of more than 14 bytes): its first
 	// 10+len(key) bytes, the lengths those of an empty value (tmpl); the
 	// bytes that grow by the value's length (step); the bytes compared
-	// (mask). need is the bytes the words take (math.MaxInt: none), n
-	// the entry's bytes before its value, maxvl the longest value whose
-	// lengths each take a byte.
-	need, n, maxvl   int
+	// (mask). n is the entry's bytes before its value, maxvl the longest
+	// value whose lengths each take a byte (-1: no template, n 1).
+	n, maxvl         int
 	tmpl, step, mask [3]uint64
 }
 
 // newSeenKey is a key met for the first time, with the kind of its values.
 func newSeenKey(key []byte, slot int, kind Kind) seenKey {
-	k := seenKey{key: slices.Clone(key), slot: slot, kind: kind, need: math.MaxInt}
+	k := seenKey{key: slices.Clone(key), slot: slot, kind: kind, n: 1, maxvl: -1}
 	n := 10 + len(key)
 	if n > 24 || kind < Bytes || kind > Int64 {
 		return k
@@ -288,7 +287,7 @@ func newSeenKey(key []byte, slot int, kind Kind) seenKey {
 	h[0], h[1], h[2], h[3], h[4], h[5] = 0x12, 4, byte(kind)<<3|2, 2, 0x0a, 0
 	step[1], step[n-5], step[n-3], step[n-1] = 1, 1, 1, 1
 	nw := (n + 7) / 8
-	k.need, k.n, k.maxvl = 8*nw, n, 0x77-len(key)
+	k.n, k.maxvl = n, 0x77-len(key)
 	for i := range nw {
 		k.tmpl[i] = binary.LittleEndian.Uint64(hdr[8*i:])
 		k.step[i] = binary.LittleEndian.Uint64(step[8*i:])
@@ -333,10 +332,14 @@ func (v *Value) Values(rec []byte) Values {
 
 // Decode appends to out the features of the serialized tf.Example rec
 // that have a slot, in the order the record lists them: those Features
-// would give, with a slot. On an error it returns the features before
-// the one it met the error in (a caller that reads values as it goes
-// reads those first, as it would have).
-func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
+// would give, with a slot; but a One bytes_list value of a slot below
+// len(raw) it puts in raw[slot] instead (the last one, for a key the
+// record lists twice), a slice of rec: the commonest feature of CTR
+// data, a categorical's one string, read without a Value. On an error it
+// returns the features before the one it met the error in (a caller that
+// reads values as it goes reads those first, as it would have), raw
+// holding those before it.
+func (k *Keys) Decode(rec []byte, out []Value, raw [][]byte) ([]Value, error) {
 	fs := NewFeatures(rec)
 	if len(rec) >= 2 && rec[0] == 0x0a { // the Example's Features message, first
 		if l, n := binary.Uvarint(rec[1:]); n > 0 && l <= uint64(len(rec)-1-n) {
@@ -346,7 +349,7 @@ func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
 	at := 0 // where in seen the next key is looked for first
 	var f Feature
 	for {
-		fs.inner.b, at, out = k.common(rec, fs.inner.b, at, out)
+		fs.inner.b, at, out = k.common(rec, fs.inner.b, at, out, raw)
 		ok, err := fs.Next(&f)
 		if err != nil || !ok {
 			return out, err
@@ -359,6 +362,10 @@ func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
 			slot, at = k.find(f.Key, f.Kind, at)
 		}
 		if slot < 0 {
+			continue
+		}
+		if f.One && f.Kind == Bytes && slot < len(raw) {
+			raw[slot] = f.Raw
 			continue
 		}
 		v := Value{Slot: slot, Kind: f.Kind, One: f.One, X: f.X}
@@ -376,59 +383,76 @@ func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
 // the kind it had, every tag and length one byte. It compares the
 // entry's bytes up to its value with the key's, a word at a time, and
 // returns the rest of b, the place after the last key read and out with
-// their values.
-func (k *Keys) common(rec, b []byte, at int, out []Value) ([]byte, int, []Value) {
+// their values (a One bytes_list value of a slot below len(raw) in
+// raw, as Decode says). An entry that is not the expected key's is compared with
+// the next three places' keys (features left out of the record, as find
+// looks for them) before it is left to Features.
+//
+// The words are read from rec's capacity (rec[:cap(rec)]): the bytes past
+// an entry's are masked off, and an entry that ends within 24 bytes of
+// that capacity is left to Features. A record read in place from a
+// buffer (Reader.Next) has its checksum and the buffer's next bytes past
+// its end.
+func (k *Keys) common(rec, b []byte, at int, out []Value, raw [][]byte) ([]byte, int, []Value) {
 	seen := k.seen
 	if len(seen)-at > cap(out)-len(out) {
 		out = slices.Grow(out, len(seen)-at)
 	}
 	o, w := len(out), out[:cap(out)] // a value a key at most
-	pos := cap(rec) - cap(b)         // b's offset in rec
-	for at < len(seen) {
-		sk := &seen[at]
-		n := sk.n
-		if len(b) < sk.need {
+	full := rec[:cap(rec)]
+	pos := cap(rec) - cap(b) // b's offset in rec
+	lim := pos + len(b)      // and its end
+	skip := 0                // the places looked past at, for a left-out feature
+	for at+skip < len(seen) {
+		sk := &seen[at+skip]
+		n := pos + sk.n // where the value starts
+		if n > lim || pos+24 > len(full) {
 			break
 		}
-		vl := int(b[n-1])
+		vl := int(full[n-1])
 		end := n + vl
-		if vl > sk.maxvl || end > len(b) {
-			break
-		}
 		x := uint64(vl)
-		d := (binary.LittleEndian.Uint64(b)^(sk.tmpl[0]+x*sk.step[0]))&sk.mask[0] | (binary.LittleEndian.Uint64(b[8:])^(sk.tmpl[1]+x*sk.step[1]))&sk.mask[1]
-		if sk.need > 16 {
-			d |= (binary.LittleEndian.Uint64(b[16:]) ^ (sk.tmpl[2] + x*sk.step[2])) & sk.mask[2]
-		}
-		if d != 0 {
+		ws := full[pos : pos+24]
+		d := (binary.LittleEndian.Uint64(ws)^(sk.tmpl[0]+x*sk.step[0]))&sk.mask[0] |
+			(binary.LittleEndian.Uint64(ws[8:])^(sk.tmpl[1]+x*sk.step[1]))&sk.mask[1] |
+			(binary.LittleEndian.Uint64(ws[16:])^(sk.tmpl[2]+x*sk.step[2]))&sk.mask[2]
+		if d != 0 || vl > sk.maxvl || end > lim {
+			if skip < 3 {
+				skip++
+				continue
+			}
 			break
 		}
-		at++
-		if sk.slot >= 0 {
+		at += skip + 1
+		skip = 0
+		pos = end
+		switch slot := sk.slot; {
+		case slot < 0:
+		case sk.kind == Bytes && slot < len(raw):
+			raw[slot] = full[n:end]
+		default:
 			v := &w[o]
 			o++
-			v.Slot, v.off, v.end, v.Kind, v.One = sk.slot, pos+n-2, pos+end, sk.kind, true
+			v.Slot, v.X, v.off, v.end, v.Kind, v.One = slot, 0, n-2, end, sk.kind, true
 			switch sk.kind {
 			case Int64:
-				if vl == 1 && b[n] < 0x80 {
-					v.X = uint64(b[n])
-				} else if u, m := binary.Uvarint(b[n:end]); m > 0 && m == vl {
+				if c := full[n]; vl == 1 && c < 0x80 {
+					v.X = uint64(c)
+				} else if u, m := binary.Uvarint(full[n:end]); m > 0 && m == vl {
 					v.X = u
 				} else {
 					v.One = false
 				}
 			case Float:
 				if vl == 4 {
-					v.X = uint64(binary.LittleEndian.Uint32(b[n:]))
+					v.X = uint64(binary.LittleEndian.Uint32(full[n:]))
 				} else {
 					v.One = false
 				}
 			}
 		}
-		b = b[end:]
-		pos += end
 	}
-	return b, at, w[:o]
+	return b[len(b)-(lim-pos):], at, w[:o]
 }
 
 // find is the slot of a record's key not at place at of seen, and the

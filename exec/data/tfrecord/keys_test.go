@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -65,7 +66,7 @@ func reference(rec []byte, slots map[string]int) ([]decoded, error) {
 }
 
 func decodeAll(k *Keys, rec []byte) ([]decoded, error) {
-	vals, err := k.Decode(rec, nil)
+	vals, err := k.Decode(rec, nil, nil)
 	var out []decoded
 	for _, v := range vals {
 		var raw []byte
@@ -77,13 +78,35 @@ func decodeAll(k *Keys, rec []byte) ([]decoded, error) {
 	return out, err
 }
 
-// checkKeys checks k's Decode of rec against reference.
+// scratch are checkKeys' outs, kept: Decode grows one to the keys learnt.
+var scratch [2][]Value
+
+// checkKeys checks k's Decode of rec against reference; and Decode with
+// raw for the slots below 4 against Decode without (once more, the keys
+// learnt): the One bytes_list values of those slots go to raw (the last of
+// a slot's), the others to out, in order.
 func checkKeys(t *testing.T, k *Keys, slots map[string]int, i int, rec []byte) {
 	t.Helper()
 	want, werr := reference(rec, slots)
 	got, gerr := decodeAll(k, rec)
 	if fmt.Sprint(werr) != fmt.Sprint(gerr) || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("record %d (% x):\n got %v, %v\nwant %v, %v", i, rec, got, gerr, want, werr)
+	}
+	all, aerr := k.Decode(rec, scratch[0][:0], nil)
+	var wantRest []Value
+	wantRaw := make([][]byte, 4)
+	for _, v := range all {
+		if v.Slot < len(wantRaw) && v.Kind == Bytes && v.One {
+			wantRaw[v.Slot] = v.Raw(rec)
+			continue
+		}
+		wantRest = append(wantRest, v)
+	}
+	raw := make([][]byte, len(wantRaw))
+	rest, rerr := k.Decode(rec, scratch[1][:0], raw)
+	scratch[0], scratch[1] = all, rest
+	if fmt.Sprint(aerr) != fmt.Sprint(rerr) || !slices.Equal(rest, wantRest) || !slices.EqualFunc(raw, wantRaw, func(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }) {
+		t.Fatalf("record %d (% x), with raw:\n got %v, %q, %v\nwant %v, %q, %v", i, rec, rest, raw, rerr, wantRest, wantRaw, aerr)
 	}
 }
 
@@ -198,7 +221,7 @@ func TestDecodeAgreesWithFeatures(t *testing.T) {
 	for i, rec := range recs {
 		check(i, rec)
 		if i%10 == 0 && i > 0 { // in the order learnt: each value found as One
-			vals, _ := k.Decode(rec, nil)
+			vals, _ := k.Decode(rec, nil, nil)
 			for _, v := range vals {
 				if !v.One || v.Slot == 5 && v.X != 7 {
 					t.Fatalf("record %d: %+v", i, v)
@@ -244,12 +267,12 @@ func TestCommonComparesEveryByteBeforeTheValue(t *testing.T) {
 	es := [][]byte{entry(keys[0], int64F(300)), entry(keys[1], floatF(7)), entry(keys[2], bytesF("12345678")), entry(keys[3], bytesF("v")), entry(keys[4], int64F(1)), entry(keys[5], bytesF("w"))}
 	k := NewKeys(func(key []byte) int { return len(key) })
 	rec := example(append(es, entry("a_key_of_15byte", bytesF("0123456789012345678901234567890")))...)
-	if _, err := k.Decode(rec, nil); err != nil {
+	if _, err := k.Decode(rec, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, m := binary.Uvarint(rec[1:])
 	at0 := 1 + m // where the Features message's entries start
-	if _, at, out := k.common(rec, rec[at0:], 0, nil); at != len(es) || len(out) != len(es) || !out[0].One || out[0].X != 300 {
+	if _, at, out := k.common(rec, rec[at0:], 0, nil, nil); at != len(es) || len(out) != len(es) || !out[0].One || out[0].X != 300 {
 		t.Fatalf("read %d entries (%+v), want %d", at, out, len(es))
 	}
 	pos := at0
@@ -258,7 +281,7 @@ func TestCommonComparesEveryByteBeforeTheValue(t *testing.T) {
 			for _, flip := range []byte{0x01, 0x40, 0x80} {
 				c := bytes.Clone(rec)
 				c[pos+p] ^= flip
-				if _, at, _ := k.common(c, c[at0:], 0, nil); at != i {
+				if _, at, _ := k.common(c, c[at0:], 0, nil, nil); at != i {
 					t.Fatalf("entry %d, byte %d ^ %#x: read %d entries, want %d", i, p, flip, at, i)
 				}
 			}
