@@ -32,12 +32,15 @@ type rowParser struct {
 	// (nil: one value, in fields).
 	fields [][]byte
 	lists  [][][]byte
-	// typed are, for a tfrecord or parquet reader, the columns whose one
-	// value it gave as an integer rather than as text (typed: false, the
-	// text in fields): the value the text would parse to, without its
+	// ints are, for a tfrecord or parquet reader, the columns' one
+	// values it gave as integers, where isInt says (rather than as text
+	// in fields): the values their text would parse to, without its
 	// formatting and parsing. Only columns read by features specs alone
-	// are given so (typedCols).
-	typed  []typedValue
+	// are given so (typedCols). hashed are the columns whose one value it
+	// gave as its hash (hashedCols).
+	ints   []int64
+	isInt  []bool
+	hashed []hashedValue
 	nf, ni int
 	nk     int // int64 keys (ids specs with key)
 	nt     int // float label (target) columns; 0 for class ids
@@ -63,13 +66,12 @@ type rowParser struct {
 	vocabsNow Vocabs
 }
 
-// typedValue is a column's one value given as an integer, i, where
-// typed; or, where hashed, as its hash, h (hashKey of its bytes from the
-// column's seed), for a column a reader may give so (hashedCols).
-type typedValue struct {
-	typed, hashed bool
-	i             int64
-	h             uint64
+// hashedValue is a column's one value given as its hash, h (hashKey of
+// its bytes from the column's seed), where ok, for a column a reader may
+// give so (hashedCols).
+type hashedValue struct {
+	ok bool
+	h  uint64
 }
 
 // hashedCols says, by column, which columns a reader may give hashed, and
@@ -357,8 +359,8 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 		c, out := fs.c, out.feat[i]
 		for k, col := range c.Cols {
 			var v float64
-			if p.typed != nil && p.typed[col].typed { // as parseInt or parseNumber would read its text
-				n := p.typed[col].i
+			if p.isInt != nil && p.isInt[col] { // as parseInt or parseNumber would read its text
+				n := p.ints[col]
 				if c.Transform == "log" && n >= 0 && n < int64(len(log1pSmall)) {
 					out[k] = log1pSmall[n]
 					continue

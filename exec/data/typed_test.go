@@ -103,13 +103,13 @@ func typedValuesReadAsTheirText(t *testing.T, randFloats, randInts int) {
 			if err := read(float32(math.NaN()), true, got); err == nil {
 				t.Fatal("NaN read as a value, want the text's error")
 			}
-			if err := read(int64(-3), true, got); err != nil || !p.typed[0].typed {
+			if err := read(int64(-3), true, got); err != nil || !p.isInt[0] {
 				t.Fatalf("an int64 of a features column went as text (%v)", err)
 			}
-			if err := read(float32(-7), true, got); err != nil || !p.typed[0].typed {
+			if err := read(float32(-7), true, got); err != nil || !p.isInt[0] {
 				t.Fatalf("an integer float32 of a features column went as text (%v)", err)
 			}
-			if err := read(float32(1.5), true, got); err != nil || p.typed[0].typed {
+			if err := read(float32(1.5), true, got); err != nil || p.isInt[0] {
 				t.Fatalf("1.5 went as an integer (%v)", err)
 			}
 		})
@@ -150,8 +150,8 @@ func TestParquetTypedValuesReadAsTheirText(t *testing.T) {
 					return rows, errs
 				}
 				rows, errs = append(rows, feat), append(errs, fmt.Sprint(err))
-				if p.typed[0].typed != typed {
-					t.Fatalf("typed %v: a boolean went typed %v", typed, p.typed[0].typed)
+				if p.isInt[0] != typed {
+					t.Fatalf("typed %v: a boolean went typed %v", typed, p.isInt[0])
 				}
 			}
 		}

@@ -330,16 +330,39 @@ func (v *Value) Values(rec []byte) Values {
 	return Values{Kind: v.Kind, list: msg{b: rec[v.off:v.end]}}
 }
 
+// Sink is where Decode puts, by slot, the one value of a feature laid
+// out as writers most often lay it out (One), instead of giving it in
+// out: the commonest features of CTR data, a categorical's string and a
+// count, read without a Value. Its slices are indexed by slot; a nil one
+// takes nothing.
+type Sink struct {
+	// Raw takes a bytes_list's value (a slice of the record), for the
+	// slots below its length.
+	Raw [][]byte
+	// Int takes an int64_list's value, and Got[slot] is set, for the
+	// slots IntOK says.
+	Int   []int64
+	Got   []bool
+	IntOK []bool
+}
+
+// noSink takes nothing.
+var noSink Sink
+
+// intOK says whether slot takes an int64_list's value.
+func (s *Sink) intOK(slot int) bool { return slot < len(s.IntOK) && s.IntOK[slot] }
+
 // Decode appends to out the features of the serialized tf.Example rec
 // that have a slot, in the order the record lists them: those Features
-// would give, with a slot; but a One bytes_list value of a slot below
-// len(raw) it puts in raw[slot] instead (the last one, for a key the
-// record lists twice), a slice of rec: the commonest feature of CTR
-// data, a categorical's one string, read without a Value. On an error it
-// returns the features before the one it met the error in (a caller that
-// reads values as it goes reads those first, as it would have), raw
+// would give, with a slot; but a One value that sink takes it puts there
+// instead (the last one, for a key the record lists twice). On an error
+// it returns the features before the one it met the error in (a caller
+// that reads values as it goes reads those first, as it would have), sink
 // holding those before it.
-func (k *Keys) Decode(rec []byte, out []Value, raw [][]byte) ([]Value, error) {
+func (k *Keys) Decode(rec []byte, out []Value, sink *Sink) ([]Value, error) {
+	if sink == nil {
+		sink = &noSink
+	}
 	fs := NewFeatures(rec)
 	if len(rec) >= 2 && rec[0] == 0x0a { // the Example's Features message, first
 		if l, n := binary.Uvarint(rec[1:]); n > 0 && l <= uint64(len(rec)-1-n) {
@@ -349,7 +372,7 @@ func (k *Keys) Decode(rec []byte, out []Value, raw [][]byte) ([]Value, error) {
 	at := 0 // where in seen the next key is looked for first
 	var f Feature
 	for {
-		fs.inner.b, at, out = k.common(rec, fs.inner.b, at, out, raw)
+		fs.inner.b, at, out = k.common(rec, fs.inner.b, at, out, sink)
 		ok, err := fs.Next(&f)
 		if err != nil || !ok {
 			return out, err
@@ -364,9 +387,15 @@ func (k *Keys) Decode(rec []byte, out []Value, raw [][]byte) ([]Value, error) {
 		if slot < 0 {
 			continue
 		}
-		if f.One && f.Kind == Bytes && slot < len(raw) {
-			raw[slot] = f.Raw
-			continue
+		if f.One {
+			switch {
+			case f.Kind == Bytes && slot < len(sink.Raw):
+				sink.Raw[slot] = f.Raw
+				continue
+			case f.Kind == Int64 && sink.intOK(slot):
+				sink.Int[slot], sink.Got[slot] = int64(f.X), true
+				continue
+			}
 		}
 		v := Value{Slot: slot, Kind: f.Kind, One: f.One, X: f.X}
 		if len(f.list) > 0 { // a slice of rec: its offset is what its capacity lacks of rec's
@@ -383,8 +412,7 @@ func (k *Keys) Decode(rec []byte, out []Value, raw [][]byte) ([]Value, error) {
 // the kind it had, every tag and length one byte. It compares the
 // entry's bytes up to its value with the key's, a word at a time, and
 // returns the rest of b, the place after the last key read and out with
-// their values (a One bytes_list value of a slot below len(raw) in
-// raw, as Decode says). An entry that is not the expected key's is compared with
+// their values (or in sink, as Decode says). An entry that is not the expected key's is compared with
 // the next three places' keys (features left out of the record, as find
 // looks for them) before it is left to Features.
 //
@@ -393,8 +421,8 @@ func (k *Keys) Decode(rec []byte, out []Value, raw [][]byte) ([]Value, error) {
 // that capacity is left to Features. A record read in place from a
 // buffer (Reader.Next) has its checksum and the buffer's next bytes past
 // its end.
-func (k *Keys) common(rec, b []byte, at int, out []Value, raw [][]byte) ([]byte, int, []Value) {
-	seen := k.seen
+func (k *Keys) common(rec, b []byte, at int, out []Value, sink *Sink) ([]byte, int, []Value) {
+	seen, raw := k.seen, sink.Raw
 	if len(seen)-at > cap(out)-len(out) {
 		out = slices.Grow(out, len(seen)-at)
 	}
@@ -426,31 +454,37 @@ func (k *Keys) common(rec, b []byte, at int, out []Value, raw [][]byte) ([]byte,
 		at += skip + 1
 		skip = 0
 		pos = end
-		switch slot := sk.slot; {
+		slot := sk.slot
+		switch {
 		case slot < 0:
+			continue
 		case sk.kind == Bytes && slot < len(raw):
 			raw[slot] = full[n:end]
-		default:
-			v := &w[o]
-			o++
-			v.Slot, v.X, v.off, v.end, v.Kind, v.One = slot, 0, n-2, end, sk.kind, true
-			switch sk.kind {
-			case Int64:
-				if c := full[n]; vl == 1 && c < 0x80 {
-					v.X = uint64(c)
-				} else if u, m := binary.Uvarint(full[n:end]); m > 0 && m == vl {
-					v.X = u
-				} else {
-					v.One = false
-				}
-			case Float:
-				if vl == 4 {
-					v.X = uint64(binary.LittleEndian.Uint32(full[n:]))
-				} else {
-					v.One = false
-				}
+			continue
+		}
+		v, one := uint64(0), true
+		switch sk.kind {
+		case Int64:
+			if c := full[n]; vl == 1 && c < 0x80 {
+				v = uint64(c)
+			} else if u, m := binary.Uvarint(full[n:end]); m > 0 && m == vl {
+				v = u
+			} else {
+				one = false
+			}
+			if one && sink.intOK(slot) {
+				sink.Int[slot], sink.Got[slot] = int64(v), true
+				continue
+			}
+		case Float:
+			if vl == 4 {
+				v = uint64(binary.LittleEndian.Uint32(full[n:]))
+			} else {
+				one = false
 			}
 		}
+		w[o] = Value{Slot: slot, X: v, off: n - 2, end: end, Kind: sk.kind, One: one}
+		o++
 	}
 	return b[len(b)-(lim-pos):], at, w[:o]
 }

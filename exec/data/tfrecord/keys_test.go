@@ -81,10 +81,11 @@ func decodeAll(k *Keys, rec []byte) ([]decoded, error) {
 // scratch are checkKeys' outs, kept: Decode grows one to the keys learnt.
 var scratch [2][]Value
 
-// checkKeys checks k's Decode of rec against reference; and Decode with
-// raw for the slots below 4 against Decode without (once more, the keys
-// learnt): the One bytes_list values of those slots go to raw (the last of
-// a slot's), the others to out, in order.
+// checkKeys checks k's Decode of rec against reference; and Decode with a
+// sink against Decode without (once more, the keys learnt): the One
+// bytes_list values of slots below 4 go to its Raw, the One int64_list
+// values of slots 0 to 2 to its Int (the last of a slot's), the others to
+// out, in order.
 func checkKeys(t *testing.T, k *Keys, slots map[string]int, i int, rec []byte) {
 	t.Helper()
 	want, werr := reference(rec, slots)
@@ -94,19 +95,30 @@ func checkKeys(t *testing.T, k *Keys, slots map[string]int, i int, rec []byte) {
 	}
 	all, aerr := k.Decode(rec, scratch[0][:0], nil)
 	var wantRest []Value
-	wantRaw := make([][]byte, 4)
+	wantRaw, wantInt := make([][]byte, 4), make([]any, 4)
+	intOK := []bool{true, true, true, false}
 	for _, v := range all {
-		if v.Slot < len(wantRaw) && v.Kind == Bytes && v.One {
+		switch {
+		case v.Slot < len(wantRaw) && v.Kind == Bytes && v.One:
 			wantRaw[v.Slot] = v.Raw(rec)
-			continue
+		case v.Slot < len(intOK) && intOK[v.Slot] && v.Kind == Int64 && v.One:
+			wantInt[v.Slot] = int64(v.X)
+		default:
+			wantRest = append(wantRest, v)
 		}
-		wantRest = append(wantRest, v)
 	}
-	raw := make([][]byte, len(wantRaw))
-	rest, rerr := k.Decode(rec, scratch[1][:0], raw)
+	sink := &Sink{Raw: make([][]byte, len(wantRaw)), Int: make([]int64, 4), Got: make([]bool, 4), IntOK: intOK}
+	rest, rerr := k.Decode(rec, scratch[1][:0], sink)
 	scratch[0], scratch[1] = all, rest
-	if fmt.Sprint(aerr) != fmt.Sprint(rerr) || !slices.Equal(rest, wantRest) || !slices.EqualFunc(raw, wantRaw, func(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }) {
-		t.Fatalf("record %d (% x), with raw:\n got %v, %q, %v\nwant %v, %q, %v", i, rec, rest, raw, rerr, wantRest, wantRaw, aerr)
+	gotInt := make([]any, 4)
+	for s, ok := range sink.Got {
+		if ok {
+			gotInt[s] = sink.Int[s]
+		}
+	}
+	if fmt.Sprint(aerr) != fmt.Sprint(rerr) || !slices.Equal(rest, wantRest) || fmt.Sprint(gotInt) != fmt.Sprint(wantInt) ||
+		!slices.EqualFunc(sink.Raw, wantRaw, func(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }) {
+		t.Fatalf("record %d (% x), with a sink:\n got %v, %q, %v, %v\nwant %v, %q, %v, %v", i, rec, rest, sink.Raw, gotInt, rerr, wantRest, wantRaw, wantInt, aerr)
 	}
 }
 
@@ -272,7 +284,7 @@ func TestCommonComparesEveryByteBeforeTheValue(t *testing.T) {
 	}
 	_, m := binary.Uvarint(rec[1:])
 	at0 := 1 + m // where the Features message's entries start
-	if _, at, out := k.common(rec, rec[at0:], 0, nil, nil); at != len(es) || len(out) != len(es) || !out[0].One || out[0].X != 300 {
+	if _, at, out := k.common(rec, rec[at0:], 0, nil, &Sink{}); at != len(es) || len(out) != len(es) || !out[0].One || out[0].X != 300 {
 		t.Fatalf("read %d entries (%+v), want %d", at, out, len(es))
 	}
 	pos := at0
@@ -281,7 +293,7 @@ func TestCommonComparesEveryByteBeforeTheValue(t *testing.T) {
 			for _, flip := range []byte{0x01, 0x40, 0x80} {
 				c := bytes.Clone(rec)
 				c[pos+p] ^= flip
-				if _, at, _ := k.common(c, c[at0:], 0, nil, nil); at != i {
+				if _, at, _ := k.common(c, c[at0:], 0, nil, &Sink{}); at != i {
 					t.Fatalf("entry %d, byte %d ^ %#x: read %d entries, want %d", i, p, flip, at, i)
 				}
 			}
