@@ -254,6 +254,10 @@ type Keys struct {
 	// slots; index is each one's place in seen.
 	seen  []seenKey
 	index map[string]int
+	// out and sink are Decode's, while it runs (common's rare cases
+	// append to out, without keeping it in a register)
+	out  []Value
+	sink *Sink
 }
 
 type seenKey struct {
@@ -370,11 +374,18 @@ func (k *Keys) Decode(rec []byte, out []Value, sink *Sink) ([]Value, error) {
 		}
 	}
 	at := 0 // where in seen the next key is looked for first
+	k.out, k.sink = out, sink
 	var f Feature
 	for {
-		fs.inner.b, at, out = k.common(rec, fs.inner.b, at, out, sink)
-		ok, err := fs.Next(&f)
+		fs.inner.b, at = k.common(rec, fs.inner.b, at)
+		var ok bool
+		var err error
+		if len(fs.inner.b) > 0 || len(fs.outer.b) > 0 {
+			ok, err = fs.Next(&f)
+		}
 		if err != nil || !ok {
+			out = k.out
+			k.out, k.sink = nil, nil
 			return out, err
 		}
 		var slot int
@@ -402,7 +413,7 @@ func (k *Keys) Decode(rec []byte, out []Value, sink *Sink) ([]Value, error) {
 			v.off = cap(rec) - cap(f.list)
 			v.end = v.off + len(f.list)
 		}
-		out = append(out, v)
+		k.out = append(k.out, v)
 	}
 }
 
@@ -421,72 +432,70 @@ func (k *Keys) Decode(rec []byte, out []Value, sink *Sink) ([]Value, error) {
 // that capacity is left to Features. A record read in place from a
 // buffer (Reader.Next) has its checksum and the buffer's next bytes past
 // its end.
-func (k *Keys) common(rec, b []byte, at int, out []Value, sink *Sink) ([]byte, int, []Value) {
-	seen, raw := k.seen, sink.Raw
-	if len(seen)-at > cap(out)-len(out) {
-		out = slices.Grow(out, len(seen)-at)
-	}
-	o, w := len(out), out[:cap(out)] // a value a key at most
+func (k *Keys) common(rec, b []byte, at int) ([]byte, int) {
+	seen := k.seen
 	full := rec[:cap(rec)]
 	pos := cap(rec) - cap(b) // b's offset in rec
 	lim := pos + len(b)      // and its end
-	skip := 0                // the places looked past at, for a left-out feature
-	for at+skip < len(seen) {
-		sk := &seen[at+skip]
-		n := pos + sk.n // where the value starts
-		if n > lim || pos+24 > len(full) {
+	for i := at; i < len(seen); {
+		sk := &seen[i]
+		if pos+32 > len(full) {
 			break
 		}
-		vl := int(full[n-1])
-		end := n + vl
+		ws := (*[32]byte)(full[pos : pos+32])
+		vl := int(ws[(sk.n-1)&31]) // the value's length
+		end := pos + sk.n + vl
 		x := uint64(vl)
-		ws := full[pos : pos+24]
-		d := (binary.LittleEndian.Uint64(ws)^(sk.tmpl[0]+x*sk.step[0]))&sk.mask[0] |
+		d := (binary.LittleEndian.Uint64(ws[:])^(sk.tmpl[0]+x*sk.step[0]))&sk.mask[0] |
 			(binary.LittleEndian.Uint64(ws[8:])^(sk.tmpl[1]+x*sk.step[1]))&sk.mask[1] |
 			(binary.LittleEndian.Uint64(ws[16:])^(sk.tmpl[2]+x*sk.step[2]))&sk.mask[2]
 		if d != 0 || vl > sk.maxvl || end > lim {
-			if skip < 3 {
-				skip++
+			if i < at+3 { // a feature left out?
+				i++
 				continue
 			}
 			break
 		}
-		at += skip + 1
-		skip = 0
-		pos = end
-		slot := sk.slot
-		switch {
+		n := pos + sk.n // the value, full[n:end]
+		pos, at = end, i+1
+		i = at
+		switch slot := sk.slot; {
 		case slot < 0:
-			continue
-		case sk.kind == Bytes && slot < len(raw):
-			raw[slot] = full[n:end]
-			continue
+		case sk.kind == Bytes && slot < len(k.sink.Raw):
+			k.sink.Raw[slot] = full[n:end]
+		case sk.kind == Int64 && vl == 1 && full[n] < 0x80 && k.sink.intOK(slot):
+			k.sink.Int[slot], k.sink.Got[slot] = int64(full[n]), true
+		default:
+			k.value(slot, sk.kind, full[n-2:end], n-2)
 		}
-		v, one := uint64(0), true
-		switch sk.kind {
-		case Int64:
-			if c := full[n]; vl == 1 && c < 0x80 {
-				v = uint64(c)
-			} else if u, m := binary.Uvarint(full[n:end]); m > 0 && m == vl {
-				v = u
-			} else {
-				one = false
-			}
-			if one && sink.intOK(slot) {
-				sink.Int[slot], sink.Got[slot] = int64(v), true
-				continue
-			}
-		case Float:
-			if vl == 4 {
-				v = uint64(binary.LittleEndian.Uint32(full[n:]))
-			} else {
-				one = false
-			}
-		}
-		w[o] = Value{Slot: slot, X: v, off: n - 2, end: end, Kind: sk.kind, One: one}
-		o++
 	}
-	return b[len(b)-(lim-pos):], at, w[:o]
+	return b[len(b)-(lim-pos):], at
+}
+
+// value gives the feature of slot whose list (in the common layout, its
+// tag and length then one value) is l, rec[off:off+len(l)]: to the sink
+// or out.
+func (k *Keys) value(slot int, kind Kind, l []byte, off int) {
+	v, one := uint64(0), true
+	switch kind {
+	case Int64:
+		if u, m := binary.Uvarint(l[2:]); m > 0 && m == len(l)-2 {
+			v = u
+		} else {
+			one = false
+		}
+		if one && k.sink.intOK(slot) {
+			k.sink.Int[slot], k.sink.Got[slot] = int64(v), true
+			return
+		}
+	case Float:
+		if len(l) == 6 {
+			v = uint64(binary.LittleEndian.Uint32(l[2:]))
+		} else {
+			one = false
+		}
+	}
+	k.out = append(k.out, Value{Slot: slot, X: v, off: off, end: off + len(l), Kind: kind, One: one})
 }
 
 // find is the slot of a record's key not at place at of seen, and the

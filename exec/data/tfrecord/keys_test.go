@@ -269,6 +269,13 @@ func TestDecodeAgreesWithFeatures(t *testing.T) {
 	}
 }
 
+// common is k.common from rec[at0:] and place 0, with the Value it gave.
+func common(k *Keys, rec []byte, at0 int) ([]byte, int, []Value) {
+	k.out, k.sink = nil, &noSink
+	b, at := k.common(rec, rec[at0:], 0)
+	return b, at, k.out
+}
+
 // Keys reads an entry in the common layout by comparing its bytes up to
 // its value with the ones its key's place expects: it takes the entries of
 // a record in the order learnt, keys of 1 to 14 bytes, and stops at an
@@ -284,7 +291,7 @@ func TestCommonComparesEveryByteBeforeTheValue(t *testing.T) {
 	}
 	_, m := binary.Uvarint(rec[1:])
 	at0 := 1 + m // where the Features message's entries start
-	if _, at, out := k.common(rec, rec[at0:], 0, nil, &Sink{}); at != len(es) || len(out) != len(es) || !out[0].One || out[0].X != 300 {
+	if _, at, out := common(k, rec, at0); at != len(es) || len(out) != len(es) || !out[0].One || out[0].X != 300 {
 		t.Fatalf("read %d entries (%+v), want %d", at, out, len(es))
 	}
 	pos := at0
@@ -293,7 +300,7 @@ func TestCommonComparesEveryByteBeforeTheValue(t *testing.T) {
 			for _, flip := range []byte{0x01, 0x40, 0x80} {
 				c := bytes.Clone(rec)
 				c[pos+p] ^= flip
-				if _, at, _ := k.common(c, c[at0:], 0, nil, &Sink{}); at != i {
+				if _, at, _ := common(k, c, at0); at != i {
 					t.Fatalf("entry %d, byte %d ^ %#x: read %d entries, want %d", i, p, flip, at, i)
 				}
 			}
