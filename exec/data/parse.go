@@ -41,11 +41,14 @@ type rowParser struct {
 	ints   []int64
 	isInt  []bool
 	hashed []hashedValue
-	nf, ni int
-	nk     int // int64 keys (ids specs with key)
-	nt     int // float label (target) columns; 0 for class ids
-	feats  []featSpec
-	ids    []idSpec
+	// labelText holds the text of a typed label that is read as text
+	// (labelField)
+	labelText []byte
+	nf, ni    int
+	nk        int // int64 keys (ids specs with key)
+	nt        int // float label (target) columns; 0 for class ids
+	feats     []featSpec
+	ids       []idSpec
 	// truncated counts, per ids spec, the fields that held more than
 	// max_len ids (a multi-valued column); the first max_len were kept.
 	truncated []int64
@@ -98,7 +101,9 @@ func (p *rowParser) hashedCols(n int) (ok []bool, seed []uint64) {
 }
 
 // typedCols says, by column, which columns a reader may give as integers:
-// those read by features specs alone.
+// those read by features specs, and by the label where it is not mapped
+// by positive or a vocabulary (its text, not its number), and by nothing
+// else.
 func typedCols(spec *dsl.Data, n int) []bool {
 	k := make([]bool, n)
 	for _, c := range spec.Features {
@@ -106,9 +111,14 @@ func typedCols(spec *dsl.Data, n int) []bool {
 			k[col] = true
 		}
 	}
+	if c := spec.Label; c != nil && c.Positive == nil && c.Vocab == nil {
+		for _, col := range c.Cols {
+			k[col] = true
+		}
+	}
 	other := append([]*dsl.Column{}, spec.IDs...)
-	if spec.Label != nil {
-		other = append(other, spec.Label)
+	if c := spec.Label; c != nil && (c.Positive != nil || c.Vocab != nil) {
+		other = append(other, c)
 	}
 	for _, c := range other {
 		for _, col := range c.Cols {
@@ -398,7 +408,7 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 	}
 	if c := p.spec.Label; c != nil && c.Float {
 		for k, col := range c.Cols {
-			v, err := p.labelValue(c, p.fields[col], col, lineNo)
+			v, err := p.labelValue(c, p.labelField(col), col, lineNo)
 			if err != nil {
 				return err
 			}
@@ -411,12 +421,14 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 		switch {
 		case c.Vocab != nil:
 			v, err = p.labelClass(c, p.fields[col], col, lineNo)
+		case p.isInt != nil && p.isInt[col] && c.Threshold == nil && p.ints[col] >= 0 && p.ints[col] <= math.MaxInt32:
+			v = int32(p.ints[col]) // as integer reads its text
 		case c.Positive != nil || c.Threshold != nil:
 			var x float64
-			x, err = p.labelValue(c, p.fields[col], col, lineNo)
+			x, err = p.labelValue(c, p.labelField(col), col, lineNo)
 			v = int32(x)
 		default:
-			v, err = p.integer(c, p.fields[col], col, lineNo, "label")
+			v, err = p.integer(c, p.labelField(col), col, lineNo, "label")
 		}
 		if err != nil {
 			return err
@@ -429,6 +441,19 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 		}
 	}
 	return nil
+}
+
+// labelField is the label column col's field: its text, or a typed
+// integer's (typedCols gives the label typed where its reading of the
+// integer and of its text agree: not positive's, not a vocabulary's); a
+// threshold's or a float label's reading of it, and an error naming it,
+// are those of its text.
+func (p *rowParser) labelField(col int) []byte {
+	if p.isInt != nil && p.isInt[col] {
+		p.labelText = strconv.AppendInt(p.labelText[:0], p.ints[col], 10)
+		return p.labelText
+	}
+	return p.fields[col]
 }
 
 // labelValue maps a label field to its value: 1 or 0 by positive or
