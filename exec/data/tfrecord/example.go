@@ -251,9 +251,12 @@ func (m *msg) next() (num, wt int, v []byte, x uint64, ok bool, err error) {
 type Keys struct {
 	slot func(key []byte) int // a key met for the first time: its slot, -1 for none
 	// seen is the keys met, in the order records list them, with their
-	// slots; index is each one's place in seen.
+	// slots; index is each one's number (in the order met), and place a
+	// number's place in seen: a key learnt before others moves their
+	// places, not the index.
 	seen  []seenKey
 	index map[string]int
+	place []int
 	// out and sink are Decode's, while it runs (common's rare cases
 	// append to out, without keeping it in a register)
 	out  []Value
@@ -263,6 +266,7 @@ type Keys struct {
 type seenKey struct {
 	key  []byte
 	slot int
+	id   int  // its number in Keys.index
 	kind Kind // of its values the first time it was met
 	// the map entry of the key and one value of its kind in the common
 	// layout (every tag and length one byte), as the entry's first nw
@@ -507,16 +511,21 @@ func (k *Keys) find(key []byte, kind Kind, at int) (slot, next int) {
 			return k.seen[i].slot, i + 1
 		}
 	}
-	if i, ok := k.index[string(key)]; ok {
+	if id, ok := k.index[string(key)]; ok {
+		i := k.place[id]
 		return k.seen[i].slot, i + 1
 	}
 	slot = k.slot(key)
 	if len(k.seen) >= maxSeen {
 		return slot, at
 	}
-	k.seen = slices.Insert(k.seen, at, newSeenKey(key, slot, kind))
-	for i := at; i < len(k.seen); i++ {
-		k.index[string(k.seen[i].key)] = i
+	sk := newSeenKey(key, slot, kind)
+	sk.id = len(k.place)
+	k.index[string(key)] = sk.id
+	k.place = append(k.place, at)
+	k.seen = slices.Insert(k.seen, at, sk)
+	for i := at + 1; i < len(k.seen); i++ {
+		k.place[k.seen[i].id] = i
 	}
 	return slot, at + 1
 }
