@@ -64,22 +64,7 @@ func typedValuesReadAsTheirText(t *testing.T, randFloats, randInts int) {
 			// integer 2 as text; it returns the row's feature of column 0.
 			read := func(v any, typed bool, feat []float32) error {
 				p.rowOut(&out, feat, nil, nil, nil, nil)
-				b.start(64, 4)
-				switch x := v.(type) {
-				case int64:
-					if !typed || !b.typedInt(0, x) {
-						b.values = append(b.values, b.appendInt(x))
-					}
-				case float32:
-					if !typed || !b.typedFloat(0, x) {
-						b.values = append(b.values, b.appendFloat(float64(x), 32))
-					}
-				}
-				if err := b.set(0, 0, p.where); err != nil {
-					return err
-				}
-				b.values = append(b.values, b.appendInt(2))
-				if err := b.set(1, 1, p.where); err != nil {
+				if err := giveRow(b, v, typed); err != nil {
 					return err
 				}
 				return p.parseFields(1, &out)
@@ -177,6 +162,28 @@ func TestParquetTypedValuesReadAsTheirText(t *testing.T) {
 	}
 }
 
+// giveRow gives the row of b column 0 the value v (an int64 or a
+// float32) as text, or typed where the row takes it so, and column 1 the
+// integer 2 as text.
+func giveRow(b *binaryRow, v any, typed bool) error {
+	b.start(64, 4)
+	switch x := v.(type) {
+	case int64:
+		if !typed || !b.typedInt(0, x) {
+			b.values = append(b.values, b.appendInt(x))
+		}
+	case float32:
+		if !typed || !b.typedFloat(0, x) {
+			b.values = append(b.values, b.appendFloat(float64(x), 32))
+		}
+	}
+	if err := b.set(0, 0, b.p.where); err != nil {
+		return err
+	}
+	b.values = append(b.values, b.appendInt(2))
+	return b.set(1, 1, b.p.where)
+}
+
 // A tfrecord or parquet reader's integer label given to the row parser as
 // an integer reads as its text does, to the same class or target or the
 // same error: a class id (negative and past int32: the text's error), a
@@ -204,22 +211,7 @@ func TestTypedLabelsReadAsTheirText(t *testing.T) {
 			if !spec.Label.Float {
 				out.tgt = nil
 			}
-			b.start(64, 4)
-			switch x := v.(type) {
-			case int64:
-				if !typed || !b.typedInt(0, x) {
-					b.values = append(b.values, b.appendInt(x))
-				}
-			case float32:
-				if !typed || !b.typedFloat(0, x) {
-					b.values = append(b.values, b.appendFloat(float64(x), 32))
-				}
-			}
-			if err := b.set(0, 0, p.where); err != nil {
-				return 0, err
-			}
-			b.values = append(b.values, b.appendInt(2))
-			if err := b.set(1, 1, p.where); err != nil {
+			if err := giveRow(b, v, typed); err != nil {
 				return 0, err
 			}
 			err := p.parseFields(1, &out)
