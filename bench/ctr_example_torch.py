@@ -5,7 +5,7 @@
 
 The model is psgraph's examples/ctr.yaml with a table of BUCKETS rows: the
 26 categorical columns of a `psgraph gen criteo` file hashed by psgraph's
-documented hash (data.HashID, docs/dsl.md) into one BUCKETS x 16 table,
+documented hash (docs/dsl.md, exec/data/hash.go) into one BUCKETS x 16 table,
 nn.Embedding(sparse=True), concatenated (416 wide); the 13 integer columns
 (empty = 0, ln(1+v) for v > 0, standardized over the file) through a
 bottom MLP 13-64-16; both concatenated into a top MLP 432-128-64-2, relu
@@ -32,7 +32,7 @@ FNV_OFFSET, FNV_PRIME, MASK = 14695981039346656037, 1099511628211, (1 << 64) - 1
 
 
 def hash_id(col, field, buckets):
-    """data.HashID: FNV-1a 64 over the column's 4 bytes then the field's, murmur3's finalizer, high 64 bits of h x buckets."""
+    """The id of hash_buckets (docs/dsl.md): FNV-1a 64 over the column's 4 bytes then the field's, murmur3's finalizer, high 64 bits of h x buckets."""
     h = FNV_OFFSET
     for b in col.to_bytes(4, "little") + field:
         h = ((h ^ b) * FNV_PRIME) & MASK

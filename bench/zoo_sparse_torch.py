@@ -113,7 +113,7 @@ def finalize(h):
 
 
 def hash_id(field, buckets, col=None):
-    """data.HashID (a column's space) or, with col None, data.SharedHashID."""
+    """The hash_buckets id (docs/dsl.md): a column's space or, with col None, shared_space."""
     h = FNV_OFFSET if col is None else fnv(FNV_OFFSET, struct.pack("<I", col))
     return (finalize(fnv(h, field.encode())) * buckets) >> 64
 

@@ -19,7 +19,7 @@ faster of DLRM's two forms, bench/dot_interaction_torch.py).
 The data is read as psgraph reads it (docs/dsl.md): label, 13 integer
 columns (empty 0, ln(1+v) for v > 0, standardized with the training rows'
 mean and population std), 26 categorical columns each hashed into its own
-space of hash_buckets ids (data.HashID: FNV-1a 64 over the column's 4
+space of hash_buckets ids (docs/dsl.md: FNV-1a 64 over the column's 4
 bytes and the field, murmur3's finalizer, the high 64 bits of h * N).
 Batch k is rows [kB, (k+1)B) of the file, wrapping (psgraph's data stream
 rule).
@@ -64,7 +64,7 @@ def column_hash(col):
 
 
 def hash_id(col, field, buckets):
-    """data.HashID: the bucket of a field of column col (docs/dsl.md)."""
+    """The hash_buckets id of a field of column col (docs/dsl.md, exec/data/hash.go)."""
     h = column_hash(col)
     for b in field:
         h = ((h ^ b) * 1099511628211) & MASK

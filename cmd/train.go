@@ -6,11 +6,13 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/launch"
 	"github.com/psgraph/psgraph/exec/modelfile"
+	"github.com/psgraph/psgraph/exec/node"
 	"github.com/psgraph/psgraph/partition"
 )
 
@@ -27,6 +29,7 @@ type trainOptions struct {
 	final    bool   // --final-pass
 	tcp      bool   // --tcp
 	serve    string // --serve
+	inProc   bool   // --in-process
 }
 
 func newTrainCmd() *cobra.Command {
@@ -45,9 +48,12 @@ every child, each checkpoints that step and ends, and train prints the
 summary and exits 0 (a second signal stops everything at once). The children share a freshly
 generated token, a share of the cores (GOMAXPROCS) and a GODEBUG that
 keeps the Go runtime's sysmon from parking at every idle moment of a
-step (docs/runtime.md).`,
+step (docs/runtime.md). With --in-process every pserver and trainer runs
+inside this process instead, connected in memory: no sockets, no child
+processes, one process to profile or debug (docs/runtime.md).`,
 		Example: `  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2
-  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2 --mode async --save digits.safetensors`,
+  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2 --mode async --save digits.safetensors
+  psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2 --in-process`,
 		Args: exactArgs(1, "one model file"),
 		RunE: func(c *cobra.Command, args []string) error { return o.run(c, args[0]) },
 	}
@@ -60,6 +66,7 @@ step (docs/runtime.md).`,
 	f.StringVar(&o.metrics, "metrics", "", "JSON-lines progress file of trainer 0; trainer i writes NAME.trainer-i.jsonl beside it")
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one); its endpoints are this run's sockets, removed at the end (with --tcp, loopback ports)")
 	f.BoolVar(&o.tcp, "tcp", false, "connect the nodes over loopback TCP ports instead of Unix-domain sockets (the path a job across machines takes)")
+	f.BoolVar(&o.inProc, "in-process", false, "run every pserver and trainer inside this process, connected in memory, instead of as child processes over sockets (not with --tcp, --serve, --checkpoint-dir or an online data source)")
 	f.StringVar(&o.serve, "serve", "", "HOST:PORT: also start a serving replica that follows the job (psgraph serve --plan) and answers inference requests there; it serves the job's last step after the job until train is interrupted")
 	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
@@ -68,6 +75,9 @@ step (docs/runtime.md).`,
 }
 
 func (o *trainOptions) run(c *cobra.Command, model string) error {
+	if err := o.inProcessFlags(c); err != nil {
+		return err
+	}
 	dir := o.keep
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "psgraph-train-")
@@ -104,11 +114,14 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	if _, err := modelfile.SavedScaling(g, o.initFrom); err != nil {
 		return err
 	}
-	addrs, cleanup, err := o.endpoints(opt.PServers)
-	if err != nil {
-		return err
+	var addrs []string // in one process: none
+	if !o.inProc {
+		var cleanup func()
+		if addrs, cleanup, err = o.endpoints(opt.PServers); err != nil {
+			return err
+		}
+		defer cleanup()
 	}
-	defer cleanup()
 	opt.Endpoints = addrs
 	opt.SourceSHA256 = sum
 	plan, err := partition.Split(g, opt)
@@ -117,6 +130,9 @@ func (o *trainOptions) run(c *cobra.Command, model string) error {
 	}
 	if err := plan.Write(dir); err != nil {
 		return err
+	}
+	if o.inProc {
+		return o.runInProcess(c, plan, dir)
 	}
 	token, err := launch.NewToken()
 	if err != nil {
@@ -203,4 +219,42 @@ func (o *trainOptions) endpoints(n int) ([]string, func(), error) {
 	}
 	addrs, err := launch.FreePorts(n)
 	return addrs, func() {}, err
+}
+
+// inProcessFlags refuses, with --in-process, the flags a job in one
+// process cannot honour: each names the flag and what to do instead.
+func (o *trainOptions) inProcessFlags(c *cobra.Command) error {
+	if !o.inProc {
+		return nil
+	}
+	f := c.Flags()
+	switch {
+	case o.tcp:
+		return usagef("--in-process connects the nodes in memory, and --tcp over loopback TCP: give one of them")
+	case o.serve != "":
+		return usagef("--serve starts a serving replica that follows the pservers over the network, and --in-process gives them no address: drop --in-process to serve the job")
+	case f.Changed("checkpoint-dir") || f.Changed("checkpoint-every"):
+		return usagef("--checkpoint-dir and --checkpoint-every resume a job whose processes can be restarted; with --in-process the job lives and dies with this process: drop --in-process to checkpoint")
+	}
+	return nil
+}
+
+// runInProcess is train with --in-process: the plan written in dir (with
+// no endpoints) run node by node inside this process (node.InProcess),
+// trainer 0's summary printed last.
+func (o *trainOptions) runInProcess(c *cobra.Command, plan *partition.Plan, dir string) error {
+	fmt.Fprint(c.ErrOrStderr(), plan.Summary())
+	w := zerolog.SyncWriter(c.ErrOrStderr()) // the nodes log from their goroutines
+	logs := func(name string) zerolog.Logger {
+		l, _ := o.log.logger(w, name) // the flags were checked by run
+		return l
+	}
+	s, err := node.InProcess(c.Context(), node.InProcessOptions{
+		Plan: dir, Steps: o.steps, Batch: o.batch, InitFrom: o.initFrom, Save: o.save, Metrics: o.metrics,
+		LogEvery: o.log.every, FinalPass: finalPass(c), Log: logs,
+	})
+	if err != nil {
+		return err
+	}
+	return printJSON(c, s)
 }

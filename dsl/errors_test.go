@@ -29,7 +29,7 @@ func loadAll(path string) (err error) {
 		return err
 	}
 	if g.Data != nil {
-		if _, err := data.Load(g.Data); err != nil {
+		if _, err := data.LoadSplit(g.Data, nil); err != nil {
 			return err
 		}
 	}

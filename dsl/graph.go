@@ -171,11 +171,11 @@ type Column struct {
 	// or "log" (v > 0 becomes ln(1+v)).
 	Transform string
 	// HashBuckets > 0 hashes each id field's bytes into [0, HashBuckets)
-	// (see data.HashID); 0 reads the ids as integers, taken as they are.
+	// (the hash of exec/data/hash.go); 0 reads the ids as integers, taken as they are.
 	HashBuckets int
 	// KeyType, for ids: "" reads int32 ids; KeyHash64 or KeyInt64 reads int64
 	// keys instead (a variable of dtype int64): each field's bytes hashed
-	// to 64 bits with no bucket space (data.HashKey), or each field an
+	// to 64 bits with no bucket space (exec/data/hash.go), or each field an
 	// integer of the int64 range, taken as it is (ir.PadKey excepted).
 	KeyType string
 	// FillKey is the exact fill of an ids spec with KeyType KeyInt64 (Fill

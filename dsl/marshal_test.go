@@ -69,7 +69,7 @@ func withGeneratedData(t *testing.T, model string) string {
 	}
 	dir := t.TempDir()
 	var b bytes.Buffer
-	if err := criteo.Write(&b, criteo.Options{Rows: 100, Seed: 1, Truth: "fm", History: 8}); err != nil {
+	if _, err := criteo.Generate(&b, criteo.Options{Rows: 100, Seed: 1, Truth: "fm", History: 8}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {

@@ -80,31 +80,3 @@ func checkRows(rows, table []float32, ids []int32, w int) {
 		}
 	}
 }
-
-func gatherRows16Go(dst, src *float32, ids *int32, n int) {
-	d, is := unsafeF32(dst, 16*n), unsafeI32(ids, n)
-	for i, r := range is {
-		copy(d[i*16:i*16+16], unsafeF32At(src, int(r)*16, 16))
-	}
-}
-
-func scatterRows16Go(dst, src *float32, ids *int32, n int) {
-	s, is := unsafeF32(src, 16*n), unsafeI32(ids, n)
-	for i, r := range is {
-		copy(unsafeF32At(dst, int(r)*16, 16), s[i*16:i*16+16])
-	}
-}
-
-func gatherRowsWGo(dst, src *float32, ids *int32, n, w int) {
-	d, is := unsafeF32(dst, w*n), unsafeI32(ids, n)
-	for i, r := range is {
-		copy(d[i*w:i*w+w], unsafeF32At(src, int(r)*w, w))
-	}
-}
-
-func scatterRowsWGo(dst, src *float32, ids *int32, n, w int) {
-	s, is := unsafeF32(src, w*n), unsafeI32(ids, n)
-	for i, r := range is {
-		copy(unsafeF32At(dst, int(r)*w, w), s[i*w:i*w+w])
-	}
-}

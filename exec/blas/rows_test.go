@@ -10,7 +10,8 @@ import (
 // GatherRows16 and ScatterRows16 (the assembly loops on amd64, with their
 // prefetches running ahead and ending short of the ids' end) copy exactly
 // the rows a plain loop copies, for any number of ids around the prefetch
-// distance, repeated ids included; the Go loops of other platforms too.
+// distance, repeated ids included; on other platforms (and with -tags
+// purego) the same for the Go loops of rows_other.go.
 func TestRows16(t *testing.T) {
 	const rows = 1000
 	r := rand.New(rand.NewPCG(1, 2))
@@ -28,26 +29,22 @@ func TestRows16(t *testing.T) {
 		for i, id := range ids {
 			copy(want[i*16:], table[id*16:id*16+16])
 		}
-		for _, gather := range []func(dst, src *float32, ids *int32, n int){gatherRows16, gatherRows16Go} {
-			got := make([]float32, n*16+16) // room after: nothing written there
-			if gather(&got[0], &table[0], &ids[0], n); !slices.Equal(got[:n*16], want) || slices.ContainsFunc(got[n*16:], func(v float32) bool { return v != 0 }) {
-				t.Fatalf("gather of %d rows differs from the plain loop", n)
-			}
+		got := make([]float32, n*16+16) // room after: nothing written there
+		if gatherRows16(&got[0], &table[0], &ids[0], n); !slices.Equal(got[:n*16], want) || slices.ContainsFunc(got[n*16:], func(v float32) bool { return v != 0 }) {
+			t.Fatalf("gather of %d rows differs from the plain loop", n)
 		}
 		GatherRows16(make([]float32, n*16), table, ids)
-		for _, scatter := range []func(dst, src *float32, ids *int32, n int){scatterRows16, scatterRows16Go} {
-			dst := slices.Clone(table)
-			wantDst := slices.Clone(table)
-			src := make([]float32, n*16)
-			for i := range src {
-				src[i] = -float32(i)
-			}
-			for i, id := range ids { // later rows of a repeated id win
-				copy(wantDst[id*16:id*16+16], src[i*16:i*16+16])
-			}
-			if scatter(&dst[0], &src[0], &ids[0], n); !slices.Equal(dst, wantDst) {
-				t.Fatalf("scatter of %d rows differs from the plain loop", n)
-			}
+		dst := slices.Clone(table)
+		wantDst := slices.Clone(table)
+		src := make([]float32, n*16)
+		for i := range src {
+			src[i] = -float32(i)
+		}
+		for i, id := range ids { // later rows of a repeated id win
+			copy(wantDst[id*16:id*16+16], src[i*16:i*16+16])
+		}
+		if scatterRows16(&dst[0], &src[0], &ids[0], n); !slices.Equal(dst, wantDst) {
+			t.Fatalf("scatter of %d rows differs from the plain loop", n)
 		}
 	}
 	for _, bad := range [][]int32{{-1}, {rows}} {
@@ -87,14 +84,11 @@ func TestRowsOfEveryWidth(t *testing.T) {
 			for i, id := range ids {
 				copy(want[i*w:], table[int(id)*w:int(id)*w+w])
 			}
-			gathers := map[string]func(dst, src *float32, ids *int32, n, w int){"asm": gatherRowsW, "go": gatherRowsWGo}
-			for name, gather := range gathers {
-				got := make([]float32, n*w+w)
-				if gather(&got[0], &table[0], &ids[0], n, w); !slices.Equal(got[:n*w], want) || slices.ContainsFunc(got[n*w:], func(v float32) bool { return v != 0 }) {
-					t.Fatalf("%s gather of %d rows of width %d differs from the plain loop", name, n, w)
-				}
+			got := make([]float32, n*w+w) // room after: nothing written there
+			if gatherRowsW(&got[0], &table[0], &ids[0], n, w); !slices.Equal(got[:n*w], want) || slices.ContainsFunc(got[n*w:], func(v float32) bool { return v != 0 }) {
+				t.Fatalf("gather of %d rows of width %d differs from the plain loop", n, w)
 			}
-			got := make([]float32, n*w)
+			got = make([]float32, n*w)
 			if GatherRows(got, table, ids, w); !slices.Equal(got, want) {
 				t.Fatalf("GatherRows of %d rows of width %d differs from the plain loop", n, w)
 			}
@@ -106,14 +100,11 @@ func TestRowsOfEveryWidth(t *testing.T) {
 			for i, id := range ids { // later rows of a repeated id win
 				copy(wantDst[int(id)*w:int(id)*w+w], src[i*w:i*w+w])
 			}
-			scatters := map[string]func(dst, src *float32, ids *int32, n, w int){"asm": scatterRowsW, "go": scatterRowsWGo}
-			for name, scatter := range scatters {
-				dst := append(slices.Clone(table), make([]float32, w)...) // room after: nothing written there
-				if scatter(&dst[0], &src[0], &ids[0], n, w); !slices.Equal(dst[:len(table)], wantDst) || slices.ContainsFunc(dst[len(table):], func(v float32) bool { return v != 0 }) {
-					t.Fatalf("%s scatter of %d rows of width %d differs from the plain loop", name, n, w)
-				}
+			dst := append(slices.Clone(table), make([]float32, w)...) // room after: nothing written there
+			if scatterRowsW(&dst[0], &src[0], &ids[0], n, w); !slices.Equal(dst[:len(table)], wantDst) || slices.ContainsFunc(dst[len(table):], func(v float32) bool { return v != 0 }) {
+				t.Fatalf("scatter of %d rows of width %d differs from the plain loop", n, w)
 			}
-			dst := slices.Clone(table)
+			dst = slices.Clone(table)
 			if ScatterRows(dst, src, ids, w); !slices.Equal(dst, wantDst) {
 				t.Fatalf("ScatterRows of %d rows of width %d differs from the plain loop", n, w)
 			}

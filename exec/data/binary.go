@@ -192,9 +192,6 @@ func openTFRecord(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
 
 func (s *tfrecordSource) close() error { return s.f.Close() }
 func (s *tfrecordSource) pos() int64   { return s.cnt.n }
-func (s *tfrecordSource) held() int64 {
-	return int64(s.br.Size() + s.r.Held() + cap(s.row_.arena) + 24*cap(s.row_.values) + 40*cap(s.vals))
-}
 
 func (s *tfrecordSource) rewind() error {
 	if _, err := s.f.Seek(0, io.SeekStart); err != nil {

@@ -158,18 +158,6 @@ func batchOf(layout []slot, dst []*tensor.Tensor) (int, error) {
 	return 0, nil
 }
 
-// Load reads the data source of a model: its training rows, normalized
-// with their own statistics. With data.eval: {fraction: F} the held-out
-// rows are not among them (LoadSplit has both). Errors name the file and
-// row.
-func Load(spec *dsl.Data) (*Set, error) {
-	sp, err := LoadSplit(spec, nil)
-	if err != nil {
-		return nil, err
-	}
-	return sp.Train, nil
-}
-
 // raw reads a model's data source (its csv, or generated rows) with the
 // features transformed but not normalized.
 func raw(spec *dsl.Data, rep *progress.Reporter, vocabs Vocabs) (*Set, error) {

@@ -254,7 +254,7 @@ func TestBinaryFormatsStreamInBoundedMemory(t *testing.T) {
 			}
 			runtime.ReadMemStats(&after)
 			st, _ := os.Stat(filepath.Join(dir, strings.Fields(c.src)[1]))
-			held := fs.src.held()
+			held := heldBy(fs.src)
 			if held*4 > st.Size() {
 				t.Errorf("the stream holds %d bytes of a %d-byte file", held, st.Size())
 			}
@@ -324,7 +324,7 @@ func TestBinaryFormatsReadTheCTRDataAsTheTSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	const rows = 5000
-	if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 3}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -402,7 +402,7 @@ func BenchmarkFormats(b *testing.B) {
 	const rows = 200000
 	if !exists(filepath.Join(dir, "ctr.tfrecords")) {
 		f, _ := os.Create(tsv)
-		if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 1}); err != nil {
+		if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 1}); err != nil {
 			b.Fatal(err)
 		}
 		f.Close()

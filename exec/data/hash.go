@@ -1,60 +1,37 @@
 package data
 
-import (
-	"math/bits"
+import "math/bits"
 
-	"github.com/psgraph/psgraph/dsl/ir"
-)
-
-// HashID is the bucket of a hashed id field (data.ids with hash_buckets):
+// The hash of hashed id fields (docs/dsl.md): the bucket of a field of
+// column col (data.ids with hash_buckets) is
 //
 //	h = FNV-1a 64 over the 4 bytes of col (little-endian uint32), then the field's bytes
 //	h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53; h ^= h >> 33
 //	bucket = (h * buckets) >> 64, the high 64 bits of the 128-bit product
 //
-// col is the field's column in the file (counting from 0), so the same
-// string in two columns lands in unrelated buckets of the one shared range.
-// The second line is murmur3's 64-bit finalizer: FNV-1a alone moves a
-// key's last bytes into few bits of h, so keys differing in their last
-// character would crowd into few buckets. After it every bit of h is
-// mixed, and the multiply maps h onto the buckets without a division. The
-// hash has no seed and does not depend on the Go version or the machine: a
-// table trained today reads the same rows tomorrow, and any language can
-// compute it (Python: (h * buckets) >> 64 with h masked to 64 bits).
-func HashID(col int, field []byte, buckets int) int32 {
-	return bucketOf(hashKey(columnHash(col), field), buckets)
-}
-
-// SharedHashID is the bucket of a field of a spec with shared_space: true:
-// HashID without the column, FNV-1a 64 over the field's bytes alone, so a
-// string has one id in every column of every shared spec of the same
-// buckets:
+// that is bucketOf(hashKey(columnHash(col), field), buckets). col is the
+// field's column in the file (counting from 0), so the same string in two
+// columns lands in unrelated buckets of the one shared range. The second
+// line is murmur3's 64-bit finalizer: FNV-1a alone moves a key's last
+// bytes into few bits of h, so keys differing in their last character
+// would crowd into few buckets. After it every bit of h is mixed, and the
+// multiply maps h onto the buckets without a division. The hash has no
+// seed and does not depend on the Go version or the machine: a table
+// trained today reads the same rows tomorrow, and any language can compute
+// it (Python: (h * buckets) >> 64 with h masked to 64 bits).
 //
-//	h = FNV-1a 64 over the field's bytes
-//	(then the same finalizer and multiply as HashID)
-func SharedHashID(field []byte, buckets int) int32 {
-	return bucketOf(hashKey(fnvOffset64, field), buckets)
-}
-
-// HashKey is the 64-bit key of a field of an ids spec with key: hash64:
-// the hash of HashID without the bucket map, as an int64,
+// A spec with shared_space: true hashes without the column: FNV-1a 64
+// over the field's bytes alone (hashKey(fnvOffset64, field)), so a string
+// has one id in every column of every shared spec of the same buckets.
 //
-//	h = FNV-1a 64 over the 4 bytes of col (little-endian uint32), then the field's bytes
-//	h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53; h ^= h >> 33
-//	key = h as a two's-complement int64, except 2^63 (the padding key's bits), which is -2^63 + 1
+// A spec with key: hash64 keeps h whole, as an int64 key
+// (ir.HashKey(hashKey(...)): h's bits, except 2^63, the padding key's,
+// which is -2^63 + 1), so a field keeps its 64 bits and distinct strings
+// collide only by chance (about K²/2^65 pairs among K strings).
 //
-// so a field keeps its 64 bits and distinct strings collide only by
-// chance (about K²/2^65 pairs among K strings).
-func HashKey(col int, field []byte) int64 {
-	return ir.HashKey(hashKey(columnHash(col), field))
-}
-
-// SharedHashKey is the 64-bit key of a field of a spec with key: hash64
-// and shared_space: true: HashKey without the column, the same key in
-// every column of every shared spec.
-func SharedHashKey(field []byte) int64 {
-	return ir.HashKey(hashKey(fnvOffset64, field))
-}
+// The row parser computes each column's state once (rowParser's seeds);
+// the tests state the four cases as functions (HashID, SharedHashID,
+// HashKey, SharedHashKey in hash_test.go) and check them against hash/fnv.
 
 const (
 	fnvOffset64 = 14695981039346656037

@@ -196,21 +196,6 @@ func (s *parquetSource) pos() int64 {
 	return 0
 }
 
-func (s *parquetSource) held() int64 {
-	var n int64
-	for _, c := range s.cur {
-		n += int64(24 * cap(c.buf))
-		if c.page != nil {
-			n += c.page.Size()
-		}
-		n += int64(8 * cap(c.hashes))
-		if c.ch != nil {
-			n += flatChunkRows * (1 + 8 + 24)
-		}
-	}
-	return n + int64(cap(s.b.arena)+24*cap(s.b.values))
-}
-
 func (s *parquetSource) rewind() error {
 	for _, c := range s.cur {
 		c.release()

@@ -24,9 +24,6 @@ type rowSource interface {
 	skip() (bool, error)
 	// pos is the bytes of the file read so far (for progress).
 	pos() int64
-	// held is the bytes the source holds (its buffers), whatever the
-	// file's size.
-	held() int64
 	close() error
 }
 
@@ -80,7 +77,6 @@ func openCSV(spec *dsl.Data, p *rowParser, buffer int) (*csvSource, error) {
 
 func (s *csvSource) close() error { return s.f.Close() }
 func (s *csvSource) pos() int64   { return s.r.Pos }
-func (s *csvSource) held() int64  { return int64(s.r.Held() + cap(s.p.sp.Fields)*24) }
 
 // next is the next record that holds a row, trimmed; nil at the end.
 func (s *csvSource) next() ([]byte, error) {

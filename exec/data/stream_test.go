@@ -78,7 +78,7 @@ func (b batch) equal(o batch) bool {
 func criteoFile(t testing.TB, rows int64, seed uint64, messy bool) string {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: rows, Seed: seed, Vocab: 50}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: rows, Seed: seed, Vocab: 50}); err != nil {
 		t.Fatal(err)
 	}
 	s := buf.String()
@@ -185,7 +185,7 @@ func TestFileStreamMemoryIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 5}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -226,7 +226,7 @@ func TestFileStreamMemoryIsBounded(t *testing.T) {
 		t.Errorf("Fill allocates %.1f times per batch, want 0", allocs)
 	}
 	// What the stream holds: its buffer, a row of scratch, its parser.
-	held := fs.src.held() + int64(4*(len(fs.row)+len(fs.ids)))
+	held := heldBy(fs.src) + int64(4*(len(fs.row)+len(fs.ids)))
 	if held > 2*buffer {
 		t.Errorf("the stream holds %d bytes, more than twice its %d-byte buffer", held, buffer)
 	}
@@ -276,7 +276,7 @@ func BenchmarkCriteoParse(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "bench.tsv")
 			f, _ := os.Create(path)
 			const rows = 200000
-			if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 1}); err != nil {
+			if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 1}); err != nil {
 				b.Fatal(err)
 			}
 			f.Close()
@@ -328,7 +328,7 @@ func BenchmarkCriteoParseSpecs(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "bench.tsv")
 			f, _ := os.Create(path)
 			const rows = 200000
-			if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 1, History: bc.history}); err != nil {
+			if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 1, History: bc.history}); err != nil {
 				b.Fatal(err)
 			}
 			f.Close()

@@ -27,7 +27,7 @@ func TestInitMatchesFixedTable(t *testing.T) {
 		{&dsl.Init{Type: "constant", Attrs: ops.Attrs{"value": 0.25, "seed": 42}}, dyntable.Init{Kind: dyntable.Constant, Value: 0.25}, nil},
 	} {
 		fixed := tensor.New(tensor.F32, tensor.Shape{rows, dim})
-		if err := program.Initialize(fixed, c.init, "emb", nil, 0, 1); err != nil {
+		if err := program.Initialize(fixed, c.init, "emb", nil, 0, 1, nil); err != nil {
 			t.Fatal(err)
 		}
 		// Keys arrive backwards, over 3 shards.

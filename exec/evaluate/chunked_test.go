@@ -43,7 +43,7 @@ func ctrAUCGraph(t *testing.T, rows int64, stream bool) *dsl.Graph {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -106,10 +106,11 @@ func TestChunkedAUCIsExact(t *testing.T) {
 	const rows = 1000
 	g := ctrAUCGraph(t, rows, false)
 	params := initialParams(t, g)
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	// The scores: log(p1/p0) of one batch of every row.
 	one, err := program.Compile(g, program.CompileOptions{Batch: rows, Targets: []string{"logits"}, Shared: params, Workers: 1})
 	if err != nil {
@@ -189,10 +190,11 @@ func TestEvalMemoryIsChunked(t *testing.T) {
 	var small, large, whole uint64
 	for _, rows := range []int{4000, 32000} {
 		g := ctrAUCGraph(t, int64(rows), false)
-		set, err := data.Load(g.Data)
+		loaded, err := data.LoadSplit(g.Data, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		set := loaded.Train
 		got := alloc(g, set, evaluate.EvalChunk)
 		if rows == 4000 {
 			small = got
@@ -267,10 +269,11 @@ func TestChunkedRegressionMetricsAreExact(t *testing.T) {
 	if meanOfRoots /= n; math.Abs(meanOfRoots-wantRMSE) < 1e-4 {
 		t.Fatalf("the mean of chunk RMSEs %.6f is within 1e-4 of the exact %.6f: the data does not tell them apart", meanOfRoots, wantRMSE)
 	}
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	for _, chunk := range []int{64, 240} {
 		ev, err := evaluate.NewEvaluator(g, set, nil, params, chunk)
 		if err != nil {

@@ -165,7 +165,7 @@ func TestBundledTablesEqualSeparate(t *testing.T) {
 func TestDLRMPlanBundlesItsTables(t *testing.T) {
 	dir := t.TempDir()
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: 200, Seed: 1, Truth: "fm"}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 200, Seed: 1, Truth: "fm"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "zoo.tsv"), buf.Bytes(), 0o644); err != nil {

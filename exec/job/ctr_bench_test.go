@@ -33,7 +33,7 @@ func BenchmarkCTRExample10M(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := criteo.Write(f, criteo.Options{Rows: 600000, Seed: 1}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: 600000, Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
 	f.Close()

@@ -28,7 +28,7 @@ func ctrGraphs(t *testing.T, rows int64) (mem, stream *dsl.Graph) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -95,10 +95,11 @@ func TestEvaluateStreamInChunks(t *testing.T) {
 	for _, name := range mem.Params() {
 		params[name] = p.Scope[name]
 	}
-	set, err := data.Load(mem.Data)
+	loaded, err := data.LoadSplit(mem.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	whole := &trainer.Summary{}
 	if whole.Loss, whole.Metrics, err = evaluateAll(mem, set, nil, params, evaluate.EvalChunk); err != nil {
 		t.Fatal(err)

@@ -130,7 +130,7 @@ func BenchmarkSplitStepDynamicVsFixed(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := criteo.Write(f, criteo.Options{Rows: 100000, Seed: 1, Vocab: 2000000}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: 100000, Seed: 1, Vocab: 2000000}); err != nil {
 		b.Fatal(err)
 	}
 	f.Close()
@@ -170,10 +170,11 @@ func BenchmarkSplitStepDynamicVsFixed(b *testing.B) {
 				}
 				parts = append(parts, p)
 			}
-			set, err := data.Load(plan.Trainer.Data)
+			loaded, err := data.LoadSplit(plan.Trainer.Data, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
+			set := loaded.Train
 			st, feed := data.NewStream(set), program.NewFeeder(plan.Trainer, tp.Scope)
 			entry := 4
 			if name == "dynamic" {

@@ -44,7 +44,7 @@ func ctrModels(b *testing.B, dir string) map[string]string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := criteo.Write(f, criteo.Options{Rows: 600000, Seed: 1, Vocab: 2000000}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: 600000, Seed: 1, Vocab: 2000000}); err != nil {
 		b.Fatal(err)
 	}
 	f.Close()

@@ -44,7 +44,7 @@ func TestDynamicTTLOverDriftingPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := criteo.Write(f, criteo.Options{Rows: rows, Seed: 1, Vocab: vocab, Drift: 1}); err != nil {
+	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 1, Vocab: vocab, Drift: 1}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

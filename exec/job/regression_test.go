@@ -149,10 +149,11 @@ func TestFloatLabelStepDoesNotAllocate(t *testing.T) {
 	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	file, err := data.OpenStream(g.Data)
 	if err != nil {
 		t.Fatal(err)

@@ -62,10 +62,11 @@ func BenchmarkSparseTableStep(b *testing.B) {
 	if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 		b.Fatal(err)
 	}
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
+	set := loaded.Train
 	f, st := program.NewFeeder(g, p.Scope), data.NewStream(set)
 	rt := &program.Runtime{Ctx: context.Background()}
 	rows := 0

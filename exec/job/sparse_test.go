@@ -357,10 +357,11 @@ func mustRead(t *testing.T, path string) string {
 // into p's data variables.
 func newTestFeed(t *testing.T, g *dsl.Graph, p *program.Program) func(k int) {
 	t.Helper()
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	st, f := data.NewStream(set), program.NewFeeder(g, p.Scope)
 	return func(k int) { f.Fill(st, int64(k*g.Batch())) }
 }

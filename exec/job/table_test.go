@@ -85,10 +85,11 @@ func TestShardedTableEqualsLocalInmem(t *testing.T) {
 func TestTableTrafficIsRowsInmem(t *testing.T) {
 	const n, m, batch, steps, d = 2, 2, 8, 20, 4
 	g := load(t, "../../testdata/sparse/emb-adagrad.yaml")
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	dense := int64(4 * g.Types["W"].Shape.Numel())
 	served = nil
 	sums := runInmemJob(t, g, n, m, false, trainer.RunOptions{Steps: steps, Batch: batch, Log: zerolog.Nop()}, 0)
@@ -233,10 +234,11 @@ func hangWatch(t *testing.T, d time.Duration, what string) (stop func()) {
 // of a safetensors file.
 func evalModel(t *testing.T, g *dsl.Graph, file string) float64 {
 	t.Helper()
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	ts, _, err := modelfile.LoadSafetensors(file)
 	if err != nil {
 		t.Fatal(err)

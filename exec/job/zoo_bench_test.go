@@ -22,7 +22,7 @@ import (
 func BenchmarkZooStep(b *testing.B) {
 	dir := b.TempDir()
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: 20000, Seed: 1, Vocab: 1000, Truth: "fm"}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 20000, Seed: 1, Vocab: 1000, Truth: "fm"}); err != nil {
 		b.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "zoo.tsv"), buf.Bytes(), 0o644); err != nil {
@@ -46,10 +46,11 @@ func BenchmarkZooStep(b *testing.B) {
 			if err := program.Init(p, program.InitOptions{From: ""}); err != nil {
 				b.Fatal(err)
 			}
-			set, err := data.Load(g.Data)
+			loaded, err := data.LoadSplit(g.Data, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
+			set := loaded.Train
 			f, st := program.NewFeeder(g, p.Scope), data.NewStream(set)
 			rt := &program.Runtime{Ctx: context.Background()}
 			batch := int64(g.Batch())

@@ -51,7 +51,7 @@ func TestZooMatchesTorch(t *testing.T) {
 			}
 			dir := t.TempDir()
 			var buf bytes.Buffer
-			if err := criteo.Write(&buf, criteo.Options{Rows: 2000, Seed: seed, Truth: "fm"}); err != nil {
+			if _, err := criteo.Generate(&buf, criteo.Options{Rows: 2000, Seed: seed, Truth: "fm"}); err != nil {
 				t.Fatal(err)
 			}
 			if sum := sha256.Sum256(buf.Bytes()); meta["data_sha256"] != hex.EncodeToString(sum[:]) {

@@ -204,7 +204,7 @@ func TestResume(t *testing.T) {
 		t.Helper()
 		ck := &modelfile.Checkpointer{Dir: dir, Node: node, Model: "m"}
 		for _, s := range steps {
-			if err := ck.Save(s, map[string]*tensor.Tensor{"W": tensor.FromF32(tensor.Shape{1}, []float32{1})}); err != nil {
+			if err := ck.Save(s, map[string]*tensor.Tensor{"W": {DType: tensor.F32, Shape: tensor.Shape{1}, F: []float32{1}}}); err != nil {
 				t.Fatal(err)
 			}
 		}

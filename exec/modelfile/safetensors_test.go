@@ -20,7 +20,7 @@ func TestSafetensorsInt64RoundTrip(t *testing.T) {
 	copy(keys.L, []int64{math.MinInt64, -1, 0, 1, math.MaxInt64, -6917529027641081856})
 	ids := tensor.New(tensor.I32, tensor.Shape{2})
 	copy(ids.I, []int32{-1, math.MaxInt32})
-	rows := tensor.FromF32(tensor.Shape{3}, []float32{0.5, -2, 3e-8})
+	rows := &tensor.Tensor{DType: tensor.F32, Shape: tensor.Shape{3}, F: []float32{0.5, -2, 3e-8}}
 	path := filepath.Join(t.TempDir(), "m.safetensors")
 	if err := SaveSafetensors(path, map[string]*tensor.Tensor{"keys": keys, "ids": ids, "rows": rows}, map[string]string{"k": "v"}); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestLoadSafetensorsOfReadsWhatIsAsked(t *testing.T) {
 	for i := range big.F {
 		big.F[i] = float32(i)
 	}
-	mean := tensor.FromF32(tensor.Shape{3}, []float32{1.5, -2, 7})
+	mean := &tensor.Tensor{DType: tensor.F32, Shape: tensor.Shape{3}, F: []float32{1.5, -2, 7}}
 	ids := tensor.New(tensor.I32, tensor.Shape{2})
 	copy(ids.I, []int32{4, -1})
 	path := filepath.Join(t.TempDir(), "m.safetensors")

@@ -2,7 +2,9 @@
 // options: it reads the plan, gives the transport the job's wire identity,
 // token and TLS, listens (pserver) or dials (trainer), and runs the role
 // with exec. `psgraph run --role pserver|trainer` parses its flags into
-// Options and calls Run.
+// Options and calls Run; `psgraph train --in-process` calls InProcess,
+// which runs every node of a job in this process over the in-memory
+// transport.
 package node
 
 import (
@@ -19,6 +21,7 @@ import (
 
 	"github.com/psgraph/psgraph/exec/metrics"
 	"github.com/psgraph/psgraph/partition"
+	"github.com/psgraph/psgraph/transport"
 )
 
 // Options configure one node. They mirror the flags of `psgraph run`,
@@ -61,6 +64,11 @@ type Options struct {
 	// (docs/streaming.md); any other job's node ends at once, as if ctx
 	// ended.
 	Stop <-chan struct{}
+
+	// endpoint, when set, is the node's endpoint, already accepting its
+	// transfers (InProcess: the in-memory transport's), instead of one
+	// listening or dialing at the addresses.
+	endpoint transport.Endpoint
 }
 
 // UsageError is an option the caller got wrong (psgraph exits 2 on it).
@@ -134,26 +142,30 @@ func runPServer(ctx context.Context, plan *partition.Plan, o Options) (*pserver.
 		}
 		return nil, usagef("--save on a pserver writes its shards of the plan's lookup tables, and this plan has none; give --save to trainer 0")
 	}
-	addr := o.Listen
-	if addr == "" && o.Index < len(plan.Info.Endpoints) {
-		addr = plan.Info.Endpoints[o.Index]
-	}
-	if addr == "" {
-		return nil, usagef("run --role pserver needs --listen HOST:PORT (or endpoints in the plan: split --pserver-endpoints)")
-	}
-	tc, err := tlsConfig(o.TLSCert, o.TLSKey, o.TLSCA, true)
-	if err != nil {
-		return nil, err
-	}
 	job := jobOf(plan)
-	// Serving replicas (psgraph serve --plan) subscribe to the parameters;
-	// they authenticate with the job's token like the trainers.
-	pub := pserver.NewPublisher(o.Log)
-	ep, err := listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, pub.Handle, o.HandshakeTimeout, o.Log)
-	if err != nil {
-		return nil, err
+	ep := o.endpoint
+	var pub *pserver.Publisher
+	if ep == nil {
+		addr := o.Listen
+		if addr == "" && o.Index < len(plan.Info.Endpoints) {
+			addr = plan.Info.Endpoints[o.Index]
+		}
+		if addr == "" {
+			return nil, usagef("run --role pserver needs --listen HOST:PORT (or endpoints in the plan: split --pserver-endpoints)")
+		}
+		tc, err := tlsConfig(o.TLSCert, o.TLSKey, o.TLSCA, true)
+		if err != nil {
+			return nil, err
+		}
+		// Serving replicas (psgraph serve --plan) subscribe to the
+		// parameters; they authenticate with the job's token like the
+		// trainers.
+		pub = pserver.NewPublisher(o.Log)
+		if ep, err = listen(ctx, plan, job, o.Index, addr, o.Token, o.Insecure, tc, pub.Handle, o.HandshakeTimeout, o.Log); err != nil {
+			return nil, err
+		}
+		defer ep.Close()
 	}
-	defer ep.Close()
 	ck, err := Checkpointer(o.CheckpointDir, o.CheckpointEvery, o.Name(), plan.Info.Model)
 	if err != nil {
 		return nil, err
@@ -181,7 +193,7 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 	if len(o.PServers) > 0 {
 		addrs = o.PServers
 	}
-	if len(addrs) != plan.Info.PServers {
+	if len(addrs) != plan.Info.PServers && o.endpoint == nil {
 		return nil, usagef("run --role trainer needs --pserver-endpoints with %d host:port entries (one per pserver of the plan), got %d", plan.Info.PServers, len(addrs))
 	}
 	batch := o.Batch
@@ -198,16 +210,18 @@ func runTrainer(ctx context.Context, plan *partition.Plan, o Options) (*trainer.
 		return nil, err
 	}
 	job := jobOf(plan)
-	ep, err := dial(ctx, plan, job, o.Index, addrs, batch, o.Token, o.ConnectTimeout, tc, o.HandshakeTimeout, o.Log)
-	if err != nil {
-		return nil, err
+	ep := o.endpoint
+	if ep == nil {
+		if ep, err = dial(ctx, plan, job, o.Index, addrs, batch, o.Token, o.ConnectTimeout, tc, o.HandshakeTimeout, o.Log); err != nil {
+			return nil, err
+		}
+		defer ep.Close()
 	}
-	defer ep.Close()
 	opt := trainer.RunOptions{
 		Steps: o.Steps, Batch: batch, Save: o.Save, Metrics: o.Metrics, LogEvery: o.LogEvery, Log: o.Log, StartStep: o.StartStep, Prom: o.Prom, FinalPass: o.FinalPass,
 		PServerTimeout: o.ConnectTimeout, InitFrom: o.InitFrom, Checkpoint: ck, Stop: o.Stop,
 	}
-	if o.Index == 0 && len(held) > 0 {
+	if o.Index == 0 && len(held) > 0 && o.endpoint == nil {
 		// The serving replicas that follow the job get the state trainer 0
 		// holds through pserver 0 (statepush.go).
 		push := newStatePusher(o.Token, plan.JobHash(), tc, addrs[0], o.Log)

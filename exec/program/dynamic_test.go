@@ -105,10 +105,11 @@ func trainDyn(t *testing.T, g *dsl.Graph, steps int) *Program {
 	if err := Init(p, InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	st, f := data.NewOrderedStream(set), NewFeeder(g, p.Scope)
 	rt := &Runtime{Ctx: context.Background()}
 	for k := range steps {
@@ -239,10 +240,11 @@ func TestDynamicStepDoesNotAllocate(t *testing.T) {
 	g := dynModel(t, dir, "{dim: 4, ttl_steps: 1000}", "{type: adagrad, lr: 0.1}")
 	steps := dynRows / dynBatch
 	p := trainDyn(t, g, steps) // every key admitted
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	st, f := data.NewOrderedStream(set), NewFeeder(g, p.Scope)
 	rt := &Runtime{Ctx: context.Background()}
 	k := steps

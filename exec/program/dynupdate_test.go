@@ -106,10 +106,11 @@ func TestDynUpdateFusedIsBitwiseUnfused(t *testing.T) {
 			if countFused(fused) != 1 || countFused(plain) != 0 {
 				t.Fatalf("fused updates: %d in the program, %d with KeepTemps; want 1 and 0", countFused(fused), countFused(plain))
 			}
-			set, err := data.Load(g.Data)
+			loaded, err := data.LoadSplit(g.Data, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
+			set := loaded.Train
 			for _, p := range []*Program{fused, plain} {
 				st, f := data.NewOrderedStream(set), NewFeeder(g, p.Scope)
 				rt := &Runtime{Ctx: context.Background()}

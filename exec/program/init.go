@@ -21,9 +21,10 @@ import (
 // row from its own stream, seeded by (seed, row): a pserver holding a few
 // rows of a billion-row table draws only those, and a large tensor's rows
 // are drawn on every core (GOMAXPROCS) with the same values whatever their
-// number (TestInitializeSameOnAnyCores).
-func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Shape, rowStart, rowStep int) error {
-	return initialize(t, in, name, fullShape, rowStart, rowStep, runtime.GOMAXPROCS(0), nil)
+// number (TestInitializeSameOnAnyCores). The values drawn are counted to
+// ph (nil: none).
+func Initialize(t *tensor.Tensor, in *dsl.Init, name string, fullShape tensor.Shape, rowStart, rowStep int, ph *progress.Phase) error {
+	return initialize(t, in, name, fullShape, rowStart, rowStep, runtime.GOMAXPROCS(0), ph)
 }
 
 // initialize is Initialize on up to workers goroutines, counting the

@@ -4,7 +4,6 @@ package program
 
 import (
 	"fmt"
-	"runtime"
 	"sort"
 
 	"github.com/psgraph/psgraph/exec/modelfile"
@@ -95,7 +94,7 @@ func Init(p *Program, o InitOptions) error {
 			return fmt.Errorf("%s: parameter %q is missing from the file", initFrom, name)
 		}
 		seedName, full, row, step := v.InitTarget()
-		if err := initialize(t, v.Init, seedName, full, row, step, runtime.GOMAXPROCS(0), ph); err != nil {
+		if err := Initialize(t, v.Init, seedName, full, row, step, ph); err != nil {
 			return err
 		}
 	}

@@ -27,10 +27,11 @@ func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *Fee
 	if err := Init(p, InitOptions{From: ""}); err != nil {
 		t.Fatal(err)
 	}
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set := loaded.Train
 	return p, NewFeeder(g, p.Scope), data.NewStream(set)
 }
 
@@ -142,11 +143,11 @@ func TestInitializeBlockEqualsRowsOfWhole(t *testing.T) {
 	g := testfix.Model(t, "../../examples/digits-mlp.yaml")
 	in := g.Vars["W1"].Init
 	whole := tensor.New(tensor.F32, tensor.Shape{64, 128})
-	if err := Initialize(whole, in, "W1", nil, 0, 1); err != nil {
+	if err := Initialize(whole, in, "W1", nil, 0, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	block := tensor.New(tensor.F32, tensor.Shape{20, 128})
-	if err := Initialize(block, in, "W1", tensor.Shape{64, 128}, 30, 1); err != nil {
+	if err := Initialize(block, in, "W1", tensor.Shape{64, 128}, 30, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range block.F {
@@ -156,7 +157,7 @@ func TestInitializeBlockEqualsRowsOfWhole(t *testing.T) {
 	}
 	// A shard of rows 2, 5, 8, ... (row id mod 3 = 2) gets those rows.
 	shard := tensor.New(tensor.F32, tensor.Shape{21, 128})
-	if err := Initialize(shard, in, "W1", tensor.Shape{64, 128}, 2, 3); err != nil {
+	if err := Initialize(shard, in, "W1", tensor.Shape{64, 128}, 2, 3, nil); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range shard.F {

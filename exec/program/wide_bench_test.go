@@ -38,10 +38,11 @@ func BenchmarkWideStep(b *testing.B) {
 	if err := Init(p, InitOptions{From: ""}); err != nil {
 		b.Fatal(err)
 	}
-	set, err := data.Load(g.Data)
+	loaded, err := data.LoadSplit(g.Data, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
+	set := loaded.Train
 	// The GEMMs: x W1 and its weight gradient (2 x 256 x 64 x 2048 each),
 	// h W2, its weight gradient and dh (2 x 256 x 2048 x 10 each); x is
 	// data, so no gradient of x is computed.

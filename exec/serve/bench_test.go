@@ -32,7 +32,7 @@ import (
 // go test ./exec/serve -run X -bench InferCTR100Rows -benchmem -cpu 2
 func BenchmarkInferCTR100Rows(b *testing.B) {
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
 	g := ctrExample(b, buf.Bytes())
@@ -74,7 +74,7 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 // go test ./exec/serve -run X -bench InferWhileReloading -benchtime 4000x
 func BenchmarkInferWhileReloading(b *testing.B) {
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
 	g := ctrExample(b, buf.Bytes())

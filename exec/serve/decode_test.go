@@ -16,6 +16,12 @@ import (
 	"github.com/psgraph/psgraph/exec/data/criteo"
 )
 
+// DecodeRequest is decodeRequest with buffers of the request's own, as
+// the tests call it.
+func DecodeRequest(body []byte, m *Meta) (*Request, error) {
+	return decodeRequest(body, m, decodeHow{})
+}
+
 // ctrMeta is the Meta of a CTR model: 13 features, 26 hashed ids, and a
 // multi-valued history column of int64 keys.
 func ctrMeta() *Meta {
@@ -269,7 +275,7 @@ func TestFastWireReadsTheRowsRequest(t *testing.T) {
 // its shape's).
 func BenchmarkDecodeRows100(b *testing.B) {
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
 	body := rowsBody(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))

@@ -1,6 +1,6 @@
 // Package serve answers inference requests for a model over HTTP in the
 // Open Inference Protocol (KServe v2, as Triton, KServe and Seldon
-// MLServer speak it; docs/serving.md): the request decoder (DecodeRequest,
+// MLServer speak it; docs/serving.md): the request decoder (decodeRequest,
 // a pure function of the body and the model's Meta; fastWire reads a
 // request of rows without encoding/json), the model as the server runs it
 // (Model: its versions of the parameters, swapped atomically, each with

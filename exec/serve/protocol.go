@@ -137,13 +137,6 @@ type wireOutput struct {
 // them first in practice; this keeps a shape's product from overflowing).
 const maxElements = 1 << 31
 
-// DecodeRequest decodes and checks an inference request body against the
-// model m. It is a pure function: any error is an *Error (400) saying
-// what is wrong and what to send instead.
-func DecodeRequest(body []byte, m *Meta) (*Request, error) {
-	return decodeRequest(body, m, decodeHow{})
-}
-
 // decodeHow is how decodeRequest reads a body.
 type decodeHow struct {
 	// general: with encoding/json alone, not fastWire (the reference
@@ -156,8 +149,11 @@ type decodeHow struct {
 	lines [][]byte
 }
 
-// decodeRequest is DecodeRequest, reading the body with fastWire unless
-// how says general, or it cannot.
+// decodeRequest decodes and checks an inference request body against the
+// model m, reading the body with fastWire unless how says general, or it
+// cannot. It is a pure function of the body and m (how only lends it
+// buffers): any error is an *Error (400) saying what is wrong and what to
+// send instead.
 func decodeRequest(body []byte, m *Meta, how decodeHow) (*Request, error) {
 	var w wireRequest
 	fast := false

@@ -28,7 +28,7 @@ func TestSoakMemoryIsFlat(t *testing.T) {
 		t.Skip("a soak: go test ./exec/serve -run TestSoakMemoryIsFlat -soak 30s")
 	}
 	var buf bytes.Buffer
-	if err := criteo.Write(&buf, criteo.Options{Rows: 400, Seed: 2}); err != nil {
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 400, Seed: 2}); err != nil {
 		t.Fatal(err)
 	}
 	g := ctrExample(t, buf.Bytes())

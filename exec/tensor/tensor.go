@@ -193,11 +193,6 @@ func New(dt DType, shape Shape) *Tensor {
 // hugeTensor is the size from which New asks for huge pages.
 const hugeTensor = 8 << 20
 
-// FromF32 wraps data (not copied) as a float32 tensor.
-func FromF32(shape Shape, data []float32) *Tensor {
-	return &Tensor{DType: F32, Shape: shape.Clone(), F: data}
-}
-
 // Numel is the number of elements.
 func (t *Tensor) Numel() int { return t.Shape.Numel() }
 

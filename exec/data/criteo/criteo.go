@@ -205,23 +205,13 @@ type Stats struct {
 	FirstOrderVar, InteractionVar float64
 }
 
-// Write writes opt.Rows lines to w.
-func Write(w io.Writer, opt Options) error {
-	_, err := write(w, opt, false)
-	return err
-}
-
 // Generate writes opt.Rows lines to w and returns the statistics of their
 // true click probabilities. It holds 8 bytes per row to rank them.
 func Generate(w io.Writer, opt Options) (*Stats, error) {
-	return write(w, opt, true)
-}
-
-func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 	if err := opt.Check(); err != nil {
 		return nil, err
 	}
-	g := newGenerator(opt.withDefaults(), stats)
+	g := newGenerator(opt.withDefaults())
 	bw := bufio.NewWriterSize(w, 1<<16)
 	var pw *bufio.Writer
 	if opt.Probs != nil {
@@ -250,14 +240,13 @@ func write(w io.Writer, opt Options, stats bool) (*Stats, error) {
 	if err := bw.Flush(); err != nil {
 		return nil, err
 	}
-	if st := g.st; st != nil {
-		n := float64(st.Rows)
-		st.LogLoss /= n
-		st.AUC, st.ExpectedAUC = aucOf(g.ranked)
-		st.FirstOrderVar = g.first.variance(n)
-		st.InteractionVar = g.inter.variance(n)
-	}
-	return g.st, nil
+	st := g.st
+	n := float64(st.Rows)
+	st.LogLoss /= n
+	st.AUC, st.ExpectedAUC = aucOf(g.ranked)
+	st.FirstOrderVar = g.first.variance(n)
+	st.InteractionVar = g.inter.variance(n)
+	return st, nil
 }
 
 // generator draws a file's rows one after another.
@@ -271,7 +260,7 @@ type generator struct {
 	drift uint64
 	ranks [informative]int64 // the row's rank of each informative column; -1: missing
 	line  []byte
-	// statistics (nil: none): the float32 bits of p << 1 | label, per
+	// statistics: the float32 bits of p << 1 | label, per
 	// row, and the moments of z's parts
 	st           *Stats
 	ranked       []uint64
@@ -302,7 +291,7 @@ func (m *moments) variance(n float64) float64 {
 	return math.Max(m.sq/n-mean*mean, 0)
 }
 
-func newGenerator(opt Options, stats bool) *generator {
+func newGenerator(opt Options) *generator {
 	g := &generator{opt: opt, fm: opt.Truth == "fm", drift: opt.driftIDs(), line: make([]byte, 0, 512)}
 	g.r = rand.New(rand.NewPCG(opt.Seed, 0xc417e0))
 	for c := range g.zipf {
@@ -312,10 +301,8 @@ func newGenerator(opt Options, stats bool) *generator {
 		g.hr = rand.New(rand.NewPCG(opt.Seed, 0x415707))
 		g.hzipf = rand.NewZipf(g.hr, opt.Zipf, 1, uint64(opt.Vocab-1))
 	}
-	if stats {
-		g.st = &Stats{Rows: opt.Rows}
-		g.ranked = make([]uint64, 0, opt.Rows)
-	}
+	g.st = &Stats{Rows: opt.Rows}
+	g.ranked = make([]uint64, 0, opt.Rows)
 	return g
 }
 
@@ -373,10 +360,8 @@ func (g *generator) row(i int64) (float32, bool) {
 		z += dz
 		zInter += dz
 	}
-	if g.st != nil {
-		g.first.add(zFirst)
-		g.inter.add(zInter)
-	}
+	g.first.add(zFirst)
+	g.inter.add(zInter)
 	line = append(line, '\n')
 	p := 1 / (1 + math.Exp(-z))
 	click := g.r.Float64() < p
@@ -410,9 +395,6 @@ func (g *generator) history(line []byte, first uint64) ([]byte, float64) {
 // record adds a row's probability and label to the statistics.
 func (g *generator) record(p32 float32, click bool) {
 	st := g.st
-	if st == nil {
-		return
-	}
 	b := uint64(math.Float32bits(p32)) << 1
 	if click {
 		b |= 1

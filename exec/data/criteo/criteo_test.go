@@ -14,7 +14,7 @@ import (
 func generate(t *testing.T, opt Options) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := Write(&b, opt); err != nil {
+	if _, err := Generate(&b, opt); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -277,7 +277,7 @@ func TestCheck(t *testing.T) {
 		{Options{Rows: 1, Zipf: 1}, "zipf"},
 		{Options{Rows: 1, Zipf: math.NaN()}, "zipf"},
 	} {
-		if err := Write(&bytes.Buffer{}, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := Generate(&bytes.Buffer{}, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.opt, err, c.want)
 		}
 	}

@@ -326,7 +326,7 @@ func TestCheckTruthAndHistory(t *testing.T) {
 		{Options{Rows: 1, Interaction: 2}, "interaction scales the pairwise term of truth fm; truth is linear: set truth fm too"},
 		{Options{Rows: 1, Truth: "linear", History: 3, Interaction: 0.5}, "truth is linear: set truth fm too"},
 	} {
-		if err := Write(&bytes.Buffer{}, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := Generate(&bytes.Buffer{}, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.opt, err, c.want)
 		}
 	}

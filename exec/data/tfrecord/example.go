@@ -28,12 +28,12 @@ type Features struct {
 func NewFeatures(rec []byte) Features { return Features{outer: msg{b: rec}} }
 
 // Feature is a feature of a record: its key, the kind of its values and
-// their list (Values walks it). Where it holds exactly one value laid out
-// as writers most often lay it out (a bytes_list's value, an int64_list's
-// packed varint, a float_list's packed float, every tag and length one
-// byte), One is true and Raw (a bytes_list's) or X (an int64_list's
-// value, a float_list's float32 bits) is that value, as Values.Next would
-// give it.
+// their list (Keys.Decode hands it on as a Value's). Where it holds
+// exactly one value laid out as writers most often lay it out (a
+// bytes_list's value, an int64_list's packed varint, a float_list's
+// packed float, every tag and length one byte), One is true and Raw (a
+// bytes_list's) or X (an int64_list's value, a float_list's float32 bits)
+// is that value, as Values.Next would give it.
 type Feature struct {
 	Key  []byte
 	Kind Kind
@@ -42,9 +42,6 @@ type Feature struct {
 	X    uint64
 	list []byte
 }
-
-// Values walks the feature's values.
-func (f *Feature) Values() Values { return Values{Kind: f.Kind, list: msg{b: f.list}} }
 
 // Next reads the next feature into f; false after the last.
 func (fs *Features) Next(f *Feature) (bool, error) {

@@ -1,6 +1,7 @@
 package tfrecord
 
-// Test helpers on example.go's types: a Kind's name, a list's length.
+// Test helpers on example.go's types: a Kind's name, a list's length, a
+// Feature's values.
 
 func (k Kind) String() string {
 	return [...]string{"empty", "bytes_list", "float_list", "int64_list"}[k]
@@ -17,3 +18,6 @@ func (vs Values) Len() (int, error) {
 		n++
 	}
 }
+
+// Values walks the feature's values.
+func (f *Feature) Values() Values { return Values{Kind: f.Kind, list: msg{b: f.list}} }

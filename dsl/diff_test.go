@@ -5,6 +5,9 @@ import (
 	"reflect"
 )
 
+// Tests of dsl compare graphs with Diff: Marshal then Load must give back
+// the graph that was written.
+
 // Diff describes the first difference between two graphs, ignoring
 // positions and the file name, or returns "" when they are equal: the same
 // variables (kind, dtype, shape, init, place, of, block), ops in the same
