@@ -345,7 +345,8 @@ type Sink struct {
 	// slots below its length.
 	Raw [][]byte
 	// Int takes an int64_list's value, and Got[slot] is set, for the
-	// slots IntOK says.
+	// slots IntOK says (Int and Got at least as long as IntOK; the
+	// caller clears Got).
 	Int   []int64
 	Got   []bool
 	IntOK []bool
@@ -422,15 +423,17 @@ func (k *Keys) Decode(rec []byte, out []Value, sink *Sink) ([]Value, error) {
 // message of rec) that are laid out the commonest way, feature after
 // feature: the key of the place after the last one's (at), one value of
 // the kind it had, every tag and length one byte. It compares the
-// entry's bytes up to its value with the key's, a word at a time, and
-// returns the rest of b, the place after the last key read and out with
-// their values (or in sink, as Decode says). An entry that is not the expected key's is compared with
-// the next three places' keys (features left out of the record, as find
-// looks for them) before it is left to Features.
+// entry's bytes up to its value with the key's, a word at a time, puts
+// their values in k.sink or k.out (as Decode says) and returns the rest
+// of b and the place after the last key read. An entry that is not the
+// expected key's is compared with the next three places' keys (features
+// left out of the record, as find looks for them) before it is left to
+// Features.
 //
-// The words are read from rec's capacity (rec[:cap(rec)]): the bytes past
-// an entry's are masked off, and an entry that ends within 24 bytes of
-// that capacity is left to Features. A record read in place from a
+// The words are read from a 32-byte window of rec's capacity
+// (rec[:cap(rec)]): the bytes past an entry's are masked off, and an
+// entry that starts within 32 bytes of that capacity's end is left to
+// Features. A record read in place from a
 // buffer (Reader.Next) has its checksum and the buffer's next bytes past
 // its end.
 func (k *Keys) common(rec, b []byte, at int) ([]byte, int) {
