@@ -22,7 +22,7 @@ type binaryRow struct {
 	multi []bool // by column: read by a multi-valued spec (max_len)
 	sep   []bool // by column: and that spec splits a text value (separator)
 	// typable is, by column, whether an integer of it may be given as
-	// one (p.typed) rather than as text.
+	// one (p.ints) rather than as text.
 	typable []bool
 	arena   []byte // the text of the row's numbers
 	values  [][]byte
@@ -31,7 +31,7 @@ type binaryRow struct {
 func newBinaryRow(spec *dsl.Data, p *rowParser) *binaryRow {
 	n := max(len(spec.Names), p.need)
 	b := &binaryRow{p: p, multi: make([]bool, n), sep: make([]bool, n), typable: typedCols(spec, n)}
-	p.fields, p.lists, p.typed = make([][]byte, n), make([][][]byte, n), make([]typedValue, n)
+	p.fields, p.lists, p.ints, p.isInt = make([][]byte, n), make([][][]byte, n), make([]int64, n), make([]bool, n)
 	seen := make([]bool, n)
 	for _, c := range spec.Columns() {
 		for _, col := range c.Cols {
@@ -65,17 +65,21 @@ func (b *binaryRow) start(size, count int) {
 	b.arena, b.values = b.arena[:0], b.values[:0]
 	p := b.p
 	if 2*len(b.read) >= len(p.fields) {
-		// most columns read (the CTR example's 40 of 40): three memclrs
+		// most columns read (the CTR example's 40 of 40): memclrs
 		// take a fraction of the time of a loop's stores column by column
 		// (about 75 ns a row in a profile of the tfrecord bench, against
 		// about 200)
 		clear(p.fields)
 		clear(p.lists)
-		clear(p.typed)
+		clear(p.isInt)
+		clear(p.hashed) // parquet's; nil for tfrecord
 		return
 	}
 	for _, col := range b.read {
-		p.fields[col], p.lists[col], p.typed[col] = nil, nil, typedValue{}
+		p.fields[col], p.lists[col], p.isInt[col] = nil, nil, false
+		if p.hashed != nil {
+			p.hashed[col] = hashedValue{}
+		}
 	}
 }
 
@@ -86,7 +90,7 @@ func (b *binaryRow) typedInt(col int, x int64) bool {
 	if !b.typable[col] {
 		return false
 	}
-	b.p.typed[col] = typedValue{typed: true, i: x}
+	b.p.ints[col], b.p.isInt[col] = x, true
 	b.values = append(b.values, nil)
 	return true
 }
@@ -149,7 +153,8 @@ type tfrecordSource struct {
 	// is a record's such features.
 	keys *tfrecord.Keys
 	vals []tfrecord.Value
-	n    int64 // the record being read (from 1)
+	sink tfrecord.Sink // the row's fields and typed integers
+	n    int64         // the record being read (from 1)
 }
 
 // countReader counts the bytes read from a file.
@@ -180,6 +185,7 @@ func openTFRecord(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
 		}
 		return -1
 	})
+	s.sink.IntOK = s.row_.typable
 	p.where = func() string { return fmt.Sprintf("%s: record %d", spec.CSV, s.n) }
 	return s, nil
 }
@@ -227,22 +233,28 @@ func (s *tfrecordSource) row(out *rowOut) (bool, error) {
 	// the features the model reads, in the record's order; on a corrupt
 	// one Decode gives those before it, whose values are read first: the
 	// error is the first that reading feature by feature would meet
-	vals, derr := s.keys.Decode(rec, s.vals[:0])
+	// a feature's one string goes straight to its column's field (a
+	// multi-valued column's too: one value, split at its separator if it
+	// has one, as the loop below gives it), and its one integer to its
+	// column's, where the column takes one (typable)
+	s.sink.Raw, s.sink.Int, s.sink.Got = b.p.fields, b.p.ints, b.p.isInt
+	vals, derr := s.keys.Decode(rec, s.vals[:0], &s.sink)
 	s.vals = vals[:0]
+	fields, multi := b.p.fields, b.multi
 	for i := range vals {
 		v := &vals[i]
 		col := v.Slot
-		if v.One && !b.multi[col] { // its one value, as the loop below would give it
+		if v.One && !multi[col] { // its one value, as the loop below would give it
 			switch v.Kind {
 			case tfrecord.Bytes:
-				b.p.fields[col] = v.Raw(rec)
+				fields[col] = v.Raw(rec)
 			case tfrecord.Int64:
 				if !b.typedInt(col, int64(v.X)) {
-					b.p.fields[col] = b.appendInt(int64(v.X))
+					fields[col] = b.appendInt(int64(v.X))
 				}
 			default:
 				if x := tfrecord.Float32(v.X); !b.typedFloat(col, x) {
-					b.p.fields[col] = b.appendFloat(float64(x), 32)
+					fields[col] = b.appendFloat(float64(x), 32)
 				}
 			}
 			continue

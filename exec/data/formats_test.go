@@ -388,24 +388,36 @@ func TestBinaryFormatsReadTheCTRDataAsTheTSV(t *testing.T) {
 // a row (which a shared machine's other load moves less). The target is
 // parquet and tfrecord at >= 0.8x the TSV's rate (bench/formats.sh runs
 // it).
+//
+// With PSGRAPH_FORMATS_DIR set, the files are kept in that directory and
+// read from it when there: a run that writes them, then runs that only
+// read them (bench/formats-ir.sh counts the instructions a row under
+// callgrind, which cannot run the writers).
 func BenchmarkFormats(b *testing.B) {
-	dir := b.TempDir()
-	tsv := filepath.Join(dir, "ctr.tsv")
-	f, _ := os.Create(tsv)
-	const rows = 200000
-	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 1}); err != nil {
-		b.Fatal(err)
+	dir := os.Getenv("PSGRAPH_FORMATS_DIR")
+	if dir == "" {
+		dir = b.TempDir()
 	}
-	f.Close()
-	testfix.WriteTFRecord(b, "tsv", tsv, strconv.Itoa(rows), filepath.Join(dir, "ctr.tfrecords"))
+	tsv := filepath.Join(dir, "ctr.tsv")
+	const rows = 200000
+	if !exists(filepath.Join(dir, "ctr.tfrecords")) {
+		f, _ := os.Create(tsv)
+		if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 1}); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		testfix.WriteTFRecord(b, "tsv", tsv, strconv.Itoa(rows), filepath.Join(dir, "ctr.tfrecords"))
+	}
 	names := ctrNames()
 	spec := "  label: {name: click, column: label}\n  features: {name: dense, columns: I1..I13, fill: 0, transform: log}\n  ids: {name: cat, columns: C1..C26, hash_buckets: 1000000}\n  stream: true\n"
 	cases := []struct{ name, src string }{
 		{"tsv", "  csv: ctr.tsv\n  delimiter: tab\n  names: [" + strings.Join(names, ", ") + "]\n"},
 		{"tfrecord", "  tfrecord: ctr.tfrecords\n  names: [" + strings.Join(names, ", ") + "]\n"},
 	}
-	if testfix.DuckDBNode() != "" {
-		writeCTRParquet(b, tsv, filepath.Join(dir, "ctr.parquet"), 122880)
+	if pq := filepath.Join(dir, "ctr.parquet"); exists(pq) || testfix.DuckDBNode() != "" {
+		if !exists(pq) {
+			writeCTRParquet(b, tsv, pq, 122880)
+		}
 		cases = append(cases, struct{ name, src string }{"parquet", "  parquet: ctr.parquet\n"})
 	}
 	for _, c := range cases {
@@ -432,4 +444,10 @@ func BenchmarkFormats(b *testing.B) {
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
+}
+
+// exists says whether a file is there.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

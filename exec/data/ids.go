@@ -16,8 +16,8 @@ func (p *rowParser) parseIDs(s *idSpec, j, lineNo int, out *rowOut) error {
 	case s.kind == idsBuckets:
 		seeds, out, buckets := s.seeds, out.ids[j], s.buckets
 		for k, col := range s.c.Cols {
-			if p.typed != nil && p.typed[col].hashed {
-				out[k] = bucketOf(p.typed[col].h, buckets)
+			if p.hashed != nil && p.hashed[col].ok {
+				out[k] = bucketOf(p.hashed[col].h, buckets)
 				continue
 			}
 			out[k] = bucketOf(hashKey(seeds[k], p.fields[col]), buckets)
@@ -25,8 +25,8 @@ func (p *rowParser) parseIDs(s *idSpec, j, lineNo int, out *rowOut) error {
 	case s.kind == keysHash64:
 		seeds, out := s.seeds, out.keys[j]
 		for k, col := range s.c.Cols {
-			if p.typed != nil && p.typed[col].hashed {
-				out[k] = ir.HashKey(p.typed[col].h)
+			if p.hashed != nil && p.hashed[col].ok {
+				out[k] = ir.HashKey(p.hashed[col].h)
 				continue
 			}
 			out[k] = ir.HashKey(hashKey(seeds[k], p.fields[col]))

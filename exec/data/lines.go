@@ -91,6 +91,26 @@ func (lp *LineParser) Parse(line []byte, row int, dst []*tensor.Tensor, b int) e
 	if err := p.split(line); err != nil {
 		return p.quoteErr(row, err)
 	}
+	return lp.parseSplit(row, dst, b)
+}
+
+// Delim is the delimiter of the rows' fields.
+func (lp *LineParser) Delim() byte { return lp.p.delim }
+
+// ParseFields is Parse of a line of at least two fields already cut into
+// them as Parse cuts it: at Delim(), each field trimmed of white space
+// and unquoted as csvrow.Splitter does (the served rows that
+// serve.SplitRows cut as the request was read). fields is read, not kept.
+func (lp *LineParser) ParseFields(fields [][]byte, row int, dst []*tensor.Tensor, b int) error {
+	lp.row = row
+	lp.p.fields = fields
+	return lp.parseSplit(row, dst, b)
+}
+
+// parseSplit parses the fields of row `row` in lp.p.fields into row b of
+// dst: Parse after the split.
+func (lp *LineParser) parseSplit(row int, dst []*tensor.Tensor, b int) error {
+	p := lp.p
 	n, lw := len(p.fields), lp.LabelWidth()
 	switch {
 	case n >= lp.need:

@@ -150,6 +150,7 @@ func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
 		return nil, fmt.Errorf("%s: %w", spec.CSV, err)
 	}
 	s := &parquetSource{spec: spec, f: f, pf: pf, p: p, b: newBinaryRow(spec, p), size: fileSize(f)}
+	p.hashed = make([]hashedValue, len(p.fields))
 	hashed, seeds := p.hashedCols(len(p.fields))
 	for _, col := range s.b.read {
 		at := -1
@@ -365,7 +366,7 @@ func (s *parquetSource) flatRow(c *parquetColumn, col int, set bool) (bool, erro
 			case chunkInt64:
 				s.int64Value(c, col, int64(ch.x[i]))
 			case chunkHash:
-				b.p.typed[col] = typedValue{hashed: true, h: ch.x[i]}
+				b.p.hashed[col] = hashedValue{ok: true, h: ch.x[i]}
 			case chunkBytes:
 				b.p.fields[col] = ch.b[i]
 			}

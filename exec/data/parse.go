@@ -32,17 +32,23 @@ type rowParser struct {
 	// (nil: one value, in fields).
 	fields [][]byte
 	lists  [][][]byte
-	// typed are, for a tfrecord or parquet reader, the columns whose one
-	// value it gave as an integer rather than as text (typed: false, the
-	// text in fields): the value the text would parse to, without its
+	// ints are, for a tfrecord or parquet reader, the columns' one
+	// values it gave as integers, where isInt says (rather than as text
+	// in fields): the values their text would parse to, without its
 	// formatting and parsing. Only columns read by features specs alone
-	// are given so (typedCols).
-	typed  []typedValue
-	nf, ni int
-	nk     int // int64 keys (ids specs with key)
-	nt     int // float label (target) columns; 0 for class ids
-	feats  []featSpec
-	ids    []idSpec
+	// are given so (typedCols). hashed are the columns whose one value it
+	// gave as its hash (hashedCols).
+	ints   []int64
+	isInt  []bool
+	hashed []hashedValue
+	// labelText holds the text of a typed label that is read as text
+	// (labelField)
+	labelText []byte
+	nf, ni    int
+	nk        int // int64 keys (ids specs with key)
+	nt        int // float label (target) columns; 0 for class ids
+	feats     []featSpec
+	ids       []idSpec
 	// truncated counts, per ids spec, the fields that held more than
 	// max_len ids (a multi-valued column); the first max_len were kept.
 	truncated []int64
@@ -63,13 +69,12 @@ type rowParser struct {
 	vocabsNow Vocabs
 }
 
-// typedValue is a column's one value given as an integer, i, where
-// typed; or, where hashed, as its hash, h (hashKey of its bytes from the
-// column's seed), for a column a reader may give so (hashedCols).
-type typedValue struct {
-	typed, hashed bool
-	i             int64
-	h             uint64
+// hashedValue is a column's one value given as its hash, h (hashKey of
+// its bytes from the column's seed), where ok, for a column a reader may
+// give so (hashedCols).
+type hashedValue struct {
+	ok bool
+	h  uint64
 }
 
 // hashedCols says, by column, which columns a reader may give hashed, and
@@ -96,7 +101,9 @@ func (p *rowParser) hashedCols(n int) (ok []bool, seed []uint64) {
 }
 
 // typedCols says, by column, which columns a reader may give as integers:
-// those read by features specs alone.
+// those read by features specs, and by the label where it is not mapped
+// by positive or a vocabulary (its text, not its number), and by nothing
+// else.
 func typedCols(spec *dsl.Data, n int) []bool {
 	k := make([]bool, n)
 	for _, c := range spec.Features {
@@ -104,9 +111,14 @@ func typedCols(spec *dsl.Data, n int) []bool {
 			k[col] = true
 		}
 	}
+	if c := spec.Label; c != nil && c.Positive == nil && c.Vocab == nil {
+		for _, col := range c.Cols {
+			k[col] = true
+		}
+	}
 	other := append([]*dsl.Column{}, spec.IDs...)
-	if spec.Label != nil {
-		other = append(other, spec.Label)
+	if c := spec.Label; c != nil && (c.Positive != nil || c.Vocab != nil) {
+		other = append(other, c)
 	}
 	for _, c := range other {
 		for _, col := range c.Cols {
@@ -357,8 +369,8 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 		c, out := fs.c, out.feat[i]
 		for k, col := range c.Cols {
 			var v float64
-			if p.typed != nil && p.typed[col].typed { // as parseInt or parseNumber would read its text
-				n := p.typed[col].i
+			if p.isInt != nil && p.isInt[col] { // as parseInt or parseNumber would read its text
+				n := p.ints[col]
 				if c.Transform == "log" && n >= 0 && n < int64(len(log1pSmall)) {
 					out[k] = log1pSmall[n]
 					continue
@@ -396,7 +408,7 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 	}
 	if c := p.spec.Label; c != nil && c.Float {
 		for k, col := range c.Cols {
-			v, err := p.labelValue(c, p.fields[col], col, lineNo)
+			v, err := p.labelValue(c, p.labelField(col), col, lineNo)
 			if err != nil {
 				return err
 			}
@@ -409,12 +421,14 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 		switch {
 		case c.Vocab != nil:
 			v, err = p.labelClass(c, p.fields[col], col, lineNo)
+		case p.isInt != nil && p.isInt[col] && c.Threshold == nil && p.ints[col] >= 0 && p.ints[col] <= math.MaxInt32:
+			v = int32(p.ints[col]) // as integer reads its text
 		case c.Positive != nil || c.Threshold != nil:
 			var x float64
-			x, err = p.labelValue(c, p.fields[col], col, lineNo)
+			x, err = p.labelValue(c, p.labelField(col), col, lineNo)
 			v = int32(x)
 		default:
-			v, err = p.integer(c, p.fields[col], col, lineNo, "label")
+			v, err = p.integer(c, p.labelField(col), col, lineNo, "label")
 		}
 		if err != nil {
 			return err
@@ -427,6 +441,19 @@ func (p *rowParser) parseFields(lineNo int, out *rowOut) error {
 		}
 	}
 	return nil
+}
+
+// labelField is the label column col's field: its text, or a typed
+// integer's (typedCols gives the label typed where its reading of the
+// integer and of its text agree: not positive's, not a vocabulary's); a
+// threshold's or a float label's reading of it, and an error naming it,
+// are those of its text.
+func (p *rowParser) labelField(col int) []byte {
+	if p.isInt != nil && p.isInt[col] {
+		p.labelText = strconv.AppendInt(p.labelText[:0], p.ints[col], 10)
+		return p.labelText
+	}
+	return p.fields[col]
 }
 
 // labelValue maps a label field to its value: 1 or 0 by positive or

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/psgraph/psgraph/internal/testfix"
@@ -63,22 +64,7 @@ func typedValuesReadAsTheirText(t *testing.T, randFloats, randInts int) {
 			// integer 2 as text; it returns the row's feature of column 0.
 			read := func(v any, typed bool, feat []float32) error {
 				p.rowOut(&out, feat, nil, nil, nil, nil)
-				b.start(64, 4)
-				switch x := v.(type) {
-				case int64:
-					if !typed || !b.typedInt(0, x) {
-						b.values = append(b.values, b.appendInt(x))
-					}
-				case float32:
-					if !typed || !b.typedFloat(0, x) {
-						b.values = append(b.values, b.appendFloat(float64(x), 32))
-					}
-				}
-				if err := b.set(0, 0, p.where); err != nil {
-					return err
-				}
-				b.values = append(b.values, b.appendInt(2))
-				if err := b.set(1, 1, p.where); err != nil {
+				if err := giveRow(b, v, typed); err != nil {
 					return err
 				}
 				return p.parseFields(1, &out)
@@ -103,13 +89,13 @@ func typedValuesReadAsTheirText(t *testing.T, randFloats, randInts int) {
 			if err := read(float32(math.NaN()), true, got); err == nil {
 				t.Fatal("NaN read as a value, want the text's error")
 			}
-			if err := read(int64(-3), true, got); err != nil || !p.typed[0].typed {
+			if err := read(int64(-3), true, got); err != nil || !p.isInt[0] {
 				t.Fatalf("an int64 of a features column went as text (%v)", err)
 			}
-			if err := read(float32(-7), true, got); err != nil || !p.typed[0].typed {
+			if err := read(float32(-7), true, got); err != nil || !p.isInt[0] {
 				t.Fatalf("an integer float32 of a features column went as text (%v)", err)
 			}
-			if err := read(float32(1.5), true, got); err != nil || p.typed[0].typed {
+			if err := read(float32(1.5), true, got); err != nil || p.isInt[0] {
 				t.Fatalf("1.5 went as an integer (%v)", err)
 			}
 		})
@@ -150,8 +136,8 @@ func TestParquetTypedValuesReadAsTheirText(t *testing.T) {
 					return rows, errs
 				}
 				rows, errs = append(rows, feat), append(errs, fmt.Sprint(err))
-				if p.typed[0].typed != typed {
-					t.Fatalf("typed %v: a boolean went typed %v", typed, p.typed[0].typed)
+				if p.isInt[0] != typed {
+					t.Fatalf("typed %v: a boolean went typed %v", typed, p.isInt[0])
 				}
 			}
 		}
@@ -172,6 +158,86 @@ func TestParquetTypedValuesReadAsTheirText(t *testing.T) {
 		}
 		if wantErr[3] == "<nil>" || wantErr[0] != "<nil>" || want[1][4] != 0 || math.Signbit(float64(want[1][4])) {
 			t.Fatalf("transform%q: the text path's rows %v, errors %q: want NaN an error, -0 read as 0", tr, want, wantErr)
+		}
+	}
+}
+
+// giveRow gives the row of b column 0 the value v (an int64 or a
+// float32) as text, or typed where the row takes it so, and column 1 the
+// integer 2 as text.
+func giveRow(b *binaryRow, v any, typed bool) error {
+	b.start(64, 4)
+	switch x := v.(type) {
+	case int64:
+		if !typed || !b.typedInt(0, x) {
+			b.values = append(b.values, b.appendInt(x))
+		}
+	case float32:
+		if !typed || !b.typedFloat(0, x) {
+			b.values = append(b.values, b.appendFloat(float64(x), 32))
+		}
+	}
+	if err := b.set(0, 0, b.p.where); err != nil {
+		return err
+	}
+	b.values = append(b.values, b.appendInt(2))
+	return b.set(1, 1, b.p.where)
+}
+
+// A tfrecord or parquet reader's integer label given to the row parser as
+// an integer reads as its text does, to the same class or target or the
+// same error: a class id (negative and past int32: the text's error), a
+// threshold's class and a float target, for int64s and integer float32s;
+// a positive: label takes its column as text.
+func TestTypedLabelsReadAsTheirText(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "x.tfrecords"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ints := []int64{0, 1, 7, -1, math.MaxInt32, math.MaxInt32 + 1, 1<<53 + 1, math.MaxInt64, math.MinInt64, 4, 5, 6}
+	floats := []float32{0, 1, 3, -2, 16777215, float32(math.Copysign(0, -1))}
+	for _, label := range []string{"{name: y, column: a}", "{name: y, column: a, threshold: 5}", "{name: y, column: a, dtype: float32}", "{name: y, column: a, positive: \"7\"}"} {
+		spec := loadSpec(t, dir, "  tfrecord: x.tfrecords\n  names: [a, b]\n  features: {name: f, columns: [b]}\n  label: "+label+"\n")
+		p := newRowParser(spec)
+		b := newBinaryRow(spec, p)
+		var out rowOut
+		// read gives column 0 the value v as text or typed where the row
+		// takes it so, column 1 the integer 2; it returns the label, a
+		// class id or a float target, as float64.
+		read := func(v any, typed bool) (float64, error) {
+			var class int32
+			tgt, feat := make([]float32, 1), make([]float32, 1)
+			p.rowOut(&out, feat, &class, tgt, nil, nil)
+			if !spec.Label.Float {
+				out.tgt = nil
+			}
+			if err := giveRow(b, v, typed); err != nil {
+				return 0, err
+			}
+			err := p.parseFields(1, &out)
+			if spec.Label.Float {
+				return float64(tgt[0]), err
+			}
+			return float64(class), err
+		}
+		for _, v := range append([]any{int64(0)}, func() (vs []any) {
+			for _, x := range ints {
+				vs = append(vs, x)
+			}
+			for _, x := range floats {
+				vs = append(vs, x)
+			}
+			return vs
+		}()...) {
+			got, errT := read(v, true)
+			want, errS := read(v, false)
+			if fmt.Sprint(errT) != fmt.Sprint(errS) || got != want {
+				t.Fatalf("label %s, %v: typed reads %v (%v), text %v (%v)", label, v, got, errT, want, errS)
+			}
+		}
+		wantTyped := !strings.Contains(label, "positive")
+		if _, err := read(int64(7), true); err != nil || p.isInt[0] != wantTyped {
+			t.Fatalf("label %s: 7 typed %v (%v), want %v", label, p.isInt[0], err, wantTyped)
 		}
 	}
 }

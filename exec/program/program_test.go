@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,14 @@ import (
 )
 
 func compileDigits(t testing.TB, workers int, keepTemps ...bool) (*Program, *Feeder, *data.Stream) {
-	g := testfix.Model(t, "../../examples/digits-mlp.yaml")
-	p, err := Compile(g, CompileOptions{Batch: 64, Workers: workers, KeepTemps: len(keepTemps) > 0 && keepTemps[0]})
+	return compileModel(t, "../../examples/digits-mlp.yaml", 64, workers, len(keepTemps) > 0 && keepTemps[0])
+}
+
+// compileModel compiles the model file at path to train batches of
+// batch rows, initialized, with its feeder and data stream.
+func compileModel(t testing.TB, path string, batch, workers int, keepTemps bool) (*Program, *Feeder, *data.Stream) {
+	g := testfix.Model(t, path)
+	p, err := Compile(g, CompileOptions{Batch: batch, Workers: workers, KeepTemps: keepTemps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,14 +286,61 @@ ops:
 	}
 }
 
-// In-place element-wise ops change no result: the same steps with every
-// temporary in its own buffer give bitwise the same parameters.
+// In-place element-wise ops and reshapes viewing their input change no
+// result: the same steps with every temporary in its own buffer give
+// bitwise the same parameters, for an MLP and for an embedding model
+// whose lookup's rows are reshaped (its reshape's output is its input's
+// buffer, and so is the gradient's).
 func TestInPlaceEqualsKeepTemps(t *testing.T) {
+	emb := func(keep bool) (*Program, *Feeder, *data.Stream) {
+		return compileModel(t, "../../testdata/sparse/emb-adagrad.yaml", 16, 2, keep)
+	}
+	// predicting, e is read by the reshape alone (training, the reshape
+	// of the gradient reads it too, for its shape): h is e's buffer, and
+	// the logits are those of separate buffers
+	var logits [2][]float32
+	for i, keep := range []bool{false, true} {
+		g := testfix.Model(t, "../../testdata/sparse/emb-adagrad.yaml")
+		p, err := Compile(g, CompileOptions{Batch: 16, Targets: []string{"logits"}, KeepTemps: keep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Init(p, InitOptions{From: ""}); err != nil {
+			t.Fatal(err)
+		}
+		h, e := p.Scope["h"], p.Scope["e"]
+		if view := &h.F[0] == &e.F[0]; view == keep || !h.Shape.Equal(tensor.Shape{16, 12}) || !e.Shape.Equal(tensor.Shape{16, 3, 4}) {
+			t.Errorf("keep temps %v: reshape's output h %v a view of its input e %v: %v", keep, h.Shape, e.Shape, view)
+		}
+		for j := range p.Scope["ids"].I {
+			p.Scope["ids"].I[j] = int32(j*7) % 40
+		}
+		for _, w := range []string{"emb", "W"} {
+			for j := range p.Scope[w].F {
+				p.Scope[w].F[j] = float32(j%13) - 6
+			}
+		}
+		if err := p.Run(&Runtime{Ctx: context.Background()}); err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = slices.Clone(p.Scope["logits"].F)
+		p.Close()
+	}
+	if !slices.Equal(logits[0], logits[1]) || slices.Max(logits[1]) == 0 {
+		t.Errorf("logits through the view %v, through a copy %v", logits[0], logits[1])
+	}
+	for _, model := range []func(bool) (*Program, *Feeder, *data.Stream){emb, func(keep bool) (*Program, *Feeder, *data.Stream) { return compileDigits(t, 2, keep) }} {
+		testInPlace(t, model)
+	}
+}
+
+func testInPlace(t *testing.T, compile func(keep bool) (*Program, *Feeder, *data.Stream)) {
 	run := func(keep bool) map[string][]float32 {
-		p, f, st := compileDigits(t, 2, keep)
+		p, f, st := compile(keep)
 		defer p.Close()
+		batch := int64(p.Scope[p.Graph.Data.Columns()[0].Name].Shape[0])
 		for k := 0; k < 20; k++ {
-			f.Fill(st, int64(k*64))
+			f.Fill(st, int64(k)*batch)
 			if err := p.Run(&Runtime{Ctx: context.Background()}); err != nil {
 				t.Fatal(err)
 			}

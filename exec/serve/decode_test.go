@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/psgraph/psgraph/exec/data/criteo"
+	"github.com/psgraph/psgraph/internal/csvrow"
 )
 
 // DecodeRequest is decodeRequest with buffers of the request's own, as
@@ -181,6 +182,9 @@ func FuzzDecodeRequest(f *testing.F) {
 				t.Fatalf("%s decodes %+v, %v; encoding/json %+v, %v", c.how, c.req, c.err, general, gerr)
 			}
 		}
+		for _, d := range []byte{'\t', ','} {
+			checkSplit(t, body, m, d, general, gerr)
+		}
 		if err != nil {
 			if StatusOf(err) != http.StatusBadRequest || err.Error() == "" {
 				t.Fatalf("error %v (status %d): want a 400 saying what is wrong", err, StatusOf(err))
@@ -253,7 +257,7 @@ func TestFastWireReadsTheRowsRequest(t *testing.T) {
 		{`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[1],"data":["x"]}]} x`, false},
 	} {
 		body := []byte(c.body)
-		w, fast := fastWire(body, nil, nil)
+		w, fast := fastWire(body, nil, nil, nil)
 		if fast != c.fast {
 			t.Errorf("fastWire reads %s: %v, want %v", c.body, fast, c.fast)
 			continue
@@ -268,8 +272,10 @@ func TestFastWireReadsTheRowsRequest(t *testing.T) {
 }
 
 // BenchmarkDecodeRows100 decodes a request of 100 rows of examples/ctr.yaml
-// as the handler does (fastWire, the lines with escapes decoded into a
-// buffer reused from request to request) and with
+// as the handler does (fastWire: split, the rows cut into fields as they
+// are read, as for the model's tabs; fast, the lines with escapes decoded
+// into a buffer reused from request to request, as for a model the rows
+// are not cut for, and then still to be split) and with
 // encoding/json alone: go test ./exec/serve -run X -bench DecodeRows100
 // -benchmem (the handler's way makes no allocation but the Request's and
 // its shape's).
@@ -283,7 +289,11 @@ func BenchmarkDecodeRows100(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		how  decodeHow
-	}{{"fast", decodeHow{text: new([]byte)}}, {"encoding-json", decodeHow{general: true}}} {
+	}{
+		{"fast", decodeHow{text: new([]byte)}},
+		{"split", decodeHow{text: new([]byte), split: &splitBufs{delim: '\t'}}}, // the handler's, for a TSV model
+		{"encoding-json", decodeHow{general: true}},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			own := slices.Clone(body)
 			b.SetBytes(int64(len(body)))
@@ -291,7 +301,7 @@ func BenchmarkDecodeRows100(b *testing.B) {
 			for range b.N {
 				copy(own, body) // as a request's body is read into its buffer
 				req, err := decodeRequest(own, m, c.how)
-				if err != nil || req.Rows != 100 {
+				if err != nil || req.Rows != 100 || c.how.split != nil && req.Split == nil {
 					b.Fatal(err)
 				}
 				if !c.how.general {
@@ -342,5 +352,99 @@ func TestRowsDecodeAsEncodingJSON(t *testing.T) {
 			}
 		}
 		lines = req.Lines[:0]
+	}
+}
+
+// checkSplit decodes body as the handler of a model of delimiter d does,
+// cutting the rows into fields as it reads them (SplitRows), and checks it
+// against general, what encoding/json decodes: the same error, or the
+// same request, its rows cut where csvrow.Splitter (the data files'
+// splitter, which data.LineParser.Parse runs) cuts general's lines, and
+// joined again general's lines.
+func checkSplit(t *testing.T, body []byte, m *Meta, d byte, general *Request, gerr error) {
+	t.Helper()
+	sb := &splitBufs{delim: d, bounds: []int32{7, 7, 7}, at: []int32{1}} // a previous request's
+	text := []byte("a previous request's lines")
+	req, err := decodeRequest(body, m, decodeHow{lines: make([][]byte, 2, 4), text: &text, split: sb})
+	if fmt.Sprint(err) != fmt.Sprint(gerr) {
+		t.Fatalf("split at %q: error %v, encoding/json %v", d, err, gerr)
+	}
+	if err != nil {
+		return
+	}
+	if req.Split == nil {
+		if !reflect.DeepEqual(req, general) {
+			t.Fatalf("split at %q: decodes %+v; encoding/json %+v", d, req, general)
+		}
+		return
+	}
+	rest := *req
+	rest.Split, rest.Lines = nil, general.Lines
+	if req.Lines != nil || general.Lines == nil || !reflect.DeepEqual(&rest, general) || req.Split.Rows() != req.Rows {
+		t.Fatalf("split at %q: decodes %+v; encoding/json %+v", d, req, general)
+	}
+	var fields [][]byte
+	for i, line := range general.Lines {
+		if got := req.Split.Line(i); !bytes.Equal(got, line) {
+			t.Fatalf("split at %q: row %d joins as %q, encoding/json decodes %q", d, i, got, line)
+		}
+		if bytes.IndexByte(line, '"') >= 0 {
+			t.Fatalf("split at %q: row %d %q has a quote, which only the splitter unquotes", d, i, line)
+		}
+		if raw := req.Split.Raw(i); raw != nil {
+			if !bytes.Equal(raw, line) || bytes.IndexByte(line, d) >= 0 {
+				t.Fatalf("split at %q: row %d %q read as the single field %q", d, i, line, raw)
+			}
+			continue
+		}
+		sp := csvrow.Splitter{Delim: d}
+		if err := sp.Split(csvrow.Trim(line, d)); err != nil {
+			t.Fatal(err)
+		}
+		fields = req.Split.Fields(i, fields[:0])
+		if len(fields) < 2 || !slices.EqualFunc(fields, sp.Fields, bytes.Equal) {
+			t.Fatalf("split at %q: row %d %q cut into %q, the splitter cuts %q", d, i, line, fields, sp.Fields)
+		}
+	}
+}
+
+// Rows of the fields, escapes, spaces and bytes near the delimiter
+// clients send are cut as the data files' splitter cuts the lines
+// encoding/json decodes (checkSplit): TSV rows, whose delimiter is the
+// \t escape, and CSV rows, whose delimiter is itself; a row with any
+// other escape leaves the request's rows to be read as lines.
+func TestRowsSplitAsTheSplitter(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	pieces := []string{`a`, `7`, `68fd1e64`, `\t`, `\t`, `\t`, `,`, `,`, ` `, `-`, `+`, `\n`, `\"`, `\\`, `\/`, `\r`, `é`, "\x1f", "\t", `\u0009`, `#`}
+	m := ctrMeta()
+	split := map[byte]int{}
+	for trial := range 5000 {
+		// a third of the requests hold TSV rows, a third CSV rows, whose
+		// escapes are mostly the delimiter's (TSV) or none (CSV)
+		kind, others := trial%3, r.IntN(4) == 0
+		var quoted []string
+		for range 1 + r.IntN(4) {
+			var l strings.Builder
+			for range r.IntN(24) {
+				p := pieces[r.IntN(len(pieces))]
+				if kind < 2 && !others && (p[0] == '\\' || p[0] < ' ') && (kind == 1 || p != `\t`) {
+					p = []string{`\t`, `,`}[kind]
+				}
+				l.WriteString(p)
+			}
+			quoted = append(quoted, `"`+l.String()+`"`)
+		}
+		body := []byte(fmt.Sprintf(`{"inputs":[{"name":"rows","datatype":"BYTES","shape":[%d],"data":[%s]}]}`, len(quoted), strings.Join(quoted, ",")))
+		general, gerr := decodeRequest(slices.Clone(body), m, decodeHow{general: true})
+		for _, d := range []byte{'\t', ','} {
+			checkSplit(t, body, m, d, general, gerr)
+			sb := &splitBufs{delim: d}
+			if req, err := decodeRequest(body, m, decodeHow{split: sb}); err == nil && req.Split != nil {
+				split[d]++
+			}
+		}
+	}
+	if split['\t'] < 1000 || split[','] < 1000 {
+		t.Errorf("rows split at tabs in %d requests and at commas in %d of 5000: too few to check the split", split['\t'], split[','])
 	}
 }

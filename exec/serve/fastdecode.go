@@ -22,9 +22,13 @@ import (
 // It never writes the body, so encoding/json reads it as sent. encoding/json
 // would scan the body three times (validate it, skip the data to keep it
 // raw, then the lines' own decoding) and copy every line.
-func fastWire(body []byte, lines [][]byte, text *[]byte) (wireRequest, bool) {
+//
+// With split (not nil, its delim set) the rows are cut into their fields
+// as they are read (SplitRows), unless a row holds an escape other than
+// the delimiter's: then they are read again as lines.
+func fastWire(body []byte, lines [][]byte, text *[]byte, split *splitBufs) (wireRequest, bool) {
 	lines = lines[:0]
-	s := &scanner{b: body}
+	s := &scanner{b: body, split: split}
 	if text != nil {
 		s.text = (*text)[:0]
 	}
@@ -103,6 +107,14 @@ func (s *scanner) input(lines [][]byte) (in wireInput, ok bool) {
 		case "data":
 			bit = 8
 			start := s.ws()
+			if s.split != nil && s.split.delim != 0 {
+				if in.split, ok = s.rowsSplit(s.split); ok {
+					in.Data = s.b[start:s.i:s.i]
+					in.parsed = true
+					break
+				}
+				s.i = start // an escape of its own in a row: read them as lines
+			}
 			ok = s.array(func() bool {
 				l, ok := s.line()
 				lines = append(lines, l)
@@ -124,9 +136,10 @@ func (s *scanner) input(lines [][]byte) (in wireInput, ok bool) {
 // scanner reads the JSON of fastWire. It never writes the body: the
 // lines with escapes are decoded into text.
 type scanner struct {
-	b    []byte
-	i    int
-	text []byte
+	b     []byte
+	i     int
+	text  []byte
+	split *splitBufs // room for the rows cut into fields (nil: read lines)
 }
 
 func (s *scanner) ws() int {

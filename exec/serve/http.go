@@ -237,7 +237,9 @@ func (h *Handler) inferCode(w http.ResponseWriter, r *http.Request) int {
 		}
 		return writeError(w, http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err))
 	}
-	req, err := decodeRequest(body, h.p.Meta(), decodeHow{lines: bufs.lines, text: &bufs.text})
+	meta := h.p.Meta()
+	bufs.split.delim = meta.delim
+	req, err := decodeRequest(body, meta, decodeHow{lines: bufs.lines, text: &bufs.text, split: &bufs.split})
 	if err != nil {
 		return writeError(w, StatusOf(err), err.Error())
 	}
@@ -397,6 +399,7 @@ func (b *reqBufs) readBody(w http.ResponseWriter, r *http.Request, max int64) ([
 type reqBufs struct {
 	body, text, out []byte
 	lines           [][]byte
+	split           splitBufs
 	res             Result
 	one             [1]byte
 }
@@ -420,6 +423,10 @@ func (b *reqBufs) put() {
 	if cap(b.lines) > maxPooled/64 {
 		b.lines = nil
 	}
+	if cap(b.split.bounds) > maxPooled/4 || cap(b.split.at) > maxPooled/4 {
+		b.split.bounds, b.split.at = nil, nil
+	}
+	b.split.rows = SplitRows{}    // hold no body but the one kept
 	clear(b.lines[:cap(b.lines)]) // hold no body but the one kept
 	for _, o := range b.res.Outputs {
 		if cap(o.Ints)*8 > maxPooled || cap(o.Floats)*4 > maxPooled {

@@ -163,6 +163,9 @@ func metaOf(g *dsl.Graph, outs []evaluate.Output) Meta {
 		}
 		m.Inputs = append(m.Inputs, t)
 	}
+	if d := g.Data.Delimiter; splits(d) {
+		m.delim = d
+	}
 	for _, o := range outs {
 		m.Outputs = append(m.Outputs, TensorMeta{Name: o.Name, Datatype: datatypeOf(o.DType()), Shape: outShape(-1, o)})
 	}
@@ -346,6 +349,22 @@ func (m *Model) chunk(ctx context.Context, w *worker, req *Request, off, n int, 
 // fill writes rows [off, off+n) of req into w's data tensors.
 func (m *Model) fill(w *worker, req *Request, off, n int) error {
 	dst := w.feed.Dst
+	if sp := req.Split; sp != nil {
+		for r := 0; r < n; r++ {
+			row := off + r
+			var err error
+			if raw := sp.Raw(row); raw != nil { // one field: the line itself
+				err = w.lp.Parse(raw, row, dst, r)
+			} else {
+				w.fields = sp.Fields(row, w.fields[:0])
+				err = w.lp.ParseFields(w.fields, row, dst, r)
+			}
+			if err != nil {
+				return badRequest("input %q: %v", RowsInput, err)
+			}
+		}
+		return nil
+	}
 	if req.Lines != nil {
 		for r := 0; r < n; r++ {
 			if err := w.lp.Parse(req.Lines[off+r], off+r, dst, r); err != nil {

@@ -49,6 +49,8 @@ type worker struct {
 	feed *program.Feeder
 	lp   *data.LineParser
 	rt   program.Runtime
+	// fields is room for a row's fields (Request.Split)
+	fields [][]byte
 }
 
 // Pool bounds: the batch sizes and output lists a version keeps programs

@@ -32,6 +32,9 @@ type Meta struct {
 	Name    string
 	Inputs  []TensorMeta
 	Outputs []TensorMeta
+	// delim is the rows' delimiter when the handler cuts them into fields
+	// as it reads them (SplitRows; 0: it reads them as lines).
+	delim byte
 }
 
 // TensorMeta is an input or output tensor of the model: its name,
@@ -69,12 +72,14 @@ func (t TensorMeta) width() int64 {
 }
 
 // Request is a decoded, checked inference request: N rows, given either
-// as lines (Lines) or as one typed tensor per data input (Typed, in the
-// order of Meta.Inputs[1:]).
+// as lines (Lines), or as lines already cut into their fields (Split,
+// which the handler asks for: Lines is then nil), or as one typed tensor
+// per data input (Typed, in the order of Meta.Inputs[1:]).
 type Request struct {
 	ID      string
 	Rows    int
 	Lines   [][]byte
+	Split   *SplitRows
 	Typed   []Typed
 	Outputs []string // the outputs asked for (nil: the model's default)
 }
@@ -123,8 +128,10 @@ type wireInput struct {
 	Datatype   string          `json:"datatype"`
 	Parameters map[string]any  `json:"parameters"`
 	Data       json.RawMessage `json:"data"`
-	// lines are the data's strings, when fastWire read them (parsed).
+	// lines are the data's strings, when fastWire read them (parsed), or
+	// split their rows cut into fields.
 	lines  [][]byte
+	split  *SplitRows
 	parsed bool
 }
 
@@ -147,6 +154,10 @@ type decodeHow struct {
 	text *[]byte
 	// lines is room for the lines, reused from request to request.
 	lines [][]byte
+	// split, when not nil and its delim set (the model's delimiter, one
+	// splits() takes), is room for the rows cut into fields as they are
+	// read (Request.Split), reused from request to request.
+	split *splitBufs
 }
 
 // decodeRequest decodes and checks an inference request body against the
@@ -158,7 +169,7 @@ func decodeRequest(body []byte, m *Meta, how decodeHow) (*Request, error) {
 	var w wireRequest
 	fast := false
 	if !how.general {
-		w, fast = fastWire(body, how.lines, how.text)
+		w, fast = fastWire(body, how.lines, how.text, how.split)
 	}
 	if !fast {
 		w = wireRequest{}
@@ -218,10 +229,14 @@ func decodeRequest(body []byte, m *Meta, how decodeHow) (*Request, error) {
 				lines = append(lines, []byte(l))
 			}
 		}
-		if len(lines) != req.Rows {
-			return nil, badRequest("input %q has %d elements, but its shape %v holds %d", in.Name, len(lines), in.Shape, req.Rows)
+		n := len(lines)
+		if in.split != nil {
+			n = in.split.Rows()
 		}
-		req.Lines = lines
+		if n != req.Rows {
+			return nil, badRequest("input %q has %d elements, but its shape %v holds %d", in.Name, n, in.Shape, req.Rows)
+		}
+		req.Lines, req.Split = lines, in.split
 	} else {
 		req.Typed = make([]Typed, len(m.Inputs)-1)
 		for j, t := range m.Inputs[1:] {

@@ -248,30 +248,37 @@ func (m *msg) next() (num, wt int, v []byte, x uint64, ok bool, err error) {
 type Keys struct {
 	slot func(key []byte) int // a key met for the first time: its slot, -1 for none
 	// seen is the keys met, in the order records list them, with their
-	// slots; index is each one's place in seen.
+	// slots; index is each one's number (in the order met), and place a
+	// number's place in seen: a key learnt before others moves their
+	// places, not the index.
 	seen  []seenKey
 	index map[string]int
+	place []int
+	// out and sink are Decode's, while it runs (common's rare cases
+	// append to out, without keeping it in a register)
+	out  []Value
+	sink *Sink
 }
 
 type seenKey struct {
 	key  []byte
 	slot int
+	id   int  // its number in Keys.index
 	kind Kind // of its values the first time it was met
 	// the map entry of the key and one value of its kind in the common
 	// layout (every tag and length one byte), as the entry's first nw
 	// words hold it (0: none; a key of more than 14 bytes): its first
 	// 10+len(key) bytes, the lengths those of an empty value (tmpl); the
 	// bytes that grow by the value's length (step); the bytes compared
-	// (mask). need is the bytes the words take (math.MaxInt: none), n
-	// the entry's bytes before its value, maxvl the longest value whose
-	// lengths each take a byte.
-	need, n, maxvl   int
+	// (mask). n is the entry's bytes before its value, maxvl the longest
+	// value whose lengths each take a byte (-1: no template, n 1).
+	n, maxvl         int
 	tmpl, step, mask [3]uint64
 }
 
 // newSeenKey is a key met for the first time, with the kind of its values.
 func newSeenKey(key []byte, slot int, kind Kind) seenKey {
-	k := seenKey{key: slices.Clone(key), slot: slot, kind: kind, need: math.MaxInt}
+	k := seenKey{key: slices.Clone(key), slot: slot, kind: kind, n: 1, maxvl: -1}
 	n := 10 + len(key)
 	if n > 24 || kind < Bytes || kind > Int64 {
 		return k
@@ -285,7 +292,7 @@ func newSeenKey(key []byte, slot int, kind Kind) seenKey {
 	h[0], h[1], h[2], h[3], h[4], h[5] = 0x12, 4, byte(kind)<<3|2, 2, 0x0a, 0
 	step[1], step[n-5], step[n-3], step[n-1] = 1, 1, 1, 1
 	nw := (n + 7) / 8
-	k.need, k.n, k.maxvl = 8*nw, n, 0x77-len(key)
+	k.n, k.maxvl = n, 0x77-len(key)
 	for i := range nw {
 		k.tmpl[i] = binary.LittleEndian.Uint64(hdr[8*i:])
 		k.step[i] = binary.LittleEndian.Uint64(step[8*i:])
@@ -328,12 +335,40 @@ func (v *Value) Values(rec []byte) Values {
 	return Values{Kind: v.Kind, list: msg{b: rec[v.off:v.end]}}
 }
 
+// Sink is where Decode puts, by slot, the one value of a feature laid
+// out as writers most often lay it out (One), instead of giving it in
+// out: the commonest features of CTR data, a categorical's string and a
+// count, read without a Value. Its slices are indexed by slot; a nil one
+// takes nothing.
+type Sink struct {
+	// Raw takes a bytes_list's value (a slice of the record), for the
+	// slots below its length.
+	Raw [][]byte
+	// Int takes an int64_list's value, and Got[slot] is set, for the
+	// slots IntOK says (Int and Got at least as long as IntOK; the
+	// caller clears Got).
+	Int   []int64
+	Got   []bool
+	IntOK []bool
+}
+
+// noSink takes nothing.
+var noSink Sink
+
+// intOK says whether slot takes an int64_list's value.
+func (s *Sink) intOK(slot int) bool { return slot < len(s.IntOK) && s.IntOK[slot] }
+
 // Decode appends to out the features of the serialized tf.Example rec
 // that have a slot, in the order the record lists them: those Features
-// would give, with a slot. On an error it returns the features before
-// the one it met the error in (a caller that reads values as it goes
-// reads those first, as it would have).
-func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
+// would give, with a slot; but a One value that sink takes it puts there
+// instead (the last one, for a key the record lists twice). On an error
+// it returns the features before the one it met the error in (a caller
+// that reads values as it goes reads those first, as it would have), sink
+// holding those before it.
+func (k *Keys) Decode(rec []byte, out []Value, sink *Sink) ([]Value, error) {
+	if sink == nil {
+		sink = &noSink
+	}
 	fs := NewFeatures(rec)
 	if len(rec) >= 2 && rec[0] == 0x0a { // the Example's Features message, first
 		if l, n := binary.Uvarint(rec[1:]); n > 0 && l <= uint64(len(rec)-1-n) {
@@ -341,11 +376,18 @@ func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
 		}
 	}
 	at := 0 // where in seen the next key is looked for first
+	k.out, k.sink = out, sink
 	var f Feature
 	for {
-		fs.inner.b, at, out = k.common(rec, fs.inner.b, at, out)
-		ok, err := fs.Next(&f)
+		fs.inner.b, at = k.common(rec, fs.inner.b, at)
+		var ok bool
+		var err error
+		if len(fs.inner.b) > 0 || len(fs.outer.b) > 0 {
+			ok, err = fs.Next(&f)
+		}
 		if err != nil || !ok {
+			out = k.out
+			k.out, k.sink = nil, nil
 			return out, err
 		}
 		var slot int
@@ -358,12 +400,22 @@ func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
 		if slot < 0 {
 			continue
 		}
+		if f.One {
+			switch {
+			case f.Kind == Bytes && slot < len(sink.Raw):
+				sink.Raw[slot] = f.Raw
+				continue
+			case f.Kind == Int64 && sink.intOK(slot):
+				sink.Int[slot], sink.Got[slot] = int64(f.X), true
+				continue
+			}
+		}
 		v := Value{Slot: slot, Kind: f.Kind, One: f.One, X: f.X}
 		if len(f.list) > 0 { // a slice of rec: its offset is what its capacity lacks of rec's
 			v.off = cap(rec) - cap(f.list)
 			v.end = v.off + len(f.list)
 		}
-		out = append(out, v)
+		k.out = append(k.out, v)
 	}
 }
 
@@ -371,61 +423,83 @@ func (k *Keys) Decode(rec []byte, out []Value) ([]Value, error) {
 // message of rec) that are laid out the commonest way, feature after
 // feature: the key of the place after the last one's (at), one value of
 // the kind it had, every tag and length one byte. It compares the
-// entry's bytes up to its value with the key's, a word at a time, and
-// returns the rest of b, the place after the last key read and out with
-// their values.
-func (k *Keys) common(rec, b []byte, at int, out []Value) ([]byte, int, []Value) {
+// entry's bytes up to its value with the key's, a word at a time, puts
+// their values in k.sink or k.out (as Decode says) and returns the rest
+// of b and the place after the last key read. An entry that is not the
+// expected key's is compared with the next three places' keys (features
+// left out of the record, as find looks for them) before it is left to
+// Features.
+//
+// The words are read from a 32-byte window of rec's capacity
+// (rec[:cap(rec)]): the bytes past an entry's are masked off, and an
+// entry that starts within 32 bytes of that capacity's end is left to
+// Features. A record read in place from a
+// buffer (Reader.Next) has its checksum and the buffer's next bytes past
+// its end.
+func (k *Keys) common(rec, b []byte, at int) ([]byte, int) {
 	seen := k.seen
-	if len(seen)-at > cap(out)-len(out) {
-		out = slices.Grow(out, len(seen)-at)
-	}
-	o, w := len(out), out[:cap(out)] // a value a key at most
-	pos := cap(rec) - cap(b)         // b's offset in rec
-	for at < len(seen) {
-		sk := &seen[at]
-		n := sk.n
-		if len(b) < sk.need {
+	full := rec[:cap(rec)]
+	pos := cap(rec) - cap(b) // b's offset in rec
+	lim := pos + len(b)      // and its end
+	for i := at; i < len(seen); {
+		sk := &seen[i]
+		if pos+32 > len(full) {
 			break
 		}
-		vl := int(b[n-1])
-		end := n + vl
-		if vl > sk.maxvl || end > len(b) {
-			break
-		}
+		ws := (*[32]byte)(full[pos : pos+32])
+		vl := int(ws[(sk.n-1)&31]) // the value's length
+		end := pos + sk.n + vl
 		x := uint64(vl)
-		d := (binary.LittleEndian.Uint64(b)^(sk.tmpl[0]+x*sk.step[0]))&sk.mask[0] | (binary.LittleEndian.Uint64(b[8:])^(sk.tmpl[1]+x*sk.step[1]))&sk.mask[1]
-		if sk.need > 16 {
-			d |= (binary.LittleEndian.Uint64(b[16:]) ^ (sk.tmpl[2] + x*sk.step[2])) & sk.mask[2]
-		}
-		if d != 0 {
+		d := (binary.LittleEndian.Uint64(ws[:])^(sk.tmpl[0]+x*sk.step[0]))&sk.mask[0] |
+			(binary.LittleEndian.Uint64(ws[8:])^(sk.tmpl[1]+x*sk.step[1]))&sk.mask[1] |
+			(binary.LittleEndian.Uint64(ws[16:])^(sk.tmpl[2]+x*sk.step[2]))&sk.mask[2]
+		if d != 0 || vl > sk.maxvl || end > lim {
+			if i < at+3 { // a feature left out?
+				i++
+				continue
+			}
 			break
 		}
-		at++
-		if sk.slot >= 0 {
-			v := &w[o]
-			o++
-			v.Slot, v.off, v.end, v.Kind, v.One = sk.slot, pos+n-2, pos+end, sk.kind, true
-			switch sk.kind {
-			case Int64:
-				if vl == 1 && b[n] < 0x80 {
-					v.X = uint64(b[n])
-				} else if u, m := binary.Uvarint(b[n:end]); m > 0 && m == vl {
-					v.X = u
-				} else {
-					v.One = false
-				}
-			case Float:
-				if vl == 4 {
-					v.X = uint64(binary.LittleEndian.Uint32(b[n:]))
-				} else {
-					v.One = false
-				}
-			}
+		n := pos + sk.n // the value, full[n:end]
+		pos, at = end, i+1
+		i = at
+		switch slot := sk.slot; {
+		case slot < 0:
+		case sk.kind == Bytes && slot < len(k.sink.Raw):
+			k.sink.Raw[slot] = full[n:end]
+		case sk.kind == Int64 && vl == 1 && full[n] < 0x80 && k.sink.intOK(slot):
+			k.sink.Int[slot], k.sink.Got[slot] = int64(full[n]), true
+		default:
+			k.value(slot, sk.kind, full[n-2:end], n-2)
 		}
-		b = b[end:]
-		pos += end
 	}
-	return b, at, w[:o]
+	return b[len(b)-(lim-pos):], at
+}
+
+// value gives the feature of slot whose list (in the common layout, its
+// tag and length then one value) is l, rec[off:off+len(l)]: to the sink
+// or out.
+func (k *Keys) value(slot int, kind Kind, l []byte, off int) {
+	v, one := uint64(0), true
+	switch kind {
+	case Int64:
+		if u, m := binary.Uvarint(l[2:]); m > 0 && m == len(l)-2 {
+			v = u
+		} else {
+			one = false
+		}
+		if one && k.sink.intOK(slot) {
+			k.sink.Int[slot], k.sink.Got[slot] = int64(v), true
+			return
+		}
+	case Float:
+		if len(l) == 6 {
+			v = uint64(binary.LittleEndian.Uint32(l[2:]))
+		} else {
+			one = false
+		}
+	}
+	k.out = append(k.out, Value{Slot: slot, X: v, off: off, end: off + len(l), Kind: kind, One: one})
 }
 
 // find is the slot of a record's key not at place at of seen, and the
@@ -437,16 +511,21 @@ func (k *Keys) find(key []byte, kind Kind, at int) (slot, next int) {
 			return k.seen[i].slot, i + 1
 		}
 	}
-	if i, ok := k.index[string(key)]; ok {
+	if id, ok := k.index[string(key)]; ok {
+		i := k.place[id]
 		return k.seen[i].slot, i + 1
 	}
 	slot = k.slot(key)
 	if len(k.seen) >= maxSeen {
 		return slot, at
 	}
-	k.seen = slices.Insert(k.seen, at, newSeenKey(key, slot, kind))
-	for i := at; i < len(k.seen); i++ {
-		k.index[string(k.seen[i].key)] = i
+	sk := newSeenKey(key, slot, kind)
+	sk.id = len(k.place)
+	k.index[string(key)] = sk.id
+	k.place = append(k.place, at)
+	k.seen = slices.Insert(k.seen, at, sk)
+	for i := at + 1; i < len(k.seen); i++ {
+		k.place[k.seen[i].id] = i
 	}
 	return slot, at + 1
 }
