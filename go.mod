@@ -72,3 +72,5 @@ require (
 )
 
 replace github.com/goccy/go-graphviz => ./third_party/go-graphviz
+
+replace github.com/hashicorp/yamux => ./third_party/yamux

@@ -455,11 +455,14 @@ func (c *conn) lost(err error) {
 	case t.in.finishedPeer(p.id) && p.pending.Load() == 0 && (c.server || !p.said.Load()):
 		// The peer said Done and all it sent arrived: its end, not a fault.
 		t.cfg.Log.Debug().Str("peer", p.id.String()).Msg("connection closed after the peer finished")
-	case t.in.finishedPeer(p.id) && p.pending.Load() == 0:
+	case t.in.finishedPeer(p.id) && (p.pending.Load() == 0 || p.bye.Load()):
 		// Both said Done: this node's goodbye (sayBye), written or still
 		// to come, may not have reached a listener that waits for it
 		// (Config.HangupWait), so it redials, quietly; a listener that
-		// had it and closed is not there to answer.
+		// had it and closed is not there to answer. Once both said Done
+		// the goodbye is all this node can still have queued for it
+		// (TestTCPAbortAndQuietEnd closes the listener right after
+		// WaitDone queued it: a warning there was a false alarm).
 		t.cfg.Log.Debug().Str("peer", p.id.String()).Msg("connection closed after the peer finished; redialing to say goodbye")
 		t.wg.Add(1)
 		go t.redial(p)

@@ -253,7 +253,7 @@ func (d *decoder) feed(r io.Reader, h *held, left int) error {
 			d.in.park(h, err) // answers the claim
 			return err
 		}
-		n, err := io.ReadFull(r, buf[:k])
+		n, err := readFull(r, buf[:k])
 		d.got(n)
 		if err != nil {
 			err = d.lost("payload", err)
@@ -274,9 +274,19 @@ func (d *decoder) feed(r io.Reader, h *held, left int) error {
 	return nil
 }
 
+// readFull is io.ReadFull, through the stream's own ReadFull where it
+// has one: third_party/yamux's reads the data frames that arrive straight
+// into buf, with one wake-up a frame and no copy through its buffer.
+func readFull(r io.Reader, buf []byte) (int, error) {
+	if f, ok := r.(interface{ ReadFull([]byte) (int, error) }); ok {
+		return f.ReadFull(buf)
+	}
+	return io.ReadFull(r, buf)
+}
+
 func (d *decoder) read(r io.Reader, buf []byte) error {
 	for len(buf) > 0 {
-		n, err := io.ReadFull(r, buf[:min(len(buf), readChunk)])
+		n, err := readFull(r, buf[:min(len(buf), readChunk)])
 		d.got(n)
 		if err != nil {
 			return d.lost("payload", err)

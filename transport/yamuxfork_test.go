@@ -1,0 +1,169 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"testing"
+
+	"github.com/hashicorp/yamux"
+)
+
+// yamuxPair is a yamux session pair over loopback TCP and one stream
+// the client opened, as the server accepted it.
+func yamuxPair(t *testing.T, window uint32) (w, r *yamux.Stream) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	if window > 0 {
+		cfg.MaxStreamWindowSize = window
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	cc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	client, err := yamux.Client(cc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := yamux.Server(sc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	w, err = client.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte{1}); err != nil { // the SYN, so Accept returns
+		t.Fatal(err)
+	}
+	r, err = server.AcceptStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one [1]byte
+	if _, err := io.ReadFull(r, one[:]); err != nil || one[0] != 1 {
+		t.Fatalf("first byte: %v %v", one, err)
+	}
+	return w, r
+}
+
+// TestYamuxReadFullAcrossFramesAndBuffer: third_party/yamux's ReadFull
+// (frames read straight into the caller's buffer) returns the bytes
+// written, in order, whatever part of them was already buffered when it
+// started, across many frames and window updates (the window is smaller
+// than the message), and with small reads between large ones.
+func TestYamuxReadFullAcrossFramesAndBuffer(t *testing.T) {
+	w, r := yamuxPair(t, 256<<10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{3 << 20, 7, 100 << 10, 1, 5<<20 + 3, 64 << 10, 33 << 10, 2}
+	var want bytes.Buffer
+	for _, n := range sizes {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		want.Write(b)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := w.Write(want.Bytes())
+		errc <- err
+	}()
+	got := make([]byte, 0, want.Len())
+	for i, n := range sizes {
+		b := make([]byte, n)
+		var k int
+		var err error
+		if i%2 == 0 {
+			k, err = r.ReadFull(b)
+		} else {
+			k, err = io.ReadFull(r, b) // upstream's Read, between ReadFulls
+		}
+		if err != nil || k != n {
+			t.Fatalf("read %d of %d bytes: %v", k, n, err)
+		}
+		got = append(got, b...)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		i := 0
+		for i < len(got) && got[i] == want.Bytes()[i] {
+			i++
+		}
+		t.Fatalf("bytes differ from byte %d of %d", i, len(got))
+	}
+}
+
+// TestYamuxReadFullEndsAtClose: a stream closed part way through a
+// ReadFull returns what arrived and io.ErrUnexpectedEOF (io.EOF if
+// nothing did), as io.ReadFull does.
+func TestYamuxReadFullEndsAtClose(t *testing.T) {
+	w, r := yamuxPair(t, 0)
+	part := bytes.Repeat([]byte{7}, 300<<10)
+	go func() {
+		w.Write(part)
+		w.Close()
+	}()
+	b := make([]byte, 1<<20)
+	n, err := r.ReadFull(b)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || n != len(part) || !bytes.Equal(b[:n], part) {
+		t.Fatalf("ReadFull after %d bytes and a close: %d, %v; want %d and io.ErrUnexpectedEOF", len(part), n, err, len(part))
+	}
+	if n, err := r.ReadFull(b); n != 0 || err != io.EOF {
+		t.Fatalf("ReadFull of a closed stream: %d, %v; want 0 and io.EOF", n, err)
+	}
+}
+
+// TestYamuxReadTakesFrameDirectly: a Read waiting with a large buffer
+// gets a frame's bytes, and a Read with a small one after it gets the
+// rest of a frame that did not fit, in order.
+func TestYamuxReadTakesFrameDirectly(t *testing.T) {
+	w, r := yamuxPair(t, 0)
+	msg := make([]byte, 100<<10)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	done := make(chan []byte)
+	go func() {
+		got := make([]byte, 0, len(msg))
+		big := make([]byte, 40<<10)
+		for len(got) < len(msg) {
+			n, err := r.Read(big)
+			if err != nil {
+				break
+			}
+			got = append(got, big[:n]...)
+		}
+		done <- got
+	}()
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; !bytes.Equal(got, msg) {
+		t.Fatalf("read %d bytes, want the %d written, in order", len(got), len(msg))
+	}
+}
