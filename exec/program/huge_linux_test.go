@@ -6,7 +6,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/internal/testfix"
 )
@@ -25,24 +24,7 @@ func hugeAdvised(t *testing.T, p uintptr) bool {
 // the zero state) on ordinary pages, and advised for huge pages only once Init
 // has done so; their values are those drawn without any advice.
 func TestInitAdvisesHugePagesAfterTheFirstTouch(t *testing.T) {
-	g, err := dsl.LoadBytes("big.yaml", []byte(`psgraph: 1
-name: big
-data: {synthetic: {rows: 8, features: 16, classes: 2}, features: {name: x}, label: {name: y}}
-params:
-  W: {shape: [16, 300000], init: {type: normal, std: 0.01, seed: 1}}
-ops:
-  - {type: matmul, inputs: [x, W], outputs: [z]}
-  - {type: softmax_cross_entropy, inputs: [z, y], outputs: [loss]}
-train: {loss: loss, batch: 4, steps: 1, optimizer: {type: momentum, lr: 0.1}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Compile(g, CompileOptions{Batch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := bigModel(t, 300000, "momentum")
 	big := []string{"W", "W@velocity"}
 	addr := map[string]uintptr{}
 	for _, name := range big {
@@ -64,7 +46,7 @@ train: {loss: loss, batch: 4, steps: 1, optimizer: {type: momentum, lr: 0.1}}
 			t.Errorf("%s (%d MB) is not advised for huge pages after Init", name, len(p.Scope[name].F)*4>>20)
 		}
 	}
-	want := reference(g.Vars["W"].Init, tensor.Shape{16, 300000}, 16, 300000, 0, 1)
+	want := reference(p.Graph.Vars["W"].Init, tensor.Shape{16, 300000}, 16, 300000, 0, 1)
 	for i, v := range p.Scope["W"].F {
 		if v != want[i] {
 			t.Fatalf("W value %d = %v after Init, want %v", i, v, want[i])
