@@ -9,10 +9,11 @@ import (
 // A large table's record pages and index segments are carved from slabs
 // of slabBytes, each one Go allocation whose whole 2 MiB pages are
 // advised for transparent huge pages (blas.AdviseHuge: madvise
-// MADV_HUGEPAGE on Linux, nothing elsewhere), as a fixed table's tensor
-// is (tensor.New). A table of millions of rows is read at random records:
-// on 4 KiB pages nearly every record read also misses the TLB, and its
-// page walk misses the cache. The first slabAfter pieces of a table are
+// MADV_HUGEPAGE on Linux, nothing elsewhere) before their first touch (a
+// fixed table's tensor is advised after it, tensor.AdviseHuge). A table
+// of millions of rows is read at random records: on 4 KiB pages nearly
+// every record read also misses the TLB, and its page walk misses the
+// cache. The first slabAfter pieces of a table are
 // ordinary allocations, so a small table costs no slab. The slabs being
 // carved hold at most slabBytes each of memory not yet used (on the Go
 // heap; not resident while untouched, when the heap took it fresh from

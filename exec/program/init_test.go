@@ -2,6 +2,7 @@ package program
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -97,24 +98,7 @@ func reference(in *dsl.Init, full tensor.Shape, n, width, start, step int) []flo
 // second between two counts, Init logs its progress (values drawn of the
 // total, rate, time left) and its end.
 func TestInitReportsProgress(t *testing.T) {
-	g, err := dsl.LoadBytes("big.yaml", []byte(`psgraph: 1
-name: big
-data: {synthetic: {rows: 8, features: 16, classes: 2}, features: {name: x}, label: {name: y}}
-params:
-  W: {shape: [16, 200000], init: {type: normal, std: 0.01, seed: 1}}
-ops:
-  - {type: matmul, inputs: [x, W], outputs: [z]}
-  - {type: softmax_cross_entropy, inputs: [z, y], outputs: [loss]}
-train: {loss: loss, batch: 4, steps: 1, optimizer: {type: sgd, lr: 0.1}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := Compile(g, CompileOptions{Batch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := bigModel(t, 200000, "sgd")
 	var b bytes.Buffer
 	clock := time.Unix(0, 0)
 	rep := &progress.Reporter{Log: zerolog.New(&b), Now: func() time.Time { clock = clock.Add(time.Second); return clock }}
@@ -129,4 +113,29 @@ train: {loss: loss, batch: 4, steps: 1, optimizer: {type: sgd, lr: 0.1}}
 	if !strings.Contains(log, `"of":"`+strconv.Itoa(total)+` values"`) || !strings.Contains(log, `"eta":`) || !strings.Contains(log, `"message":"initializing the parameters: done"`) {
 		t.Errorf("progress lines lack the total %d, the time left or the end:\n%s", total, log)
 	}
+}
+
+// bigModel compiles a model of one parameter W of 16 x cols values (drawn
+// from a normal distribution) under the optimizer, batch 4; the program
+// is closed at the end of the test.
+func bigModel(t *testing.T, cols int, optimizer string) *Program {
+	g, err := dsl.LoadBytes("big.yaml", []byte(fmt.Sprintf(`psgraph: 1
+name: big
+data: {synthetic: {rows: 8, features: 16, classes: 2}, features: {name: x}, label: {name: y}}
+params:
+  W: {shape: [16, %d], init: {type: normal, std: 0.01, seed: 1}}
+ops:
+  - {type: matmul, inputs: [x, W], outputs: [z]}
+  - {type: softmax_cross_entropy, inputs: [z, y], outputs: [loss]}
+train: {loss: loss, batch: 4, steps: 1, optimizer: {type: %s, lr: 0.1}}
+`, cols, optimizer)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(g, CompileOptions{Batch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }

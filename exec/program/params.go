@@ -98,5 +98,12 @@ func Init(p *Program, o InitOptions) error {
 			return err
 		}
 	}
+	// Every page of the variables is there now (drawn, copied, or read
+	// as zero): large ones may become huge pages from here on.
+	for _, name := range g.Order {
+		if t, ok := p.Scope[name]; ok && g.Vars[name].Kind.Persistent() {
+			t.AdviseHuge()
+		}
+	}
 	return nil
 }

@@ -64,6 +64,9 @@ func LoadParams(g *dsl.Graph, file string, log zerolog.Logger) (Params, error) {
 		return Params{}, err
 	}
 	tensors, norm := mf.Tensors, mf.Norm
+	for _, t := range tensors {
+		t.AdviseHuge() // read from the file: a large one may become huge pages
+	}
 	_, lowered, err := dsl.LowerDynamic(g)
 	if err != nil {
 		return Params{}, err

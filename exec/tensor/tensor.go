@@ -165,32 +165,49 @@ func (t *Tensor) Fit() {
 	t.F = t.F[:len(t.Rows.IDs)*t.RowWidth()]
 }
 
-// New allocates a zeroed tensor. One of hugeTensor bytes or more is backed
-// by transparent huge pages where the system offers them (blas.AdviseHuge).
+// New allocates a zeroed tensor on the system's ordinary pages: a large
+// one is given huge pages only once it was first written (AdviseHuge).
 func New(dt DType, shape Shape) *Tensor {
 	t := &Tensor{DType: dt, Shape: shape.Clone()}
 	n := shape.Numel()
 	switch dt {
 	case I32:
 		t.I = make([]int32, n)
-		if n*4 >= hugeTensor {
-			blas.AdviseHuge(unsafe.Pointer(unsafe.SliceData(t.I)), uintptr(n*4))
-		}
 	case I64:
 		t.L = make([]int64, n)
-		if n*8 >= hugeTensor {
-			blas.AdviseHuge(unsafe.Pointer(unsafe.SliceData(t.L)), uintptr(n*8))
-		}
 	default:
 		t.F = make([]float32, n)
-		if n*4 >= hugeTensor {
-			blas.AdviseHuge(unsafe.Pointer(unsafe.SliceData(t.F)), uintptr(n*4))
-		}
 	}
 	return t
 }
 
-// hugeTensor is the size from which New asks for huge pages.
+// AdviseHuge asks for transparent huge pages behind the values of a tensor
+// of hugeTensor bytes or more (blas.AdviseHuge; nothing for a smaller
+// one), to be called once they were first written or read. The pages
+// already there stay small pages; the kernel's khugepaged merges them into
+// huge pages in the background, a few MiB every few seconds, so a table
+// read at random rows misses the TLB less as the job goes on. Asked for
+// before the first touch instead, every 2 MiB of the table is a huge page
+// at once, which cost 3-15x more to fault in where the host backs a
+// virtual machine's memory as it is touched (a 640 MB table and its
+// optimizer state: 20-40 s before the first step ends, docs/performance.md).
+func (t *Tensor) AdviseHuge() {
+	var p unsafe.Pointer
+	var n int
+	switch {
+	case len(t.F) > 0:
+		p, n = unsafe.Pointer(unsafe.SliceData(t.F)), len(t.F)*4
+	case len(t.I) > 0:
+		p, n = unsafe.Pointer(unsafe.SliceData(t.I)), len(t.I)*4
+	case len(t.L) > 0:
+		p, n = unsafe.Pointer(unsafe.SliceData(t.L)), len(t.L)*8
+	}
+	if n >= hugeTensor {
+		blas.AdviseHuge(p, uintptr(n))
+	}
+}
+
+// hugeTensor is the size from which AdviseHuge asks for huge pages.
 const hugeTensor = 8 << 20
 
 // Numel is the number of elements.
