@@ -67,7 +67,7 @@ processes, one process to profile or debug (docs/runtime.md).`,
 	f.StringVar(&o.keep, "plan-dir", "", "write the plan into this directory and keep it (default: a temporary one); its endpoints are this run's sockets, removed at the end (with --tcp, loopback ports)")
 	f.BoolVar(&o.tcp, "tcp", false, "connect the nodes over loopback TCP ports instead of Unix-domain sockets (the path a job across machines takes)")
 	f.BoolVar(&o.inProc, "in-process", false, "run every pserver and trainer inside this process, connected in memory, instead of as child processes over sockets (not with --tcp, --serve, --checkpoint-dir or an online data source)")
-	f.StringVar(&o.serve, "serve", "", "HOST:PORT: also start a serving replica that follows the job (psgraph serve --plan) and answers inference requests there; it serves the job's last step after the job until train is interrupted")
+	f.StringVar(&o.serve, "serve", "", "HOST:PORT: also start a serving replica that follows the job (psgraph serve --plan) and answers inference requests there; it serves the job's last step after the job until train is interrupted; the job's pservers and trainers then run at nice 10, so on a shared machine requests come first")
 	addFinalPassFlag(c, &o.final)
 	o.log.add(c)
 	o.ck.add(c, false)

@@ -33,6 +33,11 @@ type Child struct {
 	// every other child exited 0, and a service runs on until the context
 	// ends (Options.JobDone); one that fails before fails the run.
 	Service bool
+	// Nice lowers the child's scheduling priority by this much once it
+	// started (setpriority; nothing where the system has none): train
+	// --serve gives the job's nodes JobNiceWithReplica, so on a machine
+	// the two share the replica's requests come before the job's steps.
+	Nice int
 }
 
 // Options configures a launch.
@@ -139,6 +144,11 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 			return nil, fmt.Errorf("starting %s: %w", ch.Name, err)
 		}
 		readies[i].started()
+		if ch.Nice != 0 {
+			if err := setNice(c.Process.Pid, ch.Nice); err != nil {
+				fmt.Fprintf(opt.Log, "%s: could not lower its priority (nice %d): %v; it runs at this process's\n", ch.Name, ch.Nice, err)
+			}
+		}
 		procs[i] = c
 		writers[i] = pw
 	}

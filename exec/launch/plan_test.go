@@ -249,3 +249,30 @@ func TestResume(t *testing.T) {
 		t.Errorf("pservers at 36 and 48, trainer-0 at 18 and 24: %d, %v; want 48", got, err)
 	}
 }
+
+// TestPlanNicesTheJobBesideAReplica: with a serving replica (train
+// --serve) the pservers and trainers are planned at JobNiceWithReplica
+// and the replica at this process's priority; without one, nobody is
+// niced.
+func TestPlanNicesTheJobBesideAReplica(t *testing.T) {
+	o := PlanOptions{Dir: "plan", Endpoints: []string{"a", "b"}, Trainers: 2, Token: "t", NumCPU: 2, LogFormat: "text", Model: "m.yaml"}
+	for _, c := range Plan(o) {
+		if c.Nice != 0 {
+			t.Errorf("without --serve, %s is planned at nice %d, want 0", c.Name, c.Nice)
+		}
+	}
+	o.Serve = "127.0.0.1:8000"
+	children := Plan(o)
+	if len(children) != 5 {
+		t.Fatalf("%d children, want 2 pservers, 2 trainers and a replica", len(children))
+	}
+	for _, c := range children {
+		want := JobNiceWithReplica
+		if c.Service {
+			want = 0
+		}
+		if c.Nice != want || JobNiceWithReplica <= 0 {
+			t.Errorf("with --serve, %s is planned at nice %d, want %d", c.Name, c.Nice, want)
+		}
+	}
+}

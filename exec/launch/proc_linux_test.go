@@ -1,11 +1,14 @@
 package launch
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,5 +81,28 @@ func TestChildPeakIsItsOwn(t *testing.T) {
 	t.Logf("the child's own peak %.1f MiB; its rusage maxrss %.1f MiB", float64(own)/(1<<20), float64(rusage)/(1<<20))
 	if own <= 0 || own > 64<<20 {
 		t.Errorf("the child reported a peak of %.1f MiB, want its own few MiB (the parent holds 256 MiB)", float64(own)/(1<<20))
+	}
+}
+
+// TestSetNiceLowersAChildsPriority: setNice, as Run calls it for a
+// Child's Nice, changes the nice value the kernel reports for the
+// process (/proc/PID/stat, field 19).
+func TestSetNiceLowersAChildsPriority(t *testing.T) {
+	c := osexec.Command("sleep", "30")
+	if err := c.Start(); err != nil {
+		t.Skip("no sleep to start:", err)
+	}
+	defer func() { c.Process.Kill(); c.Wait() }()
+	if err := setNice(c.Process.Pid, 7); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command's ")" start at the third.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 17 || f[16] != "7" {
+		t.Fatalf("nice of the child after setNice(7): stat fields %q, want the 19th \"7\"", f)
 	}
 }

@@ -13,3 +13,6 @@ func childAttr() *syscall.SysProcAttr { return nil }
 
 // ownPeakRSS is not measured on this system.
 func ownPeakRSS() int64 { return 0 }
+
+// setNice: no priorities here; the child runs at this process's.
+func setNice(pid, nice int) error { return nil }
