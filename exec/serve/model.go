@@ -63,10 +63,14 @@ func LoadParams(g *dsl.Graph, file string, log zerolog.Logger) (Params, error) {
 	if err != nil {
 		return Params{}, err
 	}
+	// Not advised for huge pages (program.Init's are): a served file is
+	// loaded again on every hot swap, into memory the heap may take from
+	// an advised earlier version, and on this project's 2-core VM the
+	// fresh huge pages' faults gave the requests during reloads every
+	// 0.5 s a p99 of 13.0 ms (median of 17 runs; 7 above 16 ms) against
+	// 9.75 ms without (10 runs, none above 12); khugepaged would have
+	// merged the pages only after minutes. docs/serving.md.
 	tensors, norm := mf.Tensors, mf.Norm
-	for _, t := range tensors {
-		t.AdviseHuge() // read from the file: a large one may become huge pages
-	}
 	_, lowered, err := dsl.LowerDynamic(g)
 	if err != nil {
 		return Params{}, err
