@@ -60,26 +60,8 @@ func checkCase(t *testing.T, r *rand.Rand, kn *kernel, tc gemmCase) {
 	// The reference in float64 from copies of op(A) by rows and op(B) by
 	// columns, each dot product over two contiguous rows (closures
 	// indexing A and B in the inner loop took 95% of TestSgemmBlocks).
-	ra := make([]float64, tc.m*tc.k) // op(A)[i, p] at i*k+p
-	cb := make([]float64, tc.n*tc.k) // op(B)[p, j] at j*k+p
-	for i := 0; i < tc.m; i++ {
-		for p := 0; p < tc.k; p++ {
-			if tc.ta {
-				ra[i*tc.k+p] = float64(a[p*lda+i])
-			} else {
-				ra[i*tc.k+p] = float64(a[i*lda+p])
-			}
-		}
-	}
-	for j := 0; j < tc.n; j++ {
-		for p := 0; p < tc.k; p++ {
-			if tc.tb {
-				cb[j*tc.k+p] = float64(b[j*ldb+p])
-			} else {
-				cb[j*tc.k+p] = float64(b[p*ldb+j])
-			}
-		}
-	}
+	ra := byRows(a, lda, tc.m, tc.k, tc.ta)  // op(A)[i, p] at i*k+p
+	cb := byRows(b, ldb, tc.n, tc.k, !tc.tb) // op(B)[p, j] at j*k+p
 	tol := 8 * float64(tc.k+2) * (1.0 / (1 << 24))
 	for i := 0; i < tc.m; i++ {
 		ai := ra[i*tc.k : i*tc.k+tc.k]
@@ -316,4 +298,21 @@ func TestSgemmPacked(t *testing.T) {
 				alpha: 1.25, beta: []float32{0, 0.5}[r.IntN(2)], padA: r.IntN(4), padB: r.IntN(4), padC: r.IntN(4)})
 		}
 	}
+}
+
+// byRows copies the rows x rows k matrix whose element [r, p] is
+// x[r*ld+p], or x[p*ld+r] when trans, into float64s by rows: row r at
+// r*k.
+func byRows(x []float32, ld, rows, k int, trans bool) []float64 {
+	out := make([]float64, rows*k)
+	for r := 0; r < rows; r++ {
+		for p := 0; p < k; p++ {
+			if trans {
+				out[r*k+p] = float64(x[p*ld+r])
+			} else {
+				out[r*k+p] = float64(x[r*ld+p])
+			}
+		}
+	}
+	return out
 }
