@@ -146,7 +146,7 @@ func Run(ctx context.Context, children []Child, opt Options) (*Result, error) {
 		readies[i].started()
 		if ch.Nice != 0 {
 			if err := setNice(c.Process.Pid, ch.Nice); err != nil {
-				fmt.Fprintf(opt.Log, "%s: could not lower its priority (nice %d): %v; it runs at this process's\n", ch.Name, ch.Nice, err)
+				fmt.Fprintf(opt.Log, "%s: could not lower its priority to nice %d (%v); it runs at train's own priority, and a serving replica beside it may answer more slowly while the job runs\n", ch.Name, ch.Nice, err)
 			}
 		}
 		procs[i] = c
