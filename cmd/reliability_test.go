@@ -484,6 +484,16 @@ func TestTrainChildrenRequireTheGeneratedToken(t *testing.T) {
 	if n := strings.Count(r.stderr, "authentication failed"); n < 2 {
 		t.Errorf("pserver-0 logged %d authentication failures, want one per refused peer:\n%s", n, r.stderr)
 	}
+	// SIGTERM, passed on, ends each child by itself (before, a node of a
+	// file's job ignored it and train killed it after its grace period).
+	for _, child := range []string{"trainer-0", "pserver-0"} {
+		if want := child + " | psgraph: stopped by a signal (terminated) before the end"; !strings.Contains(r.stderr, want) {
+			t.Errorf("train's output lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if r.code != 1 {
+		t.Errorf("train after SIGTERM: exit %d, want 1 (stopped before the end)", r.code)
+	}
 }
 
 // A pserver killed and never started again: the trainer waits for it up

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,9 +66,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	done := make(chan struct{})
 	defer close(done)
+	var first atomic.Value // the first signal, once it came
 	go func() {
 		select {
-		case <-sigs:
+		case s := <-sigs:
+			first.Store(s)
 			stop()
 		case <-done:
 			return
@@ -91,6 +94,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	if s, ok := first.Load().(os.Signal); ok && errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "psgraph: stopped by a signal (%v) before the end\n", s)
+		return 1
 	}
 	fmt.Fprintf(stderr, "psgraph: %v\n", err)
 	var u usageError

@@ -106,14 +106,14 @@ func Run(ctx context.Context, o Options) (any, error) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
-		go func() {
+		go func(stop <-chan struct{}) {
 			select {
-			case <-o.Stop:
+			case <-stop:
 				cancel()
 			case <-ctx.Done():
 			}
-		}()
-		o.Stop = nil
+		}(o.Stop)
+		o.Stop = nil // read by the goroutine above as its argument, not after this
 	}
 	if o.Role == "pserver" {
 		sum, err := runPServer(ctx, plan, o)

@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,9 +60,15 @@ type outcome struct {
 // start runs a node in a goroutine; cancel stops it and waits for it.
 func start(t *testing.T, o Options) (result <-chan outcome, cancel func()) {
 	t.Helper()
+	o.Log = zerolog.New(zerolog.NewTestWriter(t)).With().Str("role", o.Name()).Logger()
+	return startWith(t, o)
+}
+
+// startWith is start with the node's logger as o has it.
+func startWith(t *testing.T, o Options) (result <-chan outcome, cancel func()) {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	ch := make(chan outcome, 1)
-	o.Log = zerolog.New(zerolog.NewTestWriter(t)).With().Str("role", o.Name()).Logger()
 	go func() {
 		sum, err := Run(ctx, o)
 		ch <- outcome{sum, err}
@@ -75,6 +83,17 @@ func start(t *testing.T, o Options) (result <-chan outcome, cancel func()) {
 	t.Cleanup(cancel)
 	return ch, cancel
 }
+
+// startLogging is start with each log line also handed to on.
+func startLogging(t *testing.T, o Options, on func(line string)) (<-chan outcome, func()) {
+	t.Helper()
+	o.Log = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), lineFunc(on)))
+	return startWith(t, o)
+}
+
+type lineFunc func(string)
+
+func (f lineFunc) Write(p []byte) (int, error) { f(string(p)); return len(p), nil }
 
 // wait returns the node's outcome, failing the test after a minute.
 func wait(t *testing.T, name string, ch <-chan outcome) outcome {
@@ -121,6 +140,42 @@ func TestRunPServerAndTrainer(t *testing.T) {
 	}
 	if ts.SentBytes == 0 || ts.SentBytes != ss.RecvBytes || ss.SentBytes != ts.RecvBytes {
 		t.Errorf("trainer sent %d and received %d bytes; pserver received %d and sent %d", ts.SentBytes, ts.RecvBytes, ss.RecvBytes, ss.SentBytes)
+	}
+}
+
+// Stop closed ends a node of a job reading a file at once, as psgraph's
+// first SIGTERM does, with context.Canceled, while its job still runs
+// (a billion steps) and its context never ends. Before, the goroutine
+// that watched Stop read Options.Stop after Run had cleared it, so a
+// trainer and a pserver ignored SIGTERM and psgraph train killed them
+// after its grace period.
+func TestStopEndsANodeOfAFileJob(t *testing.T) {
+	plan := writePlan(t, testfix.TinyModel, 1, 1)
+	addr := freeAddr(t)
+	logged := make(chan struct{})
+	var once sync.Once
+	stops := map[string]chan struct{}{"pserver-0": make(chan struct{}), "trainer-0": make(chan struct{})}
+	psOpt := Options{Role: "pserver", Index: 0, Plan: plan, Listen: addr, Token: "secret", ResumeStep: -1, TrainerTimeout: 10 * time.Second, Stop: stops["pserver-0"]}
+	trOpt := Options{Role: "trainer", Index: 0, Plan: plan, PServers: []string{addr}, Token: "secret", Steps: 1_000_000_000, StartStep: -1, ConnectTimeout: 20 * time.Second, LogEvery: 10, Stop: stops["trainer-0"]}
+	ps, _ := start(t, psOpt)
+	tr, _ := startLogging(t, trOpt, func(line string) {
+		if strings.Contains(line, `"step":10`) {
+			once.Do(func() { close(logged) })
+		}
+	})
+	select {
+	case <-logged:
+	case r := <-tr:
+		t.Fatalf("the trainer ended before step 10: %v", r.err)
+	}
+	for _, n := range []struct {
+		name string
+		ch   <-chan outcome
+	}{{"trainer-0", tr}, {"pserver-0", ps}} {
+		close(stops[n.name])
+		if r := wait(t, n.name, n.ch); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("%s after Stop: %v, want %v", n.name, r.err, context.Canceled)
+		}
 	}
 }
 
