@@ -169,6 +169,10 @@ type Def struct {
 	// ElementWise ops read and write every tensor at the same flat index, so
 	// they can run on a row block of a parameter as well as on the whole.
 	ElementWise bool
+	// View ops give input 0's values, unchanged and in their order, another
+	// shape (reshape, reshape_like): a compiled program may make the output
+	// a view of input 0's buffer, whose copy the kernel then skips.
+	View bool
 	// Blocking ops wait on other nodes or queues.
 	Blocking bool
 	// Stateful ops must not be pruned or reordered away (send, enqueue).

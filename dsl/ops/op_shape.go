@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register(&Def{
-		Name: "reshape", Doc: "y = x with the dimensions `shape` (same elements, row-major order)",
+		Name: "reshape", Doc: "y = x with the dimensions `shape` (same elements, row-major order)", View: true,
 		Inputs: []string{"x"}, Outputs: []string{"y"},
 		Attrs: []AttrSpec{{Name: "shape", Kind: AttrInts, Required: true, Doc: "dimensions of y; -1 is the batch"}},
 		Infer: func(in []Type, a Attrs) ([]Type, error) {
@@ -33,7 +33,7 @@ func init() {
 			return []string{b.Emit("reshape_like", []string{g.OutGrads[0], g.Inputs[0]}, nil)}
 		},
 	}, &Def{
-		Name: "reshape_like", Doc: "y = x with the shape of like (same elements, row-major order)", Internal: true,
+		Name: "reshape_like", Doc: "y = x with the shape of like (same elements, row-major order)", Internal: true, View: true,
 		Inputs: []string{"x", "like"}, Outputs: []string{"y"},
 		Infer: func(in []Type, _ Attrs) ([]Type, error) {
 			if n, m := in[0].Shape.Numel(), in[1].Shape.Numel(); n != m {

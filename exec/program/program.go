@@ -384,8 +384,8 @@ func (p *Program) waitsLast() []int32 {
 // not shared). Both names then denote one tensor, so an assign that swaps
 // buffers keeps them consistent. A pserver's update chain (accumulate,
 // scale, sub) then needs one parameter-sized scratch buffer instead of
-// three, and a local step touches less memory. A reshape (reshape_like)
-// of such an x, dense, of as many elements, is a view of it: its tensor
+// three, and a local step touches less memory. A view op (ops.Def.View:
+// reshape, reshape_like) of such an x, dense, of as many elements, is a view of it: its tensor
 // has the new shape and x's buffer (tensorOf), so its copy is skipped
 // (serving the CTR example, its 166 KB of embedding rows a request).
 func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOptions) map[string]string {
@@ -418,9 +418,9 @@ func inPlace(g *dsl.Graph, keep []bool, types map[string]ops.Type, opt CompileOp
 	taken := map[string]bool{}
 	for i, op := range g.Ops {
 		def, _ := ops.Lookup(op.Type)
-		// a reshape's output is a view of its input's values (tensorOf),
-		// which its kernel's copy then leaves as they are
-		view := op.Type == "reshape" || op.Type == "reshape_like"
+		// a view op's output (a reshape's) is a view of its input's values
+		// (tensorOf), which its kernel's copy then leaves as they are
+		view := def.View
 		if !keep[i] || !def.ElementWise && !view || len(op.Outputs) != 1 {
 			continue
 		}
