@@ -121,7 +121,8 @@ type Model struct {
 	// tensors every version shares.
 	rows     sync.RWMutex
 	rowsWait atomic.Int64 // nanoseconds requests waited for rows (RowsWait)
-	// running counts the programs running now (chunk): with one on every
+	// running counts the requests being computed now (Infer: their rows
+	// parsed, their programs run, their outputs read): with one on every
 	// core, their kernels run serial (serialKernels).
 	running atomic.Int32
 	applyMu sync.Mutex
@@ -304,6 +305,8 @@ func (m *Model) Infer(ctx context.Context, req *Request, res *Result) error {
 	}
 	v := m.acquire()
 	defer v.release()
+	m.running.Add(1)
+	defer m.running.Add(-1)
 	res.Version = v.Version
 	for off := 0; off < req.Rows; off += m.maxBatch {
 		if err := ctx.Err(); err != nil {
@@ -338,9 +341,8 @@ func (m *Model) chunk(ctx context.Context, w *worker, req *Request, off, n int, 
 		return err
 	}
 	w.rt.Ctx = ctx
-	w.rt.SerialKernels = serialKernels(int(m.running.Add(1)))
+	w.rt.SerialKernels = serialKernels(int(m.running.Load()))
 	err := w.prog.Run(&w.rt)
-	m.running.Add(-1)
 	if err != nil {
 		// kernels fail only on their data (an id outside its table)
 		return badRequest("rows %d to %d: %v", off, off+n-1, err)
@@ -360,12 +362,14 @@ func (m *Model) chunk(ctx context.Context, w *worker, req *Request, off, n int, 
 }
 
 // serialKernels says whether a program keeps its kernels on its own
-// goroutine, given the programs running now (itself included): it does
-// when they are one a core or more. A matmul of a 100-row request's top layer
-// (5.5 M multiply-adds) otherwise hands half its columns to blas's helper
-// goroutine, which then waits for a core another request holds, and the
-// request with it; the hand-offs cost CPU besides. A request alone keeps
-// the helpers, and the other cores with them.
+// goroutine, given the requests being computed now (its own included): it
+// does when they are one a core or more. The top layer of a 100-row
+// request of examples/ctr.yaml (5.5 M multiply-adds) otherwise offers its
+// column blocks to blas's helper goroutine; a block the helper took while
+// its thread then lost the core makes the request wait for it (up to 30
+// ms, 1 to 3 requests in 3,000 with 4 clients on 2 loaded cores), and the
+// hand-offs cost CPU besides. A request alone keeps the helpers, and the
+// idle cores with them.
 func serialKernels(running int) bool {
 	return running >= runtime.GOMAXPROCS(0)
 }

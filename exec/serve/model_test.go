@@ -152,11 +152,11 @@ func TestPooledBuffersKeepRequestsApart(t *testing.T) {
 	wg.Wait()
 }
 
-// A request computed while programs run on every core keeps its matmuls
-// on its own goroutine (no block of the CTR example's top layer is offered
-// to blas's helpers), one computed alone shares them, and both answer the
-// same bytes: 100 rows of examples/ctr.yaml, with 0 and then GOMAXPROCS-1
-// other programs counted as running.
+// A request computed while requests are computed on every core keeps its
+// matmuls on its own goroutine (no block of the CTR example's top layer is
+// offered to blas's helpers), one computed alone shares them, and both
+// answer the same bytes: 100 rows of examples/ctr.yaml, with 0 and then
+// GOMAXPROCS-1 other requests counted as being computed.
 func TestRequestsOnEveryCoreKeepTheirMatmuls(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	g, p, lines := ctrServed(t, 100, 1)
