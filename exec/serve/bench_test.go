@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/internal/testfix"
@@ -28,9 +29,17 @@ import (
 // through the handler, without the network: decode, parse and normalize
 // the rows, run the model, encode the response. cpu-µs/req is the
 // process's CPU time (getrusage) per request, which a loaded machine
-// changes less than ns/op:
+// changes less than ns/op; shared-blocks/req the blocks of its products
+// offered to blas's helper goroutines (serialKernels):
 // go test ./exec/serve -run X -bench InferCTR100Rows -benchmem -cpu 2
-func BenchmarkInferCTR100Rows(b *testing.B) {
+func BenchmarkInferCTR100Rows(b *testing.B) { benchInferCTR(b, 1) }
+
+// BenchmarkInferCTR100Rows4Clients is BenchmarkInferCTR100Rows from 2
+// goroutines a P: with -cpu 2, the 4 clients of bench/serve-bench.sh on
+// its 2 cores.
+func BenchmarkInferCTR100Rows4Clients(b *testing.B) { benchInferCTR(b, 2) }
+
+func benchInferCTR(b *testing.B, perP int) {
 	g, p, lines := ctrServed(b, 100, 1)
 	m, err := NewModel(g, p, 0)
 	if err != nil {
@@ -38,9 +47,10 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 	}
 	body := rowsBody(lines)
 	h := NewHandler(m, HandlerOptions{})
+	b.SetParallelism(perP)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := testfix.ProcessCPU()
+	cpu0, shared0 := testfix.ProcessCPU(), blas.SharedBlocks()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			w := httptest.NewRecorder()
@@ -52,6 +62,7 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "rows/s")
 	b.ReportMetric(float64((testfix.ProcessCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/req")
+	b.ReportMetric(float64(blas.SharedBlocks()-shared0)/float64(b.N), "shared-blocks/req")
 }
 
 // BenchmarkInferWhileReloading is requests of 100 rows of examples/ctr.yaml
