@@ -26,7 +26,27 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	sgemmWith(active, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// SgemmSerial is Sgemm computed on the calling goroutine only: a large
+// product does not share its blocks with the helper goroutines. It is for
+// callers that already run about as many products at once as there are
+// cores (a server's concurrent requests), where the helpers add only
+// hand-offs and make each product wait for the others' cores. The result
+// is Sgemm's bit for bit: every element of C is computed by the same
+// kernel calls, whichever goroutine runs them.
+func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	s := getScratch()
+	s.serial = true
+	sgemmIn(s, active, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	s.serial = false
+	putScratch(s)
+}
+
 func sgemmWith(kn *kernel, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemmIn(nil, kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmIn is sgemmWith with the scratch buffers s (nil: its own).
+func sgemmIn(s *scratch, kn *kernel, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -47,7 +67,7 @@ func sgemmWith(kn *kernel, transA, transB bool, m, n, k int, alpha float32, a []
 	}
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	p := planGemm(kn, transA, transB, m, n, k, lda, ldb, ldc)
-	p.run(nil, alpha, a, b, beta, c)
+	p.run(s, alpha, a, b, beta, c)
 }
 
 // gemmPlan is how a product of given dimensions and layouts runs: the

@@ -51,6 +51,9 @@ type scratch struct {
 	tile [maxTile]float32
 	blk  block
 	par  parJob
+	// serial keeps the products computed with s on the calling goroutine
+	// (SgemmSerial).
+	serial bool
 }
 
 // Scratch buffers live on a free list rather than in a sync.Pool, so a GC
@@ -94,7 +97,7 @@ func gemmIn(s *scratch, kn *kernel, m, n, k int, alpha float32, A, B view, beta 
 	nr := kn.nr
 	aDirect, bDirect := directA(m, k, A), directB(m, n, k, B)
 
-	par := m*n*k >= parallelMin && k >= 32 && helpers() > 0
+	par := !s.serial && m*n*k >= parallelMin && k >= 32 && helpers() > 0
 	for jc := 0; jc < n; jc += ncBlock {
 		nb := min(ncBlock, n-jc)
 		// kc*nr floats of B stay in L1: narrow kernels take longer k blocks.
@@ -366,10 +369,18 @@ type parJob struct {
 }
 
 var (
+	// parRuns counts the blocks shared with the helpers (for the tests).
+	parRuns    atomic.Int64
 	helperOnce sync.Once
 	helperCh   chan *parJob
 	nHelpers   int
 )
+
+// SharedBlocks is how many blocks of products were offered to the helper
+// goroutines since the process started (each k block of a product of at
+// least 4 M multiply-adds, with more than one core): what SgemmSerial
+// keeps to the calling goroutine.
+func SharedBlocks() int64 { return parRuns.Load() }
 
 func helpers() int {
 	helperOnce.Do(func() {
@@ -416,6 +427,7 @@ func (j *parJob) work(s *scratch) {
 }
 
 func (j *parJob) run(blk *block, s *scratch, m int) {
+	parRuns.Add(1)
 	mr, nr := blk.kn.mr, blk.kn.nr
 	workers := nHelpers + 1
 	// Split the longer side into enough chunks to balance: rows in multiples

@@ -40,6 +40,11 @@ type Runtime interface {
 	// a dynamic table in inference) when the tables are written in place
 	// while programs run (a server following a job); nil: none is.
 	TableReads() sync.Locker
+	// Serial is set when the caller runs about as many programs at once
+	// as there are cores (a server's concurrent requests): a kernel then
+	// computes on the calling goroutine only (matmul: blas.SgemmSerial),
+	// with the same result.
+	Serial() bool
 }
 
 // Rendezvous is where communication kernels meet the node's peers, in the

@@ -5,7 +5,8 @@ import (
 	"github.com/psgraph/psgraph/exec/blas"
 )
 
-// matmul: z = op(x) · op(y) through blas.Sgemm; batch_matmul: one such
+// matmul: z = op(x) · op(y) through blas.Sgemm (blas.SgemmSerial when
+// the runtime says Serial); batch_matmul: one such
 // product per batch through blas.SgemmBatch.
 
 func init() {
@@ -18,7 +19,11 @@ func kernelMatmul(k Args) (Kernel, error) {
 	ta, tb := k.Attrs.Bool("transpose_a"), k.Attrs.Bool("transpose_b")
 	m, kk, _, n := ops.MatmulDims(x.Shape, y.Shape, ta, tb)
 	lda, ldb := x.Shape[1], y.Shape[1]
-	return func(Runtime) error {
+	return func(rt Runtime) error {
+		if rt.Serial() {
+			blas.SgemmSerial(ta, tb, m, n, kk, 1, x.F, lda, y.F, ldb, 0, z.F, n)
+			return nil
+		}
 		blas.Sgemm(ta, tb, m, n, kk, 1, x.F, lda, y.F, ldb, 0, z.F, n)
 		return nil
 	}, nil

@@ -30,6 +30,7 @@ func (r *hostileRuntime) Rendezvous() Rendezvous   { return r }
 func (r *hostileRuntime) Server() ServerRendezvous { return nil }
 func (r *hostileRuntime) Queue(string, int) Queue  { return nil }
 func (r *hostileRuntime) TableReads() sync.Locker  { return nil }
+func (r *hostileRuntime) Serial() bool             { return false }
 func (r *hostileRuntime) Send(context.Context, int64, ir.Node, string, ir.DType, []byte) error {
 	r.sent++
 	return nil

@@ -23,6 +23,10 @@ type Runtime struct {
 	// Tables is held around every read of a table's rows
 	// (kernels.Runtime.TableReads; nil: none).
 	Tables sync.Locker
+	// SerialKernels keeps the kernels on the calling goroutine
+	// (kernels.Runtime.Serial): set by a caller running about as many
+	// programs at once as there are cores.
+	SerialKernels bool
 
 	mu     sync.Mutex
 	queues map[string]*queue
@@ -41,6 +45,9 @@ func (r *Runtime) Rendezvous() kernels.Rendezvous {
 
 // TableReads is held around every read of a table's rows (nil: none).
 func (r *Runtime) TableReads() sync.Locker { return r.Tables }
+
+// Serial reports whether the kernels compute on the calling goroutine only.
+func (r *Runtime) Serial() bool { return r.SerialKernels }
 
 // Server is a pserver's communication.
 func (r *Runtime) Server() kernels.ServerRendezvous { return r.PS }

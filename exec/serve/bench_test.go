@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/psgraph/psgraph/dsl"
+	"github.com/psgraph/psgraph/exec/blas"
 	"github.com/psgraph/psgraph/exec/data/criteo"
 	"github.com/psgraph/psgraph/exec/modelfile"
 	"github.com/psgraph/psgraph/internal/testfix"
@@ -28,25 +29,28 @@ import (
 // through the handler, without the network: decode, parse and normalize
 // the rows, run the model, encode the response. cpu-µs/req is the
 // process's CPU time (getrusage) per request, which a loaded machine
-// changes less than ns/op:
+// changes less than ns/op; shared-blocks/req the blocks of its products
+// offered to blas's helper goroutines (serialKernels):
 // go test ./exec/serve -run X -bench InferCTR100Rows -benchmem -cpu 2
-func BenchmarkInferCTR100Rows(b *testing.B) {
-	var buf bytes.Buffer
-	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
-		b.Fatal(err)
-	}
-	g := ctrExample(b, buf.Bytes())
-	p := randomParams(b, g, 1)
-	p.Norm.Shift, p.Norm.Scale = p.Norm.Shift[:13], p.Norm.Scale[:13]
+func BenchmarkInferCTR100Rows(b *testing.B) { benchInferCTR(b, 1) }
+
+// BenchmarkInferCTR100Rows4Clients is BenchmarkInferCTR100Rows from 2
+// goroutines a P: with -cpu 2, the 4 clients of bench/serve-bench.sh on
+// its 2 cores.
+func BenchmarkInferCTR100Rows4Clients(b *testing.B) { benchInferCTR(b, 2) }
+
+func benchInferCTR(b *testing.B, perP int) {
+	g, p, lines := ctrServed(b, 100, 1)
 	m, err := NewModel(g, p, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := rowsBody(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))
+	body := rowsBody(lines)
 	h := NewHandler(m, HandlerOptions{})
+	b.SetParallelism(perP)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := testfix.ProcessCPU()
+	cpu0, shared0 := testfix.ProcessCPU(), blas.SharedBlocks()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			w := httptest.NewRecorder()
@@ -58,6 +62,7 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "rows/s")
 	b.ReportMetric(float64((testfix.ProcessCPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/req")
+	b.ReportMetric(float64(blas.SharedBlocks()-shared0)/float64(b.N), "shared-blocks/req")
 }
 
 // BenchmarkInferWhileReloading is requests of 100 rows of examples/ctr.yaml
@@ -73,18 +78,12 @@ func BenchmarkInferCTR100Rows(b *testing.B) {
 // between programs' runs):
 // go test ./exec/serve -run X -bench InferWhileReloading -benchtime 4000x
 func BenchmarkInferWhileReloading(b *testing.B) {
-	var buf bytes.Buffer
-	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 100, Seed: 1}); err != nil {
-		b.Fatal(err)
-	}
-	g := ctrExample(b, buf.Bytes())
-	p := randomParams(b, g, 1)
-	p.Norm.Shift, p.Norm.Scale = p.Norm.Shift[:13], p.Norm.Scale[:13]
+	g, p, lines := ctrServed(b, 100, 1)
 	file := filepath.Join(b.TempDir(), "ctr.safetensors")
 	if err := modelfile.SaveModel(file, "ctr", 1, g.ModelVars(), p.Tensors, p.Norm); err != nil {
 		b.Fatal(err)
 	}
-	body := rowsBody(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))
+	body := rowsBody(lines)
 	r := rand.New(rand.NewPCG(1, 2))
 	// an update as a replica following a 2x2 job of the example applies:
 	// from each pserver every 250 ms, a dense block and ~16,000 table rows
@@ -186,6 +185,21 @@ func BenchmarkInferWhileReloading(b *testing.B) {
 			b.ReportMetric(m.RowsWait()*1e6/float64(b.N), "rows-wait-µs/req")
 		})
 	}
+}
+
+// ctrServed is examples/ctr.yaml with random parameters (seed 1, the
+// normalization of its 13 counts), and rows generated rows of it (seed):
+// their lines.
+func ctrServed(tb testing.TB, rows int, seed uint64) (*dsl.Graph, Params, []string) {
+	tb.Helper()
+	var buf bytes.Buffer
+	if _, err := criteo.Generate(&buf, criteo.Options{Rows: int64(rows), Seed: seed}); err != nil {
+		tb.Fatal(err)
+	}
+	g := ctrExample(tb, buf.Bytes())
+	p := randomParams(tb, g, 1)
+	p.Norm.Shift, p.Norm.Scale = p.Norm.Shift[:13], p.Norm.Scale[:13]
+	return g, p, strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 }
 
 // ctrExample is examples/ctr.yaml reading rows (a file written for it).

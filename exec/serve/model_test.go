@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/psgraph/psgraph/exec/blas"
 )
 
 // A new version, swapped in whole (a reload) or by updates, is given the
@@ -147,4 +150,42 @@ func TestPooledBuffersKeepRequestsApart(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A request computed while requests are computed on every core keeps its
+// matmuls on its own goroutine (no block of the CTR example's top layer is
+// offered to blas's helpers), one computed alone shares them, and both
+// answer the same bytes: 100 rows of examples/ctr.yaml, with 0 and then
+// GOMAXPROCS-1 other requests counted as being computed.
+func TestRequestsOnEveryCoreKeepTheirMatmuls(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	g, p, lines := ctrServed(t, 100, 1)
+	m, err := NewModel(g, p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := rowsBody(lines)
+	h := NewHandler(m, HandlerOptions{})
+	serve := func(others int) (answer []byte, shared int64) {
+		m.running.Store(int32(others))
+		defer m.running.Store(0)
+		before := blas.SharedBlocks()
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v2/models/ctr/infer", bytes.NewReader(body)))
+		if w.Code != 200 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		return w.Body.Bytes(), blas.SharedBlocks() - before
+	}
+	alone, shared := serve(0)
+	if shared == 0 {
+		t.Skip("blas shares no block of this product (no helpers: its first product ran on one core, or no kernel)")
+	}
+	busy, shared := serve(runtime.GOMAXPROCS(0) - 1)
+	if shared != 0 {
+		t.Errorf("with a program on every core the request offered %d blocks to the helpers, want 0", shared)
+	}
+	if !bytes.Equal(busy, alone) {
+		t.Errorf("serial kernels answered %.200s, shared %.200s", busy, alone)
+	}
 }

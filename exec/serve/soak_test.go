@@ -1,17 +1,13 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/psgraph/psgraph/exec/data/criteo"
 )
 
 var soakFor = flag.Duration("soak", 0, "run TestSoakMemoryIsFlat this long (bench/serve-soak.sh runs the server itself for 10 minutes)")
@@ -27,18 +23,11 @@ func TestSoakMemoryIsFlat(t *testing.T) {
 	if *soakFor <= 0 {
 		t.Skip("a soak: go test ./exec/serve -run TestSoakMemoryIsFlat -soak 30s")
 	}
-	var buf bytes.Buffer
-	if _, err := criteo.Generate(&buf, criteo.Options{Rows: 400, Seed: 2}); err != nil {
-		t.Fatal(err)
-	}
-	g := ctrExample(t, buf.Bytes())
-	base := randomParams(t, g, 1)
-	base.Norm.Shift, base.Norm.Scale = base.Norm.Shift[:13], base.Norm.Scale[:13]
+	g, base, lines := ctrServed(t, 400, 2)
 	m, err := NewModel(g, base, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	var reqs []*Request
 	for i := 0; i+100 <= len(lines); i += 100 {
 		r, err := DecodeRequest(rowsBody(lines[i:i+100]), m.Meta())
