@@ -31,14 +31,14 @@
 # job's steps/s and the requests' latency.
 # Prints one line per target: the median figure over RUNS runs, the bound,
 # and ok or MISSED. PSG=BIN runs a binary given instead of building one.
-# A subset: PART1=0 skips the predict and serve runs; MODES="load beside"
+# A subset: PART1=0 skips the predict and serve runs; MODES="load beside" (MODES="" none: part 1 alone)
 # runs only those kinds of job runs (default: all six). JOB_NICE=N runs the
 # job's four processes under nice -n N (default 0: as the server).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$(mktemp -d)}
 ROWS=${ROWS:-60000} STEPS=${STEPS:-300} RUNS=${RUNS:-3} REQUESTS=${REQUESTS:-3000} JOB_STEPS=${JOB_STEPS:-1500}
-PART1=${PART1:-1} MODES=${MODES:-without with stale load busy beside} JOB_NICE=${JOB_NICE:-0}
+PART1=${PART1:-1} MODES=${MODES-without with stale load busy beside} JOB_NICE=${JOB_NICE:-0}
 if ! command -v hey >/dev/null; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hey >/dev/null
