@@ -293,10 +293,12 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 	count := s.count
 	nops := make([]int, len(p.PServers))
 	nvars := make([]int, len(p.PServers))
+	nasg := make([]int, len(p.PServers))
 	copied, nnames := 0, 0
 	for _, b := range blocks {
 		nops[b.pserver] += len(b.g.ops) + 2
 		nvars[b.pserver] += 1 + len(b.g.state)
+		nasg[b.pserver] += len(b.g.assigns)
 		copied += len(b.g.ops)
 		for _, op := range b.g.ops {
 			nnames += len(op.Inputs) + len(op.Outputs)
@@ -306,6 +308,9 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 		ps.Vars = make(map[string]*dsl.Var, nvars[i])
 		ps.Order = make([]string, 0, nvars[i])
 		ps.Ops = make([]*dsl.Op, 0, nops[i])
+		if nasg[i] > 0 {
+			ps.Assigns = make([]dsl.Assign, 0, nasg[i])
+		}
 	}
 	copies := slab[dsl.Op]{buf: make([]dsl.Op, copied)}
 	names := slab[string]{buf: make([]string, nnames)}
