@@ -448,19 +448,24 @@ type Graph struct {
 // the same op; attrs override the defaults. Autodiff, the optimizer
 // expansion and split build their ops with it.
 func NewOp(typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
-	if len(attrs) == 0 {
-		if shared, ok := sharedDefaults[typ]; ok {
-			return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: shared, Section: section, Pos: pos}
+	return newOpIn(new(Op), typ, inputs, outputs, attrs, section, pos)
+}
+
+// newOpIn is NewOp building the op in op (from a slab).
+func newOpIn(op *Op, typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
+	*op = Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: attrs, Section: section, Pos: pos}
+	switch shared, ok := sharedDefaults[typ]; {
+	case len(attrs) == 0 && ok:
+		op.Attrs = shared
+	case complete(typ, attrs): // every default overridden: the op keeps attrs
+	default:
+		full := DefaultAttrs(typ, len(attrs))
+		for k, v := range attrs {
+			full[k] = v
 		}
+		op.Attrs = full
 	}
-	if complete(typ, attrs) { // every default overridden: the op keeps attrs
-		return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: attrs, Section: section, Pos: pos}
-	}
-	full := DefaultAttrs(typ, len(attrs))
-	for k, v := range attrs {
-		full[k] = v
-	}
-	return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: full, Section: section, Pos: pos}
+	return op
 }
 
 // complete reports whether attrs sets exactly the attributes of op type
