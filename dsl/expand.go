@@ -188,12 +188,7 @@ func (g *Graph) speculateOptimizer(params []string, batch int) *speculated {
 		if lo, hi := def.NumInputs(); len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) || !def.OutputsOK(len(op.Outputs)) {
 			return nil
 		}
-		for _, in := range op.Inputs {
-			if _, ok := types[in]; !ok {
-				return nil
-			}
-		}
-		if inferOp(op, types, batch) != nil {
+		if known, err := inferKnownOp(op, types, batch, true); !known || err != nil {
 			return nil
 		}
 	}
