@@ -72,7 +72,7 @@ func TestModelfileImportsNoTransportNorMetrics(t *testing.T) {
 // pserver loops, say, meet only in exec/job. A new package must be given
 // its layer here, with the one job it does in its doc.go.
 var layers = [][]string{
-	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/halt", "exec/replicate", "exec/data/criteo", "exec/data/tfrecord", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/safetensors", "internal/csvrow", "internal/parquetschema"},
+	{"dsl/ir", "exec/blas", "exec/rejoin", "exec/halt", "exec/replicate", "exec/data/criteo", "exec/data/tfrecord", "exec/progress", "transport/testcert", "internal/atomicfile", "internal/slab", "internal/safetensors", "internal/csvrow", "internal/parquetschema"},
 	{"dsl/ops", "exec/tensor", "exec/dyntable", "transport"},
 	{"dsl", "exec/kernels", "exec/metrics"},
 	{"partition", "exec/data", "internal/testfix"},

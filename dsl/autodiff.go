@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/internal/slab"
 )
 
 // gradBuilder appends backward ops to the graph, inferring each one's type
@@ -26,6 +27,8 @@ type gradBuilder struct {
 	read    map[string]bool
 	emitted []*Op
 	readN   []bool
+	ops     slab.Slab[Op] // the ops it emits, and their outputs
+	outs    slab.Slab[string]
 }
 
 // bwPrefix starts the names of backward temporaries (Emit's).
@@ -47,7 +50,9 @@ func (b *gradBuilder) emit(typ string, inputs []string, attrs ops.Attrs, out str
 	if _, ok := ops.Lookup(typ); !ok {
 		panic("autodiff: gradient rule emits unknown op " + typ)
 	}
-	op := NewOp(typ, inputs, []string{out}, attrs, Backward, b.pos)
+	outs := b.outs.Take(1)
+	outs[0] = out
+	op := newOpIn(b.ops.One(), typ, inputs, outs, attrs, Backward, b.pos)
 	b.g.Ops = append(b.g.Ops, op)
 	for _, in := range inputs {
 		if strings.HasPrefix(in, bwPrefix) {
@@ -283,6 +288,11 @@ type expansion struct {
 	vars    []*Var
 	assigns []Assign
 	params  int // how many parameters it expands: room for their assigns
+	// what the template's ops and state are built in
+	opSlab   slab.Slab[Op]
+	varSlab  slab.Slab[Var]
+	initSlab slab.Slab[Init]
+	names    slab.Slab[string]
 }
 
 func (x *expansion) apply(g *Graph) {
@@ -447,11 +457,14 @@ func (pe *paramExpansion) state(sparse bool) {
 			pe.bind["$"+st.Name] = name + ".rows"
 			gather = append(gather, [2]string{name, pe.bind["$"+st.Name]})
 		}
-		init := Init{Type: "zeros", Pos: st.Pos}
+		init := pe.x.initSlab.One()
+		*init = Init{Type: "zeros", Pos: st.Pos}
 		if pe.te.inits[i] != nil {
-			init = *pe.te.inits[i]
+			*init = *pe.te.inits[i]
 		}
-		pe.x.vars = append(pe.x.vars, &Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: &init, Place: pv.Place, Of: p, Pos: st.Pos})
+		v := pe.x.varSlab.One()
+		*v = Var{Name: name, Kind: KindState, DType: pv.DType, Shape: shape, Init: init, Place: pv.Place, Of: p, Pos: st.Pos}
+		pe.x.vars = append(pe.x.vars, v)
 	}
 	for _, gr := range gather {
 		pe.x.ops = append(pe.x.ops, &Op{Type: "gather_rows", Inputs: []string{gr[0], GradName(p)}, Outputs: []string{gr[1]},
@@ -522,15 +535,16 @@ func (pe *paramExpansion) update(form *TemplateUpdate, tmplAttrs []ops.Attrs) {
 	scaled := false
 	for ti, top := range form.Update {
 		def, _ := ops.Lookup(top.Type)
-		op := &Op{Type: top.Type, Section: Optimize, Param: pe.p, Place: pe.pv.Place, Pos: top.Pos}
+		op := pe.x.opSlab.One()
+		*op = Op{Type: top.Type, Section: Optimize, Param: pe.p, Place: pe.pv.Place, Pos: top.Pos}
 		if len(top.Inputs) > 0 {
-			op.Inputs = make([]string, 0, len(top.Inputs)+1) // one more for a scheduled rate
+			op.Inputs = pe.x.names.Take(len(top.Inputs) + 1)[:0] // one more for a scheduled rate
 		}
 		for _, in := range top.Inputs {
 			op.Inputs = append(op.Inputs, pe.local(in, top.Pos))
 		}
 		if len(top.Outputs) > 0 {
-			op.Outputs = make([]string, 0, len(top.Outputs))
+			op.Outputs = pe.x.names.Take(len(top.Outputs))[:0]
 		}
 		for _, out := range top.Outputs {
 			op.Outputs = append(op.Outputs, pe.local(out, top.Pos))

@@ -285,13 +285,24 @@ func (g *Graph) varType(v *Var, batch int) ops.Type {
 
 // inferOp checks one op against the catalog and records its output types.
 func inferOp(op *Op, types map[string]ops.Type, batch int) error {
+	_, err := inferKnownOp(op, types, batch, false)
+	return err
+}
+
+// inferKnownOp is inferOp; with known, an input types lacks makes it
+// return false (and nothing else) instead of reading a zero type.
+func inferKnownOp(op *Op, types map[string]ops.Type, batch int, known bool) (bool, error) {
 	in := make([]ops.Type, len(op.Inputs))
 	for i, name := range op.Inputs {
-		in[i] = types[name]
+		t, ok := types[name]
+		if !ok && known {
+			return false, nil
+		}
+		in[i] = t
 	}
 	out, err := inferOpTypes(op, in, batch)
 	if err != nil {
-		return Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
+		return true, Errorf(op.Pos, "op %s %s: %v", op.Type, describeInputs(op.Inputs, in), err)
 	}
 	for i, o := range op.Outputs {
 		if out[i].Sparse() && out[i].RowSet == "" {
@@ -299,7 +310,7 @@ func inferOp(op *Op, types map[string]ops.Type, batch int) error {
 		}
 		types[o] = out[i]
 	}
-	return nil
+	return true, nil
 }
 
 // inferOpTypes is the catalog's answer for one op of input types in: its

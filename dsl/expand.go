@@ -128,8 +128,8 @@ func (g *Graph) Expand() error {
 			}
 			structure <- err
 		}()
-		for k, v := range sx.types {
-			types[k] = v
+		for _, n := range sx.types {
+			types[n.name] = n.t
 		}
 		close(merged)
 		err := g.checkTypes(types, batch)
@@ -155,11 +155,18 @@ func (g *Graph) Expand() error {
 
 // speculated is the optimizer's expansion built before autodiff, for
 // params, assuming each gets a dense gradient of its own type, and the
-// types of the names it adds.
+// types of the names it adds, in the order Expand merges them (a later
+// one of a name wins).
 type speculated struct {
 	x      *expansion
 	params []string
-	types  map[string]ops.Type
+	types  []namedType
+}
+
+// namedType is the type of a name.
+type namedType struct {
+	name string
+	t    ops.Type
 }
 
 // speculateOptimizer builds and types the optimizer's ops for params; nil
@@ -170,6 +177,77 @@ func (g *Graph) speculateOptimizer(params []string, batch int) *speculated {
 	if err != nil {
 		return nil
 	}
+	types, ok := g.inferByParam(x, batch)
+	if !ok {
+		types, ok = g.inferInOneMap(params, x, batch)
+	}
+	if !ok {
+		return nil
+	}
+	return &speculated{x: x, params: params, types: types}
+}
+
+// inferOptimizerOp infers one op of the expansion in types: false when
+// its arity is wrong (inferOp relies on the arity checkStructure checks;
+// the sequential expansion reports a template op of the wrong arity), it
+// reads a name types lacks or its type rule fails.
+func inferOptimizerOp(op *Op, types map[string]ops.Type, batch int) bool {
+	def, ok := ops.Lookup(op.Type)
+	if !ok {
+		return false
+	}
+	if lo, hi := def.NumInputs(); len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) || !def.OutputsOK(len(op.Outputs)) {
+		return false
+	}
+	known, err := inferKnownOp(op, types, batch, true)
+	return known && err == nil
+}
+
+// inferByParam types x's state and ops one parameter at a time, in a
+// small map of that parameter's names: the map of every name the
+// expansion adds (~400k on a model of 100k ops) made each lookup a cache
+// miss. It holds when the ops of each parameter (their Param) come one
+// after another, after its state variables, and read only the parameter,
+// its gradient, its state and each other's outputs, as every built-in
+// optimizer's do; else false, and inferInOneMap answers.
+func (g *Graph) inferByParam(x *expansion, batch int) ([]namedType, bool) {
+	out := make([]namedType, 0, len(x.vars)+len(x.ops))
+	for _, v := range x.vars {
+		out = append(out, namedType{v.Name, g.varType(v, batch)})
+	}
+	local := make(map[string]ops.Type, 16)
+	state := out // the state's types, the current parameter's first
+	p, grad := "", ""
+	for _, op := range x.ops {
+		if op.Param != p {
+			p, grad = op.Param, GradName(op.Param)
+			pv := g.Vars[p]
+			if pv == nil {
+				return nil, false
+			}
+			clear(local)
+			t := g.varType(pv, batch)
+			local[p], local[grad] = t, t
+			for len(state) > 0 && x.vars[len(x.vars)-len(state)].Of == p {
+				local[state[0].name] = state[0].t
+				state = state[1:]
+			}
+		}
+		if !inferOptimizerOp(op, local, batch) {
+			return nil, false
+		}
+		for _, o := range op.Outputs {
+			if o != p && o != grad {
+				out = append(out, namedType{o, local[o]})
+			}
+		}
+	}
+	return out, true
+}
+
+// inferInOneMap types x's state and ops in one map of every name, for
+// params.
+func (g *Graph) inferInOneMap(params []string, x *expansion, batch int) ([]namedType, bool) {
 	types := make(map[string]ops.Type, 2*len(params)+len(x.vars)+len(x.ops))
 	for _, p := range params {
 		t := g.varType(g.Vars[p], batch)
@@ -179,29 +257,29 @@ func (g *Graph) speculateOptimizer(params []string, batch int) *speculated {
 		types[v.Name] = g.varType(v, batch)
 	}
 	for _, op := range x.ops {
-		// inferOp relies on the arity checkStructure checks; the
-		// sequential expansion reports a template op of the wrong arity.
-		def, ok := ops.Lookup(op.Type)
-		if !ok {
-			return nil
-		}
-		if lo, hi := def.NumInputs(); len(op.Inputs) < lo || (hi >= 0 && len(op.Inputs) > hi) || !def.OutputsOK(len(op.Outputs)) {
-			return nil
-		}
-		for _, in := range op.Inputs {
-			if _, ok := types[in]; !ok {
-				return nil
-			}
-		}
-		if inferOp(op, types, batch) != nil {
-			return nil
+		if !inferOptimizerOp(op, types, batch) {
+			return nil, false
 		}
 	}
-	for _, p := range params { // known before: types holds them
+	for _, p := range params { // known before: Expand does not merge them
 		delete(types, p)
 		delete(types, GradName(p))
 	}
-	return &speculated{x: x, params: params, types: types}
+	out := make([]namedType, 0, len(types))
+	add := func(n string) {
+		if t, ok := types[n]; ok {
+			out = append(out, namedType{n, t})
+		}
+	}
+	for _, v := range x.vars {
+		add(v.Name)
+	}
+	for _, op := range x.ops {
+		for _, o := range op.Outputs {
+			add(o)
+		}
+	}
+	return out, true
 }
 
 // fits reports whether s is what the sequential expansion builds after

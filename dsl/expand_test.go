@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/psgraph/psgraph/dsl/ops"
 )
 
 // TestExpandSpeculationEqualsSequential loads every model in the
@@ -159,6 +161,50 @@ train: {loss: loss, batch: 4, optimizer: {type: momentum, lr: 0.1}}
 		}
 		if !strings.Contains(string(g), "{type: add, inputs: [bw.relu.4@GRAD, bw.relu_grad.") {
 			t.Fatalf("no sum of two uses' gradients:\n%s", g)
+		}
+	}
+}
+
+// The speculation types the optimizer's ops one parameter at a time when
+// each parameter's ops come together (every built-in optimizer, with a
+// schedule or weight decay too), and in one map of every name otherwise
+// (clip by value clips every gradient before the first update): both
+// give the types the one map gives, which is how the speculation typed
+// them before the per-parameter maps.
+func TestSpeculationTypesPerParameterEqualOneMap(t *testing.T) {
+	deep := deepModel(12)
+	for opt, perParam := range map[string]bool{
+		"{type: sgd, lr: 0.1}":                            true,
+		"{type: momentum, lr: 0.1, weight_decay: 0.01}":   true,
+		"{type: adam, lr: {schedule: cosine, steps: 10}}": true,
+		"{type: adagrad, lr: 0.1}\n  clip: {value: 0.5}":  false,
+	} {
+		g, err := Parse("deep.yaml", []byte(strings.Replace(deep, "optimizer: {type: sgd, lr: 0.1}", "optimizer: "+opt, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		params, batch := g.Params(), g.Batch()
+		x, err := g.optimizerOps(params, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one, ok := g.inferInOneMap(params, x, batch)
+		if !ok || len(one) == 0 {
+			t.Fatalf("%s: the one map typed nothing (%v)", opt, ok)
+		}
+		merged := func(l []namedType) map[string]ops.Type {
+			m := map[string]ops.Type{}
+			for _, n := range l {
+				m[n.name] = n.t
+			}
+			return m
+		}
+		by, ok := g.inferByParam(x, batch)
+		if ok != perParam {
+			t.Fatalf("%s: typed per parameter %v, want %v", opt, ok, perParam)
+		}
+		if ok && !reflect.DeepEqual(merged(by), merged(one)) {
+			t.Fatalf("%s: per parameter %v\none map %v", opt, merged(by), merged(one))
 		}
 	}
 }

@@ -448,16 +448,41 @@ type Graph struct {
 // the same op; attrs override the defaults. Autodiff, the optimizer
 // expansion and split build their ops with it.
 func NewOp(typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
-	if len(attrs) == 0 {
-		if shared, ok := sharedDefaults[typ]; ok {
-			return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: shared, Section: section, Pos: pos}
+	return newOpIn(new(Op), typ, inputs, outputs, attrs, section, pos)
+}
+
+// newOpIn is NewOp building the op in op (from a slab).
+func newOpIn(op *Op, typ string, inputs, outputs []string, attrs ops.Attrs, section Section, pos Pos) *Op {
+	*op = Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: attrs, Section: section, Pos: pos}
+	switch shared, ok := sharedDefaults[typ]; {
+	case len(attrs) == 0 && ok:
+		op.Attrs = shared
+	case complete(typ, attrs): // every default overridden: the op keeps attrs
+	default:
+		full := DefaultAttrs(typ, len(attrs))
+		for k, v := range attrs {
+			full[k] = v
+		}
+		op.Attrs = full
+	}
+	return op
+}
+
+// complete reports whether attrs sets exactly the attributes of op type
+// typ's catalog entry, so that filling in the defaults would copy it
+// unchanged: NewOp then shares it (no op's attribute map is changed after
+// it is built), as autodiff's matmuls share four maps of transposes.
+func complete(typ string, attrs ops.Attrs) bool {
+	def, ok := ops.Lookup(typ)
+	if !ok || len(attrs) != len(def.Attrs) {
+		return false
+	}
+	for _, a := range def.Attrs {
+		if _, ok := attrs[a.Name]; !ok {
+			return false
 		}
 	}
-	full := DefaultAttrs(typ, len(attrs))
-	for k, v := range attrs {
-		full[k] = v
-	}
-	return &Op{Type: typ, Inputs: inputs, Outputs: outputs, Attrs: full, Section: section, Pos: pos}
+	return true
 }
 
 // sharedDefaults holds each op type's default attributes, for the ops
@@ -473,12 +498,15 @@ var sharedDefaults = func() map[string]ops.Attrs {
 
 // DefaultAttrs returns a new attribute map holding op type typ's default
 // attributes, with room for extra more; NewOp and split's ops start from it.
+// The extra are mostly the type's own attributes, so the room is that of
+// the larger of the two: a map of up to 8 is one group, and split's sends
+// (5 attributes, 5 given) would otherwise each get a table of 16 slots.
 func DefaultAttrs(typ string, extra int) ops.Attrs {
 	def, ok := ops.Lookup(typ)
 	if !ok {
 		return make(ops.Attrs, extra)
 	}
-	full := make(ops.Attrs, len(def.Attrs)+extra)
+	full := make(ops.Attrs, max(len(def.Attrs), extra))
 	for _, a := range def.Attrs {
 		if a.Default != nil {
 			full[a.Name] = a.Default

@@ -583,6 +583,14 @@ func YAMLString(s string) string {
 	return strconv.Quote(s)
 }
 
+// WriteYAMLString, WriteIntList and WriteStringList write YAMLString(s),
+// a flow list of ints ([1, 2]) and a flow list of YAMLStrings into b
+// without allocating: plan.yaml's writer has hundreds of thousands of
+// lines of them.
+func WriteYAMLString(b *bytes.Buffer, s string)   { writeString(b, s) }
+func WriteIntList(b *bytes.Buffer, v []int)       { writeIntList(b, v) }
+func WriteStringList(b *bytes.Buffer, s []string) { writeStringList(b, s) }
+
 // writeString writes YAMLString(s) into b.
 func writeString(b *bytes.Buffer, s string) {
 	if plain(s) {

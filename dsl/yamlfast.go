@@ -27,10 +27,15 @@ func fastPiece(p *piece, src []byte, starts []int, seq bool, indent int) *yaml.N
 	for colon < len(keyLine) && keyLine[colon] != ':' {
 		colon++
 	}
-	key, ok := plainScalar(keyLine[:colon], p.key+1, 1)
-	if !ok || key.Tag != "!!str" {
+	a := &nodeArena{}
+	key := a.node()
+	if !plainScalar(key, keyLine[:colon], string(keyLine[:colon]), p.key+1, 1) || key.Tag != "!!str" {
 		return nil
 	}
+	// The piece's lines as one string: every scalar's value is a part of
+	// it, not a string of its own.
+	base := starts[p.lo]
+	text := string(src[base:starts[p.hi]])
 	val := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	if seq {
 		val.Kind, val.Tag = yaml.SequenceNode, "!!seq"
@@ -44,7 +49,7 @@ func fastPiece(p *piece, src []byte, starts []int, seq bool, indent int) *yaml.N
 			return nil // an entry over several lines
 		}
 		l = trimEOL(l)
-		f := &flowReader{line: l, pos: indent, lineNo: i + 1}
+		f := &flowReader{line: l, text: text[starts[i]-base:][:len(l)], pos: indent, lineNo: i + 1, a: a}
 		if seq {
 			if len(val.Content) == 0 {
 				val.Line, val.Column = i+1, indent+1
@@ -87,8 +92,44 @@ func trimEOL(l []byte) []byte {
 // flowReader reads one line's flow node.
 type flowReader struct {
 	line   []byte
+	text   string // line as a string
 	pos    int
 	lineNo int
+	a      *nodeArena
+}
+
+// nodeArena hands out a piece's nodes and their lists of children from
+// larger blocks: a model of 100k ops is millions of nodes.
+type nodeArena struct {
+	nodes []yaml.Node
+	ptrs  []*yaml.Node
+	stack []*yaml.Node // the children of the collections being read
+}
+
+func (a *nodeArena) node() *yaml.Node {
+	if len(a.nodes) == 0 {
+		a.nodes = make([]yaml.Node, 512)
+	}
+	n := &a.nodes[0]
+	a.nodes = a.nodes[1:]
+	return n
+}
+
+// content takes the children stacked from base on off the stack, into a
+// list of their own (nil when there are none).
+func (a *nodeArena) content(base int) []*yaml.Node {
+	k := len(a.stack) - base
+	if k == 0 {
+		return nil
+	}
+	if len(a.ptrs) < k {
+		a.ptrs = make([]*yaml.Node, max(2048, k))
+	}
+	c := a.ptrs[:k:k]
+	a.ptrs = a.ptrs[k:]
+	copy(c, a.stack[base:])
+	a.stack = a.stack[:base]
+	return c
 }
 
 func (f *flowReader) spaces() {
@@ -138,16 +179,20 @@ func (f *flowReader) quoted() *yaml.Node {
 		return nil
 	}
 	f.pos++
-	return &yaml.Node{Kind: yaml.ScalarNode, Style: yaml.DoubleQuotedStyle, Tag: "!!str", Value: string(f.line[start+1 : f.pos-1]), Line: f.lineNo, Column: start + 1}
+	n := f.a.node()
+	*n = yaml.Node{Kind: yaml.ScalarNode, Style: yaml.DoubleQuotedStyle, Tag: "!!str", Value: f.text[start+1 : f.pos-1], Line: f.lineNo, Column: start + 1}
+	return n
 }
 
 func (f *flowReader) collection(kind yaml.Kind, tag string, closer byte) *yaml.Node {
-	n := &yaml.Node{Kind: kind, Tag: tag, Style: yaml.FlowStyle, Line: f.lineNo, Column: f.pos + 1}
+	n := f.a.node()
+	*n = yaml.Node{Kind: kind, Tag: tag, Style: yaml.FlowStyle, Line: f.lineNo, Column: f.pos + 1}
 	f.pos++
 	f.spaces()
 	if f.take(string(closer)) {
 		return n
 	}
+	base := len(f.a.stack)
 	for {
 		if kind == yaml.MappingNode {
 			f.spaces()
@@ -159,17 +204,18 @@ func (f *flowReader) collection(kind yaml.Kind, tag string, closer byte) *yaml.N
 			if v == nil {
 				return nil
 			}
-			n.Content = append(n.Content, k, v)
+			f.a.stack = append(f.a.stack, k, v)
 		} else {
 			v := f.node()
 			if v == nil {
 				return nil
 			}
-			n.Content = append(n.Content, v)
+			f.a.stack = append(f.a.stack, v)
 		}
 		f.spaces()
 		switch {
 		case f.take(string(closer)):
+			n.Content = f.a.content(base)
 			return n
 		case f.take(", "):
 		default:
@@ -184,8 +230,8 @@ func (f *flowReader) scalar() *yaml.Node {
 	for f.pos < len(f.line) && plainByte(f.line[f.pos]) {
 		f.pos++
 	}
-	n, ok := plainScalar(f.line[start:f.pos], f.lineNo, start+1)
-	if !ok {
+	n := f.a.node()
+	if !plainScalar(n, f.line[start:f.pos], f.text[start:f.pos], f.lineNo, start+1) {
 		return nil
 	}
 	return n
@@ -198,15 +244,16 @@ func plainByte(c byte) bool {
 
 // plainScalar types s, whose bytes are all plainByte: a string starting
 // with a letter, _, $ or /, other than words yaml.v3 gives another tag;
-// a decimal integer; a plain decimal; true or false. Else not ok.
-func plainScalar(s []byte, line, col int) (*yaml.Node, bool) {
+// a decimal integer; a plain decimal; true or false, into n, whose
+// Value becomes str (s as a string). Else false.
+func plainScalar(n *yaml.Node, s []byte, str string, line, col int) bool {
 	if len(s) == 0 {
-		return nil, false
+		return false
 	}
-	n := &yaml.Node{Kind: yaml.ScalarNode, Line: line, Column: col}
+	*n = yaml.Node{Kind: yaml.ScalarNode, Line: line, Column: col}
 	for _, c := range s {
 		if !plainByte(c) {
-			return nil, false
+			return false
 		}
 	}
 	switch c := s[0]; {
@@ -217,10 +264,10 @@ func plainScalar(s []byte, line, col int) (*yaml.Node, bool) {
 		case isDecimal(s, true):
 			n.Tag = "!!float"
 		default:
-			return nil, false
+			return false
 		}
 	case c == '.' || c == '+' || c == '@':
-		return nil, false // '@' cannot start a plain scalar
+		return false // '@' cannot start a plain scalar
 	default:
 		switch string(s) {
 		case "true", "false":
@@ -228,13 +275,13 @@ func plainScalar(s []byte, line, col int) (*yaml.Node, bool) {
 		case "True", "TRUE", "False", "FALSE", "null", "Null", "NULL",
 			"y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
 			"on", "On", "ON", "off", "Off", "OFF":
-			return nil, false
+			return false
 		default:
 			n.Tag = "!!str"
 		}
 	}
-	n.Value = string(s)
-	return n, true
+	n.Value = str
+	return true
 }
 
 // isDecimal matches -?(0|[1-9][0-9]*), and with frac a "." and digits after it.

@@ -9,6 +9,7 @@ import (
 	"github.com/psgraph/psgraph/dsl"
 	"github.com/psgraph/psgraph/dsl/ir"
 	"github.com/psgraph/psgraph/dsl/ops"
+	"github.com/psgraph/psgraph/internal/slab"
 )
 
 // build fills the plan. The trainer's subgraph is built beside the
@@ -101,7 +102,7 @@ func (s *splitter) buildTrainer(t *dsl.Graph) {
 	for _, op := range trainerOps {
 		nin += len(op.Inputs)
 	}
-	b := &trainerBuild{s: s, t: t, names: slab[string]{buf: make([]string, nin)}, received: make(map[string]bool, len(s.names))}
+	b := &trainerBuild{s: s, t: t, names: slab.Sized[string](nin), received: make(map[string]bool, len(s.names))}
 	// A sharded table's rows are fetched once, by the ids of all its
 	// lookups, before the first of them: each lookup follows every one of
 	// those ids.
@@ -133,11 +134,11 @@ func (s *splitter) trainerVars(t *dsl.Graph) (trainerOps []*dsl.Op, extra int) {
 	onTrainer := func(gr *group) bool { return gr == nil || gr.pin == trainerNode }
 	t.Vars = make(map[string]*dsl.Var, len(g.Vars))
 	t.Order = make([]string, 0, len(g.Vars))
-	var vars slab[dsl.Var]
+	var vars slab.Slab[dsl.Var]
 	for _, name := range s.sorted {
 		v := g.Vars[name]
 		if v.Kind == dsl.KindData || onTrainer(s.owner[name]) {
-			c := vars.one()
+			c := vars.One()
 			*c = *v
 			c.Place = ""
 			t.AddVar(c)
@@ -171,9 +172,9 @@ func (s *splitter) trainerVars(t *dsl.Graph) (trainerOps []*dsl.Op, extra int) {
 type trainerBuild struct {
 	s        *splitter
 	t        *dsl.Graph
-	names    slab[string]
-	copies   slab[dsl.Op]
-	shapes   slab[int]
+	names    slab.Slab[string]
+	copies   slab.Slab[dsl.Op]
+	shapes   slab.Slab[int]
 	received map[string]bool
 	tableIDs map[string][]string
 }
@@ -182,7 +183,7 @@ func (b *trainerBuild) add(op *dsl.Op) {
 	s := b.s
 	var inputs []string
 	if op.Inputs != nil {
-		inputs = b.names.take(len(op.Inputs))
+		inputs = b.names.Take(len(op.Inputs))
 	}
 	for i, in := range op.Inputs {
 		inputs[i] = in
@@ -202,7 +203,7 @@ func (b *trainerBuild) add(op *dsl.Op) {
 		b.receive(gr, in)
 	}
 	b.dynamicPositions(op, inputs)
-	c := b.copies.one()
+	c := b.copies.One()
 	*c = *op
 	c.Place = ""
 	c.Inputs = inputs
@@ -239,7 +240,7 @@ func (b *trainerBuild) receive(gr *group, in string) {
 	dt := dtypeAttr(gr.param.DType)
 	for _, bl := range gr.blocks {
 		t.Ops = append(t.Ops, newOp("recv", nil, []string{bl.name}, gr.param.Pos,
-			attr{"var", bl.name}, attr{"from", s.nodes[bl.pserver]}, attr{"shape", b.shapes.clone(bl.shape)}, attr{"dtype", dt}))
+			attr{"var", bl.name}, attr{"from", s.nodes[bl.pserver]}, attr{"shape", b.shapes.Clone(bl.shape)}, attr{"dtype", dt}))
 	}
 	if len(gr.blocks) > 1 {
 		parts := make([]string, len(gr.blocks))
@@ -293,10 +294,12 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 	count := s.count
 	nops := make([]int, len(p.PServers))
 	nvars := make([]int, len(p.PServers))
+	nasg := make([]int, len(p.PServers))
 	copied, nnames := 0, 0
 	for _, b := range blocks {
 		nops[b.pserver] += len(b.g.ops) + 2
 		nvars[b.pserver] += 1 + len(b.g.state)
+		nasg[b.pserver] += len(b.g.assigns)
 		copied += len(b.g.ops)
 		for _, op := range b.g.ops {
 			nnames += len(op.Inputs) + len(op.Outputs)
@@ -306,11 +309,14 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 		ps.Vars = make(map[string]*dsl.Var, nvars[i])
 		ps.Order = make([]string, 0, nvars[i])
 		ps.Ops = make([]*dsl.Op, 0, nops[i])
+		if nasg[i] > 0 {
+			ps.Assigns = make([]dsl.Assign, 0, nasg[i])
+		}
 	}
-	copies := slab[dsl.Op]{buf: make([]dsl.Op, copied)}
-	names := slab[string]{buf: make([]string, nnames)}
-	var vars slab[dsl.Var]
-	var shapes slab[int]
+	copies := slab.Sized[dsl.Op](copied)
+	names := slab.Sized[string](nnames)
+	var vars slab.Slab[dsl.Var]
+	var shapes slab.Slab[int]
 	for _, b := range blocks {
 		ps := p.PServers[b.pserver]
 		gr := b.g
@@ -320,14 +326,14 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 			if in == nil {
 				return nil
 			}
-			out := names.take(len(in))
+			out := names.Take(len(in))
 			for i, x := range in {
 				out[i] = ren(x)
 			}
 			return out
 		}
 		sliced := func(v *dsl.Var) *dsl.Var {
-			c := vars.one()
+			c := vars.One()
 			*c = *v
 			c.Name, c.Place, c.Pos = ren(v.Name), "", v.Pos
 			if c.Of != "" {
@@ -342,11 +348,11 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 				return c // its rows and state live in the shard's table, shaped [dynamic, ...]
 			}
 			if (b.cut() || gr.table) && rowAligned(v.Shape, gr.param.Shape, gr.table) {
-				c.Shape = shapes.clone(b.shape)
+				c.Shape = shapes.Clone(b.shape)
 				if !v.Shape.Equal(gr.param.Shape) { // one value per row: [rows, 1, ...]
 					c.Shape = append(ir.Shape{b.shape[0]}, v.Shape[1:]...)
 				}
-				c.Block = &dsl.Block{Of: v.Name, Start: b.start, End: b.end, Stride: b.stride, Shape: shapes.clone(v.Shape), Pos: v.Pos}
+				c.Block = &dsl.Block{Of: v.Name, Start: b.start, End: b.end, Stride: b.stride, Shape: shapes.Clone(v.Shape), Pos: v.Pos}
 			}
 			return c
 		}
@@ -363,19 +369,19 @@ func (s *splitter) buildPServers(p *Plan, blocks []*block) {
 			// Answer the trainers' fetches, then merge their row gradients.
 			serve := newOp("serve_rows", []string{b.name}, nil, gr.param.Pos, attr{"var", pn}, attr{"count", count}, attr{"max_rows", gr.maxRows})
 			acc := newOp("accumulate_rows", nil, []string{grad}, gr.param.Pos,
-				attr{"var", gr.grad}, attr{"count", count}, attr{"shape", shapes.clone(b.shape)}, attr{"max_rows", gr.maxRows})
+				attr{"var", gr.grad}, attr{"count", count}, attr{"shape", shapes.Clone(b.shape)}, attr{"max_rows", gr.maxRows})
 			for _, op := range []*dsl.Op{serve, acc} {
 				op.Section, op.Param = dsl.Optimize, b.name
 			}
 			ps.Ops = append(ps.Ops, serve, acc)
 		} else {
 			acc := newOp("accumulate", nil, []string{grad}, gr.param.Pos,
-				attr{"var", grad}, attr{"count", count}, attr{"shape", shapes.clone(b.shape)}, attr{"dtype", dtypeAttr(gr.param.DType)})
+				attr{"var", grad}, attr{"count", count}, attr{"shape", shapes.Clone(b.shape)}, attr{"dtype", dtypeAttr(gr.param.DType)})
 			acc.Section, acc.Param = dsl.Optimize, b.name
 			ps.Ops = append(ps.Ops, acc)
 		}
 		for _, op := range gr.ops { // template order: the same for every parameter
-			c := copies.one()
+			c := copies.One()
 			*c = *op
 			c.Inputs, c.Outputs = rens(op.Inputs), rens(op.Outputs)
 			c.Param, c.Place = b.name, ""

@@ -171,61 +171,96 @@ func (in *PlanInfo) writeHead(b *bytes.Buffer) {
 }
 
 func (in *PlanInfo) writeBody(b *bytes.Buffer) {
-	q := dsl.YAMLString
+	q, ints := dsl.WriteYAMLString, dsl.WriteIntList
+	num := func(n int) { b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(n), 10)) }
+	// rows writes `, rows: [start, end]`, the stride when set, the pserver
+	// and the bytes of a block or placement line, and closes it.
+	rows := func(r [2]int, stride, pserver, bytes int) {
+		b.WriteString(", rows: [")
+		num(r[0])
+		b.WriteString(", ")
+		num(r[1])
+		b.WriteByte(']')
+		if stride > 0 {
+			b.WriteString(", stride: ")
+			num(stride)
+		}
+		b.WriteString(", pserver: ")
+		num(pserver)
+		b.WriteString(", bytes: ")
+		num(bytes)
+		b.WriteString("}\n")
+	}
 	b.WriteString("params:\n")
 	for _, p := range in.Params {
-		fmt.Fprintf(b, "  - name: %s\n    shape: %s\n    bytes: %d\n    node: %s\n", q(p.Name), flowInts(p.Shape), p.Bytes, q(p.Node))
+		b.WriteString("  - name: ")
+		q(b, p.Name)
+		b.WriteString("\n    shape: ")
+		ints(b, p.Shape)
+		b.WriteString("\n    bytes: ")
+		num(p.Bytes)
+		b.WriteString("\n    node: ")
+		q(b, p.Node)
+		b.WriteByte('\n')
 		if len(p.Blocks) > 0 {
 			b.WriteString("    blocks:\n")
 			for _, bl := range p.Blocks {
-				fmt.Fprintf(b, "      - {var: %s, rows: [%d, %d]%s, pserver: %d, bytes: %d}\n", q(bl.Var), bl.Rows[0], bl.Rows[1], strideField(bl.Stride), bl.PServer, bl.Bytes)
+				b.WriteString("      - {var: ")
+				q(b, bl.Var)
+				rows(bl.Rows, bl.Stride, bl.PServer, bl.Bytes)
 			}
 		}
 		if p.Whole != "" {
-			fmt.Fprintf(b, "    whole: %s\n", q(p.Whole))
+			b.WriteString("    whole: ")
+			q(b, p.Whole)
+			b.WriteByte('\n')
 		}
 	}
 	b.WriteString("placement:\n")
 	for _, pl := range in.Placement {
-		fmt.Fprintf(b, "  - {param: %s, block: %s, rows: [%d, %d]%s, pserver: %d, bytes: %d}\n", q(pl.Param), q(pl.Block), pl.Rows[0], pl.Rows[1], strideField(pl.Stride), pl.PServer, pl.Bytes)
+		b.WriteString("  - {param: ")
+		q(b, pl.Param)
+		b.WriteString(", block: ")
+		q(b, pl.Block)
+		rows(pl.Rows, pl.Stride, pl.PServer, pl.Bytes)
 	}
 	b.WriteString("pservers:\n")
 	for _, l := range in.Load {
-		b.WriteString("  - {index: " + strconv.Itoa(l.PServer))
+		b.WriteString("  - {index: ")
+		num(l.PServer)
 		if l.Endpoint != "" {
-			b.WriteString(", endpoint: " + q(l.Endpoint))
+			b.WriteString(", endpoint: ")
+			q(b, l.Endpoint)
 		}
-		fmt.Fprintf(b, ", bytes: %d, blocks: %s}\n", l.Bytes, flowStrings(l.Blocks))
+		b.WriteString(", bytes: ")
+		num(l.Bytes)
+		b.WriteString(", blocks: ")
+		dsl.WriteStringList(b, l.Blocks)
+		b.WriteString("}\n")
 	}
 	b.WriteString("transfers:\n")
 	for _, t := range in.Transfers {
-		atMost := ""
+		b.WriteString("  - {var: ")
+		q(b, t.Var)
+		b.WriteString(", from: ")
+		q(b, t.From)
+		b.WriteString(", to: ")
+		q(b, t.To)
+		b.WriteString(", shape: ")
+		ints(b, t.Shape)
+		b.WriteString(", dtype: ")
+		q(b, t.DType)
 		if t.AtMost {
-			atMost = ", at_most: true"
+			b.WriteString(", at_most: true")
 		}
-		fmt.Fprintf(b, "  - {var: %s, from: %s, to: %s, shape: %s, dtype: %s%s}\n", q(t.Var), q(t.From), q(t.To), flowInts(t.Shape), q(t.DType), atMost)
+		b.WriteString("}\n")
 	}
-}
-
-func strideField(n int) string {
-	if n > 0 {
-		return fmt.Sprintf(", stride: %d", n)
-	}
-	return ""
 }
 
 func flowStrings(s []string) string {
 	parts := make([]string, len(s))
 	for i, x := range s {
 		parts[i] = dsl.YAMLString(x)
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-func flowInts(s []int) string {
-	parts := make([]string, len(s))
-	for i, x := range s {
-		parts[i] = strconv.Itoa(x)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -205,26 +205,3 @@ func dtypeAttr(d ir.DType) string {
 	}
 	return "f32"
 }
-
-// slab hands out slices of one larger allocation: split copies hundreds
-// of thousands of ops, variables and name lists.
-type slab[T any] struct{ buf []T }
-
-// take returns a new slice of n zero elements whose capacity is n.
-func (a *slab[T]) take(n int) []T {
-	if a.buf == nil || len(a.buf) < n {
-		a.buf = make([]T, max(1024, n))
-	}
-	c := a.buf[:n:n]
-	a.buf = a.buf[n:]
-	return c
-}
-
-func (a *slab[T]) one() *T { return &a.take(1)[0] }
-
-// clone is append([]T{}, s...) (never nil) in the slab.
-func (a *slab[T]) clone(s []T) []T {
-	c := a.take(len(s))
-	copy(c, s)
-	return c
-}

@@ -133,6 +133,7 @@ func (a Attrs) Clone() Attrs {
 // GradBuilder is how a gradient rule adds backward ops to the graph.
 type GradBuilder interface {
 	// Emit appends an op and returns the name of its single (fresh) output.
+	// The op may keep attrs as its attributes: attrs must not change after.
 	Emit(typ string, inputs []string, attrs Attrs) string
 	// Type returns the static type of a variable (at the nominal batch size).
 	Type(name string) Type

@@ -75,6 +75,24 @@ func inferMatmul(in []Type, a Attrs) ([]Type, error) {
 
 // gradMatmul is the gradient of matmul and batch_matmul: products of the
 // same kind (each batch's matrices for batch_matmul).
+// transposes[a][b] are the attributes of a matmul with transpose_a a
+// and transpose_b b (0 or 1), shared by the gradient rule's ops.
+var transposes = func() (t [2][2]Attrs) {
+	for a := range 2 {
+		for b := range 2 {
+			t[a][b] = Attrs{"transpose_a": a == 1, "transpose_b": b == 1}
+		}
+	}
+	return t
+}()
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func gradMatmul(b GradBuilder, g GradArgs) []string {
 	x, y, dz := g.Inputs[0], g.Inputs[1], g.OutGrads[0]
 	ta, tb := g.Attrs.Bool("transpose_a"), g.Attrs.Bool("transpose_b")
@@ -83,7 +101,7 @@ func gradMatmul(b GradBuilder, g GradArgs) []string {
 		op = "batch_matmul"
 	}
 	mm := func(p, q string, tp, tq bool) string {
-		return b.Emit(op, []string{p, q}, Attrs{"transpose_a": tp, "transpose_b": tq})
+		return b.Emit(op, []string{p, q}, transposes[b2i(tp)][b2i(tq)])
 	}
 	out := make([]string, 2)
 	switch {
