@@ -463,12 +463,16 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 	t.mu.Lock()
 	t.pending++
 	t.mu.Unlock()
+	direct := false
 	if bulk {
 		w.q <- it
 	} else {
-		mw.add(it)
+		direct = mw.add(it)
 	}
 	p.mu.Unlock()
+	if direct {
+		mw.direct(it)
+	}
 	return nil
 }
 
