@@ -140,7 +140,8 @@ type Stats struct {
 	MsgsSent, MsgsRecv   int64 // data messages written / delivered
 	// BatchesSent counts the message streams' writes: each carries every
 	// small message (and Done, Abort) queued to its peer when it began.
-	// BatchesRecv counts their reads: each takes what the stream holds.
+	// BatchesRecv counts the yamux frames of the message streams read:
+	// a batch is one frame (up to the stream window).
 	BatchesSent, BatchesRecv int64
 }
 
