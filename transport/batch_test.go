@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -282,5 +283,51 @@ func TestTCPStepAllocatesPerFrameNotPerMessage(t *testing.T) {
 	t.Logf("%.2f allocations and %.2f batches per step of %d messages", a, batches, 2*n)
 	if a > 2*batches+1 {
 		t.Fatalf("a step of %d messages in %.2f batches allocates %.2f times: more than yamux's two per frame", 2*n, batches, a)
+	}
+}
+
+// The first Send to a peer after a recv of the node waited writes its
+// message itself (msgWriter.direct): when Send returns, the message is
+// written (counted in Stats.MsgsSent), not handed to the writer
+// goroutine; the burst sent right after it arrives whole and in order.
+// It fails if Send hands every message to the goroutine, unless the
+// goroutine wrote it before Send returned.
+func TestTCPSendAfterAWaitWritesItself(t *testing.T) {
+	ctx := context.Background()
+	m, _ := tcpJob(t, nil, t0, p0)
+	ps, tr := m[p0], m[t0]
+	ps.Accept(Spec{Var: "g", DType: F32, Bytes: 64})
+	tr.Accept(Spec{Var: "w", DType: F32, Bytes: 64})
+	const burst = 10
+	for step := int64(0); step < 5; step++ {
+		parks := ps.in.parks.Load()
+		got := make(chan error, 1)
+		dst := make([]byte, 64)
+		go func() { got <- ps.Recv(ctx, t0, step, "g", dst) }()
+		for ps.in.parks.Load() == parks { // until the recv waits
+			runtime.Gosched()
+		}
+		must(t, tr.Send(ctx, p0, step, "g", F32, stamp(64, "g", step)))
+		must(t, <-got)
+		if !bytes.Equal(dst, stamp(64, "g", step)) {
+			t.Fatalf("g@%d arrived changed", step)
+		}
+		sent := ps.Stats().MsgsSent
+		for i := int64(0); i <= burst; i++ {
+			must(t, ps.Send(ctx, t0, step*100+i, "w", F32, stamp(64, "w", step*100+i)))
+			// (step 0's first Send starts the writer, whose goroutine
+			// takes up the connection first)
+			if i == 0 && step > 0 && ps.Stats().MsgsSent != sent+1 {
+				t.Fatalf("step %d: the Send after the wait returned with %d messages written, want %d: it handed its message on", step, ps.Stats().MsgsSent-sent, 1)
+			}
+		}
+		must(t, ps.Flush(ctx))
+		for i := int64(0); i <= burst; i++ {
+			b := make([]byte, 64)
+			must(t, tr.Recv(ctx, p0, step*100+i, "w", b))
+			if !bytes.Equal(b, stamp(64, "w", step*100+i)) {
+				t.Fatalf("w@%d arrived changed", step*100+i)
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,8 +39,9 @@ type coalescingConn struct {
 	t    *TCP
 	idle time.Duration
 
-	rmem []byte // read-ahead memory
-	rbuf []byte // read but not yet handed to yamux: rbuf[rpos:]
+	dl   time.Time // the read deadline set (extend)
+	rmem []byte    // read-ahead memory
+	rbuf []byte    // read but not yet handed to yamux: rbuf[rpos:]
 	rpos int
 
 	mu      sync.Mutex
@@ -57,6 +59,9 @@ type coalescingConn struct {
 	rstop sync.Once
 	bufs  net.Buffers
 	arr   [2][]byte
+	one   []byte // a frame WriteFrame writes at once
+	// urgent counts the senders in a hurry writing now (WriteFrame)
+	urgent atomic.Int32
 }
 
 func newCoalescingConn(raw net.Conn, t *TCP) *coalescingConn {
@@ -77,7 +82,7 @@ func (c *coalescingConn) Read(b []byte) (int, error) {
 		c.rpos += n
 		return n, nil
 	}
-	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	c.extend()
 	if len(b) >= readAhead/2 {
 		n, err := c.Conn.Read(b)
 		c.t.bytesRecv.Add(int64(n))
@@ -146,6 +151,50 @@ func (c *coalescingConn) Write(b []byte) (int, error) {
 	default:
 	}
 	return len(b), nil
+}
+
+// extend moves the read deadline on to idle from now before a read from
+// the network. Setting a deadline costs a timer update in the runtime, so
+// it is moved only once it is more than an eighth of idle behind: a
+// connection silent for between 7/8 of idle and idle is dead.
+func (c *coalescingConn) extend() {
+	now := time.Now()
+	if c.dl.Sub(now) < c.idle-c.idle/8 {
+		c.dl = now.Add(c.idle)
+		c.Conn.SetReadDeadline(c.dl)
+	}
+}
+
+// WriteFrame is called by yamux for a frame a sender writes itself (its
+// header and body), one call at a time, as Write is. A small frame of a
+// sender that is in a hurry (urgent: a Send that writes its message
+// itself, msgWriter.direct) is written at once from its goroutine when
+// nothing is pending and no write in progress, header and body in one
+// system call, without the hand-off to the flusher; otherwise it goes
+// the way of two Writes, which the flusher joins with what else is
+// written meanwhile.
+func (c *coalescingConn) WriteFrame(hdr, body []byte) error {
+	n := len(hdr) + len(body)
+	c.mu.Lock()
+	if n < directWrite && c.urgent.Load() > 0 && !c.writing && len(c.buf) == 0 && c.err == nil {
+		c.writing = true
+		c.mu.Unlock()
+		c.one = append(append(c.one[:0], hdr...), body...)
+		c.t.bytesSent.Add(int64(n)) // see flusher
+		k, err := c.Conn.Write(c.one)
+		c.wrote(nil, n-k, err)
+		return err
+	}
+	c.mu.Unlock()
+	if _, err := c.Write(hdr); err != nil {
+		return err
+	}
+	if len(body) > 0 {
+		if _, err := c.Write(body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readFailed records that reading from the network ended (err != nil,

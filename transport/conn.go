@@ -160,6 +160,7 @@ type conn struct {
 	t       *TCP
 	p       *peer
 	raw     net.Conn
+	cc      *coalescingConn // under sess
 	server  bool
 	inc     uint64 // the peer's incarnation on this connection
 	sess    *yamux.Session
@@ -239,7 +240,7 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 		prev.running.Wait() // its decoders' counts are final
 	}
 	t.in.connected(p.id, inc)
-	c := &conn{t: t, p: p, raw: raw, server: server, inc: inc, sess: sess, resumed: make(chan struct{}), opened: map[string]bool{}}
+	c := &conn{t: t, p: p, raw: raw, cc: cc, server: server, inc: inc, sess: sess, resumed: make(chan struct{}), opened: map[string]bool{}}
 	err := c.sendResume()
 	p.mu.Lock()
 	p.attaching = false
@@ -360,7 +361,7 @@ func (c *conn) readStream(st *yamux.Stream, dl *atomic.Int64) {
 		fr := frameReader{in: c.t.in, src: c.p.id, inc: c.inc, maxFrame: c.t.cfg.MaxFrame, deadline: dl,
 			timeout: c.t.cfg.ReadTimeout, msgs: &c.t.msgsRecv, payload: &c.t.payloadRecv, dead: c.sess.CloseChan()}
 		if name == "" {
-			err = (&msgReader{frameReader: fr, resumed: c.onResume, reads: &c.t.batchesRecv}).run(st)
+			err = (&msgReader{frameReader: fr, resumed: c.onResume, reads: &c.t.batchesRecv}).attach(st)
 		} else {
 			err = (&decoder{frameReader: fr, name: name}).run(st)
 		}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // inbox holds the messages delivered to one node until its recvs take them.
@@ -35,6 +36,10 @@ type inbox struct {
 	onError func(error)
 	onBye   func() // a peer said goodbye (TCP: Close may stop waiting)
 	eager   int    // payloads up to this size are read ahead
+
+	// parks counts the recvs that waited for a message (parkWait): a
+	// Send that follows one writes its message itself (msgWriter.add).
+	parks atomic.Int64
 
 	mu      sync.Mutex
 	specs   map[string]Spec

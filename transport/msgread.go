@@ -1,79 +1,162 @@
 package transport
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
+
+	"github.com/hashicorp/yamux"
 )
 
 // The reader of a connection's message stream (docs/wire.md, section 3):
-// one goroutine per connection reads the peer's small messages of every
-// transfer, its bind, done, abort and resume frames. It reads as much as
-// the stream holds at once into its buffer (a burst of frames, written by
-// the peer as one yamux frame, is one read) and hands every complete
-// frame in it to the inbox under one lock: a data frame is checked, then
-// copied into the memory of the recv waiting for it, or else into a
-// recycled buffer queued for its recv. No goroutine per transfer, and no
-// stream read per message.
+// it takes the peer's small messages of every transfer, its bind, done,
+// abort and resume frames, in yamux's receive loop: the stream's sink
+// (Stream.SetSink, third_party/yamux) is handed each yamux data frame as
+// the loop reads it from the connection, reads it into the reader's
+// buffer and hands every complete frame in it to the inbox under one
+// lock: a data frame is checked, then copied into the memory of the recv
+// waiting for it (which wakes, the only wake-up of the message's way in),
+// or else into a recycled buffer queued for its recv. No goroutine per
+// transfer or per stream, and no wake-up of a reader per message.
 
 const (
-	msgBufMin = 32 << 10  // the read buffer's first size
-	msgBufMax = 256 << 10 // it grows, while reads fill it, up to this
+	msgBufMin = 32 << 10  // the read buffer's size; it grows only to hold a frame begun
+	msgBufMax = 256 << 10 // a bound on it, with a frame (FuzzFrameDecode checks it)
 )
 
 // msgReader reads one message stream.
 type msgReader struct {
 	frameReader
 	resumed func([]resumePoint) error // the peer's resume frame
-	reads   *atomic.Int64             // reads that returned bytes (Stats.BatchesRecv); nil: not counted
+	reads   *atomic.Int64             // yamux frames taken (Stats.BatchesRecv); nil: not counted
 	names   []string                  // transfer id i+1 -> name, bound by the peer's bind frames
 	buf     []byte
 	r, w    int // buf[r:w] is read and not yet handled
+
+	big  []byte // a control frame larger than buf, being read (its body)
+	bigH header
+	bigN int // bytes of big read
+
+	mu  sync.Mutex // the sink's, against the bytes SetSink returned
+	err error      // the sink's first error: the connection ends
 }
 
-// run reads frames until rd fails; io.EOF between frames is a clean end.
-func (m *msgReader) run(rd io.Reader) error {
-	if m.buf == nil {
-		m.buf = make([]byte, msgBufMin)
+// attach has yamux's receive loop hand st's frames to m (the sink), then
+// waits for the stream's end; io.EOF between frames is a clean end.
+func (m *msgReader) attach(st *yamux.Stream) error {
+	m.mu.Lock()
+	if b := st.SetSink(m.sink); len(b) > 0 {
+		m.take(bytes.NewReader(b), len(b))
 	}
-	for {
-		if err := m.frames(rd); err != nil {
-			return err
-		}
-		if m.r == m.w {
-			m.r, m.w = 0, 0
-			m.idle()
-		} else {
-			m.busy() // a frame has begun: it must make progress
-		}
-		if m.w == len(m.buf) {
-			m.room()
-		}
-		n, err := rd.Read(m.buf[m.w:])
-		m.w += n
-		if n > 0 && m.reads != nil {
+	m.mu.Unlock()
+	var one [1]byte
+	_, err := st.Read(one[:]) // nothing comes but the end: the sink took the data
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.end(err)
+}
+
+// sink takes one yamux frame of n bytes from r (yamux's receive loop).
+func (m *msgReader) sink(r io.Reader, n int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.take(r, n)
+}
+
+// take reads n bytes from r and handles the frames they complete; after
+// an error it takes nothing more.
+func (m *msgReader) take(r io.Reader, n int) error {
+	if m.err == nil {
+		if m.reads != nil {
 			m.reads.Add(1)
 		}
-		if err == nil {
-			if m.w == len(m.buf) && len(m.buf) < msgBufMax && n > len(m.buf)/2 {
-				m.grow(min(2*len(m.buf), msgBufMax)) // bursts fill it: read more at once
-			}
-			continue
-		}
+		m.err = m.fill(r, n)
+	}
+	return m.err
+}
+
+// run reads a whole stream from rd (the tests' and the fuzzer's way in;
+// a connection's frames come through the sink), in pieces of 4 KiB or
+// less; io.EOF between frames is a clean end.
+func (m *msgReader) run(rd io.Reader) error {
+	var chunk [4 << 10]byte
+	for {
+		n, err := rd.Read(chunk[:])
 		if n > 0 {
-			if err := m.frames(rd); err != nil {
+			if err := m.fill(bytes.NewReader(chunk[:n]), n); err != nil {
 				return err
 			}
 		}
-		if m.r == m.w && err == io.EOF {
-			return io.EOF
+		if err != nil {
+			return m.end(err)
 		}
-		if m.r < m.w {
-			return m.lost("frame", err)
-		}
-		return err
 	}
+}
+
+// end is the stream's end with err: io.EOF between frames is a clean
+// one, a frame cut short by it a truncated frame.
+func (m *msgReader) end(err error) error {
+	if m.err != nil {
+		return m.err
+	}
+	if m.r < m.w || m.big != nil {
+		return m.lost("frame", err)
+	}
+	return err
+}
+
+// fill reads n bytes from r into the buffer (or the large control frame
+// being read) and handles every frame they complete. An error reading r
+// is the connection's, not a protocol error.
+func (m *msgReader) fill(r io.Reader, n int) error {
+	if m.buf == nil {
+		m.buf = make([]byte, msgBufMin)
+	}
+	for n > 0 {
+		var dst []byte
+		if m.big != nil {
+			dst = m.big[m.bigN:min(len(m.big), m.bigN+n)]
+		} else {
+			if m.r == m.w {
+				m.r, m.w = 0, 0
+			}
+			if m.w == len(m.buf) {
+				m.room()
+			}
+			if m.w == len(m.buf) { // frames makes room for a frame begun; a guard
+				m.grow(2 * len(m.buf))
+			}
+			dst = m.buf[m.w:min(len(m.buf), m.w+n)]
+		}
+		if _, err := io.ReadFull(r, dst); err != nil {
+			return fmt.Errorf("reading the message stream: %w", err)
+		}
+		n -= len(dst)
+		if m.big != nil {
+			if m.bigN += len(dst); m.bigN == len(m.big) {
+				b := m.big
+				m.big = nil
+				if err := m.control(m.bigH, b); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		m.w += len(dst)
+		if err := m.frames(); err != nil {
+			return err
+		}
+	}
+	if m.r == m.w && m.big == nil {
+		m.r, m.w = 0, 0
+		m.idle()
+	} else {
+		m.busy() // a frame has begun: it must make progress
+	}
+	return nil
 }
 
 // room makes room at the end of the buffer for the rest of a frame.
@@ -92,10 +175,10 @@ func (m *msgReader) grow(n int) {
 }
 
 // frames handles the complete frames in the buffer: runs of data frames
-// under one lock of the inbox, control frames one by one. A frame whose
-// payload does not fit the buffer (only a resume frame can be larger) is
-// read whole from rd.
-func (m *msgReader) frames(rd io.Reader) error {
+// under one lock of the inbox, control frames one by one. A control
+// frame whose body does not fit the buffer (a resume frame of many
+// transfers) is read into a slice of its own (fill).
+func (m *msgReader) frames() error {
 	for m.w-m.r >= frameHeader {
 		h, err := parseHeader(m.buf[m.r:m.r+frameHeader], true, m.maxFrame)
 		if err != nil {
@@ -108,7 +191,10 @@ func (m *msgReader) frames(rd io.Reader) error {
 					m.grow(need) // at most a header and maxInline bytes
 					return nil
 				}
-				return m.bigControl(rd, h)
+				m.big, m.bigH = make([]byte, h.len), h
+				m.bigN = copy(m.big, m.buf[m.r+frameHeader:m.w])
+				m.r, m.w = 0, 0
+				return nil
 			}
 			if m.r+need > len(m.buf) {
 				m.room()
@@ -192,17 +278,4 @@ func (m *msgReader) control(h header, body []byte) error {
 		return nil
 	}
 	return m.resumed(rps)
-}
-
-// bigControl reads a control frame larger than the buffer (a resume frame
-// of many transfers): what is buffered of it, then the rest.
-func (m *msgReader) bigControl(rd io.Reader, h header) error {
-	b := make([]byte, h.len)
-	k := copy(b, m.buf[m.r+frameHeader:m.w])
-	m.r, m.w = 0, 0
-	m.busy()
-	if _, err := io.ReadFull(rd, b[k:]); err != nil {
-		return m.lost("control frame", err)
-	}
-	return m.control(h, b)
 }

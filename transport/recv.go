@@ -54,6 +54,7 @@ func (in *inbox) parkWait(ctx context.Context, c *claim, qs []*varQueue) (bool, 
 		c.wake = ch
 		qs[0].claims = append(qs[0].claims, c)
 	}
+	in.parks.Add(1)
 	in.mu.Unlock()
 	var err error
 	select {

@@ -140,7 +140,8 @@ type Stats struct {
 	MsgsSent, MsgsRecv   int64 // data messages written / delivered
 	// BatchesSent counts the message streams' writes: each carries every
 	// small message (and Done, Abort) queued to its peer when it began.
-	// BatchesRecv counts their reads: each takes what the stream holds.
+	// BatchesRecv counts the yamux frames of the message streams read:
+	// a batch is one frame (up to the stream window).
 	BatchesSent, BatchesRecv int64
 }
 
@@ -463,12 +464,16 @@ func (t *TCP) enqueue(ctx context.Context, to NodeID, v string, it item) error {
 	t.mu.Lock()
 	t.pending++
 	t.mu.Unlock()
+	direct := false
 	if bulk {
 		w.q <- it
 	} else {
-		mw.add(it)
+		direct = mw.add(it)
 	}
 	p.mu.Unlock()
+	if direct {
+		mw.direct(it)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/yamux"
@@ -165,5 +166,70 @@ func TestYamuxReadTakesFrameDirectly(t *testing.T) {
 	}
 	if got := <-done; !bytes.Equal(got, msg) {
 		t.Fatalf("read %d bytes, want the %d written, in order", len(got), len(msg))
+	}
+}
+
+// TestYamuxSinkTakesFramesInOrder: a stream's sink (third_party/yamux's
+// SetSink) gets, after the bytes buffered before it was set, every later
+// byte in order, across window updates (the window is smaller than what
+// is written); a Read then returns io.EOF only once the closing frame's
+// bytes reached the sink. A sink's error ends the session.
+func TestYamuxSinkTakesFramesInOrder(t *testing.T) {
+	w, r := yamuxPair(t, 256<<10)
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := make([]byte, 3<<20+5)
+	for i := range want {
+		want[i] = byte(rng.Uint32())
+	}
+	if _, err := w.Write(want[:1000]); err != nil {
+		t.Fatal(err)
+	}
+	var one [1]byte
+	if _, err := io.ReadFull(r, one[:]); err != nil || one[0] != want[0] {
+		t.Fatalf("first byte: %v, %v", one[0], err)
+	}
+	got := bytes.NewBuffer(nil)
+	var mu sync.Mutex
+	before := r.SetSink(func(rd io.Reader, n int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		_, err := io.CopyN(got, rd, int64(n))
+		return err
+	})
+	if !bytes.Equal(before, want[1:1000]) {
+		t.Fatalf("SetSink returned %d buffered bytes, want the 999 not read", len(before))
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for rest := want[1000:]; len(rest) > 0; {
+			k := min(len(rest), 100<<10+7)
+			if _, err := w.Write(rest[:k]); err != nil {
+				errc <- err
+				return
+			}
+			rest = rest[k:]
+		}
+		errc <- w.Close()
+	}()
+	if n, err := r.Read(one[:]); n != 0 || err != io.EOF {
+		t.Fatalf("Read of a stream with a sink: %d, %v; want 0 and io.EOF at its close", n, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !bytes.Equal(append(before, got.Bytes()...), want[1:]) {
+		t.Fatalf("the sink got %d bytes, want the %d written after the buffered ones, in order", got.Len(), len(want)-1000)
+	}
+
+	w, r = yamuxPair(t, 0)
+	r.SetSink(func(rd io.Reader, n int) error { return errors.New("bad frame") })
+	if _, err := w.Write([]byte{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	<-r.Session().CloseChan()
+	if _, err := r.Read(one[:]); err == nil {
+		t.Fatal("Read after the sink's error: no error")
 	}
 }

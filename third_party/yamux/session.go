@@ -396,6 +396,16 @@ func (s *Session) waitForSend(hdr header, body []byte) error {
 // potential shutdown. Since there's the expectation that sends can happen
 // in a timely manner, we enforce the connection write timeout here.
 func (s *Session) waitForSendErr(hdr header, body []byte, errCh chan error) error {
+	// A sender that finds no frame queued writes its frame itself, and
+	// needs no timer (psgraph's patch).
+	if s.queued.Load() == 0 && s.writeMu.TryLock() {
+		if s.queued.Load() == 0 {
+			err := s.writeDirect(hdr, body)
+			s.writeMu.Unlock()
+			return err
+		}
+		s.writeMu.Unlock()
+	}
 	t := timerPool.Get()
 	timer := t.(*time.Timer)
 	timer.Reset(s.config.ConnectionWriteTimeout)
@@ -408,14 +418,6 @@ func (s *Session) waitForSendErr(hdr header, body []byte, errCh chan error) erro
 		timerPool.Put(t)
 	}()
 
-	if s.queued.Load() == 0 && s.writeMu.TryLock() {
-		if s.queued.Load() == 0 {
-			err := s.writeDirect(hdr, body)
-			s.writeMu.Unlock()
-			return err
-		}
-		s.writeMu.Unlock()
-	}
 	ready := &sendReady{Hdr: hdr, Body: body, Err: errCh}
 	s.queued.Add(1)
 	select {
@@ -489,6 +491,14 @@ func (s *Session) sendNoWait(hdr header) error {
 	}
 }
 
+// FrameWriter is a connection that takes a frame's header and body in
+// one call (psgraph's patch): a sender's direct write (writeDirect) hands
+// them over together, so that the connection may write both with one
+// system call.
+type FrameWriter interface {
+	WriteFrame(hdr, body []byte) error
+}
+
 // writeDirect writes a frame from the sender's goroutine, writeMu held
 // and no frame queued (psgraph's patch); a failed write ends the session
 // as the send loop's does.
@@ -497,6 +507,14 @@ func (s *Session) writeDirect(hdr header, body []byte) error {
 	case <-s.shutdownCh:
 		return ErrSessionShutdown
 	default:
+	}
+	if fw, ok := s.conn.(FrameWriter); ok {
+		if err := fw.WriteFrame(hdr, body); err != nil {
+			s.logger.Printf("[ERR] yamux: Failed to write frame: %v", err)
+			go s.exitErr(err)
+			return err
+		}
+		return nil
 	}
 	if _, err := s.conn.Write(hdr); err != nil {
 		s.logger.Printf("[ERR] yamux: Failed to write header: %v", err)
@@ -664,6 +682,9 @@ func (s *Session) handleStreamMessage(hdr header) error {
 
 	// Read the new data
 	if err := stream.readData(hdr, flags, s.bufRead); err != nil {
+		if _, ok := err.(errSink); ok {
+			return err
+		}
 		if sendErr := s.sendNoWait(s.goAway(goAwayProtoErr)); sendErr != nil {
 			s.logger.Printf("[WARN] yamux: failed to send go away: %v", sendErr)
 		}

@@ -43,6 +43,7 @@ type Stream struct {
 	// many bytes it holds. Both are guarded by recvLock.
 	direct  []byte
 	directN int
+	sink    func(r io.Reader, n int) error // psgraph's patch: sink.go
 
 	controlHdr     header
 	controlErr     chan error
@@ -594,6 +595,9 @@ func (s *Stream) incrSendWindow(hdr header, flags uint16) error {
 
 // readData is used to handle a data frame
 func (s *Stream) readData(hdr header, flags uint16, conn io.Reader) error {
+	if sink := s.sinkOf(); sink != nil {
+		return s.sinkData(hdr, flags, conn, sink)
+	}
 	if err := s.processFlags(flags); err != nil {
 		return err
 	}
