@@ -6,6 +6,6 @@
 // decodes the footer's schema itself (thrift's compact protocol, a few
 // fields of it), so the model language links no parquet reader: with
 // parquet-go and its compressors, each test binary that imports dsl
-// without exec/data was 5 MB larger and took about 0.5 s more to link
+// without exec/data was 5 MB larger and took 0.1-0.2 s more CPU to link
 // (TestColumnsAsParquetGoReadsThem checks it against parquet-go).
 package parquetschema
