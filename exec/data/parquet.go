@@ -140,14 +140,17 @@ type parquetColumn struct {
 }
 
 func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
-	pf, f, err := parquetschema.Open(spec.CSV)
+	names, leaves, err := parquetschema.Columns(spec.CSV)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", spec.CSV, err)
 	}
-	names, leaves, err := parquetschema.Columns(pf)
+	pf, f, err := openParquetFile(spec.CSV)
 	if err != nil {
-		f.Close()
 		return nil, fmt.Errorf("%s: %w", spec.CSV, err)
+	}
+	if n := len(pf.Schema().Columns()); len(leaves) > 0 && leaves[len(leaves)-1] >= n { // leaves ascend
+		f.Close()
+		return nil, fmt.Errorf("%s: the file has %d leaf columns, fewer than its schema's %d: was it written again while being read?", spec.CSV, n, leaves[len(leaves)-1]+1)
 	}
 	s := &parquetSource{spec: spec, f: f, pf: pf, p: p, b: newBinaryRow(spec, p), size: fileSize(f)}
 	p.hashed = make([]hashedValue, len(p.fields))
@@ -594,4 +597,24 @@ func (s *parquetSource) text(c *parquetColumn, v *parquet.Value) []byte {
 	n := len(b.arena)
 	b.arena = append(b.arena, v.ByteArray()...)
 	return b.arena[n:len(b.arena):len(b.arena)]
+}
+
+// openParquetFile opens a parquet file, reading its footer (the schema
+// and the row groups' metadata, not the data). Close the file when done.
+func openParquetFile(path string) (*parquet.File, *os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("not a parquet file that can be read: %v", err)
+	}
+	return pf, f, nil
 }

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/psgraph/psgraph/exec/kernels"
 	"github.com/psgraph/psgraph/exec/program"
+	"github.com/psgraph/psgraph/exec/tensor"
 	"github.com/psgraph/psgraph/exec/trainer"
 
 	"github.com/rs/zerolog"
@@ -239,5 +241,57 @@ func TestAUCTakesFloatLabels(t *testing.T) {
 		if err := runOnce(t, fl); err == nil || !strings.Contains(err.Error(), "label 0.5 in batch row 5 is not 0 or 1") {
 			t.Errorf("label %s: a target of 0.5: %v, want it refused naming the row", yshape, err)
 		}
+	}
+}
+
+// AUCRows's AUC (a radix sort of the rows from 256 of them) is the
+// pairwise definition's on scores of every sign with -0, +0, infinities
+// and the extremes, with many ties and with few, at sizes on both sides
+// of the radix sort's threshold.
+func TestAUCRowsOnEverySignAndTie(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), math.MaxFloat32, -math.SmallestNonzeroFloat32}
+	var a kernels.AUCRows
+	for _, n := range []int{1, 255, 256, 3000} {
+		for _, distinct := range []int{3, 0} { // 0: normal scores, few ties
+			st, yt := tensor.New(tensor.F32, tensor.Shape{n}), tensor.New(tensor.I32, tensor.Shape{n})
+			scores := make([]float64, n)
+			for i := range n {
+				s := float32(rng.NormFloat64() * 1e3)
+				if distinct > 0 {
+					s = float32(rng.IntN(distinct)-distinct/2) * 0.37
+				}
+				if rng.IntN(50) == 0 {
+					s = special[rng.IntN(len(special))]
+				}
+				st.F[i], yt.I[i], scores[i] = s, int32(rng.IntN(2)), float64(s)
+			}
+			a.Reset()
+			if err := a.Add(st, yt, n); err != nil {
+				t.Fatal(err)
+			}
+			got, want := a.AUC(), pairwiseAUC(scores, yt.I)
+			if !(got == want || math.IsNaN(got) && math.IsNaN(want)) && math.Abs(got-want) > 1e-12 {
+				t.Errorf("n=%d distinct=%d: AUC %v, pairwise %v", n, distinct, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkAUCWindow is a training run's AUC over a window of 20,000
+// rows of uniform scores (a log line's): the sort is most of it.
+func BenchmarkAUCWindow(b *testing.B) {
+	const n = 20000
+	rng := rand.New(rand.NewPCG(1, 2))
+	st, yt := tensor.New(tensor.F32, tensor.Shape{n}), tensor.New(tensor.I32, tensor.Shape{n})
+	for i := range n {
+		st.F[i], yt.I[i] = rng.Float32(), int32(rng.IntN(2))
+	}
+	w := kernels.NewAUCWindow(n)
+	if err := w.Add(st, yt, n); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		w.AUC()
 	}
 }

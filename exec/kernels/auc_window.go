@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/psgraph/psgraph/exec/tensor"
 )
@@ -18,6 +19,7 @@ type AUCWindow struct {
 	full   bool
 	batch  []ranked // one batch's rows, ranked
 	sorted []ranked
+	tmp    []ranked // the sort's scratch
 }
 
 // NewAUCWindow is a window of the last size rows.
@@ -60,11 +62,12 @@ func (w *AUCWindow) Rows() int {
 func (w *AUCWindow) AUC() float64 {
 	w.sorted = append(w.sorted[:0], w.ring[:w.Rows()]...)
 	for _, r := range w.sorted {
-		if math.IsNaN(float64(r.score)) {
+		if math.IsNaN(float64(r.score())) {
 			return math.NaN()
 		}
 	}
-	return mannWhitney(w.sorted)
+	w.tmp = slices.Grow(w.tmp[:0], len(w.sorted))[:len(w.sorted)]
+	return mannWhitney(w.sorted, w.tmp)
 }
 
 // State writes the window's ring into dst (2 floats a row, as many rows as the window keeps:
@@ -73,9 +76,9 @@ func (w *AUCWindow) AUC() float64 {
 // SetState takes back (a checkpoint keeps it).
 func (w *AUCWindow) State(dst []float32) (next int, full bool) {
 	for i, r := range w.ring {
-		dst[2*i] = r.score
+		dst[2*i] = r.score()
 		dst[2*i+1] = 0
-		if r.pos {
+		if r.pos() {
 			dst[2*i+1] = 1
 		}
 	}
@@ -92,7 +95,7 @@ func (w *AUCWindow) SetState(src []float32, next int, full bool) error {
 		if l != 0 && l != 1 {
 			return fmt.Errorf("an auc window's state holds the label %g", l)
 		}
-		w.ring[i] = ranked{score: src[2*i], pos: l == 1}
+		w.ring[i] = rank(src[2*i], l == 1)
 	}
 	w.next, w.full = next, full
 	return nil

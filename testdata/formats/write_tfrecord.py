@@ -28,7 +28,7 @@ Usage:
   write_tfrecord.py tsv TSV N OUT   psgraph gen criteo's TSV as tf.Examples
       (its first 8192 rows repeated to N), for the benchmark of the formats.
   write_tfrecord.py big N OUT   N synthetic Criteo-like rows (label, I1..I13
-      int64, C1..C26 bytes; row i is row i mod 4096) for the bounded-memory test
+      int64, C1..C26 bytes; row i is row i mod 1024) for the bounded-memory test
       and the benchmark.
 """
 import csv
@@ -43,12 +43,24 @@ for i in range(256):
     for _ in range(8):
         c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
     _table.append(c)
+# Slicing by 4: _tables[k][b] is the CRC register after byte b and k
+# zero bytes, so four bytes take one step: the same bytes out, the "tsv"
+# kind's 5,000 rows in 1.32 s of CPU (1.54 s a byte at a time), "big"
+# 60,000 in 0.48 s (0.67 s).
+_tables = [_table]
+for _ in range(3):
+    _tables.append([(c >> 8) ^ _table[c & 0xFF] for c in _tables[-1]])
+_t0, _t1, _t2, _t3 = _tables
 
 
 def crc32c(data):
     c = 0xFFFFFFFF
-    for b in data:
-        c = _table[(c ^ b) & 0xFF] ^ (c >> 8)
+    n = len(data) - len(data) % 4
+    for (w,) in struct.iter_unpack("<I", data[:n]):
+        c ^= w
+        c = _t3[c & 0xFF] ^ _t2[(c >> 8) & 0xFF] ^ _t1[(c >> 16) & 0xFF] ^ _t0[c >> 24]
+    for b in data[n:]:
+        c = _t0[(c ^ b) & 0xFF] ^ (c >> 8)
     return c ^ 0xFFFFFFFF
 
 
@@ -150,10 +162,11 @@ def movielens(src, out):
 
 
 def big(n, out):
-    # 4096 distinct records, repeated: row i is record i % 4096 (pure
-    # Python's CRC-32C is slow; the reader sees a file of n rows all the same)
+    # 1024 distinct records, repeated: row i is record i % 1024 (pure
+    # Python's CRC-32C is slow: 4096 took 1.7 s of CPU; the reader sees a
+    # file of n rows all the same)
     recs = []
-    for i in range(min(n, 4096)):
+    for i in range(min(n, 1024)):
         feats = [("label", int64_feature([i % 2]))]
         feats += [("I%d" % j, int64_feature([(i * j) % 1000])) for j in range(1, 14)]
         feats += [("C%d" % j, bytes_feature([("%08x" % ((i * 2654435761 + j) % 4294967296)).encode()])) for j in range(1, 27)]
