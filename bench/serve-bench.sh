@@ -178,6 +178,7 @@ for run in $(seq "$RUNS"); do
 		job $mode
 	done
 done
+[ -n "$MODES" ] || exit 0 # no job runs: nothing more to report
 model_mib=$(python3 -c "import os; print(os.path.getsize('$DIR/ctr.safetensors') / 2**20)")
 JOB_STEPS=$JOB_STEPS JOB_NICE=$JOB_NICE python3 - "$DIR" "$model_mib" <<'PY'
 import os, statistics, sys
