@@ -20,11 +20,11 @@ func kernelMatmul(k Args) (Kernel, error) {
 	m, kk, _, n := ops.MatmulDims(x.Shape, y.Shape, ta, tb)
 	lda, ldb := x.Shape[1], y.Shape[1]
 	return func(rt Runtime) error {
+		gemm := blas.Sgemm
 		if rt.Serial() {
-			blas.SgemmSerial(ta, tb, m, n, kk, 1, x.F, lda, y.F, ldb, 0, z.F, n)
-			return nil
+			gemm = blas.SgemmSerial
 		}
-		blas.Sgemm(ta, tb, m, n, kk, 1, x.F, lda, y.F, ldb, 0, z.F, n)
+		gemm(ta, tb, m, n, kk, 1, x.F, lda, y.F, ldb, 0, z.F, n)
 		return nil
 	}, nil
 }
