@@ -99,7 +99,7 @@ func encode(b *bytes.Buffer, g *Graph, flush func() error) error {
 				first = false
 			}
 			b.WriteString("  ")
-			writeString(b, name)
+			WriteYAMLString(b, name)
 			b.WriteString(": ")
 			writeVar(b, v, !expanded)
 			b.WriteByte('\n')
@@ -125,9 +125,9 @@ func encode(b *bytes.Buffer, g *Graph, flush func() error) error {
 		b.WriteString("assign:\n")
 		for _, a := range g.Assigns {
 			b.WriteString("  ")
-			writeString(b, a.Target)
+			WriteYAMLString(b, a.Target)
 			b.WriteString(": ")
-			writeString(b, a.Value)
+			WriteYAMLString(b, a.Value)
 			b.WriteByte('\n')
 			if err := spill(); err != nil {
 				return err
@@ -346,7 +346,7 @@ func writeVar(b *bytes.Buffer, v *Var, withOptimizer bool) {
 		writeDynamic(b, dy)
 	} else {
 		b.WriteString("{shape: ")
-		writeIntList(b, v.Shape)
+		WriteIntList(b, v.Shape)
 	}
 	if v.DType != ir.F32 {
 		b.WriteString(", dtype: ")
@@ -354,11 +354,11 @@ func writeVar(b *bytes.Buffer, v *Var, withOptimizer bool) {
 	}
 	if in := v.Init; in != nil {
 		b.WriteString(", init: {type: ")
-		writeString(b, in.Type)
+		WriteYAMLString(b, in.Type)
 		var keys [8]string
 		for _, k := range sortedAttrKeys(keys[:0], in.Attrs) {
 			b.WriteString(", ")
-			writeString(b, k)
+			WriteYAMLString(b, k)
 			b.WriteString(": ")
 			writeValue(b, in.Attrs[k])
 		}
@@ -366,15 +366,15 @@ func writeVar(b *bytes.Buffer, v *Var, withOptimizer bool) {
 	}
 	if v.Place != "" {
 		b.WriteString(", place: ")
-		writeString(b, v.Place)
+		WriteYAMLString(b, v.Place)
 	}
 	if v.Of != "" {
 		b.WriteString(", of: ")
-		writeString(b, v.Of)
+		WriteYAMLString(b, v.Of)
 	}
 	if bl := v.Block; bl != nil {
 		b.WriteString(", block: {of: ")
-		writeString(b, bl.Of)
+		WriteYAMLString(b, bl.Of)
 		b.WriteString(", rows: [")
 		b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(bl.Start), 10))
 		b.WriteString(", ")
@@ -385,7 +385,7 @@ func writeVar(b *bytes.Buffer, v *Var, withOptimizer bool) {
 			b.Write(strconv.AppendInt(b.AvailableBuffer(), int64(bl.Stride), 10))
 		}
 		b.WriteString(", shape: ")
-		writeIntList(b, bl.Shape)
+		WriteIntList(b, bl.Shape)
 		b.WriteByte('}')
 	}
 	if o := v.Optimizer; o != nil && withOptimizer {
@@ -415,7 +415,7 @@ func writeDynamic(b *bytes.Buffer, dy *Dynamic) {
 	}
 	if sh := dy.Shard; sh != nil {
 		b.WriteString(", shard: {of: ")
-		writeString(b, sh.Of)
+		WriteYAMLString(b, sh.Of)
 		fmt.Fprintf(b, ", index: %d, count: %d}", sh.Index, sh.Count)
 	}
 	b.WriteByte('}')
@@ -425,14 +425,14 @@ func writeDynamic(b *bytes.Buffer, dy *Dynamic) {
 // writes hundreds of thousands of ops.
 func writeOp(b *bytes.Buffer, op *Op) error {
 	b.WriteString("{type: ")
-	writeString(b, op.Type)
+	WriteYAMLString(b, op.Type)
 	if len(op.Inputs) > 0 {
 		b.WriteString(", inputs: ")
-		writeStringList(b, op.Inputs)
+		WriteStringList(b, op.Inputs)
 	}
 	if len(op.Outputs) > 0 {
 		b.WriteString(", outputs: ")
-		writeStringList(b, op.Outputs)
+		WriteStringList(b, op.Outputs)
 	}
 	if len(op.Attrs) > 0 {
 		b.WriteString(", attrs: {")
@@ -445,7 +445,7 @@ func writeOp(b *bytes.Buffer, op *Op) error {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeString(b, k)
+			WriteYAMLString(b, k)
 			b.WriteString(": ")
 			writeValue(b, v)
 		}
@@ -457,11 +457,11 @@ func writeOp(b *bytes.Buffer, op *Op) error {
 	}
 	if op.Param != "" {
 		b.WriteString(", param: ")
-		writeString(b, op.Param)
+		WriteYAMLString(b, op.Param)
 	}
 	if op.Place != "" {
 		b.WriteString(", place: ")
-		writeString(b, op.Place)
+		WriteYAMLString(b, op.Place)
 	}
 	b.WriteByte('}')
 	return nil
@@ -477,11 +477,11 @@ func writeValue(b *bytes.Buffer, v any) {
 	case bool:
 		b.Write(strconv.AppendBool(b.AvailableBuffer(), x))
 	case string:
-		writeString(b, x)
+		WriteYAMLString(b, x)
 	case []int:
-		writeIntList(b, x)
+		WriteIntList(b, x)
 	default:
-		writeString(b, fmt.Sprint(v))
+		WriteYAMLString(b, fmt.Sprint(v))
 	}
 }
 
@@ -505,7 +505,10 @@ func appendFloat(dst []byte, f float64) []byte {
 	return dst
 }
 
-func writeIntList(b *bytes.Buffer, v []int) {
+// WriteIntList writes a flow list of ints ([1, 2]) into b without
+// allocating (the model and plan writers have hundreds of thousands of
+// such lines).
+func WriteIntList(b *bytes.Buffer, v []int) {
 	b.WriteByte('[')
 	for i, x := range v {
 		if i > 0 {
@@ -516,13 +519,14 @@ func writeIntList(b *bytes.Buffer, v []int) {
 	b.WriteByte(']')
 }
 
-func writeStringList(b *bytes.Buffer, s []string) {
+// WriteStringList writes a flow list of YAMLStrings into b.
+func WriteStringList(b *bytes.Buffer, s []string) {
 	b.WriteByte('[')
 	for i, x := range s {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		writeString(b, x)
+		WriteYAMLString(b, x)
 	}
 	b.WriteByte(']')
 }
@@ -583,16 +587,8 @@ func YAMLString(s string) string {
 	return strconv.Quote(s)
 }
 
-// WriteYAMLString, WriteIntList and WriteStringList write YAMLString(s),
-// a flow list of ints ([1, 2]) and a flow list of YAMLStrings into b
-// without allocating: plan.yaml's writer has hundreds of thousands of
-// lines of them.
-func WriteYAMLString(b *bytes.Buffer, s string)   { writeString(b, s) }
-func WriteIntList(b *bytes.Buffer, v []int)       { writeIntList(b, v) }
-func WriteStringList(b *bytes.Buffer, s []string) { writeStringList(b, s) }
-
-// writeString writes YAMLString(s) into b.
-func writeString(b *bytes.Buffer, s string) {
+// WriteYAMLString writes YAMLString(s) into b without allocating.
+func WriteYAMLString(b *bytes.Buffer, s string) {
 	if plain(s) {
 		b.WriteString(s)
 		return
