@@ -16,6 +16,13 @@ import (
 // the client opened, as the server accepted it.
 func yamuxPair(t *testing.T, window uint32) (w, r *yamux.Stream) {
 	t.Helper()
+	client, server := yamuxSessions(t, window)
+	return yamuxStream(t, client, server)
+}
+
+// yamuxSessions is a yamux session pair over loopback TCP.
+func yamuxSessions(t *testing.T, window uint32) (client, server *yamux.Session) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,16 +50,22 @@ func yamuxPair(t *testing.T, window uint32) (w, r *yamux.Stream) {
 	if !ok {
 		t.Fatal("accept failed")
 	}
-	client, err := yamux.Client(cc, cfg)
+	client, err = yamux.Client(cc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	server, err := yamux.Server(sc, cfg)
+	server, err = yamux.Server(sc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close(); server.Close() })
-	w, err = client.OpenStream()
+	return client, server
+}
+
+// yamuxStream opens a stream from client and accepts it on server.
+func yamuxStream(t *testing.T, client, server *yamux.Session) (w, r *yamux.Stream) {
+	t.Helper()
+	w, err := client.OpenStream()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,5 +244,69 @@ func TestYamuxSinkTakesFramesInOrder(t *testing.T) {
 	<-r.Session().CloseChan()
 	if _, err := r.Read(one[:]); err == nil {
 		t.Fatal("Read after the sink's error: no error")
+	}
+}
+
+// TestYamuxSetSinkWhileFramesArrive: a sink set while the peer's frames
+// keep arriving takes every byte the stream's buffer did not, in order,
+// and a Read then waits for the stream's end. A frame whose receive loop
+// looked for a sink just before SetSink set it was once copied into the
+// buffer after SetSink had emptied it: a Read returned its first byte and
+// the rest was lost (psgraph's message reader ended quietly, and a trainer
+// waited forever for a pserver's reply: CI, stop 44).
+func TestYamuxSetSinkWhileFramesArrive(t *testing.T) {
+	client, server := yamuxSessions(t, 0)
+	rounds := 300
+	if testing.Short() {
+		rounds = 60
+	}
+	for round := range rounds {
+		w, r := yamuxStream(t, client, server)
+		const frames, size = 400, 16
+		errc := make(chan error, 1)
+		go func() {
+			var b [size]byte
+			for i := range frames {
+				for j := range b {
+					b[j] = byte(i + j)
+				}
+				if _, err := w.Write(b[:]); err != nil { // one frame each
+					errc <- err
+					return
+				}
+			}
+			errc <- w.Close()
+		}()
+		var one [1]byte
+		if _, err := io.ReadFull(r, one[:]); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		got := []byte{one[0]}
+		before := r.SetSink(func(rd io.Reader, n int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			k := len(got)
+			got = append(got, make([]byte, n)...)
+			_, err := io.ReadFull(rd, got[k:])
+			return err
+		})
+		mu.Lock()
+		got = append(got[:1], append(before, got[1:]...)...)
+		mu.Unlock()
+		n, err := r.Read(one[:])
+		if werr := <-errc; werr != nil {
+			t.Fatal(werr)
+		}
+		if n != 0 || err != io.EOF {
+			t.Fatalf("round %d: Read of a stream with a sink: %d, %v; want 0 and io.EOF at its close", round, n, err)
+		}
+		mu.Lock()
+		for i := range frames * size {
+			if i >= len(got) || got[i] != byte(i/size+i%size) {
+				t.Fatalf("round %d: %d bytes taken (%d before the sink), wrong or missing from byte %d of %d", round, len(got), len(before), i, frames*size)
+			}
+		}
+		mu.Unlock()
 	}
 }

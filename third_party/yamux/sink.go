@@ -53,6 +53,15 @@ func (e errSink) Unwrap() error { return e.err }
 // flags: a FIN is seen by a waiting Read only after the sink took the
 // frame's bytes.
 func (s *Stream) sinkData(hdr header, flags uint16, conn io.Reader, sink func(io.Reader, int) error) error {
+	if err := s.sinkBody(hdr, conn, sink); err != nil {
+		return err
+	}
+	return s.processFlags(flags)
+}
+
+// sinkBody hands a data frame's bytes to the stream's sink, counting them
+// against the receive window.
+func (s *Stream) sinkBody(hdr header, conn io.Reader, sink func(io.Reader, int) error) error {
 	if length := hdr.Length(); length > 0 {
 		s.recvLock.Lock()
 		if length > s.recvWindow {
@@ -73,5 +82,5 @@ func (s *Stream) sinkData(hdr header, flags uint16, conn io.Reader, sink func(io
 			go s.windowUpdateAfterRead()
 		}
 	}
-	return s.processFlags(flags)
+	return nil
 }

@@ -608,11 +608,18 @@ func (s *Stream) readData(hdr header, flags uint16, conn io.Reader) error {
 		return nil
 	}
 
-	// Wrap in a limited reader
-	conn = &io.LimitedReader{R: conn, N: int64(length)}
-
 	// Copy into buffer
 	s.recvLock.Lock()
+	if sink := s.sink; sink != nil {
+		// SetSink ran since sinkOf above and took what recvBuf held:
+		// this frame is the sink's (psgraph's patch; copied into recvBuf
+		// it would follow the sink's frames or be lost).
+		s.recvLock.Unlock()
+		return s.sinkBody(hdr, conn, sink)
+	}
+
+	// Wrap in a limited reader
+	conn = &io.LimitedReader{R: conn, N: int64(length)}
 
 	if length > s.recvWindow {
 		s.session.logger.Printf("[ERR] yamux: receive window exceeded (stream: %d, remain: %d, recv: %d)", s.id, s.recvWindow, length)
