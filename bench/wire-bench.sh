@@ -51,6 +51,7 @@ if [ -n "$old" ]; then
   mkdir "$tmp/old-tree"
   (cd "$old" && tar --exclude=.git -cf - .) | tar -xf - -C "$tmp/old-tree"
   cp transport/bench_test.go transport/pscpu_bench_test.go "$tmp/old-tree/transport/"
+  cp internal/testfix/cputime_*.go "$tmp/old-tree/internal/testfix/" # testfix.ProcessCPU, which they use
   build "$tmp/old-tree" old
   rm -rf "$tmp/old-tree"
   sides=(old new)
