@@ -66,6 +66,9 @@ parts=" ${PARTS:-transport digits zoo} " models=${MODELS:-dlrm dcn-v2 deepfm}
 part() { [[ "$parts" == *" $1 "* ]]; }
 zoo=${ZOO:-1}
 part zoo || zoo=0
+if { part digits || [ "$zoo" != 0 ]; } && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  echo "wire-bench: the digits and zoo figures need PyTorch: apt-get install python3-torch libopenblas0-pthread (or PARTS=transport)" >&2; exit 1
+fi
 # the sizes of a measurement, or of a SHORT check
 benchtime=1s digits_steps=3000 rpc_steps=2000 zoo_rows=1100000 zoo_steps=600 torch_steps=400
 if [ "${SHORT:-0}" != 0 ]; then
@@ -104,7 +107,8 @@ for r in $(seq "$runs"); do
       best=0
       for t in 1 2; do
         for f in "" --fused; do
-          v=$(torch bench/zoo_torch.py speed "$m" "$tmp/zoo-train.tsv" --rows 20000 --steps "$torch_steps" --threads $t $f --cache 2>/dev/null | steps)
+          v=$(torch bench/zoo_torch.py speed "$m" "$tmp/zoo-train.tsv" --rows 20000 --steps "$torch_steps" --threads $t $f --cache 2>"$tmp/torch.err" | steps) ||
+            { echo "wire-bench: bench/zoo_torch.py speed $m --threads $t $f failed:" >&2; tail -3 "$tmp/torch.err" >&2; exit 1; }
           best=$(awk -v a="$best" -v b="${v:-0}" 'BEGIN {print (b > a) ? b : a}')
         done
       done
