@@ -80,7 +80,11 @@ func (r *run) openData() error {
 			return err
 		}
 		r.closers = append(r.closers, func() { f.Close() })
-		r.file, r.stream, r.norm = f, f, f.Scaling()
+		// The next batch is parsed while a step computes (closed before
+		// the file: closers run last first).
+		r.ahead = data.NewPrefetch(f)
+		r.closers = append(r.closers, r.ahead.Close)
+		r.file, r.stream, r.norm = f, r.ahead, f.Scaling()
 	} else {
 		sp, err := data.LoadSplitProgress(g.Data, saved, r.progress())
 		if err := opened(err); err != nil {

@@ -84,6 +84,7 @@ type run struct {
 	set    *data.Set
 	file   *data.FileStream
 	stream data.Batches
+	ahead  *data.Prefetch // a streamed file's next batch, parsed during the step (nil: in memory)
 	norm   *data.Scaling
 	held   evaluate.HeldOut
 	on     *online       // an online source (online.go); nil for the others
@@ -131,6 +132,9 @@ func (r *run) train() (*Summary, error) {
 	start := time.Now()
 	if err := r.loop(start); err != nil {
 		return nil, err
+	}
+	if r.ahead != nil {
+		r.ahead.Close() // the file is the final pass's from here
 	}
 	if r.served != nil {
 		// The last step's state reaches pserver 0 before the job ends (the
@@ -272,8 +276,13 @@ func (r *run) step(k int) error {
 		if err := r.on.fill(r, k); err != nil {
 			return err
 		}
-	} else if err := r.feed.Fill(r.stream, int64(k)*int64(r.n*r.batch)+int64(r.opt.TrainerIndex*r.batch)); err != nil {
-		return err
+	} else {
+		if err := r.feed.Fill(r.stream, r.startOf(k)); err != nil {
+			return err
+		}
+		if r.ahead != nil && k+1 < r.steps {
+			r.ahead.Ahead(r.startOf(k + 1))
+		}
 	}
 	r.rt.StepNum = int64(k)
 	if r.opt.Comm != nil {
@@ -282,6 +291,12 @@ func (r *run) step(k int) error {
 		}
 	}
 	return r.prog.Run(r.rt)
+}
+
+// startOf is the stream position of this trainer's first row of step k
+// (the data stream rule: the trainers take turns by batch).
+func (r *run) startOf(k int) int64 {
+	return int64(k)*int64(r.n*r.batch) + int64(r.opt.TrainerIndex*r.batch)
 }
 
 // tailSteps is how many final steps a trainer with lookup tables averages
