@@ -189,6 +189,43 @@ func (l *lockedBuffer) String() string {
 
 func (p *proc) stderrText() string { return p.err.String() }
 
+// dumpOnFailure has a failed test show what each of ps was doing: a
+// process still running is sent SIGQUIT (every goroutine's stack), and
+// the last lines of each one's stderr but its step logs are logged. For
+// a hang seen once in hundreds of runs, whose cause may be any role's.
+func dumpOnFailure(t *testing.T, ps ...*proc) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, p := range ps {
+			select {
+			case err := <-p.done:
+				p.done <- err
+			default:
+				p.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case err := <-p.done:
+					p.done <- err
+				case <-time.After(5 * time.Second):
+				}
+			}
+			var keep []string
+			for _, l := range strings.Split(p.err.String(), "\n") {
+				if !strings.Contains(l, `"message":"train"`) {
+					keep = append(keep, l)
+				}
+			}
+			if dir := os.Getenv("PSGRAPH_TEST_DUMP"); dir != "" { // the whole of it, to a file
+				f := filepath.Join(dir, fmt.Sprintf("%s-%d-%s.log", t.Name(), p.cmd.Process.Pid, p.name))
+				os.MkdirAll(filepath.Dir(f), 0o755)
+				os.WriteFile(f, []byte(p.err.String()), 0o644)
+			}
+			t.Logf("%s's stderr, its step logs left out (last 150 lines; PSGRAPH_TEST_DUMP=DIR keeps all):\n%s", p.name, strings.Join(keep[max(0, len(keep)-150):], "\n"))
+		}
+	})
+}
+
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
 	return startCmd(t, name, env, binary, args...)

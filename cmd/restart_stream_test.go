@@ -83,6 +83,7 @@ func restartedTrainer(t *testing.T, kind string, seed uint64) {
 	target := killTargets(seed, 1, 20, 100)[0]
 	killAt(t, t1, target)
 	t1b := trainer(1, "trainer-1 (restarted)")
+	dumpOnFailure(t, append([]*proc{t1, t1b}, roles...)...)
 	for _, p := range append([]*proc{t0, t1b}, roles...) {
 		if r := p.wait(t, 2*time.Minute); r.code != 0 {
 			t.Fatalf("%s: exit %d\n%s", p.name, r.code, r.stderr)

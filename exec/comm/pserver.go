@@ -421,6 +421,38 @@ func (p *Part) recvRejoin(ctx context.Context, who transport.NodeID, step int64,
 	}
 }
 
+// Welcome sends the part's current parameters to every trainer that came
+// back as a new process since the part last looked (rejoin.Part.Check), as
+// if the part were to receive a piece of step. The pservers call it at the
+// job's end, where no gradient is received any more: a trainer killed after
+// its last step and restarted learns from them that the job is at step
+// (comm.Trainer.LearnStep), has no step left to run and says Done, where
+// it would otherwise wait for parameters for ever, and the job with it
+// (TestStreamRestartedTrainerTrainsOnce hung so about once in 250 runs).
+func (p *Part) Welcome(ctx context.Context, step int64) error {
+	if p.m == nil {
+		return nil
+	}
+	for i := range p.now {
+		p.now[i] = p.c.incarnation(transport.Trainer(i))
+	}
+	for _, s := range p.m.Check(p.now, step) {
+		to := transport.Trainer(s.To)
+		p.c.log.Warn().Str("trainer", to.String()).Int64("step", step).Msg("trainer restarted at the job's end; sending it the last parameters")
+		if err := p.sendParams(ctx, to, s.From, s.Through); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Watched is a child of ctx cancelled when a trainer comes back as a new
+// process, with the context of that restart (its Err is set then): a
+// receive that must notice a restart (Welcome's) runs under it.
+func (p *Part) Watched(ctx context.Context) (w, restarted context.Context) {
+	return p.c.watch.watched(ctx)
+}
+
 // sendParams sends the part's parameters to trainer to for steps from..through.
 func (p *Part) sendParams(ctx context.Context, to transport.NodeID, from, through int64) error {
 	for _, x := range p.params {

@@ -313,8 +313,9 @@ func (c *Trainer) Finish(ctx context.Context) error {
 // LearnStep is the step a (re)started trainer joins at: it waits until a
 // parameter message is pending for every parameter its graph receives and
 // returns the newest of their oldest steps. The pservers send their
-// parameters for the step they are at (and the one before, when their
-// parts may differ by one), so at that step every recv finds its message.
+// parameters for the step they are at and the two before (their parts may
+// be two steps apart: rejoin.Part), so at that step every recv finds its
+// message.
 func (c *Trainer) LearnStep(ctx context.Context) (int64, error) {
 	step, any := int64(0), false
 	for _, t := range c.transfers {

@@ -329,7 +329,7 @@ func idle(ctx context.Context, c Comm) error {
 // ended) and the table shards it holds (--save), and tells the trainers
 // it is done.
 func finish(ctx context.Context, g *dsl.Graph, parts []*part, c Comm, opt ServeOptions, first, last int64) error {
-	if err := awaitTrainers(ctx, opt.Transfers, c, last); err != nil {
+	if err := awaitTrainers(ctx, opt.Transfers, c, last, greeter{parts, last}); err != nil {
 		return c.StopJob(err)
 	}
 	if ck := opt.Checkpoint; ck != nil && ck.Every > 0 && last > first && last%int64(ck.Every) != 0 {
@@ -420,8 +420,10 @@ func serveLoop(ctx context.Context, p *part, index int, c Comm, opt ServeOptions
 }
 
 // awaitTrainers checks, once one trainer finished at step k, that every
-// trainer finished there too: in sync mode they run the same steps.
-func awaitTrainers(ctx context.Context, ts []dsl.Transfer, c Comm, k int64) error {
+// trainer finished there too: in sync mode they run the same steps. A
+// trainer that comes back meanwhile as a new process is welcomed: sent
+// the parameters that tell it the job is at its end.
+func awaitTrainers(ctx context.Context, ts []dsl.Transfer, c Comm, k int64, g greeter) error {
 	for _, t := range ts {
 		if !t.Recv || t.Kind != dsl.GradTransfer && t.Kind != dsl.ClipFactorTransfer {
 			continue
@@ -445,7 +447,7 @@ func awaitTrainers(ctx context.Context, ts []dsl.Transfer, c Comm, k int64) erro
 			continue
 		}
 		for i := range c.Trainers() {
-			if err := awaitDone(ctx, c, i, k, t.Var, buf); err != nil {
+			if err := awaitDone(ctx, c, i, k, t.Var, buf, g); err != nil {
 				return err
 			}
 		}
@@ -456,19 +458,57 @@ func awaitTrainers(ctx context.Context, ts []dsl.Transfer, c Comm, k int64) erro
 // awaitDone waits until trainer i said Done with nothing more of v at
 // step k, riding out a connection lost meanwhile (what the loss cut off,
 // the Done included, is written again).
-func awaitDone(ctx context.Context, c Comm, i int, k int64, v string, buf []byte) error {
+func awaitDone(ctx context.Context, c Comm, i int, k int64, v string, buf []byte, g greeter) error {
 	for {
-		err := c.Endpoint().Recv(ctx, transport.Trainer(i), k, v, buf)
+		w, restarted := g.watched(ctx) // before the welcome: a restart after it cancels w
+		if err := g.welcome(ctx); err != nil {
+			return err
+		}
+		err := c.Endpoint().Recv(w, transport.Trainer(i), k, v, buf)
 		switch {
 		case err == nil:
 			return fmt.Errorf("trainer-%d sent %s for step %d after another trainer finished at that step; in sync mode every trainer runs the same number of steps", i, v, k)
 		case errors.Is(err, transport.ErrPeerDone):
 			return nil
+		case ctx.Err() == nil && restarted.Err() != nil: // welcome it
+			continue
 		}
 		if err := c.RideOut(ctx, err); err != nil {
 			return err
 		}
 	}
+}
+
+// greeter welcomes the trainers that come back as new processes at the
+// job's end, step last: each part sends them its current parameters
+// (comm.Part.Welcome), so that they learn the job is at its end and say
+// Done instead of waiting for the parameters of a step that never comes.
+type greeter struct {
+	parts []*part
+	last  int64
+}
+
+func (g greeter) welcome(ctx context.Context) error {
+	for _, p := range g.parts {
+		if p.rv != nil {
+			if err := p.rv.Welcome(ctx, g.last); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// watched is a context cancelled at a trainer's restart, with that
+// restart's (comm.Part.Watched); ctx itself where no part has a
+// rendezvous.
+func (g greeter) watched(ctx context.Context) (w, restarted context.Context) {
+	for _, p := range g.parts {
+		if p.rv != nil {
+			return p.rv.Watched(ctx)
+		}
+	}
+	return ctx, context.Background()
 }
 
 // saveShards writes the lookup-table shards of a pserver's parts to path.

@@ -8,8 +8,20 @@ import "fmt"
 // parameters the pservers send it (it joins at the newest step every
 // transfer has), so before each receive the part sends its current
 // parameters to every trainer whose incarnation changed, whichever trainer
-// it waits for: a part one step ahead waits for a surviving trainer, which
-// waits for the parts behind.
+// it waits for: a part ahead waits for a surviving trainer, which waits
+// for the parts behind.
+//
+// Parts can be two steps apart: a trainer sends a part its gradient of
+// step k as soon as that part's parameters of k arrived, before the other
+// parts' (blocks the step computes independently), so a surviving trainer
+// in step k may have brought one part to k+1 while another still serves
+// k-1, waiting for the gradient of k-1 that the killed trainer wrote to it
+// last and lost with its process. Each part therefore sends a newcomer its
+// parameters for its step and the two before, and the newcomer joins at
+// the newest step every transfer has (comm.Trainer.LearnStep): the oldest
+// part's step, whose gradient it then sends. With one step here the
+// newcomer joined past the part behind, which waited for it for ever
+// (TestStreamRestartedTrainerTrainsOnce hung about once in 300 runs).
 type Part struct {
 	// Known is the incarnation of each trainer that has this part's
 	// parameters: the one the pserver started with.
@@ -25,8 +37,8 @@ func NewPart(started []int64, first int64) *Part {
 }
 
 // SendParams: send the part's current parameters to trainer To for steps
-// From..Through (other parts may be one step behind this one; the pservers
-// drop the newcomer's pieces for older steps as stale).
+// From..Through (other parts may be up to two steps behind this one; the
+// pservers drop the newcomer's pieces for older steps as stale).
 type SendParams struct {
 	To            int
 	From, Through int64
@@ -40,7 +52,7 @@ func (p *Part) Check(now []int64, step int64) []SendParams {
 	for i, n := range now {
 		if i < len(p.Known) && n != p.Known[i] {
 			p.Known[i] = n
-			out = append(out, SendParams{To: i, From: max(step-1, p.First), Through: step})
+			out = append(out, SendParams{To: i, From: max(step-2, p.First), Through: step})
 		}
 	}
 	return out
