@@ -250,12 +250,18 @@ func TestPServerRestartDynamicInmem(t *testing.T) {
 				// five undisturbed runs, x1.5 failed once in CI (0.124
 				// against five that happened to average 0.078), so the
 				// bound is the worst of five, with room (the staged cases
-				// above check the restored state itself, bitwise).
+				// above check the restored state itself, bitwise). The
+				// worst of five can still be low (0.102 under CI's -race
+				// load, against a restarted run's 0.163, inside the
+				// undisturbed spread), so a loss within that spread
+				// (asyncSpread) passes too; a restart that lost the
+				// learned table ends near ln 2 = 0.69, coin flips.
 				lp, tol = 0, 1.5
 				for range 5 {
 					ref, _ := runDynamicSplit(t, g, 2, 2, true, steps, batch)
 					lp = max(lp, evalModel(t, g, ref))
 				}
+				lp = max(lp, asyncSpread/tol)
 			}
 			t.Logf("loss %.4f undisturbed (async: the worst of five), %.4f with the restart, %d steps lost", lp, lr, lost)
 			if lr > tol*lp {
@@ -264,6 +270,10 @@ func TestPServerRestartDynamicInmem(t *testing.T) {
 		})
 	}
 }
+
+// asyncSpread bounds the loss of an undisturbed async run of
+// TestPServerRestartDynamicInmem's job: 30 runs gave 0.061 to 0.271.
+const asyncSpread = 0.30
 
 // stageDynamicRequestLost stages "a request lost" for a dynamic table:
 // pserver-0 (W and a shard) dies at step 100 holding trainer-0's request
