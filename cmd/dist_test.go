@@ -189,9 +189,22 @@ func (l *lockedBuffer) String() string {
 
 func (p *proc) stderrText() string { return p.err.String() }
 
+// quit sends p SIGQUIT, which makes a Go process print every goroutine's
+// stack (what it waits on, for a hang seen once in a loaded run), and
+// waits up to 5 s for it to exit.
+func (p *proc) quit() {
+	p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(5 * time.Second):
+	}
+}
+
 // dumpOnFailure has a failed test show what each of ps was doing: a
 // process still running is sent SIGQUIT (every goroutine's stack), and
-// the last lines of each one's stderr but its step logs are logged. For
+// the last lines of each one's stderr but its step logs (JSON "train"
+// lines) are logged. For
 // a hang seen once in hundreds of runs, whose cause may be any role's.
 func dumpOnFailure(t *testing.T, ps ...*proc) {
 	t.Cleanup(func() {
@@ -203,12 +216,7 @@ func dumpOnFailure(t *testing.T, ps ...*proc) {
 			case err := <-p.done:
 				p.done <- err
 			default:
-				p.cmd.Process.Signal(syscall.SIGQUIT)
-				select {
-				case err := <-p.done:
-					p.done <- err
-				case <-time.After(5 * time.Second):
-				}
+				p.quit()
 			}
 			var keep []string
 			for _, l := range strings.Split(p.err.String(), "\n") {
@@ -274,14 +282,7 @@ func (p *proc) wait(t *testing.T, within time.Duration) result {
 		}
 		return result{code, p.out.String(), p.err.String()}
 	case <-time.After(within):
-		// SIGQUIT makes a Go process print every goroutine's stack: what
-		// it waits on, for a hang seen once in a loaded run
-		p.cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case err := <-p.done:
-			p.done <- err
-		case <-time.After(5 * time.Second):
-		}
+		p.quit()
 		t.Fatalf("%s did not exit within %v (sent SIGQUIT for its goroutines)\nstderr:\n%s", p.name, within, p.err.String())
 	}
 	return result{}

@@ -199,19 +199,7 @@ func TestRestartedTrainerRejoins(t *testing.T) {
 	t1.wait(t, 10*time.Second)
 	waitForLine(t, ps, "lost a trainer")
 	t1b := start(t, "trainer-1 (restarted)", env, "run", "--role", "trainer", "--index", "1", "--plan", plan, "--pserver-endpoints", addr, "--steps", steps, "--log-every", "50")
-	t.Cleanup(func() {
-		if t.Failed() {
-			if os.Getenv("PSGRAPH_TEST_DUMP") != "" {
-				ps.cmd.Process.Signal(syscall.SIGQUIT)
-				t1b.cmd.Process.Signal(syscall.SIGQUIT)
-				ps.wait(t, 10*time.Second)
-				t1b.wait(t, 10*time.Second)
-			}
-			for _, p := range []*proc{ps, t1, t1b} {
-				t.Logf("%s stderr:\n%s", p.name, p.stderrText())
-			}
-		}
-	})
+	dumpOnFailure(t, ps, t1, t1b)
 	for _, p := range []*proc{t0, t1b} {
 		r := p.wait(t, 120*time.Second)
 		if r.code != 0 {

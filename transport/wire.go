@@ -44,7 +44,7 @@ const (
 	maxReason    = 4 << 10  // an abort's reason text
 	smallFrame   = 32 << 10 // bulk payloads up to this are copied next to their header: one yamux frame
 	readChunk    = 4 << 20  // payload read granularity (watchdog progress)
-	writeChunk   = 1 << 20  // a large payload's pieces: yamux frames of at most this (docs/wire.md, section 4)
+	writeChunk   = 1 << 20  // a large payload's pieces: yamux frames of at most this (docs/wire.md, section 5)
 	scratchBytes = 32 << 10
 )
 

@@ -183,6 +183,14 @@ func (c *PServer) awaitTrainer(ctx context.Context, who transport.NodeID, step i
 	return nil
 }
 
+// Watched is a child of ctx cancelled when a trainer comes back as a new
+// process, with the context of that restart (its Err is set then): a
+// receive that must notice a restart (the end's, Part.Welcome) runs under
+// it.
+func (c *PServer) Watched(ctx context.Context) (w, restarted context.Context) {
+	return c.watch.watched(ctx)
+}
+
 // Flush waits until every tensor handed to Send was written, so its
 // memory may be overwritten. A trainer lost with messages queued for it
 // gets the timeout to come back; the messages are then written (the same
@@ -444,13 +452,6 @@ func (p *Part) Welcome(ctx context.Context, step int64) error {
 		}
 	}
 	return nil
-}
-
-// Watched is a child of ctx cancelled when a trainer comes back as a new
-// process, with the context of that restart (its Err is set then): a
-// receive that must notice a restart (Welcome's) runs under it.
-func (p *Part) Watched(ctx context.Context) (w, restarted context.Context) {
-	return p.c.watch.watched(ctx)
 }
 
 // sendParams sends the part's parameters to trainer to for steps from..through.

@@ -31,6 +31,9 @@ type Comm interface {
 	// RideOut waits for a trainer lost with err to come back (nil), or
 	// returns the error that ends the job.
 	RideOut(ctx context.Context, err error) error
+	// Watched is a child of ctx cancelled when a trainer comes back as a
+	// new process, with that restart's context.
+	Watched(ctx context.Context) (w, restarted context.Context)
 	// StopJob tells every trainer this pserver stops the job because of
 	// err, and returns err.
 	StopJob(err error) error

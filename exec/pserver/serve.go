@@ -460,7 +460,7 @@ func awaitTrainers(ctx context.Context, ts []dsl.Transfer, c Comm, k int64, g gr
 // the Done included, is written again).
 func awaitDone(ctx context.Context, c Comm, i int, k int64, v string, buf []byte, g greeter) error {
 	for {
-		w, restarted := g.watched(ctx) // before the welcome: a restart after it cancels w
+		w, restarted := c.Watched(ctx) // before the welcome: a restart after it cancels w
 		if err := g.welcome(ctx); err != nil {
 			return err
 		}
@@ -490,25 +490,11 @@ type greeter struct {
 
 func (g greeter) welcome(ctx context.Context) error {
 	for _, p := range g.parts {
-		if p.rv != nil {
-			if err := p.rv.Welcome(ctx, g.last); err != nil {
-				return err
-			}
+		if err := p.rv.Welcome(ctx, g.last); err != nil { // runParts gave each part its rv
+			return err
 		}
 	}
 	return nil
-}
-
-// watched is a context cancelled at a trainer's restart, with that
-// restart's (comm.Part.Watched); ctx itself where no part has a
-// rendezvous.
-func (g greeter) watched(ctx context.Context) (w, restarted context.Context) {
-	for _, p := range g.parts {
-		if p.rv != nil {
-			return p.rv.Watched(ctx)
-		}
-	}
-	return ctx, context.Background()
 }
 
 // saveShards writes the lookup-table shards of a pserver's parts to path.
