@@ -102,6 +102,7 @@ func (s *Stream) StreamID() uint32 {
 // Read is used to read from the stream
 func (s *Stream) Read(b []byte) (n int, err error) {
 	defer asyncNotify(s.recvNotifyCh)
+	demanding := false
 START:
 	// Bytes a data frame delivered straight into b while this Read waited
 	// (psgraph's patch) come first, whatever the stream's state.
@@ -137,6 +138,12 @@ START:
 			s.direct, s.directN = b, 0
 		}
 		s.recvLock.Unlock()
+		if len(b) >= directMin && !demanding {
+			// A payload is awaited: the session reads at once
+			// (psgraph's patch, lead.go).
+			demanding = true
+			defer s.session.demandFrames()()
+		}
 		goto WAIT
 	}
 
@@ -215,6 +222,7 @@ func (s *Stream) ReadFull(b []byte) (int, error) {
 		break
 	}
 	defer asyncNotify(s.recvNotifyCh)
+	defer s.session.demandFrames()() // the payload is awaited (lead.go)
 	for {
 		s.recvLock.Lock()
 		full := s.directN == len(s.direct)
@@ -295,6 +303,7 @@ func (s *Stream) Write(b []byte) (n int, err error) {
 // write is used to write to the stream, may return on
 // a short write.
 func (s *Stream) write(b []byte) (n int, err error) {
+	demanding := false
 	var flags uint16
 	var max uint32
 	var body []byte
@@ -342,6 +351,12 @@ START:
 	return int(max), err
 
 WAIT:
+	if !demanding {
+		// The window's update is awaited: the session reads at once
+		// (psgraph's patch, lead.go).
+		demanding = true
+		defer s.session.demandFrames()()
+	}
 	var timeout <-chan time.Time
 	var timer *time.Timer
 	writeDeadline := s.writeDeadline.Load().(time.Time)
