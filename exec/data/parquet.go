@@ -140,19 +140,12 @@ type parquetColumn struct {
 }
 
 func openParquet(spec *dsl.Data, p *rowParser) (rowSource, error) {
-	names, leaves, err := parquetschema.Columns(spec.CSV)
+	ft, f, err := openParquetFile(spec.CSV)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", spec.CSV, err)
 	}
-	pf, f, err := openParquetFile(spec.CSV)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", spec.CSV, err)
-	}
-	if n := len(pf.Schema().Columns()); len(leaves) > 0 && leaves[len(leaves)-1] >= n { // leaves ascend
-		f.Close()
-		return nil, fmt.Errorf("%s: the file has %d leaf columns, fewer than its schema's %d: was it written again while being read?", spec.CSV, n, leaves[len(leaves)-1]+1)
-	}
-	s := &parquetSource{spec: spec, f: f, pf: pf, p: p, b: newBinaryRow(spec, p), size: fileSize(f)}
+	pf, names, leaves := ft.pf, ft.names, ft.leaves
+	s := &parquetSource{spec: spec, f: f, pf: pf, p: p, b: newBinaryRow(spec, p), size: pf.Size()}
 	p.hashed = make([]hashedValue, len(p.fields))
 	hashed, seeds := p.hashedCols(len(p.fields))
 	for _, col := range s.b.read {
@@ -599,9 +592,19 @@ func (s *parquetSource) text(c *parquetColumn, v *parquet.Value) []byte {
 	return b.arena[n:len(b.arena):len(b.arena)]
 }
 
-// openParquetFile opens a parquet file, reading its footer (the schema
-// and the row groups' metadata, not the data). Close the file when done.
-func openParquetFile(path string) (*parquet.File, *os.File, error) {
+// parquetFooter is what a parquet file's footer says: parquet-go's
+// reading of it (the schema, the row groups' metadata) and the columns a
+// data section addresses, with each one's leaf column, as the model
+// language names them (parquetschema.Fields of the same schema).
+type parquetFooter struct {
+	pf     *parquet.File
+	names  []string
+	leaves []int
+}
+
+// openParquetFile opens a parquet file and reads its footer
+// (openParquetAt). Close the file when done.
+func openParquetFile(path string) (*parquetFooter, *os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
@@ -611,10 +614,35 @@ func openParquetFile(path string) (*parquet.File, *os.File, error) {
 		f.Close()
 		return nil, nil, err
 	}
-	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	ft, err := openParquetAt(f, st.Size())
 	if err != nil {
 		f.Close()
-		return nil, nil, fmt.Errorf("not a parquet file that can be read: %v", err)
+		return nil, nil, err
 	}
-	return pf, f, nil
+	return ft, f, nil
+}
+
+// openParquetAt reads the footer of the parquet file r of size bytes,
+// once: parquet-go decodes it (not the page index nor the bloom
+// filters), and the columns are named from the schema it decoded.
+func openParquetAt(r io.ReaderAt, size int64) (*parquetFooter, error) {
+	pf, err := parquet.OpenFile(r, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		return nil, fmt.Errorf("not a parquet file that can be read: %v", err)
+	}
+	schema := pf.Metadata().Schema
+	elems := make([]parquetschema.Element, len(schema))
+	for i, e := range schema {
+		elems[i] = parquetschema.Element{Name: e.Name, Children: int(e.NumChildren.V), Group: !e.Type.Valid}
+	}
+	names, leaves, err := parquetschema.Fields(elems)
+	if err != nil {
+		return nil, err
+	}
+	// The leaves index the row groups' column chunks: parquet-go's leaf
+	// columns of the same schema, checked as the file is not trusted.
+	if n := len(pf.Schema().Columns()); len(leaves) > 0 && leaves[len(leaves)-1] >= n { // leaves ascend
+		return nil, fmt.Errorf("not a parquet file that can be read: parquet-go finds %d leaf columns in its schema, fewer than the %d of its fields", n, leaves[len(leaves)-1]+1)
+	}
+	return &parquetFooter{pf: pf, names: names, leaves: leaves}, nil
 }

@@ -19,6 +19,8 @@ type Prefetch struct {
 	res   chan error
 	bufs  []*tensor.Tensor
 	ahead int64 // the start being parsed ahead, while pending
+	// served counts the Fills that took the batch parsed ahead
+	served int
 	// pending: a batch is being parsed (or was) ahead, not yet taken
 	pending, started, closed bool
 }
@@ -34,6 +36,7 @@ func (p *Prefetch) Fill(start int64, dst []*tensor.Tensor) error {
 		err := <-p.res
 		p.pending = false
 		if p.ahead == start && p.fits(dst) {
+			p.served++
 			for i, t := range dst {
 				if t != nil {
 					copy(t.F, p.bufs[i].F)
@@ -54,6 +57,11 @@ func (p *Prefetch) Fill(start int64, dst []*tensor.Tensor) error {
 	}
 	return p.src.Fill(start, dst)
 }
+
+// Served is how many Fills took the batch parsed ahead (Ahead) rather
+// than reading their own: a Fill that finds it still being parsed waits
+// for it, so the count is a function of the calls made, not of timing.
+func (p *Prefetch) Served() int { return p.served }
 
 // fits says whether the batch parsed ahead has dst's tensors' sizes.
 func (p *Prefetch) fits(dst []*tensor.Tensor) bool {

@@ -52,6 +52,12 @@ func TestPrefetchServesTheStreamsBatches(t *testing.T) {
 		}
 		pf.Close()
 		fs.Close()
+		// Every Fill of a step in turn took the batch parsed ahead; the
+		// ones against the hint (4), after Close (30, 31) and the first
+		// read their own.
+		if want := len(ks) - 4; pf.Served() != want {
+			t.Errorf("trainer %d: %d Fills took the batch parsed ahead, want %d of %d", tr, pf.Served(), want, len(ks))
+		}
 	}
 }
 
@@ -111,6 +117,9 @@ func TestPrefetchParsesAheadOfTheFill(t *testing.T) {
 		}
 	}
 	pf.Close()
+	if pf.Served() != 2 {
+		t.Errorf("%d Fills took the batch parsed ahead, want 2", pf.Served())
+	}
 	if len(f.called) != 0 {
 		t.Fatalf("the source was asked for %d more batches", len(f.called))
 	}

@@ -50,14 +50,6 @@ func openSource(spec *dsl.Data, p *rowParser, buffer int) (rowSource, error) {
 	return src, nil
 }
 
-// fileSize is the size of f (-1: unknown), for progress.
-func fileSize(f *os.File) int64 {
-	if fi, err := f.Stat(); err == nil {
-		return fi.Size()
-	}
-	return -1
-}
-
 // csvSource is a delimited text file's rows: its records (RFC 4180), the
 // header line and blank lines skipped.
 type csvSource struct {

@@ -1,6 +1,7 @@
 package evaluate_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -38,24 +39,15 @@ var ctrAUCModel = strings.NewReplacer(
 // (streamed or not) and loads it.
 func ctrAUCGraph(t *testing.T, rows int64, stream bool) *dsl.Graph {
 	t.Helper()
-	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "train.tsv"))
-	if err != nil {
+	var tsv bytes.Buffer
+	if _, err := criteo.Generate(&tsv, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 	src := ctrAUCModel
 	if stream {
 		src = strings.Replace(src, "  normalize: standard\n", "  normalize: standard\n  stream: true\n", 1)
 	}
-	path := filepath.Join(dir, "m.yaml")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return testfix.Model(t, path)
+	return testfix.ModelWith(t, src, map[string][]byte{"train.tsv": tsv.Bytes()})
 }
 
 // initialParams compiles g and returns its initial parameters.

@@ -1,9 +1,9 @@
 package job
 
 import (
+	"bytes"
 	"context"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -23,27 +23,13 @@ import (
 // model on it twice: in memory and streamed.
 func ctrGraphs(t *testing.T, rows int64) (mem, stream *dsl.Graph) {
 	t.Helper()
-	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "train.tsv"))
-	if err != nil {
+	var tsv bytes.Buffer
+	if _, err := criteo.Generate(&tsv, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := criteo.Generate(f, criteo.Options{Rows: rows, Seed: 2, Vocab: 100}); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	for i, src := range []string{testfix.CTRModel(500, 16, 40, false), testfix.CTRModel(500, 16, 40, true)} {
-		path := filepath.Join(dir, []string{"mem.yaml", "stream.yaml"}[i])
-		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		g := load(t, path)
-		if i == 0 {
-			mem = g
-		} else {
-			stream = g
-		}
-	}
+	files := map[string][]byte{"train.tsv": tsv.Bytes()}
+	mem = testfix.ModelWith(t, testfix.CTRModel(500, 16, 40, false), files)
+	stream = testfix.ModelWith(t, testfix.CTRModel(500, 16, 40, true), files)
 	if !stream.Data.Stream || mem.Data.Stream {
 		t.Fatal("the stream model does not stream")
 	}

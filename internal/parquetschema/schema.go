@@ -27,7 +27,7 @@ func Columns(path string) (names []string, leaf []int, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("not a parquet file that can be read: %v", err)
 	}
-	return fields(elems)
+	return Fields(elems)
 }
 
 // maxFooter bounds the footer read: a schema of a million columns fits.
@@ -70,19 +70,26 @@ func readFooter(path string) ([]byte, error) {
 	return footer, nil
 }
 
-// element is a SchemaElement of the footer: a node of the schema's tree,
+// Element is a SchemaElement of a footer: a node of the schema's tree,
 // listed depth first (the root first); a leaf has no children.
-type element struct {
-	name     string
-	children int
-	group    bool // no type: a node of other nodes (children may be 0)
+type Element struct {
+	Name     string
+	Children int
+	Group    bool // no type: a node of other nodes (Children may be 0)
 }
 
-// fields turns the schema's elements into the root's fields and their
-// leaf columns (numbered depth first, as a row group's column chunks).
-func fields(elems []element) (names []string, leaf []int, err error) {
+// Fields is Columns of a schema's elements, for a reader that decoded
+// the footer itself (exec/data, with parquet-go, which reads the footer
+// once for both): the root's fields and their leaf columns (numbered
+// depth first, as a row group's column chunks).
+func Fields(elems []Element) (names []string, leaf []int, err error) {
 	if len(elems) == 0 {
 		return nil, nil, errors.New("not a parquet file that can be read: its schema is empty")
+	}
+	for _, e := range elems {
+		if e.Children < 0 {
+			return nil, nil, fmt.Errorf("not a parquet file that can be read: its schema's %q has %d children", e.Name, e.Children)
+		}
 	}
 	next := 1
 	var leaves [][]string // every leaf's path, depth first
@@ -97,27 +104,27 @@ func fields(elems []element) (names []string, leaf []int, err error) {
 		}
 		e := elems[next]
 		next++
-		path = append(path[:len(path):len(path)], e.name)
-		if !e.group {
-			if e.children != 0 {
-				return fmt.Errorf("not a parquet file that can be read: its schema's %q has a type and %d children", e.name, e.children)
+		path = append(path[:len(path):len(path)], e.Name)
+		if !e.Group {
+			if e.Children != 0 {
+				return fmt.Errorf("not a parquet file that can be read: its schema's %q has a type and %d children", e.Name, e.Children)
 			}
 			leaves = append(leaves, path)
 			return nil
 		}
-		for range e.children {
+		for range e.Children {
 			if err := walk(path, depth+1); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	for range elems[0].children {
+	for range elems[0].Children {
 		at, first := next, len(leaves)
 		if err := walk(nil, 1); err != nil {
 			return nil, nil, err
 		}
-		name, own := elems[at].name, leaves[first:]
+		name, own := elems[at].Name, leaves[first:]
 		switch {
 		case len(own) == 0:
 			return nil, nil, fmt.Errorf("column %q holds no values", name)

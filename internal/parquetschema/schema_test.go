@@ -131,7 +131,23 @@ func FuzzFooter(f *testing.F) {
 	f.Add([]byte{0x19, 0x1c, 0x48, 0x04, 'r', 'o', 'o', 't', 0x15, 0x02, 0x00, 0x15, 0x04, 0x18, 0x01, 'a', 0x00, 0x00})
 	f.Fuzz(func(t *testing.T, footer []byte) {
 		if elems, err := decodeSchema(footer); err == nil {
-			fields(elems)
+			Fields(elems)
 		}
 	})
+}
+
+// Fields refuses a node of fewer than no children, which a reader other
+// than this package's (Columns refuses it as it decodes) may hand over.
+func TestFieldsRefusesNegativeChildren(t *testing.T) {
+	for _, c := range []struct {
+		elems []Element
+		want  string
+	}{
+		{[]Element{{Name: "root", Children: -1, Group: true}}, `"root" has -1 children`},
+		{[]Element{{Name: "root", Children: 1, Group: true}, {Name: "s", Children: -2, Group: true}}, `"s" has -2 children`},
+	} {
+		if names, _, err := Fields(c.elems); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: columns %v, err %v; want one saying %s", c.elems, names, err, c.want)
+		}
+	}
 }

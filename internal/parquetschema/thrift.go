@@ -191,7 +191,7 @@ func (r *reader) skip(typ byte) error {
 }
 
 // decodeSchema reads the schema's elements from a FileMetaData.
-func decodeSchema(footer []byte) ([]element, error) {
+func decodeSchema(footer []byte) ([]Element, error) {
 	r := &reader{b: footer}
 	var id int16
 	for {
@@ -216,7 +216,7 @@ func decodeSchema(footer []byte) ([]element, error) {
 		if et != tStruct {
 			return nil, fmt.Errorf("the schema is a list of type %d, not of structs", et)
 		}
-		elems := make([]element, n)
+		elems := make([]Element, n)
 		for i := range elems {
 			if elems[i], err = r.element(); err != nil {
 				return nil, fmt.Errorf("schema element %d: %v", i, err)
@@ -227,8 +227,8 @@ func decodeSchema(footer []byte) ([]element, error) {
 }
 
 // element reads a SchemaElement.
-func (r *reader) element() (element, error) {
-	e := element{group: true}
+func (r *reader) element() (Element, error) {
+	e := Element{Group: true}
 	var id int16
 	named := false
 	for {
@@ -245,19 +245,19 @@ func (r *reader) element() (element, error) {
 		id = f
 		switch {
 		case f == 1 && t == tI32:
-			e.group = false
+			e.Group = false
 			_, err = r.int()
 		case f == 4 && t == tBinary:
 			var b []byte
 			b, err = r.binary()
-			e.name, named = string(b), true
+			e.Name, named = string(b), true
 		case f == 5 && t == tI32:
 			var n int64
 			n, err = r.int()
 			if err == nil && (n < 0 || n > 1<<31-1) {
 				err = fmt.Errorf("%d children", n)
 			}
-			e.children = int(n)
+			e.Children = int(n)
 		default:
 			err = r.skip(t)
 		}

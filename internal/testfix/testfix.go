@@ -4,6 +4,8 @@
 package testfix
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/psgraph/psgraph/dsl"
@@ -17,4 +19,21 @@ func Model(tb testing.TB, path string) *dsl.Graph {
 		tb.Fatal(err)
 	}
 	return g
+}
+
+// ModelWith loads the model src from a new temporary directory holding
+// files (a name's contents) beside it, such as the data it reads.
+func ModelWith(tb testing.TB, src string, files map[string][]byte) *dsl.Graph {
+	tb.Helper()
+	dir := tb.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "model.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return Model(tb, path)
 }
