@@ -50,7 +50,7 @@ build "$here" new
 if [ -n "$old" ]; then
   mkdir "$tmp/old-tree"
   (cd "$old" && tar --exclude=.git -cf - .) | tar -xf - -C "$tmp/old-tree"
-  cp transport/bench_test.go transport/pscpu_bench_test.go "$tmp/old-tree/transport/"
+  cp transport/bench_test.go transport/pscpu_bench_test.go transport/pscpu_raw_bench_test.go "$tmp/old-tree/transport/"
   cp internal/testfix/cputime_*.go "$tmp/old-tree/internal/testfix/" # testfix.ProcessCPU, which they use
   build "$tmp/old-tree" old
   rm -rf "$tmp/old-tree"
@@ -88,6 +88,8 @@ for r in $(seq "$runs"); do
       "$tmp/$s-transport.test" -test.run '^$' -test.bench 'BenchmarkPServerCPU|BenchmarkTensor64MiB$|BenchmarkRoundTrip64B$' -test.count 1 -test.benchtime "$benchtime" >"$tmp/b.txt" 2>&1 || true
       metric "$tmp/b.txt" BenchmarkPServerCPU/digits ps-cpu-us/msg >>"$tmp/$s.cpu-digits"
       metric "$tmp/b.txt" BenchmarkPServerCPU/dlrm ps-cpu-us/msg >>"$tmp/$s.cpu-dlrm"
+      metric "$tmp/b.txt" BenchmarkPServerCPU/digits-raw ps-cpu-us/msg >>"$tmp/$s.cpu-digits-raw"
+      metric "$tmp/b.txt" BenchmarkPServerCPU/dlrm-raw ps-cpu-us/msg >>"$tmp/$s.cpu-dlrm-raw"
       metric "$tmp/b.txt" BenchmarkTensor64MiB MB/s >>"$tmp/$s.t64"
       metric "$tmp/b.txt" BenchmarkTensor64MiB raw-MB/s >>"$tmp/$s.raw64"
       metric "$tmp/b.txt" BenchmarkTensor64MiB x-raw >>"$tmp/$s.x64"
@@ -124,7 +126,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "null" && b != "null" && b > 
 rpc=$(med rpc)
 declare -A V
 for s in "${sides[@]}"; do
-  for k in cpu-digits cpu-dlrm t64 raw64 x64 rtt rawrtt xrtt digits dlrm dcn-v2 deepfm; do V[$s.$k]=$(med "$s.$k"); done
+  for k in cpu-digits cpu-dlrm cpu-digits-raw cpu-dlrm-raw t64 raw64 x64 rtt rawrtt xrtt digits dlrm dcn-v2 deepfm; do V[$s.$k]=$(med "$s.$k"); done
 done
 for m in dlrm dcn-v2 deepfm; do V[torch.$m]=$(med "torch-$m"); done
 row() { # LABEL TARGET KEY [FORMAT]
@@ -140,6 +142,8 @@ echo "$sep --- |"
 if part transport; then
 row "pserver CPU per message received, digits 2x2 pattern (BenchmarkPServerCPU/digits, us)" "old / 2" cpu-digits
 row "pserver CPU per message received, DLRM 2x2 pattern (BenchmarkPServerCPU/dlrm, us)" "old / 2" cpu-dlrm
+row "the same, digits pattern over plain Unix sockets: the floor (BenchmarkPServerCPU/digits-raw, us)" "" cpu-digits-raw
+row "the same, DLRM pattern over plain Unix sockets: the floor (BenchmarkPServerCPU/dlrm-raw, us)" "" cpu-dlrm-raw
 row "64 MiB tensor 1x1 (BenchmarkTensor64MiB, MB/s)" "" t64
 row "  raw TCP in the same run (MB/s)" "" raw64
 row "  ratio to raw TCP" ">= 0.85" x64

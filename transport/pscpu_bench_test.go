@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +25,11 @@ import (
 // PSGRAPH_PSCPU_CHILD set, TestMain runs one instead of the tests.
 func TestMain(m *testing.M) {
 	if pattern := os.Getenv("PSGRAPH_PSCPU_CHILD"); pattern != "" {
-		if err := pserverChild(pattern); err != nil {
+		child := pserverChild
+		if os.Getenv("PSGRAPH_PSCPU_RAW") != "" {
+			child = rawPServerChild
+		}
+		if err := child(pattern); err != nil {
 			fmt.Fprintln(os.Stderr, "pserver child:", err)
 			os.Exit(1)
 		}
@@ -63,10 +68,28 @@ var cpuPatterns = map[string][2][]pairSize{
 // pserver process over the timed steps) per message they received: the
 // transport's cost per message, where bench/history-2026-12.md's profiles of
 // the 2x2 jobs found half a pserver's CPU.
+//
+// The -raw runs are the floor: the same messages over plain Unix
+// sockets, one writev a message and one goroutine reading both trainers'
+// connections in turn (rawPServerChild), no framing beyond a length.
 func BenchmarkPServerCPU(b *testing.B) {
 	for _, name := range []string{"digits", "dlrm"} {
 		b.Run(name, func(b *testing.B) { pserverCPU(b, name) })
+		b.Run(name+"-raw", func(b *testing.B) { pserverCPURaw(b, name) })
 	}
+}
+
+// cpuNames are the transfers' names, made once: fmt.Sprintf per message
+// would be the benchmark's own cost, in the pservers measured.
+func cpuNames(pattern string) (up, down [][]string) {
+	for j, ps := range cpuPatterns[pattern] {
+		up, down = append(up, nil), append(down, nil)
+		for i := range ps {
+			up[j] = append(up[j], cpuVar(i, false))
+			down[j] = append(down[j], fmt.Sprintf("%s.%d", cpuVar(i, true), j))
+		}
+	}
+	return up, down
 }
 
 const cpuWarmup = 20
@@ -86,55 +109,16 @@ func pserverCPU(b *testing.B, pattern string) {
 	}
 	defer os.RemoveAll(dir)
 	steps := cpuWarmup + b.N
-	addrs := map[NodeID]string{}
-	type result struct {
-		cpu  time.Duration
-		msgs int64
-		err  error
-	}
-	results := make([]chan result, len(pat))
-	for j := range pat {
-		addr := UnixPrefix + filepath.Join(dir, fmt.Sprintf("ps%d.sock", j))
-		addrs[PServer(j)] = addr
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		// As `psgraph train` runs its children (exec/launch: GOMAXPROCS
-		// the cores over the job's processes, sysmon kept awake).
-		cmd.Env = append(os.Environ(), "PSGRAPH_PSCPU_CHILD="+pattern, "PSGRAPH_PSCPU_INDEX="+strconv.Itoa(j),
-			"PSGRAPH_PSCPU_STEPS="+strconv.Itoa(steps), "PSGRAPH_PSCPU_ADDR="+addr,
-			fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/4)), "GODEBUG=schedtrace=2147483647")
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		results[j] = make(chan result, 1)
-		go func(j int) {
-			var r result
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "pscpu" {
-					ns, _ := strconv.ParseInt(f[1], 10, 64)
-					r.cpu = time.Duration(ns)
-					r.msgs, _ = strconv.ParseInt(f[2], 10, 64)
-				}
-			}
-			if err := cmd.Wait(); err != nil {
-				r.err = fmt.Errorf("pserver %d: %v", j, err)
-			}
-			results[j] <- r
-		}(j)
-	}
+	addrs, measured := spawnPServers(b, pattern, dir, steps, false)
 	ctx := context.Background()
 	trainers := make([]*TCP, 2)
+	upNames, downNames := cpuNames(pattern)
 	for t := range trainers {
 		cfg := Config{Self: Trainer(t), Peers: addrs, Token: []byte("s3cret"), JobHash: "pscpu", ConnectTimeout: 30 * time.Second}
 		for j, ps := range pat {
 			for i, s := range ps {
 				if s.down > 0 {
-					cfg.Accept = append(cfg.Accept, Spec{Var: fmt.Sprintf("%s.%d", cpuVar(i, true), j), DType: F32, Bytes: s.down})
+					cfg.Accept = append(cfg.Accept, Spec{Var: downNames[j][i], DType: F32, Bytes: s.down})
 				}
 			}
 		}
@@ -153,7 +137,7 @@ func pserverCPU(b *testing.B, pattern string) {
 		}
 		for j, ps := range pat {
 			for i := range ps {
-				if err := tr.Send(ctx, PServer(j), s, cpuVar(i, false), F32, up[j][i]); err != nil {
+				if err := tr.Send(ctx, PServer(j), s, upNames[j][i], F32, up[j][i]); err != nil {
 					return err
 				}
 			}
@@ -163,7 +147,7 @@ func pserverCPU(b *testing.B, pattern string) {
 				if sz.down == 0 {
 					continue
 				}
-				if err := tr.Recv(ctx, PServer(j), s, fmt.Sprintf("%s.%d", cpuVar(i, true), j), down[j][i]); err != nil {
+				if err := tr.Recv(ctx, PServer(j), s, downNames[j][i], down[j][i]); err != nil {
 					return err
 				}
 			}
@@ -224,22 +208,96 @@ func pserverCPU(b *testing.B, pattern string) {
 		}
 		tr.Flush(ctx)
 	}
-	var cpu time.Duration
-	var msgs int64
-	for j := range pat {
-		r := <-results[j]
-		if r.err != nil {
-			b.Fatal(r.err)
-		}
-		cpu += r.cpu
-		msgs += r.msgs
-	}
-	if msgs == 0 {
-		b.Fatal("the pservers reported no messages")
-	}
+	cpu, msgs := measured()
+	reportCPU(b, cpu, msgs, d)
+}
+
+func reportCPU(b *testing.B, cpu time.Duration, msgs int64, d time.Duration) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(msgs)/1e3, "ps-cpu-us/msg")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e3, "ps-cpu-us/step")
 	b.ReportMetric(float64(b.N)/d.Seconds(), "steps/s")
+}
+
+// spawnPServers starts the pattern's pservers, each a process of its own
+// (raw: rawPServerChild), listening on Unix sockets in dir; measured
+// waits for them and returns their CPU time and messages received over
+// the timed steps.
+func spawnPServers(b *testing.B, pattern, dir string, steps int, raw bool) (addrs map[NodeID]string, measured func() (time.Duration, int64)) {
+	pat := cpuPatterns[pattern]
+	addrs = map[NodeID]string{}
+	type result struct {
+		cpu  time.Duration
+		msgs int64
+		err  error
+	}
+	results := make([]chan result, len(pat))
+	for j := range pat {
+		addr := UnixPrefix + filepath.Join(dir, fmt.Sprintf("ps%d.sock", j))
+		addrs[PServer(j)] = addr
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		// As `psgraph train` runs its children (exec/launch: GOMAXPROCS
+		// the cores over the job's processes, sysmon kept awake).
+		cmd.Env = append(os.Environ(), "PSGRAPH_PSCPU_CHILD="+pattern, "PSGRAPH_PSCPU_INDEX="+strconv.Itoa(j),
+			"PSGRAPH_PSCPU_STEPS="+strconv.Itoa(steps), "PSGRAPH_PSCPU_ADDR="+addr,
+			fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/4)), "GODEBUG=schedtrace=2147483647")
+		var lf *os.File
+		if raw { // the child's listener, made here: the trainers dial it at once
+			l, err := net.Listen("unix", filepath.Join(dir, fmt.Sprintf("ps%d.sock", j)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.(*net.UnixListener).SetUnlinkOnClose(false)
+			if lf, err = l.(*net.UnixListener).File(); err != nil {
+				b.Fatal(err)
+			}
+			l.Close()
+			cmd.ExtraFiles = []*os.File{lf}
+			cmd.Env = append(cmd.Env, "PSGRAPH_PSCPU_RAW=1")
+		}
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		if lf != nil {
+			lf.Close()
+		}
+		results[j] = make(chan result, 1)
+		go func(j int) {
+			var r result
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "pscpu" {
+					ns, _ := strconv.ParseInt(f[1], 10, 64)
+					r.cpu = time.Duration(ns)
+					r.msgs, _ = strconv.ParseInt(f[2], 10, 64)
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				r.err = fmt.Errorf("pserver %d: %v", j, err)
+			}
+			results[j] <- r
+		}(j)
+	}
+	return addrs, func() (time.Duration, int64) {
+		var cpu time.Duration
+		var msgs int64
+		for j := range pat {
+			r := <-results[j]
+			if r.err != nil {
+				b.Fatal(r.err)
+			}
+			cpu += r.cpu
+			msgs += r.msgs
+		}
+		if msgs == 0 {
+			b.Fatal("the pservers reported no messages")
+		}
+		return cpu, msgs
+	}
 }
 
 // pserverChild is pserver PSGRAPH_PSCPU_INDEX of BenchmarkPServerCPU:
@@ -249,6 +307,7 @@ func pserverChild(pattern string) error {
 	j, _ := strconv.Atoi(os.Getenv("PSGRAPH_PSCPU_INDEX"))
 	steps, _ := strconv.Atoi(os.Getenv("PSGRAPH_PSCPU_STEPS"))
 	ps := cpuPatterns[pattern][j]
+	upNames, downNames := cpuNames(pattern)
 	cfg := Config{Self: PServer(j), Listen: os.Getenv("PSGRAPH_PSCPU_ADDR"), Token: []byte("s3cret"), JobHash: "pscpu",
 		Peers: map[NodeID]string{Trainer(0): "", Trainer(1): ""}}
 	for i, s := range ps {
@@ -288,7 +347,7 @@ func pserverChild(pattern string) error {
 		}
 		for i := range ps {
 			for t := 0; t < 2; t++ {
-				if err := e.Recv(ctx, Trainer(t), s, cpuVar(i, false), bufs[i][t]); err != nil {
+				if err := e.Recv(ctx, Trainer(t), s, upNames[j][i], bufs[i][t]); err != nil {
 					return err
 				}
 				if s >= cpuWarmup {
@@ -301,7 +360,7 @@ func pserverChild(pattern string) error {
 				continue
 			}
 			for t := 0; t < 2; t++ {
-				if err := e.Send(ctx, Trainer(t), s, fmt.Sprintf("%s.%d", cpuVar(i, true), j), F32, reply[i]); err != nil {
+				if err := e.Send(ctx, Trainer(t), s, downNames[j][i], F32, reply[i]); err != nil {
 					return err
 				}
 			}

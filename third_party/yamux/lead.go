@@ -27,6 +27,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,6 +65,8 @@ type reading struct {
 	idle     *time.Timer     // runs idleTurn
 	armed    bool            // idle is set
 	lastRead time.Time       // a leader's last release of the token
+
+	led, looped atomic.Uint64 // frames read by leaders, by the receive loop
 
 	// Only the token's holder uses these.
 	hdr      header
@@ -196,7 +199,18 @@ func (s *Session) readFrame(wake chan struct{}) error {
 	if _, err := io.ReadFull(s.bufRead, hdr[n:]); err != nil {
 		return s.readErr(err)
 	}
+	if wake != nil {
+		s.rd.led.Add(1)
+	} else {
+		s.rd.looped.Add(1)
+	}
 	return s.handle(hdr)
+}
+
+// FramesRead returns how many frames leaders (Lead) and the receive loop
+// have read.
+func (s *Session) FramesRead() (led, loop uint64) {
+	return s.rd.led.Load(), s.rd.looped.Load()
 }
 
 // Lead has the caller read the session's connection while it waits for
