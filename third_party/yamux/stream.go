@@ -53,6 +53,9 @@ type Stream struct {
 	sendErr  chan error
 	sendLock sync.Mutex
 
+	// wanted: a ReadFull waits for a payload (psgraph's patch, lead.go)
+	wanted atomic.Bool
+
 	recvNotifyCh chan struct{}
 	sendNotifyCh chan struct{}
 
@@ -138,7 +141,7 @@ START:
 			s.direct, s.directN = b, 0
 		}
 		s.recvLock.Unlock()
-		if len(b) >= directMin && !demanding {
+		if (len(b) >= directMin || s.wanted.Load()) && !demanding {
 			// A payload is awaited: the session reads at once
 			// (psgraph's patch, lead.go).
 			demanding = true
@@ -185,6 +188,8 @@ WAIT:
 // io.ErrUnexpectedEOF if the stream ends first (io.EOF if it read
 // nothing), as io.ReadFull does.
 func (s *Stream) ReadFull(b []byte) (int, error) {
+	s.wanted.Store(true) // a wait in Read demands frames too (lead.go)
+	defer s.wanted.Store(false)
 	n := 0
 	for {
 		if len(b)-n < directMin {
