@@ -1,14 +1,10 @@
 package transport
 
 import (
-	"errors"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/yamux"
 )
 
 // Write coalescing. yamux's send loop writes every frame with its own
@@ -66,11 +62,6 @@ type coalescingConn struct {
 	one   []byte // a frame WriteFrame writes at once
 	// urgent counts the senders in a hurry writing now (WriteFrame)
 	urgent atomic.Int32
-
-	// kmu orders Kick's past deadline against the reader's deadlines:
-	// a deadline in the past is set only with kicked true.
-	kmu    sync.Mutex
-	kicked bool
 }
 
 func newCoalescingConn(raw net.Conn, t *TCP) *coalescingConn {
@@ -91,14 +82,9 @@ func (c *coalescingConn) Read(b []byte) (int, error) {
 		c.rpos += n
 		return n, nil
 	}
-	if c.yielded() {
-		return 0, yamux.ErrYield
-	}
+	c.extend()
 	if len(b) >= readAhead/2 {
 		n, err := c.Conn.Read(b)
-		if n == 0 && c.kickedOut(err) {
-			return 0, yamux.ErrYield
-		}
 		c.t.bytesRecv.Add(int64(n))
 		c.readFailed(err)
 		return n, err
@@ -107,9 +93,6 @@ func (c *coalescingConn) Read(b []byte) (int, error) {
 		c.rmem = make([]byte, readAhead)
 	}
 	n, err := c.Conn.Read(c.rmem)
-	if n == 0 && c.kickedOut(err) {
-		return 0, yamux.ErrYield
-	}
 	c.t.bytesRecv.Add(int64(n))
 	c.rbuf, c.rpos = c.rmem[:n], 0
 	k := copy(b, c.rbuf)
@@ -119,53 +102,6 @@ func (c *coalescingConn) Read(b []byte) (int, error) {
 	}
 	c.readFailed(err)
 	return k, err
-}
-
-// Kick makes the read in progress, or the next read from the network,
-// return yamux.ErrYield (yamux.Kicker: a recv that waits takes over the
-// reading of the connection, third_party/yamux/lead.go). It sets a read
-// deadline in the past; the reader restores its own.
-func (c *coalescingConn) Kick() {
-	c.kmu.Lock()
-	c.kicked = true
-	c.Conn.SetReadDeadline(time.Unix(1, 0))
-	c.kmu.Unlock()
-}
-
-// yielded is called before a read from the network: after a Kick it
-// restores the read deadline and reports true (the read yields);
-// otherwise it moves the deadline on (extend).
-func (c *coalescingConn) yielded() bool {
-	c.kmu.Lock()
-	defer c.kmu.Unlock()
-	if c.kicked {
-		c.unkick()
-		return true
-	}
-	c.extend()
-	return false
-}
-
-// kickedOut reports whether err, a read's error, is a Kick's deadline
-// (which it then clears) rather than the connection's.
-func (c *coalescingConn) kickedOut(err error) bool {
-	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
-		return false
-	}
-	c.kmu.Lock()
-	defer c.kmu.Unlock()
-	if !c.kicked {
-		return false
-	}
-	c.unkick()
-	return true
-}
-
-// unkick ends a Kick: the idle deadline again. c.kmu is held.
-func (c *coalescingConn) unkick() {
-	c.kicked = false
-	c.dl = time.Now().Add(c.idle)
-	c.Conn.SetReadDeadline(c.dl)
 }
 
 // Write is called by yamux's send loop only, one call at a time.

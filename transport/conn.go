@@ -251,7 +251,6 @@ func (t *TCP) attach(p *peer, raw net.Conn, server bool, inc uint64) error {
 		return err
 	}
 	p.sess, p.cur, p.last, p.err = sess, c, c, nil
-	p.rsess.Store(sess)
 	p.state.Store(connUp)
 	close(p.change)
 	p.change = make(chan struct{})
@@ -430,7 +429,6 @@ func (c *conn) lost(err error) {
 		return
 	}
 	p.sess, p.cur, p.err = nil, nil, err
-	p.rsess.Store(nil)
 	p.state.Store(connDown)
 	close(p.change)
 	p.change = make(chan struct{})

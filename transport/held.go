@@ -62,7 +62,7 @@ func (in *inbox) hold(src NodeID, inc uint64, step int64, v string, n, off int) 
 			return nil, fmt.Errorf("%w: %s@%d from %s resumed at byte %d, expected %s@%d at byte %d", errProtocol, v, step, src, off, v, h.step, h.off)
 		}
 		h.reader = true // a dropped h is skipped by its decoder (next)
-		in.wake(q)
+		wake(q)
 		return h, nil
 	}
 	if off != 0 {
@@ -81,7 +81,7 @@ func (in *inbox) hold(src NodeID, inc uint64, step int64, v string, n, off int) 
 	}
 	h.queued = true
 	q.items = append(q.items, entry{step: step, src: src, h: h})
-	in.wake(q)
+	wake(q)
 	return h, nil
 }
 
@@ -153,7 +153,7 @@ func (in *inbox) filled(h *held, k int) bool {
 			if e.h == h {
 				q.items[i] = entry{step: h.step, src: h.src, buf: h.spill}
 				h.queued = false
-				in.wake(q)
+				wake(q)
 				break
 			}
 		}

@@ -51,24 +51,6 @@ type inbox struct {
 	closing chan struct{}   // closed by close
 	waiters []chan struct{} // free list
 	claims  []*claim        // free list
-
-	// lead returns the connection of src a recv waiting for src's
-	// message reads itself while it waits (nil: none; the in-memory
-	// twin has none); leading maps such a recv's wait channel to it.
-	lead    func(src NodeID) leader
-	leading map[chan struct{}]leader
-}
-
-// leader is a connection that a goroutine waiting for one of its
-// messages reads itself (yamux.Session, third_party/yamux/lead.go): no
-// goroutine hand-off between the read and the recv.
-type leader interface {
-	// Lead reads the connection until wake is signalled (true), or
-	// returns false when it cannot (then wait as without it).
-	Lead(wake chan struct{}) bool
-	// Nudge is called after signalling wake: a read waiting for the
-	// next frame ends.
-	Nudge(wake chan struct{})
 }
 
 // A Sink consumes a message's payload in order as it arrives, so a
@@ -135,18 +117,9 @@ func (in *inbox) fill(q *varQueue, c *claim) {
 	}
 	c.got = true
 	q.unclaim(c)
-	in.signal(c.wake)
-}
-
-// signal wakes a recv's wait channel; one that reads its connection
-// (leading) is nudged. in.mu is held.
-func (in *inbox) signal(ch chan struct{}) {
 	select {
-	case ch <- struct{}{}:
+	case c.wake <- struct{}{}:
 	default:
-	}
-	if ld := in.leading[ch]; ld != nil {
-		ld.Nudge(ch)
 	}
 }
 
@@ -312,7 +285,7 @@ func (in *inbox) rejectedLocked(src NodeID, inc uint64, stream string, step int6
 	in.counted(ps, stream, true)
 	if q := in.vars[v]; q != nil && !in.closed && step >= in.floor {
 		q.items = append(q.items, entry{step: step, src: src, bad: fmt.Errorf("%w: %v", ErrRejected, why)})
-		in.wake(q)
+		wake(q)
 	}
 }
 
@@ -340,7 +313,7 @@ func (in *inbox) deliver(src NodeID, inc uint64, stream string, step int64, v st
 		return
 	}
 	q.items = append(q.items, entry{step: step, src: src, buf: buf})
-	in.wake(q)
+	wake(q)
 }
 
 // arriveLocked admits a message of stream whose payload the caller keeps
@@ -370,7 +343,7 @@ func (in *inbox) arriveLocked(src NodeID, inc uint64, stream string, step int64,
 	buf := in.bufferLocked(len(payload))
 	copy(buf, payload)
 	q.items = append(q.items, entry{step: step, src: src, buf: buf})
-	in.wake(q)
+	wake(q)
 	return nil
 }
 
@@ -410,14 +383,17 @@ func (in *inbox) close() {
 	in.wakeAll()
 }
 
-func (in *inbox) wake(q *varQueue) {
+func wake(q *varQueue) {
 	for _, c := range q.waiting {
-		in.signal(c)
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 
 func (in *inbox) wakeAll() {
 	for _, q := range in.vars {
-		in.wake(q)
+		wake(q)
 	}
 }

@@ -55,46 +55,14 @@ func (in *inbox) parkWait(ctx context.Context, c *claim, qs []*varQueue) (bool, 
 		qs[0].claims = append(qs[0].claims, c)
 	}
 	in.parks.Add(1)
-	var ld leader
-	if c != nil && in.lead != nil {
-		if ld = in.lead(c.src); ld != nil {
-			if in.leading == nil {
-				in.leading = map[chan struct{}]leader{}
-			}
-			in.leading[ch] = ld
-		}
-	}
 	in.mu.Unlock()
-	if ld != nil {
-		// Read src's connection while waiting: the message's read wakes
-		// this goroutine, not a receive loop that hands it on. ctx's end
-		// signals ch (and nudges the read) like a message would.
-		var stop func() bool
-		if ctx.Done() != nil {
-			stop = context.AfterFunc(ctx, func() {
-				in.mu.Lock()
-				in.signal(ch)
-				in.mu.Unlock()
-			})
-		}
-		ld.Lead(ch)
-		if stop != nil {
-			stop()
-		}
-	}
 	var err error
 	select {
 	case <-ch:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	if err == nil && ld != nil {
-		err = ctx.Err() // ctx's end signalled ch
-	}
 	in.mu.Lock()
-	if ld != nil {
-		delete(in.leading, ch)
-	}
 	for _, q := range qs {
 		for i, w := range q.waiting {
 			if w == ch {

@@ -192,7 +192,6 @@ type peer struct {
 
 	mu        sync.Mutex
 	sess      *yamux.Session
-	rsess     atomic.Pointer[yamux.Session] // sess, for the inbox's recvs (leaderOf)
 	cur       *conn
 	last      *conn         // the newest connection, live or not
 	attaching bool          // a connection is being set up
@@ -246,21 +245,9 @@ func newTCP(cfg Config) (*TCP, error) {
 	}
 	t.in = newInbox(cfg.Self, ids, cfg.OnError)
 	t.in.onBye = t.wakeFlush
-	t.in.lead = t.leaderOf
 	t.in.eager = max(cfg.EagerBytes, 0)
 	t.in.accept(cfg.Accept)
 	return t, nil
-}
-
-// leaderOf is the live session of src, which a recv waiting for src's
-// message reads itself (inbox.lead); nil while src is not connected.
-func (t *TCP) leaderOf(src NodeID) leader {
-	if p := t.peers[src]; p != nil {
-		if s := p.rsess.Load(); s != nil {
-			return s
-		}
-	}
-	return nil
 }
 
 // Listen starts a pserver endpoint: it accepts the trainers in cfg.Peers

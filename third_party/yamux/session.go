@@ -42,9 +42,6 @@ type Session struct {
 	// bufRead is a buffered reader
 	bufRead *bufio.Reader
 
-	// rd is the read token: who reads the connection (lead.go).
-	rd reading
-
 	// pings is used to track inflight pings
 	pings    map[uint32]chan struct{}
 	pingID   uint32
@@ -110,6 +107,7 @@ func newSession(config *Config, conn io.ReadWriteCloser, client bool) *Session {
 		config:     config,
 		logger:     logger,
 		conn:       conn,
+		bufRead:    bufio.NewReader(conn),
 		pings:      make(map[uint32]chan struct{}),
 		streams:    make(map[uint32]*Stream),
 		inflight:   make(map[uint32]struct{}),
@@ -120,8 +118,6 @@ func newSession(config *Config, conn io.ReadWriteCloser, client bool) *Session {
 		sendDoneCh: make(chan struct{}),
 		shutdownCh: make(chan struct{}),
 	}
-	s.bufRead = bufio.NewReader(connReader{s})
-	s.initReading()
 	if client {
 		s.nextStreamID = 1
 	} else {
@@ -355,7 +351,6 @@ func (s *Session) Ping() (time.Duration, error) {
 
 	// Wait for a response
 	start := time.Now()
-	defer s.demandFrames()()
 	select {
 	case <-ch:
 	case <-time.After(s.config.ConnectionWriteTimeout):
@@ -613,77 +608,34 @@ var (
 	}
 )
 
-// recvLoop reads frames whenever no leader does (psgraph's patch,
-// lead.go), until a fatal error; once the session closes it reads on
-// until the connection's end, as upstream's loop did.
+// recvLoop continues to receive data until a fatal error is encountered
 func (s *Session) recvLoop() error {
 	defer close(s.recvDoneCh)
-	closing := false
+	hdr := header(make([]byte, headerSize))
 	for {
-		if closing {
-			<-s.rd.turn // the holder's release gives it
-		} else {
-			select {
-			case <-s.rd.turn:
-			case <-s.shutdownCh:
-				closing = true
+		// Read the header
+		if _, err := io.ReadFull(s.bufRead, hdr); err != nil {
+			if err != io.EOF && !strings.Contains(err.Error(), "closed") && !strings.Contains(err.Error(), "reset by peer") {
+				s.logger.Printf("[ERR] yamux: Failed to read header: %v", err)
 			}
+			return err
 		}
-		s.rd.mu.Lock()
-		if s.rd.err != nil {
-			s.rd.mu.Unlock()
-			return nil // a leader's read failed; it ends the session
+
+		// Verify the version
+		if hdr.Version() != protoVersion {
+			s.logger.Printf("[ERR] yamux: Invalid protocol version: %d", hdr.Version())
+			return ErrInvalidVersion
 		}
-		if s.rd.held || (len(s.rd.waiting) > 0 && !s.IsClosed()) {
-			s.rd.mu.Unlock()
-			continue // a leader reads, or is about to
+
+		mt := hdr.MsgType()
+		if mt < typeData || mt > typeGoAway {
+			return ErrInvalidMsgType
 		}
-		s.rd.held, s.rd.holder = true, nil
-		s.rd.mu.Unlock()
-		var err error
-		for {
-			err = s.readFrame(nil)
-			if err == nil {
-				continue
-			}
-			if err != errYield {
-				break
-			}
-			s.rd.mu.Lock()
-			yield := len(s.rd.waiting) > 0 && !s.IsClosed()
-			s.rd.mu.Unlock()
-			if yield {
-				break
-			}
-		}
-		s.release()
-		if err != errYield {
+
+		if err := handlers[mt](s, hdr); err != nil {
 			return err
 		}
 	}
-}
-
-// readErr logs a failed read of a frame as upstream's loop did.
-func (s *Session) readErr(err error) error {
-	if err != io.EOF && !strings.Contains(err.Error(), "closed") && !strings.Contains(err.Error(), "reset by peer") {
-		s.logger.Printf("[ERR] yamux: Failed to read header: %v", err)
-	}
-	return err
-}
-
-// handle checks a frame's header and handles the frame.
-func (s *Session) handle(hdr header) error {
-	// Verify the version
-	if hdr.Version() != protoVersion {
-		s.logger.Printf("[ERR] yamux: Invalid protocol version: %d", hdr.Version())
-		return ErrInvalidVersion
-	}
-
-	mt := hdr.MsgType()
-	if mt < typeData || mt > typeGoAway {
-		return ErrInvalidMsgType
-	}
-	return handlers[mt](s, hdr)
 }
 
 // handleStreamMessage handles either a data or window update frame

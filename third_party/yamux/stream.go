@@ -53,9 +53,6 @@ type Stream struct {
 	sendErr  chan error
 	sendLock sync.Mutex
 
-	// wanted: a ReadFull waits for a payload (psgraph's patch, lead.go)
-	wanted atomic.Bool
-
 	recvNotifyCh chan struct{}
 	sendNotifyCh chan struct{}
 
@@ -105,7 +102,6 @@ func (s *Stream) StreamID() uint32 {
 // Read is used to read from the stream
 func (s *Stream) Read(b []byte) (n int, err error) {
 	defer asyncNotify(s.recvNotifyCh)
-	demanding := false
 START:
 	// Bytes a data frame delivered straight into b while this Read waited
 	// (psgraph's patch) come first, whatever the stream's state.
@@ -141,12 +137,6 @@ START:
 			s.direct, s.directN = b, 0
 		}
 		s.recvLock.Unlock()
-		if (len(b) >= directMin || s.wanted.Load()) && !demanding {
-			// A payload is awaited: the session reads at once
-			// (psgraph's patch, lead.go).
-			demanding = true
-			defer s.session.demandFrames()()
-		}
 		goto WAIT
 	}
 
@@ -188,8 +178,6 @@ WAIT:
 // io.ErrUnexpectedEOF if the stream ends first (io.EOF if it read
 // nothing), as io.ReadFull does.
 func (s *Stream) ReadFull(b []byte) (int, error) {
-	s.wanted.Store(true) // a wait in Read demands frames too (lead.go)
-	defer s.wanted.Store(false)
 	n := 0
 	for {
 		if len(b)-n < directMin {
@@ -227,7 +215,6 @@ func (s *Stream) ReadFull(b []byte) (int, error) {
 		break
 	}
 	defer asyncNotify(s.recvNotifyCh)
-	defer s.session.demandFrames()() // the payload is awaited (lead.go)
 	for {
 		s.recvLock.Lock()
 		full := s.directN == len(s.direct)
@@ -308,7 +295,6 @@ func (s *Stream) Write(b []byte) (n int, err error) {
 // write is used to write to the stream, may return on
 // a short write.
 func (s *Stream) write(b []byte) (n int, err error) {
-	demanding := false
 	var flags uint16
 	var max uint32
 	var body []byte
@@ -356,12 +342,6 @@ START:
 	return int(max), err
 
 WAIT:
-	if !demanding {
-		// The window's update is awaited: the session reads at once
-		// (psgraph's patch, lead.go).
-		demanding = true
-		defer s.session.demandFrames()()
-	}
 	var timeout <-chan time.Time
 	var timer *time.Timer
 	writeDeadline := s.writeDeadline.Load().(time.Time)
