@@ -103,13 +103,8 @@ func cpuVar(i int, down bool) string {
 
 func pserverCPU(b *testing.B, pattern string) {
 	pat := cpuPatterns[pattern]
-	dir, err := os.MkdirTemp("", "psgraph-pscpu-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	steps := cpuWarmup + b.N
-	addrs, measured := spawnPServers(b, pattern, dir, steps, false)
+	addrs, measured := spawnPServers(b, pattern, steps, false)
 	ctx := context.Background()
 	trainers := make([]*TCP, 2)
 	upNames, downNames := cpuNames(pattern)
@@ -154,54 +149,9 @@ func pserverCPU(b *testing.B, pattern string) {
 		}
 		return nil
 	}
-	buffers := func(down bool) [][][]byte {
-		bs := make([][][]byte, len(pat))
-		for j, ps := range pat {
-			for _, s := range ps {
-				n := s.up
-				if down {
-					n = s.down
-				}
-				bs[j] = append(bs[j], make([]byte, n))
-			}
-		}
-		return bs
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	started := make(chan struct{}, 2)
-	begin := make(chan struct{})
-	for _, tr := range trainers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			up, down := buffers(false), buffers(true)
-			for s := int64(0); s < int64(steps); s++ {
-				if s == cpuWarmup {
-					started <- struct{}{}
-					<-begin
-				}
-				if err := step(tr, s, up, down); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- tr.Flush(ctx)
-		}()
-	}
-	<-started
-	<-started
-	b.ResetTimer()
-	start := time.Now()
-	close(begin)
-	wg.Wait()
-	d := time.Since(start)
-	b.StopTimer()
-	for range trainers {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-	}
+	d := timeTrainers(b, pattern, steps, func(t, s int, up, down [][][]byte) error {
+		return step(trainers[t], int64(s), up, down)
+	}, func(t int) error { return trainers[t].Flush(ctx) })
 	for _, tr := range trainers {
 		for j := range pat {
 			tr.Done(ctx, PServer(j))
@@ -212,6 +162,54 @@ func pserverCPU(b *testing.B, pattern string) {
 	reportCPU(b, cpu, msgs, d)
 }
 
+// timeTrainers runs the two trainers' steps of the pattern, each in a
+// goroutine with buffers of its own (up, down: pserver, transfer), then
+// end; it times the steps after the warm-up and fails b on an error.
+func timeTrainers(b *testing.B, pattern string, steps int, step func(t, s int, up, down [][][]byte) error, end func(t int) error) time.Duration {
+	pat := cpuPatterns[pattern]
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	begin := make(chan struct{})
+	for t := 0; t < 2; t++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			up, down := make([][][]byte, len(pat)), make([][][]byte, len(pat))
+			for j, ps := range pat {
+				for _, sz := range ps {
+					up[j], down[j] = append(up[j], make([]byte, sz.up)), append(down[j], make([]byte, sz.down))
+				}
+			}
+			for s := 0; s < steps; s++ {
+				if s == cpuWarmup {
+					started <- struct{}{}
+					<-begin
+				}
+				if err := step(t, s, up, down); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- end(t)
+		}()
+	}
+	<-started
+	<-started
+	b.ResetTimer()
+	start := time.Now()
+	close(begin)
+	wg.Wait()
+	d := time.Since(start)
+	b.StopTimer()
+	for t := 0; t < 2; t++ {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return d
+}
+
 func reportCPU(b *testing.B, cpu time.Duration, msgs int64, d time.Duration) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(msgs)/1e3, "ps-cpu-us/msg")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e3, "ps-cpu-us/step")
@@ -219,11 +217,17 @@ func reportCPU(b *testing.B, cpu time.Duration, msgs int64, d time.Duration) {
 }
 
 // spawnPServers starts the pattern's pservers, each a process of its own
-// (raw: rawPServerChild), listening on Unix sockets in dir; measured
+// (raw: rawPServerChild), listening on Unix sockets in a temporary
+// directory (a short path: a socket's is at most 107 bytes); measured
 // waits for them and returns their CPU time and messages received over
 // the timed steps.
-func spawnPServers(b *testing.B, pattern, dir string, steps int, raw bool) (addrs map[NodeID]string, measured func() (time.Duration, int64)) {
+func spawnPServers(b *testing.B, pattern string, steps int, raw bool) (addrs map[NodeID]string, measured func() (time.Duration, int64)) {
 	pat := cpuPatterns[pattern]
+	dir, err := os.MkdirTemp("", "psgraph-pscpu-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
 	addrs = map[NodeID]string{}
 	type result struct {
 		cpu  time.Duration
@@ -319,21 +323,40 @@ func pserverChild(pattern string) error {
 		return err
 	}
 	defer e.Close()
-	bufs := make([][2][]byte, len(ps))
-	for i, s := range ps {
-		bufs[i] = [2][]byte{make([]byte, s.up), make([]byte, s.up)}
+	err = serveSteps(pattern, j, steps, "", func(s int) error { return e.Flush(ctx) },
+		func(i, t, s int, buf []byte) error { return e.Recv(ctx, Trainer(t), int64(s), upNames[j][i], buf) },
+		func(i, t, s int, buf []byte) error {
+			return e.Send(ctx, Trainer(t), int64(s), downNames[j][i], F32, buf)
+		})
+	if err != nil {
+		return err
 	}
+	for t := 0; t < 2; t++ {
+		e.WaitDone(ctx, Trainer(t))
+	}
+	return nil
+}
+
+// serveSteps is a pserver child's steps (pserverChild, rawPServerChild):
+// each step it receives every trainer's message of each transfer, then
+// answers each; after the warm-up it measures (a CPU profile to
+// $PSGRAPH_PSCPU_PROFILE.<kind><j> when set) and prints its CPU time and
+// the messages it received.
+func serveSteps(pattern string, j, steps int, kind string, begin func(s int) error, recv, send func(i, t, s int, buf []byte) error) error {
+	ps := cpuPatterns[pattern][j]
+	bufs := make([][2][]byte, len(ps))
 	reply := make([][]byte, len(ps))
-	for i, s := range ps {
-		reply[i] = make([]byte, s.down)
+	for i, sz := range ps {
+		bufs[i] = [2][]byte{make([]byte, sz.up), make([]byte, sz.up)}
+		reply[i] = make([]byte, sz.down)
 	}
 	var cpu0 time.Duration
 	var msgs int64
-	for s := int64(0); s < int64(steps); s++ {
+	for s := 0; s < steps; s++ {
 		if s == cpuWarmup {
 			cpu0 = testfix.ProcessCPU()
 			if f := os.Getenv("PSGRAPH_PSCPU_PROFILE"); f != "" { // a CPU profile of the timed steps
-				w, err := os.Create(fmt.Sprintf("%s.%d", f, j))
+				w, err := os.Create(fmt.Sprintf("%s.%s%d", f, kind, j))
 				if err != nil {
 					return err
 				}
@@ -342,12 +365,12 @@ func pserverChild(pattern string) error {
 				defer pprof.StopCPUProfile()
 			}
 		}
-		if err := e.Flush(ctx); err != nil {
+		if err := begin(s); err != nil {
 			return err
 		}
 		for i := range ps {
 			for t := 0; t < 2; t++ {
-				if err := e.Recv(ctx, Trainer(t), s, upNames[j][i], bufs[i][t]); err != nil {
+				if err := recv(i, t, s, bufs[i][t]); err != nil {
 					return err
 				}
 				if s >= cpuWarmup {
@@ -360,7 +383,7 @@ func pserverChild(pattern string) error {
 				continue
 			}
 			for t := 0; t < 2; t++ {
-				if err := e.Send(ctx, Trainer(t), s, downNames[j][i], F32, reply[i]); err != nil {
+				if err := send(i, t, s, reply[i]); err != nil {
 					return err
 				}
 			}
@@ -368,8 +391,5 @@ func pserverChild(pattern string) error {
 	}
 	cpu := testfix.ProcessCPU() - cpu0
 	fmt.Printf("pscpu %d %d\n", cpu.Nanoseconds(), msgs)
-	for t := 0; t < 2; t++ {
-		e.WaitDone(ctx, Trainer(t))
-	}
 	return nil
 }

@@ -9,14 +9,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/psgraph/psgraph/internal/testfix"
 )
 
 // The floor of BenchmarkPServerCPU: its message pattern over plain Unix
@@ -67,13 +62,8 @@ func rawPath(addr string) string { return strings.TrimPrefix(addr, UnixPrefix) }
 
 func pserverCPURaw(b *testing.B, pattern string) {
 	pat := cpuPatterns[pattern]
-	dir, err := os.MkdirTemp("", "psgraph-pscpu-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	steps := cpuWarmup + b.N
-	addrs, measured := spawnPServers(b, pattern, dir, steps, true)
+	addrs, measured := spawnPServers(b, pattern, steps, true)
 	conns := make([][]*rawConn, 2) // trainer, pserver
 	for t := range conns {
 		for j := range pat {
@@ -88,61 +78,26 @@ func pserverCPURaw(b *testing.B, pattern string) {
 			conns[t] = append(conns[t], newRawConn(c))
 		}
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	started := make(chan struct{}, 2)
-	begin := make(chan struct{})
-	for t := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			up, down := make([][][]byte, len(pat)), make([][][]byte, len(pat))
-			for j, ps := range pat {
-				for _, s := range ps {
-					up[j], down[j] = append(up[j], make([]byte, s.up)), append(down[j], make([]byte, s.down))
+	d := timeTrainers(b, pattern, steps, func(t, _ int, up, down [][][]byte) error {
+		for j, ps := range pat {
+			for i := range ps {
+				if err := conns[t][j].send(i, up[j][i]); err != nil {
+					return err
 				}
 			}
-			for s := 0; s < steps; s++ {
-				if s == cpuWarmup {
-					started <- struct{}{}
-					<-begin
-				}
-				for j, ps := range pat {
-					for i := range ps {
-						if err := conns[t][j].send(i, up[j][i]); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}
-				for j, ps := range pat {
-					for i, sz := range ps {
-						if sz.down == 0 {
-							continue
-						}
-						if err := conns[t][j].recv(i, down[j][i]); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}
-			}
-			errs <- nil
-		}()
-	}
-	<-started
-	<-started
-	b.ResetTimer()
-	start := time.Now()
-	close(begin)
-	wg.Wait()
-	d := time.Since(start)
-	b.StopTimer()
-	for range conns {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
 		}
-	}
+		for j, ps := range pat {
+			for i, sz := range ps {
+				if sz.down == 0 {
+					continue
+				}
+				if err := conns[t][j].recv(i, down[j][i]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}, func(int) error { return nil })
 	cpu, msgs := measured()
 	reportCPU(b, cpu, msgs, d)
 }
@@ -151,7 +106,6 @@ func pserverCPURaw(b *testing.B, pattern string) {
 func rawPServerChild(pattern string) error {
 	j, _ := strconv.Atoi(os.Getenv("PSGRAPH_PSCPU_INDEX"))
 	steps, _ := strconv.Atoi(os.Getenv("PSGRAPH_PSCPU_STEPS"))
-	ps := cpuPatterns[pattern][j]
 	l, err := net.FileListener(os.NewFile(3, "listener")) // spawnPServers's
 	if err != nil {
 		return err
@@ -170,49 +124,7 @@ func rawPServerChild(pattern string) error {
 		}
 		conns[id[0]] = newRawConn(c)
 	}
-	bufs := make([][2][]byte, len(ps))
-	reply := make([][]byte, len(ps))
-	for i, s := range ps {
-		bufs[i] = [2][]byte{make([]byte, s.up), make([]byte, s.up)}
-		reply[i] = make([]byte, s.down)
-	}
-	var cpu0 time.Duration
-	var msgs int64
-	for s := 0; s < steps; s++ {
-		if s == cpuWarmup {
-			cpu0 = testfix.ProcessCPU()
-			if f := os.Getenv("PSGRAPH_PSCPU_PROFILE"); f != "" {
-				w, err := os.Create(fmt.Sprintf("%s.raw.%d", f, j))
-				if err != nil {
-					return err
-				}
-				pprof.StartCPUProfile(w)
-				defer w.Close()
-				defer pprof.StopCPUProfile()
-			}
-		}
-		for i := range ps {
-			for t := range conns {
-				if err := conns[t].recv(i, bufs[i][t]); err != nil {
-					return err
-				}
-				if s >= cpuWarmup {
-					msgs++
-				}
-			}
-		}
-		for i, sz := range ps {
-			if sz.down == 0 {
-				continue
-			}
-			for t := range conns {
-				if err := conns[t].send(i, reply[i]); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	cpu := testfix.ProcessCPU() - cpu0
-	fmt.Printf("pscpu %d %d\n", cpu.Nanoseconds(), msgs)
-	return nil
+	return serveSteps(pattern, j, steps, "raw.", func(int) error { return nil },
+		func(i, t, _ int, buf []byte) error { return conns[t].recv(i, buf) },
+		func(i, t, _ int, buf []byte) error { return conns[t].send(i, buf) })
 }
