@@ -21,9 +21,17 @@ import (
 	"github.com/psgraph/psgraph/internal/testfix"
 )
 
-// The test binary is also BenchmarkPServerCPU's pservers: with
-// PSGRAPH_PSCPU_CHILD set, TestMain runs one instead of the tests.
+// The test binary is also BenchmarkPServerCPU's pservers and
+// BenchmarkRoundTrip64BProcesses's: with PSGRAPH_PSCPU_CHILD or
+// PSGRAPH_RT_CHILD set, TestMain runs one instead of the tests.
 func TestMain(m *testing.M) {
+	if kind := os.Getenv("PSGRAPH_RT_CHILD"); kind != "" {
+		if err := echoChild(kind); err != nil {
+			fmt.Fprintln(os.Stderr, "round trip child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if pattern := os.Getenv("PSGRAPH_PSCPU_CHILD"); pattern != "" {
 		child := pserverChild
 		if os.Getenv("PSGRAPH_PSCPU_RAW") != "" {
