@@ -6,10 +6,12 @@
 # load weighs on both alike:
 #   - the pservers' CPU per message received: BenchmarkPServerCPU
 #     (transport; the digits and the DLRM 2x2 step's messages, each pserver
-#     a process of its own),
+#     a process of its own), and its floor: the same messages over plain
+#     Unix sockets (BenchmarkPServerCPU/digits-raw, /dlrm-raw),
 #   - one 64 MiB tensor, 1x1, against a RAM-to-RAM TCP copy in the same
 #     run (BenchmarkTensor64MiB), and a 64-byte round trip against a raw
-#     TCP one (BenchmarkRoundTrip64B),
+#     TCP one, both ends in one process (BenchmarkRoundTrip64B) and each
+#     a process of its own (BenchmarkRoundTrip64BProcesses),
 #   - `psgraph train examples/digits-mlp.yaml --trainers 2 --pservers 2
 #     --steps 3000` against a torch.distributed.rpc parameter server of the
 #     same job (bench/digits_rpc_torch.py),
@@ -26,8 +28,9 @@
 # end, not a measurement): short benchmarks, fewer steps, a smaller zoo
 # file.
 # OLD_TREE is built from a copy with this tree's transport benchmarks
-# (bench_test.go, pscpu_bench_test.go: they use only the transport's
-# API), so both sides run the same benchmark code.
+# (bench_test.go, pscpu_bench_test.go, pscpu_raw_bench_test.go,
+# rtproc_bench_test.go: they use only the transport's API), so both sides
+# run the same benchmark code.
 #   [PARTS=...] [MODELS=...] [SHORT=1] bash bench/wire-bench.sh [--against OLD_TREE] [RUNS] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +53,7 @@ build "$here" new
 if [ -n "$old" ]; then
   mkdir "$tmp/old-tree"
   (cd "$old" && tar --exclude=.git -cf - .) | tar -xf - -C "$tmp/old-tree"
-  cp transport/bench_test.go transport/pscpu_bench_test.go transport/pscpu_raw_bench_test.go "$tmp/old-tree/transport/"
+  cp transport/bench_test.go transport/pscpu_bench_test.go transport/pscpu_raw_bench_test.go transport/rtproc_bench_test.go "$tmp/old-tree/transport/"
   cp internal/testfix/cputime_*.go "$tmp/old-tree/internal/testfix/" # testfix.ProcessCPU, which they use
   build "$tmp/old-tree" old
   rm -rf "$tmp/old-tree"
@@ -85,7 +88,7 @@ for r in $(seq "$runs"); do
   echo "wire-bench: round $r of $runs ($(cut -d' ' -f1-3 /proc/loadavg) load) ..." >&2
   for s in "${sides[@]}"; do
     if part transport; then
-      "$tmp/$s-transport.test" -test.run '^$' -test.bench 'BenchmarkPServerCPU|BenchmarkTensor64MiB$|BenchmarkRoundTrip64B$' -test.count 1 -test.benchtime "$benchtime" >"$tmp/b.txt" 2>&1 || true
+      "$tmp/$s-transport.test" -test.run '^$' -test.bench 'BenchmarkPServerCPU|BenchmarkTensor64MiB$|BenchmarkRoundTrip64B$|BenchmarkRoundTrip64BProcesses$' -test.count 1 -test.benchtime "$benchtime" >"$tmp/b.txt" 2>&1 || true
       metric "$tmp/b.txt" BenchmarkPServerCPU/digits ps-cpu-us/msg >>"$tmp/$s.cpu-digits"
       metric "$tmp/b.txt" BenchmarkPServerCPU/dlrm ps-cpu-us/msg >>"$tmp/$s.cpu-dlrm"
       metric "$tmp/b.txt" BenchmarkPServerCPU/digits-raw ps-cpu-us/msg >>"$tmp/$s.cpu-digits-raw"
@@ -96,6 +99,9 @@ for r in $(seq "$runs"); do
       metric "$tmp/b.txt" BenchmarkRoundTrip64B us/rt >>"$tmp/$s.rtt"
       metric "$tmp/b.txt" BenchmarkRoundTrip64B raw-us/rt >>"$tmp/$s.rawrtt"
       metric "$tmp/b.txt" BenchmarkRoundTrip64B x-raw >>"$tmp/$s.xrtt"
+      metric "$tmp/b.txt" BenchmarkRoundTrip64BProcesses us/rt >>"$tmp/$s.prtt"
+      metric "$tmp/b.txt" BenchmarkRoundTrip64BProcesses raw-us/rt >>"$tmp/$s.prawrtt"
+      metric "$tmp/b.txt" BenchmarkRoundTrip64BProcesses x-raw >>"$tmp/$s.pxrtt"
     fi
     if part digits; then
       (cd examples && "$tmp/$s-psgraph" train digits-mlp.yaml --trainers 2 --pservers 2 --steps "$digits_steps" 2>/dev/null | steps) >>"$tmp/$s.digits"
@@ -126,7 +132,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "null" && b != "null" && b > 
 rpc=$(med rpc)
 declare -A V
 for s in "${sides[@]}"; do
-  for k in cpu-digits cpu-dlrm cpu-digits-raw cpu-dlrm-raw t64 raw64 x64 rtt rawrtt xrtt digits dlrm dcn-v2 deepfm; do V[$s.$k]=$(med "$s.$k"); done
+  for k in cpu-digits cpu-dlrm cpu-digits-raw cpu-dlrm-raw t64 raw64 x64 rtt rawrtt xrtt prtt prawrtt pxrtt digits dlrm dcn-v2 deepfm; do V[$s.$k]=$(med "$s.$k"); done
 done
 for m in dlrm dcn-v2 deepfm; do V[torch.$m]=$(med "torch-$m"); done
 row() { # LABEL TARGET KEY [FORMAT]
@@ -150,6 +156,9 @@ row "  ratio to raw TCP" ">= 0.85" x64
 row "64-byte round trip (BenchmarkRoundTrip64B, us)" "" rtt
 row "  raw TCP in the same run (us)" "" rawrtt
 row "  ratio to raw TCP" "<= 1.5" xrtt
+row "64-byte round trip, trainer and pserver processes of their own (BenchmarkRoundTrip64BProcesses, us)" "" prtt
+row "  raw TCP between two processes in the same run (us)" "" prawrtt
+row "  ratio to raw TCP" "<= 1.5" pxrtt
 fi
 if part digits; then
 line="| train 2x2 sync digits, steps/s (torch RPC parameter server: $rpc) |"
