@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -266,14 +267,7 @@ func spawnPServers(b *testing.B, pattern string, steps int, raw bool) (addrs map
 			cmd.ExtraFiles = []*os.File{lf}
 			cmd.Env = append(cmd.Env, "PSGRAPH_PSCPU_RAW=1")
 		}
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
+		out := startChild(b, cmd)
 		if lf != nil {
 			lf.Close()
 		}
@@ -310,6 +304,20 @@ func spawnPServers(b *testing.B, pattern string, steps int, raw bool) (addrs map
 		}
 		return cpu, msgs
 	}
+}
+
+// startChild starts cmd, a child of this test binary (TestMain runs it by
+// its environment), its stderr this process's, and returns its stdout.
+func startChild(b *testing.B, cmd *exec.Cmd) io.ReadCloser {
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
 
 // pserverChild is pserver PSGRAPH_PSCPU_INDEX of BenchmarkPServerCPU:

@@ -86,8 +86,10 @@ func BenchmarkRoundTrip64BProcesses(b *testing.B) {
 	b.ReportMetric(per, "us/rt")
 	b.ReportMetric(rawPer, "raw-us/rt")
 	b.ReportMetric(per/rawPer, "x-raw")
-	tr.Done(ctx, PServer(0))
-	tr.WaitDone(ctx, PServer(0))
+	end, cancel := context.WithTimeout(ctx, 10*time.Second) // the child is killed at cleanup anyway
+	defer cancel()
+	tr.Done(end, PServer(0))
+	tr.WaitDone(end, PServer(0))
 }
 
 // startEcho starts an echo child of kind (psgraph or raw) with GOMAXPROCS
@@ -95,14 +97,7 @@ func BenchmarkRoundTrip64BProcesses(b *testing.B) {
 func startEcho(b *testing.B, kind string, procs int) string {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "PSGRAPH_RT_CHILD="+kind, fmt.Sprintf("GOMAXPROCS=%d", procs))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	out := startChild(b, cmd)
 	b.Cleanup(func() {
 		cmd.Process.Kill() // the raw child echoes until its peer closes; the psgraph one ends at Done
 		cmd.Wait()
